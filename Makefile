@@ -1,0 +1,43 @@
+# SDE Explorer — two commands do everything:
+#   make run   set up .venv (if needed) and open the dashboard on the bundled demo workspace
+#   make test  set up .venv with the dev tools (if needed) and run the test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Re-install only when a requirements file changes (stamp named by their content hash).
+REQ_HASH := $(shell cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-12)
+RUN_STAMP  := $(VENV)/.run-$(REQ_HASH)
+TEST_STAMP := $(VENV)/.test-$(REQ_HASH)
+PYTEST_ARGS ?= -x -q
+
+.PHONY: run test lint bench clean-venv
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(RUN_STAMP): $(BIN)/python requirements.txt pyproject.toml
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+$(TEST_STAMP): $(RUN_STAMP) requirements-dev.txt
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+run: $(RUN_STAMP)
+	$(BIN)/streamlit run app.py
+
+test: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(TEST_STAMP)
+	$(BIN)/python bench/hsic_bench.py
+
+clean-venv:
+	rm -rf $(VENV)

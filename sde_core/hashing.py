@@ -1,0 +1,42 @@
+"""Content hashes used as explicit cache keys (files, arrays, settings).
+
+All hashes are hex SHA-256 digests. They are stable across processes and machines, unlike
+Python's ``hash`` or Streamlit's sampled array hashing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["array_sha256", "file_sha256", "stable_hash"]
+
+_CHUNK = 1 << 20
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def array_sha256(arr: np.ndarray) -> str:
+    """SHA-256 of an array's dtype, shape and every byte (C order)."""
+    arr = np.ascontiguousarray(arr)
+    digest = hashlib.sha256()
+    digest.update(f"{arr.dtype.str}|{arr.shape}|".encode())
+    digest.update(memoryview(arr).cast("B"))
+    return digest.hexdigest()
+
+
+def stable_hash(obj: Any) -> str:
+    """SHA-256 of a JSON-serialisable object with sorted keys (settings, manifests)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,238 @@
+"""Decision rule, reference checks, headline metrics and calibrated evidence (SPEC §3–5, §9)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+from scipy.spatial.distance import jensenshannon
+from sklearn.metrics import f1_score, precision_score, recall_score
+
+from sde_core.decision import (
+    calibrated_otr,
+    calibrated_verdict,
+    controlled_f1,
+    decide,
+    dependence_score,
+    histogram_edges,
+    jsd,
+    null_calibration,
+    out_of_training_rate,
+    reference_check,
+    reference_panel_check,
+    subset_scores,
+    wilson_interval,
+)
+from sde_core.errors import InputError, SDEError
+from sde_core.hsic import split_half_hsic_batch
+
+# ---------------------------------------------------------------- JSD
+
+
+def test_jsd_matches_scipy_base2():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0, 1, 300), rng.normal(0.7, 1.3, 250)
+    edges = np.linspace(min(a.min(), b.min()), max(a.max(), b.max()), 31)
+    pa = np.histogram(a, edges)[0] / a.size
+    pb = np.histogram(b, edges)[0] / b.size
+    expected = jensenshannon(pa, pb, base=2) ** 2  # scipy returns the JS *distance*
+    assert jsd(a, b, bins=30) == pytest.approx(expected, rel=1e-12)
+    assert jsd(a, b, bins=edges) == pytest.approx(expected, rel=1e-12)
+
+
+def test_jsd_bounds():
+    a = np.linspace(0, 1, 50)
+    assert jsd(a, a) == 0.0
+    assert jsd(a, a + 10) == pytest.approx(1.0)
+    rng = np.random.default_rng(1)
+    vals = [jsd(rng.normal(size=40), rng.normal(size=40), 10) for _ in range(20)]
+    assert all(0.0 <= v <= 1.0 for v in vals)
+
+
+def test_histogram_edges_span_all_samples_and_handle_zero_range():
+    e = histogram_edges([1.0, 2.0], [0.5], [3.0], bins=5)
+    assert e[0] == 0.5 and e[-1] == 3.0 and e.size == 6
+    flat = histogram_edges([2.0, 2.0], bins=4)
+    assert flat[0] < 2.0 < flat[-1]
+
+
+# ---------------------------------------------------------------- decision rule
+
+
+@pytest.fixture(scope="module")
+def refs():
+    rng = np.random.default_rng(2)
+    return rng.normal(1.0, 0.1, 200), rng.normal(0.0, 0.1, 200)
+
+
+def test_decide_known_answers(refs):
+    it, oot = refs
+    rng = np.random.default_rng(3)
+    near_it = decide(rng.normal(1.0, 0.1, 200), it, oot)
+    near_oot = decide(rng.normal(0.0, 0.1, 200), it, oot)
+    assert near_it.in_training and near_it.d_it < near_it.d_oot
+    assert not near_oot.in_training and near_oot.d_oot < near_oot.d_it
+    assert near_oot.label == "out-of-training"
+    # Closer to OOT, but not identical: still out-of-training.
+    assert not decide(rng.normal(0.3, 0.1, 200), it, oot).in_training
+
+
+def test_decide_uses_common_bins_over_three_samples(refs):
+    it, oot = refs
+    t = np.full(200, 0.5)
+    d = decide(t, it, oot, bins=30)
+    edges = histogram_edges(t, it, oot, bins=30)
+    assert d.d_it == pytest.approx(jsd(t, it, edges))
+    assert d.d_oot == pytest.approx(jsd(t, oot, edges))
+
+
+def test_tie_counts_as_in_training():
+    it = np.zeros(50)
+    oot = np.ones(50)
+    t = np.r_[np.zeros(25), np.ones(25)]  # equally far from both references
+    d = decide(t, it, oot)
+    assert d.d_it == pytest.approx(d.d_oot)
+    assert d.in_training
+
+
+def test_reference_check_matches_scipy(refs):
+    it, oot = refs
+    res = reference_check(it, oot)
+    expected = stats.mannwhitneyu(it, oot, alternative="greater").pvalue
+    assert res.p_value == pytest.approx(expected)
+    assert res.valid and res.alpha == 0.01 and res.effect == pytest.approx(1.0)
+    assert not reference_check(oot, it).valid
+
+
+# ---------------------------------------------------------------- headline metrics
+
+
+def test_wilson_interval_textbook_values():
+    # Textbook example: 81 of 263 at 95% -> (0.2553, 0.3662) (Newcombe 1998, Table I style).
+    lo, hi = wilson_interval(81, 263)
+    assert lo == pytest.approx(0.2553, abs=5e-4) and hi == pytest.approx(0.3662, abs=5e-4)
+    assert wilson_interval(0, 10)[0] == 0.0
+    assert wilson_interval(10, 10)[1] == pytest.approx(1.0)
+    # Closed form at k = 0: upper bound z²/(n + z²).
+    z2 = 1.959963984540054**2
+    assert wilson_interval(0, 10)[1] == pytest.approx(z2 / (10 + z2))
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+
+
+def test_otr_counts_out_of_training():
+    r = out_of_training_rate([True, False, False, True, False])
+    assert (r.k, r.n) == (3, 5) and r.rate == pytest.approx(0.6)
+    assert r.lo < 0.6 < r.hi
+
+
+def test_controlled_f1_matches_sklearn():
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 2, 100).astype(bool)
+    p = np.where(rng.random(100) < 0.8, y, ~y)
+    res = controlled_f1(y, p)
+    assert res.f1 == pytest.approx(f1_score(y, p))
+    assert res.precision == pytest.approx(precision_score(y, p))
+    assert res.recall == pytest.approx(recall_score(y, p))
+    assert res.tp + res.fp + res.fn + res.tn == 100
+    assert controlled_f1([True, False], [False, False]).f1 == 0.0
+
+
+def test_dependence_score_scale(refs):
+    it, oot = refs
+    assert dependence_score(it, it, oot) == pytest.approx(1.0)
+    assert dependence_score(oot, it, oot) == pytest.approx(0.0)
+    half = np.full((3, 10), 0.5 * (np.median(it) + np.median(oot)))
+    assert dependence_score(half, it, oot) == pytest.approx(0.5)
+    assert np.isnan(dependence_score(it, np.ones(5), np.ones(5)))
+
+
+# ---------------------------------------------------------------- calibrated evidence
+
+
+def test_calibrated_verdict_p_values():
+    it = np.arange(10, 30, dtype=float)  # 20 in-training scores
+    oot = np.arange(0, 20, dtype=float)  # 20 out-of-training scores
+    high = calibrated_verdict(100.0, it, oot)
+    assert high.p_in == pytest.approx(1 / 21) and high.verdict == "in-training"
+    low = calibrated_verdict(-5.0, it, oot)
+    assert low.p_out == pytest.approx(1 / 21) and low.verdict == "out-of-training"
+    mid = calibrated_verdict(15.0, it, oot)
+    assert mid.p_in == pytest.approx((1 + 5) / 21)
+    assert mid.p_out == pytest.approx((1 + 6) / 21)
+    assert mid.verdict == "inconclusive"
+
+
+def test_calibrated_otr_and_panel_check():
+    r = calibrated_otr(["out-of-training", "inconclusive", "in-training", "out-of-training"])
+    assert (r.k, r.n) == (2, 4)
+    chk = reference_panel_check(np.arange(10, 20), np.arange(0, 10))
+    assert chk.valid and chk.p_value == pytest.approx(
+        stats.mannwhitneyu(np.arange(10, 20), np.arange(0, 10), alternative="greater").pvalue
+    )
+
+
+def test_calibrated_verdict_type_one_error_on_independent_null_data():
+    """hyppo-style calibration: on null data the false "in-training" rate is ≈ α.
+
+    Each replicate draws a fresh target and a fresh panel of R = 20 out-of-training subsets
+    of independent Gaussian activations from the same distribution (the target was never
+    trained on), computes split-half HSIC scores with the batch engine and records whether
+    the calibrated verdict wrongly says "in-training". Exact level: 1/21 ≈ 0.048.
+    """
+    reps, panel, n, alpha = 300, 20, 24, 0.05
+    rng = np.random.default_rng(12)
+    pool = rng.normal(size=(reps * (panel + 1) * n, 4))
+    subsets = np.arange(pool.shape[0]).reshape(reps * (panel + 1), n)
+    h = split_half_hsic_batch(pool, subsets, n_splits=20, sigma=2.0, seed=1)
+    scores = subset_scores(h).reshape(reps, panel + 1)
+    it_panel = np.full(panel, 1e9)  # in-training side irrelevant for the in-training error
+    false_in = [
+        calibrated_verdict(s[0], it_panel, s[1:], alpha=alpha).verdict == "in-training"
+        for s in scores
+    ]
+    rate = float(np.mean(false_in))
+    assert rate <= alpha + 0.03
+    assert rate > 0.01  # and the test is not vacuous
+
+
+def test_null_calibration_shows_split_level_false_positives():
+    """SPEC §9 finding: the split-level U-test fires on subsets of one pool; the panel does not."""
+    rng = np.random.default_rng(5)
+    pool = rng.normal(size=(2000, 6))
+    res = null_calibration(pool, subset_size=60, sigma=np.sqrt(6), n_pairs=30, panel_size=20,
+                           n_splits=100, seed=3)
+    assert res.n_pairs == 30 and res.split_p_values.shape == (30,)
+    assert res.split_test_fpr > 0.2  # far above its nominal 1%
+    assert res.calibrated_fpr <= 0.15
+    assert np.all((res.calibrated_p_in > 0) & (res.calibrated_p_in <= 1))
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: jsd([1.0, np.nan], [1.0]), "NaN"),
+        (lambda: jsd([[1.0]], [1.0]), "1-D"),
+        (lambda: jsd([1.0, 2.0], [1.5], bins=1), "bins"),
+        (lambda: jsd([1.0, 2.0], [1.5], bins=[0.0, 0.0, 1.0]), "increasing"),
+        (lambda: jsd([1.0, 2.0], [1.5], bins=[1.2, 1.8]), "span"),
+        (lambda: decide([], [1.0], [0.0]), "at least 1"),
+        (lambda: reference_check([1.0], [0.0, 1.0]), "at least 2"),
+        (lambda: reference_check([1.0, 2.0], [0.0, 1.0], alpha=1.5), "alpha"),
+        (lambda: wilson_interval(5, 3), "k ≤ n"),
+        (lambda: out_of_training_rate([]), "non-empty"),
+        (lambda: out_of_training_rate([0.3, 0.5]), "booleans"),
+        (lambda: controlled_f1([True], [True, False]), "length"),
+        (lambda: calibrated_verdict(np.nan, [1.0], [0.0]), "NaN"),
+        (lambda: calibrated_otr(["maybe"]), "unknown verdicts"),
+        (lambda: subset_scores(np.ones((0, 3))), "shape"),
+        (lambda: null_calibration(np.ones((10, 2)), 6, 1.0), "disjoint subsets"),
+        (lambda: null_calibration(np.random.rand(40, 2), 6, 1.0, n_pairs=0), "n_pairs"),
+    ],
+)
+def test_bad_input_raises_sde_error(call, match):
+    with pytest.raises(SDEError, match=match) as info:
+        call()
+    assert isinstance(info.value, InputError)
