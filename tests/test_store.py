@@ -1,0 +1,553 @@
+"""Tests of :mod:`sde_core.store`: runs, units, round-trips, export, errors, crash safety."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sde_core.errors import SDEError, StoreError
+from sde_core.hashing import stable_hash
+from sde_core.store import APPLICATION_ID, SCHEMA_VERSION, ResultsStore, Run
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER_PATH = Path(__file__).with_name("_store_worker.py")
+_spec = importlib.util.spec_from_file_location("_store_worker", WORKER_PATH)
+assert _spec is not None and _spec.loader is not None
+worker = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(worker)
+
+WS = "ws-hash"
+SETTINGS = {"layer": "output", "sigma": 1.5, "subset_size": 400, "seeds": [0, 1]}
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with ResultsStore(tmp_path / "results.sqlite") as s:
+        yield s
+
+
+def _row_count(path: Path, table: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def _worker(db: Path, n: int, *extra: str) -> subprocess.Popen[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.Popen(
+        [sys.executable, str(WORKER_PATH), str(db), str(n), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+# ---------------------------------------------------------------------- opening and runs
+
+
+def test_new_store_uses_wal_and_versioned_schema(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "results.sqlite"
+    with ResultsStore(path) as s:
+        assert s._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert s._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert s._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    with ResultsStore(path) as s:  # reopening an existing store keeps it
+        assert s.list_runs().empty
+
+
+def test_open_run_same_settings_same_run(tmp_path: Path) -> None:
+    path = tmp_path / "results.sqlite"
+    with ResultsStore(path) as s:
+        run = s.open_run(WS, SETTINGS, label="first")
+        assert isinstance(run, Run)
+        assert run.status == "running" and run.label == "first"
+        assert run.settings_hash == stable_hash(SETTINGS)
+        assert run.settings == SETTINGS
+        reordered = {k: SETTINGS[k] for k in reversed(list(SETTINGS))}
+        numpy_typed = {**SETTINGS, "sigma": np.float64(1.5), "subset_size": np.int64(400)}
+        tupled = {**SETTINGS, "seeds": (0, 1)}
+        for same in (reordered, numpy_typed, tupled):
+            assert s.open_run(WS, same, label="ignored") == run
+        other_settings = s.open_run(WS, {**SETTINGS, "sigma": 2.0})
+        other_workspace = s.open_run("other-ws", SETTINGS)
+        assert len({run.id, other_settings.id, other_workspace.id}) == 3
+    with ResultsStore(path) as s:  # a new process/session finds the same run
+        assert s.open_run(WS, dict(reversed(SETTINGS.items()))) == run
+        assert s.get_run(run.id) == run
+
+
+def test_list_runs_mark_complete_and_delete(store: ResultsStore) -> None:
+    a = store.open_run(WS, {"x": 1}, label="a")
+    b = store.open_run(WS, {"x": 2}, label="b")
+    c = store.open_run("ws2", {"x": 1})
+    store.put_unit(a.id, "u0", {"models": [{"name": "m"}]}, {"h": np.zeros(3)})
+    store.mark_complete(a.id)
+    assert store.get_run(a.id).status == "complete"
+    runs = store.list_runs()
+    assert runs["id"].tolist() == [a.id, b.id, c.id]
+    assert runs["units"].tolist() == [1, 0, 0]
+    assert runs["status"].tolist() == ["complete", "running", "running"]
+    assert json.loads(runs["settings"].iloc[1]) == {"x": 2}
+    assert store.list_runs(WS)["label"].tolist() == ["a", "b"]
+    # a new unit written into a complete run makes it "running" again
+    store.put_unit(a.id, "u1", {"models": [{"name": "n"}]})
+    assert store.get_run(a.id).status == "running"
+    store.delete_run(a.id)
+    assert store.list_runs()["id"].tolist() == [b.id, c.id]
+    for table in ("units", "table_rows", "arrays", "run_tables"):
+        assert _row_count(store.path, table) == 0
+    with pytest.raises(StoreError, match="unknown run id"):
+        store.get_run(a.id)
+
+
+# ---------------------------------------------------------------------- rows and arrays
+
+
+def test_rows_round_trip_every_value_type(store: ResultsStore) -> None:
+    run = store.open_run(WS, SETTINGS)
+    rows = [
+        {
+            "name": "retrain",
+            "i": 1,
+            "big": 2**62,
+            "f": 0.1,
+            "b": True,
+            "none": None,
+            "nan": math.nan,
+            "inf": math.inf,
+            "i_or_none": 3,
+            "s_or_none": "x",
+            "b_or_none": False,
+            "np_f32": np.float32(0.25),
+            "np_f64": np.float64(1 / 3),
+            "np_i": np.int64(-7),
+            "np_u": np.uint8(255),
+            "np_b": np.bool_(True),
+            "np_s": np.str_("é"),
+            "mixed": "text",
+        },
+        {
+            "name": "ga",
+            "i": -2,
+            "big": -(2**62),
+            "f": -1e-300,
+            "b": False,
+            "none": None,
+            "nan": 0.5,
+            "inf": -math.inf,
+            "i_or_none": None,
+            "s_or_none": None,
+            "b_or_none": None,
+            "np_f32": np.float32(-2.0),
+            "np_f64": np.float64(np.nan),
+            "np_i": np.int32(0),
+            "np_u": np.uint64(2**63),
+            "np_b": np.bool_(False),
+            "np_s": np.str_(""),
+            "mixed": 4,
+        },
+    ]
+    assert store.put_unit(run.id, "u0", {"models": rows})
+
+    records = store.records(run.id, "models")
+    expected = [
+        {k: (v.item() if isinstance(v, np.generic) else v) for k, v in row.items()} for row in rows
+    ]
+    assert len(records) == 2
+    for got, want in zip(records, expected, strict=True):
+        assert list(got) == list(want)
+        for key in want:
+            if isinstance(want[key], float) and math.isnan(want[key]):
+                assert isinstance(got[key], float) and math.isnan(got[key])
+            else:
+                assert got[key] == want[key] and type(got[key]) is type(want[key]), key
+
+    df = store.rows(run.id, "models")
+    assert list(df.columns) == list(rows[0])
+    assert df["i"].dtype == np.int64 and df["i"].tolist() == [1, -2]
+    assert df["big"].tolist() == [2**62, -(2**62)]
+    assert df["f"].dtype == np.float64 and df["f"].tolist() == [0.1, -1e-300]
+    assert df["b"].dtype == bool and df["b"].tolist() == [True, False]
+    assert df["none"].isna().all()
+    assert math.isnan(df["nan"].iloc[0]) and df["nan"].iloc[1] == 0.5
+    assert df["inf"].tolist() == [math.inf, -math.inf]
+    assert df["i_or_none"].iloc[0] == 3 and pd.isna(df["i_or_none"].iloc[1])
+    assert df["s_or_none"].iloc[0] == "x" and pd.isna(df["s_or_none"].iloc[1])
+    assert df["b_or_none"].iloc[0] is False and pd.isna(df["b_or_none"].iloc[1])
+    assert df["np_f32"].tolist() == [0.25, -2.0]
+    assert df["np_f64"].iloc[0] == 1 / 3 and math.isnan(df["np_f64"].iloc[1])
+    assert df["np_i"].tolist() == [-7, 0]
+    assert df["np_u"].tolist() == [255, 2**63]
+    assert df["np_b"].tolist() == [True, False]
+    assert df["np_s"].tolist() == ["é", ""]
+    assert df["mixed"].tolist() == ["text", 4]
+
+
+def test_columns_keep_first_seen_order_across_units(store: ResultsStore) -> None:
+    run = store.open_run(WS, SETTINGS)
+    store.put_unit(run.id, "b", {"t": [{"z": 1, "a": 2}], "empty": []})
+    store.put_unit(run.id, "a", {"t": [{"a": 3, "new": "n"}, {"z": 4}]})
+    assert store.tables(run.id) == ["empty", "t"]
+    assert store.columns(run.id, "t") == ["z", "a", "new"]
+    assert store.records(run.id, "t") == [{"z": 1, "a": 2}, {"a": 3, "new": "n"}, {"z": 4}]
+    df = store.rows(run.id, "t")
+    assert list(df.columns) == ["z", "a", "new"]
+    assert df["z"].iloc[[0, 2]].tolist() == [1, 4] and pd.isna(df["z"].iloc[1])
+    empty = store.rows(run.id, "empty")
+    assert empty.empty and list(empty.columns) == []
+
+
+def test_arrays_round_trip_exactly(store: ResultsStore) -> None:
+    run = store.open_run(WS, SETTINGS)
+    rng = np.random.default_rng(0)
+    arrays = {
+        "H/retrain/it": rng.random(200),
+        "H/retrain/oot": np.array([math.nan, math.inf, -0.0, 5e-324]),
+        "H/ga/it": rng.random((4, 5)).astype(np.float32),
+        "ints": np.arange(-3, 3, dtype=np.int16),
+        "uints": np.array([0, 2**64 - 1], dtype=np.uint64),
+        "flags": np.array([True, False, True]),
+        "scalar": np.array(2.5),
+        "empty": np.zeros((0, 3)),
+        "bigendian": np.arange(4, dtype=">f8"),
+        "fortran": np.asfortranarray(rng.random((3, 2))),
+        "strided": np.arange(10.0)[::3],
+    }
+    store.put_unit(run.id, "u0", {}, arrays)
+    for name, arr in arrays.items():
+        got = store.array(run.id, name)
+        assert got.dtype == arr.dtype and got.shape == arr.shape, name
+        assert got.tobytes() == np.ascontiguousarray(arr).tobytes(), name
+        assert got.flags.writeable
+    assert store.array_names(run.id, "H/") == ["H/ga/it", "H/retrain/it", "H/retrain/oot"]
+    assert store.array_names(run.id, "H/retrain/") == ["H/retrain/it", "H/retrain/oot"]
+    assert store.array_names(run.id) == sorted(arrays)
+    assert store.array_names(run.id, "nothing") == []
+
+
+def test_put_unit_is_idempotent_first_write_wins(store: ResultsStore) -> None:
+    run = store.open_run(WS, SETTINGS)
+    tables = {"models": [{"name": "a", "otr": 0.1}], "targets": [{"t": 0}, {"t": 1}]}
+    assert not store.has_unit(run.id, "u0")
+    assert store.put_unit(run.id, "u0", tables, {"h": np.ones(3)}) is True
+    changed = {"models": [{"name": "a", "otr": 0.9}], "targets": [{"t": 5}]}
+    assert store.put_unit(run.id, "u0", changed, {"h": np.zeros(3), "h2": np.ones(1)}) is False
+    assert store.has_unit(run.id, "u0")
+    assert store.finished_units(run.id) == {"u0"}
+    assert store.records(run.id, "models") == [{"name": "a", "otr": 0.1}]
+    assert store.records(run.id, "targets") == [{"t": 0}, {"t": 1}]
+    assert store.array_names(run.id) == ["h"]
+    np.testing.assert_array_equal(store.array(run.id, "h"), np.ones(3))
+    # the same key in another run is a different unit
+    other = store.open_run(WS, {"other": True})
+    assert store.put_unit(other.id, "u0", tables)
+    assert store.finished_units(other.id) == {"u0"}
+
+
+def test_put_unit_is_atomic_on_failure(store: ResultsStore) -> None:
+    run = store.open_run(WS, SETTINGS)
+    store.put_unit(run.id, "u0", {"models": [{"name": "a"}]}, {"h": np.ones(2)})
+    # an array name owned by another unit fails inside the transaction: nothing of u1 is kept
+    with pytest.raises(StoreError, match="already stored by unit 'u0'"):
+        store.put_unit(
+            run.id, "u1", {"models": [{"name": "b"}], "new": [{"x": 1}]}, {"h": np.ones(2)}
+        )
+    assert store.finished_units(run.id) == {"u0"}
+    assert store.records(run.id, "models") == [{"name": "a"}]
+    assert store.tables(run.id) == ["models"]
+    # invalid values are rejected before anything is written
+    bad_inputs = [
+        ({"models": [{"x": [1, 2]}]}, None, "type list"),
+        ({"models": [{"x": {"a": 1}}]}, None, "type dict"),
+        ({"models": [{"x": np.datetime64("2020-01-01")}]}, None, "type"),
+        ({"models": [{1: 2}]}, None, "invalid key"),
+        ({"models": {"x": 1}}, None, "list of row dicts"),
+        ({"models": ["row"]}, None, "not a dict"),
+        ({"../evil": [{"x": 1}]}, None, "invalid table name"),
+        ({}, {"a": [1.0, 2.0]}, "not a numpy array"),
+        ({}, {"a": np.array(["s"])}, "dtype"),
+        ({}, {"a": np.array([1 + 2j])}, "dtype"),
+        ({}, {"": np.ones(1)}, "invalid array name"),
+    ]
+    for tables, arrays, message in bad_inputs:
+        with pytest.raises(StoreError, match=message):
+            store.put_unit(run.id, "u2", tables, arrays)
+    with pytest.raises(StoreError, match="unit_key"):
+        store.put_unit(run.id, "", {})
+    assert store.finished_units(run.id) == {"u0"}
+
+
+# ---------------------------------------------------------------------- compare and export
+
+
+def _two_runs(store: ResultsStore) -> tuple[Run, Run]:
+    a = store.open_run(WS, {"sigma": 1.0})
+    b = store.open_run(WS, {"sigma": 2.0})
+    store.put_unit(a.id, "m", {"models": [{"name": "ft", "otr": 0.2}, {"name": "ga", "otr": 0.5}]})
+    store.put_unit(
+        b.id,
+        "m",
+        {"models": [{"name": "ga", "otr": 0.7, "f1": 0.9}, {"name": "rl", "otr": 0.1, "f1": 0.4}]},
+    )
+    return a, b
+
+
+def test_compare_runs_long_and_wide(store: ResultsStore) -> None:
+    a, b = _two_runs(store)
+    long = store.compare_runs([a.id, b.id], "models")
+    assert list(long.columns) == ["run_id", "name", "otr", "f1"]
+    assert long["run_id"].tolist() == [a.id, a.id, b.id, b.id]
+    assert long["name"].tolist() == ["ft", "ga", "ga", "rl"]
+    assert long["otr"].tolist() == [0.2, 0.5, 0.7, 0.1]
+    wide = store.compare_runs([a.id, b.id], "models", on="name")
+    assert list(wide.columns) == ["name", f"otr@{a.id}", f"otr@{b.id}", f"f1@{b.id}"]
+    wide = wide.set_index("name")
+    assert wide.loc["ga", f"otr@{a.id}"] == 0.5 and wide.loc["ga", f"otr@{b.id}"] == 0.7
+    assert pd.isna(wide.loc["rl", f"otr@{a.id}"]) and pd.isna(wide.loc["ft", f"otr@{b.id}"])
+    assert sorted(wide.index) == ["ft", "ga", "rl"]
+    with pytest.raises(StoreError, match="distinct run ids"):
+        store.compare_runs([a.id, a.id], "models")
+    with pytest.raises(StoreError, match="no key column"):
+        store.compare_runs([a.id, b.id], "models", on=["name", "seed"])
+    store.put_unit(a.id, "dup", {"models": [{"name": "ft", "otr": 0.3}]})
+    with pytest.raises(StoreError, match="uniquely"):
+        store.compare_runs([a.id, b.id], "models", on="name")
+    with pytest.raises(StoreError, match="has no table 'nope'"):
+        store.compare_runs([a.id, b.id], "nope")
+
+
+def _export_fixture(store: ResultsStore) -> tuple[Run, dict[str, np.ndarray]]:
+    run = store.open_run(WS, SETTINGS, label="export")
+    arrays = {"H/a": np.linspace(0, 1, 7), "H/b": np.arange(4, dtype=np.int32).reshape(2, 2)}
+    store.put_unit(
+        run.id,
+        "u0",
+        {
+            "models": [
+                {"name": "a", "otr": 0.25, "valid": True, "n": 3, "note": 'x,"y"\n'},
+                {"name": "b", "otr": 1 / 3, "valid": False, "n": 4, "note": "ü"},
+            ],
+            "targets": [{"t": 0, "h": 1e-12}, {"t": 1, "h": math.nan}],
+        },
+        arrays,
+    )
+    return run, arrays
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_export_per_table_files(store: ResultsStore, tmp_path: Path, fmt: str) -> None:
+    run, arrays = _export_fixture(store)
+    out = tmp_path / "export" / fmt
+    written = store.export_run(run.id, out, fmt, include_arrays=True)
+    names = {"run.json", f"models.{fmt}", f"targets.{fmt}", "arrays.npz"}
+    assert {p.name for p in written} == names
+    assert {p.name for p in out.iterdir()} == names  # no temporary files left behind
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["settings"] == SETTINGS and meta["id"] == run.id and meta["label"] == "export"
+    for table in ("models", "targets"):
+        if fmt == "csv":
+            back = pd.read_csv(out / f"{table}.csv")
+        else:
+            back = pd.read_parquet(out / f"{table}.parquet")
+        pd.testing.assert_frame_equal(back, store.rows(run.id, table), check_dtype=False)
+    with np.load(out / "arrays.npz") as npz:
+        assert sorted(npz.files) == sorted(arrays)
+        for name, arr in arrays.items():
+            np.testing.assert_array_equal(npz[name], arr)
+            assert npz[name].dtype == arr.dtype
+    # exporting again replaces the files in place
+    store.export_run(run.id, out, fmt)
+    assert (out / f"models.{fmt}").exists()
+
+
+def test_export_json_single_file(store: ResultsStore, tmp_path: Path) -> None:
+    run, arrays = _export_fixture(store)
+    out = tmp_path / "export" / "run.json"
+    assert store.export_run(run.id, out, "json", include_arrays=True) == [out]
+    assert [p.name for p in out.parent.iterdir()] == ["run.json"]
+    doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    assert doc["run"]["settings"] == SETTINGS
+    assert doc["run"]["settings_hash"] == run.settings_hash
+    assert doc["tables"]["models"] == store.records(run.id, "models")
+    assert doc["tables"]["targets"] == [{"t": 0, "h": 1e-12}, {"t": 1, "h": None}]
+    for name, arr in arrays.items():
+        entry = doc["arrays"][name]
+        back = np.array(entry["data"], dtype=entry["dtype"]).reshape(entry["shape"])
+        np.testing.assert_array_equal(back, arr)
+        assert back.dtype == arr.dtype
+    store.export_run(run.id, out, "json")
+    assert "arrays" not in json.loads(out.read_text())
+
+
+def test_export_errors(store: ResultsStore, tmp_path: Path) -> None:
+    run, _ = _export_fixture(store)
+    with pytest.raises(StoreError, match="unsupported export format 'xlsx'"):
+        store.export_run(run.id, tmp_path / "x", "xlsx")
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("")
+    with pytest.raises(StoreError, match="is a file"):
+        store.export_run(run.id, a_file, "csv")
+    with pytest.raises(StoreError, match="is a folder"):
+        store.export_run(run.id, tmp_path, "json")
+    with pytest.raises(StoreError, match="unknown run id 999"):
+        store.export_run(999, tmp_path / "y", "csv")
+    mixed = store.open_run(WS, {"mixed": True})
+    store.put_unit(mixed.id, "u", {"t": [{"v": "a"}, {"v": 1}]})
+    with pytest.raises(StoreError, match="parquet"):
+        store.export_run(mixed.id, tmp_path / "p", "parquet")
+    assert not (tmp_path / "p").exists()
+
+
+# ---------------------------------------------------------------------- errors
+
+
+def test_corrupt_and_foreign_files_raise_store_error(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"this is not a database at all " * 200)
+    with pytest.raises(StoreError, match="is not an SDE results store: delete it or choose"):
+        ResultsStore(garbage)
+    assert garbage.read_bytes().startswith(b"this is not")  # left untouched
+    foreign = tmp_path / "foreign.sqlite"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE people (name TEXT)")
+    conn.close()
+    with pytest.raises(StoreError, match="is not an SDE results store"):
+        ResultsStore(foreign)
+    with pytest.raises(StoreError, match="cannot open results store"):
+        ResultsStore(tmp_path)  # a folder
+    assert issubclass(StoreError, SDEError) and issubclass(StoreError, ValueError)
+
+
+def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "results.sqlite"
+    ResultsStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreError, match="newer SDE Explorer"):
+        ResultsStore(path)
+
+
+def test_unknown_ids_names_and_bad_settings(store: ResultsStore) -> None:
+    run = store.open_run(WS, SETTINGS)
+    store.put_unit(run.id, "u", {"models": [{"a": 1}]}, {"h": np.ones(1)})
+    for call in (
+        lambda: store.has_unit(42, "u"),
+        lambda: store.finished_units(42),
+        lambda: store.put_unit(42, "u", {}),
+        lambda: store.rows(42, "models"),
+        lambda: store.array(42, "h"),
+        lambda: store.mark_complete(42),
+        lambda: store.delete_run(42),
+    ):
+        with pytest.raises(StoreError, match="unknown run id 42"):
+            call()
+    with pytest.raises(StoreError, match=r"no table 'targets' \(its tables: models\)"):
+        store.rows(run.id, "targets")
+    with pytest.raises(StoreError, match="no array 'nope'"):
+        store.array(run.id, "nope")
+    with pytest.raises(StoreError, match=r"type (Posix|Windows)Path"):
+        store.open_run(WS, {"path": Path("/x")})
+    with pytest.raises(StoreError, match="non-string key"):
+        store.open_run(WS, {"nested": {1: 2}})
+    with pytest.raises(StoreError, match="must be a dict"):
+        store.open_run(WS, [("a", 1)])  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="workspace_hash"):
+        store.open_run("", SETTINGS)
+
+
+# ---------------------------------------------------------------------- processes
+
+
+def _check_units_complete(store: ResultsStore, run_id: int, units: range) -> None:
+    """Every unit in ``units`` is present exactly once with all its rows and arrays."""
+    assert store.finished_units(run_id) == {worker.unit_key(i) for i in units}
+    for table in ("models", "targets"):
+        want = [row for i in units for row in worker.unit_tables(i)[table]]
+        assert store.records(run_id, table) == want, table
+    want_arrays = {name: arr for i in units for name, arr in worker.unit_arrays(i).items()}
+    assert store.array_names(run_id) == sorted(want_arrays)
+    for name, arr in want_arrays.items():
+        np.testing.assert_array_equal(store.array(run_id, name), arr)
+
+
+def test_killed_sweep_keeps_finished_units_and_resumes(tmp_path: Path) -> None:
+    db, marker, n, hang_at = tmp_path / "sweep.sqlite", tmp_path / "inside-tx", 8, 5
+    proc = _worker(db, n, "--hang-at", str(hang_at), "--marker", str(marker))
+    try:
+        # The worker creates the marker inside unit 5's transaction, after inserting its rows.
+        _wait_for(lambda: marker.exists() or proc.poll() is not None, 60, "the worker to hang")
+        assert proc.poll() is None, proc.communicate()
+        # Readers work while the writer holds its transaction open (WAL).
+        with ResultsStore(db) as reader:
+            (run,) = reader.list_runs().itertuples()
+            assert reader.finished_units(run.id) == {worker.unit_key(i) for i in range(hang_at)}
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+
+    with ResultsStore(db) as s:
+        assert s._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        run = s.open_run(worker.WORKSPACE, worker.SETTINGS)
+        assert run.status == "running"
+        _check_units_complete(s, run.id, range(hang_at))  # unit 5's rows were rolled back
+
+    resumed = _worker(db, n)
+    out, err = resumed.communicate(timeout=60)
+    assert resumed.returncode == 0, err
+    assert out.strip() == f"written={n - hang_at} skipped={hang_at}"
+    with ResultsStore(db) as s:
+        run = s.get_run(run.id)
+        assert run.status == "complete"
+        _check_units_complete(s, run.id, range(n))
+        assert len(s.list_runs()) == 1
+    assert _row_count(db, "units") == n
+    assert _row_count(db, "table_rows") == n * (1 + worker.N_TARGETS)
+    assert _row_count(db, "arrays") == n * worker.N_TARGETS
+
+
+def test_concurrent_workers_write_each_unit_once(tmp_path: Path) -> None:
+    db, n = tmp_path / "race.sqlite", 12
+    procs = [_worker(db, n, "--delay", "0.01") for _ in range(2)]
+    written = 0
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        written += int(out.split()[0].removeprefix("written="))
+    assert written == n
+    with ResultsStore(db) as s:
+        (run,) = s.list_runs().itertuples()
+        _check_units_complete(s, run.id, range(n))
