@@ -468,14 +468,22 @@ class NullCalibration:
     calibrated_p_in: np.ndarray
 
 
-def _disjoint_subsets(
+def disjoint_subsets(
     pool_size: int, subset_size: int, count: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """``count`` subsets of ``subset_size`` rows, disjoint where the pool allows.
+    """``count`` subsets of ``subset_size`` rows of a pool, disjoint where the pool allows.
 
-    Rows are dealt from successive random permutations of the pool, so subsets drawn from the
-    same permutation never overlap and each subset is always free of repeats.
+    Rows are dealt from successive random permutations of the pool, so subsets dealt from the
+    same permutation never overlap and each subset is free of repeats.
+
+    Returns:
+        ``(count, subset_size)`` int64 row indices into the pool.
     """
+    if subset_size < 1 or subset_size > pool_size:
+        raise InputError(
+            f"cannot draw subsets of {subset_size} rows from a pool of {pool_size}: choose a "
+            f"subset size between 1 and {pool_size}"
+        )
     out = np.empty((count, subset_size), dtype=np.int64)
     per_perm = pool_size // subset_size
     perm = rng.permutation(pool_size)
@@ -485,6 +493,53 @@ def _disjoint_subsets(
             perm = rng.permutation(pool_size)
         out[c] = perm[slot * subset_size : (slot + 1) * subset_size]
     return out
+
+
+def null_calibration_from_panel(
+    panel_h: object,
+    n_pairs: int = 20,
+    alpha_split: float = 0.01,
+    alpha_calibrated: float = 0.05,
+    seed: int = 0,
+) -> NullCalibration:
+    """Both tests' false-positive rates on a panel of out-of-training subsets.
+
+    ``n_pairs`` ordered pairs (A, B) of distinct panel subsets are drawn with the seed. For each
+    pair, the paper's split-level U-test of H(A) > H(B) is run at ``alpha_split``, and A's
+    calibrated ``p_in`` is taken against the *other* R − 1 panel scores (leave-one-out, so A is
+    exchangeable with its panel) at ``alpha_calibrated``.
+
+    Args:
+        panel_h: ``(R, K)`` split-half HSIC of R ≥ 3 out-of-training subsets (disjoint where
+            the pool allows), e.g. the OOT reference panel of an evaluation.
+    """
+    h = np.asarray(panel_h, dtype=np.float64)
+    if h.ndim != 2 or h.shape[0] < 3 or h.shape[1] < 2:
+        raise InputError(
+            f"panel_h must be (R, K) with R ≥ 3 subsets and K ≥ 2 splits; got shape {h.shape}"
+        )
+    if isinstance(n_pairs, bool) or not isinstance(n_pairs, (int, np.integer)) or n_pairs < 1:
+        raise InputError(f"n_pairs must be a positive integer; got {n_pairs!r}")
+    a_split, a_cal = _alpha(alpha_split), _alpha(alpha_calibrated)
+    scores = subset_scores(h)
+    n_panel = h.shape[0]
+    rng = np.random.default_rng(seed)
+    pairs = np.array([rng.choice(n_panel, 2, replace=False) for _ in range(n_pairs)])
+    split_p = np.array(
+        [stats.mannwhitneyu(h[a], h[b], alternative="greater").pvalue for a, b in pairs]
+    )
+    p_in = np.array(
+        [(1 + np.sum(np.delete(scores, a) >= scores[a])) / n_panel for a in pairs[:, 0]]
+    )
+    return NullCalibration(
+        split_test_fpr=float(np.mean(split_p < a_split)),
+        calibrated_fpr=float(np.mean(p_in < a_cal)),
+        n_pairs=int(n_pairs),
+        alpha_split=a_split,
+        alpha_calibrated=a_cal,
+        split_p_values=split_p,
+        calibrated_p_in=p_in,
+    )
 
 
 def null_calibration(
@@ -502,38 +557,30 @@ def null_calibration(
 ) -> NullCalibration:
     """Measure both tests' false-positive rates on data known to be out-of-training.
 
-    For each of ``n_pairs`` pairs (A, B) of disjoint subsets of the pool (e.g. D_te), the
-    split-level U-test of H(A) > H(B) is run at ``alpha_split``; A's calibrated verdict is taken
-    against a panel of ``panel_size`` other subsets of the same pool (drawn without A's rows).
+    Draws ``panel_size`` subsets of ``subset_size`` rows from the pool (e.g. D_te; disjoint
+    where it allows), computes their split-half HSIC and applies
+    :func:`null_calibration_from_panel`.
 
     Args:
         oot_acts: ``(N, d)`` activations of the out-of-training pool. subset_size: n.
-        sigma: numeric σ. n_pairs: number of pairs (default 20). panel_size: R.
+        sigma: numeric σ. n_pairs: number of pairs (default 20). panel_size: R ≥ 3.
         n_splits, estimator, seed, device: as in :func:`sde_core.hsic.split_half_hsic_batch`.
     """
     acts = as_float_matrix(oot_acts, "oot_acts")
     pool = acts.shape[0]
-    if isinstance(n_pairs, bool) or not isinstance(n_pairs, (int, np.integer)) or n_pairs < 1:
-        raise InputError(f"n_pairs must be a positive integer; got {n_pairs!r}")
     if (
         isinstance(panel_size, bool)
         or not isinstance(panel_size, (int, np.integer))
-        or (panel_size < 2)
+        or (panel_size < 3)
     ):
-        raise InputError(f"panel_size must be an integer ≥ 2; got {panel_size!r}")
+        raise InputError(f"panel_size must be an integer ≥ 3; got {panel_size!r}")
     if 2 * subset_size > pool:
         raise InputError(
-            f"the null check needs two disjoint subsets of {subset_size} rows but the pool has "
+            f"the null check needs disjoint subsets of {subset_size} rows but the pool has "
             f"{pool}: lower the subset size to at most {pool // 2}"
         )
-    a_split, a_cal = _alpha(alpha_split), _alpha(alpha_calibrated)
     rng = np.random.default_rng(seed)
-    pairs = np.stack([_disjoint_subsets(pool, subset_size, 2, rng) for _ in range(n_pairs)])
-    panels = []
-    for p in range(n_pairs):
-        rest = np.setdiff1d(np.arange(pool), pairs[p, 0])
-        panels.append(rest[_disjoint_subsets(rest.size, subset_size, panel_size, rng)])
-    subsets = np.concatenate([pairs.reshape(2 * n_pairs, subset_size), *panels])
+    subsets = disjoint_subsets(pool, subset_size, panel_size, rng)
     h = split_half_hsic_batch(
         acts,
         subsets,
@@ -543,22 +590,4 @@ def null_calibration(
         seed=seed,
         device=device,
     )
-    pair_h = h[: 2 * n_pairs].reshape(n_pairs, 2, -1)
-    panel_scores = subset_scores(h[2 * n_pairs :]).reshape(n_pairs, panel_size)
-    split_p = np.array([stats.mannwhitneyu(a, b, alternative="greater").pvalue for a, b in pair_h])
-    target_scores = pair_h[:, 0].mean(axis=1)
-    p_in = np.array(
-        [
-            (1 + np.sum(panel_scores[p] >= target_scores[p])) / (panel_size + 1)
-            for p in range(n_pairs)
-        ]
-    )
-    return NullCalibration(
-        split_test_fpr=float(np.mean(split_p < a_split)),
-        calibrated_fpr=float(np.mean(p_in < a_cal)),
-        n_pairs=n_pairs,
-        alpha_split=a_split,
-        alpha_calibrated=a_cal,
-        split_p_values=split_p,
-        calibrated_p_in=p_in,
-    )
+    return null_calibration_from_panel(h, n_pairs, alpha_split, alpha_calibrated, seed)

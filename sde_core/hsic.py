@@ -489,8 +489,8 @@ def subset_seeds(seed: int, n_subsets: int) -> list[np.random.SeedSequence]:
     return np.random.SeedSequence(int(seed)).spawn(n_subsets)
 
 
-#: Union Gram matrices up to this many rows (~200 MiB float64) are built once and shared.
-_UNION_GRAM_MAX_ROWS = 5000
+#: Union Gram matrices up to this many rows (~512 MiB float64) are built once and shared.
+_UNION_GRAM_MAX_ROWS = 8192
 
 
 def split_half_hsic_batch(

@@ -17,6 +17,7 @@ from sde_core.decision import (
     histogram_edges,
     jsd,
     null_calibration,
+    null_calibration_from_panel,
     out_of_training_rate,
     reference_check,
     reference_panel_check,
@@ -199,8 +200,9 @@ def test_null_calibration_shows_split_level_false_positives():
     """SPEC §9 finding: the split-level U-test fires on subsets of one pool; the panel does not."""
     rng = np.random.default_rng(5)
     pool = rng.normal(size=(2000, 6))
-    res = null_calibration(pool, subset_size=60, sigma=np.sqrt(6), n_pairs=30, panel_size=20,
-                           n_splits=100, seed=3)
+    res = null_calibration(
+        pool, subset_size=60, sigma=np.sqrt(6), n_pairs=30, panel_size=30, n_splits=100, seed=3
+    )
     assert res.n_pairs == 30 and res.split_p_values.shape == (30,)
     assert res.split_test_fpr > 0.2  # far above its nominal 1%
     assert res.calibrated_fpr <= 0.15
@@ -208,6 +210,8 @@ def test_null_calibration_shows_split_level_false_positives():
 
 
 # ---------------------------------------------------------------- bad input
+
+GRID40 = np.arange(80.0).reshape(40, 2)
 
 
 @pytest.mark.parametrize(
@@ -229,7 +233,9 @@ def test_null_calibration_shows_split_level_false_positives():
         (lambda: calibrated_otr(["maybe"]), "unknown verdicts"),
         (lambda: subset_scores(np.ones((0, 3))), "shape"),
         (lambda: null_calibration(np.ones((10, 2)), 6, 1.0), "disjoint subsets"),
-        (lambda: null_calibration(np.random.rand(40, 2), 6, 1.0, n_pairs=0), "n_pairs"),
+        (lambda: null_calibration(GRID40, 6, 1.0, n_pairs=0), "n_pairs"),
+        (lambda: null_calibration(GRID40, 6, 1.0, panel_size=2), "panel_size"),
+        (lambda: null_calibration_from_panel(np.ones((2, 5))), "R ≥ 3"),
     ],
 )
 def test_bad_input_raises_sde_error(call, match):
