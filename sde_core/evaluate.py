@@ -1,0 +1,718 @@
+"""The evaluation engine: every statistic of SPEC §3–6 and §9 for every model of a workspace.
+
+Pipeline per model (all models share the same seeded subsets, so they are comparable):
+
+1. activations of the chosen layer (and ``output`` for the classic metrics) on D_tr and D_te,
+   from the on-disk activation cache when present (:func:`sde_core.activations.get_activations`);
+2. σ from the rule; H for the references, the reference panels, the T targets and the
+   controlled F1 subsets in two batched passes (:func:`sde_core.hsic.split_half_hsic_batch`);
+3. the paper's evidence (reference U-test, JSD decisions, OTR, F1, dependence score), the
+   calibrated evidence (panel check, verdicts, calibrated OTR/F1, null calibration, spread
+   control), the MMD / Wasserstein baselines and the classic metrics (Acc_r/f/te, MIA ASR).
+
+Results come back as tidy :class:`pandas.DataFrame` s plus the raw H arrays. With a
+:class:`~sde_core.store.ResultsStore`, each model is one unit of work: finished models are read
+back instead of recomputed, and an interrupted run keeps every finished model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .baselines import nearest_reference
+from .decision import (
+    calibrated_otr,
+    calibrated_verdict,
+    controlled_f1,
+    decide,
+    dependence_score,
+    disjoint_subsets,
+    null_calibration_from_panel,
+    out_of_training_rate,
+    reference_check,
+    reference_panel_check,
+    subset_scores,
+)
+from .errors import SettingsError
+from .hsic import MAX_SPLITS, kernel_spread, resolve_sigma, split_half_hsic_batch
+
+__all__ = [
+    "ROLES_WITH_FORGET_NEGATIVES",
+    "EvalSettings",
+    "EvaluationResult",
+    "ModelEvaluation",
+    "ModelInputs",
+    "Progress",
+    "SubsetPlan",
+    "draw_subsets",
+    "evaluate_arrays",
+    "evaluate_workspace",
+]
+
+#: Progress callback: ``progress(stage, done, total)``.
+Progress = Callable[[str, int, int], None]
+
+#: Roles whose controlled F1 uses D_f as the out-of-training pool (SPEC §5: a model retrained
+#: without D_f); every other role uses D_te.
+ROLES_WITH_FORGET_NEGATIVES = frozenset({"retrained"})
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Evaluation settings (SPEC §2–5, §9). Every default is visible and changeable.
+
+    Attributes:
+        layer: layer alias (``output``, ``logits``, ``penultimate``, ``block1``…) or module name.
+        sigma: ``"sqrt_dim"``, ``"median"`` or a positive float.
+        subset_size: n, rows per subset (targets, references, panels).
+        targets: T, number of target subsets drawn from D_f (and of controlled F1 subsets).
+        splits: K, random splits per subset.
+        panel_size: R, reference subsets per side for the calibrated evidence.
+        seed: seed of every subset draw and split.
+        bins: histogram bins of the JSD decision.
+        alpha: level of the reference-validity U-tests (paper and panel).
+        alpha_calibrated: level of the calibrated verdict.
+        estimator: ``"biased"`` (paper) or ``"unbiased"`` HSIC.
+        null_pairs: pairs of the null-calibration diagnostic.
+        baseline_targets: controlled subsets (half in, half out) scored by the MMD/W2 baselines;
+            0 switches the baselines off (exact W2 is O(n³) per subset).
+        pool: global-average-pool 4-D activations.
+        device: ``"cpu"`` or a torch device for extraction and the HSIC engine.
+    """
+
+    layer: str = "output"
+    sigma: str | float = "sqrt_dim"
+    subset_size: int = 1000
+    targets: int = 100
+    splits: int = 200
+    panel_size: int = 20
+    seed: int = 0
+    bins: int = 30
+    alpha: float = 0.01
+    alpha_calibrated: float = 0.05
+    estimator: str = "biased"
+    null_pairs: int = 20
+    baseline_targets: int = 20
+    pool: bool = True
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str, minimum: int = 1, maximum: int | None = None) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise SettingsError(f"{name} must be an integer; got {value!r}")
+            if value < minimum or (maximum is not None and value > maximum):
+                bound = f"between {minimum} and {maximum}" if maximum else f"at least {minimum}"
+                raise SettingsError(f"{name} must be {bound}; got {value}")
+
+        positive_int("subset_size", 4)
+        positive_int("targets", 2, 10_000)
+        positive_int("splits", 2, MAX_SPLITS)
+        positive_int("panel_size", 3, 1000)
+        positive_int("seed", 0)
+        positive_int("bins", 2, 1000)
+        positive_int("null_pairs", 1, 10_000)
+        positive_int("baseline_targets", 0, 10_000)
+        if not isinstance(self.layer, str) or not self.layer:
+            raise SettingsError(f"layer must be a non-empty name; got {self.layer!r}")
+        if isinstance(self.sigma, str):
+            if self.sigma not in ("sqrt_dim", "median"):
+                raise SettingsError(
+                    f"sigma must be 'sqrt_dim', 'median' or a positive number; got {self.sigma!r}"
+                )
+        elif isinstance(self.sigma, bool) or not (
+            isinstance(self.sigma, (int, float)) and np.isfinite(self.sigma) and self.sigma > 0
+        ):
+            raise SettingsError(f"sigma must be a positive number; got {self.sigma!r}")
+        for name in ("alpha", "alpha_calibrated"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value < 1:
+                raise SettingsError(f"{name} must lie in (0, 1); got {value!r}")
+        if 1.0 / (self.panel_size + 1) >= self.alpha_calibrated:
+            need = int(np.ceil(1.0 / self.alpha_calibrated))
+            raise SettingsError(
+                f"with panel_size={self.panel_size} the smallest calibrated p-value is "
+                f"1/{self.panel_size + 1} ≥ alpha_calibrated={self.alpha_calibrated}, so no "
+                f"verdict is possible: use panel_size ≥ {need} or a larger alpha_calibrated"
+            )
+        if self.estimator not in ("biased", "unbiased"):
+            raise SettingsError(f"estimator must be 'biased' or 'unbiased'; got {self.estimator!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> EvalSettings:
+        """Build from a mapping (workspace ``[defaults]``, CLI flags), rejecting unknown keys."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise SettingsError(f"unknown settings {unknown}; valid settings: {sorted(known)}")
+        return cls(**dict(values))
+
+    def with_overrides(self, **overrides: Any) -> EvalSettings:
+        """A copy with the given non-None fields replaced (CLI flags, dashboard widgets)."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise SettingsError(f"unknown settings {unknown}; valid settings: {sorted(known)}")
+        return replace(self, **given)
+
+    def result_key(self) -> dict[str, Any]:
+        """The settings that determine results (the store's run key)."""
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# Subsets
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubsetPlan:
+    """All subsets of one evaluation, as row indices (int64, each row a subset of size n).
+
+    Train-side subsets index D_tr, test-side subsets index D_te.
+
+    Attributes:
+        it_ref: ``(1, n)`` S_IT ⊂ D_r. oot_ref: ``(1, n)`` S_OOT ⊂ D_te.
+        it_panel: ``(R, n)`` ⊂ D_r. oot_panel: ``(R, n)`` ⊂ D_te (disjoint where possible).
+        targets: ``(T, n)`` ⊂ D_f, each without replacement, independent across subsets.
+        f1_pos: ``(T/2, n)`` ⊂ D_r (in-training). f1_neg_forget: ``(T/2, n)`` ⊂ D_f.
+        f1_neg_test: ``(T/2, n)`` ⊂ D_te (out-of-training pools of SPEC §5).
+        forget, retain: the sorted D_f and D_r indices.
+    """
+
+    it_ref: np.ndarray
+    oot_ref: np.ndarray
+    it_panel: np.ndarray
+    oot_panel: np.ndarray
+    targets: np.ndarray
+    f1_pos: np.ndarray
+    f1_neg_forget: np.ndarray
+    f1_neg_test: np.ndarray
+    forget: np.ndarray
+    retain: np.ndarray
+
+
+def _independent(pool: np.ndarray, n: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    return np.stack([rng.choice(pool, n, replace=False) for _ in range(count)]).astype(np.int64)
+
+
+def draw_subsets(
+    n_train: int, n_test: int, forget: Sequence[int] | np.ndarray, settings: EvalSettings
+) -> SubsetPlan:
+    """Draw every subset of an evaluation reproducibly from ``settings.seed``.
+
+    Raises:
+        SettingsError: a pool (D_f, D_r or D_te) is smaller than the subset size.
+    """
+    f = np.unique(np.asarray(forget, dtype=np.int64))
+    retain = np.setdiff1d(np.arange(n_train, dtype=np.int64), f)
+    n = settings.subset_size
+    for name, size in (
+        ("forget set D_f", f.size),
+        ("retained set D_r", retain.size),
+        ("test set D_te", n_test),
+    ):
+        if size < n:
+            raise SettingsError(
+                f"subset size {n} is larger than the {name} ({size} rows): choose a subset "
+                f"size of at most {min(f.size, retain.size, n_test)}"
+            )
+    rng = np.random.default_rng(settings.seed)
+    half = settings.targets // 2
+    test_pool = np.arange(n_test, dtype=np.int64)
+    return SubsetPlan(
+        it_ref=_independent(retain, n, 1, rng),
+        oot_ref=_independent(test_pool, n, 1, rng),
+        it_panel=retain[disjoint_subsets(retain.size, n, settings.panel_size, rng)],
+        oot_panel=disjoint_subsets(n_test, n, settings.panel_size, rng),
+        targets=_independent(f, n, settings.targets, rng),
+        f1_pos=_independent(retain, n, half, rng),
+        f1_neg_forget=_independent(f, n, half, rng),
+        f1_neg_test=_independent(test_pool, n, half, rng),
+        forget=f,
+        retain=retain,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# One model from arrays
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelInputs:
+    """What one model contributes to an evaluation.
+
+    Attributes:
+        name, role, method: from the workspace. seconds: the method's wall-clock time.
+        train_acts: ``(N_tr, d)`` layer activations on D_tr. test_acts: ``(N_te, d)`` on D_te.
+        train_probs, test_probs: ``(N, C)`` softmax outputs for the classic metrics (or None).
+        train_labels, test_labels: int labels (or None).
+    """
+
+    name: str
+    role: str
+    train_acts: np.ndarray
+    test_acts: np.ndarray
+    method: str = ""
+    seconds: float | None = None
+    train_probs: np.ndarray | None = None
+    test_probs: np.ndarray | None = None
+    train_labels: np.ndarray | None = None
+    test_labels: np.ndarray | None = None
+
+
+@dataclass
+class ModelEvaluation:
+    """Everything computed for one model.
+
+    Attributes:
+        summary: one flat row (see :data:`SUMMARY_COLUMNS` of the ``models`` table).
+        subsets: one row per scored subset (targets, F1 subsets, references, panels).
+        arrays: raw H arrays, ``{"it_h": (K,), "oot_h": (K,), "targets_h": (T, K),
+            "f1_h": (T, K), "panel_it_h": (R, K), "panel_oot_h": (R, K)}``.
+    """
+
+    summary: dict[str, Any]
+    subsets: list[dict[str, Any]]
+    arrays: dict[str, np.ndarray]
+
+
+def _classic(inputs: ModelInputs, plan: SubsetPlan, seed: int) -> dict[str, float]:
+    nan = float("nan")
+    if inputs.train_probs is None or inputs.test_probs is None or inputs.train_labels is None:
+        return {"acc_r": nan, "acc_f": nan, "acc_te": nan, "asr": nan}
+    from .metrics import metrics_from_probs
+
+    m = metrics_from_probs(
+        inputs.train_probs,
+        inputs.train_labels,
+        inputs.test_probs,
+        inputs.test_labels,
+        plan.forget,
+        plan.retain,
+        seed=seed,
+    )
+    return {"acc_r": m.acc_r, "acc_f": m.acc_f, "acc_te": m.acc_te, "asr": m.asr}
+
+
+def _baseline_f1(
+    inputs: ModelInputs,
+    pos: np.ndarray,
+    neg: np.ndarray,
+    neg_on_train: bool,
+    plan: SubsetPlan,
+    sigma: float,
+    count: int,
+) -> dict[str, float]:
+    if count == 0:
+        return {"mmd_f1": float("nan"), "w2_f1": float("nan")}
+    k = max(1, count // 2)
+    it = inputs.train_acts[plan.it_ref[0]]
+    oot = inputs.test_acts[plan.oot_ref[0]]
+    neg_source = inputs.train_acts if neg_on_train else inputs.test_acts
+    clouds = [inputs.train_acts[r] for r in pos[:k]] + [neg_source[r] for r in neg[:k]]
+    truth = np.r_[np.ones(min(k, len(pos)), bool), np.zeros(min(k, len(neg)), bool)]
+    out = {}
+    for key, dist in (("mmd_f1", "mmd"), ("w2_f1", "wasserstein")):
+        pred = [nearest_reference(c, it, oot, dist, sigma=sigma).in_training for c in clouds]
+        out[key] = controlled_f1(truth, pred).f1
+    return out
+
+
+def evaluate_arrays(
+    inputs: ModelInputs,
+    plan: SubsetPlan,
+    settings: EvalSettings,
+    progress: Progress | None = None,
+) -> ModelEvaluation:
+    """Evaluate one model from its activations (a pure function of its arguments).
+
+    Args:
+        inputs: the model's activations, probabilities and labels.
+        plan: the subsets from :func:`draw_subsets` (shared by all models).
+        settings: the evaluation settings.
+        progress: optional ``progress(stage, done, total)`` callback.
+    """
+    t0 = time.perf_counter()
+    s = settings
+    tr, te = inputs.train_acts, inputs.test_acts
+    if tr.ndim != 2 or te.ndim != 2 or tr.shape[1] != te.shape[1]:
+        raise SettingsError(
+            f"train/test activations must be (n, d) with the same d; got {tr.shape} and {te.shape}"
+        )
+    if progress:
+        progress(f"{inputs.name}: split-half HSIC", 0, 2)
+    pooled_refs = np.concatenate([tr[plan.it_ref[0]], te[plan.oot_ref[0]]])
+    sigma = resolve_sigma(s.sigma, pooled_refs, seed=s.seed)
+    neg_on_train = inputs.role in ROLES_WITH_FORGET_NEGATIVES
+    f1_neg = plan.f1_neg_forget if neg_on_train else plan.f1_neg_test
+    n_pos, n_panel, n_t = len(plan.f1_pos), s.panel_size, s.targets
+
+    train_sets = [plan.it_ref, plan.it_panel, plan.targets, plan.f1_pos]
+    test_sets = [plan.oot_ref, plan.oot_panel]
+    (train_sets if neg_on_train else test_sets).append(f1_neg)
+    common = {
+        "n_splits": s.splits,
+        "sigma": sigma,
+        "estimator": s.estimator,
+        "device": None if s.device == "cpu" else s.device,
+    }
+    h_tr = split_half_hsic_batch(tr, np.concatenate(train_sets), seed=s.seed, **common)
+    if progress:
+        progress(f"{inputs.name}: split-half HSIC", 1, 2)
+    h_te = split_half_hsic_batch(te, np.concatenate(test_sets), seed=s.seed + 1, **common)
+    if progress:
+        progress(f"{inputs.name}: split-half HSIC", 2, 2)
+
+    it_h, panel_it_h = h_tr[0], h_tr[1 : 1 + n_panel]
+    targets_h = h_tr[1 + n_panel : 1 + n_panel + n_t]
+    pos_h = h_tr[1 + n_panel + n_t : 1 + n_panel + n_t + n_pos]
+    oot_h, panel_oot_h = h_te[0], h_te[1 : 1 + n_panel]
+    neg_h = (h_tr if neg_on_train else h_te)[-len(f1_neg) :]
+    f1_h = np.concatenate([pos_h, neg_h])
+
+    spread_tr = kernel_spread(tr, np.concatenate(train_sets), sigma)
+    spread_te = kernel_spread(te, np.concatenate(test_sets), sigma)
+
+    ref = reference_check(it_h, oot_h, alpha=s.alpha)
+    it_scores, oot_scores = subset_scores(panel_it_h), subset_scores(panel_oot_h)
+    panel = reference_panel_check(it_scores, oot_scores, alpha=s.alpha)
+
+    def score_rows(kind: str, h: np.ndarray, spreads: np.ndarray, labels: np.ndarray | None):
+        rows, raw, verdicts = [], [], []
+        for i, hv in enumerate(h):
+            d = decide(hv, it_h, oot_h, bins=s.bins)
+            cv = calibrated_verdict(float(hv.mean()), it_scores, oot_scores, s.alpha_calibrated)
+            raw.append(d.in_training)
+            verdicts.append(cv.verdict)
+            rows.append(
+                {
+                    "model": inputs.name,
+                    "kind": kind,
+                    "index": i,
+                    "score": cv.score,
+                    "h_median": float(np.median(hv)),
+                    "spread": float(spreads[i]),
+                    "d_it": d.d_it,
+                    "d_oot": d.d_oot,
+                    "decision": d.label if ref.valid else "inconclusive",
+                    "in_training_raw": d.in_training,
+                    "p_in": cv.p_in,
+                    "p_out": cv.p_out,
+                    "verdict": cv.verdict if panel.valid else "inconclusive",
+                    "label_in_training": None if labels is None else bool(labels[i]),
+                }
+            )
+        return rows, np.array(raw), verdicts
+
+    tgt_rows, tgt_in, tgt_verdicts = score_rows(
+        "target", targets_h, spread_tr[1 + n_panel : 1 + n_panel + n_t], None
+    )
+    truth = np.r_[np.ones(n_pos, bool), np.zeros(len(f1_neg), bool)]
+    neg_spread = (spread_tr if neg_on_train else spread_te)[-len(f1_neg) :]
+    f1_spread = np.r_[spread_tr[1 + n_panel + n_t : 1 + n_panel + n_t + n_pos], neg_spread]
+    f1_rows, f1_in, f1_verdicts = score_rows("f1", f1_h, f1_spread, truth)
+
+    panel_rows = [
+        {
+            "model": inputs.name,
+            "kind": kind,
+            "index": i,
+            "score": float(sc),
+            "h_median": float(np.median(h)),
+            "spread": float(sp),
+        }
+        for kind, scores, hs, sps in (
+            ("it_ref", [it_h.mean()], [it_h], spread_tr[:1]),
+            ("oot_ref", [oot_h.mean()], [oot_h], spread_te[:1]),
+            ("it_panel", it_scores, panel_it_h, spread_tr[1 : 1 + n_panel]),
+            ("oot_panel", oot_scores, panel_oot_h, spread_te[1 : 1 + n_panel]),
+        )
+        for i, (sc, h, sp) in enumerate(zip(scores, hs, sps, strict=True))
+    ]
+
+    otr = out_of_training_rate(tgt_in)
+    cal = calibrated_otr(tgt_verdicts)
+    f1 = controlled_f1(truth, f1_in)
+    cal_f1 = controlled_f1(truth, np.array(f1_verdicts) == "in-training")
+    null = null_calibration_from_panel(
+        panel_oot_h, s.null_pairs, s.alpha, s.alpha_calibrated, seed=s.seed
+    )
+    all_scores = np.r_[it_scores, oot_scores, subset_scores(targets_h)]
+    all_spreads = np.r_[
+        spread_tr[1 : 1 + n_panel],
+        spread_te[1 : 1 + n_panel],
+        spread_tr[1 + n_panel : 1 + n_panel + n_t],
+    ]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread_corr = float(np.corrcoef(all_scores, all_spreads)[0, 1])
+    summary: dict[str, Any] = {
+        "name": inputs.name,
+        "role": inputs.role,
+        "method": inputs.method,
+        "layer": s.layer,
+        "dim": int(tr.shape[1]),
+        "sigma": float(sigma),
+        "reference_p": ref.p_value,
+        "references_valid": ref.valid,
+        "otr": otr.rate,
+        "otr_lo": otr.lo,
+        "otr_hi": otr.hi,
+        "f1": f1.f1,
+        "f1_precision": f1.precision,
+        "f1_recall": f1.recall,
+        "dependence_score": dependence_score(targets_h, it_h, oot_h),
+        "panel_p": panel.p_value,
+        "panel_valid": panel.valid,
+        "calibrated_otr": cal.rate if panel.valid else float("nan"),
+        "calibrated_otr_raw": cal.rate,
+        "calibrated_otr_lo": cal.lo,
+        "calibrated_otr_hi": cal.hi,
+        "n_in_training": int(sum(v == "in-training" for v in tgt_verdicts)),
+        "n_out_of_training": int(sum(v == "out-of-training" for v in tgt_verdicts)),
+        "n_inconclusive": int(sum(v == "inconclusive" for v in tgt_verdicts)),
+        "calibrated_f1": cal_f1.f1,
+        "null_split_fpr": null.split_test_fpr,
+        "null_calibrated_fpr": null.calibrated_fpr,
+        "score_spread_corr": spread_corr,
+        **_baseline_f1(inputs, plan.f1_pos, f1_neg, neg_on_train, plan, sigma, s.baseline_targets),
+        **_classic(inputs, plan, s.seed),
+        "seconds": float("nan") if inputs.seconds is None else float(inputs.seconds),
+    }
+    summary["eval_seconds"] = time.perf_counter() - t0
+    arrays = {
+        "it_h": it_h,
+        "oot_h": oot_h,
+        "targets_h": targets_h,
+        "f1_h": f1_h,
+        "panel_it_h": panel_it_h,
+        "panel_oot_h": panel_oot_h,
+    }
+    return ModelEvaluation(summary=summary, subsets=tgt_rows + f1_rows + panel_rows, arrays=arrays)
+
+
+# --------------------------------------------------------------------------------------------
+# Whole workspaces
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvaluationResult:
+    """The result of :func:`evaluate_workspace`.
+
+    Attributes:
+        settings: the settings used. workspace_hash: content hash of the workspace.
+        models: one row per model (``name`` first). subsets: one row per scored subset.
+        arrays: ``{"<model>/<name>": array}`` raw H values (see :class:`ModelEvaluation`).
+        run_id: the store's run id (None without a store). cached_models: models read back.
+    """
+
+    settings: EvalSettings
+    workspace_hash: str
+    models: pd.DataFrame
+    subsets: pd.DataFrame
+    arrays: dict[str, np.ndarray]
+    run_id: int | None = None
+    cached_models: list[str] = field(default_factory=list)
+
+    def model_arrays(self, name: str) -> dict[str, np.ndarray]:
+        """The raw H arrays of one model, keyed without the model prefix."""
+        prefix = f"{name}/"
+        return {k[len(prefix) :]: v for k, v in self.arrays.items() if k.startswith(prefix)}
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The CLI's JSON document (SPEC §10)."""
+
+        def num(x: Any) -> Any:
+            if x is None:
+                return None
+            if isinstance(x, (bool, np.bool_)):
+                return bool(x)
+            value = float(x)
+            return None if not np.isfinite(value) else value
+
+        models = {}
+        for row in self.models.to_dict("records"):
+            models[row["name"]] = {
+                "role": row["role"],
+                "method": row["method"],
+                "layer": row["layer"],
+                "sigma": num(row["sigma"]),
+                "reference_p": num(row["reference_p"]),
+                "references_valid": bool(row["references_valid"]),
+                "otr": num(row["otr"]),
+                "otr_ci": [num(row["otr_lo"]), num(row["otr_hi"])],
+                "f1": num(row["f1"]),
+                "calibrated_otr": num(row["calibrated_otr"]),
+                "dependence_score": num(row["dependence_score"]),
+                "acc_r": num(row["acc_r"]),
+                "acc_f": num(row["acc_f"]),
+                "acc_te": num(row["acc_te"]),
+                "asr": num(row["asr"]),
+                "panel_valid": bool(row["panel_valid"]),
+                "calibrated_f1": num(row["calibrated_f1"]),
+                "null_split_fpr": num(row["null_split_fpr"]),
+                "null_calibrated_fpr": num(row["null_calibrated_fpr"]),
+                "mmd_f1": num(row["mmd_f1"]),
+                "w2_f1": num(row["w2_f1"]),
+                "seconds": num(row["seconds"]),
+            }
+        return {
+            "settings": self.settings.result_key(),
+            "workspace_hash": self.workspace_hash,
+            "models": models,
+        }
+
+
+def _model_inputs(
+    entry: Any, ws: Any, bundle: Any, settings: EvalSettings, cache: Any, progress: Progress | None
+) -> ModelInputs:
+    """Load (or read from the activation cache) one model's activations and probabilities."""
+    from .activations import get_activations
+
+    layers = list(dict.fromkeys([settings.layer, "output"]))
+    if bundle.precomputed is not None:
+        pre = bundle.precomputed
+        acts = {sp: {settings.layer: pre.get(sp, settings.layer)} for sp in ("train", "test")}
+        for sp in ("train", "test"):
+            if "output" in pre.layers:
+                acts[sp]["output"] = pre.get(sp, "output")
+    else:
+        acts = {}
+        for sp in ("train", "test"):
+            cb = None
+            if progress:
+
+                def cb(done: int, total: int, sp: str = sp) -> None:
+                    progress(f"{entry.name}: activations ({sp})", done, total)
+
+            acts[sp] = get_activations(
+                ws.path(entry.checkpoint),
+                bundle,
+                sp,
+                layers,
+                cache,
+                arch=entry.arch,
+                device=settings.device,
+                pool=settings.pool,
+                progress=cb,
+            )
+    has_probs = "output" in acts["train"] and bundle.num_classes >= 2
+    return ModelInputs(
+        name=entry.name,
+        role=entry.role,
+        method=entry.method,
+        seconds=entry.seconds,
+        train_acts=np.asarray(acts["train"][settings.layer], dtype=np.float64),
+        test_acts=np.asarray(acts["test"][settings.layer], dtype=np.float64),
+        train_probs=acts["train"].get("output") if has_probs else None,
+        test_probs=acts["test"].get("output") if has_probs else None,
+        train_labels=bundle.train_labels if has_probs else None,
+        test_labels=bundle.test_labels if has_probs else None,
+    )
+
+
+def evaluate_workspace(
+    workspace: Any,
+    settings: EvalSettings | None = None,
+    *,
+    models: Sequence[str] | None = None,
+    store: Any = None,
+    cache_dir: str | Path | None = None,
+    progress: Progress | None = None,
+) -> EvaluationResult:
+    """Evaluate every (or the named) model of a workspace.
+
+    Args:
+        workspace: a :class:`sde_core.workspace.Workspace` or the path of its folder/toml.
+        settings: evaluation settings (default: the workspace's ``[defaults]``).
+        models: names of the models to evaluate (default: all, in workspace order).
+        store: a :class:`sde_core.store.ResultsStore`; finished models are read back, new ones
+            written as they finish.
+        cache_dir: activation cache folder (default ``<workspace>/.sde-cache/activations``).
+        progress: ``progress(stage, done, total)`` callback.
+
+    Raises:
+        SettingsError, WorkspaceError, DataError, CheckpointError, ActivationError.
+    """
+    from .activations import ActivationCache
+    from .data import DatasetSpec, load_dataset, load_index_file
+    from .workspace import Workspace, load_workspace, workspace_hash
+
+    ws = workspace if isinstance(workspace, Workspace) else load_workspace(workspace)
+    if settings is None:
+        settings = EvalSettings.from_mapping(asdict(ws.defaults))
+    bundle = load_dataset(DatasetSpec.from_dict(ws.dataset, base_dir=ws.root))
+    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
+    entries = list(ws.models)
+    if models is not None:
+        names = {m.name for m in entries}
+        missing = sorted(set(models) - names)
+        if missing:
+            raise SettingsError(f"unknown models {missing}; the workspace has {sorted(names)}")
+        entries = [m for m in entries if m.name in set(models)]
+    plan = draw_subsets(len(bundle.train), len(bundle.test), forget, settings)
+    ws_hash = workspace_hash(ws, data_fingerprint=bundle.fingerprint)
+    cache = ActivationCache(cache_dir or ws.root / ".sde-cache" / "activations")
+    run = store.open_run(ws_hash, settings.result_key()) if store is not None else None
+    done = store.finished_units(run.id) if run is not None else set()
+
+    summaries: list[dict[str, Any]] = []
+    subsets: list[dict[str, Any]] = []
+    arrays: dict[str, np.ndarray] = {}
+    cached: list[str] = []
+    for i, entry in enumerate(entries):
+        if progress:
+            progress("models", i, len(entries))
+        if run is not None and entry.name in done:
+            cached.append(entry.name)
+            continue
+        inputs = _model_inputs(entry, ws, bundle, settings, cache, progress)
+        ev = evaluate_arrays(inputs, plan, settings, progress)
+        if run is not None:
+            store.put_unit(
+                run.id,
+                entry.name,
+                {"models": [ev.summary], "subsets": ev.subsets},
+                {f"{entry.name}/{k}": v for k, v in ev.arrays.items()},
+            )
+        else:
+            summaries.append(ev.summary)
+            subsets.extend(ev.subsets)
+            arrays.update({f"{entry.name}/{k}": v for k, v in ev.arrays.items()})
+    if progress:
+        progress("models", len(entries), len(entries))
+    if run is not None:
+        wanted = [m.name for m in entries]
+        if set(wanted) >= {m.name for m in ws.models}:
+            store.mark_complete(run.id)
+        model_df = store.rows(run.id, "models")
+        model_df = model_df[model_df["name"].isin(wanted)]
+        model_df = model_df.set_index("name").loc[wanted].reset_index()
+        subset_df = store.rows(run.id, "subsets")
+        subset_df = subset_df[subset_df["model"].isin(wanted)].reset_index(drop=True)
+        arrays = {
+            k: store.array(run.id, k)
+            for k in store.array_names(run.id)
+            if k.split("/", 1)[0] in set(wanted)
+        }
+    else:
+        model_df, subset_df = pd.DataFrame(summaries), pd.DataFrame(subsets)
+    return EvaluationResult(
+        settings=settings,
+        workspace_hash=ws_hash,
+        models=model_df.reset_index(drop=True),
+        subsets=subset_df,
+        arrays=arrays,
+        run_id=None if run is None else run.id,
+        cached_models=cached,
+    )
