@@ -70,8 +70,10 @@ def test_nearest_reference_known_answers(distance):
         (lambda: mmd2(np.ones((5, 2)), np.ones((5, 2)), 0.0), "positive"),
         (lambda: mmd2(np.ones((1, 2)), np.ones((5, 2)), 1.0, unbiased=True), "at least 2"),
         (lambda: nearest_reference(np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2))), "sigma"),
-        (lambda: nearest_reference(np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)), "kl"),
-         "unknown distance"),
+        (
+            lambda: nearest_reference(np.ones((4, 2)), np.ones((4, 2)), np.ones((4, 2)), "kl"),
+            "unknown distance",
+        ),
     ],
 )
 def test_bad_input(call, match):

@@ -100,8 +100,9 @@ def test_odd_subset_drops_one_row_at_random():
     assert len(dropped) == 1
     # The same row is dropped in every split, and each split is a permutation of the rest.
     assert all(set(row) == set(idx[0]) for row in idx)
-    assert {int(next(iter(set(range(11)) - set(split_permutations(11, 1, s)[0]))))
-            for s in range(30)} != {int(next(iter(dropped)))}
+    assert {
+        int(next(iter(set(range(11)) - set(split_permutations(11, 1, s)[0])))) for s in range(30)
+    } != {int(next(iter(dropped)))}
 
 
 def test_hsic_matches_hyppo_dhsic():
