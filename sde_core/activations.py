@@ -1,0 +1,599 @@
+"""Layer listing, batched activation extraction with forward hooks, and an on-disk cache.
+
+Layer names are qualified module names, aliases (``output``, ``logits``, ``penultimate``,
+``block1``..``block4``; see :mod:`sde_core.models`) or explicit references such as ``"fc:input"``.
+Activations are float32 ``(n, d)`` arrays: each sample's tensor flattened, after global average
+pooling of 4-D ``(N, C, H, W)`` and 3-D ``(N, C, L)`` maps when ``pool=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from sde_core.data import DatasetBundle, load_precomputed
+from sde_core.errors import ActivationError, DataError
+from sde_core.hashing import array_sha256, file_sha256, stable_hash
+from sde_core.models import ALIASES, LayerRef, load_checkpoint, model_layer_refs
+
+__all__ = [
+    "ActivationCache",
+    "CacheStats",
+    "LayerInfo",
+    "extract_activations",
+    "get_activations",
+    "list_layers",
+    "resolve_layer",
+]
+
+Progress = Callable[[int, int], None]
+_PRECOMPUTED_SUFFIXES = {".npz", ".parquet"}
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """One addressable layer.
+
+    Attributes:
+        name: alias or qualified module name.
+        output_shape: per-sample shape of the tensor (no batch dimension).
+        module_type: module class name, or ``"alias of <ref>"`` for aliases.
+        n_params: parameters of the module including its children (0 for aliases).
+        dim: ``d`` of the extracted activation with pooling on.
+    """
+
+    name: str
+    output_shape: tuple[int, ...]
+    module_type: str
+    n_params: int
+    dim: int
+
+
+def _is_script(model: nn.Module) -> bool:
+    return isinstance(model, torch.jit.ScriptModule)
+
+
+def resolve_layer(model: nn.Module, name: str) -> LayerRef:
+    """Resolve an alias, a qualified module name or ``"module:input|softmax"`` to a LayerRef.
+
+    Raises:
+        ActivationError: unknown name (the message lists the valid names).
+    """
+    if not isinstance(name, str) or not name:
+        raise ActivationError(f"layer name must be a non-empty string, got {name!r}")
+    refs = model_layer_refs(model)
+    if name in refs:
+        return refs[name]
+    modules = {n for n, _ in model.named_modules() if n}
+    if _is_script(model):
+        modules = set()
+    module, sep, kind = name.partition(":")
+    if module in modules and (not sep or kind in ("output", "input", "softmax")):
+        return LayerRef(module, kind if sep else "output")  # type: ignore[arg-type]
+    valid = [a for a in ALIASES if a in refs] + sorted(modules)
+    shown = ", ".join(valid[:80]) + (f", ... ({len(valid)} in all)" if len(valid) > 80 else "")
+    extra = " (TorchScript models expose only their output)" if _is_script(model) else ""
+    raise ActivationError(f"unknown layer {name!r}{extra}; valid names: {shown}")
+
+
+def _process(t: torch.Tensor, kind: str, pool: bool) -> torch.Tensor:
+    """Flatten a captured ``(N, ...)`` tensor to ``(N, d)`` float32 (pooled / softmaxed)."""
+    if pool and t.dim() == 4:
+        t = t.mean(dim=(2, 3))
+    elif pool and t.dim() == 3:
+        t = t.mean(dim=2)
+    t = t.reshape(t.shape[0], -1).float()
+    if kind == "softmax":
+        t = torch.softmax(t, dim=1)
+    return t.clone()
+
+
+def _first_tensor(obj: Any) -> torch.Tensor:
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if isinstance(obj, tuple | list) and obj and isinstance(obj[0], torch.Tensor):
+        return obj[0]
+    if hasattr(obj, "logits") and isinstance(obj.logits, torch.Tensor):
+        return obj.logits
+    raise ActivationError(
+        f"a layer returned {type(obj).__name__}, not a tensor; choose another layer"
+    )
+
+
+class _Capture:
+    """Forward hooks that store each requested reference's processed batch tensor."""
+
+    def __init__(self, model: nn.Module, refs: dict[str, LayerRef], pool: bool) -> None:
+        self.refs, self.pool = refs, pool
+        self.values: dict[str, torch.Tensor] = {}
+        self.handles: list[Any] = []
+        modules = dict(model.named_modules())
+        for key, ref in refs.items():
+            if ref.module == "":
+                continue
+            if _is_script(model):
+                raise ActivationError(
+                    f"layer {key!r} needs hooks, which TorchScript models do not support; use "
+                    "'output' or 'logits', or load a state-dict checkpoint"
+                )
+            module = modules[ref.module]
+            if ref.kind == "input":
+                self.handles.append(module.register_forward_pre_hook(self._pre_hook(key)))
+            else:
+                self.handles.append(module.register_forward_hook(self._hook(key, ref.kind)))
+
+    def _pre_hook(self, key: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, args: tuple) -> None:
+            self.values[key] = _process(_first_tensor(args), "input", self.pool)
+
+        return hook
+
+    def _hook(self, key: str, kind: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, _args: tuple, output: Any) -> None:
+            self.values[key] = _process(_first_tensor(output), kind, self.pool)
+
+        return hook
+
+    def run(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One forward pass; returns ``{key: (N, d) tensor}`` for every reference."""
+        self.values = {}
+        out = model(x)
+        for key, ref in self.refs.items():
+            if ref.module == "":
+                self.values[key] = _process(_first_tensor(out), ref.kind, self.pool)
+        return self.values
+
+    def close(self) -> None:
+        """Remove the hooks."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+
+def _device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ActivationError(f"invalid device {device!r}; use 'cpu' or 'cuda'") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ActivationError(
+            f"device {device!r} requested but CUDA is not available; use device='cpu'"
+        )
+    return dev
+
+
+def _model_dtype(model: nn.Module) -> torch.dtype:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
+
+
+def list_layers(model: nn.Module, input_shape: Sequence[int]) -> list[LayerInfo]:
+    """Aliases then every named module, with per-sample output shapes from ONE dry forward pass
+    (a batch of two zero inputs of ``input_shape``, in eval mode, on CPU).
+
+    Raises:
+        ActivationError: invalid ``input_shape`` or a model that fails on it.
+    """
+    if not isinstance(model, nn.Module):
+        raise ActivationError(f"list_layers needs an nn.Module, got {type(model).__name__}")
+    shape = tuple(int(s) for s in input_shape)
+    if not shape or any(s <= 0 for s in shape):
+        raise ActivationError(
+            f"input_shape must be positive sizes like (3, 32, 32), got {input_shape!r}"
+        )
+    aliases = model_layer_refs(model)
+    script = _is_script(model)
+    modules = [] if script else [(n, m) for n, m in model.named_modules() if n]
+    raw: dict[str, tuple[int, ...]] = {}
+    handles = []
+
+    def make_hook(name: str) -> Callable[..., None]:
+        def hook(_m: nn.Module, _a: tuple, out: Any) -> None:
+            if isinstance(out, torch.Tensor):
+                raw[name] = tuple(out.shape[1:])
+            elif isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor):
+                raw[name] = tuple(out[0].shape[1:])
+
+        return hook
+
+    for name, module in modules:
+        handles.append(module.register_forward_hook(make_hook(name)))
+    capture = None
+    was_training = model.training
+    try:
+        capture = _Capture(model, dict(aliases), pool=False)
+        model.eval()
+        x = torch.zeros((2, *shape), dtype=_model_dtype(model), device=_param_device(model))
+        with torch.inference_mode():
+            values = capture.run(model, x)
+    except ActivationError:
+        raise
+    except Exception as exc:
+        raise ActivationError(
+            f"the model fails on inputs of shape {shape} ({type(exc).__name__}: {exc}); pass the "
+            "per-sample input shape the model expects"
+        ) from exc
+    finally:
+        for h in handles:
+            h.remove()
+        if capture is not None:
+            capture.close()
+        model.train(was_training)
+    infos = []
+    for alias in ALIASES:
+        if alias in values:
+            ref = aliases[alias]
+            kept = ref.kind == "output" and ref.module in raw
+            out_shape = raw[ref.module] if kept else tuple(values[alias].shape[1:])
+            infos.append(LayerInfo(alias, out_shape, f"alias of {ref}", 0, _pooled_dim(out_shape)))
+    for name, module in modules:
+        if name in raw:
+            n_params = sum(p.numel() for p in module.parameters())
+            infos.append(
+                LayerInfo(name, raw[name], type(module).__name__, n_params, _pooled_dim(raw[name]))
+            )
+    return infos
+
+
+def _pooled_dim(shape: tuple[int, ...]) -> int:
+    if len(shape) in (2, 3):
+        return int(shape[0])
+    return int(np.prod(shape)) if shape else 1
+
+
+def _param_device(model: nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def _batches(dataset: Dataset, indices: np.ndarray, batch_size: int) -> Iterable[torch.Tensor]:
+    for start in range(0, len(indices), batch_size):
+        chunk = indices[start : start + batch_size]
+        if hasattr(dataset, "get_batch"):
+            yield dataset.get_batch(chunk)[0]
+        else:
+            items = [dataset[int(i)] for i in chunk]
+            yield torch.stack([it[0] if isinstance(it, tuple | list) else it for it in items])
+
+
+def extract_activations(
+    model: nn.Module,
+    dataset: Dataset,
+    layers: str | Sequence[str],
+    *,
+    batch_size: int = 256,
+    device: str | torch.device = "cpu",
+    pool: bool = True,
+    indices: Sequence[int] | np.ndarray | None = None,
+    progress: Progress | None = None,
+) -> dict[str, np.ndarray]:
+    """Activations of several layers in ONE batched pass (eval mode, ``torch.inference_mode``).
+
+    Args:
+        model: any ``nn.Module`` (left in its original train/eval mode afterwards).
+        dataset: yields ``(x, y)`` or ``x``; datasets with ``get_batch(indices)`` are batched
+            directly.
+        layers: names (aliases, module names, ``"module:input"``); a single string is allowed.
+        batch_size: samples per forward pass.
+        device: ``"cpu"`` or ``"cuda"``; the model is moved there.
+        pool: global-average-pool 4-D and 3-D maps (so d is the channel count).
+        indices: rows of ``dataset`` to use (default all), in this order.
+        progress: called as ``progress(done, total)`` in samples after each batch.
+
+    Returns:
+        ``{layer: float32 array (n, d)}`` keyed by the names as given.
+
+    Raises:
+        ActivationError: unknown layer (listing the valid names), bad arguments, or a forward
+            pass that fails.
+    """
+    names = [layers] if isinstance(layers, str) else list(layers)
+    if not names:
+        raise ActivationError("layers is empty; pass at least one layer name such as 'output'")
+    if not isinstance(batch_size, int) or batch_size <= 0:
+        raise ActivationError(f"batch_size must be a positive integer, got {batch_size!r}")
+    n_total = len(dataset)  # type: ignore[arg-type]
+    if indices is None:
+        idx = np.arange(n_total, dtype=np.int64)
+    else:
+        idx = np.asarray(indices)
+        if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+            raise ActivationError(
+                f"indices must be a non-empty 1-D integer array, got {idx.dtype} {idx.shape}"
+            )
+        bad = idx[(idx < 0) | (idx >= n_total)]
+        if bad.size:
+            raise ActivationError(f"indices out of range [0, {n_total - 1}]: {bad[:10].tolist()}")
+        idx = idx.astype(np.int64)
+    if idx.size == 0:
+        raise ActivationError("the dataset is empty; nothing to extract")
+    refs = {name: resolve_layer(model, name) for name in dict.fromkeys(names)}
+    dev = _device(device)
+    model.to(dev)
+    was_training = model.training
+    model.eval()
+    capture = _Capture(model, refs, pool)
+    outputs: dict[str, np.ndarray] = {}
+    done = 0
+    try:
+        with torch.inference_mode():
+            for xb in _batches(dataset, idx, batch_size):
+                values = capture.run(
+                    model, xb.to(dev, dtype=_model_dtype(model), non_blocking=True)
+                )
+                for key, val in values.items():
+                    if key not in outputs:
+                        outputs[key] = np.empty((idx.size, val.shape[1]), dtype=np.float32)
+                    outputs[key][done : done + val.shape[0]] = val.cpu().numpy()
+                done += xb.shape[0]
+                if progress is not None:
+                    progress(done, int(idx.size))
+    except (ActivationError, DataError):
+        raise
+    except Exception as exc:
+        raise ActivationError(
+            f"forward pass failed ({type(exc).__name__}: {exc}); check that the dataset's inputs "
+            "fit the model (shape, channels)"
+        ) from exc
+    finally:
+        capture.close()
+        model.train(was_training)
+    return {name: outputs[name] for name in refs}
+
+
+# ----------------------------------------------------------------------------------------------
+# Cache
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CacheStats:
+    """Counters of an :class:`ActivationCache` since it was opened."""
+
+    hits: int = 0
+    misses: int = 0
+    rebuilt: int = 0
+    stored: int = 0
+
+
+class ActivationCache:
+    """On-disk activation cache: ``<root>/<key[:2]>/<key>.npy`` plus a ``.json`` sidecar.
+
+    The sidecar records shape, dtype, the array's SHA-256 and what the key was made of. An entry
+    whose file is unreadable or whose hash differs is deleted and reported as a miss (counted in
+    ``stats.rebuilt``), so corrupt data are never returned. Writes are atomic (temp + rename).
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ActivationError(
+                f"cannot create activation cache folder {self.root}: {exc}"
+            ) from exc
+        self.stats = CacheStats()
+
+    @staticmethod
+    def key(
+        model_hash: str,
+        fingerprint: str,
+        split: str,
+        layer: str,
+        pool: bool,
+        indices: np.ndarray | None = None,
+    ) -> tuple[str, dict[str, Any]]:
+        """The entry digest and the fields it hashes (checkpoint hash, dataset fingerprint, split,
+        layer, pooling, and the row subset when not the whole split)."""
+        fields = {
+            "model": model_hash,
+            "data": fingerprint,
+            "split": split,
+            "layer": layer,
+            "pool": bool(pool),
+            "rows": None if indices is None else array_sha256(np.asarray(indices, dtype=np.int64)),
+        }
+        return stable_hash(fields), fields
+
+    def _paths(self, digest: str) -> tuple[Path, Path]:
+        folder = self.root / digest[:2]
+        return folder / f"{digest}.npy", folder / f"{digest}.json"
+
+    def load(self, digest: str) -> np.ndarray | None:
+        """The cached array, or ``None`` on a miss (a corrupt entry is deleted first)."""
+        npy, meta_path = self._paths(digest)
+        if not npy.exists() and not meta_path.exists():
+            self.stats.misses += 1
+            return None
+        try:
+            meta = json.loads(meta_path.read_text())
+            arr = np.load(npy, allow_pickle=False)
+            ok = (
+                list(arr.shape) == meta["shape"]
+                and str(arr.dtype) == meta["dtype"]
+                and array_sha256(arr) == meta["sha256"]
+            )
+        except (OSError, ValueError, KeyError, EOFError):
+            ok = False
+        if not ok:
+            self.delete(digest)
+            self.stats.rebuilt += 1
+            self.stats.misses += 1
+            return None
+        self.stats.hits += 1
+        return arr
+
+    def store(self, digest: str, array: np.ndarray, fields: dict[str, Any] | None = None) -> None:
+        """Write ``array`` (float32 ``(n, d)``) and its sidecar atomically."""
+        arr = np.ascontiguousarray(array)
+        npy, meta_path = self._paths(digest)
+        npy.parent.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "shape": list(arr.shape),
+            "dtype": str(arr.dtype),
+            "sha256": array_sha256(arr),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "key": fields or {},
+        }
+        tmp_npy = npy.with_name(npy.name + f".{os.getpid()}.tmp")
+        tmp_meta = meta_path.with_name(meta_path.name + f".{os.getpid()}.tmp")
+        try:
+            with open(tmp_npy, "wb") as fh:
+                np.save(fh, arr)
+            tmp_meta.write_text(json.dumps(meta))
+            os.replace(tmp_npy, npy)
+            os.replace(tmp_meta, meta_path)
+        except OSError as exc:
+            for p in (tmp_npy, tmp_meta):
+                p.unlink(missing_ok=True)
+            raise ActivationError(
+                f"cannot write activation cache entry in {npy.parent}: {exc}"
+            ) from exc
+        self.stats.stored += 1
+
+    def delete(self, digest: str) -> None:
+        """Remove an entry (both files) if present."""
+        for p in self._paths(digest):
+            p.unlink(missing_ok=True)
+
+    def clear(self) -> int:
+        """Delete every entry; returns how many arrays were removed."""
+        removed = 0
+        for npy in self.root.glob("*/*.npy"):
+            self.delete(npy.stem)
+            removed += 1
+        return removed
+
+
+def _precomputed_activations(
+    path: Path, bundle: DatasetBundle, split: str, names: list[str], indices: np.ndarray | None
+) -> dict[str, np.ndarray]:
+    pre = load_precomputed(path)
+    n_split = len(bundle.split(split))
+    out = {}
+    for name in names:
+        try:
+            arr = pre.get(split, name if name in pre.layers else _single_layer(pre, name))
+        except DataError as exc:
+            raise ActivationError(str(exc)) from exc
+        if arr.shape[0] != n_split:
+            source = bundle.source_indices[split]
+            if arr.shape[0] <= int(source.max()):
+                raise ActivationError(
+                    f"{path} has {arr.shape[0]} {split} rows but the dataset has {n_split}; "
+                    "export activations for the same samples"
+                )
+            arr = arr[source]
+        out[name] = arr if indices is None else arr[indices]
+    return out
+
+
+def _single_layer(pre: Any, name: str) -> str:
+    """Map any requested name to an unnamed single-layer file's ``"precomputed"`` features."""
+    if pre.layers == ["precomputed"]:
+        return "precomputed"
+    raise ActivationError(
+        f"layer {name!r} is not in {pre.source}; it holds {', '.join(pre.layers)}"
+    )
+
+
+def get_activations(
+    checkpoint_path: str | Path,
+    bundle: DatasetBundle,
+    split: str,
+    layers: str | Sequence[str],
+    cache: ActivationCache | None,
+    *,
+    arch: str | None = None,
+    device: str | torch.device = "cpu",
+    batch_size: int = 256,
+    progress: Progress | None = None,
+    indices: Sequence[int] | np.ndarray | None = None,
+    pool: bool = True,
+) -> dict[str, np.ndarray]:
+    """Activations of a checkpoint on ``bundle``'s ``split``, computing only uncached layers.
+
+    A repeat call costs one file read per layer: the model is loaded only when some layer is
+    missing, and all missing layers are extracted in one pass. ``checkpoint_path`` may also be a
+    precomputed activations file (``.npz``/``.parquet``; see
+    :func:`sde_core.data.load_precomputed`).
+
+    Returns:
+        ``{layer: float32 (n, d)}``; ``n`` is ``len(indices)`` or the split size.
+
+    Raises:
+        ActivationError: unknown layer, bad split/indices, cache failures.
+        CheckpointError: the checkpoint cannot be loaded.
+    """
+    names = list(dict.fromkeys([layers] if isinstance(layers, str) else list(layers)))
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ActivationError(f"layers must be non-empty names such as 'output', got {layers!r}")
+    if split not in ("train", "test"):
+        raise ActivationError(f"unknown split {split!r}; use 'train' or 'test'")
+    n_split = len(bundle.split(split))
+    idx = None
+    if indices is not None:
+        idx = np.asarray(indices)
+        if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+            raise ActivationError(
+                f"indices must be a non-empty 1-D integer array, got {idx.dtype} {idx.shape}"
+            )
+        bad = idx[(idx < 0) | (idx >= n_split)]
+        if bad.size:
+            raise ActivationError(f"indices out of range [0, {n_split - 1}]: {bad[:10].tolist()}")
+        idx = idx.astype(np.int64)
+    path = Path(checkpoint_path)
+    if path.suffix in _PRECOMPUTED_SUFFIXES:
+        return _precomputed_activations(path, bundle, split, names, idx)
+    if not path.is_file():
+        raise ActivationError(f"checkpoint {path} does not exist; check the path")
+    model_hash = stable_hash({"file": file_sha256(path), "arch": arch})
+    result: dict[str, np.ndarray] = {}
+    keys: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name in names:
+        if cache is None:
+            continue
+        full_digest, full_fields = cache.key(model_hash, bundle.fingerprint, split, name, pool)
+        full = cache.load(full_digest)
+        if full is not None and full.shape[0] == n_split:
+            result[name] = full if idx is None else full[idx]
+            continue
+        if idx is None:
+            keys[name] = (full_digest, full_fields)
+            continue
+        keys[name] = cache.key(model_hash, bundle.fingerprint, split, name, pool, idx)
+        part = cache.load(keys[name][0])
+        if part is not None and part.shape[0] == idx.size:
+            result[name] = part
+    missing = [n for n in names if n not in result]
+    if missing:
+        model = load_checkpoint(path, arch=arch)
+        computed = extract_activations(
+            model,
+            bundle.split(split),
+            missing,
+            batch_size=batch_size,
+            device=device,
+            pool=pool,
+            indices=idx,
+            progress=progress,
+        )
+        for name, arr in computed.items():
+            if cache is not None:
+                digest, fields = keys[name]
+                cache.store(digest, arr, fields)
+            result[name] = arr
+    return {name: result[name] for name in names}
