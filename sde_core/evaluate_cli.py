@@ -1,0 +1,151 @@
+"""``python -m sde_core evaluate WORKSPACE --json OUT.json [...]`` (SPEC §10).
+
+Evaluates every model of a workspace (CLI flags override the workspace's ``[defaults]``), keeps
+results in the workspace's results store so a repeat with the same settings is instant and an
+interrupted run resumes, prints a summary table and writes the JSON document of SPEC §10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .errors import SettingsError
+
+__all__ = ["parse_sigma", "register_evaluate", "write_json_atomic"]
+
+_SUMMARY_COLUMNS = [
+    "name",
+    "role",
+    "references_valid",
+    "otr",
+    "calibrated_otr",
+    "f1",
+    "dependence_score",
+    "acc_r",
+    "acc_f",
+    "acc_te",
+    "asr",
+]
+
+
+def parse_sigma(text: str) -> str | float:
+    """``"sqrt_dim"``, ``"median"`` or a positive number given on the command line."""
+    if text in ("sqrt_dim", "median"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(
+            f"--sigma {text!r} must be 'sqrt_dim', 'median' or a positive number"
+        ) from None
+    if not value > 0:
+        raise SettingsError(f"--sigma must be positive; got {text}")
+    return value
+
+
+def write_json_atomic(path: str | Path, document: Any) -> Path:
+    """Write ``document`` as indented JSON via a temporary file and an atomic rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(document, fh, indent=2, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .evaluate import EvalSettings, evaluate_workspace
+    from .store import ResultsStore
+    from .workspace import load_workspace
+
+    ws = load_workspace(args.workspace)
+    settings = EvalSettings.from_mapping(asdict(ws.defaults)).with_overrides(
+        layer=args.layer,
+        sigma=None if args.sigma is None else parse_sigma(args.sigma),
+        subset_size=args.subset_size,
+        targets=args.targets,
+        splits=args.splits,
+        seed=args.seed,
+        panel_size=args.panel_size,
+        bins=args.bins,
+        device=args.device,
+        baseline_targets=args.baseline_targets,
+    )
+    bars: dict[str, Any] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        key = "models" if stage == "models" else "work"
+        bar = bars.get(key)
+        if bar is None or bar.desc != stage:
+            if bar is not None:
+                bar.close()
+            bar = bars[key] = tqdm(
+                total=total, desc=stage, leave=key == "models", disable=args.quiet, file=sys.stderr
+            )
+        bar.n = done
+        bar.refresh()
+
+    store_path = (
+        None if args.no_store else Path(args.store or ws.root / ".sde-cache" / "results.sqlite")
+    )
+    models = args.models.split(",") if args.models else None
+    if store_path is None:
+        result = evaluate_workspace(ws, settings, models=models, progress=progress)
+    else:
+        with ResultsStore(store_path) as store:
+            result = evaluate_workspace(ws, settings, models=models, store=store, progress=progress)
+    for bar in bars.values():
+        bar.close()
+    if not args.quiet:
+        table = result.models[_SUMMARY_COLUMNS]
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        if result.cached_models:
+            print(f"(from the results store: {', '.join(result.cached_models)})")
+    if args.json:
+        write_json_atomic(args.json, result.to_json_dict())
+        if not args.quiet:
+            print(f"wrote {args.json}")
+    return 0
+
+
+def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``evaluate`` command."""
+    p = subparsers.add_parser(
+        "evaluate",
+        help="evaluate every model of a workspace (SDE, calibrated evidence, baselines, metrics)",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    p.add_argument("workspace", help="workspace folder or its workspace.toml")
+    p.add_argument("--json", metavar="OUT.json", help="write the SPEC §10 JSON document here")
+    p.add_argument("--layer", help="layer alias (output, logits, penultimate, block1..) or name")
+    p.add_argument("--sigma", help="'sqrt_dim', 'median' or a positive number")
+    p.add_argument("--subset-size", type=int, help="n, rows per subset")
+    p.add_argument("--targets", type=int, help="T, target subsets drawn from D_f")
+    p.add_argument("--splits", type=int, help="K, random splits per subset")
+    p.add_argument("--seed", type=int, help="seed of every subset draw and split")
+    p.add_argument("--panel-size", type=int, help="R, reference subsets per side (calibrated)")
+    p.add_argument("--bins", type=int, help="histogram bins of the JSD decision")
+    p.add_argument(
+        "--baseline-targets", type=int, help="controlled subsets scored by MMD/W2 (0 = off)"
+    )
+    p.add_argument("--device", help="cpu (default) or cuda")
+    p.add_argument("--models", help="comma-separated model names (default: all)")
+    p.add_argument("--store", help="results store path (default <workspace>/.sde-cache/...)")
+    p.add_argument("--no-store", action="store_true", help="do not read or write the store")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or table")
+    p.set_defaults(func=_cmd_evaluate)
