@@ -1,0 +1,298 @@
+"""Classic unlearning metrics: accuracies and the confidence-based membership-inference attack.
+
+Units: accuracies are top-1 percentages in [0, 100]; the attack success rate (ASR) is the
+fraction of ``D_f`` predicted "member", in [0, 1] (SPEC §6; = 1 − MIA-efficacy).
+
+Every metric has an array form (``*_from_probs`` / functions of ``probs``) so the evaluation
+engine can reuse cached softmax (``output``) activations without a second forward pass, and a
+model form that runs one forward pass (:func:`predict_probs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from sklearn.svm import SVC
+from torch import nn
+from torch.utils.data import Dataset, Subset
+
+from sde_core.errors import InputError
+from sde_core.training import make_loader, resolve_device
+
+__all__ = [
+    "MIA_FEATURES",
+    "ClassicMetrics",
+    "accuracy",
+    "accuracy_from_probs",
+    "classic_metrics",
+    "entropy",
+    "metrics_from_probs",
+    "mia_asr",
+    "mia_asr_from_probs",
+    "mia_feature",
+    "modified_entropy",
+    "predict_probs",
+    "true_label_confidence",
+]
+
+MIA_FEATURES = ("confidence", "entropy", "modified_entropy")
+_EPS = 1e-30  # clip inside logs, as in Song & Mittal (2021)
+
+
+@dataclass(frozen=True)
+class ClassicMetrics:
+    """Accuracies (top-1, %) on D_r, D_f, D_te and the MIA attack success rate on D_f (fraction)."""
+
+    acc_r: float
+    acc_f: float
+    acc_te: float
+    asr: float
+
+    def to_dict(self) -> dict[str, float]:
+        """The metrics as a plain dict with the SPEC §10 keys."""
+        return asdict(self)
+
+
+def _check_probs(
+    probs: object, labels: object, name: str = "probs"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validate ``probs`` (n, C) rows of a distribution and integer ``labels`` (n,) in [0, C)."""
+    p = np.asarray(probs, dtype=np.float64)
+    y = np.asarray(labels)
+    if p.ndim != 2 or p.shape[1] < 2:
+        raise InputError(f"{name} must have shape (n, C) with C >= 2 classes, got {p.shape}")
+    if y.shape != (p.shape[0],):
+        raise InputError(f"labels must have shape ({p.shape[0]},) to match {name}, got {y.shape}")
+    if y.size and not np.issubdtype(y.dtype, np.integer):
+        raise InputError(f"labels must be integers, got dtype {y.dtype}")
+    if not np.all(np.isfinite(p)) or p.min(initial=0.0) < 0:
+        raise InputError(f"{name} has NaN, inf or negative entries: pass softmax probabilities")
+    if p.size and not np.allclose(p.sum(axis=1), 1.0, atol=1e-3):
+        raise InputError(f"rows of {name} do not sum to 1: apply softmax to the logits first")
+    if y.size and (y.min() < 0 or y.max() >= p.shape[1]):
+        raise InputError(f"labels must lie in [0, {p.shape[1]}), got {y.min()}..{y.max()}")
+    return p, y.astype(np.int64)
+
+
+def _check_indices(name: str, idx: object, n: int) -> np.ndarray:
+    arr = np.asarray(idx)
+    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+        raise InputError(f"{name} must be a non-empty 1-D array of integer indices")
+    if arr.min() < 0 or arr.max() >= n:
+        raise InputError(f"{name} has indices outside [0, {n}): it does not match these rows")
+    return arr.astype(np.int64)
+
+
+def predict_probs(
+    model: nn.Module,
+    dataset: Dataset,
+    indices: object = None,
+    *,
+    batch_size: int = 256,
+    device: str | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Softmax outputs and labels of ``dataset`` (rows ``indices``, default all) in eval mode.
+
+    ``device=None`` runs on the model's own device; a device string moves the model there.
+
+    Returns:
+        ``(probs, labels)``: float64 array of shape ``(n, C)`` and int64 array of shape ``(n,)``.
+    """
+    if not isinstance(model, nn.Module):
+        raise InputError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size={batch_size!r} must be a positive integer")
+    if indices is not None:
+        dataset = Subset(dataset, _check_indices("indices", indices, len(dataset)).tolist())
+    if len(dataset) == 0:
+        raise InputError("dataset is empty: nothing to predict")
+    if device is None:
+        dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    else:
+        dev = resolve_device(device)
+        model.to(dev)
+    was_training = model.training
+    model.eval()
+    probs, labels = [], []
+    with torch.no_grad():
+        for x, y in make_loader(dataset, batch_size, None, shuffle=False):
+            logits = model(x.to(dev))
+            probs.append(torch.softmax(logits.double(), dim=1).cpu().numpy())
+            labels.append(torch.as_tensor(y).cpu().numpy())
+    model.train(was_training)
+    return np.concatenate(probs), np.concatenate(labels).astype(np.int64)
+
+
+def accuracy_from_probs(probs: object, labels: object) -> float:
+    """Top-1 accuracy in percent of ``probs`` (n, C) against ``labels`` (n,)."""
+    p, y = _check_probs(probs, labels)
+    if y.size == 0:
+        raise InputError("accuracy of an empty set is undefined: give at least one row")
+    return float(100.0 * np.mean(p.argmax(axis=1) == y))
+
+
+def accuracy(
+    model: nn.Module,
+    dataset: Dataset,
+    indices: object = None,
+    *,
+    batch_size: int = 256,
+    device: str | None = None,
+) -> float:
+    """Top-1 accuracy in percent of ``model`` on ``dataset`` (rows ``indices``, default all)."""
+    probs, labels = predict_probs(model, dataset, indices, batch_size=batch_size, device=device)
+    return accuracy_from_probs(probs, labels)
+
+
+def true_label_confidence(probs: object, labels: object) -> np.ndarray:
+    """Softmax probability of the true label, ``p_y``: shape ``(n,)``, values in [0, 1]."""
+    p, y = _check_probs(probs, labels)
+    return p[np.arange(y.size), y]
+
+
+def entropy(probs: object) -> np.ndarray:
+    """Prediction entropy ``−Σ_i p_i log p_i`` (nats) of each row of ``probs`` (n, C)."""
+    p = np.asarray(probs, dtype=np.float64)
+    _check_probs(p, np.zeros(p.shape[0] if p.ndim else 0, dtype=np.int64))
+    return -np.sum(p * np.log(np.clip(p, _EPS, None)), axis=1)
+
+
+def modified_entropy(probs: object, labels: object) -> np.ndarray:
+    """Song & Mittal (2021) modified entropy, shape ``(n,)``.
+
+    ``Mentr = −(1 − p_y)·log(p_y) − Σ_{i≠y} p_i·log(1 − p_i)`` (logs clipped at 1e-30).
+    """
+    p, y = _check_probs(probs, labels)
+    rows = np.arange(y.size)
+    p_y = p[rows, y]
+    terms = -p * np.log(np.clip(1.0 - p, _EPS, None))
+    terms[rows, y] = 0.0
+    return -(1.0 - p_y) * np.log(np.clip(p_y, _EPS, None)) + terms.sum(axis=1)
+
+
+def mia_feature(probs: object, labels: object, feature: str = "confidence") -> np.ndarray:
+    """The attack feature of each row, shape ``(n,)``: see :data:`MIA_FEATURES`."""
+    if feature == "confidence":
+        return true_label_confidence(probs, labels)
+    if feature == "entropy":
+        _check_probs(probs, labels)
+        return entropy(probs)
+    if feature == "modified_entropy":
+        return modified_entropy(probs, labels)
+    raise InputError(f"unknown MIA feature {feature!r}; choose one of {list(MIA_FEATURES)}")
+
+
+def mia_asr_from_probs(
+    probs_train: object,
+    y_train: object,
+    probs_test: object,
+    y_test: object,
+    forget_idx: object,
+    retain_idx: object,
+    *,
+    seed: int = 0,
+    feature: str = "confidence",
+) -> float:
+    """Confidence-based MIA attack success rate on ``D_f`` (SPEC §6), as a fraction in [0, 1].
+
+    Shadow members: ``m = min(|D_r|, |D_te|)`` rows of ``D_r`` drawn without replacement with
+    ``seed`` (label 1); shadow non-members: ``D_te`` (label 0; subsampled to m with the same RNG
+    only when ``|D_te| > |D_r|``). Attack: ``SVC(C=3, gamma="auto", kernel="rbf")`` on the 1-D
+    feature; ASR = fraction of ``D_f`` rows predicted member.
+
+    Args:
+        probs_train: softmax outputs on ``D_tr``, shape ``(n_train, C)``.
+        y_train: labels of ``D_tr``, shape ``(n_train,)``.
+        probs_test, y_test: the same for ``D_te``.
+        forget_idx, retain_idx: row indices of ``D_f`` and ``D_r`` in ``probs_train``.
+        seed: seed of the shadow-member sample.
+        feature: ``"confidence"`` (default), ``"entropy"`` or ``"modified_entropy"``.
+    """
+    f_train = mia_feature(probs_train, y_train, feature)
+    f_test = mia_feature(probs_test, y_test, feature)
+    forget = _check_indices("forget_idx", forget_idx, f_train.size)
+    retain = _check_indices("retain_idx", retain_idx, f_train.size)
+    if f_test.size == 0:
+        raise InputError("the test set is empty: the attack needs non-member examples")
+    rng = np.random.default_rng(seed)
+    m = min(retain.size, f_test.size)
+    members = f_train[rng.choice(retain, size=m, replace=False)]
+    non_members = f_test if f_test.size == m else f_test[rng.choice(f_test.size, m, replace=False)]
+    x = np.concatenate([members, non_members]).reshape(-1, 1)
+    target = np.concatenate([np.ones(m, dtype=np.int64), np.zeros(m, dtype=np.int64)])
+    attack = SVC(C=3, gamma="auto", kernel="rbf").fit(x, target)
+    return float(np.mean(attack.predict(f_train[forget].reshape(-1, 1)) == 1))
+
+
+def mia_asr(
+    model: nn.Module,
+    train_dataset: Dataset,
+    test_dataset: Dataset,
+    forget_idx: object,
+    retain_idx: object,
+    *,
+    seed: int = 0,
+    feature: str = "confidence",
+    batch_size: int = 256,
+    device: str | None = None,
+) -> float:
+    """:func:`mia_asr_from_probs` with the softmax outputs of ``model`` (eval mode)."""
+    p_tr, y_tr = predict_probs(model, train_dataset, batch_size=batch_size, device=device)
+    p_te, y_te = predict_probs(model, test_dataset, batch_size=batch_size, device=device)
+    return mia_asr_from_probs(
+        p_tr, y_tr, p_te, y_te, forget_idx, retain_idx, seed=seed, feature=feature
+    )
+
+
+def metrics_from_probs(
+    probs_train: object,
+    y_train: object,
+    probs_test: object,
+    y_test: object,
+    forget_idx: object,
+    retain_idx: object,
+    *,
+    seed: int = 0,
+    feature: str = "confidence",
+) -> ClassicMetrics:
+    """All classic metrics from precomputed softmax outputs (shapes: :func:`mia_asr_from_probs`)."""
+    p_tr, y_tr = _check_probs(probs_train, y_train, "probs_train")
+    forget = _check_indices("forget_idx", forget_idx, y_tr.size)
+    retain = _check_indices("retain_idx", retain_idx, y_tr.size)
+    return ClassicMetrics(
+        acc_r=accuracy_from_probs(p_tr[retain], y_tr[retain]),
+        acc_f=accuracy_from_probs(p_tr[forget], y_tr[forget]),
+        acc_te=accuracy_from_probs(probs_test, y_test),
+        asr=mia_asr_from_probs(
+            p_tr, y_tr, probs_test, y_test, forget, retain, seed=seed, feature=feature
+        ),
+    )
+
+
+def classic_metrics(
+    model: nn.Module,
+    train_dataset: Dataset,
+    test_dataset: Dataset,
+    forget_idx: object,
+    retain_idx: object = None,
+    *,
+    seed: int = 0,
+    feature: str = "confidence",
+    batch_size: int = 256,
+    device: str | None = None,
+) -> ClassicMetrics:
+    """Acc_r, Acc_f, Acc_te and ASR of ``model`` with one forward pass over D_tr and D_te.
+
+    ``retain_idx`` defaults to every index of ``train_dataset`` not in ``forget_idx``.
+    """
+    p_tr, y_tr = predict_probs(model, train_dataset, batch_size=batch_size, device=device)
+    p_te, y_te = predict_probs(model, test_dataset, batch_size=batch_size, device=device)
+    forget = _check_indices("forget_idx", forget_idx, y_tr.size)
+    retain = (
+        np.setdiff1d(np.arange(y_tr.size), forget)
+        if retain_idx is None
+        else _check_indices("retain_idx", retain_idx, y_tr.size)
+    )
+    return metrics_from_probs(p_tr, y_tr, p_te, y_te, forget, retain, seed=seed, feature=feature)

@@ -1,0 +1,173 @@
+"""Tests of the CLI: an end-to-end workspace session and one-line errors with exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sde_core.cli import COMMAND_GROUPS, add_command_group, main
+from sde_core.models import load_checkpoint
+from sde_core.workspace import load_workspace, validate_workspace
+
+MLP = ["--arch", "mlp", "--arch-kwarg", "input_dim=4", "--arch-kwarg", "hidden=[8]",
+       "--arch-kwarg", "num_classes=3"]  # fmt: skip
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    np.savez(
+        tmp_path / "data.npz",
+        x_train=rng.normal(size=(60, 4)).astype(np.float32),
+        y_train=rng.integers(0, 3, 60),
+        x_test=rng.normal(size=(20, 4)).astype(np.float32),
+        y_test=rng.integers(0, 3, 20),
+    )
+    ws = tmp_path / "ws"
+    code = main(
+        [
+            "workspace",
+            "init",
+            str(ws),
+            "--dataset-kind",
+            "npz",
+            "--dataset-root",
+            str(tmp_path / "data.npz"),
+            "--random-forget",
+            "0.2",
+            "--name",
+            "tiny",
+        ]
+    )
+    assert code == 0
+    return ws
+
+
+def one_error_line(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("error: ") and "Traceback" not in err[0]
+    return err[0]
+
+
+def test_end_to_end_session(folder, capsys):
+    forget = np.load(folder / "forget.npy")
+    assert forget.size == 12 and np.unique(forget).size == 12
+    train = ["train", str(folder), "--name", "original", *MLP, "--epochs", "5", "--lr", "0.05",
+             "--batch-size", "16"]  # fmt: skip
+    assert main(train) == 0
+    assert main(["train", str(folder), "--name", "rand", "--role", "random", *MLP]) == 0
+    for method, params in [("ft", ["epochs=1"]), ("retrain", ["epochs=2"]), ("unroll", []),
+                           ("salun", ["epochs=1", "batch_size=8"])]:  # fmt: skip
+        argv = ["unlearn", str(folder), "--method", method, "--name", f"h_{method}"]
+        assert main(argv + [a for p in params for a in ("--param", p)]) == 0
+    capsys.readouterr()
+
+    ws = load_workspace(folder)
+    assert validate_workspace(ws, check_data=True) == []
+    roles = {m.name: m.role for m in ws.models}
+    assert roles == {
+        "original": "original",
+        "rand": "random",
+        "h_ft": "unlearned",
+        "h_retrain": "retrained",
+        "h_unroll": "unlearned",
+        "h_salun": "unlearned",
+    }
+    original = ws.original()
+    assert original.hyperparameters["epochs"] == 5 and original.init_checkpoint is not None
+    assert [c.fraction for c in original.checkpoints] == [0.1, 0.2, 0.4, 0.8]
+    unroll = ws.model("h_unroll").hyperparameters
+    assert unroll == {"lr": 0.05, "epochs_seen": 5, "batch_size": 256}
+    assert ws.model("h_retrain").hyperparameters["batch_size"] == 16  # the original's recipe
+    assert ws.model("h_ft").hyperparameters["epochs"] == 1
+    assert ws.model("h_salun").seconds > 0
+    model = load_checkpoint(ws.path(ws.model("h_ft").checkpoint))
+    assert model.head.out_features == 3
+
+    assert main(["workspace", "show", str(folder), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in shown["models"]][:2] == ["original", "rand"]
+    assert main(["workspace", "show", str(folder)]) == 0
+    assert "h_retrain" in capsys.readouterr().out
+    assert main(["workspace", "validate", str(folder), "--check-data"]) == 0
+    assert "is valid (6 models)" in capsys.readouterr().out
+
+
+def test_unknown_method_param_is_one_line(folder, capsys):
+    assert (
+        main(["unlearn", str(folder), "--method", "ga", "--name", "x", "--param", "bogus=1"]) == 1
+    )
+    line = one_error_line(capsys)
+    assert "unknown parameter(s) ['bogus']" in line and "clip_grad_norm" in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "text"),
+    [
+        (["workspace", "show", "/nonexistent/ws"], 1, "does not exist"),
+        (["unlearn", "{ws}", "--method", "ft", "--name", "x"], 1, "no model with role 'original'"),
+        (["unlearn", "{ws}", "--method", "magic", "--name", "x"], 1, "unknown unlearning method"),
+        (["unlearn", "{ws}", "--method", "ft", "--name", "x", "--param", "lr"], 1, "key=value"),
+        (["train", "{ws}", "--name", "o", "--arch", "vgg99"], 1, "unknown architecture"),
+        (["train", "{ws}", "--name", "o", *MLP, "--epochs", "0"], 1, "epochs=0"),
+        (["train", "{ws}", "--name", "o", *MLP, "--arch-kwarg", "colour=1"], 1, "cannot build"),
+        (["train", "{ws}", "--name", "o", "--arch", "mlp", "--optimizer", "rmsprop"], 2, "invalid"),
+        (
+            ["train", "{ws}", "--name", "o", "--arch", "mlp"],
+            1,
+            "cannot process inputs of shape (4,)",
+        ),
+        (["workspace", "frobnicate"], 2, "invalid choice"),
+        (
+            ["workspace", "init", "{ws}", "--dataset-kind", "npz", "--forget", "f.npy"],
+            1,
+            "already exists",
+        ),
+        (["evaluate"], 2, "required: workspace"),
+        (["demo-build"], 2, "invalid choice"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_code(folder, capsys, argv, code, text):
+    capsys.readouterr()
+    assert main([a.replace("{ws}", str(folder)) for a in argv]) == code
+    assert text in one_error_line(capsys)
+
+
+def test_validate_reports_problems_with_exit_1(folder, capsys):
+    assert main(["train", str(folder), "--name", "rand", "--role", "random", *MLP]) == 0
+    (folder / "models" / "rand" / "init.safetensors").write_bytes(b"changed")
+    capsys.readouterr()
+    assert main(["workspace", "validate", str(folder)]) == 0  # a changed hash is a warning
+    assert "warning: models[0].sha256" in capsys.readouterr().out
+    (folder / "models" / "rand" / "init.safetensors").unlink()
+    assert main(["workspace", "validate", str(folder)]) == 1
+    assert "error: models[0].checkpoint" in capsys.readouterr().err
+
+
+def test_command_groups_are_extensible(capsys):
+    def register(sub):
+        p = sub.add_parser("hello")
+        p.add_argument("--who", default="world")
+        p.set_defaults(func=lambda args: print(f"hello {args.who}") or 0)
+
+    add_command_group(register)
+    try:
+        assert main(["hello", "--who", "sde"]) == 0
+        assert capsys.readouterr().out.strip() == "hello sde"
+    finally:
+        COMMAND_GROUPS.remove(register)
+
+
+def test_python_dash_m_entry_point(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sde_core", "workspace", "show", str(tmp_path / "none")],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: ")
