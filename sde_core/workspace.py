@@ -134,6 +134,10 @@ class EvalDefaults:
         panel_size: reference subsets per side R of the calibrated test (>= 3, and large
             enough that 1/(R+1) < the engine's calibrated alpha).
         alpha: significance level of the reference check, in (0, 1).
+        alpha_calibrated: level of the calibrated verdict, in (0, 1).
+        estimator: ``"biased"`` (paper) or ``"unbiased"`` HSIC.
+        null_pairs: pairs of the null-calibration diagnostic (>= 1).
+        baseline_targets: controlled subsets scored by the MMD/W2 baselines (0 = off).
     """
 
     layer: str = "output"
@@ -145,6 +149,10 @@ class EvalDefaults:
     bins: int = 30
     panel_size: int = 20
     alpha: float = 0.01
+    alpha_calibrated: float = 0.05
+    estimator: str = "biased"
+    null_pairs: int = 20
+    baseline_targets: int = 20
 
 
 @dataclass(frozen=True)
@@ -295,6 +303,8 @@ def _parse_defaults(table: object) -> EvalDefaults:
         "layer": ((str,), "a string"),
         "sigma": ((str, int, float), "'sqrt_dim', 'median' or a positive number"),
         "alpha": ((int, float), "a number"),
+        "alpha_calibrated": ((int, float), "a number"),
+        "estimator": ((str,), "'biased' or 'unbiased'"),
     }
     values = {}
     for key, value in table.items():
@@ -302,8 +312,9 @@ def _parse_defaults(table: object) -> EvalDefaults:
         values[key] = _expect(f"defaults.{key}", value, types, what)
     if isinstance(values.get("sigma"), int):
         values["sigma"] = float(values["sigma"])
-    if "alpha" in values:
-        values["alpha"] = float(values["alpha"])
+    for key in ("alpha", "alpha_calibrated"):
+        if key in values:
+            values[key] = float(values[key])
     return EvalDefaults(**values)
 
 
@@ -386,12 +397,18 @@ def _defaults_problems(d: EvalDefaults) -> list[Problem]:
         ("bins", 2),
         ("panel_size", 3),
         ("seed", 0),
+        ("null_pairs", 1),
+        ("baseline_targets", 0),
     ):
         value = getattr(d, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             bad(key, f"{value!r} must be an integer >= {minimum}")
-    if not (isinstance(d.alpha, (int, float)) and 0.0 < d.alpha < 1.0):
-        bad("alpha", f"{d.alpha!r} must be in (0, 1), e.g. 0.01")
+    for key, example in (("alpha", 0.01), ("alpha_calibrated", 0.05)):
+        value = getattr(d, key)
+        if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+            bad(key, f"{value!r} must be in (0, 1), e.g. {example}")
+    if d.estimator not in ("biased", "unbiased"):
+        bad("estimator", f"{d.estimator!r} must be 'biased' or 'unbiased'")
     if not out:
         from sde_core.evaluate import EvalSettings
 
