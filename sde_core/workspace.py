@@ -50,6 +50,7 @@ from typing import Any
 import tomli_w
 
 from sde_core.errors import SDEError, WorkspaceError
+from sde_core.evaluate import EvalSettings
 from sde_core.hashing import file_sha256, stable_hash
 
 __all__ = [
@@ -119,6 +120,10 @@ class ModelEntry:
     checkpoints: list[CheckpointRef] = field(default_factory=list)
 
 
+#: The evaluation engine's defaults: the single source of the workspace defaults below.
+_ENGINE = EvalSettings()
+
+
 @dataclass
 class EvalDefaults:
     """Evaluation defaults of a workspace (SPEC defaults; CLI flags and widgets override).
@@ -140,19 +145,19 @@ class EvalDefaults:
         baseline_targets: controlled subsets scored by the MMD/W2 baselines (0 = off).
     """
 
-    layer: str = "output"
-    sigma: str | float = "sqrt_dim"
-    subset_size: int = 1000
-    targets: int = 100
-    splits: int = 200
-    seed: int = 0
-    bins: int = 30
-    panel_size: int = 20
-    alpha: float = 0.01
-    alpha_calibrated: float = 0.05
-    estimator: str = "biased"
-    null_pairs: int = 20
-    baseline_targets: int = 20
+    layer: str = _ENGINE.layer
+    sigma: str | float = _ENGINE.sigma
+    subset_size: int = _ENGINE.subset_size
+    targets: int = _ENGINE.targets
+    splits: int = _ENGINE.splits
+    seed: int = _ENGINE.seed
+    bins: int = _ENGINE.bins
+    panel_size: int = _ENGINE.panel_size
+    alpha: float = _ENGINE.alpha
+    alpha_calibrated: float = _ENGINE.alpha_calibrated
+    estimator: str = _ENGINE.estimator
+    null_pairs: int = _ENGINE.null_pairs
+    baseline_targets: int = _ENGINE.baseline_targets
 
 
 @dataclass(frozen=True)
@@ -410,8 +415,6 @@ def _defaults_problems(d: EvalDefaults) -> list[Problem]:
     if d.estimator not in ("biased", "unbiased"):
         bad("estimator", f"{d.estimator!r} must be 'biased' or 'unbiased'")
     if not out:
-        from sde_core.evaluate import EvalSettings
-
         try:
             EvalSettings.from_mapping(dataclasses.asdict(d))
         except SDEError as exc:
