@@ -60,3 +60,7 @@ class StoreError(SDEError):
 
 class PlanError(SDEError):
     """An experiment plan file is invalid."""
+
+
+class EngineError(SDEError):
+    """A job graph is invalid, a job failed for good, or the cluster cannot be reached."""
