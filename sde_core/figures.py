@@ -1,0 +1,660 @@
+"""Plotly figures of an evaluation (UI-free: every builder is a pure function returning a Figure).
+
+Colours are the colour-blind-safe Okabe–Ito palette and mean the same thing in every chart:
+in-training references (S_IT, the IT panel, "in-training" verdicts) are blue, out-of-training
+references (S_OOT, the OOT panel, "out-of-training" verdicts) orange, target subsets of the
+forget set reddish purple, inconclusive verdicts grey.
+
+Builders:
+
+- :func:`hsic_histogram` — H(S_IT), H(S_OOT) and the targets' H on the common JSD bins (Fig. 2);
+- :func:`target_overlay` — the pooled target H of 2–4 models on common bins;
+- :func:`panel_figure` — subset scores of the reference panels and the targets with verdicts;
+- :func:`spread_figure` — subset score vs kernel spread (the spread control of SPEC §9);
+- :func:`comparison_bars` — one metric per model with error bars and the Retrain reference line;
+- :func:`sweep_figure` — a metric vs σ / layer / subset size / checkpoint (from
+  :func:`sde_core.sweeps.run_sweep`), with the σ rules marked.
+
+Export: :data:`PLOTLY_CONFIG` (client-side PNG download from the chart's camera button) and
+:func:`figure_to_image` (server-side PNG/SVG through kaleido and a system Chromium).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from .decision import histogram_edges
+from .errors import SDEError, SettingsError
+
+__all__ = [
+    "COLORS",
+    "METRICS",
+    "MODEL_COLORS",
+    "PLOTLY_CONFIG",
+    "ROLE_COLORS",
+    "VERDICT_COLORS",
+    "ExportError",
+    "MetricSpec",
+    "comparison_bars",
+    "figure_to_image",
+    "find_chromium",
+    "hsic_histogram",
+    "panel_figure",
+    "plotly_config",
+    "spread_figure",
+    "sweep_figure",
+    "target_overlay",
+]
+
+#: Okabe–Ito colours by meaning.
+COLORS: dict[str, str] = {
+    "it": "#0072B2",  # blue: in-training references and verdicts
+    "oot": "#E69F00",  # orange: out-of-training references and verdicts
+    "target": "#CC79A7",  # reddish purple: target subsets of the forget set
+    "inconclusive": "#999999",  # grey
+}
+#: Colours of the calibrated verdicts.
+VERDICT_COLORS: dict[str, str] = {
+    "in-training": COLORS["it"],
+    "out-of-training": COLORS["oot"],
+    "inconclusive": COLORS["inconclusive"],
+}
+#: Bar colours by model role.
+ROLE_COLORS: dict[str, str] = {
+    "original": "#D55E00",
+    "retrained": "#009E73",
+    "unlearned": "#56B4E9",
+    "random": "#999999",
+}
+#: Colours of several models (or several selected targets) in one chart.
+MODEL_COLORS: tuple[str, ...] = ("#009E73", "#D55E00", "#56B4E9", "#000000", "#CC79A7", "#F0E442")
+
+#: Fill patterns that tell several selected targets apart (all in the target colour).
+_TARGET_PATTERNS = ("", "/", "\\", "x", ".", "+")
+_H_AXIS = "split-half HSIC H(S, h) (unitless)"
+_TEMPLATE = "plotly_white"
+_IMAGE_FORMATS = ("png", "svg")
+_CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def plotly_config(filename: str = "sde-chart", fmt: str = "png") -> dict[str, Any]:
+    """The ``config`` of ``st.plotly_chart`` / ``fig.show``: the camera button downloads ``fmt``.
+
+    The download happens in the browser (plotly.js), so it needs no server-side Chromium.
+
+    Args:
+        filename: downloaded file name without extension.
+        fmt: ``"png"`` or ``"svg"``.
+    """
+    if fmt not in _IMAGE_FORMATS:
+        raise SettingsError(f"image format must be one of {_IMAGE_FORMATS}; got {fmt!r}")
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": fmt, "filename": filename, "scale": 2},
+    }
+
+
+#: Default chart config: PNG (at twice the screen resolution) from the camera button.
+PLOTLY_CONFIG: dict[str, Any] = plotly_config()
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """How a metric column of the ``models`` table is shown.
+
+    Attributes:
+        label: short name. axis: axis title with units. scale: display = value × scale.
+        lo, hi: columns of the interval bounds (error bars), or None.
+        bounds: the display range of the metric (for marker lines), or None when unbounded.
+        unit: suffix of displayed numbers (``"%"`` or ``""``).
+        valid: the boolean column that says whether the value is a valid verdict (the
+            reference check of the paper's metrics), or None.
+    """
+
+    label: str
+    axis: str
+    scale: float = 1.0
+    lo: str | None = None
+    hi: str | None = None
+    bounds: tuple[float, float] | None = None
+    unit: str = ""
+    valid: str | None = None
+
+    def fmt(self, value: float) -> str:
+        """A displayed value, e.g. ``"93%"`` or ``"0.97"``."""
+        if not np.isfinite(value):
+            return "n/a"
+        shown = value * self.scale
+        return f"{shown:.0f}%" if self.unit == "%" else f"{shown:.3g}"
+
+
+_RATE = (0.0, 100.0)
+#: Metric columns of the ``models`` / sweep tables that the charts know.
+METRICS: dict[str, MetricSpec] = {
+    "otr": MetricSpec(
+        "OTR",
+        "out-of-training rate (% of target subsets)",
+        100,
+        "otr_lo",
+        "otr_hi",
+        _RATE,
+        "%",
+        "references_valid",
+    ),
+    "calibrated_otr": MetricSpec(
+        "calibrated OTR",
+        "calibrated out-of-training rate (% of target subsets)",
+        100,
+        "calibrated_otr_lo",
+        "calibrated_otr_hi",
+        _RATE,
+        "%",
+    ),
+    "asr": MetricSpec(
+        "MIA ASR", "attack success rate (% of D_f predicted member)", 100, bounds=_RATE, unit="%"
+    ),
+    "acc_r": MetricSpec("Acc_r", "accuracy on retained data D_r (%)", bounds=_RATE, unit="%"),
+    "acc_f": MetricSpec("Acc_f", "accuracy on the forget set D_f (%)", bounds=_RATE, unit="%"),
+    "acc_te": MetricSpec("Acc_te", "accuracy on test data D_te (%)", bounds=_RATE, unit="%"),
+    "f1": MetricSpec(
+        "F1",
+        "controlled F1 (0–1, in-training positive)",
+        bounds=(0.0, 1.0),
+        valid="references_valid",
+    ),
+    "calibrated_f1": MetricSpec(
+        "calibrated F1", "calibrated controlled F1 (0–1)", bounds=(0, 1), valid="panel_valid"
+    ),
+    "dependence_score": MetricSpec(
+        "dependence score",
+        "dependence score (0 = unseen level, 1 = training level)",
+        valid="references_valid",
+    ),
+}
+
+
+class ExportError(SDEError):
+    """A figure cannot be rendered to an image file on the server."""
+
+
+def _metric(metric: str) -> MetricSpec:
+    if metric not in METRICS:
+        raise SettingsError(f"unknown metric {metric!r}; choose one of {sorted(METRICS)}")
+    return METRICS[metric]
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, **extra: Any) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "y": 0.97, "yanchor": "top"},
+        xaxis_title=x,
+        yaxis_title=y,
+        template=_TEMPLATE,
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        margin={"t": 120},
+        **extra,
+    )
+    return fig
+
+
+def _model_arrays(result: Any, model: str) -> dict[str, np.ndarray]:
+    arrays = result.model_arrays(model)
+    if not arrays:
+        names = result.models["name"].tolist() if len(result.models) else []
+        raise SettingsError(f"the result has no model {model!r}; models: {names}")
+    return arrays
+
+
+def _model_row(result: Any, model: str) -> pd.Series:
+    rows = result.models[result.models["name"] == model]
+    if rows.empty:
+        raise SettingsError(
+            f"the result has no model {model!r}; models: {result.models['name'].tolist()}"
+        )
+    return rows.iloc[0]
+
+
+def _hist(
+    x: np.ndarray, name: str, color: str, edges: np.ndarray, what: str, pattern: str = ""
+) -> go.Histogram:
+    size = float(edges[1] - edges[0])
+    return go.Histogram(
+        x=x,
+        name=name,
+        marker={"color": color, "pattern": {"shape": pattern}},
+        opacity=0.6,
+        histnorm="probability",
+        # The end is nudged past the last edge so the maximum falls in the last bin.
+        xbins={"start": float(edges[0]), "end": float(edges[-1]) + 1e-9 * size, "size": size},
+        hovertemplate=f"H in %{{x}}<br>%{{y:.1%}} of {what}<extra>{name}</extra>",
+    )
+
+
+def hsic_histogram(
+    result: Any,
+    model: str,
+    targets: str | Sequence[int] | None = "pooled",
+    *,
+    bins: int | None = None,
+) -> go.Figure:
+    """Overlaid histograms of H(S_IT), H(S_OOT) and target H for one model (paper Fig. 2).
+
+    Bins are common to every trace and span min..max of everything shown, as the JSD decision's
+    bins do (with one target selected they are exactly that decision's bins).
+
+    Args:
+        result: an :class:`~sde_core.evaluate.EvaluationResult`.
+        model: model name.
+        targets: ``"pooled"`` (every split of all T targets in one trace), indices of targets to
+            show one trace each (at most 6, told apart by fill patterns), or None (references
+            only).
+        bins: number of bins (default the evaluation's ``bins``).
+
+    Returns:
+        A Figure with traces ``S_IT`` (the ``(K,)`` H values), ``S_OOT`` and the target traces;
+        y is the share of splits in each bin.
+    """
+    arrays = _model_arrays(result, model)
+    it_h, oot_h, targets_h = arrays["it_h"], arrays["oot_h"], arrays["targets_h"]
+    if targets is None:
+        shown: list[tuple[str, np.ndarray]] = []
+    elif isinstance(targets, str):
+        if targets != "pooled":
+            raise SettingsError(f"targets must be 'pooled', indices or None; got {targets!r}")
+        shown = [(f"targets (T = {len(targets_h)}, pooled)", targets_h.ravel())]
+    else:
+        idx = [int(i) for i in targets]
+        bad = [i for i in idx if not 0 <= i < len(targets_h)]
+        if bad or not idx or len(idx) > len(_TARGET_PATTERNS):
+            raise SettingsError(
+                f"choose 1–{len(_TARGET_PATTERNS)} target indices in "
+                f"0..{len(targets_h) - 1}; got {idx}"
+            )
+        shown = [(f"target {i}", targets_h[i]) for i in idx]
+    nb = int(bins if bins is not None else result.settings.bins)
+    edges = histogram_edges(it_h, oot_h, *(h for _, h in shown), bins=nb)
+    fig = go.Figure()
+    fig.add_trace(_hist(it_h, "S_IT (retained data)", COLORS["it"], edges, "splits"))
+    fig.add_trace(_hist(oot_h, "S_OOT (test data)", COLORS["oot"], edges, "splits"))
+    for (name, h), pattern in zip(shown, _TARGET_PATTERNS, strict=False):
+        fig.add_trace(_hist(h, name, COLORS["target"], edges, "splits", pattern))
+    row = _model_row(result, model)
+    title = f"{model}: split-half HSIC of references and targets (σ = {row['sigma']:.3g})"
+    return _layout(fig, title, _H_AXIS, "share of splits", barmode="overlay")
+
+
+def target_overlay(result: Any, models: Sequence[str], *, bins: int | None = None) -> go.Figure:
+    """The pooled target H of 2–4 models on common bins.
+
+    Args:
+        result: an :class:`~sde_core.evaluate.EvaluationResult` holding every model.
+        models: 2 to 4 model names.
+        bins: number of bins (default the evaluation's ``bins``).
+
+    Returns:
+        A Figure with one histogram trace per model (its ``(T·K,)`` pooled target H).
+    """
+    names = list(models)
+    if not 2 <= len(names) <= 4:
+        raise SettingsError(f"overlay 2 to 4 models; got {len(names)}")
+    series = [_model_arrays(result, m)["targets_h"].ravel() for m in names]
+    edges = histogram_edges(*series, bins=int(bins if bins is not None else result.settings.bins))
+    fig = go.Figure()
+    for name, h, color in zip(names, series, MODEL_COLORS, strict=False):
+        fig.add_trace(_hist(h, name, color, edges, "target splits"))
+    return _layout(
+        fig,
+        "Target subsets of the forget set under several models",
+        _H_AXIS,
+        "share of target splits",
+        barmode="overlay",
+    )
+
+
+def _jitter(n: int) -> np.ndarray:
+    """Deterministic vertical offsets (in [-0.3, 0.3]) that spread points of one row."""
+    return ((np.arange(n) % 7) - 3) * 0.1
+
+
+def panel_figure(result: Any, model: str) -> go.Figure:
+    """Subset scores of the IT panel, the OOT panel and the targets on one axis (SPEC §9).
+
+    Each point is one subset's score s(S) (mean H over its splits). Targets are coloured by their
+    calibrated verdict (blue in-training, orange out-of-training, grey inconclusive).
+
+    Returns:
+        A Figure with traces ``IT panel``, ``OOT panel`` and one per verdict present among the
+        targets; rows are at y = 2 (IT), 1 (OOT) and 0 (targets).
+    """
+    row = _model_row(result, model)
+    sub = result.subsets[result.subsets["model"] == model]
+    fig = go.Figure()
+    for y, kind, name, color in (
+        (2, "it_panel", "IT panel (retained data)", COLORS["it"]),
+        (1, "oot_panel", "OOT panel (test data)", COLORS["oot"]),
+    ):
+        part = sub[sub["kind"] == kind]
+        fig.add_trace(
+            go.Scatter(
+                x=part["score"],
+                y=y + _jitter(len(part)),
+                mode="markers",
+                name=name,
+                marker={"color": color, "size": 9, "symbol": "circle"},
+                customdata=part[["index"]].to_numpy(),
+                hovertemplate="panel subset %{customdata[0]}<br>score s(S) = %{x:.4g}"
+                f"<extra>{name}</extra>",
+            )
+        )
+    targets = sub[sub["kind"] == "target"]
+    jitter = pd.Series(_jitter(len(targets)), index=targets.index)
+    for verdict, color in VERDICT_COLORS.items():
+        part = targets[targets["verdict"] == verdict]
+        if part.empty:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=part["score"],
+                y=jitter[part.index],
+                mode="markers",
+                name=f"targets: {verdict} ({len(part)})",
+                marker={"color": color, "size": 9, "symbol": "diamond", "line": {"width": 0.5}},
+                customdata=part[["index", "p_in", "p_out"]].to_numpy(),
+                hovertemplate="target %{customdata[0]}<br>score s(S) = %{x:.4g}<br>"
+                "p_in = %{customdata[1]:.3f}, p_out = %{customdata[2]:.3f}"
+                f"<br>verdict: {verdict}<extra></extra>",
+            )
+        )
+    validity = "valid" if bool(row["panel_valid"]) else "INVALID: every verdict is inconclusive"
+    fig.update_yaxes(
+        tickvals=[0, 1, 2], ticktext=["targets (D_f)", "OOT panel", "IT panel"], range=[-0.6, 2.6]
+    )
+    return _layout(
+        fig,
+        f"{model}: calibrated evidence (panels {validity}, p = {row['panel_p']:.2g})",
+        "subset score s(S) = mean split-half HSIC (unitless)",
+        "",
+    )
+
+
+def spread_figure(result: Any, model: str) -> go.Figure:
+    """Subset score vs kernel spread, the spread control of SPEC §9.
+
+    ``spread(S) = (1 − mean off-diagonal kernel value)² / (n/2)`` needs no pairing; when the
+    points lie on one line the score is driven by how spread out the activations are, not by a
+    dependence between the halves.
+
+    Returns:
+        A Figure with traces ``IT panel``, ``OOT panel`` and ``targets`` (x = spread, y = score).
+    """
+    row = _model_row(result, model)
+    sub = result.subsets[result.subsets["model"] == model]
+    fig = go.Figure()
+    for kind, name, color in (
+        ("it_panel", "IT panel (retained data)", COLORS["it"]),
+        ("oot_panel", "OOT panel (test data)", COLORS["oot"]),
+        ("target", "targets (D_f)", COLORS["target"]),
+    ):
+        part = sub[sub["kind"] == kind]
+        fig.add_trace(
+            go.Scatter(
+                x=part["spread"],
+                y=part["score"],
+                mode="markers",
+                name=name,
+                marker={"color": color, "size": 8},
+                customdata=part[["index"]].to_numpy(),
+                hovertemplate="subset %{customdata[0]}<br>spread = %{x:.4g}<br>"
+                f"score = %{{y:.4g}}<extra>{name}</extra>",
+            )
+        )
+    return _layout(
+        fig,
+        f"{model}: score vs spread (correlation r = {row['score_spread_corr']:.2f})",
+        "kernel spread (1 − mean kernel)² / (n/2) (unitless)",
+        "subset score s(S) (unitless)",
+    )
+
+
+def _reference_value(models: pd.DataFrame, column: str, role: str) -> tuple[str, float] | None:
+    ref = models[models["role"] == role]
+    if ref.empty:
+        return None
+    value = float(ref.iloc[0][column])
+    return (str(ref.iloc[0]["name"]), value) if np.isfinite(value) else None
+
+
+def _validity(table: pd.DataFrame, spec: MetricSpec) -> list[bool]:
+    """Per row, whether the metric is a valid verdict (always True without a validity column)."""
+    if spec.valid is None or spec.valid not in table:
+        return [True] * len(table)
+    return [bool(v) for v in table[spec.valid]]
+
+
+def comparison_bars(
+    models: pd.DataFrame, metric: str = "otr", *, reference_role: str = "retrained"
+) -> go.Figure:
+    """One bar per model for ``metric``, with interval error bars and a reference line.
+
+    Args:
+        models: the ``models`` table of an evaluation (``name``, ``role`` and the metric columns).
+        metric: a key of :data:`METRICS` (``"otr"`` and ``"calibrated_otr"`` get 95% Wilson
+            intervals as error bars).
+        reference_role: the role whose value is drawn as a dashed horizontal line (the first
+            such model; none when absent or NaN).
+
+    Returns:
+        A Figure with one Bar trace (y = value × scale, NaN bars missing; bars of models whose
+        references are invalid are hatched and labelled, as their verdicts are inconclusive)
+        and, with a reference, one horizontal line shape at the reference model's value.
+    """
+    spec = _metric(metric)
+    if metric not in models.columns:
+        raise SettingsError(f"the table has no column {metric!r}")
+    values = models[metric].astype(float).to_numpy() * spec.scale
+    valid = _validity(models, spec)
+    bar: dict[str, Any] = {}
+    if spec.lo and spec.hi:
+        lo = models[spec.lo].astype(float).to_numpy() * spec.scale
+        hi = models[spec.hi].astype(float).to_numpy() * spec.scale
+        finite = np.isfinite(values)
+        bar["error_y"] = {
+            "type": "data",
+            "symmetric": False,
+            "array": np.where(finite, hi - values, np.nan),
+            "arrayminus": np.where(finite, values - lo, np.nan),
+            "color": "#444444",
+        }
+        bar["customdata"] = np.c_[lo, hi]
+        extra = "<br>95% CI %{customdata[0]:.0f}–%{customdata[1]:.0f}" + spec.unit
+    else:
+        extra = ""
+    fig = go.Figure(
+        go.Bar(
+            x=models["name"],
+            y=values,
+            marker={
+                "color": [ROLE_COLORS.get(r, COLORS["inconclusive"]) for r in models["role"]],
+                "pattern": {"shape": ["" if ok else "/" for ok in valid]},
+            },
+            text=[
+                spec.fmt(v) + ("" if ok else " (invalid refs)")
+                for v, ok in zip(models[metric].astype(float), valid, strict=True)
+            ],
+            textposition="outside",
+            hovertemplate=f"%{{x}}<br>{spec.label} = %{{y:.3g}}{spec.unit}{extra}<extra></extra>",
+            name=spec.label,
+            **bar,
+        )
+    )
+    ref = _reference_value(models, metric, reference_role)
+    if ref is not None:
+        name, value = ref
+        fig.add_hline(
+            y=value * spec.scale,
+            line_dash="dash",
+            line_color=ROLE_COLORS.get(reference_role, "#000000"),
+            annotation_text=f"{name} ({reference_role}): {spec.fmt(value)}",
+            annotation_position="top left",
+        )
+    if spec.bounds is not None:
+        fig.update_yaxes(range=[spec.bounds[0], spec.bounds[1] * 1.12])
+    return _layout(fig, f"{spec.label} per model", "model", spec.axis, showlegend=False)
+
+
+_RULE_LABELS = {"sqrt_dim": "√d", "median": "median"}
+_SWEEP_AXES = {
+    "sigma": "kernel bandwidth σ (activation units)",
+    "layer": "layer",
+    "subset_size": "subset size n (samples)",
+    "checkpoint": "checkpoint (% of training)",
+}
+
+
+def sweep_figure(
+    sweep: pd.DataFrame, metric: str = "otr", *, markers: Mapping[str, float] | None = None
+) -> go.Figure:
+    """A metric against the swept parameter, one line per model.
+
+    Args:
+        sweep: the table of :func:`sde_core.sweeps.run_sweep` (one ``param`` only).
+        metric: a key of :data:`METRICS` that is a column of ``sweep``.
+        markers: ``{rule name: σ}`` vertical marker lines (e.g. from
+            :func:`sde_core.sweeps.sigma_markers`); only for σ sweeps.
+
+    Returns:
+        A Figure with one line per model (x = numeric σ for σ sweeps, the layer name, n, or the
+        checkpoint in % of training; open markers where the references are invalid) and one
+        vertical dotted line trace per marker, named ``"<rule> rule: σ = …"`` (e.g.
+        ``"√d rule: σ = 6.32"``). σ axes are logarithmic when the values span ≥ 10×.
+    """
+    spec = _metric(metric)
+    params = sweep["param"].unique().tolist()
+    if len(params) != 1 or params[0] not in _SWEEP_AXES:
+        raise SettingsError(f"sweep_figure needs the rows of one sweep; got params {params}")
+    param = params[0]
+    if markers and param != "sigma":
+        raise SettingsError("σ markers belong on a σ sweep")
+    if param == "sigma":
+        x_col = sweep["sigma"].astype(float)
+    elif param == "checkpoint":
+        x_col = sweep["value"].astype(float) * 100
+    else:
+        x_col = sweep["value"]
+    fig = go.Figure()
+    for i, (model, part) in enumerate(sweep.groupby("model", sort=False)):
+        order = np.argsort(x_col[part.index].to_numpy()) if param != "layer" else None
+        rows = part if order is None else part.iloc[order]
+        x = x_col[rows.index]
+        y = rows[metric].astype(float).to_numpy() * spec.scale
+        trace: dict[str, Any] = {}
+        if spec.lo and spec.hi and spec.lo in rows:
+            trace["error_y"] = {
+                "type": "data",
+                "symmetric": False,
+                "array": rows[spec.hi].astype(float).to_numpy() * spec.scale - y,
+                "arrayminus": y - rows[spec.lo].astype(float).to_numpy() * spec.scale,
+            }
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=y,
+                mode="lines+markers",
+                name=str(model),
+                line={"color": MODEL_COLORS[i % len(MODEL_COLORS)]},
+                marker={
+                    "symbol": ["circle" if ok else "circle-open" for ok in _validity(rows, spec)],
+                    "size": 9,
+                },
+                customdata=rows[["references_valid"]].to_numpy(),
+                hovertemplate=f"{model}<br>{param} = %{{x}}<br>{spec.label} = %{{y:.3g}}"
+                f"{spec.unit}<br>references valid: %{{customdata[0]}}<extra></extra>",
+                **trace,
+            )
+        )
+    all_y = sweep[metric].astype(float).to_numpy() * spec.scale
+    finite = all_y[np.isfinite(all_y)]
+    if spec.bounds is not None:
+        y_span = spec.bounds
+    elif finite.size:
+        y_span = (float(finite.min()), float(finite.max()))
+    else:
+        y_span = (0.0, 1.0)
+    for (rule, sigma), dash in zip(
+        (markers or {}).items(), ("dot", "dashdot", "dash"), strict=False
+    ):
+        label = _RULE_LABELS.get(rule, rule)
+        fig.add_trace(
+            go.Scatter(
+                x=[float(sigma), float(sigma)],
+                y=list(y_span),
+                mode="lines",
+                name=f"{label} rule: σ = {float(sigma):.3g}",
+                line={"color": "#000000", "dash": dash, "width": 1.5},
+                hovertemplate=f"{label} rule: σ = {float(sigma):.4g}<extra></extra>",
+            )
+        )
+    if param == "sigma":
+        xs = np.r_[x_col.to_numpy(dtype=float), [float(s) for s in (markers or {}).values()]]
+        if xs.size and xs.min() > 0 and xs.max() / xs.min() >= 10:
+            fig.update_xaxes(type="log")
+    elif param == "layer":
+        fig.update_xaxes(type="category")
+    return _layout(fig, f"{spec.label} vs {_SWEEP_AXES[param]}", _SWEEP_AXES[param], spec.axis)
+
+
+def _kaleido_installed() -> bool:
+    return importlib.util.find_spec("kaleido") is not None
+
+
+def find_chromium() -> str | None:
+    """Path of a Chromium/Chrome executable (``$BROWSER_PATH`` first), or None."""
+    configured = os.environ.get("BROWSER_PATH")
+    if configured and os.path.isfile(configured):
+        return configured
+    for name in _CHROMIUM_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def figure_to_image(fig: go.Figure, fmt: str = "png", *, scale: float = 2.0) -> bytes:
+    """Render ``fig`` to PNG or SVG bytes on the server, offline.
+
+    Uses kaleido (≥ 1.0) with a system Chromium (Debian: ``apt-get install chromium``); nothing is
+    downloaded. Without them, use the chart's camera button, which exports PNG in the browser.
+
+    Args:
+        fig: the figure.
+        fmt: ``"png"`` or ``"svg"``.
+        scale: pixel-density factor of a PNG (2 = twice the layout size).
+
+    Raises:
+        ExportError: kaleido or Chromium is missing, or rendering failed.
+    """
+    if fmt not in _IMAGE_FORMATS:
+        raise SettingsError(f"image format must be one of {_IMAGE_FORMATS}; got {fmt!r}")
+    hint = "or use the chart's camera button, which downloads a PNG in the browser"
+    if not _kaleido_installed():
+        raise ExportError(
+            f"{fmt.upper()} export on the server needs the kaleido package and Chromium "
+            f"(pip install kaleido; apt-get install chromium); {hint}"
+        )
+    if find_chromium() is None:
+        raise ExportError(
+            f"{fmt.upper()} export on the server needs Chromium (apt-get install chromium, or "
+            f"set BROWSER_PATH); {hint}"
+        )
+    try:
+        return fig.to_image(format=fmt, scale=scale)
+    except Exception as exc:  # kaleido/Chromium failures come as many types
+        raise ExportError(f"{fmt.upper()} export failed ({exc}); {hint}") from exc

@@ -1,0 +1,283 @@
+"""Parameter sweeps: a metric as a function of σ, the layer, the subset size or the checkpoint.
+
+Every point of a sweep is one :func:`sde_core.evaluate.evaluate_workspace` call, so with a
+:class:`~sde_core.store.ResultsStore` each finished (point, model) is stored as it completes:
+repeating a sweep reads it back without recomputation, and an interrupted sweep resumes where it
+stopped. Activations come from the on-disk activation cache, so a σ or subset-size sweep extracts
+each layer once.
+
+A checkpoint sweep evaluates a model's intermediate checkpoints (``checkpoints`` of its workspace
+entry; 1.0 is the final checkpoint and 0.0 the initial weights when the entry has them) through
+an in-memory copy of the workspace whose entry points at that checkpoint; the workspace hash
+covers the checkpoint file's SHA-256, so each checkpoint's results are stored separately.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .errors import SettingsError
+from .evaluate import EvalSettings, Progress, draw_subsets, evaluate_workspace
+from .hsic import resolve_sigma
+from .workspace import ModelEntry, Workspace, load_workspace
+
+__all__ = [
+    "SWEEP_COLUMNS",
+    "SWEEP_PARAMS",
+    "SweepPoint",
+    "available_fractions",
+    "checkpoint_workspace",
+    "run_sweep",
+    "sigma_markers",
+    "sweep_points",
+]
+
+#: Parameters a sweep can vary.
+SWEEP_PARAMS = ("sigma", "layer", "subset_size", "checkpoint")
+
+#: Columns of :func:`run_sweep`'s table, in order.
+SWEEP_COLUMNS = (
+    "param",
+    "value",
+    "model",
+    "role",
+    "f1",
+    "otr",
+    "otr_lo",
+    "otr_hi",
+    "calibrated_otr",
+    "calibrated_otr_lo",
+    "calibrated_otr_hi",
+    "references_valid",
+    "reference_p",
+    "panel_valid",
+    "sigma",
+    "dependence_score",
+    "from_store",
+)
+
+_FRACTION_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: what :func:`evaluate_workspace` is called with.
+
+    Attributes:
+        param, value: the swept parameter and its value at this point.
+        workspace: the workspace to evaluate (a derived copy for checkpoint sweeps).
+        settings: the evaluation settings of this point.
+        models: names of the models to evaluate (None: all).
+    """
+
+    param: str
+    value: Any
+    workspace: Workspace
+    settings: EvalSettings
+    models: tuple[str, ...] | None
+
+
+def _workspace(workspace: Workspace | str | Path) -> Workspace:
+    return workspace if isinstance(workspace, Workspace) else load_workspace(workspace)
+
+
+def available_fractions(entry: ModelEntry) -> list[float]:
+    """The checkpoint fractions of a model entry, sorted: its ``checkpoints``, 1.0 (the final
+    checkpoint) and 0.0 when it records its initial weights."""
+    fractions = {float(ref.fraction) for ref in entry.checkpoints} | {1.0}
+    if entry.init_checkpoint:
+        fractions.add(0.0)
+    return sorted(fractions)
+
+
+def _checkpoint_path(entry: ModelEntry, fraction: float) -> str:
+    if math.isclose(fraction, 1.0, abs_tol=_FRACTION_TOL):
+        return entry.checkpoint
+    if entry.init_checkpoint and math.isclose(fraction, 0.0, abs_tol=_FRACTION_TOL):
+        return entry.init_checkpoint
+    for ref in entry.checkpoints:
+        if math.isclose(ref.fraction, fraction, abs_tol=_FRACTION_TOL):
+            return ref.path
+    raise SettingsError(
+        f"model {entry.name!r} has no checkpoint at fraction {fraction:g} of training; "
+        f"available fractions: {', '.join(f'{f:g}' for f in available_fractions(entry))}"
+    )
+
+
+def checkpoint_workspace(ws: Workspace, fraction: float, models: Sequence[str]) -> Workspace:
+    """An in-memory copy of ``ws`` whose ``models`` entries point at their checkpoint at
+    ``fraction`` of training (the other entries are unchanged).
+
+    Raises:
+        SettingsError: a named model has no checkpoint at ``fraction`` (the message lists the
+            available fractions).
+        WorkspaceError: a named model does not exist.
+    """
+    wanted = {ws.model(name).name for name in models}
+    entries = [
+        dataclasses.replace(e, checkpoint=_checkpoint_path(e, fraction), sha256=None)
+        if e.name in wanted
+        else e
+        for e in ws.models
+    ]
+    return dataclasses.replace(ws, models=entries)
+
+
+def sweep_points(
+    workspace: Workspace | str | Path,
+    base_settings: EvalSettings,
+    param: str,
+    values: Sequence[Any],
+    models: Sequence[str] | None = None,
+) -> list[SweepPoint]:
+    """Validate a sweep and list its points (nothing is evaluated).
+
+    Args:
+        workspace: a workspace or its folder.
+        base_settings: settings shared by every point.
+        param: one of :data:`SWEEP_PARAMS`.
+        values: σ values (``"sqrt_dim"``, ``"median"`` or positive numbers), layer names, subset
+            sizes, or checkpoint fractions in [0, 1].
+        models: models to evaluate (default all; for checkpoint sweeps the original model).
+
+    Raises:
+        SettingsError: unknown parameter, no or repeated values, an invalid value, or a missing
+            checkpoint.
+    """
+    if param not in SWEEP_PARAMS:
+        raise SettingsError(f"cannot sweep {param!r}; choose one of {list(SWEEP_PARAMS)}")
+    vals = list(values)
+    if not vals:
+        raise SettingsError(f"give at least one value of {param} to sweep")
+    if len({repr(v) for v in vals}) != len(vals):
+        raise SettingsError(f"the {param} values {vals} repeat a value")
+    ws = _workspace(workspace)
+    names = tuple(models) if models is not None else None
+    points = []
+    for value in vals:
+        if param == "checkpoint":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise SettingsError(f"checkpoint values are fractions of training; got {value!r}")
+            chosen = names if names is not None else (ws.original().name,)
+            points.append(
+                SweepPoint(
+                    param,
+                    float(value),
+                    checkpoint_workspace(ws, float(value), chosen),
+                    base_settings,
+                    chosen,
+                )
+            )
+        else:
+            settings = dataclasses.replace(base_settings, **{param: value})
+            points.append(SweepPoint(param, value, ws, settings, names))
+    return points
+
+
+def run_sweep(
+    workspace: Workspace | str | Path,
+    base_settings: EvalSettings,
+    param: str,
+    values: Sequence[Any],
+    *,
+    models: Sequence[str] | None = None,
+    store: Any = None,
+    cache_dir: str | Path | None = None,
+    progress: Progress | None = None,
+) -> pd.DataFrame:
+    """Evaluate the workspace at every value of ``param`` and return tidy rows.
+
+    Args:
+        workspace: a :class:`~sde_core.workspace.Workspace` or its folder.
+        base_settings: the settings every point starts from.
+        param: ``"sigma"``, ``"layer"``, ``"subset_size"`` or ``"checkpoint"``.
+        values: the values, evaluated in the given order (see :func:`sweep_points`).
+        models: models to evaluate (default all; a checkpoint sweep defaults to the original).
+        store: a :class:`~sde_core.store.ResultsStore`: stored (point, model) results are read
+            back, new ones written as they finish (an interrupted sweep resumes).
+        cache_dir: activation cache folder (default the workspace's).
+        progress: ``progress(stage, done, total)``; stage ``"sweep"`` counts points, the
+            evaluation's own stages are prefixed with ``"<param> = <value>: "``.
+
+    Returns:
+        One row per (value, model) with the columns :data:`SWEEP_COLUMNS`: the metrics of the
+        ``models`` table, ``sigma`` the numeric σ used, and ``from_store`` whether the row was
+        read back from the store.
+
+    Raises:
+        SettingsError, WorkspaceError, DataError, CheckpointError, ActivationError.
+    """
+    points = sweep_points(workspace, base_settings, param, values, models)
+    rows: list[dict[str, Any]] = []
+    for i, point in enumerate(points):
+        if progress:
+            progress("sweep", i, len(points))
+
+        def stage(name: str, done: int, total: int, point: SweepPoint = point) -> None:
+            if progress:
+                progress(f"{point.param} = {point.value}: {name}", done, total)
+
+        result = evaluate_workspace(
+            point.workspace,
+            point.settings,
+            models=point.models,
+            store=store,
+            cache_dir=cache_dir,
+            progress=stage,
+        )
+        cached = set(result.cached_models)
+        for row in result.models.to_dict("records"):
+            rows.append(
+                {
+                    "param": param,
+                    "value": point.value,
+                    "model": row["name"],
+                    **{c: row[c] for c in SWEEP_COLUMNS[3:-1]},
+                    "from_store": row["name"] in cached,
+                }
+            )
+    if progress:
+        progress("sweep", len(points), len(points))
+    return pd.DataFrame(rows, columns=list(SWEEP_COLUMNS))
+
+
+def sigma_markers(
+    workspace: Workspace | str | Path,
+    settings: EvalSettings,
+    model: str,
+    *,
+    cache_dir: str | Path | None = None,
+) -> dict[str, float]:
+    """The numeric σ of the ``sqrt_dim`` and ``median`` rules for ``model`` at ``settings.layer``.
+
+    Computed exactly as the evaluation does (on the pooled S_IT and S_OOT activations drawn with
+    ``settings.seed`` and ``settings.subset_size``), from the activation cache (extracting the
+    layer once when it is not cached).
+
+    Returns:
+        ``{"sqrt_dim": √d, "median": median pairwise distance}`` in activation units.
+    """
+    from .activations import ActivationCache
+    from .data import load_dataset, load_index_file
+    from .evaluate import _model_inputs
+
+    ws = _workspace(workspace)
+    entry = ws.model(model)
+    bundle = load_dataset(ws.dataset_spec())
+    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
+    plan = draw_subsets(len(bundle.train), len(bundle.test), forget, settings)
+    cache = ActivationCache(cache_dir or ws.root / ".sde-cache" / "activations")
+    inputs = _model_inputs(entry, ws, bundle, settings, cache, None)
+    pooled = np.concatenate([inputs.train_acts[plan.it_ref[0]], inputs.test_acts[plan.oot_ref[0]]])
+    return {
+        "sqrt_dim": resolve_sigma("sqrt_dim", pooled),
+        "median": resolve_sigma("median", pooled, seed=settings.seed),
+    }

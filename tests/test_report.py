@@ -1,0 +1,214 @@
+"""Verdict sentences, the self-contained HTML report and the export tables."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from html.parser import HTMLParser
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_figures import synthetic_result
+
+from sde_core import __version__
+from sde_core.decision import wilson_interval
+from sde_core.errors import SettingsError
+from sde_core.report import (
+    CAVEATS,
+    build_html_report,
+    comparison_table,
+    null_calibration_text,
+    tables_for_export,
+    tables_to_zip,
+    to_csv_bytes,
+    to_json_bytes,
+    verdict_label,
+    verdict_sentence,
+    verdict_table,
+)
+
+
+def row(name: str, role: str, k_out: int, t: int = 100, valid: bool = True, **extra) -> dict:
+    """A ``models`` row with OTR = k_out / t and its Wilson interval."""
+    lo, hi = wilson_interval(k_out, t)
+    values = {
+        "name": name,
+        "role": role,
+        "method": "",
+        "references_valid": valid,
+        "reference_p": 1e-6 if valid else 0.3,
+        "otr": k_out / t,
+        "otr_lo": lo,
+        "otr_hi": hi,
+        "panel_valid": True,
+        "panel_p": 1e-4,
+        "calibrated_otr": k_out / t,
+        "n_in_training": t - k_out,
+        "n_out_of_training": k_out,
+        "n_inconclusive": 0,
+    }
+    return values | extra
+
+
+RETRAIN = row("retrain", "retrained", 92)
+
+
+def test_remembered_sentence_has_the_numbers():
+    text = verdict_sentence(row("original", "original", 3), 100, RETRAIN)
+    assert text.startswith(
+        "Subsets of the forget set still look like training data in 97 of 100 draws "
+        "(OTR 3%, 95% CI 1–8%): the model has NOT forgotten them."
+    )
+    assert "97 training-like" in text and "calibrated OTR 3%" in text
+    assert "retrain (the gold standard) has OTR 92% (95% CI 85–96%)" in text
+    assert "clearly lower" in text
+    assert verdict_label(row("original", "original", 3)) == "not forgotten"
+
+
+def test_forgotten_sentence_compares_with_retrain():
+    text = verdict_sentence(row("salun", "unlearned", 91), 100, RETRAIN)
+    assert text.startswith(
+        "Subsets of the forget set look like unseen data in 91 of 100 draws "
+        "(OTR 91%, 95% CI 84–95%): consistent with forgetting."
+    )
+    assert "within the uncertainty" in text
+    assert verdict_label(row("salun", "unlearned", 91)) == "consistent with forgetting"
+
+
+def test_inconclusive_sentence_says_what_to_try():
+    text = verdict_sentence(row("ft", "unlearned", 40, valid=False), 100, RETRAIN)
+    assert text.startswith("References invalid (p = 0.3): ")
+    assert "inconclusive — try another layer, σ, a larger n or more splits" in text
+    assert "OTR" not in text.split(".")[0]
+
+
+def test_missing_retrain_and_mixed_evidence():
+    text = verdict_sentence(row("rl", "unlearned", 10, t=20), 20)
+    assert "10 of 20 draws and like training data in 10" in text and "mixed" in text
+    assert "no retrained model to compare with" in text
+    assert verdict_label(row("rl", "unlearned", 10, t=20)) == "mixed"
+
+
+def test_calibrated_part_flags_disagreement_and_invalid_panels():
+    disagree = row("ga", "unlearned", 5, n_in_training=10, n_out_of_training=60, n_inconclusive=30)
+    assert "The two tests disagree" in verdict_sentence(disagree, 100, RETRAIN)
+    invalid = row("ga", "unlearned", 95, panel_valid=False, panel_p=0.4)
+    text = verdict_sentence(invalid, 100, RETRAIN)
+    assert "do not separate training from unseen data (p = 0.4)" in text
+
+
+def test_role_specific_sentences():
+    assert "gold standard the other models" in verdict_sentence(RETRAIN, 100, RETRAIN)
+    assert "negative control" in verdict_sentence(row("rand", "random", 50), 100, RETRAIN)
+    with pytest.raises(SettingsError):
+        verdict_sentence(RETRAIN, 0)
+
+
+def test_caveats_cover_spec_section_9():
+    text = " ".join(CAVEATS.values()).lower()
+    for needle in ("split", "false", "spread", "softmax", "penultimate", "randomly initialised"):
+        assert needle in text
+
+
+@pytest.fixture(scope="module")
+def result():
+    return synthetic_result()
+
+
+class _Collector(HTMLParser):
+    """Collects tags, external references and text of an HTML document."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.refs: list[str] = []
+        self.scripts = 0
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.scripts += tag == "script"
+        self.refs += [v for k, v in attrs if k in ("src", "href") and v]
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_html_report_is_self_contained_and_complete(result):
+    doc = build_html_report(result, "tiny <ws>", notes="Seen on <b>Monday</b>.\n\nSecond.")
+    parser = _Collector()
+    parser.feed(doc)
+    parser.close()
+    text = " ".join(parser.text)
+    assert not [r for r in parser.refs if r.startswith(("http://", "https://", "//"))]
+    assert "plotly.js v" in doc and len(doc) > 3_000_000  # the library itself is inlined
+    assert doc.count("plotly.js v") == 1  # ...once
+    assert parser.tags.count("h1") == 1 and "SDE report: tiny <ws>" in text
+    for name in result.models["name"]:
+        assert name in text
+    for key, value in result.settings.result_key().items():
+        assert key in text and str(value) in text
+    for title in CAVEATS:
+        assert title in text
+    assert f"sde_core {__version__}" in text and "UTC" in text
+    assert "Null calibration" in text and "Seen on <b>Monday</b>." in text  # escaped, shown
+    assert "<b>Monday" not in doc
+    assert "NOT forgotten" in text and "consistent with forgetting" in text
+    assert parser.scripts >= 4  # plotly.js + one per default chart
+
+
+def test_html_report_with_given_figures(result):
+    doc = build_html_report(result, "ws", figures=[], notes=None)
+    assert "No charts." in doc and "plotly.js v" not in doc
+
+
+def test_verdict_and_comparison_tables(result):
+    verdicts = verdict_table(result).set_index("name")
+    assert verdicts.loc["original", "verdict"] == "not forgotten"
+    assert verdicts.loc["retrain", "verdict"] == "consistent with forgetting"
+    assert "20 of 20 draws" in verdicts.loc["original", "explanation"]
+    table = comparison_table(result.models).set_index("model")
+    assert table.loc["original", "OTR (95% CI)"] == "0% (0–16%)"
+    assert table.loc["rand", "calibrated OTR (95% CI)"] == "n/a (panels invalid)"
+    assert "6 pairs" in null_calibration_text(result)
+
+
+def _cell(value: object) -> str:
+    return "" if value is None or value == "" or pd.isna(value) else str(value)
+
+
+def test_export_tables_round_trip_through_csv_and_json(result):
+    tables = tables_for_export(result, include_h=True)
+    assert set(tables) == {"models", "subsets", "verdicts", "settings", "h_values"}
+    for name, df in tables.items():
+        back = pd.read_csv(io.BytesIO(to_csv_bytes(df)))
+        assert list(back.columns) == list(df.columns) and len(back) == len(df)
+        for col in df.columns:
+            if pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col]):
+                np.testing.assert_array_equal(back[col].to_numpy(float), df[col].to_numpy(float))
+            else:
+                # CSV has no missing-vs-empty distinction: compare both as "".
+                assert back[col].map(_cell).tolist() == df[col].map(_cell).tolist(), (name, col)
+    records = json.loads(to_json_bytes(tables["models"]))
+    assert [r["name"] for r in records] == result.models["name"].tolist()
+    assert records[3]["calibrated_otr"] is None  # NaN -> null
+    assert records[0]["reference_p"] == result.models["reference_p"].iloc[0]
+    h = tables["h_values"]
+    assert len(h) == sum(a.size for a in result.arrays.values())
+    targets = h[(h["model"] == "ga") & (h["array"] == "targets_h")]
+    np.testing.assert_array_equal(
+        targets.pivot(index="subset", columns="split", values="h").to_numpy(),
+        result.arrays["ga/targets_h"],
+    )
+
+
+def test_tables_to_zip(result):
+    tables = tables_for_export(result)
+    with zipfile.ZipFile(io.BytesIO(tables_to_zip(tables, "json"))) as archive:
+        assert sorted(archive.namelist()) == sorted(f"{n}.json" for n in tables)
+        settings = json.loads(archive.read("settings.json"))
+    assert {"setting": "subset_size", "value": "60"} in settings
+    with pytest.raises(SettingsError, match="format"):
+        tables_to_zip(tables, "xlsx")
