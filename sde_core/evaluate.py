@@ -621,6 +621,31 @@ def _model_inputs(
     )
 
 
+def evaluate_model_job(
+    workspace: Any,
+    bundle: Any,
+    plan: SubsetPlan,
+    model: str,
+    settings: EvalSettings,
+    cache_dir: str,
+    progress: Progress | None = None,
+) -> ModelEvaluation:
+    """One model's evaluation as a self-contained job (run by an :mod:`sde_core.engine`).
+
+    Args:
+        workspace: the :class:`~sde_core.workspace.Workspace` (its files on storage every
+            worker can read). bundle: the loaded dataset. plan: the shared subsets.
+        model: the model entry's name. settings: evaluation settings.
+        cache_dir: the activation cache folder (shared storage on a cluster).
+        progress: optional callback (local engine only; not sent to remote workers).
+    """
+    from .activations import ActivationCache
+
+    entry = next(m for m in workspace.models if m.name == model)
+    inputs = _model_inputs(entry, workspace, bundle, settings, ActivationCache(cache_dir), progress)
+    return evaluate_arrays(inputs, plan, settings, progress)
+
+
 def evaluate_workspace(
     workspace: Any,
     settings: EvalSettings | None = None,
@@ -629,6 +654,7 @@ def evaluate_workspace(
     store: Any = None,
     cache_dir: str | Path | None = None,
     progress: Progress | None = None,
+    engine: Any = None,
 ) -> EvaluationResult:
     """Evaluate every (or the named) model of a workspace.
 
@@ -640,12 +666,15 @@ def evaluate_workspace(
             written as they finish.
         cache_dir: activation cache folder (default ``<workspace>/.sde-cache/activations``).
         progress: ``progress(stage, done, total)`` callback.
+        engine: an :class:`sde_core.engine.Engine` that runs one job per model (default: the
+            in-process :class:`~sde_core.engine.LocalEngine`). Results always come back to this
+            process, which alone writes the store.
 
     Raises:
         SettingsError, WorkspaceError, DataError, CheckpointError, ActivationError.
     """
-    from .activations import ActivationCache
     from .data import DatasetSpec, load_dataset, load_index_file
+    from .engine import Job, LocalEngine, Resources
     from .workspace import Workspace, load_workspace, workspace_hash
 
     ws = workspace if isinstance(workspace, Workspace) else load_workspace(workspace)
@@ -662,42 +691,58 @@ def evaluate_workspace(
         entries = [m for m in entries if m.name in set(models)]
     plan = draw_subsets(len(bundle.train), len(bundle.test), forget, settings)
     ws_hash = workspace_hash(ws, data_fingerprint=bundle.fingerprint)
-    cache = ActivationCache(cache_dir or ws.root / ".sde-cache" / "activations")
+    cache = str(cache_dir or ws.root / ".sde-cache" / "activations")
     run = store.open_run(ws_hash, settings.result_key()) if store is not None else None
     done = store.finished_units(run.id) if run is not None else set()
-
+    engine = engine or LocalEngine()
+    local = isinstance(engine, LocalEngine)
+    gpus = 0.0 if settings.device == "cpu" else 1.0
+    jobs = [
+        Job(
+            key=entry.name,
+            fn=evaluate_model_job,
+            kwargs={
+                "workspace": ws,
+                "bundle": bundle,
+                "plan": plan,
+                "model": entry.name,
+                "settings": settings,
+                "cache_dir": cache,
+                "progress": progress if local else None,
+            },
+            resources=Resources(cpus=1.0, gpus=gpus),
+            label=f"evaluate {entry.name}",
+        )
+        for entry in entries
+        if entry.name not in done
+    ]
+    cached = [e.name for e in entries if e.name in done]
     summaries: list[dict[str, Any]] = []
     subsets: list[dict[str, Any]] = []
     arrays: dict[str, np.ndarray] = {}
-    cached: list[str] = []
-    for i, entry in enumerate(entries):
-        if progress:
-            progress("models", i, len(entries))
-        if run is not None and entry.name in done:
-            cached.append(entry.name)
-            continue
-        inputs = _model_inputs(entry, ws, bundle, settings, cache, progress)
-        ev = evaluate_arrays(inputs, plan, settings, progress)
+
+    def on_result(job: Job, ev: ModelEvaluation) -> None:
+        named = {f"{job.key}/{k}": v for k, v in ev.arrays.items()}
         if run is not None:
-            store.put_unit(
-                run.id,
-                entry.name,
-                {"models": [ev.summary], "subsets": ev.subsets},
-                {f"{entry.name}/{k}": v for k, v in ev.arrays.items()},
-            )
+            store.put_unit(run.id, job.key, {"models": [ev.summary], "subsets": ev.subsets}, named)
         else:
             summaries.append(ev.summary)
             subsets.extend(ev.subsets)
-            arrays.update({f"{entry.name}/{k}": v for k, v in ev.arrays.items()})
+            arrays.update(named)
+
+    def job_progress(finished: int, total: int) -> None:
+        if progress:
+            progress("models", len(cached) + finished, len(entries))
+
+    engine.run(jobs, on_result=on_result, progress=job_progress)
     if progress:
         progress("models", len(entries), len(entries))
+    wanted = [m.name for m in entries]
     if run is not None:
-        wanted = [m.name for m in entries]
         if set(wanted) >= {m.name for m in ws.models}:
             store.mark_complete(run.id)
         model_df = store.rows(run.id, "models")
         model_df = model_df[model_df["name"].isin(wanted)]
-        model_df = model_df.set_index("name").loc[wanted].reset_index()
         subset_df = store.rows(run.id, "subsets")
         subset_df = subset_df[subset_df["model"].isin(wanted)].reset_index(drop=True)
         arrays = {
@@ -707,10 +752,16 @@ def evaluate_workspace(
         }
     else:
         model_df, subset_df = pd.DataFrame(summaries), pd.DataFrame(subsets)
+    # Workspace order, whatever order the engine finished the models in.
+    model_df = model_df.set_index("name").loc[wanted].reset_index()
+    if len(subset_df):
+        rank = subset_df["model"].map({name: i for i, name in enumerate(wanted)})
+        subset_df = subset_df.iloc[np.argsort(rank.to_numpy(), kind="stable")]
+        subset_df = subset_df.reset_index(drop=True)
     return EvaluationResult(
         settings=settings,
         workspace_hash=ws_hash,
-        models=model_df.reset_index(drop=True),
+        models=model_df,
         subsets=subset_df,
         arrays=arrays,
         run_id=None if run is None else run.id,

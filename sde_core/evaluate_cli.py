@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import SettingsError
 
-__all__ = ["parse_sigma", "register_evaluate", "write_json_atomic"]
+__all__ = ["add_engine_arguments", "parse_sigma", "register_evaluate", "write_json_atomic"]
 
 _SUMMARY_COLUMNS = [
     "name",
@@ -66,9 +66,25 @@ def write_json_atomic(path: str | Path, document: Any) -> Path:
     return target
 
 
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--engine local|ray`` and ``--address auto|ray://HOST:PORT`` (shared by commands)."""
+    parser.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="where jobs run: in this process (default) or on a Ray cluster",
+    )
+    parser.add_argument(
+        "--address",
+        help="Ray cluster: 'auto' (ray start on this machine) or ray://HOST:PORT; default: a "
+        "new local Ray instance",
+    )
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from .engine import make_engine
     from .evaluate import EvalSettings, evaluate_workspace
     from .store import ResultsStore
     from .workspace import load_workspace
@@ -86,30 +102,33 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         device=args.device,
         baseline_targets=args.baseline_targets,
     )
-    bars: dict[str, Any] = {}
+    bars: dict[str, tuple[str, Any]] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
         key = "models" if stage == "models" else "work"
-        bar = bars.get(key)
-        if bar is None or bar.desc != stage:
-            if bar is not None:
-                bar.close()
-            bar = bars[key] = tqdm(
-                total=total, desc=stage, leave=key == "models", disable=args.quiet, file=sys.stderr
-            )
-        bar.n = done
-        bar.refresh()
+        current = bars.get(key)
+        if current is None or current[0] != stage:
+            if current is not None:
+                current[1].close()
+            bar = tqdm(total=total, desc=stage, leave=key == "models", file=sys.stderr)
+            current = bars[key] = (stage, bar)
+        current[1].n = done
+        current[1].refresh()
 
     store_path = (
         None if args.no_store else Path(args.store or ws.root / ".sde-cache" / "results.sqlite")
     )
     models = args.models.split(",") if args.models else None
+    report = None if args.quiet else progress
+    engine = make_engine(args.engine, args.address)
     if store_path is None:
-        result = evaluate_workspace(ws, settings, models=models, progress=progress)
+        result = evaluate_workspace(ws, settings, models=models, progress=report, engine=engine)
     else:
         with ResultsStore(store_path) as store:
-            result = evaluate_workspace(ws, settings, models=models, store=store, progress=progress)
-    for bar in bars.values():
+            result = evaluate_workspace(
+                ws, settings, models=models, store=store, progress=report, engine=engine
+            )
+    for _, bar in bars.values():
         bar.close()
     if not args.quiet:
         table = result.models[_SUMMARY_COLUMNS]
@@ -147,5 +166,6 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--models", help="comma-separated model names (default: all)")
     p.add_argument("--store", help="results store path (default <workspace>/.sde-cache/...)")
     p.add_argument("--no-store", action="store_true", help="do not read or write the store")
+    add_engine_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars or table")
     p.set_defaults(func=_cmd_evaluate)
