@@ -5,7 +5,8 @@ Pipeline per model (all models share the same seeded subsets, so they are compar
 1. activations of the chosen layer (and ``output`` for the classic metrics) on D_tr and D_te,
    from the on-disk activation cache when present (:func:`sde_core.activations.get_activations`);
 2. σ from the rule; H for the references, the reference panels, the T targets and the
-   controlled F1 subsets in two batched passes (:func:`sde_core.hsic.split_half_hsic_batch`);
+   controlled F1 subsets in two batched passes (:func:`sde_core.hsic.split_half_batch_stats`,
+   which also yields the spread control from the same Gram matrix);
 3. the paper's evidence (reference U-test, JSD decisions, OTR, F1, dependence score), the
    calibrated evidence (panel check, verdicts, calibrated OTR/F1, null calibration, spread
    control), the MMD / Wasserstein baselines and the classic metrics (Acc_r/f/te, MIA ASR).
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .baselines import nearest_reference
+from .baselines import nearest_reference_batch
 from .decision import (
     calibrated_otr,
     calibrated_verdict,
@@ -41,7 +42,7 @@ from .decision import (
     subset_scores,
 )
 from .errors import SettingsError
-from .hsic import MAX_SPLITS, kernel_spread, resolve_sigma, split_half_hsic_batch
+from .hsic import MAX_SPLITS, resolve_sigma, split_half_batch_stats
 
 __all__ = [
     "ROLES_WITH_FORGET_NEGATIVES",
@@ -323,7 +324,7 @@ def _baseline_f1(
     truth = np.r_[np.ones(min(k, len(pos)), bool), np.zeros(min(k, len(neg)), bool)]
     out = {}
     for key, dist in (("mmd_f1", "mmd"), ("w2_f1", "wasserstein")):
-        pred = [nearest_reference(c, it, oot, dist, sigma=sigma).in_training for c in clouds]
+        pred = [d.in_training for d in nearest_reference_batch(clouds, it, oot, dist, sigma)]
         out[key] = controlled_f1(truth, pred).f1
     return out
 
@@ -366,22 +367,21 @@ def evaluate_arrays(
         "estimator": s.estimator,
         "device": None if s.device == "cpu" else s.device,
     }
-    h_tr = split_half_hsic_batch(tr, np.concatenate(train_sets), seed=s.seed, **common)
+    stats_tr = split_half_batch_stats(tr, np.concatenate(train_sets), seed=s.seed, **common)
     if progress:
         progress(f"{inputs.name}: split-half HSIC", 1, 2)
-    h_te = split_half_hsic_batch(te, np.concatenate(test_sets), seed=s.seed + 1, **common)
+    stats_te = split_half_batch_stats(te, np.concatenate(test_sets), seed=s.seed + 1, **common)
     if progress:
         progress(f"{inputs.name}: split-half HSIC", 2, 2)
 
+    h_tr, spread_tr = stats_tr.h, stats_tr.spread
+    h_te, spread_te = stats_te.h, stats_te.spread
     it_h, panel_it_h = h_tr[0], h_tr[1 : 1 + n_panel]
     targets_h = h_tr[1 + n_panel : 1 + n_panel + n_t]
     pos_h = h_tr[1 + n_panel + n_t : 1 + n_panel + n_t + n_pos]
     oot_h, panel_oot_h = h_te[0], h_te[1 : 1 + n_panel]
     neg_h = (h_tr if neg_on_train else h_te)[-len(f1_neg) :]
     f1_h = np.concatenate([pos_h, neg_h])
-
-    spread_tr = kernel_spread(tr, np.concatenate(train_sets), sigma)
-    spread_te = kernel_spread(te, np.concatenate(test_sets), sigma)
 
     ref = reference_check(it_h, oot_h, alpha=s.alpha)
     it_scores, oot_scores = subset_scores(panel_it_h), subset_scores(panel_oot_h)

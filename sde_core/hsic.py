@@ -18,6 +18,8 @@ the per-row partial sums accumulated in float64.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Literal
 
 import numba
@@ -29,12 +31,14 @@ from .validation import as_float_matrix, check_sigma, is_torch_tensor, squared_d
 __all__ = [
     "MAX_SPLITS",
     "MEDIAN_MAX_ROWS",
+    "BatchStats",
     "Estimator",
     "SigmaRule",
     "gaussian_gram",
     "hsic",
     "kernel_spread",
     "resolve_sigma",
+    "split_half_batch_stats",
     "split_half_hsic",
     "split_half_hsic_batch",
     "split_permutations",
@@ -153,7 +157,8 @@ def gaussian_gram(x: object, sigma: float, y: object | None = None) -> np.ndarra
                 f"x and y must have the same number of columns; got {xa.shape[1]} and {ya.shape[1]}"
             )
         d2 = squared_distances(xa, ya)
-    return np.exp(d2 * (-0.5 / (s * s)))
+    d2 *= -0.5 / (s * s)
+    return np.exp(d2, out=d2)
 
 
 def hsic(
@@ -493,7 +498,70 @@ def subset_seeds(seed: int, n_subsets: int) -> list[np.random.SeedSequence]:
 _UNION_GRAM_MAX_ROWS = 8192
 
 
-def split_half_hsic_batch(
+@dataclass(frozen=True)
+class BatchStats:
+    """Split-half HSIC and spread of many subsets, from one shared Gram matrix.
+
+    Attributes:
+        h: ``(T, K)`` split-half HSIC values (float64).
+        spread: ``(T,)`` spread control ``(1 − mean off-diagonal kernel)² / (n/2)``.
+    """
+
+    h: np.ndarray
+    spread: np.ndarray
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _offdiag_means_kernel(gram: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Mean off-diagonal entry of ``gram[pos[t]][:, pos[t]]`` for every row t of ``pos``."""
+    n_sub, n = pos.shape
+    out = np.empty(n_sub)
+    for t in numba.prange(n_sub):
+        total = 0.0
+        for i in range(n):
+            row = pos[t, i]
+            for j in range(i + 1, n):
+                total += gram[row, pos[t, j]]
+        out[t] = 2.0 * total / (n * (n - 1))
+    return out
+
+
+def _offdiag_means(gram: object, pos: np.ndarray) -> np.ndarray:
+    if isinstance(gram, np.ndarray):
+        return _offdiag_means_kernel(gram, np.ascontiguousarray(pos))
+    import torch
+
+    ix = torch.as_tensor(pos, device=gram.device)  # type: ignore[attr-defined]
+    n = pos.shape[1]
+    out = []
+    for row in ix:
+        block = gram[row[:, None], row[None, :]]  # type: ignore[index]
+        out.append(float((block.sum() - torch.diagonal(block).sum()) / (n * (n - 1))))
+    return np.array(out)
+
+
+def _spread_from_means(mean_off: np.ndarray, n: int) -> np.ndarray:
+    return (1.0 - mean_off) ** 2 / (n / 2)
+
+
+def _gram_blocks(
+    arr: np.ndarray, sub: np.ndarray, sigma: float, device: object | None
+) -> Iterator[tuple[object, np.ndarray, slice]]:
+    """Gram matrices covering the subsets: ``(gram, (t, n) row positions in it, subset slice)``.
+
+    One Gram over the union of the subsets' rows when it has at most
+    :data:`_UNION_GRAM_MAX_ROWS` rows, else one Gram per subset.
+    """
+    union = np.unique(sub)
+    if union.size <= _UNION_GRAM_MAX_ROWS:
+        yield _gram_on(arr[union], sigma, device), np.searchsorted(union, sub), slice(None)
+        return
+    local = np.arange(sub.shape[1])[None, :]
+    for t in range(sub.shape[0]):
+        yield _gram_on(arr[sub[t]], sigma, device), local, slice(t, t + 1)
+
+
+def split_half_batch_stats(
     acts: object,
     subsets: object,
     n_splits: int = 200,
@@ -501,13 +569,14 @@ def split_half_hsic_batch(
     estimator: Estimator = "biased",
     seed: int = 0,
     device: object | None = None,
-) -> np.ndarray:
-    """Split-half HSIC of many subsets of one activation matrix at once.
+) -> BatchStats:
+    """Split-half HSIC *and* spread of many subsets of one activation matrix at once.
 
-    Row t equals ``split_half_hsic(acts[subsets[t]], n_splits, sigma, estimator,
+    Row t of ``h`` equals ``split_half_hsic(acts[subsets[t]], n_splits, sigma, estimator,
     seed=subset_seeds(seed, T)[t])``. When the subsets together touch at most
     ``_UNION_GRAM_MAX_ROWS`` rows, one Gram matrix over their union is built and every split of
-    every subset is reduced in a single fused parallel pass.
+    every subset is reduced in a single fused parallel pass; the spread control reads the same
+    Gram matrix.
 
     Args:
         acts: ``(N, d)`` activations of a pool (e.g. D_f, D_r or D_te).
@@ -516,9 +585,6 @@ def split_half_hsic_batch(
             :func:`resolve_sigma` so all subsets share it). estimator, device: as in
             :func:`split_half_hsic`.
         seed: base seed; subset t uses the t-th spawned child seed.
-
-    Returns:
-        ``(T, n_splits)`` float64 array.
     """
     _check_estimator(estimator)
     n_splits = _check_splits(n_splits)
@@ -530,16 +596,26 @@ def split_half_hsic_batch(
     s = check_sigma(sigma)
     seeds = subset_seeds(seed, n_sub)
     local = np.stack([split_permutations(n, n_splits, sd) for sd in seeds])  # (T, K, 2m)
-    union = np.unique(sub)
-    if union.size <= _UNION_GRAM_MAX_ROWS:
-        pos = np.searchsorted(union, sub)  # subset rows as positions in the union
-        idx = np.take_along_axis(pos[:, None, :], local, axis=2).reshape(n_sub * n_splits, -1)
-        gram = _gram_on(arr[union], s, dev)
-        return _split_values(gram, idx, estimator, dev).reshape(n_sub, n_splits)
-    out = np.empty((n_sub, n_splits))
-    for t in range(n_sub):
-        out[t] = _split_values(_gram_on(arr[sub[t]], s, dev), local[t], estimator, dev)
-    return out
+    h = np.empty((n_sub, n_splits))
+    mean_off = np.empty(n_sub)
+    for gram, pos, part in _gram_blocks(arr, sub, s, dev):
+        idx = np.take_along_axis(pos[:, None, :], local[part], axis=2).reshape(-1, local.shape[2])
+        h[part] = _split_values(gram, idx, estimator, dev).reshape(-1, n_splits)
+        mean_off[part] = _offdiag_means(gram, pos)
+    return BatchStats(h=h, spread=_spread_from_means(mean_off, n))
+
+
+def split_half_hsic_batch(
+    acts: object,
+    subsets: object,
+    n_splits: int = 200,
+    sigma: float = 1.0,
+    estimator: Estimator = "biased",
+    seed: int = 0,
+    device: object | None = None,
+) -> np.ndarray:
+    """The ``(T, n_splits)`` H values of :func:`split_half_batch_stats` (same arguments)."""
+    return split_half_batch_stats(acts, subsets, n_splits, sigma, estimator, seed, device).h
 
 
 def kernel_spread(acts: object, subsets: object | None = None, sigma: float = 1.0) -> np.ndarray:
@@ -563,9 +639,7 @@ def kernel_spread(acts: object, subsets: object | None = None, sigma: float = 1.
     n = sub.shape[1]
     if n < 2:
         raise InputError("the spread of a subset needs at least 2 rows")
-    out = np.empty(sub.shape[0])
-    for t, rows in enumerate(sub):
-        g = gaussian_gram(arr[rows], s)
-        mean_off = (g.sum() - np.trace(g)) / (n * (n - 1))
-        out[t] = (1.0 - mean_off) ** 2 / (n / 2)
-    return out
+    mean_off = np.empty(sub.shape[0])
+    for gram, pos, part in _gram_blocks(arr, sub, s, None):
+        mean_off[part] = _offdiag_means(gram, pos)
+    return _spread_from_means(mean_off, n)

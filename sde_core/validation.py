@@ -63,7 +63,10 @@ def squared_distances(x: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
     y = x if y is None else y
     xx = np.einsum("ij,ij->i", x, x)
     yy = xx if same else np.einsum("ij,ij->i", y, y)
-    d2 = xx[:, None] + yy[None, :] - 2.0 * (x @ y.T)
+    d2 = x @ y.T  # in place from here on: no n×p temporaries
+    d2 *= -2.0
+    d2 += xx[:, None]
+    d2 += yy[None, :]
     np.maximum(d2, 0.0, out=d2)
     if same:
         np.fill_diagonal(d2, 0.0)

@@ -9,7 +9,7 @@ import pytest
 from scipy.spatial.distance import cdist
 from scipy.stats import wasserstein_distance
 
-from sde_core.baselines import mmd2, nearest_reference, wasserstein2
+from sde_core.baselines import mmd2, nearest_reference, nearest_reference_batch, wasserstein2
 from sde_core.errors import InputError
 
 
@@ -60,6 +60,19 @@ def test_nearest_reference_known_answers(distance):
     assert not near_oot.in_training
     tie = nearest_reference(it, it, it, distance, sigma=2.0)
     assert tie.in_training  # ties count as in-training, as for SDE
+
+
+@pytest.mark.parametrize("distance", ["mmd", "wasserstein"])
+def test_batch_equals_single_decisions(distance):
+    rng = np.random.default_rng(4)
+    it, oot = rng.normal(0, 1, (30, 3)), rng.normal(1, 1, (30, 3))
+    targets = [rng.normal(m, 1, (30, 3)) for m in (0.0, 0.4, 0.6, 1.0)]
+    batch = nearest_reference_batch(targets, it, oot, distance, sigma=1.5)
+    single = [nearest_reference(t, it, oot, distance, sigma=1.5) for t in targets]
+    for b, s in zip(batch, single, strict=True):
+        assert b.in_training == s.in_training
+        assert b.d_it == pytest.approx(s.d_it, rel=1e-12, abs=1e-15)
+        assert b.d_oot == pytest.approx(s.d_oot, rel=1e-12, abs=1e-15)
 
 
 @pytest.mark.parametrize(

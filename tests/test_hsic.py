@@ -17,6 +17,7 @@ from sde_core.hsic import (
     hsic,
     kernel_spread,
     resolve_sigma,
+    split_half_batch_stats,
     split_half_hsic,
     split_half_hsic_batch,
     split_permutations,
@@ -280,6 +281,26 @@ def test_kernel_spread_formula(acts):
     expected = (1 - mean_off) ** 2 / 10
     got = kernel_spread(acts, subsets=np.arange(20)[None], sigma=sigma)
     np.testing.assert_allclose(got, [expected], rtol=1e-12)
+
+
+def test_batch_stats_spread_equals_kernel_spread_on_both_gram_paths(monkeypatch):
+    import sde_core.hsic as mod
+
+    rng = np.random.default_rng(12)
+    pool = rng.normal(size=(150, 3))
+    subsets = np.stack([rng.choice(150, 20, replace=False) for _ in range(5)])
+    stats = split_half_batch_stats(pool, subsets, n_splits=7, sigma=1.1, seed=2)
+    np.testing.assert_array_equal(stats.h, split_half_hsic_batch(pool, subsets, 7, 1.1, seed=2))
+    ref = [textbook_spread(pool[r], 1.1) for r in subsets]
+    np.testing.assert_allclose(stats.spread, ref, rtol=1e-12)
+    monkeypatch.setattr(mod, "_UNION_GRAM_MAX_ROWS", 10)
+    np.testing.assert_allclose(kernel_spread(pool, subsets, 1.1), ref, rtol=1e-12)
+
+
+def textbook_spread(x: np.ndarray, sigma: float) -> float:
+    k = textbook_gram(x, sigma)
+    n = x.shape[0]
+    return (1 - (k.sum() - n) / (n * (n - 1))) ** 2 / (n / 2)
 
 
 def test_biased_hsic_tracks_spread():
