@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from sde_core.errors import SDEError, SettingsError
-from sde_core.evaluate_cli import register_evaluate
+from sde_core.evaluate_cli import add_engine_arguments, register_evaluate
 
 __all__ = ["COMMAND_GROUPS", "add_command_group", "build_parser", "main", "parse_pairs"]
 
@@ -192,37 +192,27 @@ class _EpochBar:
             self.bar.close()
 
 
-def _cmd_train(args: argparse.Namespace) -> int:
-    import torch
+def _run_job(args: argparse.Namespace, job: Any) -> Any:
+    """Run one job on the engine chosen by ``--engine/--address``; return its result."""
+    from sde_core.engine import make_engine
 
-    from sde_core.data import load_dataset
-    from sde_core.hashing import file_sha256
-    from sde_core.models import build_model
-    from sde_core.training import TrainConfig, save_weights, train
-    from sde_core.workspace import (
-        CheckpointRef,
-        ModelEntry,
-        load_workspace,
-        relative_to_workspace,
-        write_workspace,
-    )
+    return make_engine(args.engine, args.address).run([job])[job.key]
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from sde_core.engine import Job, Resources
+    from sde_core.jobs import random_model_job, train_model_job
+    from sde_core.training import TrainConfig
+    from sde_core.workspace import load_workspace, write_workspace
 
     ws = load_workspace(args.workspace, validate=False)
     if any(m.name == args.name for m in ws.models) and not args.replace:
         raise SettingsError(f"model {args.name!r} exists in the workspace: pass --replace")
     arch_kwargs = {k: _literal(v) for k, v in parse_pairs(args.arch_kwarg, "--arch-kwarg").items()}
-    bundle = load_dataset(ws.dataset_spec())
-    torch.manual_seed(args.seed)
-    model = build_model(args.arch, **arch_kwargs)
-    out_dir = ws.path(args.out or f"models/{args.name}")
+    common = {"workspace_root": str(ws.root), "name": args.name, "arch": args.arch,
+              "arch_kwargs": arch_kwargs, "out": args.out}  # fmt: skip
     if args.role == "random":
-        path = save_weights(model, out_dir / "init.safetensors", arch=args.arch)
-        entry = ModelEntry(
-            name=args.name, role="random", arch=args.arch,
-            checkpoint=relative_to_workspace(ws, path), method="init",
-            arch_kwargs=model.sde_arch_kwargs, seed=args.seed, seconds=0.0,
-            sha256=file_sha256(path),
-        )  # fmt: skip
+        entry = _run_job(args, Job(args.name, random_model_job, {**common, "seed": args.seed}))
     else:
         config = TrainConfig(
             seed=args.seed, optimizer=args.optimizer, lr=args.lr, momentum=args.momentum,
@@ -230,29 +220,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
             batch_size=args.batch_size, augmentation=args.augmentation,
             checkpoint_fractions=tuple(args.checkpoint_fractions), device=args.device,
         )  # fmt: skip
-        progress = _EpochBar(f"train {args.name}")
-        try:
-            result = train(
-                model, bundle.train, config, out_dir, progress=progress,
-                resume=not args.no_resume, arch=args.arch,
-            )  # fmt: skip
-        finally:
-            progress.close()
-        assert result.final_path is not None and result.init_path is not None
-        recipe = config.to_dict()
-        recipe.pop("device")
-        entry = ModelEntry(
-            name=args.name, role=args.role, arch=args.arch,
-            checkpoint=relative_to_workspace(ws, result.final_path), method="train",
-            arch_kwargs=model.sde_arch_kwargs, hyperparameters=recipe, seed=args.seed,
-            seconds=round(result.seconds, 3), sha256=file_sha256(result.final_path),
-            init_checkpoint=relative_to_workspace(ws, result.init_path),
-            checkpoints=[
-                CheckpointRef(f, relative_to_workspace(ws, p))
-                for f, p in sorted(result.checkpoints.items()) if f < 1.0
-            ],
+        local = args.engine == "local"
+        progress = _EpochBar(f"train {args.name}") if local else None
+        job = Job(
+            args.name, train_model_job,
+            {**common, "config": config.to_dict(), "role": args.role,
+             "resume": not args.no_resume, "progress": progress},
+            resources=Resources(cpus=1.0, gpus=0.0 if args.device == "cpu" else 1.0),
         )  # fmt: skip
-        print(f"trained {args.name}: final loss {result.losses[-1]:.4f} in {result.seconds:.1f}s")
+        try:
+            entry, loss = _run_job(args, job)
+        finally:
+            if progress is not None:
+                progress.close()
+        print(f"trained {args.name}: final loss {loss:.4f} in {entry.seconds:.1f}s")
     ws.add_model(entry, replace=args.replace)
     write_workspace(ws)
     print(f"added model {args.name!r} ({entry.checkpoint}) to {ws.root / 'workspace.toml'}")
@@ -285,6 +266,7 @@ def register_train(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="checkpoint folder relative to the workspace (models/NAME)")
     p.add_argument("--no-resume", action="store_true", help="start over even if resume.pt exists")
     p.add_argument("--replace", action="store_true", help="replace a model of the same name")
+    add_engine_arguments(p)
     p.set_defaults(func=_cmd_train)
 
 
@@ -292,57 +274,27 @@ def register_train(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cmd_unlearn(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from sde_core.data import load_dataset, load_index_file
-    from sde_core.hashing import file_sha256
-    from sde_core.models import build_model, load_checkpoint
-    from sde_core.training import TrainConfig, save_weights
-    from sde_core.unlearning import UnlearnData, parse_params, unlearn
-    from sde_core.workspace import (
-        ModelEntry,
-        load_workspace,
-        relative_to_workspace,
-        write_workspace,
-    )
+    from sde_core.engine import Job, Resources
+    from sde_core.jobs import unlearn_model_job
+    from sde_core.unlearning import parse_params
+    from sde_core.workspace import load_workspace, write_workspace
 
     ws = load_workspace(args.workspace, validate=False)
     if any(m.name == args.name for m in ws.models) and not args.replace:
         raise SettingsError(f"model {args.name!r} exists in the workspace: pass --replace")
     params = parse_params(args.method, parse_pairs(args.param, "--param"))
-    original = ws.model(args.original) if args.original else ws.original()
-    bundle = load_dataset(ws.dataset_spec())
-    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
-    model = load_checkpoint(
-        ws.path(original.checkpoint), arch=original.arch, **original.arch_kwargs
-    )
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    recipe = {k: v for k, v in original.hyperparameters.items() if k in fields}
-    init = original.init_checkpoint
-    init_state = load_checkpoint(ws.path(init), arch=original.arch).state_dict() if init else None
-    data = UnlearnData.from_forget(
-        bundle.train, forget, num_classes=bundle.num_classes or None,
-        train_config=TrainConfig.from_dict({**recipe, "device": args.device}) if recipe else None,
-        init_state=init_state,
-        model_factory=lambda: build_model(original.arch, **original.arch_kwargs),
-        device=args.device,
+    source = ws.model(args.original) if args.original else ws.original()
+    print(f"unlearning {source.name!r} with {args.method} ...", file=sys.stderr)
+    job = Job(
+        args.name, unlearn_model_job,
+        {"workspace_root": str(ws.root), "method": args.method, "name": args.name,
+         "params": params, "original": source.name, "device": args.device, "out": args.out},
+        resources=Resources(cpus=1.0, gpus=0.0 if args.device == "cpu" else 1.0),
     )  # fmt: skip
-    print(f"unlearning {original.name!r} with {args.method} ...", file=sys.stderr)
-    result = unlearn(args.method, model, data, **params)
-    path = save_weights(
-        result.model.cpu(), ws.path(args.out or f"models/{args.name}.safetensors"),
-        arch=original.arch, arch_kwargs=original.arch_kwargs,
-    )  # fmt: skip
-    hyper = result.params_dict()
-    entry = ModelEntry(
-        name=args.name, role="retrained" if args.method == "retrain" else "unlearned",
-        arch=original.arch, checkpoint=relative_to_workspace(ws, path), method=args.method,
-        arch_kwargs=original.arch_kwargs, hyperparameters=hyper, seed=hyper.get("seed"),
-        seconds=round(result.seconds, 3), sha256=file_sha256(path),
-    )  # fmt: skip
+    entry = _run_job(args, job)
     ws.add_model(entry, replace=args.replace)
     write_workspace(ws)
-    print(f"added {entry.role} model {args.name!r} ({result.seconds:.1f}s) to {ws.root}")
+    print(f"added {entry.role} model {args.name!r} ({entry.seconds:.1f}s) to {ws.root}")
     return 0
 
 
@@ -359,6 +311,7 @@ def register_unlearn(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     p.add_argument("--out", help="checkpoint path relative to the workspace")
     p.add_argument("--replace", action="store_true", help="replace a model of the same name")
+    add_engine_arguments(p)
     p.set_defaults(func=_cmd_unlearn)
 
 
@@ -369,6 +322,8 @@ COMMAND_GROUPS: list[Registrar] = [
     register_train,
     register_unlearn,
     register_evaluate,
+    __import__("sde_core.demo", fromlist=["register_demo"]).register_demo,
+    __import__("sde_core.plan_cli", fromlist=["register_run_plan"]).register_run_plan,
 ]
 
 

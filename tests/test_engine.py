@@ -105,3 +105,61 @@ def test_ray_engine_reports_a_failing_job_and_keeps_finished_results(ray_engine)
     with pytest.raises(EngineError, match=r"job 'bad' raised ValueError: boom"):
         ray_engine.run(graph_, on_result=lambda job, value: kept.__setitem__(job.key, value))
     assert kept == {"ok": 9}
+
+
+@pytest.fixture(scope="module")
+def tiny_workspace(tmp_path_factory) -> Path:
+    """A workspace with an original, a random and a fine-tuned model (built with the CLI)."""
+    import numpy as np
+
+    from sde_core.cli import main
+
+    root = tmp_path_factory.mktemp("engine_ws")
+    rng = np.random.default_rng(0)
+    np.savez(
+        root / "data.npz",
+        x_train=rng.normal(size=(160, 4)).astype(np.float32),
+        y_train=rng.integers(0, 3, 160),
+        x_test=rng.normal(size=(120, 4)).astype(np.float32),
+        y_test=rng.integers(0, 3, 120),
+    )
+    ws = root / "ws"
+    mlp = ["--arch", "mlp", "--arch-kwarg", "input_dim=4", "--arch-kwarg", "hidden=[16]",
+           "--arch-kwarg", "num_classes=3"]  # fmt: skip
+    assert main(["workspace", "init", str(ws), "--dataset-kind", "npz", "--dataset-root",
+                 str(root / "data.npz"), "--random-forget", "0.25"]) == 0  # fmt: skip
+    assert main(["train", str(ws), "--name", "original", *mlp, "--epochs", "3"]) == 0
+    assert main(["train", str(ws), "--name", "rand", "--role", "random", *mlp]) == 0
+    return ws
+
+
+def test_evaluation_rows_identical_on_both_engines(ray_engine, tiny_workspace, tmp_path):
+    from sde_core.cli import main
+    from sde_core.evaluate import EvalSettings, evaluate_workspace
+    from sde_core.store import ResultsStore
+
+    # Unlearning as a Ray job: the driver alone writes workspace.toml.
+    argv = ["unlearn", str(tiny_workspace), "--method", "ft", "--name", "ft",
+            "--param", "epochs=1", "--engine", "ray"]  # fmt: skip
+    assert main(argv) == 0
+    settings = EvalSettings(subset_size=16, targets=6, splits=20, panel_size=20, null_pairs=4,
+                            baseline_targets=4)  # fmt: skip
+    rows = {}
+    for name, engine in (("local", LocalEngine()), ("ray", ray_engine)):
+        with ResultsStore(tmp_path / f"{name}.sqlite") as store:
+            result = evaluate_workspace(tiny_workspace, settings, store=store, engine=engine)
+            rows[name] = (store.records(result.run_id, "models"),
+                          store.records(result.run_id, "subsets"))  # fmt: skip
+
+    def models(records):  # engine-independent content (timing aside), in a canonical order
+        return sorted(
+            ({k: v for k, v in r.items() if k != "eval_seconds"} for r in records),
+            key=lambda r: r["name"],
+        )
+
+    def subsets(records):
+        return sorted(records, key=lambda r: (r["model"], r["kind"], r["index"]))
+
+    assert models(rows["local"][0]) == models(rows["ray"][0])
+    assert subsets(rows["local"][1]) == subsets(rows["ray"][1])
+    assert sorted(r["name"] for r in rows["ray"][0]) == ["ft", "original", "rand"]

@@ -1,0 +1,152 @@
+"""Training and unlearning as self-contained jobs (for :mod:`sde_core.engine`).
+
+Each job reads the workspace's files, writes its checkpoints into the workspace folder (storage
+every worker can read and write on a cluster) and *returns* the new
+:class:`~sde_core.workspace.ModelEntry`; the driver alone adds it to ``workspace.toml``. The
+arguments are plain, picklable values, so the same job runs in this process or on a Ray worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .workspace import CheckpointRef, ModelEntry
+
+__all__ = ["random_model_job", "train_model_job", "unlearn_model_job"]
+
+#: ``progress(epoch, total_epochs, loss)`` (local engine only).
+EpochProgress = Callable[[int, int, float], None]
+
+
+def random_model_job(
+    workspace_root: str,
+    name: str,
+    arch: str,
+    arch_kwargs: Mapping[str, Any],
+    seed: int,
+    out: str | None = None,
+) -> ModelEntry:
+    """Save a freshly initialised model (the negative control, role ``random``)."""
+    import torch
+
+    from .hashing import file_sha256
+    from .models import build_model
+    from .training import save_weights
+    from .workspace import load_workspace, relative_to_workspace
+
+    ws = load_workspace(workspace_root, validate=False)
+    torch.manual_seed(seed)
+    model = build_model(arch, **arch_kwargs)
+    path = save_weights(model, ws.path(out or f"models/{name}") / "init.safetensors", arch=arch)
+    return ModelEntry(
+        name=name, role="random", arch=arch, checkpoint=relative_to_workspace(ws, path),
+        method="init", arch_kwargs=model.sde_arch_kwargs, seed=seed, seconds=0.0,
+        sha256=file_sha256(path),
+    )  # fmt: skip
+
+
+def train_model_job(
+    workspace_root: str,
+    name: str,
+    arch: str,
+    arch_kwargs: Mapping[str, Any],
+    config: Mapping[str, Any],
+    role: str = "original",
+    out: str | None = None,
+    resume: bool = True,
+    progress: EpochProgress | None = None,
+) -> tuple[ModelEntry, float]:
+    """Train ``arch`` on the workspace's D_tr with a :class:`~sde_core.training.TrainConfig`.
+
+    Writes ``init.safetensors`` and the checkpoints at the configured fractions of training
+    under ``out`` (default ``models/<name>``); resumes from ``resume.pt`` when present.
+
+    Returns:
+        ``(entry, final_loss)``.
+    """
+    import torch
+
+    from .data import load_dataset
+    from .hashing import file_sha256
+    from .models import build_model
+    from .training import TrainConfig, train
+    from .workspace import load_workspace, relative_to_workspace
+
+    ws = load_workspace(workspace_root, validate=False)
+    cfg = TrainConfig.from_dict(dict(config))
+    bundle = load_dataset(ws.dataset_spec())
+    torch.manual_seed(cfg.seed)
+    model = build_model(arch, **arch_kwargs)
+    result = train(
+        model, bundle.train, cfg, ws.path(out or f"models/{name}"), progress=progress,
+        resume=resume, arch=arch,
+    )  # fmt: skip
+    assert result.final_path is not None and result.init_path is not None
+    recipe = cfg.to_dict()
+    recipe.pop("device")
+    entry = ModelEntry(
+        name=name, role=role, arch=arch,
+        checkpoint=relative_to_workspace(ws, result.final_path), method="train",
+        arch_kwargs=model.sde_arch_kwargs, hyperparameters=recipe, seed=cfg.seed,
+        seconds=round(result.seconds, 3), sha256=file_sha256(result.final_path),
+        init_checkpoint=relative_to_workspace(ws, result.init_path),
+        checkpoints=[
+            CheckpointRef(f, relative_to_workspace(ws, p))
+            for f, p in sorted(result.checkpoints.items()) if f < 1.0
+        ],
+    )  # fmt: skip
+    return entry, float(result.losses[-1])
+
+
+def unlearn_model_job(
+    workspace_root: str,
+    method: str,
+    name: str,
+    params: Mapping[str, Any],
+    original: str | None = None,
+    device: str = "cpu",
+    out: str | None = None,
+) -> ModelEntry:
+    """Unlearn D_f from the workspace's original (or named) model with a registered method.
+
+    Retrain reuses the original's recorded training recipe; Unroll takes θ_0 from the
+    original's ``init_checkpoint`` when the workspace has it.
+    """
+    from .data import load_dataset, load_index_file
+    from .hashing import file_sha256
+    from .models import build_model, load_checkpoint
+    from .training import TrainConfig, save_weights
+    from .unlearning import UnlearnData, unlearn
+    from .workspace import load_workspace, relative_to_workspace
+
+    ws = load_workspace(workspace_root, validate=False)
+    source = ws.model(original) if original else ws.original()
+    bundle = load_dataset(ws.dataset_spec())
+    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
+    model = load_checkpoint(ws.path(source.checkpoint), arch=source.arch, **source.arch_kwargs)
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    recipe = {k: v for k, v in source.hyperparameters.items() if k in fields}
+    init = source.init_checkpoint
+    init_state = load_checkpoint(ws.path(init), arch=source.arch).state_dict() if init else None
+    data = UnlearnData.from_forget(
+        bundle.train, forget, num_classes=bundle.num_classes or None,
+        train_config=TrainConfig.from_dict({**recipe, "device": device}) if recipe else None,
+        init_state=init_state,
+        model_factory=lambda: build_model(source.arch, **source.arch_kwargs),
+        device=device,
+    )  # fmt: skip
+    result = unlearn(method, model, data, **dict(params))
+    path = save_weights(
+        result.model.cpu(), ws.path(out or f"models/{name}.safetensors"),
+        arch=source.arch, arch_kwargs=source.arch_kwargs,
+    )  # fmt: skip
+    hyper = result.params_dict()
+    return ModelEntry(
+        name=name, role="retrained" if method == "retrain" else "unlearned", arch=source.arch,
+        checkpoint=relative_to_workspace(ws, Path(path)), method=method,
+        arch_kwargs=source.arch_kwargs, hyperparameters=hyper, seed=hyper.get("seed"),
+        seconds=round(result.seconds, 3), sha256=file_sha256(path),
+    )  # fmt: skip
