@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from sde_core.engine import Job, LocalEngine, RayEngine, Resources
-from sde_core.hashing import file_sha256
 from sde_core.workspace import init_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +94,7 @@ def main() -> None:
                     train_one,
                     {"workspace_root": str(ws.root), "seed": s, "epochs": args.epochs},
                     resources=Resources(cpus=1),
-                )  # fmt: skip
+                )
                 for s in range(args.jobs)
             ]
             t0 = time.perf_counter()
