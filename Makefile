@@ -10,7 +10,7 @@ RUN_STAMP  := $(VENV)/.run-$(REQ_HASH)
 TEST_STAMP := $(VENV)/.test-$(REQ_HASH)
 PYTEST_ARGS ?= -x -q
 
-.PHONY: run test lint bench clean-venv
+.PHONY: run test lint bench clean-venv browser-setup
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ $(TEST_STAMP): $(RUN_STAMP) requirements-dev.txt
 run: $(RUN_STAMP)
 	$(BIN)/streamlit run app.py
 
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) browser-setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -38,6 +38,14 @@ lint: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/hsic_bench.py
+
+# The dashboard's browser test drives the system Chromium (Playwright never downloads one).
+# As root, install Debian's chromium when it is missing; otherwise the test skips outside CI.
+browser-setup:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else echo "browser-setup: chromium missing and not root; the browser test will skip"; fi
 
 clean-venv:
 	rm -rf $(VENV)

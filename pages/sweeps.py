@@ -1,0 +1,137 @@
+"""Sweeps page: F1 and OTR against σ, the layer, the subset size or the training checkpoint."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from pages._common import (
+    current_workspace,
+    guarded,
+    model_layers,
+    plot,
+    results_store,
+    run_with_progress,
+    settings_sidebar,
+    shared_cache,
+    workspace_key,
+)
+from sde_core.evaluate import EvalSettings, Progress
+from sde_core.figures import sweep_figure
+from sde_core.hashing import stable_hash
+from sde_core.sweeps import available_fractions, run_sweep, sigma_markers
+from sde_core.ui_support import parse_int_values, parse_sigma_values
+from sde_core.workspace import Workspace
+
+PARAMS = {
+    "sigma": "σ (kernel bandwidth)",
+    "layer": "layer",
+    "subset_size": "subset size n",
+    "checkpoint": "training checkpoint",
+}
+
+
+def sweep_values(ws: Workspace, settings: EvalSettings, param: str, original: str) -> list:
+    """The widget for the values of ``param``; returns the parsed values."""
+    if param == "sigma":
+        dim = next(i.dim for i in model_layers(ws, original) if i.name == settings.layer)
+        factors = (0.1, 0.3, 1.0, 3.0)
+        default = ", ".join(f"{math.sqrt(dim) * f:.3g}" for f in factors)
+        text = st.text_input(
+            f"σ values (numbers, 'sqrt_dim' or 'median'; √d = {math.sqrt(dim):.3g} at "
+            f"{settings.layer})",
+            value=default,
+            key=f"sw_sigma_{settings.layer}",
+        )
+        return parse_sigma_values(text)
+    if param == "layer":
+        names = [i.name for i in model_layers(ws, original)]
+        default = [n for n in ("output", "logits", "penultimate") if n in names]
+        return st.multiselect("Layers", names, default=default, key="sw_layers")
+    if param == "subset_size":
+        n = settings.subset_size
+        default = ", ".join(str(v) for v in dict.fromkeys((max(4, n // 4), max(4, n // 2), n)))
+        return parse_int_values(st.text_input("Subset sizes", value=default, key="sw_sizes"))
+    fractions = available_fractions(ws.model(original))
+    return st.multiselect(
+        "Checkpoints (fraction of training)",
+        fractions,
+        default=[f for f in fractions if f > 0],
+        format_func=lambda f: f"{100 * f:.0f}%",
+        key="sw_fractions",
+    )
+
+
+def markers_of(ws: Workspace, settings: EvalSettings, model: str) -> dict[str, float]:
+    """The √d and median σ of ``model`` at the settings' layer (cached by content hash)."""
+    key = ("markers", workspace_key(ws), stable_hash(settings.result_key()), model)
+    markers = shared_cache().get(key)
+    if markers is None:
+        markers = sigma_markers(ws, settings, model)
+        shared_cache().put(key, markers)
+    return markers
+
+
+def run(
+    ws: Workspace, settings: EvalSettings, param: str, values: list, models: list[str]
+) -> pd.DataFrame | None:
+    """Run (or fetch) the sweep with progress and Stop; None until the user starts it."""
+    key = ("sweep", workspace_key(ws), stable_hash(settings.result_key()), param,
+           stable_hash(values), tuple(models))  # fmt: skip
+    cached = shared_cache().get(key)
+    if cached is not None:
+        return cached
+    if not st.button("Run sweep", type="primary", key="sw_run"):
+        st.info("Choose the values and press **Run sweep**; finished points are stored.")
+        return None
+
+    def work(progress: Progress) -> pd.DataFrame:
+        store = results_store(ws)
+        try:
+            return run_sweep(ws, settings, param, values, models=models, store=store,
+                             progress=progress)  # fmt: skip
+        finally:
+            if store is not None:
+                store.close()
+
+    table = run_with_progress(work, f"Sweeping {PARAMS[param]} over {len(values)} values…")
+    if table is not None:
+        shared_cache().put(key, table)
+    return table
+
+
+ws = current_workspace()
+settings = settings_sidebar(ws)
+st.title("Sweeps")
+st.caption(
+    "Each point is a full evaluation from the cached activations; points already in the "
+    "results store are read back. Other settings come from the sidebar."
+)
+originals = [m.name for m in ws.models if m.role == "original"] or [ws.models[0].name]
+param = st.radio("Sweep", list(PARAMS), format_func=PARAMS.__getitem__, horizontal=True,
+                 key="sw_param")  # fmt: skip
+with guarded("Cannot run this sweep"):
+    values = sweep_values(ws, settings, param, originals[0])
+    names = [m.name for m in ws.models]
+    default = originals[:1] + [m.name for m in ws.models if m.role == "retrained"][:1]
+    models = st.multiselect(
+        "Models",
+        names,
+        default=originals[:1] if param == "checkpoint" else default,
+        key=f"sw_models_{param == 'checkpoint'}",
+    )
+    if not values or not models:
+        st.info("Choose at least one value and one model.")
+        st.stop()
+    table = run(ws, settings, param, values, models)
+    if table is not None:
+        markers = markers_of(ws, settings, models[0]) if param == "sigma" else None
+        left, right = st.columns(2)
+        with left:
+            plot(sweep_figure(table, "f1", markers=markers), "sw_f1")
+        with right:
+            plot(sweep_figure(table, "otr", markers=markers), "sw_otr")
+        with st.expander("Sweep table"):
+            st.dataframe(table, hide_index=True, key="sw_table")

@@ -1,0 +1,256 @@
+"""Small UI-free helpers of the dashboard: allowed-roots path checks, upload checks, tables.
+
+Nothing here imports Streamlit, so the checks are testable on their own and reusable by any
+front end. Every rejection raises :class:`~sde_core.errors.InputError` (an
+:class:`~sde_core.errors.SDEError`) whose message names the fix.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sde_core.errors import InputError
+from sde_core.workspace import Problem
+
+__all__ = [
+    "CHECKPOINT_SUFFIXES",
+    "INDEX_SUFFIXES",
+    "MAX_UPLOAD_MB",
+    "ResultCache",
+    "allowed_roots",
+    "check_upload",
+    "comparison_table",
+    "guess_role",
+    "parse_int_values",
+    "parse_sigma_values",
+    "problems_by_field",
+    "resolve_in_roots",
+    "safe_name",
+]
+
+#: Checkpoint files the dashboard accepts (loaded with ``weights_only``/safetensors).
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
+#: Forget-set index files (see :func:`sde_core.data.load_index_file`).
+INDEX_SUFFIXES = (".npy", ".txt", ".json")
+#: Largest accepted upload in MiB (also ``server.maxUploadSize`` in ``.streamlit/config.toml``).
+MAX_UPLOAD_MB = 200
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def allowed_roots(
+    env: Mapping[str, str] | None = None, cwd: str | Path | None = None
+) -> list[Path]:
+    """The folders file inputs may point into: ``$SDE_DATA_ROOTS`` (``os.pathsep``-separated)
+    or, when unset, the working directory and its ``assets/`` folder; symlinks resolved."""
+    env = os.environ if env is None else env
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    raw = env.get("SDE_DATA_ROOTS", "")
+    entries = [e for e in raw.split(os.pathsep) if e.strip()] if raw.strip() else []
+    roots = [Path(e).expanduser() for e in entries] or [base, base / "assets"]
+    return [(r if r.is_absolute() else base / r).resolve() for r in roots]
+
+
+def resolve_in_roots(
+    path: str | Path, roots: Sequence[Path], *, what: str = "path", must_exist: bool = True
+) -> Path:
+    """Resolve ``path`` (relative paths against the first root) and check it stays inside.
+
+    Rejects ``..`` components outright, resolves symlinks, then requires the result to lie
+    inside one of ``roots``.
+
+    Raises:
+        InputError: empty path, ``..``, outside every root, or missing when ``must_exist``.
+    """
+    text = str(path).strip()
+    if not text:
+        raise InputError(f"{what} is empty: give a folder inside {_roots_text(roots)}")
+    if ".." in Path(text).parts:
+        raise InputError(f"{what} {text!r} contains '..': give a path without parent references")
+    candidate = Path(text).expanduser()
+    if not candidate.is_absolute():
+        candidate = roots[0] / candidate
+    resolved = candidate.resolve()
+    if not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+        raise InputError(
+            f"{what} {resolved} is outside the allowed folders {_roots_text(roots)}: move the "
+            "data there or add its folder to SDE_DATA_ROOTS"
+        )
+    if must_exist and not resolved.exists():
+        raise InputError(f"{what} {resolved} does not exist: check the spelling")
+    return resolved
+
+
+def _roots_text(roots: Sequence[Path]) -> str:
+    return ", ".join(str(r) for r in roots)
+
+
+def safe_name(name: str) -> str:
+    """A file-name-safe version of an uploaded file's or model's name (no folders, no dots
+    at the start); raises :class:`InputError` when nothing usable is left."""
+    base = Path(str(name).replace("\\", "/")).name
+    cleaned = _SAFE.sub("_", base).lstrip(".")
+    if not cleaned.strip("_"):
+        raise InputError(f"{name!r} is not a usable file name: rename the file")
+    return cleaned
+
+
+def check_upload(
+    name: str, size: int, suffixes: Sequence[str], *, max_mb: int = MAX_UPLOAD_MB
+) -> str:
+    """Check an uploaded file's name and size; return its safe file name.
+
+    Raises:
+        InputError: wrong suffix, empty file or larger than ``max_mb`` MiB.
+    """
+    safe = safe_name(name)
+    suffix = Path(safe).suffix.lower()
+    if suffix not in suffixes:
+        raise InputError(
+            f"{name} is a {suffix or 'suffix-less'} file; upload one of {', '.join(suffixes)}"
+        )
+    if size <= 0:
+        raise InputError(f"{name} is empty (0 bytes): upload the complete file")
+    if size > max_mb * 1024 * 1024:
+        raise InputError(f"{name} has {size / 2**20:.0f} MiB; the limit is {max_mb} MiB")
+    return safe
+
+
+def guess_role(name: str) -> str:
+    """A first guess of a model's role from its file name (the user can change it)."""
+    low = name.lower()
+    if "retrain" in low:
+        return "retrained"
+    if "orig" in low:
+        return "original"
+    if "rand" in low or "init" in low:
+        return "random"
+    return "unlearned"
+
+
+def problems_by_field(problems: Iterable[Problem]) -> dict[str, list[Problem]]:
+    """Validation problems grouped by field, in first-seen order."""
+    out: dict[str, list[Problem]] = {}
+    for p in problems:
+        out.setdefault(p.field, []).append(p)
+    return out
+
+
+def parse_sigma_values(text: str) -> list[str | float]:
+    """Parse a comma-separated list of σ values: ``sqrt_dim``, ``median`` or positive numbers.
+
+    Raises:
+        InputError: an entry that is neither a rule nor a positive finite number.
+    """
+    values: list[str | float] = []
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        if token in ("sqrt_dim", "median"):
+            values.append(token)
+            continue
+        try:
+            number = float(token)
+        except ValueError:
+            number = float("nan")
+        if not (math.isfinite(number) and number > 0):
+            raise InputError(
+                f"σ value {token!r} is neither 'sqrt_dim', 'median' nor a positive number"
+            )
+        values.append(number)
+    if not values:
+        raise InputError("give at least one σ value, e.g. 0.3, 1, sqrt_dim")
+    return values
+
+
+def parse_int_values(text: str, minimum: int = 4) -> list[int]:
+    """Parse a comma-separated list of integers ≥ ``minimum`` (e.g. subset sizes).
+
+    Raises:
+        InputError: a non-integer or too small entry, or an empty list.
+    """
+    values = []
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            continue
+        if not re.fullmatch(r"\d+", token) or int(token) < minimum:
+            raise InputError(f"{token!r} is not an integer ≥ {minimum}")
+        values.append(int(token))
+    if not values:
+        raise InputError(f"give at least one integer ≥ {minimum}, e.g. 100, 200, 400")
+    return values
+
+
+#: Layer-independent columns of the comparison (from the ``output`` probabilities).
+_CLASSIC = (("acc_r", "Acc_r (%)"), ("acc_f", "Acc_f (%)"), ("acc_te", "Acc_te (%)"))
+#: Per-layer columns of the comparison.
+_PER_LAYER = (
+    ("otr", "OTR"),
+    ("otr_lo", "OTR lo"),
+    ("otr_hi", "OTR hi"),
+    ("calibrated_otr", "cal. OTR"),
+    ("f1", "F1"),
+    ("dependence_score", "dependence"),
+    ("references_valid", "refs valid"),
+)
+
+
+def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per model: Acc_r/f/te and ASR (%), then OTR (with its 95% interval), calibrated
+    OTR, F1, dependence score and reference validity per layer, then the time in seconds.
+
+    Args:
+        models_by_layer: ``{layer: the models table of an evaluation at that layer}``; every
+            table lists the same models. Values are copied, never recomputed.
+    """
+    if not models_by_layer:
+        raise InputError("choose at least one layer to compare")
+    first = next(iter(models_by_layer.values()))
+    table = first[["name", "role", "method"]].copy()
+    for col, label in _CLASSIC:
+        table[label] = first[col].to_numpy()
+    table["ASR (%)"] = first["asr"].to_numpy() * 100
+    for layer, models in models_by_layer.items():
+        by_name: Any = models.set_index("name").loc[table["name"]]
+        for col, label in _PER_LAYER:
+            table[f"{label} [{layer}]"] = by_name[col].to_numpy()
+    table["time (s)"] = first["seconds"].to_numpy()
+    return table.reset_index(drop=True)
+
+
+class ResultCache:
+    """A small thread-safe LRU mapping, for evaluation results keyed by content hashes.
+
+    Args:
+        max_entries: entries kept; the least recently used is dropped first.
+    """
+
+    def __init__(self, max_entries: int = 64) -> None:
+        self.max_entries = max_entries
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any | None:
+        """The value stored under ``key`` (marked as recently used), or None."""
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key]
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Store ``value`` under ``key``, dropping the oldest entries beyond the limit."""
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.max_entries:
+                self._items.popitem(last=False)

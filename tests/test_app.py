@@ -1,0 +1,325 @@
+"""Dashboard tests with Streamlit's AppTest: every page, displayed numbers vs the library, and
+bad input shown inline (never a traceback). Plus the UI-free helpers of sde_core.ui_support."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+from ui_fixtures import shared_tiny_workspace
+
+from sde_core.errors import InputError
+from sde_core.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
+from sde_core.report import verdict_label
+from sde_core.ui_support import (
+    allowed_roots,
+    check_upload,
+    guess_role,
+    parse_int_values,
+    parse_sigma_values,
+    resolve_in_roots,
+)
+from sde_core.workspace import load_workspace
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The tiny workspace, opened by the app through SDE_WORKSPACE."""
+    folder = shared_tiny_workspace(tmp_path_factory.getbasetemp())
+    saved = {k: os.environ.get(k) for k in ("SDE_WORKSPACE", "SDE_DATA_ROOTS")}
+    os.environ["SDE_WORKSPACE"] = str(folder)
+    os.environ["SDE_DATA_ROOTS"] = str(folder.parent)
+    yield folder
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def defaults(ws: Path) -> EvalSettings:
+    return EvalSettings.from_mapping(dataclasses.asdict(load_workspace(ws).defaults))
+
+
+@pytest.fixture(scope="module")
+def expected(ws: Path, defaults: EvalSettings) -> EvaluationResult:
+    """The library's own numbers for the workspace defaults (no store, no cache)."""
+    return evaluate_workspace(ws, defaults)
+
+
+def app(page: str | None = None) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    if page:
+        at.switch_page(f"pages/{page}.py")
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def frame(at: AppTest, column: str) -> pd.DataFrame:
+    """The first displayed table that has ``column`` (tables carry no keys in AppTest)."""
+    for element in at.dataframe:
+        if column in element.value.columns:
+            return element.value
+    raise AssertionError(f"no table with column {column!r}")
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%" if x == x else "n/a"
+
+
+def g3(x: float, digits: int = 3) -> str:
+    return f"{x:.{digits}g}" if x == x else "n/a"
+
+
+# ------------------------------------------------------------------------------------- Explore
+
+
+def test_explore_shows_the_library_numbers(ws, expected):
+    at = app()
+    no_exception(at)
+    assert not at.error
+    row = expected.models.set_index("name").loc["original"]
+    shown = metrics(at)
+    assert shown["Reference U-test p"] == g3(row["reference_p"])
+    assert shown["OTR (out-of-training rate)"] == pct(row["otr"])
+    assert shown["Controlled F1"] == g3(row["f1"])
+    assert shown["Dependence score"] == g3(row["dependence_score"])
+    assert shown["σ used"] == g3(row["sigma"], 4)
+    assert shown["Calibrated OTR"] == pct(row["calibrated_otr"])
+    assert shown["in-training"] == str(row["n_in_training"])
+    assert shown["out-of-training"] == str(row["n_out_of_training"])
+    assert shown["inconclusive"] == str(row["n_inconclusive"])
+    decisions = frame(at, "D(S, S_IT)")
+    targets = expected.subsets[
+        (expected.subsets["model"] == "original") & (expected.subsets["kind"] == "target")
+    ]
+    np.testing.assert_allclose(decisions["D(S, S_IT)"], targets["d_it"])
+    assert list(decisions["decision"]) == list(targets["decision"])
+    captions = [c.value for c in at.caption]
+    assert any(f"{pct(row['otr_lo'])}–{pct(row['otr_hi'])}" in c for c in captions)
+    assert at.get("image"), "image data: a thumbnail strip of the target inputs"
+
+
+def test_explore_negative_control_and_other_layer(ws, defaults):
+    at = app()
+    at.toggle(key="x_negative").set_value(True).run()
+    no_exception(at)
+    control = frame(at, "random")
+    ref = evaluate_workspace(ws, defaults, models=["random"]).models.iloc[0]
+    assert control.loc["OTR", "random"] == pct(ref["otr"])
+    at.selectbox(key="w_s_layer").set_value("penultimate").run()
+    no_exception(at)
+    pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate"), models=["original"])
+    assert metrics(at)["Controlled F1"] == g3(pen.models.iloc[0]["f1"])
+
+
+def test_changing_sigma_and_bins_reuses_cached_activations(ws, monkeypatch):
+    at = app()  # fills the on-disk activation cache for the default layer
+
+    def no_extraction(*args, **kwargs):
+        raise AssertionError("activations were re-extracted")
+
+    monkeypatch.setattr("sde_core.activations.extract_activations", no_extraction)
+    at.radio(key="w_s_sigma_rule").set_value("value").run()
+    at.number_input(key="w_s_sigma_value").set_value(0.5).run()
+    at.number_input(key="w_s_bins").set_value(12).run()
+    no_exception(at)
+    assert not at.error
+    assert metrics(at)["σ used"] == "0.5"
+
+
+def test_subset_larger_than_the_pool_is_an_inline_error(ws):
+    at = app()
+    at.number_input(key="w_s_subset_size").set_value(5000).run()
+    no_exception(at)
+    assert any("subset size 5000 is larger" in e.value for e in at.error)
+
+
+def test_stop_keeps_the_page_and_resume_continues(ws):
+    at = app()
+    at.session_state["stop_requested"] = True  # as if Stop was pressed during the next run
+    at.number_input(key="w_s_seed").set_value(7).run()
+    no_exception(at)
+    assert any("Stopped" in i.value for i in at.info)
+    at.button(key="resume_button").click().run()
+    assert "OTR (out-of-training rate)" in metrics(at)
+
+
+def test_missing_workspace_is_an_inline_error(ws, monkeypatch, tmp_path):
+    monkeypatch.setenv("SDE_WORKSPACE", str(tmp_path / "nowhere"))
+    at = app("compare")
+    no_exception(at)
+    assert any("Cannot open the workspace" in e.value for e in at.error)
+
+
+# ------------------------------------------------------------------------------------- Compare
+
+
+def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
+    at = app("compare")
+    no_exception(at)
+    table = frame(at, "OTR [output]").set_index("name")
+    assert table.index[0] == "retrained", "the Retrain reference comes first"
+    lib = expected.models.set_index("name")
+    for name in lib.index:
+        assert table.loc[name, "OTR [output]"] == pytest.approx(lib.loc[name, "otr"])
+        assert table.loc[name, "Acc_f (%)"] == pytest.approx(lib.loc[name, "acc_f"])
+        assert table.loc[name, "ASR (%)"] == pytest.approx(100 * lib.loc[name, "asr"])
+        assert table.loc[name, "F1 [output]"] == pytest.approx(lib.loc[name, "f1"])
+    pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate")).models
+    np.testing.assert_allclose(
+        table.loc[pen["name"], "cal. OTR [penultimate]"], pen["calibrated_otr"]
+    )
+    assert len(at.get("plotly_chart")) == 2  # bars with the Retrain line, target overlay
+
+
+# -------------------------------------------------------------------------------------- Sweeps
+
+
+def test_sigma_sweep_matches_evaluate_workspace(ws, defaults):
+    at = app("sweeps")
+    no_exception(at)
+    at.button(key="sw_run").click().run()
+    no_exception(at)
+    table = frame(at, "from_store")
+    point = table[(table["model"] == "original")].iloc[-1]
+    lib = evaluate_workspace(ws, defaults.with_overrides(sigma=float(point["value"])),
+                             models=["original"]).models.iloc[0]  # fmt: skip
+    assert point["f1"] == pytest.approx(lib["f1"])
+    assert point["otr"] == pytest.approx(lib["otr"])
+    assert len(at.get("plotly_chart")) == 2
+
+
+def test_checkpoint_sweep_and_bad_values(ws):
+    at = app("sweeps")
+    at.radio(key="sw_param").set_value("checkpoint").run()
+    at.button(key="sw_run").click().run()
+    no_exception(at)
+    table = frame(at, "from_store")
+    assert sorted(table["value"]) == [0.1, 0.2, 0.4, 0.8, 1.0]
+    at.radio(key="sw_param").set_value("subset_size").run()
+    at.text_input(key="sw_sizes").set_value("10, ten").run()
+    no_exception(at)
+    assert any("'ten' is not an integer" in e.value for e in at.error)
+
+
+# -------------------------------------------------------------------------------------- Report
+
+
+def test_report_verdicts_and_downloads(ws, expected):
+    at = app("report")
+    no_exception(at)
+    text = " ".join(m.value for m in at.markdown)
+    for row in expected.models.to_dict("records"):
+        assert f"**{row['name']}** ({row['role']}" in text
+        assert verdict_label(row) in text
+    keys = {b.key for b in at.get("download_button")}
+    assert {"r_html", "r_zip", "r_csv_models", "r_json_subsets"} <= keys
+    assert "The paper's reference check is over-confident" in text
+
+
+# ----------------------------------------------------------------------------------- Workspace
+
+
+def test_workspace_page_lists_models_and_rejects_escapes(ws):
+    at = app("workspace")
+    no_exception(at)
+    assert any("The workspace is valid: 4 models." in s.value for s in at.success)
+    at.text_input(key="open_path").set_value("/etc").run()
+    at.button(key="open_folder").click().run()
+    assert any("outside the allowed folders" in e.value for e in at.error)
+    at.text_input(key="open_path").set_value(f"{ws}/../..").run()
+    at.button(key="open_folder").click().run()
+    assert any("contains '..'" in e.value for e in at.error)
+
+
+def _build(at: AppTest, folder: str, checkpoint: tuple[str, bytes], arch: str | None) -> AppTest:
+    ws_dir = Path(os.environ["SDE_WORKSPACE"])
+    at.text_input(key="b_folder").set_value(folder)
+    at.selectbox(key="b_kind").set_value("npz")
+    at.text_input(key="b_root").set_value(str(ws_dir / "data.npz"))
+    at.file_uploader[0].set_value(
+        ("forget.npy", (ws_dir / "forget.npy").read_bytes(), "application/octet-stream")
+    )
+    at.file_uploader[1].set_value([(*checkpoint, "application/octet-stream")])
+    at.run()
+    if arch:
+        at.selectbox(key="b_model_arch_0").set_value(arch).run()
+    at.button(key="b_save").click().run()
+    return at
+
+
+def test_build_a_workspace_from_uploads(ws):
+    original = (ws / "models" / "original" / "ckpt_100.safetensors").read_bytes()
+    at = _build(app("workspace"), "built", ("original.safetensors", original), None)
+    no_exception(at)
+    assert any("Saved" in s.value for s in at.success), [e.value for e in at.error]
+    built = load_workspace(ws.parent / "built")
+    assert [(m.name, m.role, m.arch) for m in built.models] == [("original", "original", "mlp")]
+
+
+def test_build_reports_bad_files_inline(ws):
+    original = (ws / "models" / "original" / "ckpt_100.safetensors").read_bytes()
+    at = _build(app("workspace"), "bad-arch", ("orig.safetensors", original), "fmnist_cnn")
+    no_exception(at)
+    assert any("checkpoint orig.safetensors" in e.value for e in at.error)
+    at = _build(app("workspace"), "bad-file", ("model.pt", b"not a checkpoint"), None)
+    no_exception(at)
+    assert any("checkpoint model.pt" in e.value and "NOT executed" in e.value for e in at.error)
+    assert not (ws.parent / "bad-file" / "models" / "model.pt").exists(), "rejected files go"
+    at = _build(app("workspace"), "../outside", ("model.pt", original), None)
+    assert any("contains '..'" in e.value for e in at.error)
+
+
+# ------------------------------------------------------------------------------ ui_support
+
+
+def test_allowed_roots_and_path_checks(tmp_path):
+    inside, outside = tmp_path / "data", tmp_path / "elsewhere"
+    inside.mkdir()
+    outside.mkdir()
+    roots = allowed_roots({"SDE_DATA_ROOTS": str(inside)}, cwd=tmp_path)
+    assert roots == [inside.resolve()]
+    assert allowed_roots({}, cwd=tmp_path) == [tmp_path.resolve(), (tmp_path / "assets").resolve()]
+    assert resolve_in_roots("x", roots, must_exist=False) == inside.resolve() / "x"
+    (inside / "link").symlink_to(outside)
+    for bad, match in (("link", "outside"), (str(outside), "outside"), ("a/../b", "'..'"),
+                       ("", "empty"), ("missing", "does not exist")):  # fmt: skip
+        with pytest.raises(InputError, match=match):
+            resolve_in_roots(bad, roots)
+
+
+def test_upload_checks_and_parsers():
+    assert check_upload("../../m odel.pt", 10, (".pt",)) == "m_odel.pt"
+    with pytest.raises(InputError, match="upload one of"):
+        check_upload("evil.pkl", 10, (".pt",))
+    with pytest.raises(InputError, match="limit is 1 MiB"):
+        check_upload("big.pt", 2 * 2**20, (".pt",), max_mb=1)
+    with pytest.raises(InputError, match="empty"):
+        check_upload("zero.pt", 0, (".pt",))
+    assert parse_sigma_values("0.5, sqrt_dim ,median") == [0.5, "sqrt_dim", "median"]
+    for bad in ("-1", "nan", "wide", ""):
+        with pytest.raises(InputError):
+            parse_sigma_values(bad)
+    assert parse_int_values("100, 200") == [100, 200]
+    with pytest.raises(InputError):
+        parse_int_values("3")
+    assert [guess_role(n) for n in ("h_retrain", "original", "rand_init", "salun")] == [
+        "retrained", "original", "random", "unlearned"]  # fmt: skip

@@ -1,0 +1,153 @@
+"""A tiny, fast image workspace for the dashboard tests (AppTest and the real-browser test).
+
+The data are 8×8 grey uint8 images (so the dashboard shows thumbnails) of ten classes: a class
+template plus noise. An MLP original is trained to memorise D_tr, a second one is retrained on
+D_r, a fine-tuned copy stands in for an unlearned model and a freshly initialised one is the
+negative control. Building takes a few seconds on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sde_core.data import load_dataset, save_index_file
+from sde_core.models import build_model, save_checkpoint
+from sde_core.workspace import (
+    CheckpointRef,
+    EvalDefaults,
+    ModelEntry,
+    init_workspace,
+    write_workspace,
+)
+
+#: Evaluation defaults small enough for sub-second evaluations of one model.
+TINY_DEFAULTS = EvalDefaults(
+    layer="output", sigma="sqrt_dim", subset_size=40, targets=10, splits=20, panel_size=20
+)
+ARCH = "mlp"
+ARCH_KWARGS = {"input_dim": 64, "hidden": [128], "num_classes": 10}
+N_TRAIN, N_TEST, N_FORGET = 600, 400, 120
+STEPS = 150
+NOISE = 160.0
+FRACTIONS = (0.1, 0.2, 0.4, 0.8, 1.0)
+
+
+def _images(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    templates = np.random.default_rng(123).uniform(0, 255, (10, 8, 8))
+    y = rng.integers(0, 10, n)
+    x = templates[y] + rng.normal(0, NOISE, (n, 8, 8))
+    return np.clip(x, 0, 255).astype(np.uint8), y.astype(np.int64)
+
+
+def build_tiny_workspace(folder: str | Path) -> Path:
+    """Create a complete image workspace in ``folder`` (data, forget set, four models).
+
+    Returns:
+        The workspace folder.
+    """
+    root = Path(folder)
+    rng = np.random.default_rng(0)
+    x_train, y_train = _images(rng, N_TRAIN)
+    x_test, y_test = _images(rng, N_TEST)
+    root.mkdir(parents=True, exist_ok=True)
+    np.savez(root / "data.npz", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+    forget = np.sort(rng.choice(N_TRAIN, N_FORGET, replace=False))
+    save_index_file(root / "forget.npy", forget)
+    ws = init_workspace(
+        root,
+        {"kind": "npz", "root": "data.npz"},
+        "forget.npy",
+        name="tiny",
+        description="8×8 synthetic images for the dashboard tests",
+        defaults=TINY_DEFAULTS,
+        overwrite=True,
+    )
+    bundle = load_dataset(ws.dataset_spec())
+    x_all, y_all = bundle.train.get_batch(np.arange(N_TRAIN))
+    retain = np.setdiff1d(np.arange(N_TRAIN), forget)
+    models = root / "models"
+    common = {"arch": ARCH, "arch_kwargs": dict(ARCH_KWARGS)}
+
+    def fit(folder: str, rows: np.ndarray, steps: int, fractions: tuple[float, ...]) -> float:
+        """Full-batch Adam on ``rows``; save ``init`` and a checkpoint at each fraction."""
+        torch.manual_seed(0)
+        model = build_model(ARCH, **ARCH_KWARGS)
+        save_checkpoint(model, models / folder / "init.safetensors", ARCH)
+        opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+        xb, yb = x_all[rows], y_all[rows]
+        t0 = time.perf_counter()
+        for step in range(1, steps + 1):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+            opt.step()
+            for f in fractions:
+                if step == round(f * steps):
+                    save_checkpoint(model, models / folder / _ckpt(f), ARCH)
+        return time.perf_counter() - t0
+
+    seconds = fit("original", np.arange(N_TRAIN), STEPS, FRACTIONS)
+    ws.add_model(
+        ModelEntry(
+            name="original",
+            role="original",
+            method="train",
+            checkpoint=f"models/original/{_ckpt(1.0)}",
+            init_checkpoint="models/original/init.safetensors",
+            checkpoints=[
+                CheckpointRef(f, f"models/original/{_ckpt(f)}") for f in FRACTIONS if f < 1.0
+            ],
+            seconds=seconds,
+            hyperparameters={"optimizer": "adam", "lr": 5e-3, "steps": STEPS},
+            **common,
+        )
+    )
+    for name, role, steps in (("retrained", "retrained", STEPS), ("FT", "unlearned", 5)):
+        seconds = fit(name, retain, steps, (1.0,))
+        ws.add_model(
+            ModelEntry(
+                name=name,
+                role=role,
+                method="retrain" if role == "retrained" else "FT",
+                checkpoint=f"models/{name}/{_ckpt(1.0)}",
+                seconds=seconds,
+                **common,
+            )
+        )
+    torch.manual_seed(1)
+    save_checkpoint(build_model(ARCH, **ARCH_KWARGS), models / "random.safetensors", ARCH)
+    ws.add_model(
+        ModelEntry(
+            name="random",
+            role="random",
+            method="init",
+            checkpoint="models/random.safetensors",
+            seconds=0.0,
+            **common,
+        )
+    )
+    write_workspace(ws)
+    return root
+
+
+_SHARED: dict[str, Path] = {}
+
+
+def shared_tiny_workspace(base: Path) -> Path:
+    """Build the tiny workspace once per test process (both dashboard test modules use it, so
+    the second reuses the activation cache and results store of the first)."""
+    if "tiny" not in _SHARED:
+        _SHARED["tiny"] = build_tiny_workspace(base / "tiny-workspace")
+    return _SHARED["tiny"]
+
+
+def _ckpt(fraction: float) -> str:
+    return f"ckpt_{round(fraction * 100):03d}.safetensors"
+
+
+if __name__ == "__main__":  # python tests/ui_fixtures.py FOLDER — e.g. to try the dashboard
+    print(build_tiny_workspace(sys.argv[1]))
