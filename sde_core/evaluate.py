@@ -45,6 +45,7 @@ from .errors import SettingsError
 from .hsic import MAX_SPLITS, resolve_sigma, split_half_batch_stats
 
 __all__ = [
+    "ALGORITHM_VERSION",
     "ROLES_WITH_FORGET_NEGATIVES",
     "EvalSettings",
     "EvaluationResult",
@@ -56,6 +57,10 @@ __all__ = [
     "evaluate_arrays",
     "evaluate_workspace",
 ]
+
+#: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
+#: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
+ALGORITHM_VERSION = 2
 
 #: Progress callback: ``progress(stage, done, total)``.
 Progress = Callable[[str, int, int], None]
@@ -165,8 +170,8 @@ class EvalSettings:
         return replace(self, **given)
 
     def result_key(self) -> dict[str, Any]:
-        """The settings that determine results (the store's run key)."""
-        return asdict(self)
+        """The settings that determine results (the store's run key), with the algorithm version."""
+        return {**asdict(self), "algorithm": ALGORITHM_VERSION}
 
 
 # --------------------------------------------------------------------------------------------
