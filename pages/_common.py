@@ -27,7 +27,7 @@ from sde_core.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
 from sde_core.figures import PLOTLY_CONFIG
 from sde_core.hashing import file_sha256, stable_hash
 from sde_core.models import load_checkpoint
-from sde_core.store import ResultsStore
+from sde_core.store import ResultsStore, workspace_store_path
 from sde_core.ui_support import ResultCache
 from sde_core.workspace import Workspace, load_workspace, workspace_hash
 
@@ -258,7 +258,7 @@ def _clear_stop() -> None:
 def results_store(ws: Workspace) -> ResultsStore | None:
     """The workspace's results store, or None (with a warning) when it cannot be opened."""
     try:
-        return ResultsStore(ws.root / ".sde-cache" / "results.sqlite")
+        return ResultsStore(workspace_store_path(ws.root))
     except SDEError as exc:
         st.warning(f"Results are not saved to disk ({exc}); they are kept for this session only.")
         return None

@@ -86,7 +86,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     from .engine import make_engine
     from .evaluate import EvalSettings, evaluate_workspace
-    from .store import ResultsStore
+    from .store import ResultsStore, workspace_store_path
     from .workspace import load_workspace
 
     ws = load_workspace(args.workspace)
@@ -115,9 +115,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         current[1].n = done
         current[1].refresh()
 
-    store_path = (
-        None if args.no_store else Path(args.store or ws.root / ".sde-cache" / "results.sqlite")
-    )
+    store_path = None if args.no_store else Path(args.store or workspace_store_path(ws.root))
     models = args.models.split(",") if args.models else None
     report = None if args.quiet else progress
     engine = make_engine(args.engine, args.address)

@@ -48,6 +48,7 @@ import math
 import os
 import re
 import secrets
+import shutil
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -68,8 +69,10 @@ __all__ = [
     "APPLICATION_ID",
     "EXPORT_FORMATS",
     "SCHEMA_VERSION",
+    "SHIPPED_STORE",
     "ResultsStore",
     "Run",
+    "workspace_store_path",
 ]
 
 SCHEMA_VERSION = 1
@@ -868,3 +871,25 @@ def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """``arrays`` as an uncompressed ``.npz`` file (keys are the array names)."""
     with open(path, "wb") as fh:
         np.savez(fh, **arrays)
+
+
+#: A workspace may ship precomputed results here (e.g. the bundled demos); read-only seed.
+SHIPPED_STORE = "results.sqlite"
+
+
+def workspace_store_path(workspace_root: str | Path) -> Path:
+    """The results store of a workspace: ``<root>/.sde-cache/results.sqlite``.
+
+    When it does not exist yet and the workspace ships ``<root>/results.sqlite`` (the bundled
+    demos do), the shipped file is copied there first, so its results are served at once while
+    the shipped file itself is never written to.
+    """
+    root = Path(workspace_root)
+    path = root / ".sde-cache" / "results.sqlite"
+    shipped = root / SHIPPED_STORE
+    if not path.exists() and shipped.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".sqlite.tmp")
+        shutil.copyfile(shipped, tmp)
+        os.replace(tmp, path)
+    return path

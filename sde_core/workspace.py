@@ -677,7 +677,13 @@ def workspace_hash(ws: Workspace, *, data_fingerprint: str | None = None) -> str
             "forget": file_sha256(ws.path(ws.forget_indices)),
             "models": sorted(
                 (
-                    (m.name, m.role, m.arch, m.arch_kwargs, file_sha256(ws.path(m.checkpoint)))
+                    (
+                        m.name,
+                        m.role,
+                        m.arch,
+                        _drop_none(m.arch_kwargs),  # as written to TOML: no nulls
+                        file_sha256(ws.path(m.checkpoint)),
+                    )
                     for m in ws.models
                 ),
                 key=lambda row: row[0],

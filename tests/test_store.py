@@ -551,3 +551,23 @@ def test_concurrent_workers_write_each_unit_once(tmp_path: Path) -> None:
     with ResultsStore(db) as s:
         (run,) = s.list_runs().itertuples()
         _check_units_complete(s, run.id, range(n))
+
+
+def test_workspace_store_path_seeds_from_a_shipped_store(tmp_path):
+    from sde_core.store import workspace_store_path
+
+    assert workspace_store_path(tmp_path) == tmp_path / ".sde-cache" / "results.sqlite"
+    assert not (tmp_path / ".sde-cache").exists()  # nothing shipped: nothing created
+    with ResultsStore(tmp_path / "results.sqlite") as shipped:
+        run = shipped.open_run("ws", {"n": 1})
+        shipped.put_unit(run.id, "m", {"models": [{"name": "m", "otr": 0.5}]})
+    before = (tmp_path / "results.sqlite").read_bytes()
+    path = workspace_store_path(tmp_path)
+    with ResultsStore(path) as store:
+        run = store.open_run("ws", {"n": 1})
+        assert store.finished_units(run.id) == {"m"}
+        store.put_unit(run.id, "m2", {"models": [{"name": "m2", "otr": 1.0}]})
+    assert (tmp_path / "results.sqlite").read_bytes() == before  # the shipped file is untouched
+    workspace_store_path(tmp_path)  # an existing store is never replaced by the seed
+    with ResultsStore(path) as store:
+        assert store.finished_units(store.open_run("ws", {"n": 1}).id) == {"m", "m2"}
