@@ -268,6 +268,12 @@ def demo_recipe(
     method_params: dict[str, dict[str, Any]] = {m: dict(iterative) for m in _ITERATIVE}
     method_params["ga"] = {"epochs": min(5, method_epochs)} if method_epochs is not None else {}
     method_params["unroll"] = {}
+    if dataset == "fashion-mnist":
+        # SPEC §7's RL/SalUn rates (0.01/0.013, tuned for SGD-trained CIFAR ResNet-18) collapse
+        # this Adam-trained CNN to chance accuracy; 1e-3 (measured: Acc_f 92%, Acc_te 86%)
+        # forgets partially and keeps the model usable. Recorded with each model.
+        for method in ("rl", "salun"):
+            method_params[method]["lr"] = 1e-3
     name = DEMO_FOLDERS[dataset]
     return DemoRecipe(
         name=name,
