@@ -510,8 +510,10 @@ def null_calibration_from_panel(
     exchangeable with its panel) at ``alpha_calibrated``.
 
     Args:
-        panel_h: ``(R, K)`` split-half HSIC of R ≥ 3 out-of-training subsets (disjoint where
-            the pool allows), e.g. the OOT reference panel of an evaluation.
+        panel_h: ``(R, K)`` split-half HSIC of R out-of-training subsets (disjoint where the
+            pool allows), e.g. S_OOT plus the OOT reference panel of an evaluation. The
+            leave-one-out p-value is at least ``1/R``, so R must exceed ``1/alpha_calibrated``
+            (21 subsets for α = 0.05) or the calibrated rate would be 0 by construction.
     """
     h = np.asarray(panel_h, dtype=np.float64)
     if h.ndim != 2 or h.shape[0] < 3 or h.shape[1] < 2:
@@ -523,6 +525,12 @@ def null_calibration_from_panel(
     a_split, a_cal = _alpha(alpha_split), _alpha(alpha_calibrated)
     scores = subset_scores(h)
     n_panel = h.shape[0]
+    if 1.0 / n_panel >= a_cal:
+        raise InputError(
+            f"with {n_panel} panel subsets the smallest leave-one-out p-value is 1/{n_panel} ≥ "
+            f"alpha_calibrated={a_cal}, so the calibrated false-positive rate would be 0 by "
+            f"construction: give more than {int(np.ceil(1 / a_cal))} subsets"
+        )
     rng = np.random.default_rng(seed)
     pairs = np.array([rng.choice(n_panel, 2, replace=False) for _ in range(n_pairs)])
     split_p = np.array(
@@ -557,8 +565,9 @@ def null_calibration(
 ) -> NullCalibration:
     """Measure both tests' false-positive rates on data known to be out-of-training.
 
-    Draws ``panel_size`` subsets of ``subset_size`` rows from the pool (e.g. D_te; disjoint
-    where it allows), computes their split-half HSIC and applies
+    Draws ``panel_size + 1`` subsets of ``subset_size`` rows from the pool (e.g. D_te;
+    disjoint where it allows) — so each leave-one-out comparison has a panel of
+    ``panel_size``, as a calibrated verdict does — computes their split-half HSIC and applies
     :func:`null_calibration_from_panel`.
 
     Args:
@@ -580,7 +589,7 @@ def null_calibration(
             f"{pool}: lower the subset size to at most {pool // 2}"
         )
     rng = np.random.default_rng(seed)
-    subsets = disjoint_subsets(pool, subset_size, panel_size, rng)
+    subsets = disjoint_subsets(pool, subset_size, panel_size + 1, rng)
     h = split_half_hsic_batch(
         acts,
         subsets,

@@ -60,7 +60,7 @@ __all__ = [
 
 #: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
 #: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
-ALGORITHM_VERSION = 2
+ALGORITHM_VERSION = 3
 
 #: Progress callback: ``progress(stage, done, total)``.
 Progress = Callable[[str, int, int], None]
@@ -449,8 +449,14 @@ def evaluate_arrays(
     cal = calibrated_otr(tgt_verdicts)
     f1 = controlled_f1(truth, f1_in)
     cal_f1 = controlled_f1(truth, np.array(f1_verdicts) == "in-training")
+    # S_OOT and the R panel subsets: R + 1 exchangeable OOT subsets, so each leave-one-out
+    # comparison has a panel of R, as a target's calibrated verdict does.
     null = null_calibration_from_panel(
-        panel_oot_h, s.null_pairs, s.alpha, s.alpha_calibrated, seed=s.seed
+        np.vstack([oot_h[None, :], panel_oot_h]),
+        s.null_pairs,
+        s.alpha,
+        s.alpha_calibrated,
+        seed=s.seed,
     )
     all_scores = np.r_[it_scores, oot_scores, subset_scores(targets_h)]
     all_spreads = np.r_[

@@ -236,6 +236,7 @@ GRID40 = np.arange(80.0).reshape(40, 2)
         (lambda: null_calibration(GRID40, 6, 1.0, n_pairs=0), "n_pairs"),
         (lambda: null_calibration(GRID40, 6, 1.0, panel_size=2), "panel_size"),
         (lambda: null_calibration_from_panel(np.ones((2, 5))), "R ≥ 3"),
+        (lambda: null_calibration_from_panel(GRID40[:20].reshape(20, 2)), "by construction"),
     ],
 )
 def test_bad_input_raises_sde_error(call, match):
