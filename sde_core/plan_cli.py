@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sde_core.evaluate_cli import add_engine_arguments
+
 __all__ = ["register_run_plan"]
 
 _SUMMARY = ("f1", "calibrated_f1", "otr", "mmd_f1", "w2_f1", "acc_r", "acc_te", "asr")
@@ -37,6 +39,7 @@ def _print_summary(store: object, run_id: int) -> None:
 
 
 def _cmd_run_plan(args: argparse.Namespace) -> int:
+    from sde_core.engine import make_engine
     from sde_core.plans import build_jobs, load_plan, run_plan
     from sde_core.store import ResultsStore
 
@@ -59,7 +62,10 @@ def _cmd_run_plan(args: argparse.Namespace) -> int:
     out = Path(args.out)
     store_path = Path(args.store) if args.store else out / "results.sqlite"
     with ResultsStore(store_path) as store:
-        report = run_plan(variant, out, store, device=args.device, progress=not args.quiet)
+        report = run_plan(
+            variant, out, store, device=args.device, progress=not args.quiet,
+            engine=make_engine(args.engine, args.address),
+        )  # fmt: skip
         if not args.quiet:
             _print_summary(store, report.run_id)
     print(
@@ -91,4 +97,5 @@ def register_run_plan(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="validate and list the jobs only")
     p.add_argument("--list-variants", action="store_true", help="list the plan's variants")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+    add_engine_arguments(p)
     p.set_defaults(func=_cmd_run_plan)

@@ -84,13 +84,15 @@ import json
 import math
 import time
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from sde_core.engine import Engine, LocalEngine, Resources
+from sde_core.engine import Job as EngineJob
 from sde_core.errors import PlanError, SDEError
 from sde_core.hashing import stable_hash
 
@@ -142,9 +144,10 @@ _TOP_KEYS = (
     "dataset",
     "model",
     "train",
+    "resources",
     "variants",
 )
-_VARIANT_KEYS = ("notes", "device", "params", "eval", "dataset", "model", "train")
+_VARIANT_KEYS = ("notes", "device", "params", "eval", "dataset", "model", "train", "resources")
 _DEVICES = ("cpu", "auto", "cuda")
 _EVAL_FROM_PARAMS = ("layer", "sigma", "subset_size", "seed")
 _REQUIRED = object()
@@ -496,6 +499,7 @@ class PlanVariant:
         setup: data, model and recipe (None for ``toy``). device: runtime device (not hashed).
         config: the resolved configuration (what the plan hash covers).
         overrides: the ``key=value`` overrides applied, as given.
+        resources: ``{job kind: {cpus, gpus, memory_mb}}`` scheduler requests (not hashed).
     """
 
     path: Path
@@ -513,6 +517,7 @@ class PlanVariant:
     device: str
     config: dict[str, Any]
     overrides: tuple[str, ...] = ()
+    resources: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def plan_hash(self) -> str:
         """Hash of everything that determines the results (not notes, texts or the device)."""
@@ -612,6 +617,27 @@ def apply_overrides(config: Mapping[str, Any], overrides: Sequence[str]) -> dict
     return out
 
 
+def _check_resources(where: str, table: object) -> dict[str, dict[str, float]]:
+    """``[resources.<kind>]`` tables: ``cpus``, ``gpus``, ``memory_mb`` (≥ 0) per job kind."""
+    if not isinstance(table, dict):
+        raise _fail(f"{where} resources", "must be a table of job kinds")
+    out: dict[str, dict[str, float]] = {}
+    for kind, request in table.items():
+        if kind not in DEFAULT_RESOURCES:
+            raise _fail(
+                f"{where} resources.{kind}", f"unknown job kind; use {list(DEFAULT_RESOURCES)}"
+            )
+        if not isinstance(request, dict) or set(request) - {"cpus", "gpus", "memory_mb"}:
+            raise _fail(f"{where} resources.{kind}", "a table with cpus, gpus and/or memory_mb")
+        for name, value in request.items():
+            if not _is_num(value) or value < 0:
+                raise _fail(
+                    f"{where} resources.{kind}.{name}", f"must be a number ≥ 0; got {value!r}"
+                )
+        out[kind] = {k: float(v) for k, v in request.items()}
+    return out
+
+
 def _resolve_variant(plan: Plan, variant: str, overrides: tuple[str, ...]) -> PlanVariant:
     raw = plan.raw
     where = f"{plan.path.name} [variant {variant}]"
@@ -622,6 +648,7 @@ def _resolve_variant(plan: Plan, variant: str, overrides: tuple[str, ...]) -> Pl
     notes = config.pop("notes", [])
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise _fail(f"{where} notes", "must be a list of strings")
+    resources = _check_resources(where, config.pop("resources", {}))
     device = config.pop("device", "cpu")
     if device not in _DEVICES:
         raise _fail(f"{where} device", f"must be one of {', '.join(_DEVICES)}; got {device!r}")
@@ -659,6 +686,7 @@ def _resolve_variant(plan: Plan, variant: str, overrides: tuple[str, ...]) -> Pl
         device=device,
         config=config,
         overrides=overrides,
+        resources=resources,
     )
 
 
@@ -1623,6 +1651,51 @@ def preflight(v: PlanVariant, work: Path) -> dict[str, int]:
     return {"train": len(bundle.train), "test": len(bundle.test)}
 
 
+def execute_plan_job(
+    job: Job,
+    ctx: JobContext,
+    dep_jobs: Mapping[str, Job],
+    threads: int = 1,
+    deps: Mapping[str, Any] | None = None,
+) -> JobResult:
+    """Engine entry point of one plan job: :func:`run_job` on the dependency *specs*.
+
+    Dependencies hand over content-addressed artefacts on the shared work folder, not their
+    results, so the engine's ``deps`` (the dependencies' results) only orders the jobs. The job
+    uses exactly ``threads`` torch and BLAS threads (its CPU request), wherever it runs, so a
+    local and a Ray run produce bit-identical rows.
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads):
+            return run_job(job, ctx, dep_jobs)
+    finally:
+        torch.set_num_threads(before)
+
+
+#: Default resource request per job kind (CPU cores, GPUs when the device is CUDA).
+DEFAULT_RESOURCES: dict[str, dict[str, float]] = {
+    "train": {"cpus": 1.0, "gpus": 1.0},
+    "unlearn": {"cpus": 1.0, "gpus": 1.0},
+    "evaluate": {"cpus": 1.0, "gpus": 0.0},
+    "toy": {"cpus": 1.0, "gpus": 0.0},
+}
+
+
+def job_resources(v: PlanVariant, kind: str, device: str) -> Resources:
+    """The scheduler request of a job kind: the plan's ``[resources.<kind>]`` table (keys
+    ``cpus``, ``gpus``, ``memory_mb``) over :data:`DEFAULT_RESOURCES`; no GPU on a CPU device."""
+    table = {**DEFAULT_RESOURCES.get(kind, {}), **v.resources.get(kind, {})}
+    gpus = table.get("gpus", 0.0) if device.startswith("cuda") else 0.0
+    return Resources(
+        cpus=table.get("cpus", 1.0), gpus=gpus, memory_mb=int(table.get("memory_mb", 0))
+    )
+
+
 def run_plan(
     v: PlanVariant,
     work: str | Path,
@@ -1630,20 +1703,23 @@ def run_plan(
     *,
     device: str | None = None,
     progress: bool = True,
-    executor: Callable[[Job, JobContext, Mapping[str, Job]], JobResult] = run_job,
+    engine: Engine | None = None,
 ) -> PlanRunReport:
-    """Run (or resume) every job of a variant; only this driver writes the store.
+    """Run (or resume) every job of a variant on an engine; only this driver writes the store.
 
     Args:
         v: the resolved variant (:meth:`Plan.variant`).
-        work: work folder for artefacts, generated data and the activation cache.
+        work: work folder for artefacts, generated data and the activation cache (storage every
+            worker can read and write when the engine is a cluster).
         store: an open :class:`~sde_core.store.ResultsStore`.
         device: overrides the variant's device (``"cpu"``, ``"cuda"``, ``"auto"``).
-        progress: draw a tqdm bar over the jobs on stderr.
-        executor: the job runner (a distributed runner has the same signature).
+        progress: draw a tqdm bar with the job counts on stderr.
+        engine: where jobs run (default :class:`~sde_core.engine.LocalEngine`; a
+            :class:`~sde_core.engine.RayEngine` gives identical rows).
 
     Raises:
-        PlanError, DataError, TrainingError, SettingsError: bad plan, data or settings.
+        PlanError, DataError, TrainingError, SettingsError, EngineError: bad plan, data,
+            settings, or a job that failed for good (finished jobs stay in the store).
     """
     from tqdm import tqdm
 
@@ -1671,36 +1747,49 @@ def run_plan(
         settings,
         label=f"plan {v.name} [{v.variant}]",
     )
-    done = store.finished_units(run.id)
+    finished = store.finished_units(run.id)
     jobs = build_jobs(v)
     by_key = {j.key: j for j in jobs}
     ctx = JobContext(work=work, device=dev)
+    # A stored job counts as done unless a later job needs its artefact and this work folder
+    # lacks it (e.g. another --out): then it runs again (its store unit is not rewritten).
+    done = {
+        k: None
+        for k in finished
+        if k in by_key
+        and not (by_key[k].kind in ("train", "unlearn") and _manifest(by_key[k], work) is None)
+    }
+    skipped = sorted(set(done))
     ran: list[str] = []
-    skipped: list[str] = []
+    engine_jobs = [
+        EngineJob(
+            key=j.key,
+            fn=execute_plan_job,
+            kwargs={
+                "job": j,
+                "ctx": ctx,
+                "dep_jobs": {d: by_key[d] for d in j.deps},
+                "threads": max(1, int(job_resources(v, j.kind, dev).cpus)),
+            },
+            deps=j.deps,
+            resources=job_resources(v, j.kind, dev),
+            label=f"{j.kind} {j.key}",
+        )
+        for j in jobs
+    ]
+    bar = tqdm(total=len(jobs) - len(done), desc=f"{v.name} [{v.variant}]", unit="job",
+               disable=not progress)  # fmt: skip
 
-    def ensure(job: Job) -> None:
-        """Produce a dependency's artefact when it is missing (e.g. another --out)."""
-        if job.kind in ("train", "unlearn") and _manifest(job, work) is None:
-            for dep in job.deps:
-                ensure(by_key[dep])
-            result = executor(job, ctx, {d: by_key[d] for d in job.deps})
-            if store.put_unit(run.id, job.key, result.tables, result.arrays):
-                ran.append(job.key)
-
-    bar = tqdm(jobs, desc=f"{v.name} [{v.variant}]", unit="job", disable=not progress)
-    for job in bar:
-        if job.key in done:
-            skipped.append(job.key)
-            continue
-        if job.key in ran:  # produced earlier as a dependency
-            continue
-        bar.set_postfix_str(job.key, refresh=True)
-        for dep in job.deps:
-            ensure(by_key[dep])
-        result = executor(job, ctx, {d: by_key[d] for d in job.deps})
+    def on_result(job: EngineJob, result: JobResult) -> None:
         if store.put_unit(run.id, job.key, result.tables, result.arrays):
             ran.append(job.key)
-    bar.close()
+        bar.set_postfix_str(job.key[-40:], refresh=False)
+        bar.update(1)
+
+    try:
+        (engine or LocalEngine()).run(engine_jobs, done=done, on_result=on_result)
+    finally:
+        bar.close()
     store.mark_complete(run.id)
     return PlanRunReport(
         variant=v,

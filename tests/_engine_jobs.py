@@ -29,3 +29,12 @@ def dies_once(marker: str, value: int) -> int:
 def fails(message: str, deps: dict[str, Any] | None = None) -> None:
     """Always raise ValueError(message)."""
     raise ValueError(message)
+
+
+def kill_once_then(inner: Any, marker: str, **kwargs: Any) -> Any:
+    """Fault injection: kill the worker the first time (marker absent), then run ``inner``."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("died once\n")
+        os._exit(1)
+    return inner(**kwargs)

@@ -163,3 +163,72 @@ def test_evaluation_rows_identical_on_both_engines(ray_engine, tiny_workspace, t
     assert models(rows["local"][0]) == models(rows["ray"][0])
     assert subsets(rows["local"][1]) == subsets(rows["ray"][1])
     assert sorted(r["name"] for r in rows["ray"][0]) == ["ft", "original", "rand"]
+
+
+# A Table 1 cell small enough for a test (600 train / 400 test mnist1d samples, R = 20%).
+SMALL_PLAN = [
+    "dataset.options.num_samples=1000",
+    "params.seeds=[0]",
+    "params.forget_ratios=[0.2]",
+    "params.subset_sizes=[48]",
+    'params.layers=["output", "penultimate"]',
+    "train.epochs=3",
+    "eval.splits=20",
+    "eval.targets=6",
+]
+
+
+class KillOnceEngine(RayEngine):
+    """A Ray engine whose first evaluation job kills its worker once (fault injection)."""
+
+    def __init__(self, marker: Path, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.marker = marker
+
+    def run(self, jobs, **kwargs):
+        import dataclasses
+        import functools
+
+        victim = next(j for j in jobs if j.key.startswith("eval/"))
+        wrapped = functools.partial(jobs_mod().kill_once_then, victim.fn, str(self.marker))
+        jobs = [dataclasses.replace(j, fn=wrapped) if j is victim else j for j in jobs]
+        return super().run(jobs, **kwargs)
+
+
+def jobs_mod():
+    return jobs
+
+
+def test_plan_on_ray_matches_local_and_survives_a_killed_worker(ray_engine, tmp_path):
+    from sde_core.plans import load_plan, run_plan
+    from sde_core.store import ResultsStore
+
+    variant = load_plan("table1").variant("default", SMALL_PLAN)
+    records = {}
+    for name, engine in (
+        ("local", LocalEngine()),
+        ("ray", KillOnceEngine(tmp_path / "died", max_retries=2)),
+    ):
+        with ResultsStore(tmp_path / f"{name}.sqlite") as store:
+            report = run_plan(variant, tmp_path / f"work-{name}", store, progress=False,
+                              engine=engine)  # fmt: skip
+            assert report.skipped == [] and len(report.ran) == report.jobs
+            assert store.get_run(report.run_id).status == "complete"
+            records[name] = {
+                t: sorted(
+                    (
+                        {k: v for k, v in r.items() if not k.endswith("seconds")}
+                        for r in store.records(report.run_id, t)
+                    ),
+                    key=repr,
+                )  # fmt: skip
+                for t in ("points", "models")
+            }
+            units = store.finished_units(report.run_id)
+            assert len(units) == report.jobs  # every job exactly once, none duplicated
+    assert (tmp_path / "died").exists()  # a worker really died and its task was retried
+    for table in ("points", "models"):
+        for a, b in zip(records["local"][table], records["ray"][table], strict=True):
+            diff = {k: (a[k], b.get(k)) for k in a if a[k] != b.get(k) and a[k] == a[k]}
+            assert diff == {}, table
+    assert len(records["ray"]["points"]) == 2  # two layers of one cell
