@@ -19,10 +19,16 @@ from pages._common import (
     workspace_key,
 )
 from sde_core.evaluate import EvalSettings, Progress
-from sde_core.figures import sweep_figure
+from sde_core.figures import plan_figure, sweep_figure
 from sde_core.hashing import stable_hash
+from sde_core.store import ResultsStore
 from sde_core.sweeps import available_fractions, run_sweep, sigma_markers
-from sde_core.ui_support import parse_int_values, parse_sigma_values
+from sde_core.ui_support import (
+    allowed_roots,
+    parse_int_values,
+    parse_sigma_values,
+    resolve_in_roots,
+)
 from sde_core.workspace import Workspace
 
 PARAMS = {
@@ -102,9 +108,45 @@ def run(
     return table
 
 
+def plan_results() -> None:
+    """Results of ``python -m sde_core run-plan`` (local or on Ray), read from its store.
+
+    A plan running on a Ray cluster writes each job's rows as it finishes, so "Refresh" shows
+    its progress while it runs.
+    """
+    path_text = st.text_input("Plan results store", value="runs/results.sqlite", key="pl_store")
+    st.button("Refresh", key="pl_refresh", help="re-read the store (a running plan adds rows)")
+    with guarded("Cannot read the plan results"):
+        path = resolve_in_roots(path_text, allowed_roots(), what="results store", must_exist=False)
+        if not path.is_file():
+            st.info(f"No plan results at {path} yet: run `python -m sde_core run-plan PLAN`.")
+            return
+        with ResultsStore(path) as store:
+            runs = store.list_runs()
+            runs = runs[runs["workspace_hash"].str.startswith("plan:")]
+            if runs.empty:
+                st.info("No plan runs in this store yet: run `python -m sde_core run-plan PLAN`.")
+                return
+            labels = {int(r.id): f"{r.label} — run {r.id} ({r.status}, {r.units} jobs done)"
+                      for r in runs.itertuples()}  # fmt: skip
+            run_id = st.selectbox("Plan run", list(labels), format_func=labels.__getitem__,
+                                  key="pl_run")  # fmt: skip
+            tables = store.tables(run_id)
+            points = store.rows(run_id, "points") if "points" in tables else pd.DataFrame()
+        if points.empty:
+            st.info("This run has no evaluation points (yet): toy runs are in REPRODUCTION.md.")
+            return
+        metric = st.radio("Metric", ["f1", "otr", "calibrated_otr"], horizontal=True,
+                          key="pl_metric")  # fmt: skip
+        plot(plan_figure(points, metric), "pl_fig")
+        st.dataframe(points, hide_index=True, key="pl_table")
+
+
 ws = current_workspace()
 settings = settings_sidebar(ws)
 st.title("Sweeps")
+with st.expander("Experiment plans (the paper's protocols: `run-plan`, local or on Ray)"):
+    plan_results()
 st.caption(
     "Each point is a full evaluation from the cached activations; points already in the "
     "results store are read back. Other settings come from the sidebar."

@@ -658,3 +658,43 @@ def figure_to_image(fig: go.Figure, fmt: str = "png", *, scale: float = 2.0) -> 
         return fig.to_image(format=fmt, scale=scale)
     except Exception as exc:  # kaleido/Chromium failures come as many types
         raise ExportError(f"{fmt.upper()} export failed ({exc}); {hint}") from exc
+
+
+def plan_figure(points: pd.DataFrame, metric: str = "f1") -> go.Figure:
+    """A metric of an experiment plan's ``points`` table against its sweep axis.
+
+    One line per (model, layer), the mean over seeds (and forget ratios unless they are the
+    axis) with the across-seed standard deviation as error bars.
+
+    Args:
+        points: the ``points`` table of a :func:`sde_core.plans.run_plan` run (columns
+            ``param``, ``value``, ``x``, ``model``, ``layer``, ``seed`` and the metric).
+        metric: a key of :data:`METRICS` that is a column of ``points``.
+    """
+    spec = _metric(metric)
+    if points.empty or metric not in points:
+        raise SettingsError(f"the plan table has no {metric!r} values yet")
+    param = str(points["param"].iloc[0])
+    fig = go.Figure()
+    groups = points.groupby(["model", "layer"], sort=False)
+    for i, ((model, layer), part) in enumerate(groups):
+        stats = part.groupby("x", sort=True).agg(
+            value=("value", "first"), mean=(metric, "mean"), sd=(metric, "std"), n=(metric, "size")
+        )
+        y = stats["mean"].to_numpy(dtype=float) * spec.scale
+        sd = np.nan_to_num(stats["sd"].to_numpy(dtype=float)) * spec.scale
+        categorical = param in ("layer", "method", "model")
+        fig.add_trace(
+            go.Scatter(
+                x=stats["value"] if categorical else stats.index,
+                y=y,
+                error_y={"type": "data", "array": sd},
+                mode="lines+markers",
+                name=f"{model} · {layer}",
+                line={"color": MODEL_COLORS[i % len(MODEL_COLORS)]},
+                customdata=stats[["n"]].to_numpy(),
+                hovertemplate=f"{model} · {layer}<br>{param} = %{{x}}<br>{spec.label} = "
+                f"%{{y:.3g}}{spec.unit} (mean of %{{customdata[0]}})<extra></extra>",
+            )
+        )
+    return _layout(fig, f"{spec.label} against {param}", param, f"{spec.label}{spec.unit}")

@@ -220,6 +220,28 @@ def test_checkpoint_sweep_and_bad_values(ws):
     assert any("'ten' is not an integer" in e.value for e in at.error)
 
 
+def test_sweeps_page_shows_plan_results(ws):
+    from sde_core.plans import load_plan, run_plan
+    from sde_core.store import ResultsStore
+
+    overrides = ["dataset.options.num_samples=1000", "params.seeds=[0]",
+                 "params.forget_ratios=[0.2]", "params.subset_sizes=[48]",
+                 'params.layers=["output", "penultimate"]', "train.epochs=2", "eval.splits=10",
+                 "eval.targets=4"]  # fmt: skip
+    path = ws.parent / "plan-results.sqlite"
+    with ResultsStore(path) as store:
+        variant = load_plan("table1").variant("default", overrides)
+        report = run_plan(variant, ws.parent / "plan-work", store, progress=False)
+        stored = store.rows(report.run_id, "points")
+    at = app("sweeps")
+    at.text_input(key="pl_store").set_value(str(path)).run()
+    no_exception(at)
+    shown = frame(at, "forget_ratio")
+    assert len(shown) == len(stored) == 2
+    assert sorted(shown["f1"]) == pytest.approx(sorted(stored["f1"]))
+    assert len(at.get("plotly_chart")) == 1  # the plan chart (no interactive sweep was run)
+
+
 # -------------------------------------------------------------------------------------- Report
 
 
