@@ -239,7 +239,7 @@ def test_sweeps_page_shows_plan_results(ws):
     shown = frame(at, "forget_ratio")
     assert len(shown) == len(stored) == 2
     assert sorted(shown["f1"]) == pytest.approx(sorted(stored["f1"]))
-    assert len(at.get("plotly_chart")) == 1  # the plan chart (no interactive sweep was run)
+    assert len(at.get("plotly_chart")) >= 1  # the plan chart (plus any cached sweep charts)
 
 
 # -------------------------------------------------------------------------------------- Report
