@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-import json
 import math
 import os
 import shutil
@@ -74,7 +73,6 @@ __all__ = [
     "DemoRecipe",
     "acceptance_checks",
     "build_demo",
-    "canonicalize_safetensors",
     "compact_store",
     "default_demo_folder",
     "demo_recipe",
@@ -458,31 +456,11 @@ def _reusable(old: Workspace | None, name: str, key: str) -> ModelEntry | None:
     return None
 
 
-def canonicalize_safetensors(path: str | Path) -> None:
-    """Rewrite a safetensors header with sorted keys, so equal tensors give equal bytes.
-
-    The safetensors writer serialises the metadata from an unordered map, so two processes that
-    save the same weights and metadata may write the keys in different orders (different
-    SHA-256). The rewritten file holds the same tensors and metadata.
-    """
-    path = Path(path)
-    raw = path.read_bytes()
-    size = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8 : 8 + size])
-    ordered = {key: header[key] for key in sorted(header)}
-    if "__metadata__" in ordered:
-        ordered["__metadata__"] = dict(sorted(ordered["__metadata__"].items()))
-    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
-    text += b" " * (-len(text) % 8)
-    _write_if_changed(path, len(text).to_bytes(8, "little") + text + raw[8 + size :])
-
-
 def _save_half(model: torch.nn.Module, path: Path, recipe: DemoRecipe, key: str) -> str:
     """Save ``model`` as float16 safetensors tagged with ``key``; return the file's SHA-256."""
     from sde_core.models import save_checkpoint
 
     save_checkpoint(model, path, recipe.arch, half=True, metadata={_BUILD_KEY: key})
-    canonicalize_safetensors(path)
     return file_sha256(path)
 
 

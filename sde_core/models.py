@@ -868,6 +868,24 @@ def load_checkpoint(
     return model.eval()
 
 
+def _canonicalize_safetensors(path: Path) -> None:
+    """Rewrite a safetensors header with sorted keys, so equal tensors give equal bytes.
+
+    The safetensors writer serialises the header from an unordered map, so two processes that
+    save the same weights and metadata may order its keys differently (different SHA-256, which
+    would defeat content-hash caches). The rewritten file holds the same tensors and metadata.
+    """
+    raw = path.read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + size])
+    ordered = {key: header[key] for key in sorted(header)}
+    if "__metadata__" in ordered:
+        ordered["__metadata__"] = dict(sorted(ordered["__metadata__"].items()))
+    text = json.dumps(ordered, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + size :])
+
+
 def save_checkpoint(
     model: nn.Module,
     path: str | Path,
@@ -914,6 +932,7 @@ def save_checkpoint(
         save_file(
             state, str(tmp), metadata={**meta, "arch": arch, "arch_kwargs": json.dumps(kwargs)}
         )
+        _canonicalize_safetensors(tmp)
     else:
         torch.save(
             {"state_dict": state, "arch": arch, "arch_kwargs": kwargs, "metadata": meta}, tmp
