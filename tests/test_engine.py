@@ -221,7 +221,7 @@ def test_plan_on_ray_matches_local_and_survives_a_killed_worker(ray_engine, tmp_
                         for r in store.records(report.run_id, t)
                     ),
                     key=repr,
-                )  # fmt: skip
+                )
                 for t in ("points", "models")
             }
             units = store.finished_units(report.run_id)
