@@ -51,6 +51,7 @@ import secrets
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -225,7 +226,7 @@ class ResultsStore:
         if not empty and version != SCHEMA_VERSION:
             raise StoreError(f"{not_store} (unknown schema version {version})")
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._enable_wal()
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
@@ -237,6 +238,24 @@ class ResultsStore:
                         conn.execute(statement)
                     conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
                     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _enable_wal(self) -> None:
+        """Switch to WAL mode, retrying while another process holds the lock it needs.
+
+        SQLite's busy handler does not cover the journal-mode change, so two processes opening
+        the same new file at once would otherwise fail at once with "database is locked".
+        """
+        deadline = time.monotonic() + self.timeout
+        delay = 0.005
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(2 * delay, 0.2)
 
     def _header(self) -> tuple[int, int, int]:
         """``application_id``, ``user_version`` and the number of schema objects of the file."""
