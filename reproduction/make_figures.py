@@ -441,7 +441,7 @@ def calibration(store: ResultsStore, runs: dict[str, int], w: Writer) -> None:
             {
                 "panel size R": panel,
                 "evaluations": len(part),
-                "smallest leave-one-out p_in": f"1/{panel} = {1 / panel:.3f}",
+                "smallest leave-one-out p_in": f"1/{panel + 1} = {1 / (panel + 1):.3f}",
                 "null FPR, split-level U (nominal 0.01)": f"{part['null_split_fpr'].mean():.2f}",
                 "null FPR, calibrated (nominal 0.05)": f"{part['null_calibrated_fpr'].mean():.3f}",
             }
