@@ -269,6 +269,19 @@ def _batches(dataset: Dataset, indices: np.ndarray, batch_size: int) -> Iterable
             yield torch.stack([it[0] if isinstance(it, tuple | list) else it for it in items])
 
 
+def _row_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """Validated int64 row indices into ``n`` rows (non-empty, 1-D, integer, in range)."""
+    idx = np.asarray(indices)
+    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
+        raise ActivationError(
+            f"indices must be a non-empty 1-D integer array, got {idx.dtype} {idx.shape}"
+        )
+    bad = idx[(idx < 0) | (idx >= n)]
+    if bad.size:
+        raise ActivationError(f"indices out of range [0, {n - 1}]: {bad[:10].tolist()}")
+    return idx.astype(np.int64)
+
+
 def extract_activations(
     model: nn.Module,
     dataset: Dataset,
@@ -306,18 +319,7 @@ def extract_activations(
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ActivationError(f"batch_size must be a positive integer, got {batch_size!r}")
     n_total = len(dataset)  # type: ignore[arg-type]
-    if indices is None:
-        idx = np.arange(n_total, dtype=np.int64)
-    else:
-        idx = np.asarray(indices)
-        if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
-            raise ActivationError(
-                f"indices must be a non-empty 1-D integer array, got {idx.dtype} {idx.shape}"
-            )
-        bad = idx[(idx < 0) | (idx >= n_total)]
-        if bad.size:
-            raise ActivationError(f"indices out of range [0, {n_total - 1}]: {bad[:10].tolist()}")
-        idx = idx.astype(np.int64)
+    idx = np.arange(n_total, dtype=np.int64) if indices is None else _row_indices(indices, n_total)
     if idx.size == 0:
         raise ActivationError("the dataset is empty; nothing to extract")
     refs = {name: resolve_layer(model, name) for name in dict.fromkeys(names)}
@@ -544,17 +546,7 @@ def get_activations(
     if split not in ("train", "test"):
         raise ActivationError(f"unknown split {split!r}; use 'train' or 'test'")
     n_split = len(bundle.split(split))
-    idx = None
-    if indices is not None:
-        idx = np.asarray(indices)
-        if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
-            raise ActivationError(
-                f"indices must be a non-empty 1-D integer array, got {idx.dtype} {idx.shape}"
-            )
-        bad = idx[(idx < 0) | (idx >= n_split)]
-        if bad.size:
-            raise ActivationError(f"indices out of range [0, {n_split - 1}]: {bad[:10].tolist()}")
-        idx = idx.astype(np.int64)
+    idx = None if indices is None else _row_indices(indices, n_split)
     path = Path(checkpoint_path)
     if path.suffix in _PRECOMPUTED_SUFFIXES:
         return _precomputed_activations(path, bundle, split, names, idx)

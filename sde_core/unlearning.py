@@ -570,6 +570,12 @@ def retrain(
     return _result("retrain", out.model, resolved, t0, final_loss=out.losses[-1])
 
 
+def _seeded_sgd(model: nn.Module, params: SGDParams) -> tuple[torch.Generator, torch.optim.SGD]:
+    """Seed torch with ``params.seed``; return the batch-order generator and the SGD optimiser."""
+    torch.manual_seed(params.seed)
+    return torch.Generator().manual_seed(params.seed), _sgd(model, params)
+
+
 def finetune(
     original: nn.Module, data: UnlearnData, params: FTParams = FTParams()
 ) -> UnlearnResult:
@@ -577,9 +583,7 @@ def finetune(
     _check_params(params, FTParams)
     t0 = time.perf_counter()
     model, device = _prepare(original, data)
-    torch.manual_seed(params.seed)
-    gen = torch.Generator().manual_seed(params.seed)
-    optimizer = _sgd(model, params)
+    gen, optimizer = _seeded_sgd(model, params)
     retain = Subset(data.train, data.retain_idx.tolist())
     for _ in range(params.epochs):
         _run_epoch(model, retain, optimizer, params, gen, device)
@@ -593,9 +597,7 @@ def gradient_ascent(
     _check_params(params, GAParams)
     t0 = time.perf_counter()
     model, device = _prepare(original, data)
-    torch.manual_seed(params.seed)
-    gen = torch.Generator().manual_seed(params.seed)
-    optimizer = _sgd(model, params)
+    gen, optimizer = _seeded_sgd(model, params)
     forget = Subset(data.train, data.forget_idx.tolist())
 
     def neg_ce(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -688,9 +690,7 @@ def l1_sparse(
     _check_params(params, L1SparseParams)
     t0 = time.perf_counter()
     model, device = _prepare(original, data)
-    torch.manual_seed(params.seed)
-    gen = torch.Generator().manual_seed(params.seed)
-    optimizer = _sgd(model, params)
+    gen, optimizer = _seeded_sgd(model, params)
     retain = Subset(data.train, data.retain_idx.tolist())
     for epoch in range(params.epochs):
         alpha_e = params.alpha * (1.0 - epoch / params.epochs)
