@@ -2,7 +2,7 @@
 
 The workspace comes from ``$SDE_WORKSPACE`` (default ``assets/demo``); file inputs are limited
 to ``$SDE_DATA_ROOTS`` (default: the working directory and ``assets/``). Pages live in
-``pages/``; shared helpers in ``pages/_common.py`` and :mod:`sde_core.ui_support`. Navigation is
+``pages/``; shared helpers in ``pages/_common.py`` and :mod:`sde_core.viz.ui_support`. Navigation is
 declared before any heavy import so the page list appears at once.
 """
 

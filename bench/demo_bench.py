@@ -34,12 +34,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sde_core.activations import ActivationCache, get_activations
-from sde_core.data import load_dataset
-from sde_core.demo import DEMO_DATASETS, acceptance_checks, default_demo_folder
-from sde_core.evaluate import EvalSettings, evaluate_workspace
-from sde_core.store import ResultsStore
-from sde_core.workspace import Workspace, load_workspace
+from sde_core.inputs.activations import ActivationCache, get_activations
+from sde_core.inputs.data import load_dataset
+from sde_core.pipeline.demo import DEMO_DATASETS, acceptance_checks, default_demo_folder
+from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.pipeline.store import ResultsStore
+from sde_core.pipeline.workspace import Workspace, load_workspace
 
 LAYERS = ("output", "logits", "penultimate")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"

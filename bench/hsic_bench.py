@@ -2,7 +2,7 @@
 
 In ONE run, for n = 1000 rows, K = 200 splits and d ∈ {10, 512}, time:
 
-* ``sde_core.hsic.split_half_hsic`` (Gram once + fused numba gather-and-reduce, float64),
+* ``sde_core.stats.hsic.split_half_hsic`` (Gram once + fused numba gather-and-reduce, float64),
 * the textbook loop: per split, two Gram matrices and ``tr(K H L H)`` with explicit m×m products,
 * hyppo's ``dHsic.statistic`` per split (its own Gram matrices, 1/m² normalisation),
 
@@ -28,7 +28,7 @@ import numba
 import numpy as np
 from hyppo.d_variate import dHsic
 
-from sde_core.hsic import (
+from sde_core.stats.hsic import (
     _split_sums_kernel,
     gaussian_gram,
     split_half_hsic,

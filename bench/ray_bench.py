@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sde_core.engine import Job, LocalEngine, RayEngine, Resources
-from sde_core.workspace import init_workspace
+from sde_core.pipeline.engine import Job, LocalEngine, RayEngine, Resources
+from sde_core.pipeline.workspace import init_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -36,7 +36,7 @@ DEMO_DATA = ROOT / "assets" / "demo-mnist1d" / "data.npz"
 def train_one(workspace_root: str, seed: int, epochs: int) -> tuple[str, float]:
     """One Table-1-style job: train the demo MLP with ``seed``; return (checkpoint sha, s)."""
     torch.set_num_threads(1)
-    from sde_core.jobs import train_model_job
+    from sde_core.pipeline.jobs import train_model_job
 
     t0 = time.perf_counter()
     entry, _ = train_model_job(
@@ -55,7 +55,7 @@ def warm_up() -> None:
 
 def resnet18_epoch_seconds(batch: int = 128, steps: int = 3) -> float:
     """CPU seconds of one CIFAR-10 epoch (50,000 images) of ResNet-18, from a few timed steps."""
-    from sde_core.models import build_model
+    from sde_core.inputs.models import build_model
 
     torch.manual_seed(0)
     model = build_model("resnet18", num_classes=10)

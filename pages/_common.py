@@ -3,7 +3,7 @@
 Every number shown comes from :mod:`sde_core`; this module only loads, caches and displays.
 
 Caching: the dataset bundle and layer listings live in ``st.cache_resource`` keyed by content
-hashes; evaluation results live in one process-wide :class:`~sde_core.ui_support.ResultCache`
+hashes; evaluation results live in one process-wide :class:`~sde_core.viz.ui_support.ResultCache`
 keyed by ``(workspace hash, settings dict, models)``. Activations always come from the on-disk
 activation cache, so changing σ, bins or a plot option never re-extracts them, and finished
 models are stored in ``<workspace>/.sde-cache/results.sqlite`` as they complete.
@@ -20,16 +20,16 @@ from typing import Any
 
 import streamlit as st
 
-from sde_core.activations import LayerInfo, list_layers
-from sde_core.data import DatasetBundle, load_dataset
+from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import SDEError
-from sde_core.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
-from sde_core.figures import PLOTLY_CONFIG
-from sde_core.hashing import file_sha256, stable_hash
-from sde_core.models import load_checkpoint
-from sde_core.store import ResultsStore, workspace_store_path
-from sde_core.ui_support import ResultCache
-from sde_core.workspace import Workspace, load_workspace, workspace_hash
+from sde_core.inputs.activations import LayerInfo, list_layers
+from sde_core.inputs.data import DatasetBundle, load_dataset
+from sde_core.inputs.models import load_checkpoint
+from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
+from sde_core.pipeline.store import ResultsStore, workspace_store_path
+from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash
+from sde_core.viz.figures import PLOTLY_CONFIG
+from sde_core.viz.ui_support import ResultCache
 
 WS_KEY = "ws_path"
 STOP_KEY = "stop_requested"

@@ -17,10 +17,10 @@ from pages._common import (
     plot,
     settings_sidebar,
 )
-from sde_core.evaluate import EvaluationResult
-from sde_core.figures import METRICS, comparison_bars, target_overlay
-from sde_core.ui_support import comparison_table
-from sde_core.workspace import Workspace
+from sde_core.pipeline.evaluate import EvaluationResult
+from sde_core.pipeline.workspace import Workspace
+from sde_core.viz.figures import METRICS, comparison_bars, target_overlay
+from sde_core.viz.ui_support import comparison_table
 
 BAR_METRICS = ("otr", "calibrated_otr", "f1", "asr", "acc_f", "dependence_score")
 

@@ -18,11 +18,11 @@ from pages._common import (
     plot,
     settings_sidebar,
 )
-from sde_core.activations import ActivationCache, get_activations
-from sde_core.data import load_index_file
-from sde_core.evaluate import EvalSettings, EvaluationResult, draw_subsets
-from sde_core.figures import hsic_histogram, panel_figure, spread_figure
-from sde_core.workspace import Workspace
+from sde_core.inputs.activations import ActivationCache, get_activations
+from sde_core.inputs.data import load_index_file
+from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, draw_subsets
+from sde_core.pipeline.workspace import Workspace
+from sde_core.viz.figures import hsic_histogram, panel_figure, spread_figure
 
 THUMBNAILS = 16
 

@@ -11,10 +11,10 @@ from pages._common import (
     settings_sidebar,
     shared_cache,
 )
-from sde_core.evaluate import EvaluationResult
-from sde_core.figures import figure_to_image, plotly_config
-from sde_core.hashing import stable_hash
-from sde_core.report import (
+from sde_core.common.hashing import stable_hash
+from sde_core.pipeline.evaluate import EvaluationResult
+from sde_core.viz.figures import figure_to_image, plotly_config
+from sde_core.viz.report import (
     CAVEATS,
     build_html_report,
     null_calibration_text,

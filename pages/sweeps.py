@@ -18,18 +18,18 @@ from pages._common import (
     shared_cache,
     workspace_key,
 )
-from sde_core.evaluate import EvalSettings, Progress
-from sde_core.figures import plan_figure, sweep_figure
-from sde_core.hashing import stable_hash
-from sde_core.store import ResultsStore
-from sde_core.sweeps import available_fractions, run_sweep, sigma_markers
-from sde_core.ui_support import (
+from sde_core.common.hashing import stable_hash
+from sde_core.pipeline.evaluate import EvalSettings, Progress
+from sde_core.pipeline.store import ResultsStore
+from sde_core.pipeline.sweeps import available_fractions, run_sweep, sigma_markers
+from sde_core.pipeline.workspace import Workspace
+from sde_core.viz.figures import plan_figure, sweep_figure
+from sde_core.viz.ui_support import (
     allowed_roots,
     parse_int_values,
     parse_sigma_values,
     resolve_in_roots,
 )
-from sde_core.workspace import Workspace
 
 PARAMS = {
     "sigma": "σ (kernel bandwidth)",

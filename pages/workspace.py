@@ -9,21 +9,10 @@ import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from pages._common import PAGES, WS_KEY, app_root, default_workspace, guarded
-from sde_core.data import DATASET_KINDS
 from sde_core.errors import SDEError
-from sde_core.models import ARCHITECTURES, load_checkpoint, save_checkpoint
-from sde_core.ui_support import (
-    CHECKPOINT_SUFFIXES,
-    INDEX_SUFFIXES,
-    MAX_UPLOAD_MB,
-    allowed_roots,
-    check_upload,
-    guess_role,
-    problems_by_field,
-    resolve_in_roots,
-    safe_name,
-)
-from sde_core.workspace import (
+from sde_core.inputs.data import DATASET_KINDS
+from sde_core.inputs.models import ARCHITECTURES, load_checkpoint, save_checkpoint
+from sde_core.pipeline.workspace import (
     ROLES,
     WORKSPACE_FILE,
     ModelEntry,
@@ -33,6 +22,17 @@ from sde_core.workspace import (
     relative_to_workspace,
     validate_workspace,
     write_workspace,
+)
+from sde_core.viz.ui_support import (
+    CHECKPOINT_SUFFIXES,
+    INDEX_SUFFIXES,
+    MAX_UPLOAD_MB,
+    allowed_roots,
+    check_upload,
+    guess_role,
+    problems_by_field,
+    resolve_in_roots,
+    safe_name,
 )
 
 AUTO_ARCH = "(read from the file)"

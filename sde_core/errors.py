@@ -12,6 +12,8 @@ __all__ = [
     "ActivationError",
     "CheckpointError",
     "DataError",
+    "EngineError",
+    "ExportError",
     "InputError",
     "PlanError",
     "SDEError",
@@ -64,3 +66,7 @@ class PlanError(SDEError):
 
 class EngineError(SDEError):
     """A job graph is invalid, a job failed for good, or the cluster cannot be reached."""
+
+
+class ExportError(SDEError):
+    """A figure cannot be rendered to an image file on the server."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sde_core.store import ResultsStore
+from sde_core.pipeline.store import ResultsStore
 
 WORKSPACE = "ws-kill-test"
 SETTINGS = {"layer": "penultimate", "sigma": "sqrt_dim", "targets": 3}

@@ -9,16 +9,16 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from sde_core.activations import (
+from sde_core.errors import ActivationError
+from sde_core.inputs.activations import (
     ActivationCache,
     extract_activations,
     get_activations,
     list_layers,
     resolve_layer,
 )
-from sde_core.data import DatasetSpec, load_dataset
-from sde_core.errors import ActivationError
-from sde_core.models import LayerRef, build_model, save_checkpoint
+from sde_core.inputs.data import DatasetSpec, load_dataset
+from sde_core.inputs.models import LayerRef, build_model, save_checkpoint
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def setup(tmp_path: Path, fashion_root: Path):
 
 def _count_forwards(monkeypatch) -> list[int]:
     calls: list[int] = []
-    import sde_core.activations as acts
+    import sde_core.inputs.activations as acts
 
     original = acts._Capture.run
 

@@ -1,5 +1,5 @@
 """Dashboard tests with Streamlit's AppTest: every page, displayed numbers vs the library, and
-bad input shown inline (never a traceback). Plus the UI-free helpers of sde_core.ui_support."""
+bad input shown inline (never a traceback). Plus the UI-free helpers of sde_core.viz.ui_support."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from streamlit.testing.v1 import AppTest
 from ui_fixtures import shared_tiny_workspace
 
 from sde_core.errors import InputError
-from sde_core.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
-from sde_core.report import verdict_label
-from sde_core.ui_support import (
+from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
+from sde_core.pipeline.workspace import load_workspace
+from sde_core.viz.report import verdict_label
+from sde_core.viz.ui_support import (
     allowed_roots,
     check_upload,
     guess_role,
@@ -25,7 +26,6 @@ from sde_core.ui_support import (
     parse_sigma_values,
     resolve_in_roots,
 )
-from sde_core.workspace import load_workspace
 
 APP = Path(__file__).resolve().parent.parent / "app.py"
 TIMEOUT = 120
@@ -136,7 +136,7 @@ def test_changing_sigma_and_bins_reuses_cached_activations(ws, monkeypatch):
     def no_extraction(*args, **kwargs):
         raise AssertionError("activations were re-extracted")
 
-    monkeypatch.setattr("sde_core.activations.extract_activations", no_extraction)
+    monkeypatch.setattr("sde_core.inputs.activations.extract_activations", no_extraction)
     at.radio(key="w_s_sigma_rule").set_value("value").run()
     at.number_input(key="w_s_sigma_value").set_value(0.5).run()
     at.number_input(key="w_s_bins").set_value(12).run()
@@ -221,8 +221,8 @@ def test_checkpoint_sweep_and_bad_values(ws):
 
 
 def test_sweeps_page_shows_plan_results(ws):
-    from sde_core.plans import load_plan, run_plan
-    from sde_core.store import ResultsStore
+    from sde_core.pipeline.plans import load_plan, run_plan
+    from sde_core.pipeline.store import ResultsStore
 
     overrides = ["dataset.options.num_samples=1000", "params.seeds=[0]",
                  "params.forget_ratios=[0.2]", "params.subset_sizes=[48]",

@@ -9,8 +9,8 @@ import pytest
 from scipy.spatial.distance import cdist
 from scipy.stats import wasserstein_distance
 
-from sde_core.baselines import mmd2, nearest_reference, nearest_reference_batch, wasserstein2
 from sde_core.errors import InputError
+from sde_core.stats.baselines import mmd2, nearest_reference, nearest_reference_batch, wasserstein2
 
 
 def _k(a, b, sigma):

@@ -23,8 +23,8 @@ import pandas as pd
 import pytest
 from ui_fixtures import shared_tiny_workspace
 
-from sde_core.evaluate import EvalSettings, evaluate_workspace
-from sde_core.workspace import load_workspace
+from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.pipeline.workspace import load_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"

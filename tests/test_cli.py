@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from sde_core.cli import COMMAND_GROUPS, add_command_group, main
-from sde_core.models import load_checkpoint
-from sde_core.workspace import load_workspace, validate_workspace
+from sde_core.inputs.models import load_checkpoint
+from sde_core.pipeline.workspace import load_workspace, validate_workspace
 
 MLP = ["--arch", "mlp", "--arch-kwarg", "input_dim=4", "--arch-kwarg", "hidden=[8]",
        "--arch-kwarg", "num_classes=3"]  # fmt: skip

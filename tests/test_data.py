@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from sde_core.data import (
+from sde_core.errors import DataError
+from sde_core.inputs.data import (
     DatasetSpec,
     load_dataset,
     load_index_file,
@@ -19,7 +20,6 @@ from sde_core.data import (
     read_idx,
     save_index_file,
 )
-from sde_core.errors import DataError
 
 
 def _write_cifar10(root: Path, n_per_batch: int = 4) -> np.ndarray:

@@ -8,7 +8,8 @@ from scipy import stats
 from scipy.spatial.distance import jensenshannon
 from sklearn.metrics import f1_score, precision_score, recall_score
 
-from sde_core.decision import (
+from sde_core.errors import InputError, SDEError
+from sde_core.stats.decision import (
     calibrated_otr,
     calibrated_verdict,
     controlled_f1,
@@ -24,8 +25,7 @@ from sde_core.decision import (
     subset_scores,
     wilson_interval,
 )
-from sde_core.errors import InputError, SDEError
-from sde_core.hsic import split_half_hsic_batch
+from sde_core.stats.hsic import split_half_hsic_batch
 
 # ---------------------------------------------------------------- JSD
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from sde_core.cli import main
-from sde_core.data import load_dataset
-from sde_core.demo import (
+from sde_core.common.hashing import file_sha256, stable_hash
+from sde_core.inputs.data import load_dataset
+from sde_core.pipeline.demo import (
     DEMO_DATASETS,
     MODEL_NAMES,
     acceptance_checks,
@@ -19,10 +20,9 @@ from sde_core.demo import (
     demo_recipe,
     npz_bytes,
 )
-from sde_core.evaluate import EvalSettings, evaluate_workspace
-from sde_core.hashing import file_sha256, stable_hash
-from sde_core.store import ResultsStore
-from sde_core.workspace import load_workspace, validate_workspace, workspace_hash
+from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.pipeline.store import ResultsStore
+from sde_core.pipeline.workspace import load_workspace, validate_workspace, workspace_hash
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 SIZE_BUDGET = 25 * 1024 * 1024

@@ -7,8 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from sde_core.engine import Job, LocalEngine, RayEngine, Resources, make_engine, topological_order
 from sde_core.errors import EngineError
+from sde_core.pipeline.engine import (
+    Job,
+    LocalEngine,
+    RayEngine,
+    Resources,
+    make_engine,
+    topological_order,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 import _engine_jobs as jobs
@@ -135,8 +142,8 @@ def tiny_workspace(tmp_path_factory) -> Path:
 
 def test_evaluation_rows_identical_on_both_engines(ray_engine, tiny_workspace, tmp_path):
     from sde_core.cli import main
-    from sde_core.evaluate import EvalSettings, evaluate_workspace
-    from sde_core.store import ResultsStore
+    from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+    from sde_core.pipeline.store import ResultsStore
 
     # Unlearning as a Ray job: the driver alone writes workspace.toml.
     argv = ["unlearn", str(tiny_workspace), "--method", "ft", "--name", "ft",
@@ -200,8 +207,8 @@ def jobs_mod():
 
 
 def test_plan_on_ray_matches_local_and_survives_a_killed_worker(ray_engine, tmp_path):
-    from sde_core.plans import load_plan, run_plan
-    from sde_core.store import ResultsStore
+    from sde_core.pipeline.plans import load_plan, run_plan
+    from sde_core.pipeline.store import ResultsStore
 
     variant = load_plan("table1").variant("default", SMALL_PLAN)
     records = {}

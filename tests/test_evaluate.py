@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sde_core.errors import SettingsError
-from sde_core.evaluate import EvalSettings, ModelInputs, draw_subsets, evaluate_arrays
+from sde_core.pipeline.evaluate import EvalSettings, ModelInputs, draw_subsets, evaluate_arrays
 
 N_TR, N_TE, N_F, D = 1200, 800, 300, 6
 

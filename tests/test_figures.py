@@ -12,17 +12,17 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from sde_core import figures
-from sde_core.decision import histogram_edges
 from sde_core.errors import SDEError, SettingsError
-from sde_core.evaluate import (
+from sde_core.pipeline.evaluate import (
     EvalSettings,
     EvaluationResult,
     ModelInputs,
     draw_subsets,
     evaluate_arrays,
 )
-from sde_core.figures import (
+from sde_core.stats.decision import histogram_edges
+from sde_core.viz import figures
+from sde_core.viz.figures import (
     COLORS,
     PLOTLY_CONFIG,
     VERDICT_COLORS,

@@ -11,7 +11,7 @@ from hyppo.d_variate import dHsic as Dhsic
 from scipy.spatial.distance import cdist
 
 from sde_core.errors import InputError, SDEError
-from sde_core.hsic import (
+from sde_core.stats.hsic import (
     MAX_SPLITS,
     gaussian_gram,
     hsic,
@@ -263,7 +263,7 @@ def test_batch_rows_equal_single_calls():
 
 
 def test_batch_per_subset_fallback_equals_union_path(monkeypatch):
-    import sde_core.hsic as mod
+    import sde_core.stats.hsic as mod
 
     rng = np.random.default_rng(10)
     pool = rng.normal(size=(120, 4))
@@ -284,7 +284,7 @@ def test_kernel_spread_formula(acts):
 
 
 def test_batch_stats_spread_equals_kernel_spread_on_both_gram_paths(monkeypatch):
-    import sde_core.hsic as mod
+    import sde_core.stats.hsic as mod
 
     rng = np.random.default_rng(12)
     pool = rng.normal(size=(150, 3))

@@ -1,4 +1,5 @@
-"""Tests of sde_core.metrics: accuracies, MIA features and the ASR against a hand computation."""
+"""Tests of sde_core.learning.metrics: accuracies, MIA features and the ASR against a hand
+computation."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from sde_core.errors import InputError
-from sde_core.metrics import (
+from sde_core.learning.metrics import (
     ClassicMetrics,
     accuracy,
     accuracy_from_probs,

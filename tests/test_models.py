@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sde_core.errors import CheckpointError, SDEError
-from sde_core.models import (
+from sde_core.inputs.models import (
     ARCHITECTURES,
     ArchSpec,
     LayerRef,

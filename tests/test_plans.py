@@ -12,7 +12,7 @@ import pytest
 
 from sde_core.cli import main
 from sde_core.errors import PlanError
-from sde_core.plans import (
+from sde_core.pipeline.plans import (
     PLAN_DIR,
     apply_overrides,
     artifact_dir,
@@ -24,7 +24,7 @@ from sde_core.plans import (
     preflight,
     run_plan,
 )
-from sde_core.store import ResultsStore
+from sde_core.pipeline.store import ResultsStore
 
 PLANS = list_plans()
 

@@ -13,9 +13,9 @@ import pytest
 from test_figures import synthetic_result
 
 from sde_core import __version__
-from sde_core.decision import wilson_interval
 from sde_core.errors import SettingsError
-from sde_core.report import (
+from sde_core.stats.decision import wilson_interval
+from sde_core.viz.report import (
     CAVEATS,
     build_html_report,
     comparison_table,

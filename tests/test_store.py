@@ -1,4 +1,5 @@
-"""Tests of :mod:`sde_core.store`: runs, units, round-trips, export, errors, crash safety."""
+"""Tests of :mod:`sde_core.pipeline.store`: runs, units, round-trips, export, errors, crash
+safety."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError, StoreError
-from sde_core.hashing import stable_hash
-from sde_core.store import APPLICATION_ID, SCHEMA_VERSION, ResultsStore, Run
+from sde_core.pipeline.store import APPLICATION_ID, SCHEMA_VERSION, ResultsStore, Run
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_PATH = Path(__file__).with_name("_store_worker.py")
@@ -554,7 +555,7 @@ def test_concurrent_workers_write_each_unit_once(tmp_path: Path) -> None:
 
 
 def test_workspace_store_path_seeds_from_a_shipped_store(tmp_path):
-    from sde_core.store import workspace_store_path
+    from sde_core.pipeline.store import workspace_store_path
 
     assert workspace_store_path(tmp_path) == tmp_path / ".sde-cache" / "results.sqlite"
     assert not (tmp_path / ".sde-cache").exists()  # nothing shipped: nothing created

@@ -11,22 +11,21 @@ import pytest
 import torch
 from torch.utils.data import Subset
 
-import sde_core.activations as activations
-from sde_core.data import DatasetSpec, load_dataset, save_index_file
+import sde_core.inputs.activations as activations
 from sde_core.errors import SettingsError
-from sde_core.evaluate import EvalSettings, evaluate_workspace
-from sde_core.figures import sweep_figure
-from sde_core.models import build_model, save_checkpoint
-from sde_core.store import ResultsStore
-from sde_core.sweeps import (
+from sde_core.inputs.data import DatasetSpec, load_dataset, save_index_file
+from sde_core.inputs.models import build_model, save_checkpoint
+from sde_core.learning.training import TrainConfig, train
+from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.pipeline.store import ResultsStore
+from sde_core.pipeline.sweeps import (
     SWEEP_COLUMNS,
     available_fractions,
     checkpoint_workspace,
     run_sweep,
     sigma_markers,
 )
-from sde_core.training import TrainConfig, train
-from sde_core.workspace import (
+from sde_core.pipeline.workspace import (
     CheckpointRef,
     ModelEntry,
     Workspace,
@@ -36,6 +35,7 @@ from sde_core.workspace import (
     workspace_hash,
     write_workspace,
 )
+from sde_core.viz.figures import sweep_figure
 
 MLP = {"input_dim": 40, "hidden": [128, 128], "num_classes": 10}
 SETTINGS = EvalSettings(

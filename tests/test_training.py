@@ -1,4 +1,4 @@
-"""Tests of sde_core.training: checkpoints, progress, determinism and exact resumption."""
+"""Tests of sde_core.learning.training: checkpoints, progress, determinism and exact resumption."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from sde_core.errors import TrainingError
-from sde_core.training import (
+from sde_core.learning.training import (
     TrainConfig,
     augment_batch,
     checkpoint_epochs,
@@ -166,7 +166,7 @@ def test_resume_with_other_recipe_is_refused(tmp_path):
 
 
 def test_registry_arch_checkpoints_load(tmp_path):
-    from sde_core.models import build_model, load_checkpoint
+    from sde_core.inputs.models import build_model, load_checkpoint
 
     torch.manual_seed(0)
     model = build_model("mlp", input_dim=6, hidden=[8], num_classes=3)

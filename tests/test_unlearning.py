@@ -1,4 +1,5 @@
-"""Tests of sde_core.unlearning: each method does what it claims on a tiny memorisation task."""
+"""Tests of sde_core.learning.unlearning: each method does what it claims on a tiny memorisation
+task."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 from sde_core.errors import TrainingError
-from sde_core.training import TrainConfig, train
-from sde_core.unlearning import (
+from sde_core.learning.training import TrainConfig, train
+from sde_core.learning.unlearning import (
     METHODS,
     FTParams,
     GAParams,

@@ -1,4 +1,5 @@
-"""Tests of sde_core.workspace: round trip, every invalid field, load errors and hashing."""
+"""Tests of sde_core.pipeline.workspace: round trip, every invalid field, load errors and
+hashing."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 import torch
 
 from sde_core.errors import WorkspaceError
-from sde_core.models import build_model
-from sde_core.training import save_weights
-from sde_core.workspace import (
+from sde_core.inputs.models import build_model
+from sde_core.learning.training import save_weights
+from sde_core.pipeline.workspace import (
     CheckpointRef,
     EvalDefaults,
     ModelEntry,

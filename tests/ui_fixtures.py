@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sde_core.data import load_dataset, save_index_file
-from sde_core.models import build_model, save_checkpoint
-from sde_core.workspace import (
+from sde_core.inputs.data import load_dataset, save_index_file
+from sde_core.inputs.models import build_model, save_checkpoint
+from sde_core.pipeline.workspace import (
     CheckpointRef,
     EvalDefaults,
     ModelEntry,

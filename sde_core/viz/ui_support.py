@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from sde_core.errors import InputError
-from sde_core.workspace import Problem
+from sde_core.pipeline.workspace import Problem
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
@@ -39,7 +39,7 @@ __all__ = [
 
 #: Checkpoint files the dashboard accepts (loaded with ``weights_only``/safetensors).
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
-#: Forget-set index files (see :func:`sde_core.data.load_index_file`).
+#: Forget-set index files (see :func:`sde_core.inputs.data.load_index_file`).
 INDEX_SUFFIXES = (".npy", ".txt", ".json")
 #: Largest accepted upload in MiB (also ``server.maxUploadSize`` in ``.streamlit/config.toml``).
 MAX_UPLOAD_MB = 200

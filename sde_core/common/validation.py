@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InputError
+from sde_core.errors import InputError
 
 __all__ = ["as_float_matrix", "check_sigma", "is_torch_tensor", "squared_distances"]
 

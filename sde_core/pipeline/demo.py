@@ -23,7 +23,6 @@ skipped, and the original's training resumes from its ``resume.pt``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import io
 import math
@@ -41,9 +40,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sde_core.common.fsio import atomic_write_bytes
+from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import DataError, SDEError, SettingsError
-from sde_core.hashing import file_sha256, stable_hash
-from sde_core.workspace import (
+from sde_core.pipeline.workspace import (
     CheckpointRef,
     EvalDefaults,
     ModelEntry,
@@ -59,8 +59,8 @@ if TYPE_CHECKING:  # torch, pandas and the training stack load lazily: the CLI s
     import pandas as pd
     import torch
 
-    from sde_core.training import TrainConfig
-    from sde_core.unlearning import UnlearnData
+    from sde_core.learning.training import TrainConfig
+    from sde_core.learning.unlearning import UnlearnData
 
 __all__ = [
     "DEMO_DATASETS",
@@ -77,7 +77,6 @@ __all__ = [
     "default_demo_folder",
     "demo_recipe",
     "npz_bytes",
-    "register_demo",
 ]
 
 DEMO_DATASETS = ("fashion-mnist", "mnist1d")
@@ -90,7 +89,8 @@ FASHION_SOURCE = Path("/usr/share/datasets/fashion-mnist")
 """Where Debian's ``dataset-fashion-mnist`` package puts the four raw idx files."""
 
 UNLEARNING_MODELS = ("ft", "ga", "rl", "salun", "l1_sparse", "unroll")
-"""Unlearned models of a demo; each is named after its :data:`sde_core.unlearning.METHODS` key."""
+"""Unlearned models of a demo; each is named after its :data:`sde_core.learning.unlearning.METHODS`
+key."""
 
 MODEL_NAMES = ("original", "retrained", *UNLEARNING_MODELS, "random")
 """Every model of a demo, in workspace order."""
@@ -217,7 +217,7 @@ def demo_recipe(
     Raises:
         SettingsError: an unknown dataset or a non-positive size.
     """
-    from sde_core.training import TrainConfig
+    from sde_core.learning.training import TrainConfig
 
     if dataset not in DEMO_DATASETS:
         raise SettingsError(f"unknown demo dataset {dataset!r}; use one of {list(DEMO_DATASETS)}")
@@ -306,7 +306,7 @@ def default_demo_folder(dataset: str = "fashion-mnist") -> Path:
     """``assets/demo`` or ``assets/demo-mnist1d`` of this checkout."""
     if dataset not in DEMO_FOLDERS:
         raise SettingsError(f"unknown demo dataset {dataset!r}; use one of {list(DEMO_DATASETS)}")
-    return Path(__file__).resolve().parents[1] / "assets" / DEMO_FOLDERS[dataset]
+    return Path(__file__).resolve().parents[2] / "assets" / DEMO_FOLDERS[dataset]
 
 
 # ----------------------------------------------------------------------------- data
@@ -324,7 +324,7 @@ def _seeded_subset(n: int, size: int | None, seed: int, stream: int, what: str) 
 
 def _source_arrays(recipe: DemoRecipe, source: Path | None) -> tuple[dict[str, np.ndarray], str]:
     """The full source splits (``x_train, y_train, x_test, y_test``) and the licence text."""
-    from sde_core.data import DatasetSpec, load_dataset, read_idx
+    from sde_core.inputs.data import DatasetSpec, load_dataset, read_idx
 
     if recipe.dataset == "fashion-mnist":
         root = source or FASHION_SOURCE
@@ -394,9 +394,7 @@ def _write_if_changed(path: Path, content: bytes) -> None:
     """Write ``content`` atomically unless the file already holds exactly these bytes."""
     if path.is_file() and path.read_bytes() == content:
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(content)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, content)
 
 
 # ----------------------------------------------------------------------------- models
@@ -458,7 +456,7 @@ def _reusable(old: Workspace | None, name: str, key: str) -> ModelEntry | None:
 
 def _save_half(model: torch.nn.Module, path: Path, recipe: DemoRecipe, key: str) -> str:
     """Save ``model`` as float16 safetensors tagged with ``key``; return the file's SHA-256."""
-    from sde_core.models import save_checkpoint
+    from sde_core.inputs.models import save_checkpoint
 
     save_checkpoint(model, path, recipe.arch, half=True, metadata={_BUILD_KEY: key})
     return file_sha256(path)
@@ -483,8 +481,8 @@ def _train_original(
     """Train h_or (resumable), then store its initial weights and checkpoints in float16."""
     import torch
 
-    from sde_core.models import build_model, load_checkpoint
-    from sde_core.training import checkpoint_name, train
+    from sde_core.inputs.models import build_model, load_checkpoint
+    from sde_core.learning.training import checkpoint_name, train
 
     torch.manual_seed(recipe.seed)
     model = build_model(recipe.arch, **recipe.arch_kwargs)
@@ -521,7 +519,7 @@ def _random_model(ws: Workspace, recipe: DemoRecipe, key: str) -> ModelEntry:
     """The negative control h_rand: a freshly initialised model (seed ``random_seed``)."""
     import torch
 
-    from sde_core.models import build_model
+    from sde_core.inputs.models import build_model
 
     t0 = time.perf_counter()
     torch.manual_seed(recipe.random_seed)
@@ -540,7 +538,7 @@ def _unlearned_model(
     ws: Workspace, recipe: DemoRecipe, name: str, data: UnlearnData, original: Any, key: str
 ) -> ModelEntry:
     """Retrain (``name="retrained"``) or one unlearning method applied to the saved h_or."""
-    from sde_core.unlearning import unlearn
+    from sde_core.learning.unlearning import unlearn
 
     method = "retrain" if name == "retrained" else name
     params = (
@@ -564,7 +562,7 @@ def _unlearned_model(
 
 def _write_data(recipe: DemoRecipe, folder: Path, source: Path | None) -> None:
     """``data.npz``, ``LICENSE-data.txt`` and the seeded random ``forget.npy``."""
-    from sde_core.data import save_index_file
+    from sde_core.inputs.data import save_index_file
 
     arrays, licence = _demo_arrays(recipe, source)
     _write_if_changed(folder / DATA_FILE, npz_bytes(arrays))
@@ -619,7 +617,7 @@ def build_demo(
     """
     from tqdm import tqdm
 
-    from sde_core.data import load_dataset
+    from sde_core.inputs.data import load_dataset
 
     t_start = time.perf_counter()
     say = log or (lambda _line: None)
@@ -687,8 +685,8 @@ def _unlearn_inputs(
     ws: Workspace, recipe: DemoRecipe, bundle: Any, forget: np.ndarray
 ) -> tuple[torch.nn.Module, UnlearnData]:
     """h_or and its initial weights as saved (float16 → float32), and the unlearning data."""
-    from sde_core.models import build_model, load_checkpoint
-    from sde_core.unlearning import UnlearnData
+    from sde_core.inputs.models import build_model, load_checkpoint
+    from sde_core.learning.unlearning import UnlearnData
 
     entry = ws.original()
     original = load_checkpoint(ws.path(entry.checkpoint), arch=recipe.arch)
@@ -706,8 +704,8 @@ def _fill_store(ws: Workspace, path: Path) -> Path:
     """Evaluate every model at ``[defaults]`` into ``path``, keep only that run, compact it."""
     from tqdm import tqdm
 
-    from sde_core.evaluate import EvalSettings, evaluate_workspace
-    from sde_core.store import ResultsStore
+    from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+    from sde_core.pipeline.store import ResultsStore
 
     settings = EvalSettings.from_mapping(dataclasses.asdict(ws.defaults))
     bar = tqdm(total=len(ws.models), desc="evaluate", leave=False, file=sys.stderr)
@@ -732,7 +730,8 @@ def _fill_store(ws: Workspace, path: Path) -> Path:
 def compact_store(path: str | Path) -> None:
     """VACUUM a results store and fold its write-ahead log into the file.
 
-    The file stays in WAL journal mode (what :class:`~sde_core.store.ResultsStore` sets), so
+    The file stays in WAL journal mode (what :class:`~sde_core.pipeline.store.ResultsStore` sets),
+    so
     opening it later does not rewrite its header; no ``-wal``/``-shm`` files remain.
     """
     conn = sqlite3.connect(path, isolation_level=None)
@@ -793,50 +792,3 @@ def acceptance_checks(models: pd.DataFrame) -> list[AcceptanceCheck]:
             ),
         ]
     return checks
-
-
-# ----------------------------------------------------------------------------- CLI
-
-
-def _cmd_demo_build(args: argparse.Namespace) -> int:
-    recipe = demo_recipe(args.dataset, seed=args.seed)
-    folder = Path(args.out) if args.out else default_demo_folder(args.dataset)
-    report = build_demo(recipe, folder, source=args.source, store=not args.no_store, log=print)
-    print(
-        f"built {report.folder}: {len(report.built)} model(s) produced, "
-        f"{len(report.skipped)} reused, workspace hash {report.workspace_hash[:16]}, "
-        f"{report.total_seconds:.1f}s in all"
-    )
-    if report.store is None:
-        return 0
-    from sde_core.store import ResultsStore
-
-    with ResultsStore(report.store) as st:
-        run_id = int(st.list_runs()["id"].iloc[-1])
-        checks = acceptance_checks(st.rows(run_id, "models"))
-    for check in checks:
-        print(check)
-    return 0 if all(c.passed for c in checks) else 1
-
-
-def register_demo(subparsers: argparse._SubParsersAction) -> None:
-    """``demo build [--dataset fashion-mnist|mnist1d] [--out DIR] [--source DIR]``."""
-    p = subparsers.add_parser("demo", help="regenerate the bundled demo workspaces")
-    sub = p.add_subparsers(dest="demo_command", required=True, parser_class=type(p))
-    b = sub.add_parser(
-        "build",
-        help="rebuild a demo deterministically (resumable) and its precomputed results store",
-        description="Rebuild a demo workspace (SPEC §11): data, forget set, nine models and the "
-        "results store at the workspace's [defaults]. Finished models are reused; the exit "
-        "status is 1 when the SPEC §11 acceptance numbers are not met.",
-    )
-    b.add_argument("--dataset", choices=DEMO_DATASETS, default=DEMO_DATASETS[0])
-    b.add_argument("--out", help="workspace folder (default: assets/demo or assets/demo-mnist1d)")
-    b.add_argument(
-        "--source",
-        help=f"Fashion-MNIST idx folder (default {FASHION_SOURCE}); for mnist1d the folder "
-        "caching the generated data",
-    )
-    b.add_argument("--seed", type=int, default=0, help="base seed of the whole demo")
-    b.add_argument("--no-store", action="store_true", help="skip the precomputed results store")
-    b.set_defaults(func=_cmd_demo_build)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import EngineError
+from sde_core.errors import EngineError
 
 __all__ = [
     "Engine",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +28,10 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from sde_core.common.fsio import atomic_write
+from sde_core.common.hashing import stable_hash
 from sde_core.errors import TrainingError
-from sde_core.hashing import stable_hash
-from sde_core.models import save_checkpoint
+from sde_core.inputs.models import save_checkpoint
 
 __all__ = [
     "AUGMENTATIONS",
@@ -295,8 +295,9 @@ def save_weights(
 ) -> Path:
     """Save ``model`` as a safetensors checkpoint, atomically.
 
-    With ``arch`` the file is written by :func:`sde_core.models.save_checkpoint` (architecture
-    metadata included, so :func:`sde_core.models.load_checkpoint` can rebuild the model);
+    With ``arch`` the file is written by :func:`sde_core.inputs.models.save_checkpoint`
+    (architecture
+    metadata included, so :func:`sde_core.inputs.models.load_checkpoint` can rebuild the model);
     without, it holds the bare ``state_dict`` plus ``metadata``.
     """
     path = Path(path)
@@ -305,10 +306,8 @@ def save_weights(
         return save_checkpoint(
             model, path, arch, arch_kwargs=arch_kwargs, metadata=dict(metadata or {})
         )
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(_cpu_state(model), str(tmp), metadata=dict(metadata or {}))
-    os.replace(tmp, path)
-    return path
+    state, header = _cpu_state(model), dict(metadata or {})
+    return atomic_write(path, lambda tmp: save_file(state, str(tmp), metadata=header))
 
 
 def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
@@ -539,6 +538,4 @@ def train(
 
 
 def _save_resume(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: torch.save(state, tmp))

@@ -8,17 +8,15 @@ interrupted run resumes, prints a summary table and writes the JSON document of 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .errors import SettingsError
+from sde_core.cli._args import add_engine_arguments, parse_sigma
+from sde_core.common.fsio import atomic_write_json
 
-__all__ = ["add_engine_arguments", "parse_sigma", "register_evaluate", "write_json_atomic"]
+__all__ = ["register_evaluate", "write_json_atomic"]
 
 _SUMMARY_COLUMNS = [
     "name",
@@ -35,59 +33,18 @@ _SUMMARY_COLUMNS = [
 ]
 
 
-def parse_sigma(text: str) -> str | float:
-    """``"sqrt_dim"``, ``"median"`` or a positive number given on the command line."""
-    if text in ("sqrt_dim", "median"):
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        raise SettingsError(
-            f"--sigma {text!r} must be 'sqrt_dim', 'median' or a positive number"
-        ) from None
-    if not value > 0:
-        raise SettingsError(f"--sigma must be positive; got {text}")
-    return value
-
-
 def write_json_atomic(path: str | Path, document: Any) -> Path:
     """Write ``document`` as indented JSON via a temporary file and an atomic rename."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(document, fh, indent=2, allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
-
-
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--engine local|ray`` and ``--address auto|ray://HOST:PORT`` (shared by commands)."""
-    parser.add_argument(
-        "--engine",
-        choices=("local", "ray"),
-        default="local",
-        help="where jobs run: in this process (default) or on a Ray cluster",
-    )
-    parser.add_argument(
-        "--address",
-        help="Ray cluster: 'auto' (ray start on this machine) or ray://HOST:PORT; default: a "
-        "new local Ray instance",
-    )
+    return atomic_write_json(path, document)
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .engine import make_engine
-    from .evaluate import EvalSettings, evaluate_workspace
-    from .store import ResultsStore, workspace_store_path
-    from .workspace import load_workspace
+    from sde_core.pipeline.engine import make_engine
+    from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+    from sde_core.pipeline.store import ResultsStore, workspace_store_path
+    from sde_core.pipeline.workspace import load_workspace
 
     ws = load_workspace(args.workspace)
     settings = EvalSettings.from_mapping(asdict(ws.defaults)).with_overrides(

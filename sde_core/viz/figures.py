@@ -13,7 +13,7 @@ Builders:
 - :func:`spread_figure` — subset score vs kernel spread (the spread control of SPEC §9);
 - :func:`comparison_bars` — one metric per model with error bars and the Retrain reference line;
 - :func:`sweep_figure` — a metric vs σ / layer / subset size / checkpoint (from
-  :func:`sde_core.sweeps.run_sweep`), with the σ rules marked.
+  :func:`sde_core.pipeline.sweeps.run_sweep`), with the σ rules marked.
 
 Export: :data:`PLOTLY_CONFIG` (client-side PNG download from the chart's camera button) and
 :func:`figure_to_image` (server-side PNG/SVG through kaleido and a system Chromium).
@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .decision import histogram_edges
-from .errors import SDEError, SettingsError
+from sde_core.errors import ExportError, SettingsError
+from sde_core.stats.decision import histogram_edges
 
 __all__ = [
     "COLORS",
@@ -182,10 +182,6 @@ METRICS: dict[str, MetricSpec] = {
 }
 
 
-class ExportError(SDEError):
-    """A figure cannot be rendered to an image file on the server."""
-
-
 def _metric(metric: str) -> MetricSpec:
     if metric not in METRICS:
         raise SettingsError(f"unknown metric {metric!r}; choose one of {sorted(METRICS)}")
@@ -251,7 +247,7 @@ def hsic_histogram(
     bins do (with one target selected they are exactly that decision's bins).
 
     Args:
-        result: an :class:`~sde_core.evaluate.EvaluationResult`.
+        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult`.
         model: model name.
         targets: ``"pooled"`` (every split of all T targets in one trace), indices of targets to
             show one trace each (at most 6, told apart by fill patterns), or None (references
@@ -295,7 +291,7 @@ def target_overlay(result: Any, models: Sequence[str], *, bins: int | None = Non
     """The pooled target H of 2–4 models on common bins.
 
     Args:
-        result: an :class:`~sde_core.evaluate.EvaluationResult` holding every model.
+        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult` holding every model.
         models: 2 to 4 model names.
         bins: number of bins (default the evaluation's ``bins``).
 
@@ -525,10 +521,10 @@ def sweep_figure(
     """A metric against the swept parameter, one line per model.
 
     Args:
-        sweep: the table of :func:`sde_core.sweeps.run_sweep` (one ``param`` only).
+        sweep: the table of :func:`sde_core.pipeline.sweeps.run_sweep` (one ``param`` only).
         metric: a key of :data:`METRICS` that is a column of ``sweep``.
         markers: ``{rule name: σ}`` vertical marker lines (e.g. from
-            :func:`sde_core.sweeps.sigma_markers`); only for σ sweeps.
+            :func:`sde_core.pipeline.sweeps.sigma_markers`); only for σ sweeps.
 
     Returns:
         A Figure with one line per model (x = numeric σ for σ sweeps, the layer name, n, or the
@@ -667,7 +663,7 @@ def plan_figure(points: pd.DataFrame, metric: str = "f1") -> go.Figure:
     axis) with the across-seed standard deviation as error bars.
 
     Args:
-        points: the ``points`` table of a :func:`sde_core.plans.run_plan` run (columns
+        points: the ``points`` table of a :func:`sde_core.pipeline.plans.run_plan` run (columns
             ``param``, ``value``, ``x``, ``model``, ``layer``, ``seed`` and the metric).
         metric: a key of :data:`METRICS` that is a column of ``points``.
     """

@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data import Dataset, Subset
 
 from sde_core.errors import InputError
-from sde_core.training import make_loader, resolve_device
+from sde_core.learning.training import make_loader, resolve_device
 
 __all__ = [
     "MIA_FEATURES",

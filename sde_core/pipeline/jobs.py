@@ -1,8 +1,9 @@
-"""Training and unlearning as self-contained jobs (for :mod:`sde_core.engine`).
+"""Training and unlearning as self-contained jobs (for :mod:`sde_core.pipeline.engine`).
 
 Each job reads the workspace's files, writes its checkpoints into the workspace folder (storage
 every worker can read and write on a cluster) and *returns* the new
-:class:`~sde_core.workspace.ModelEntry`; the driver alone adds it to ``workspace.toml``. The
+:class:`~sde_core.pipeline.workspace.ModelEntry`; the driver alone adds it to ``workspace.toml``.
+The
 arguments are plain, picklable values, so the same job runs in this process or on a Ray worker.
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .workspace import CheckpointRef, ModelEntry
+from sde_core.pipeline.workspace import CheckpointRef, ModelEntry
 
 __all__ = ["random_model_job", "train_model_job", "unlearn_model_job"]
 
@@ -32,10 +33,10 @@ def random_model_job(
     """Save a freshly initialised model (the negative control, role ``random``)."""
     import torch
 
-    from .hashing import file_sha256
-    from .models import build_model
-    from .training import save_weights
-    from .workspace import load_workspace, relative_to_workspace
+    from sde_core.common.hashing import file_sha256
+    from sde_core.inputs.models import build_model
+    from sde_core.learning.training import save_weights
+    from sde_core.pipeline.workspace import load_workspace, relative_to_workspace
 
     ws = load_workspace(workspace_root, validate=False)
     torch.manual_seed(seed)
@@ -59,7 +60,8 @@ def train_model_job(
     resume: bool = True,
     progress: EpochProgress | None = None,
 ) -> tuple[ModelEntry, float]:
-    """Train ``arch`` on the workspace's D_tr with a :class:`~sde_core.training.TrainConfig`.
+    """Train ``arch`` on the workspace's D_tr with a
+    :class:`~sde_core.learning.training.TrainConfig`.
 
     Writes ``init.safetensors`` and the checkpoints at the configured fractions of training
     under ``out`` (default ``models/<name>``); resumes from ``resume.pt`` when present.
@@ -69,11 +71,11 @@ def train_model_job(
     """
     import torch
 
-    from .data import load_dataset
-    from .hashing import file_sha256
-    from .models import build_model
-    from .training import TrainConfig, train
-    from .workspace import load_workspace, relative_to_workspace
+    from sde_core.common.hashing import file_sha256
+    from sde_core.inputs.data import load_dataset
+    from sde_core.inputs.models import build_model
+    from sde_core.learning.training import TrainConfig, train
+    from sde_core.pipeline.workspace import load_workspace, relative_to_workspace
 
     ws = load_workspace(workspace_root, validate=False)
     cfg = TrainConfig.from_dict(dict(config))
@@ -115,12 +117,12 @@ def unlearn_model_job(
     Retrain reuses the original's recorded training recipe; Unroll takes θ_0 from the
     original's ``init_checkpoint`` when the workspace has it.
     """
-    from .data import load_dataset, load_index_file
-    from .hashing import file_sha256
-    from .models import build_model, load_checkpoint
-    from .training import TrainConfig, save_weights
-    from .unlearning import UnlearnData, unlearn
-    from .workspace import load_workspace, relative_to_workspace
+    from sde_core.common.hashing import file_sha256
+    from sde_core.inputs.data import load_dataset, load_index_file
+    from sde_core.inputs.models import build_model, load_checkpoint
+    from sde_core.learning.training import TrainConfig, save_weights
+    from sde_core.learning.unlearning import UnlearnData, unlearn
+    from sde_core.pipeline.workspace import load_workspace, relative_to_workspace
 
     ws = load_workspace(workspace_root, validate=False)
     source = ws.model(original) if original else ws.original()

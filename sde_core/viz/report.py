@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import __version__
-from .errors import SettingsError
-from .figures import PLOTLY_CONFIG, comparison_bars, hsic_histogram
+from sde_core import __version__
+from sde_core.errors import SettingsError
+from sde_core.viz.figures import PLOTLY_CONFIG, comparison_bars, hsic_histogram
 
 __all__ = [
     "CAVEATS",
@@ -373,7 +373,7 @@ def build_html_report(
     """A self-contained HTML report of an evaluation (opens offline: plotly.js is inlined once).
 
     Args:
-        result: an :class:`~sde_core.evaluate.EvaluationResult`.
+        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult`.
         workspace_name: shown in the title.
         figures: charts to embed, as ``{title: figure}`` or a list (default
             :func:`report_figures`).

@@ -1,7 +1,8 @@
 """Parameter sweeps: a metric as a function of σ, the layer, the subset size or the checkpoint.
 
-Every point of a sweep is one :func:`sde_core.evaluate.evaluate_workspace` call, so with a
-:class:`~sde_core.store.ResultsStore` each finished (point, model) is stored as it completes:
+Every point of a sweep is one :func:`sde_core.pipeline.evaluate.evaluate_workspace` call, so with a
+:class:`~sde_core.pipeline.store.ResultsStore` each finished (point, model) is stored as it
+completes:
 repeating a sweep reads it back without recomputation, and an interrupted sweep resumes where it
 stopped. Activations come from the on-disk activation cache, so a σ or subset-size sweep extracts
 each layer once.
@@ -24,10 +25,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .errors import SettingsError
-from .evaluate import EvalSettings, Progress, draw_subsets, evaluate_workspace
-from .hsic import resolve_sigma
-from .workspace import ModelEntry, Workspace, load_workspace
+from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluate import EvalSettings, Progress, draw_subsets, evaluate_workspace
+from sde_core.pipeline.workspace import ModelEntry, Workspace, load_workspace
+from sde_core.stats.hsic import resolve_sigma
 
 __all__ = [
     "SWEEP_COLUMNS",
@@ -196,12 +197,13 @@ def run_sweep(
     """Evaluate the workspace at every value of ``param`` and return tidy rows.
 
     Args:
-        workspace: a :class:`~sde_core.workspace.Workspace` or its folder.
+        workspace: a :class:`~sde_core.pipeline.workspace.Workspace` or its folder.
         base_settings: the settings every point starts from.
         param: ``"sigma"``, ``"layer"``, ``"subset_size"`` or ``"checkpoint"``.
         values: the values, evaluated in the given order (see :func:`sweep_points`).
         models: models to evaluate (default all; a checkpoint sweep defaults to the original).
-        store: a :class:`~sde_core.store.ResultsStore`: stored (point, model) results are read
+        store: a :class:`~sde_core.pipeline.store.ResultsStore`: stored (point, model) results are
+        read
             back, new ones written as they finish (an interrupted sweep resumes).
         cache_dir: activation cache folder (default the workspace's).
         progress: ``progress(stage, done, total)``; stage ``"sweep"`` counts points, the
@@ -265,9 +267,9 @@ def sigma_markers(
     Returns:
         ``{"sqrt_dim": √d, "median": median pairwise distance}`` in activation units.
     """
-    from .activations import ActivationCache
-    from .data import load_dataset, load_index_file
-    from .evaluate import _model_inputs
+    from sde_core.inputs.activations import ActivationCache
+    from sde_core.inputs.data import load_dataset, load_index_file
+    from sde_core.pipeline.evaluate import _model_inputs
 
     ws = _workspace(workspace)
     entry = ws.model(model)

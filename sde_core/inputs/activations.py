@@ -1,7 +1,8 @@
 """Layer listing, batched activation extraction with forward hooks, and an on-disk cache.
 
 Layer names are qualified module names, aliases (``output``, ``logits``, ``penultimate``,
-``block1``..``block4``; see :mod:`sde_core.models`) or explicit references such as ``"fc:input"``.
+``block1``..``block4``; see :mod:`sde_core.inputs.models`) or explicit references such as
+``"fc:input"``.
 Activations are float32 ``(n, d)`` arrays: each sample's tensor flattened, after global average
 pooling of 4-D ``(N, C, H, W)`` and 3-D ``(N, C, L)`` maps when ``pool=True``.
 """
@@ -9,7 +10,6 @@ pooling of 4-D ``(N, C, H, W)`` and 3-D ``(N, C, L)`` maps when ``pool=True``.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -21,10 +21,11 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from sde_core.data import DatasetBundle, load_precomputed
+from sde_core.common.fsio import atomic_write, atomic_write_text
+from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
 from sde_core.errors import ActivationError, DataError
-from sde_core.hashing import array_sha256, file_sha256, stable_hash
-from sde_core.models import ALIASES, LayerRef, load_checkpoint, model_layer_refs
+from sde_core.inputs.data import DatasetBundle, load_precomputed
+from sde_core.inputs.models import ALIASES, LayerRef, load_checkpoint, model_layer_refs
 
 __all__ = [
     "ActivationCache",
@@ -450,17 +451,10 @@ class ActivationCache:
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "key": fields or {},
         }
-        tmp_npy = npy.with_name(npy.name + f".{os.getpid()}.tmp")
-        tmp_meta = meta_path.with_name(meta_path.name + f".{os.getpid()}.tmp")
         try:
-            with open(tmp_npy, "wb") as fh:
-                np.save(fh, arr)
-            tmp_meta.write_text(json.dumps(meta))
-            os.replace(tmp_npy, npy)
-            os.replace(tmp_meta, meta_path)
+            atomic_write(npy, lambda tmp: _save_npy(tmp, arr))
+            atomic_write_text(meta_path, json.dumps(meta))
         except OSError as exc:
-            for p in (tmp_npy, tmp_meta):
-                p.unlink(missing_ok=True)
             raise ActivationError(
                 f"cannot write activation cache entry in {npy.parent}: {exc}"
             ) from exc
@@ -531,7 +525,7 @@ def get_activations(
     A repeat call costs one file read per layer: the model is loaded only when some layer is
     missing, and all missing layers are extracted in one pass. ``checkpoint_path`` may also be a
     precomputed activations file (``.npz``/``.parquet``; see
-    :func:`sde_core.data.load_precomputed`).
+    :func:`sde_core.inputs.data.load_precomputed`).
 
     Returns:
         ``{layer: float32 (n, d)}``; ``n`` is ``len(indices)`` or the split size.
@@ -589,3 +583,8 @@ def get_activations(
                 cache.store(digest, arr, fields)
             result[name] = arr
     return {name: result[name] for name in names}
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    with open(path, "wb") as fh:
+        np.save(fh, arr)

@@ -1,6 +1,6 @@
 """``python -m sde_core run-plan PLAN [--variant V] [--out DIR] [--store PATH] [...]``.
 
-Runs one variant of an experiment plan (:mod:`sde_core.plans`) headless: every job (train,
+Runs one variant of an experiment plan (:mod:`sde_core.pipeline.plans`) headless: every job (train,
 unlearn, evaluate, toy) becomes a unit of the results store as it finishes, so a repeated or
 interrupted run resumes where it stopped and skips finished units. ``PLAN`` is a plan file or
 the name of one under ``plans/`` (``table1``, ``fig3_sigma``, ...).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sde_core.evaluate_cli import add_engine_arguments
+from sde_core.cli._args import add_engine_arguments
 
 __all__ = ["register_run_plan"]
 
@@ -39,9 +39,9 @@ def _print_summary(store: object, run_id: int) -> None:
 
 
 def _cmd_run_plan(args: argparse.Namespace) -> int:
-    from sde_core.engine import make_engine
-    from sde_core.plans import build_jobs, load_plan, run_plan
-    from sde_core.store import ResultsStore
+    from sde_core.pipeline.engine import make_engine
+    from sde_core.pipeline.plans import build_jobs, load_plan, run_plan
+    from sde_core.pipeline.store import ResultsStore
 
     plan = load_plan(args.plan)
     if args.list_variants:

@@ -39,7 +39,13 @@ from torch import nn
 from torch.utils.data import Dataset, Subset
 
 from sde_core.errors import TrainingError
-from sde_core.training import TrainConfig, check_forward, make_loader, resolve_device, train
+from sde_core.learning.training import (
+    TrainConfig,
+    check_forward,
+    make_loader,
+    resolve_device,
+    train,
+)
 
 __all__ = [
     "METHODS",
@@ -130,7 +136,9 @@ class UnlearnData:
         ):
             raise TrainingError(f"num_classes={self.num_classes!r} must be an integer >= 2")
         if self.train_config is not None and not isinstance(self.train_config, TrainConfig):
-            raise TrainingError("train_config must be a sde_core.training.TrainConfig or None")
+            raise TrainingError(
+                "train_config must be a sde_core.learning.training.TrainConfig or None"
+            )
 
     @classmethod
     def from_forget(cls, train: Dataset, forget_idx: object, **kwargs: Any) -> UnlearnData:
@@ -280,7 +288,7 @@ class UnrollParams:
 class RetrainParams:
     """Retrain from scratch on ``D_r``; None fields take the original's ``data.train_config``.
 
-    The fields are those of :class:`~sde_core.training.TrainConfig` that define the recipe.
+    The fields are those of :class:`~sde_core.learning.training.TrainConfig` that define the recipe.
     """
 
     epochs: int | None = None

@@ -1,0 +1,127 @@
+"""Evaluation settings: one schema and one validation for the library, the workspace's
+``[defaults]``, the CLI flags and the dashboard widgets (see ``docs/method.md``).
+
+This module imports nothing above the statistics layer, so the workspace and the evaluation
+orchestration both build on it without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+from sde_core.errors import SettingsError
+from sde_core.stats.hsic import MAX_SPLITS
+
+__all__ = ["ALGORITHM_VERSION", "EvalSettings"]
+
+#: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
+#: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
+ALGORITHM_VERSION = 3
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Evaluation settings (SPEC §2–5, §9). Every default is visible and changeable.
+
+    Attributes:
+        layer: layer alias (``output``, ``logits``, ``penultimate``, ``block1``…) or module name.
+        sigma: ``"sqrt_dim"``, ``"median"`` or a positive float.
+        subset_size: n, rows per subset (targets, references, panels).
+        targets: T, number of target subsets drawn from D_f (and of controlled F1 subsets).
+        splits: K, random splits per subset.
+        panel_size: R, reference subsets per side for the calibrated evidence.
+        seed: seed of every subset draw and split.
+        bins: histogram bins of the JSD decision.
+        alpha: level of the reference-validity U-tests (paper and panel).
+        alpha_calibrated: level of the calibrated verdict.
+        estimator: ``"biased"`` (paper) or ``"unbiased"`` HSIC.
+        null_pairs: pairs of the null-calibration diagnostic.
+        baseline_targets: controlled subsets (half in, half out) scored by the MMD/W2 baselines;
+            0 switches the baselines off (exact W2 is O(n³) per subset).
+        pool: global-average-pool 4-D activations.
+        device: ``"cpu"`` or a torch device for extraction and the HSIC engine.
+    """
+
+    layer: str = "output"
+    sigma: str | float = "sqrt_dim"
+    subset_size: int = 1000
+    targets: int = 100
+    splits: int = 200
+    panel_size: int = 20
+    seed: int = 0
+    bins: int = 30
+    alpha: float = 0.01
+    alpha_calibrated: float = 0.05
+    estimator: str = "biased"
+    null_pairs: int = 20
+    baseline_targets: int = 20
+    pool: bool = True
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str, minimum: int = 1, maximum: int | None = None) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise SettingsError(f"{name} must be an integer; got {value!r}")
+            if value < minimum or (maximum is not None and value > maximum):
+                bound = f"between {minimum} and {maximum}" if maximum else f"at least {minimum}"
+                raise SettingsError(f"{name} must be {bound}; got {value}")
+
+        positive_int("subset_size", 4)
+        positive_int("targets", 2, 10_000)
+        positive_int("splits", 2, MAX_SPLITS)
+        positive_int("panel_size", 3, 1000)
+        positive_int("seed", 0)
+        positive_int("bins", 2, 1000)
+        positive_int("null_pairs", 1, 10_000)
+        positive_int("baseline_targets", 0, 10_000)
+        if not isinstance(self.layer, str) or not self.layer:
+            raise SettingsError(f"layer must be a non-empty name; got {self.layer!r}")
+        if isinstance(self.sigma, str):
+            if self.sigma not in ("sqrt_dim", "median"):
+                raise SettingsError(
+                    f"sigma must be 'sqrt_dim', 'median' or a positive number; got {self.sigma!r}"
+                )
+        elif isinstance(self.sigma, bool) or not (
+            isinstance(self.sigma, (int, float)) and np.isfinite(self.sigma) and self.sigma > 0
+        ):
+            raise SettingsError(f"sigma must be a positive number; got {self.sigma!r}")
+        for name in ("alpha", "alpha_calibrated"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0 < value < 1:
+                raise SettingsError(f"{name} must lie in (0, 1); got {value!r}")
+        if 1.0 / (self.panel_size + 1) >= self.alpha_calibrated:
+            need = int(np.ceil(1.0 / self.alpha_calibrated))
+            raise SettingsError(
+                f"with panel_size={self.panel_size} the smallest calibrated p-value is "
+                f"1/{self.panel_size + 1} ≥ alpha_calibrated={self.alpha_calibrated}, so no "
+                f"verdict is possible: use panel_size ≥ {need} or a larger alpha_calibrated"
+            )
+        if self.estimator not in ("biased", "unbiased"):
+            raise SettingsError(f"estimator must be 'biased' or 'unbiased'; got {self.estimator!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> EvalSettings:
+        """Build from a mapping (workspace ``[defaults]``, CLI flags), rejecting unknown keys."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise SettingsError(f"unknown settings {unknown}; valid settings: {sorted(known)}")
+        return cls(**dict(values))
+
+    def with_overrides(self, **overrides: Any) -> EvalSettings:
+        """A copy with the given non-None fields replaced (CLI flags, dashboard widgets)."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise SettingsError(f"unknown settings {unknown}; valid settings: {sorted(known)}")
+        return replace(self, **given)
+
+    def result_key(self) -> dict[str, Any]:
+        """The settings that determine results (the store's run key), with the algorithm version."""
+        return {**asdict(self), "algorithm": ALGORITHM_VERSION}

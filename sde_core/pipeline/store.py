@@ -1,0 +1,904 @@
+"""Results store: evaluation runs, their units of work, result tables and raw arrays.
+
+One SQLite file holds every run of every workspace. A *run* is identified by the pair
+(``workspace_hash``, ``settings_hash``), where ``settings_hash`` is
+:func:`~sde_core.common.hashing.stable_hash` of the (normalised) settings dict, so opening a run
+with
+the same settings again returns the stored results instantly. A run is filled by *units of
+work* (one model, one sweep point, ...): :meth:`ResultsStore.put_unit` writes every table row
+and array a unit produced in one transaction, so an interrupted sweep keeps each finished unit
+whole and never a partial one, and a resumed sweep skips the units listed by
+:meth:`ResultsStore.finished_units`.
+
+Writing a unit key that is already stored is a **no-op** (the first write wins and
+:meth:`~ResultsStore.put_unit` returns ``False``): finished results are never duplicated or
+silently changed by a resume.
+
+Schema (version :data:`SCHEMA_VERSION`, kept in ``PRAGMA user_version``; the file is tagged
+with ``PRAGMA application_id`` = :data:`APPLICATION_ID`):
+
+- ``runs(id, workspace_hash, settings_hash, settings JSON, label, created, status)``, unique on
+  (workspace_hash, settings_hash); ``status`` is ``"running"`` or ``"complete"``.
+- ``units(id, run_id, unit_key, finished)``, unique on (run_id, unit_key); insertion order is
+  the row order of :meth:`~ResultsStore.rows`.
+- ``run_tables(run_id, name, columns JSON)``: the tables of a run and their column order
+  (first-seen order of the row dicts' keys).
+- ``table_rows(unit_id, table_name, seq, payload JSON)``: one row dict per record.
+- ``arrays(run_id, name, unit_id, dtype, shape JSON, data BLOB)``: C-order bytes, unique name per
+  run.
+
+Every child row references its run (directly or through its unit) with ``ON DELETE CASCADE``.
+The database runs in WAL mode with ``synchronous=NORMAL`` and a busy timeout, so any number of
+processes can read while one writes; every write is a ``BEGIN IMMEDIATE`` transaction.
+
+Row values must be scalars: ``None``, ``bool``, ``int``, ``float`` (NaN and ±inf included),
+``str`` or a NumPy scalar of those kinds (stored as the equivalent Python value).
+:meth:`~ResultsStore.records` returns the stored row dicts exactly (``None`` and NaN stay
+distinct, absent keys stay absent). :meth:`~ResultsStore.rows` builds a DataFrame with pandas'
+own inference: all-int columns are ``int64``, all-bool ``bool``, numeric ``float64``, strings
+pandas' string dtype, mixed columns ``object``; ``None`` and absent keys read back as pandas'
+missing value for the column (NaN, or ``None`` in ``object`` columns), so test with
+``pandas.isna``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sde_core.common.fsio import atomic_write
+from sde_core.common.hashing import stable_hash
+from sde_core.errors import StoreError
+
+__all__ = [
+    "APPLICATION_ID",
+    "EXPORT_FORMATS",
+    "SCHEMA_VERSION",
+    "SHIPPED_STORE",
+    "ResultsStore",
+    "Run",
+    "workspace_store_path",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the store's SQL schema, kept in ``PRAGMA user_version``."""
+
+APPLICATION_ID = 0x53444531
+"""``PRAGMA application_id`` of an SDE results store (ASCII ``"SDE1"``)."""
+
+EXPORT_FORMATS = ("csv", "json", "parquet")
+"""Formats accepted by :meth:`ResultsStore.export_run`."""
+
+RunStatus = Literal["running", "complete"]
+Scalar = None | bool | int | float | str
+
+_SCHEMA = (
+    """CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        workspace_hash TEXT NOT NULL,
+        settings_hash TEXT NOT NULL,
+        settings TEXT NOT NULL,
+        label TEXT NOT NULL,
+        created TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('running', 'complete')),
+        UNIQUE (workspace_hash, settings_hash)
+    )""",
+    """CREATE TABLE units (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        unit_key TEXT NOT NULL,
+        finished TEXT NOT NULL,
+        UNIQUE (run_id, unit_key)
+    )""",
+    """CREATE TABLE run_tables (
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        columns TEXT NOT NULL,
+        PRIMARY KEY (run_id, name)
+    )""",
+    """CREATE TABLE table_rows (
+        unit_id INTEGER NOT NULL REFERENCES units (id) ON DELETE CASCADE,
+        table_name TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        payload TEXT NOT NULL,
+        PRIMARY KEY (unit_id, table_name, seq)
+    )""",
+    """CREATE TABLE arrays (
+        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        unit_id INTEGER NOT NULL REFERENCES units (id) ON DELETE CASCADE,
+        dtype TEXT NOT NULL,
+        shape TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (run_id, name)
+    )""",
+    "CREATE INDEX arrays_unit ON arrays (unit_id)",
+)
+
+_TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_ARRAY_KINDS = "biuf"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One evaluation run: a workspace evaluated under one settings dict.
+
+    Attributes:
+        id: Database id, the handle every other store method takes.
+        workspace_hash: Content hash of the workspace the run evaluates.
+        settings_hash: :func:`~sde_core.common.hashing.stable_hash` of ``settings``.
+        settings: The normalised settings (JSON values, keys sorted).
+        label: Free-text label given when the run was created.
+        created: Creation time, ISO 8601 in UTC.
+        status: ``"running"`` until :meth:`ResultsStore.mark_complete`, then ``"complete"``.
+    """
+
+    id: int
+    workspace_hash: str
+    settings_hash: str
+    settings: dict[str, Any]
+    label: str
+    created: str
+    status: RunStatus
+
+
+class ResultsStore:
+    """SQLite-backed store of evaluation runs (see the module docstring for the schema).
+
+    Open it as a context manager (or call :meth:`close`). One instance may be shared by threads
+    (calls are serialised); separate processes open their own instance on the same file.
+
+    Args:
+        path: The database file; created with its parent folders when missing.
+        timeout: Seconds a write waits for another process's write to finish before failing.
+
+    Raises:
+        StoreError: The file cannot be opened, is not an SDE results store or was written by a
+            newer schema version.
+    """
+
+    def __init__(self, path: str | Path, timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self.timeout = float(timeout)
+        self._lock = threading.RLock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(
+                self.path,
+                timeout=self.timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(
+                f"cannot open results store {self.path} ({exc}): choose a writable file path"
+            ) from exc
+        try:
+            self._open_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the database connection (idempotent)."""
+        with self._lock:
+            self._conn.close()
+
+    def _open_schema(self) -> None:
+        """Check the file is an SDE store of a readable version; create the schema if empty."""
+        not_store = f"{self.path} is not an SDE results store: delete it or choose another path"
+        try:
+            app_id, version, n_tables = self._header()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{not_store} ({exc})") from exc
+        empty = version == 0 and n_tables == 0
+        if not empty and app_id != APPLICATION_ID:
+            raise StoreError(not_store)
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} was written by a newer SDE Explorer (schema version {version}; "
+                f"this version reads {SCHEMA_VERSION}): upgrade sde_core or choose another path"
+            )
+        if not empty and version != SCHEMA_VERSION:
+            raise StoreError(f"{not_store} (unknown schema version {version})")
+        try:
+            self._enable_wal()
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as exc:
+            raise self._error(exc) from exc
+        if empty:
+            with self._tx() as conn:
+                if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _enable_wal(self) -> None:
+        """Switch to WAL mode, retrying while another process holds the lock it needs.
+
+        SQLite's busy handler does not cover the journal-mode change, so two processes opening
+        the same new file at once would otherwise fail at once with "database is locked".
+        """
+        deadline = time.monotonic() + self.timeout
+        delay = 0.005
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(2 * delay, 0.2)
+
+    def _header(self) -> tuple[int, int, int]:
+        """``application_id``, ``user_version`` and the number of schema objects of the file."""
+        conn = self._conn
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        n_tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        return int(app_id), int(version), int(n_tables)
+
+    def _error(self, exc: sqlite3.Error) -> StoreError:
+        """A readable :class:`StoreError` for a database failure."""
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            return StoreError(
+                f"results store {self.path} stayed locked by another writer for more than "
+                f"{self.timeout:g} s: wait for it to finish or raise the timeout"
+            )
+        return StoreError(
+            f"results store {self.path} failed ({exc}): if the file is corrupt, "
+            "delete it or choose another path"
+        )
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on error)."""
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.DatabaseError as exc:
+                raise self._error(exc) from exc
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+                    exc, sqlite3.ProgrammingError
+                ):
+                    raise self._error(exc) from exc
+                raise
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """All rows of one read-only statement."""
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.ProgrammingError:
+                raise
+            except sqlite3.DatabaseError as exc:
+                raise self._error(exc) from exc
+
+    # ------------------------------------------------------------------ runs
+
+    def open_run(self, workspace_hash: str, settings: Mapping[str, Any], label: str = "") -> Run:
+        """The run of ``workspace_hash`` under ``settings``, created when it does not exist.
+
+        ``settings`` is normalised first (NumPy scalars become Python values, tuples become
+        lists), so dicts that differ only in key order or scalar type map to the same run. The
+        label is used only when the run is created.
+
+        Raises:
+            StoreError: ``settings`` is not a dict of JSON values.
+        """
+        if not isinstance(workspace_hash, str) or not workspace_hash:
+            raise StoreError("workspace_hash must be a non-empty string")
+        if not isinstance(settings, Mapping):
+            raise StoreError(f"settings must be a dict, got {type(settings).__name__}")
+        normal = _json_value(dict(settings), "settings")
+        settings_hash = stable_hash(normal)
+        select = "SELECT * FROM runs WHERE workspace_hash = ? AND settings_hash = ?"
+        found = self._query(select, (workspace_hash, settings_hash))
+        if found:
+            return _run_from_row(found[0])
+        with self._tx() as conn:
+            row = conn.execute(select, (workspace_hash, settings_hash)).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO runs (workspace_hash, settings_hash, settings, label, created,"
+                    " status) VALUES (?, ?, ?, ?, ?, 'running')",
+                    (
+                        workspace_hash,
+                        settings_hash,
+                        json.dumps(normal, sort_keys=True),
+                        str(label),
+                        _now(),
+                    ),
+                )
+                row = conn.execute(select, (workspace_hash, settings_hash)).fetchone()
+        return _run_from_row(row)
+
+    def get_run(self, run_id: int) -> Run:
+        """The run with this id.
+
+        Raises:
+            StoreError: No such run.
+        """
+        found = self._query("SELECT * FROM runs WHERE id = ?", (int(run_id),))
+        if not found:
+            raise StoreError(f"unknown run id {run_id}: list the stored runs with list_runs()")
+        return _run_from_row(found[0])
+
+    def list_runs(self, workspace_hash: str | None = None) -> pd.DataFrame:
+        """All runs (of one workspace when given), oldest first.
+
+        Columns: ``id``, ``workspace_hash``, ``settings_hash``, ``label``, ``created``,
+        ``status``, ``units`` (number of finished units) and ``settings`` (JSON text).
+        """
+        sql = (
+            "SELECT r.id, r.workspace_hash, r.settings_hash, r.label, r.created, r.status,"
+            " (SELECT count(*) FROM units u WHERE u.run_id = r.id), r.settings FROM runs r"
+        )
+        params: tuple[str, ...] = ()
+        if workspace_hash is not None:
+            sql += " WHERE r.workspace_hash = ?"
+            params = (workspace_hash,)
+        columns = [
+            "id",
+            "workspace_hash",
+            "settings_hash",
+            "label",
+            "created",
+            "status",
+            "units",
+            "settings",
+        ]
+        frame = pd.DataFrame(self._query(sql + " ORDER BY r.id", params), columns=columns)
+        return frame.astype({"id": "int64", "units": "int64"})
+
+    def mark_complete(self, run_id: int) -> None:
+        """Set the run's status to ``"complete"``.
+
+        Raises:
+            StoreError: No such run.
+        """
+        self.get_run(run_id)
+        with self._tx() as conn:
+            conn.execute("UPDATE runs SET status = 'complete' WHERE id = ?", (int(run_id),))
+
+    def delete_run(self, run_id: int) -> None:
+        """Delete the run with all its units, rows and arrays.
+
+        Raises:
+            StoreError: No such run.
+        """
+        self.get_run(run_id)
+        with self._tx() as conn:
+            conn.execute("DELETE FROM runs WHERE id = ?", (int(run_id),))
+
+    # ------------------------------------------------------------------ units
+
+    def has_unit(self, run_id: int, unit_key: str) -> bool:
+        """Whether the unit ``unit_key`` of the run is stored.
+
+        Raises:
+            StoreError: No such run.
+        """
+        self.get_run(run_id)
+        found = self._query(
+            "SELECT 1 FROM units WHERE run_id = ? AND unit_key = ?", (int(run_id), unit_key)
+        )
+        return bool(found)
+
+    def finished_units(self, run_id: int) -> set[str]:
+        """Keys of every stored unit of the run.
+
+        Raises:
+            StoreError: No such run.
+        """
+        self.get_run(run_id)
+        found = self._query("SELECT unit_key FROM units WHERE run_id = ?", (int(run_id),))
+        return {key for (key,) in found}
+
+    def put_unit(
+        self,
+        run_id: int,
+        unit_key: str,
+        tables: Mapping[str, Sequence[Mapping[str, Any]]],
+        arrays: Mapping[str, np.ndarray] | None = None,
+    ) -> bool:
+        """Store every row and array of one finished unit of work in one transaction.
+
+        Args:
+            run_id: The run the unit belongs to.
+            unit_key: Key of the unit, unique within the run.
+            tables: Table name -> row dicts (scalar values, see the module docstring). A table
+                given with no rows is still registered for the run.
+            arrays: Array name -> numeric (bool/int/uint/float) array; names are unique per run.
+
+        Returns:
+            ``True`` when the unit was written, ``False`` when ``unit_key`` was already stored
+            (nothing is written: the first write wins). Writing a new unit into a complete run
+            sets its status back to ``"running"``.
+
+        Raises:
+            StoreError: No such run, an invalid table name, row value or array, or an array
+                name already stored by another unit of the run.
+        """
+        run_id = int(run_id)
+        if not isinstance(unit_key, str) or not unit_key:
+            raise StoreError("unit_key must be a non-empty string")
+        records = _encode_tables(tables)
+        blobs = _encode_arrays(arrays or {})
+        self.get_run(run_id)
+        with self._tx() as conn:
+            if conn.execute(
+                "SELECT 1 FROM units WHERE run_id = ? AND unit_key = ?", (run_id, unit_key)
+            ).fetchone():
+                return False
+            for name in blobs:
+                owner = conn.execute(
+                    "SELECT u.unit_key FROM arrays a JOIN units u ON u.id = a.unit_id"
+                    " WHERE a.run_id = ? AND a.name = ?",
+                    (run_id, name),
+                ).fetchone()
+                if owner is not None:
+                    raise StoreError(
+                        f"array {name!r} of run {run_id} is already stored by unit "
+                        f"{owner[0]!r}: give each unit's arrays distinct names"
+                    )
+            unit_id = conn.execute(
+                "INSERT INTO units (run_id, unit_key, finished) VALUES (?, ?, ?)",
+                (run_id, unit_key, _now()),
+            ).lastrowid
+            conn.execute(
+                "UPDATE runs SET status = 'running' WHERE id = ? AND status != 'running'",
+                (run_id,),
+            )
+            for table, (columns, payloads) in records.items():
+                self._register_columns(conn, run_id, table, columns)
+                conn.executemany(
+                    "INSERT INTO table_rows (unit_id, table_name, seq, payload)"
+                    " VALUES (?, ?, ?, ?)",
+                    [(unit_id, table, seq, payload) for seq, payload in enumerate(payloads)],
+                )
+            conn.executemany(
+                "INSERT INTO arrays (run_id, name, unit_id, dtype, shape, data)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(run_id, name, unit_id, *blob) for name, blob in blobs.items()],
+            )
+        return True
+
+    @staticmethod
+    def _register_columns(
+        conn: sqlite3.Connection, run_id: int, table: str, columns: list[str]
+    ) -> None:
+        """Add ``table`` to the run's tables and append its unseen columns, in order."""
+        row = conn.execute(
+            "SELECT columns FROM run_tables WHERE run_id = ? AND name = ?", (run_id, table)
+        ).fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO run_tables (run_id, name, columns) VALUES (?, ?, ?)",
+                (run_id, table, json.dumps(columns)),
+            )
+            return
+        known: list[str] = json.loads(row[0])
+        new = [c for c in columns if c not in set(known)]
+        if new:
+            conn.execute(
+                "UPDATE run_tables SET columns = ? WHERE run_id = ? AND name = ?",
+                (json.dumps(known + new), run_id, table),
+            )
+
+    # ------------------------------------------------------------------ reading
+
+    def tables(self, run_id: int) -> list[str]:
+        """Names of the run's tables, sorted.
+
+        Raises:
+            StoreError: No such run.
+        """
+        self.get_run(run_id)
+        found = self._query(
+            "SELECT name FROM run_tables WHERE run_id = ? ORDER BY name", (int(run_id),)
+        )
+        return [name for (name,) in found]
+
+    def columns(self, run_id: int, table: str) -> list[str]:
+        """Column names of the run's ``table``, in first-seen order.
+
+        Raises:
+            StoreError: No such run or table.
+        """
+        self.get_run(run_id)
+        found = self._query(
+            "SELECT columns FROM run_tables WHERE run_id = ? AND name = ?", (int(run_id), table)
+        )
+        if not found:
+            known = ", ".join(self.tables(run_id)) or "none"
+            raise StoreError(f"run {run_id} has no table {table!r} (its tables: {known})")
+        return json.loads(found[0][0])
+
+    def records(self, run_id: int, table: str) -> list[dict[str, Scalar]]:
+        """The run's rows of ``table`` exactly as stored (units in write order, then row order).
+
+        Raises:
+            StoreError: No such run or table.
+        """
+        self.columns(run_id, table)
+        payloads = self._query(
+            "SELECT t.payload FROM table_rows t JOIN units u ON u.id = t.unit_id"
+            " WHERE u.run_id = ? AND t.table_name = ? ORDER BY u.id, t.seq",
+            (int(run_id), table),
+        )
+        return [json.loads(payload) for (payload,) in payloads]
+
+    def rows(self, run_id: int, table: str) -> pd.DataFrame:
+        """The run's rows of ``table`` as a DataFrame (units in write order, then row order).
+
+        Raises:
+            StoreError: No such run or table.
+        """
+        return pd.DataFrame(self.records(run_id, table), columns=self.columns(run_id, table))
+
+    def array(self, run_id: int, name: str) -> np.ndarray:
+        """The stored array ``name`` of the run, with its exact dtype, shape and values.
+
+        Raises:
+            StoreError: No such run or array.
+        """
+        self.get_run(run_id)
+        found = self._query(
+            "SELECT dtype, shape, data FROM arrays WHERE run_id = ? AND name = ?",
+            (int(run_id), name),
+        )
+        if not found:
+            raise StoreError(
+                f"run {run_id} has no array {name!r}: list them with array_names({run_id})"
+            )
+        return _decode_array(*found[0])
+
+    def array_names(self, run_id: int, prefix: str = "") -> list[str]:
+        """Sorted names of the run's arrays that start with ``prefix``.
+
+        Raises:
+            StoreError: No such run.
+        """
+        self.get_run(run_id)
+        found = self._query(
+            "SELECT name FROM arrays WHERE run_id = ? AND substr(name, 1, ?) = ? ORDER BY name",
+            (int(run_id), len(prefix), prefix),
+        )
+        return [name for (name,) in found]
+
+    def compare_runs(
+        self, run_ids: Sequence[int], table: str, on: str | Sequence[str] | None = None
+    ) -> pd.DataFrame:
+        """One table of several runs side by side.
+
+        Args:
+            run_ids: The runs to compare, in display order (at least one, no repeats).
+            table: The table to compare; every run must have it.
+            on: ``None`` for the long form: the runs' rows stacked, with a leading ``run_id``
+                column. Key column(s) for the wide form: one row per key (outer join), key
+                columns first, then each other column once per run as ``"<column>@<run_id>"``.
+
+        Raises:
+            StoreError: No runs or repeated ids, an unknown run or table, a ``run_id`` column
+                already in the table (long form), or key columns that are missing or do not
+                identify a run's rows uniquely (wide form).
+        """
+        ids = [int(r) for r in run_ids]
+        if not ids or len(set(ids)) != len(ids):
+            raise StoreError(f"compare_runs needs distinct run ids, got {list(run_ids)}")
+        frames = {rid: self.rows(rid, table) for rid in ids}
+        if on is None:
+            for rid, frame in frames.items():
+                if "run_id" in frame.columns:
+                    raise StoreError(
+                        f"table {table!r} of run {rid} already has a 'run_id' column: "
+                        "compare it in the wide form (pass on=<key columns>)"
+                    )
+            stacked = [frame.assign(run_id=rid) for rid, frame in frames.items()]
+            long = pd.concat(stacked, ignore_index=True)
+            return long[["run_id", *(c for c in long.columns if c != "run_id")]]
+        keys = [on] if isinstance(on, str) else list(on)
+        value_columns: list[str] = []
+        wide: pd.DataFrame | None = None
+        for rid, frame in frames.items():
+            missing = [k for k in keys if k not in frame.columns]
+            if missing:
+                raise StoreError(f"table {table!r} of run {rid} has no key column(s) {missing}")
+            if frame.duplicated(subset=keys).any():
+                raise StoreError(
+                    f"key column(s) {keys} do not identify the rows of table {table!r} of run "
+                    f"{rid} uniquely: add key columns to 'on'"
+                )
+            values = [c for c in frame.columns if c not in keys]
+            value_columns += [c for c in values if c not in value_columns]
+            part = frame.rename(columns={c: f"{c}@{rid}" for c in values})
+            wide = part if wide is None else wide.merge(part, on=keys, how="outer", sort=False)
+        assert wide is not None
+        ordered = [f"{c}@{rid}" for c in value_columns for rid in ids]
+        return wide[keys + [c for c in ordered if c in wide.columns]].reset_index(drop=True)
+
+    # ------------------------------------------------------------------ export
+
+    def export_run(
+        self,
+        run_id: int,
+        path: str | Path,
+        fmt: str,
+        *,
+        include_arrays: bool = False,
+    ) -> list[Path]:
+        """Write the run's settings and tables (and optionally arrays) to files.
+
+        - ``"csv"`` / ``"parquet"``: ``path`` is a folder (created when missing) that receives
+          ``<table>.csv`` / ``<table>.parquet`` per table, ``run.json`` (run metadata and
+          settings) and, with ``include_arrays``, ``arrays.npz``.
+        - ``"json"``: ``path`` is one file ``{"run": {...}, "tables": {name: [row, ...]},
+          "arrays": {name: {"dtype", "shape", "data"}}}`` (``arrays`` only with
+          ``include_arrays``). JSON has no NaN or infinity: non-finite floats are written as
+          ``null``.
+
+        Each file is written to a temporary file beside it and renamed into place, so a reader
+        never sees a half-written file.
+
+        Returns:
+            The files written.
+
+        Raises:
+            StoreError: No such run, an unsupported format, an unusable path, or (parquet) a
+                column mixing value types.
+        """
+        if fmt not in EXPORT_FORMATS:
+            raise StoreError(
+                f"unsupported export format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}"
+            )
+        run = self.get_run(run_id)
+        target = Path(path)
+        meta = {
+            "id": run.id,
+            "workspace_hash": run.workspace_hash,
+            "settings_hash": run.settings_hash,
+            "label": run.label,
+            "created": run.created,
+            "status": run.status,
+            "settings": run.settings,
+        }
+        names = self.array_names(run_id) if include_arrays else []
+        if fmt == "json":
+            if target.is_dir():
+                raise StoreError(f"json export path {target} is a folder: give a file path")
+            document: dict[str, Any] = {
+                "run": meta,
+                "tables": {t: self.records(run_id, t) for t in self.tables(run_id)},
+            }
+            if include_arrays:
+                document["arrays"] = {}
+                for name in names:
+                    arr = self.array(run_id, name)
+                    document["arrays"][name] = {
+                        "dtype": arr.dtype.str,
+                        "shape": list(arr.shape),
+                        "data": arr.tolist(),
+                    }
+            text = json.dumps(_finite_json(document), allow_nan=False, indent=1)
+            _atomic_write(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+            return [target]
+        if target.exists() and not target.is_dir():
+            raise StoreError(
+                f"{fmt} export path {target} is a file: give a folder (one file per table)"
+            )
+        frames = {table: self.rows(run_id, table) for table in self.tables(run_id)}
+        if fmt == "parquet":  # convert every table first: a failure leaves no files behind
+            arrow = {table: _arrow_table(frame, table) for table, frame in frames.items()}
+        written = [target / "run.json"]
+        meta_text = json.dumps(_finite_json(meta), allow_nan=False, indent=1)
+        _atomic_write(written[0], lambda tmp: tmp.write_text(meta_text, encoding="utf-8"))
+        for table, frame in frames.items():
+            out = target / f"{table}.{fmt}"
+            if fmt == "csv":
+                _atomic_write(out, lambda tmp, f=frame: f.to_csv(tmp, index=False))
+            else:
+                _atomic_write(out, lambda tmp, t=arrow[table]: pq.write_table(t, tmp))
+            written.append(out)
+        if include_arrays:
+            arrays = {name: self.array(run_id, name) for name in names}
+            out = target / "arrays.npz"
+            _atomic_write(out, lambda tmp: _write_npz(tmp, arrays))
+            written.append(out)
+        return written
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _now() -> str:
+    """The current UTC time, ISO 8601 with seconds."""
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def _run_from_row(row: tuple[Any, ...]) -> Run:
+    """A :class:`Run` from a ``SELECT * FROM runs`` row."""
+    run_id, workspace_hash, settings_hash, settings, label, created, status = row
+    return Run(
+        id=int(run_id),
+        workspace_hash=workspace_hash,
+        settings_hash=settings_hash,
+        settings=json.loads(settings),
+        label=label,
+        created=created,
+        status=status,
+    )
+
+
+def _scalar(value: Any, where: str, hint: str) -> Scalar:
+    """``value`` as a plain Python scalar, or :class:`StoreError` naming ``where``."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return str(value)
+    raise StoreError(f"{where} has a value of type {type(value).__name__}; {hint}")
+
+
+def _json_value(value: Any, where: str) -> Any:
+    """``value`` with dicts, lists/tuples and scalars normalised to plain JSON values."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise StoreError(f"{where} has a non-string key {key!r}")
+            out[key] = _json_value(item, f"{where}.{key}")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    return _scalar(
+        value, where, "settings hold dicts, lists, None, bool, int, float or str (e.g. str(path))"
+    )
+
+
+def _encode_tables(
+    tables: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> dict[str, tuple[list[str], list[str]]]:
+    """Per table: its columns in first-seen order and one JSON payload per row."""
+    hint = "store None, bool, int, float or str (one column per value, arrays in `arrays`)"
+    encoded: dict[str, tuple[list[str], list[str]]] = {}
+    for table, rows in tables.items():
+        if not isinstance(table, str) or not _TABLE_NAME.fullmatch(table):
+            raise StoreError(
+                f"invalid table name {table!r}: use 1-64 letters, digits, '_', '-' or '.', "
+                "not starting with '-' or '.'"
+            )
+        if isinstance(rows, (str, Mapping)) or not isinstance(rows, Sequence):
+            raise StoreError(f"table {table!r} must be a list of row dicts")
+        columns: dict[str, None] = {}
+        payloads = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, Mapping):
+                raise StoreError(f"row {i} of table {table!r} is not a dict")
+            clean: dict[str, Scalar] = {}
+            for key, value in row.items():
+                if not isinstance(key, str) or not key:
+                    raise StoreError(f"row {i} of table {table!r} has an invalid key {key!r}")
+                clean[key] = _scalar(value, f"column {key!r} of row {i} of table {table!r}", hint)
+                columns[key] = None
+            payloads.append(json.dumps(clean))
+        encoded[table] = (list(columns), payloads)
+    return encoded
+
+
+def _encode_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[str, str, bytes]]:
+    """Per array: dtype string, JSON shape and C-order bytes."""
+    encoded: dict[str, tuple[str, str, bytes]] = {}
+    for name, arr in arrays.items():
+        if not isinstance(name, str) or not name:
+            raise StoreError(f"invalid array name {name!r}: use a non-empty string")
+        if not isinstance(arr, np.ndarray):
+            raise StoreError(
+                f"array {name!r} is a {type(arr).__name__}, not a numpy array: convert it "
+                "(e.g. tensor.cpu().numpy())"
+            )
+        if arr.dtype.kind not in _ARRAY_KINDS or arr.dtype.fields is not None:
+            raise StoreError(
+                f"array {name!r} has dtype {arr.dtype}; store bool, integer or float arrays"
+            )
+        encoded[name] = (arr.dtype.str, json.dumps(list(arr.shape)), arr.tobytes(order="C"))
+    return encoded
+
+
+def _decode_array(dtype: str, shape: str, data: bytes) -> np.ndarray:
+    """The array stored as ``(dtype, shape, data)`` (a writable copy)."""
+    flat = np.frombuffer(data, dtype=np.dtype(dtype))
+    return flat.reshape(tuple(json.loads(shape))).copy()
+
+
+def _finite_json(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``None`` (strict JSON)."""
+    if isinstance(value, dict):
+        return {key: _finite_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite_json(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """Call ``write`` on a new temporary file beside ``path``, flush it to disk, rename it.
+
+    The temporary file is created by ``write`` itself, so the result gets the usual permissions.
+    """
+    try:
+        atomic_write(path, write)
+    except OSError as exc:
+        raise StoreError(f"cannot write {path} ({exc}): choose a writable path") from exc
+
+
+def _arrow_table(frame: pd.DataFrame, table: str) -> pa.Table:
+    """``frame`` as an Arrow table, or :class:`StoreError` when a column mixes value types."""
+    try:
+        return pa.Table.from_pandas(frame, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise StoreError(
+            f"table {table!r} cannot be written as parquet ({exc}): a column mixes value "
+            "types; export it as csv or json"
+        ) from exc
+
+
+def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    """``arrays`` as an uncompressed ``.npz`` file (keys are the array names)."""
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+#: A workspace may ship precomputed results here (e.g. the bundled demos); read-only seed.
+SHIPPED_STORE = "results.sqlite"
+
+
+def workspace_store_path(workspace_root: str | Path) -> Path:
+    """The results store of a workspace: ``<root>/.sde-cache/results.sqlite``.
+
+    When it does not exist yet and the workspace ships ``<root>/results.sqlite`` (the bundled
+    demos do), the shipped file is copied there first, so its results are served at once while
+    the shipped file itself is never written to.
+    """
+    root = Path(workspace_root)
+    path = root / ".sde-cache" / "results.sqlite"
+    shipped = root / SHIPPED_STORE
+    if not path.exists() and shipped.is_file():
+        atomic_write(path, lambda tmp: shutil.copyfile(shipped, tmp))
+    return path
