@@ -1,4 +1,4 @@
-"""Benchmark and results of the bundled demos (SPEC §11): evaluation time and per-method table.
+"""Benchmark and results of the bundled demos (method §11): evaluation time and per-method table.
 
 For each demo workspace (``assets/demo``, ``assets/demo-mnist1d``):
 
@@ -7,7 +7,7 @@ For each demo workspace (``assets/demo``, ``assets/demo-mnist1d``):
    activations **without** a results store (HSIC, decisions, calibrated evidence, baselines,
    classic metrics), once per layer;
 3. time the same default evaluation answered by (a copy of) the shipped results store;
-4. report the SPEC §11 acceptance numbers and, per layer and method: OTR, calibrated OTR, ASR,
+4. report the method §11 acceptance numbers and, per layer and method: OTR, calibrated OTR, ASR,
    Acc_r / Acc_f / Acc_te, dependence score, controlled F1 and reference validity.
 
 Prints the tables and appends a dated section to ``bench/RESULTS.md``.
@@ -147,7 +147,7 @@ def _section(results: list[DemoBench], layers: tuple[str, ...]) -> str:
             + f" | {r.store_seconds:.2f} | {len(r.store_cached)}/9 |"
         )
     for r in results:
-        lines += ["", f"### {r.dataset}: SPEC §11 acceptance (layer output)", "", "```"]
+        lines += ["", f"### {r.dataset}: method §11 acceptance (layer output)", "", "```"]
         lines += [*r.acceptance, "```"]
         for layer in layers:
             lines += ["", f"**{r.dataset}, layer `{layer}`**", "", _markdown(r.tables[layer])]

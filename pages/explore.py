@@ -131,7 +131,7 @@ def calibrated(result: EvaluationResult, model: str) -> None:
         plot(spread_figure(result, model), "x_spread")
         st.caption(
             f"Score–spread correlation r = {fmt(row['score_spread_corr'])}: near 1, the score "
-            "tracks how spread out the activations are (SPEC §9) rather than a dependence "
+            "tracks how spread out the activations are (method §9) rather than a dependence "
             "between the halves. Null check: the paper's U-test flagged "
             f"{pct(row['null_split_fpr'])} of same-pool pairs, the calibrated test "
             f"{pct(row['null_calibrated_fpr'])}."

@@ -168,7 +168,7 @@ def sweep_plot(store: ResultsStore, run: int, w: Writer, name: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True, layout="constrained")
     for ax, (metric, label) in zip(
         axes,
-        (("f1", "F1 (paper's JSD rule)"), ("calibrated_f1", "calibrated F1 (SPEC §9)")),
+        (("f1", "F1 (paper's JSD rule)"), ("calibrated_f1", "calibrated F1 (method §9)")),
         strict=True,
     ):
         if name == "fig4_layer":
@@ -392,7 +392,7 @@ def toy(store: ResultsStore, run: int, w: Writer) -> None:
 
 
 def calibration(store: ResultsStore, runs: dict[str, int], w: Writer) -> None:
-    """SPEC §9 across every evaluation of the variant: null FPRs and the spread correlation."""
+    """method §9 across every evaluation of the variant: null FPRs and the spread correlation."""
     frames = [
         store.rows(run, "points").assign(plan=plan)
         for plan, run in runs.items()
@@ -457,7 +457,7 @@ def calibration(store: ResultsStore, runs: dict[str, int], w: Writer) -> None:
     axes[0].legend()
     axes[1].hist(p["score_spread_corr"].dropna(), bins=np.linspace(0.8, 1, 21))
     axes[1].set_xlabel("corr(subset score, spread) per evaluation")
-    fig.suptitle(f"SPEC §9 findings over {len(p)} evaluations [{w.variant}]")
+    fig.suptitle(f"method §9 findings over {len(p)} evaluations [{w.variant}]")
     w.png(fig, "calibration")
 
 

@@ -22,6 +22,8 @@ The stable import paths of the public API are ``sde_core.hsic``, ``sde_core.deci
 ``sde_core.baselines``, ``sde_core.models``, ``sde_core.data``, ``sde_core.evaluate``,
 ``sde_core.workspace``, ``sde_core.store`` and ``sde_core.errors``; the most used names are
 also available here (imported on first use, so ``import sde_core`` stays light).
+
+References "method §N" in docstrings and messages point to section N of ``docs/method.md``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ LAYERS = {
     "learning": 3,
     "pipeline": 4,
     "viz": 5,
+    "services": 5,
     "cli": 6,
     "__main__": 6,
 }

@@ -1,4 +1,4 @@
-"""MMD² and Wasserstein-2 baselines (SPEC §6) against independent references."""
+"""MMD² and Wasserstein-2 baselines (method §6) against independent references."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decision rule, reference checks, headline metrics and calibrated evidence (SPEC §3–5, §9)."""
+"""Decision rule, reference checks, headline metrics and calibrated evidence (method §3–5, §9)."""
 
 from __future__ import annotations
 
@@ -197,7 +197,8 @@ def test_calibrated_verdict_type_one_error_on_independent_null_data():
 
 
 def test_null_calibration_shows_split_level_false_positives():
-    """SPEC §9 finding: the split-level U-test fires on subsets of one pool; the panel does not."""
+    """method §9 finding: the split-level U-test fires on subsets of one pool; the panel does
+    not."""
     rng = np.random.default_rng(5)
     pool = rng.normal(size=(2000, 6))
     res = null_calibration(

@@ -1,4 +1,5 @@
-"""The bundled demo workspaces (SPEC §11) and their builder (``python -m sde_core demo build``)."""
+"""The bundled demo workspaces (method §11) and their builder (``python -m sde_core demo
+build``)."""
 
 from __future__ import annotations
 

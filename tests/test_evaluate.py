@@ -1,4 +1,4 @@
-"""The evaluation engine on synthetic activations with known answers (SPEC §3–5, §9)."""
+"""The evaluation engine on synthetic activations with known answers (method §3–5, §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`python -m sde_core evaluate` end to end on the mnist1d demo: SPEC §10 JSON, one-line errors."""
+"""`python -m sde_core evaluate` end to end on the mnist1d demo: method §10 JSON, one-line
+errors."""
 
 from __future__ import annotations
 

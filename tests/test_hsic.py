@@ -1,4 +1,4 @@
-"""The split-half HSIC engine against independent references (SPEC §2)."""
+"""The split-half HSIC engine against independent references (method §2)."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_hsic_matches_hyppo_dhsic():
     sigma = 1.3
     m = x.shape[0]
     theirs = Dhsic(compute_kernel="gaussian", gamma=1 / (2 * sigma**2)).statistic(x, y)
-    # hyppo normalises tr(KHLH) by m², SPEC §2 by (m-1)².
+    # hyppo normalises tr(KHLH) by m², method §2 by (m-1)².
     np.testing.assert_allclose(hsic(x, y, sigma), theirs * m**2 / (m - 1) ** 2, rtol=RTOL)
 
 
@@ -240,7 +240,7 @@ def test_torch_tensor_input_matches_numpy(acts):
 
 @pytest.mark.parametrize("estimator", ["biased", "unbiased"])
 def test_torch_float32_path_meets_spec_accuracy(estimator):
-    """SPEC §2: float32 on the centred Gram keeps errors < 1e-3 of the across-split SD."""
+    """method §2: float32 on the centred Gram keeps errors < 1e-3 of the across-split SD."""
     rng = np.random.default_rng(8)
     acts = rng.normal(size=(300, 64)) + np.repeat(rng.normal(size=(30, 64)), 10, axis=0)
     ref = split_half_hsic(acts, n_splits=40, estimator=estimator, seed=2)
@@ -304,7 +304,7 @@ def textbook_spread(x: np.ndarray, sigma: float) -> float:
 
 
 def test_biased_hsic_tracks_spread():
-    """SPEC §9 finding: the biased split-half HSIC mostly tracks the activations' spread."""
+    """method §9 finding: the biased split-half HSIC mostly tracks the activations' spread."""
     rng = np.random.default_rng(11)
     scales = np.linspace(0.3, 2.0, 12)
     pool = np.concatenate([s * rng.normal(size=(60, 8)) for s in scales])

@@ -1,4 +1,4 @@
-"""Experiment plans (SPEC §8): every shipped plan validates, small runs work end to end and
+"""Experiment plans (method §8): every shipped plan validates, small runs work end to end and
 resume without duplicates, the CIFAR-10 ResNet-18 variant runs on a fake CIFAR folder, and bad
 plan files raise a PlanError naming the field."""
 

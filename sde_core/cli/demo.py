@@ -45,9 +45,9 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
     b = sub.add_parser(
         "build",
         help="rebuild a demo deterministically (resumable) and its precomputed results store",
-        description="Rebuild a demo workspace (SPEC §11): data, forget set, nine models and the "
+        description="Rebuild a demo workspace (method §11): data, forget set, nine models and the "
         "results store at the workspace's [defaults]. Finished models are reused; the exit "
-        "status is 1 when the SPEC §11 acceptance numbers are not met.",
+        "status is 1 when the method §11 acceptance numbers are not met.",
     )
     b.add_argument("--dataset", choices=DEMO_DATASETS, default=DEMO_DATASETS[0])
     b.add_argument("--out", help="workspace folder (default: assets/demo or assets/demo-mnist1d)")

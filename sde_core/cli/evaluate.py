@@ -1,8 +1,8 @@
-"""``python -m sde_core evaluate WORKSPACE --json OUT.json [...]`` (SPEC §10).
+"""``python -m sde_core evaluate WORKSPACE --json OUT.json [...]`` (method §10).
 
 Evaluates every model of a workspace (CLI flags override the workspace's ``[defaults]``), keeps
 results in the workspace's results store so a repeat with the same settings is instant and an
-interrupted run resumes, prints a summary table and writes the JSON document of SPEC §10.
+interrupted run resumes, prints a summary table and writes the JSON document of method §10.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     p.add_argument("workspace", help="workspace folder or its workspace.toml")
-    p.add_argument("--json", metavar="OUT.json", help="write the SPEC §10 JSON document here")
+    p.add_argument("--json", metavar="OUT.json", help="write the method §10 JSON document here")
     p.add_argument("--layer", help="layer alias (output, logits, penultimate, block1..) or name")
     p.add_argument("--sigma", help="'sqrt_dim', 'median' or a positive number")
     p.add_argument("--subset-size", type=int, help="n, rows per subset")

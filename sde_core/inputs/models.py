@@ -5,7 +5,7 @@ Architectures are registered in :data:`ARCHITECTURES` by name (``"resnet18"``, `
 ``"torchvision:<name>"`` (always randomly initialised, never downloaded).
 
 Layers are addressed by qualified module names (``model.named_modules()``) or by aliases
-(SPEC §1): ``"logits"`` (output of the final classifier), ``"output"`` (softmax of the logits, the
+(method §1): ``"logits"`` (output of the final classifier), ``"output"`` (softmax of the logits, the
 default layer), ``"penultimate"`` (input of the final classifier, flattened) and, where the
 architecture defines them, ``"block1"`` … ``"block4"``. Presets are strings: a module name alone
 means that module's output; ``"fc:input"`` its input; ``"fc:softmax"`` the softmax of its output
@@ -282,7 +282,7 @@ class CNN1D(nn.Module):
 
 
 class FashionCNN(nn.Module):
-    """Demo CNN (SPEC §11): conv(32)-BN-ReLU-pool, conv(64)-BN-ReLU-pool, linear(hidden), linear.
+    """Demo CNN (method §11): conv(32)-BN-ReLU-pool, conv(64)-BN-ReLU-pool, linear(hidden), linear.
 
     ``head_pool`` (optional) average-pools the feature map to ``head_pool×head_pool`` before the
     hidden layer, shrinking the head (e.g. 3 gives 64·9 inputs instead of 64·49).

@@ -1,7 +1,7 @@
 """Classic unlearning metrics: accuracies and the confidence-based membership-inference attack.
 
 Units: accuracies are top-1 percentages in [0, 100]; the attack success rate (ASR) is the
-fraction of ``D_f`` predicted "member", in [0, 1] (SPEC §6; = 1 − MIA-efficacy).
+fraction of ``D_f`` predicted "member", in [0, 1] (method §6; = 1 − MIA-efficacy).
 
 Every metric has an array form (``*_from_probs`` / functions of ``probs``) so the evaluation
 engine can reuse cached softmax (``output``) activations without a second forward pass, and a
@@ -51,7 +51,7 @@ class ClassicMetrics:
     asr: float
 
     def to_dict(self) -> dict[str, float]:
-        """The metrics as a plain dict with the SPEC §10 keys."""
+        """The metrics as a plain dict with the method §10 keys."""
         return asdict(self)
 
 
@@ -195,7 +195,7 @@ def mia_asr_from_probs(
     seed: int = 0,
     feature: str = "confidence",
 ) -> float:
-    """Confidence-based MIA attack success rate on ``D_f`` (SPEC §6), as a fraction in [0, 1].
+    """Confidence-based MIA attack success rate on ``D_f`` (method §6), as a fraction in [0, 1].
 
     Shadow members: ``m = min(|D_r|, |D_te|)`` rows of ``D_r`` drawn without replacement with
     ``seed`` (label 1); shadow non-members: ``D_te`` (label 0; subsampled to m with the same RNG

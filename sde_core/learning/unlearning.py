@@ -1,9 +1,9 @@
-"""The seven unlearning methods of SPEC §7 and a registry for user-defined ones.
+"""The seven unlearning methods of method §7 and a registry for user-defined ones.
 
 Every method is a function ``fn(original, data, params) -> UnlearnResult`` that never modifies
 ``original``: it works on a deep copy. ``data`` is an :class:`UnlearnData` (the training set and
 the forget/retain index arrays), ``params`` a frozen dataclass holding every hyper-parameter with
-the SPEC default. :func:`unlearn` dispatches by name and rejects unknown parameters;
+the method default. :func:`unlearn` dispatches by name and rejects unknown parameters;
 :func:`register_method` adds a method::
 
     @dataclass(frozen=True)

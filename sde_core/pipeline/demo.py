@@ -1,4 +1,4 @@
-"""The bundled demo workspaces (SPEC §11): deterministic, resumable builders and their checks.
+"""The bundled demo workspaces (method §11): deterministic, resumable builders and their checks.
 
 Two demos are rebuilt from scratch by :func:`build_demo` (CLI: ``python -m sde_core demo build``):
 
@@ -163,7 +163,7 @@ class DemoRecipe:
         arch: registry architecture of every model.
         arch_kwargs: builder kwargs of ``arch``.
         train: the original's training recipe (also Retrain's, with ``retrain_seed``).
-        method_params: per unlearning method, the parameters overriding SPEC §7's defaults.
+        method_params: per unlearning method, the parameters overriding method §7's defaults.
         defaults: the workspace's evaluation ``[defaults]``.
         seed: seed of the subsets, the forget set and the original's initial weights.
         retrain_seed: seed of the retrained model (its initial weights and shuffles).
@@ -200,7 +200,7 @@ def demo_recipe(
     source_samples: int | None = None,
     subset_size: int = 400,
 ) -> DemoRecipe:
-    """The SPEC §11 recipe of a demo, with optional reductions (for tests and quick looks).
+    """The method §11 recipe of a demo, with optional reductions (for tests and quick looks).
 
     Args:
         dataset: ``"fashion-mnist"`` (default demo) or ``"mnist1d"``.
@@ -208,11 +208,11 @@ def demo_recipe(
             and the random model ``seed + 2``.
         train_size, test_size: override the D_tr / D_te sizes (6,000 / 4,000).
         epochs: override the original's (and Retrain's) epochs (30 Fashion-MNIST, 100 mnist1d).
-        method_epochs: override the epochs of FT, RL, SalUn and l1-Sparse (SPEC: 10; the
-            Fashion-MNIST demo uses 5 to keep its CPU build to minutes) and of GA (SPEC: 5; it gets
-            ``min(5, method_epochs)``).
+        method_epochs: override the epochs of FT, RL, SalUn and l1-Sparse (method default: 10; the
+            Fashion-MNIST demo uses 5 to keep its CPU build to minutes) and of GA (method
+            default: 5; it gets ``min(5, method_epochs)``).
         source_samples: mnist1d only: samples to generate (10,000; 60% train, 40% test).
-        subset_size: ``[defaults]`` subset size n (SPEC: 400); at most |D_f| for an evaluation.
+        subset_size: ``[defaults]`` subset size n (default: 400); at most |D_f| for an evaluation.
 
     Raises:
         SettingsError: an unknown dataset or a non-positive size.
@@ -243,7 +243,7 @@ def demo_recipe(
         arch, arch_kwargs = "fmnist_cnn", {"hidden": 32}
         source: dict[str, Any] = {}
         description = (
-            "Fashion-MNIST demo (SPEC §11): 6,000 training images with a random 20% forget set, "
+            "Fashion-MNIST demo (method §11): 6,000 training images with a random 20% forget set, "
             "4,000 test images; CNN conv32-BN-ReLU-pool, conv64-BN-ReLU-pool, linear 32, "
             "linear 10, Adam lr 1e-3, batch 128, 30 epochs."
         )
@@ -256,18 +256,18 @@ def demo_recipe(
         n_train, n_test = train_size, test_size
         arch, arch_kwargs = "mlp", {"input_dim": 40, "hidden": [256, 256], "num_classes": 10}
         description = (
-            "mnist1d demo (SPEC §11, fast): 6,000 training samples with a random 20% forget set, "
+            "mnist1d demo (method §11, fast): 6,000 training samples with a random 20% forget set, "
             "4,000 test samples; MLP 40→256→256→10, Adam lr 1e-3, batch 64, 100 epochs "
             "(heavily overfit)."
         )
     if method_epochs is None and dataset == "fashion-mnist":
-        method_epochs = 5  # CPU time: half of SPEC §7's 10 epochs (recorded with each model)
+        method_epochs = 5  # CPU time: half of method §7's 10 epochs (recorded with each model)
     iterative = {"epochs": method_epochs} if method_epochs is not None else {}
     method_params: dict[str, dict[str, Any]] = {m: dict(iterative) for m in _ITERATIVE}
     method_params["ga"] = {"epochs": min(5, method_epochs)} if method_epochs is not None else {}
     method_params["unroll"] = {}
     if dataset == "fashion-mnist":
-        # SPEC §7's RL/SalUn rates (0.01/0.013, tuned for SGD-trained CIFAR ResNet-18) collapse
+        # method §7's RL/SalUn rates (0.01/0.013, tuned for SGD-trained CIFAR ResNet-18) collapse
         # this Adam-trained CNN to chance accuracy; 1e-3 (measured: Acc_f 92%, Acc_te 86%)
         # forgets partially and keeps the model usable. Recorded with each model.
         for method in ("rl", "salun"):
@@ -748,7 +748,7 @@ def compact_store(path: str | Path) -> None:
 
 @dataclass(frozen=True)
 class AcceptanceCheck:
-    """One SPEC §11 acceptance criterion measured on a demo evaluation."""
+    """One method §11 acceptance criterion measured on a demo evaluation."""
 
     model: str
     quantity: str
@@ -764,7 +764,7 @@ class AcceptanceCheck:
 
 
 def acceptance_checks(models: pd.DataFrame) -> list[AcceptanceCheck]:
-    """SPEC §11 acceptance on an evaluation's ``models`` table (one row per model).
+    """method §11 acceptance on an evaluation's ``models`` table (one row per model).
 
     Under the original and the retrained model the references are valid (p < α); the original's
     OTR ≤ 0.2; the retrained model's OTR ≥ 0.8; controlled F1 ≥ 0.9 for both.

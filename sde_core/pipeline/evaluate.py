@@ -1,4 +1,4 @@
-"""The evaluation engine: every statistic of SPEC §3–6 and §9 for every model of a workspace.
+"""The evaluation engine: every statistic of method §3–6 and §9 for every model of a workspace.
 
 Pipeline per model (all models share the same seeded subsets, so they are comparable):
 
@@ -21,7 +21,7 @@ back instead of recomputed, and an interrupted run keeps every finished model.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from sde_core.errors import SettingsError
+from sde_core.pipeline.model_inputs import ModelInputs, Progress, load_model_inputs
 from sde_core.pipeline.settings import ALGORITHM_VERSION, EvalSettings
 from sde_core.stats.baselines import nearest_reference_batch
 from sde_core.stats.decision import (
@@ -61,10 +62,7 @@ __all__ = [
     "evaluate_workspace",
 ]
 
-#: Progress callback: ``progress(stage, done, total)``.
-Progress = Callable[[str, int, int], None]
-
-#: Roles whose controlled F1 uses D_f as the out-of-training pool (SPEC §5: a model retrained
+#: Roles whose controlled F1 uses D_f as the out-of-training pool (method §5: a model retrained
 #: without D_f); every other role uses D_te.
 ROLES_WITH_FORGET_NEGATIVES = frozenset({"retrained"})
 
@@ -85,7 +83,7 @@ class SubsetPlan:
         it_panel: ``(R, n)`` ⊂ D_r. oot_panel: ``(R, n)`` ⊂ D_te (disjoint where possible).
         targets: ``(T, n)`` ⊂ D_f, each without replacement, independent across subsets.
         f1_pos: ``(T/2, n)`` ⊂ D_r (in-training). f1_neg_forget: ``(T/2, n)`` ⊂ D_f.
-        f1_neg_test: ``(T/2, n)`` ⊂ D_te (out-of-training pools of SPEC §5).
+        f1_neg_test: ``(T/2, n)`` ⊂ D_te (out-of-training pools of method §5).
         forget, retain: the sorted D_f and D_r indices.
     """
 
@@ -146,29 +144,6 @@ def draw_subsets(
 # --------------------------------------------------------------------------------------------
 # One model from arrays
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ModelInputs:
-    """What one model contributes to an evaluation.
-
-    Attributes:
-        name, role, method: from the workspace. seconds: the method's wall-clock time.
-        train_acts: ``(N_tr, d)`` layer activations on D_tr. test_acts: ``(N_te, d)`` on D_te.
-        train_probs, test_probs: ``(N, C)`` softmax outputs for the classic metrics (or None).
-        train_labels, test_labels: int labels (or None).
-    """
-
-    name: str
-    role: str
-    train_acts: np.ndarray
-    test_acts: np.ndarray
-    method: str = ""
-    seconds: float | None = None
-    train_probs: np.ndarray | None = None
-    test_probs: np.ndarray | None = None
-    train_labels: np.ndarray | None = None
-    test_labels: np.ndarray | None = None
 
 
 @dataclass
@@ -436,7 +411,7 @@ class EvaluationResult:
         return {k[len(prefix) :]: v for k, v in self.arrays.items() if k.startswith(prefix)}
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The CLI's JSON document (SPEC §10)."""
+        """The CLI's JSON document (method §10)."""
 
         def num(x: Any) -> Any:
             if x is None:
@@ -479,54 +454,6 @@ class EvaluationResult:
         }
 
 
-def _model_inputs(
-    entry: Any, ws: Any, bundle: Any, settings: EvalSettings, cache: Any, progress: Progress | None
-) -> ModelInputs:
-    """Load (or read from the activation cache) one model's activations and probabilities."""
-    from sde_core.inputs.activations import get_activations
-
-    layers = list(dict.fromkeys([settings.layer, "output"]))
-    if bundle.precomputed is not None:
-        pre = bundle.precomputed
-        acts = {sp: {settings.layer: pre.get(sp, settings.layer)} for sp in ("train", "test")}
-        for sp in ("train", "test"):
-            if "output" in pre.layers:
-                acts[sp]["output"] = pre.get(sp, "output")
-    else:
-        acts = {}
-        for sp in ("train", "test"):
-            cb = None
-            if progress:
-
-                def cb(done: int, total: int, sp: str = sp) -> None:
-                    progress(f"{entry.name}: activations ({sp})", done, total)
-
-            acts[sp] = get_activations(
-                ws.path(entry.checkpoint),
-                bundle,
-                sp,
-                layers,
-                cache,
-                arch=entry.arch,
-                device=settings.device,
-                pool=settings.pool,
-                progress=cb,
-            )
-    has_probs = "output" in acts["train"] and bundle.num_classes >= 2
-    return ModelInputs(
-        name=entry.name,
-        role=entry.role,
-        method=entry.method,
-        seconds=entry.seconds,
-        train_acts=np.asarray(acts["train"][settings.layer], dtype=np.float64),
-        test_acts=np.asarray(acts["test"][settings.layer], dtype=np.float64),
-        train_probs=acts["train"].get("output") if has_probs else None,
-        test_probs=acts["test"].get("output") if has_probs else None,
-        train_labels=bundle.train_labels if has_probs else None,
-        test_labels=bundle.test_labels if has_probs else None,
-    )
-
-
 def evaluate_model_job(
     workspace: Any,
     bundle: Any,
@@ -548,7 +475,9 @@ def evaluate_model_job(
     from sde_core.inputs.activations import ActivationCache
 
     entry = next(m for m in workspace.models if m.name == model)
-    inputs = _model_inputs(entry, workspace, bundle, settings, ActivationCache(cache_dir), progress)
+    inputs = load_model_inputs(
+        entry, workspace, bundle, settings, ActivationCache(cache_dir), progress
+    )
     return evaluate_arrays(inputs, plan, settings, progress)
 
 

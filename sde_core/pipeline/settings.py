@@ -25,7 +25,7 @@ ALGORITHM_VERSION = 3
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """Evaluation settings (SPEC §2–5, §9). Every default is visible and changeable.
+    """Evaluation settings (method §2–5, §9). Every default is visible and changeable.
 
     Attributes:
         layer: layer alias (``output``, ``logits``, ``penultimate``, ``block1``…) or module name.

@@ -269,7 +269,7 @@ def sigma_markers(
     """
     from sde_core.inputs.activations import ActivationCache
     from sde_core.inputs.data import load_dataset, load_index_file
-    from sde_core.pipeline.evaluate import _model_inputs
+    from sde_core.pipeline.model_inputs import load_model_inputs
 
     ws = _workspace(workspace)
     entry = ws.model(model)
@@ -277,7 +277,7 @@ def sigma_markers(
     forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
     plan = draw_subsets(len(bundle.train), len(bundle.test), forget, settings)
     cache = ActivationCache(cache_dir or ws.root / ".sde-cache" / "activations")
-    inputs = _model_inputs(entry, ws, bundle, settings, cache, None)
+    inputs = load_model_inputs(entry, ws, bundle, settings, cache, None)
     pooled = np.concatenate([inputs.train_acts[plan.it_ref[0]], inputs.test_acts[plan.oot_ref[0]]])
     return {
         "sqrt_dim": resolve_sigma("sqrt_dim", pooled),

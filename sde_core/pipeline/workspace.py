@@ -126,7 +126,7 @@ _ENGINE = EvalSettings()
 
 @dataclass
 class EvalDefaults:
-    """Evaluation defaults of a workspace (SPEC defaults; CLI flags and widgets override).
+    """Evaluation defaults of a workspace (method defaults; CLI flags and widgets override).
 
     Attributes:
         layer: layer name or alias (``"output"``, ``"logits"``, ``"penultimate"``, a module).

@@ -1,4 +1,4 @@
-"""Distribution-distance baselines of SPEC §6 (the paper's Table 3).
+"""Distribution-distance baselines of method §6 (the paper's Table 3).
 
 A target subset is called in-training iff its activation cloud is closer to the in-training
 reference than to the out-of-training one, with the distance either the squared maximum mean
@@ -109,7 +109,7 @@ def nearest_reference(
     distance: Distance = "mmd",
     sigma: float | None = None,
 ) -> BaselineDecision:
-    """Classify a target's activations by the nearer reference cloud (SPEC §6).
+    """Classify a target's activations by the nearer reference cloud (method §6).
 
     Args:
         target, it, oot: ``(n, d)`` activations of the target and both references.

@@ -1,4 +1,4 @@
-"""Decisions and headline metrics of SDE (SPEC §3–5) and the calibrated evidence of SPEC §9.
+"""Decisions and headline metrics of SDE (method §3–5) and the calibrated evidence of method §9.
 
 Two families of evidence live here, shown side by side by the dashboard and the CLI:
 
@@ -88,7 +88,7 @@ def _bins(bins: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# The paper's decision rule (SPEC §3–4)
+# The paper's decision rule (method §3–4)
 # --------------------------------------------------------------------------------------------
 
 
@@ -146,7 +146,7 @@ def jsd(a: object, b: object, bins: int | Sequence[float] | np.ndarray = 30) -> 
 
 @dataclass(frozen=True)
 class Decision:
-    """The paper's decision for one target subset (SPEC §4).
+    """The paper's decision for one target subset (method §4).
 
     Attributes:
         in_training: True iff ``d_it <= d_oot`` (ties count as in-training).
@@ -165,7 +165,7 @@ class Decision:
 
 
 def decide(target_h: object, it_h: object, oot_h: object, bins: int = 30) -> Decision:
-    """Classify a target subset as in- or out-of-training by JSD to the references (SPEC §4).
+    """Classify a target subset as in- or out-of-training by JSD to the references (method §4).
 
     Histograms use common bins spanning the min..max of the three samples. A target is
     in-training iff ``D(S, S_IT) < D(S, S_OOT)``; a tie is in-training too, so the evaluation
@@ -187,7 +187,7 @@ def decide(target_h: object, it_h: object, oot_h: object, bins: int = 30) -> Dec
 
 @dataclass(frozen=True)
 class ReferenceCheck:
-    """Validity of the references (SPEC §3 or the subset-level panel of §9).
+    """Validity of the references (method §3 or the subset-level panel of §9).
 
     Attributes:
         p_value: one-sided Mann-Whitney U p-value of ``IT > OOT``.
@@ -230,7 +230,7 @@ def reference_check(it_h: object, oot_h: object, alpha: float = 0.01) -> Referen
 
 
 # --------------------------------------------------------------------------------------------
-# Headline metrics (SPEC §5)
+# Headline metrics (method §5)
 # --------------------------------------------------------------------------------------------
 
 
@@ -287,7 +287,7 @@ def _bool_flags(values: object, name: str) -> np.ndarray:
 def out_of_training_rate(
     in_training: Sequence[bool] | np.ndarray, confidence: float = 0.95
 ) -> RateEstimate:
-    """OTR (SPEC §5): share of target subsets decided out-of-training, with a Wilson interval.
+    """OTR (method §5): share of target subsets decided out-of-training, with a Wilson interval.
 
     Args:
         in_training: one boolean per target (the ``Decision.in_training`` flags).
@@ -298,7 +298,7 @@ def out_of_training_rate(
 
 @dataclass(frozen=True)
 class F1Result:
-    """Controlled F1 with in-training as the positive class (SPEC §5)."""
+    """Controlled F1 with in-training as the positive class (method §5)."""
 
     f1: float
     precision: float
@@ -331,7 +331,7 @@ def controlled_f1(
 
 
 def dependence_score(target_h: object, it_h: object, oot_h: object) -> float:
-    """Graded dependence (SPEC §5): 0 ≈ out-of-training level, 1 ≈ in-training level.
+    """Graded dependence (method §5): 0 ≈ out-of-training level, 1 ≈ in-training level.
 
     ``(median(target H) − median H(S_OOT)) / (median H(S_IT) − median H(S_OOT))`` where the
     target median pools every split of every target (``target_h`` may be ``(T, K)``).
@@ -348,7 +348,7 @@ def dependence_score(target_h: object, it_h: object, oot_h: object) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# Calibrated subset-level evidence (SPEC §9)
+# Calibrated subset-level evidence (method §9)
 # --------------------------------------------------------------------------------------------
 
 
@@ -374,7 +374,7 @@ def subset_scores(h: object) -> np.ndarray:
 def reference_panel_check(
     it_scores: object, oot_scores: object, alpha: float = 0.01
 ) -> ReferenceCheck:
-    """Subset-level reference validity: one-sided Mann-Whitney U on panel scores (SPEC §9).
+    """Subset-level reference validity: one-sided Mann-Whitney U on panel scores (method §9).
 
     Each panel subset contributes one score, so the test's samples are independent (unlike the
     split-level :func:`reference_check`).
@@ -388,7 +388,7 @@ def reference_panel_check(
 
 @dataclass(frozen=True)
 class CalibratedVerdict:
-    """Calibrated verdict for one target (SPEC §9).
+    """Calibrated verdict for one target (method §9).
 
     Attributes:
         p_in: ``(1 + #{OOT_r ≥ s_t}) / (R_oot + 1)`` — small: more dependent than unseen data.
@@ -448,7 +448,7 @@ def calibrated_otr(verdicts: Sequence[str], confidence: float = 0.95) -> RateEst
 
 @dataclass(frozen=True)
 class NullCalibration:
-    """False-positive rates on pairs of disjoint out-of-training subsets (SPEC §9).
+    """False-positive rates on pairs of disjoint out-of-training subsets (method §9).
 
     Attributes:
         split_test_fpr: share of pairs (A, B) where the paper's split-level U-test says

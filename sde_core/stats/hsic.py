@@ -1,4 +1,4 @@
-"""Gaussian kernels, bandwidth rules and the split-half HSIC engine (SPEC §2).
+"""Gaussian kernels, bandwidth rules and the split-half HSIC engine (method §2).
 
 The split-half HSIC of a subset S with activations ``A`` (shape ``(n, d)``) is a vector of K
 values: for each of K seeded random permutations, the first ``m = n // 2`` rows (S1) are paired
@@ -11,7 +11,7 @@ Speed: the n×n Gram matrix ``G`` of S is computed once; each split only gathers
     tr(K H L H) = Σ K∘L − (2/m)·(K1)ᵀ(L1) + (1ᵀK1)(1ᵀL1)/m²
 
 inside one fused, parallel numba loop in float64 (no m×m products, no temporaries). A torch path
-(any ``device``, meant for CUDA) follows SPEC §2's float32 rule: the Gram matrix is built and
+(any ``device``, meant for CUDA) follows method §2's float32 rule: the Gram matrix is built and
 double-centred in float64, and only the centred matrix is cast to float32 for the gathers, with
 the per-row partial sums accumulated in float64.
 """
@@ -222,7 +222,7 @@ def _rng(seed: int | np.random.SeedSequence) -> np.random.Generator:
 
 
 def split_permutations(n: int, n_splits: int, seed: int | np.random.SeedSequence = 0) -> np.ndarray:
-    """The K random splits of a subset of n rows, as SPEC §2 draws them.
+    """The K random splits of a subset of n rows, as method §2 draws them.
 
     If n is odd one row is dropped at random (once, with the same RNG); each split is then a
     random permutation of the kept rows whose first ``m = n // 2`` entries form S1 and the next m
@@ -376,7 +376,7 @@ def _torch_device(device: object, acts: object) -> object | None:
 def _torch_split_values(
     gram: object, idx: np.ndarray, m: int, estimator: str, device: object
 ) -> np.ndarray:
-    """Split-half HSIC on a torch device following SPEC §2's float32 rule.
+    """Split-half HSIC on a torch device following method §2's float32 rule.
 
     The Gram matrix is double-centred in float64 (both estimators are invariant to
     ``G -> H_n G H_n``), cast to float32 for the gathers and products, and each row's partial
@@ -461,7 +461,7 @@ def split_half_hsic(
     seed: int | np.random.SeedSequence = 0,
     device: object | None = None,
 ) -> np.ndarray:
-    """H(S, h): split-half HSIC of one subset over ``n_splits`` seeded random splits (SPEC §2).
+    """H(S, h): split-half HSIC of one subset over ``n_splits`` seeded random splits (method §2).
 
     Args:
         acts: ``(n, d)`` activations of the subset (numpy array or torch tensor).
@@ -647,7 +647,7 @@ def split_half_hsic_batch(
 
 
 def kernel_spread(acts: object, subsets: object | None = None, sigma: float = 1.0) -> np.ndarray:
-    """Spread control of SPEC §9: ``(1 − mean off-diagonal kernel value over S)² / (n/2)``.
+    """Spread control of method §9: ``(1 − mean off-diagonal kernel value over S)² / (n/2)``.
 
     This pairing-free quantity is what the biased split-half HSIC mostly tracks; it is reported
     beside the subset score so a user can see what drives a verdict.

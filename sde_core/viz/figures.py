@@ -10,7 +10,7 @@ Builders:
 - :func:`hsic_histogram` — H(S_IT), H(S_OOT) and the targets' H on the common JSD bins (Fig. 2);
 - :func:`target_overlay` — the pooled target H of 2–4 models on common bins;
 - :func:`panel_figure` — subset scores of the reference panels and the targets with verdicts;
-- :func:`spread_figure` — subset score vs kernel spread (the spread control of SPEC §9);
+- :func:`spread_figure` — subset score vs kernel spread (the spread control of method §9);
 - :func:`comparison_bars` — one metric per model with error bars and the Retrain reference line;
 - :func:`sweep_figure` — a metric vs σ / layer / subset size / checkpoint (from
   :func:`sde_core.pipeline.sweeps.run_sweep`), with the σ rules marked.
@@ -321,7 +321,7 @@ def _jitter(n: int) -> np.ndarray:
 
 
 def panel_figure(result: Any, model: str) -> go.Figure:
-    """Subset scores of the IT panel, the OOT panel and the targets on one axis (SPEC §9).
+    """Subset scores of the IT panel, the OOT panel and the targets on one axis (method §9).
 
     Each point is one subset's score s(S) (mean H over its splits). Targets are coloured by their
     calibrated verdict (blue in-training, orange out-of-training, grey inconclusive).
@@ -382,7 +382,7 @@ def panel_figure(result: Any, model: str) -> go.Figure:
 
 
 def spread_figure(result: Any, model: str) -> go.Figure:
-    """Subset score vs kernel spread, the spread control of SPEC §9.
+    """Subset score vs kernel spread, the spread control of method §9.
 
     ``spread(S) = (1 − mean off-diagonal kernel value)² / (n/2)`` needs no pairing; when the
     points lie on one line the score is driven by how spread out the activations are, not by a

@@ -1,8 +1,8 @@
 """Plain-language verdicts, caveats, a self-contained HTML report and export tables.
 
 - :func:`verdict_sentence` / :func:`verdict_label` explain one model's result to a non-expert,
-  combining the paper's OTR, the calibrated OTR (SPEC §9) and the Retrain model's value.
-- :data:`CAVEATS` are SPEC §9's caveats written for a non-expert.
+  combining the paper's OTR, the calibrated OTR (method §9) and the Retrain model's value.
+- :data:`CAVEATS` are method §9's caveats written for a non-expert.
 - :func:`build_html_report` writes one HTML file that opens offline (plotly.js is inlined).
 - :func:`tables_for_export` and :func:`to_csv_bytes` / :func:`to_json_bytes` /
   :func:`tables_to_zip` produce download payloads (e.g. for ``st.download_button``).
@@ -47,7 +47,7 @@ __all__ = [
 #: Formats of :func:`tables_to_zip`.
 EXPORT_TABLE_FORMATS = ("csv", "json")
 
-#: SPEC §9's caveats for a non-expert, as ``{title: explanation}``.
+#: method §9's caveats for a non-expert, as ``{title: explanation}``.
 CAVEATS: dict[str, str] = {
     "The paper's reference check is over-confident": (
         "The paper's check compares 200 random splits of ONE subset of training data with 200 "
@@ -291,7 +291,7 @@ def settings_table(settings: Any) -> pd.DataFrame:
 
 
 def null_calibration_text(result: Any) -> str:
-    """A paragraph on the null-calibration diagnostic (SPEC §9) across the result's models."""
+    """A paragraph on the null-calibration diagnostic (method §9) across the result's models."""
     s = result.settings
     split = result.models["null_split_fpr"].astype(float)
     cal = result.models["null_calibrated_fpr"].astype(float)

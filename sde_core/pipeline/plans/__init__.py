@@ -1,4 +1,4 @@
-"""Experiment plans: the paper's protocols (SPEC §8) as TOML files run headless and resumably.
+"""Experiment plans: the paper's protocols (method §8) as TOML files run headless and resumably.
 
 A **plan** (``plans/<name>.toml``, read with :mod:`tomllib`) names one *experiment kind*, the
 parameters of the protocol, and one or more **variants** (``default`` on mnist1d for two CPU
@@ -56,7 +56,7 @@ Store tables of a plan run (one row per record; the Sweeps page reads these):
     subset_size, layer, sigma_rule ("sqrt_dim", "median", "<f>*sqrt_dim" or a number), checkpoint
     (fraction of training; 0 = initial weights), dim (d of the layer), sigma (numeric σ used);
     paper's procedure: f1, f1_precision, f1_recall, otr, otr_lo, otr_hi (95% Wilson),
-    references_valid, reference_p, dependence_score; calibrated evidence (SPEC §9):
+    references_valid, reference_p, dependence_score; calibrated evidence (method §9):
     panel_valid, panel_p, calibrated_otr, calibrated_f1, null_split_fpr, null_calibrated_fpr,
     score_spread_corr; baselines: mmd_f1, w2_f1 (NaN when off); classic metrics: acc_r, acc_f,
     acc_te (%, NaN when not computed), asr (fraction, ``methods`` only); eval_seconds.
@@ -72,7 +72,7 @@ Store tables of a plan run (one row per record; the Sweeps page reads these):
     Mann-Whitney U on the subset scores, same > cross), p_split (the paper's test: U on the
     pooled split values), train_acc (%), loss.
 ``toy_subsets`` — ``toy`` only: seed, layer, step, kind ("same" | "cross"), subset, score
-    (mean H over the splits), spread (SPEC §9 spread control).
+    (mean H over the splits), spread (method §9 spread control).
 """
 
 from __future__ import annotations

@@ -238,7 +238,7 @@ def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
     with_asr = sp["classic"] == "asr"
     inputs = ModelInputs(
         name=job.labels["model"],
-        # the F1 negatives: D_f for "retrained" (SPEC §5, §4.1), D_te for every other role
+        # the F1 negatives: D_f for "retrained" (method §5, §4.1), D_te for every other role
         role="retrained" if sp["f1_negatives"] == "forget" else "unlearned",
         train_acts=train_acts,
         test_acts=test_acts,

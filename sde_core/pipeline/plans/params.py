@@ -198,7 +198,7 @@ class MethodsParams:
         forget_ratio: R of the random forget set. forget_seed: its draw's seed.
         subset_size: n. layers: evaluated layers (the paper: ``output`` and ``penultimate``).
         sigma: σ entry.
-        methods: unlearning method name -> hyper-parameter overrides (``{}`` = SPEC defaults).
+        methods: unlearning method name -> hyper-parameter overrides (``{}`` = the method defaults).
             Retrain is always included (trained from scratch on D_r with the original recipe).
         include_original, include_random: also evaluate h_or and its initial weights (h_rand).
     """
