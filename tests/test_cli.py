@@ -21,14 +21,15 @@ MLP = ["--arch", "mlp", "--arch-kwarg", "input_dim=4", "--arch-kwarg", "hidden=[
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     rng = np.random.default_rng(0)
+    ws = tmp_path / "ws"
+    ws.mkdir()
     np.savez(
-        tmp_path / "data.npz",
+        ws / "data.npz",
         x_train=rng.normal(size=(60, 4)).astype(np.float32),
         y_train=rng.integers(0, 3, 60),
         x_test=rng.normal(size=(20, 4)).astype(np.float32),
         y_test=rng.integers(0, 3, 20),
     )
-    ws = tmp_path / "ws"
     code = main(
         [
             "workspace",
@@ -37,7 +38,7 @@ def folder(tmp_path: Path) -> Path:
             "--dataset-kind",
             "npz",
             "--dataset-root",
-            str(tmp_path / "data.npz"),
+            "data.npz",
             "--random-forget",
             "0.2",
             "--name",

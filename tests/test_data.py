@@ -202,8 +202,8 @@ def test_index_file_round_trip(tmp_path: Path, suffix: str):
     [
         ("1\n2\n99\n", r"offending values: \[99\]"),
         ("1\n2\n2\n", r"duplicate indices: \[2\]"),
-        ("1\nabc\n", r"offending values: \['abc'\]"),
-        ("1.5\n", r"offending values: \['1.5'\]"),
+        ("1\nabc\n", r"offending values: line 2: 'abc'"),
+        ("1.5\n", r"offending values: line 1: '1.5'"),
         ("# nothing\n", "empty"),
         ("-1\n", r"offending values: \[-1\]"),
     ],
