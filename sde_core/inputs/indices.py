@@ -42,11 +42,15 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 
 def excerpt(value: object, limit: int = _EXCERPT) -> str:
-    """A short, escaped rendering of an offending value for an error message."""
+    """A short rendering of an offending value for an error message: numbers in full (up to 40
+    digits), text cut to ``limit`` characters and escaped (``ascii``), never a whole line."""
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+        text = str(value)
+        return text if len(text) <= 40 else text[:37] + "..."
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     text = value if isinstance(value, str) else repr(value)
-    short = text if len(text) <= limit else text[: limit - 1] + "…"
+    short = text if len(text) <= limit else text[: limit - 3] + "..."
     return ascii(short) if isinstance(value, str) else ascii(short).strip("'")
 
 
@@ -228,10 +232,10 @@ def _read_txt(path: Path) -> list[Any]:
             else:
                 values.append(value)
     if bad:
-        shown = "; ".join(bad[:3]) + (f" ({len(bad)} in all)" if len(bad) > 3 else "")
+        more = f" ({len(bad)} non-integer values in all)" if len(bad) > 1 else ""
         raise DataError(
             f"index file {path} must hold integers separated by spaces, commas or new lines; "
-            f"offending values: {shown}"
+            f"offending values: {bad[0]}{more}"
         )
     return values
 

@@ -137,7 +137,9 @@ def unlearn_model_job(
     ws = load_workspace(workspace_root, validate=False)
     source = ws.model(original) if original else ws.original()
     bundle = load_dataset(ws.dataset_spec())
-    forget = load_index_file(ws.path(ws.forget_indices, must_exist=True), len(bundle.train))
+    forget = load_index_file(
+        ws.path(ws.forget_indices, what="forget_indices", must_exist=True), len(bundle.train)
+    )
     model = load_entry_model(ws, source)
     arch = getattr(model, "sde_arch", None)
     if arch is None:
