@@ -116,7 +116,8 @@ def _features(arr: np.ndarray, where: str) -> np.ndarray:
         )
     if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
         raise DataError(f"{where} must be an (n, d) array with n, d >= 1, got shape {arr.shape}")
-    out = np.ascontiguousarray(arr, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # out-of-range values become inf: refused
+        out = np.ascontiguousarray(arr, dtype=np.float32)
     if not np.isfinite(out).all():
         raise DataError(f"{where} holds NaN/inf values (or values beyond float32): fix the export")
     return out
