@@ -28,6 +28,7 @@ __all__ = [
     "Progress",
     "checkpoint_metadata",
     "entry_activations",
+    "entry_layer_infos",
     "entry_layers",
     "load_entry_model",
     "load_model_inputs",
@@ -150,6 +151,26 @@ def entry_layers(ws: Any, entry: Any) -> list[str] | None:
 
     file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
     return load_precomputed(file, model=entry.name).layers
+
+
+def entry_layer_infos(ws: Any, entry: Any, input_shape: Sequence[int]) -> list[Any]:
+    """The layers a workspace model offers, as
+    :class:`~sde_core.inputs.activations.LayerInfo`: the layers of its activations file, or
+    those of its checkpoint (built with :func:`load_entry_model`) for inputs of ``input_shape``.
+    """
+    from sde_core.inputs.activations import LayerInfo, list_layers
+
+    if not entry.activations:
+        return list_layers(load_entry_model(ws, entry), input_shape)
+    from sde_core.inputs.data import load_precomputed
+
+    file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
+    pre = load_precomputed(file, model=entry.name)
+    return [
+        LayerInfo(layer, (pre.get("train", layer).shape[1],), "precomputed", 0,
+                  pre.get("train", layer).shape[1])
+        for layer in pre.layers
+    ]  # fmt: skip
 
 
 def _precomputed(
