@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sde_core.cli import COMMAND_GROUPS, add_command_group, main
+from sde_core.inputs.data import load_dataset
 from sde_core.inputs.models import load_checkpoint
 from sde_core.pipeline.workspace import load_workspace, validate_workspace
 
@@ -252,3 +253,21 @@ def test_add_model_help_documents_every_flag(capsys):
     for flag in ("--checkpoint", "--activations", "--role", "--arch", "--arch-kwarg",
                  "--trusted", "--copy", "--replace", "SDE_DATA_ROOTS"):  # fmt: skip
         assert flag in text
+
+
+def test_init_with_explicit_training_rows(tmp_path, capsys):
+    """SalUn-style indices: D_tr is a given list of rows, the forget set indexes D_tr."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _npz_with_classes(ws / "data.npz")
+    rows = np.arange(59, 9, -1)  # 50 rows, in a chosen order
+    np.save(ws / "kept.npy", rows)
+    np.save(ws / "forget.npy", np.arange(5))  # positions 0..4 of D_tr = original rows 59..55
+    argv = ["workspace", "init", str(ws), "--dataset-kind", "npz", "--dataset-root", "data.npz",
+            "--train-indices", "kept.npy", "--forget", "forget.npy"]  # fmt: skip
+    assert main(argv) == 0
+    assert "|D_tr| = 50, |D_f| = 5" in capsys.readouterr().out
+    loaded = load_workspace(ws, validate=False)
+    assert loaded.dataset["train_indices"] == "kept.npy"
+    bundle = load_dataset(loaded.dataset_spec())
+    assert np.array_equal(bundle.source_indices["train"], rows)

@@ -40,7 +40,7 @@ def _cmd_workspace_init(args: argparse.Namespace) -> int:
     dataset: dict[str, Any] = {"kind": args.dataset_kind}
     if args.dataset_root is not None:
         dataset["root"] = args.dataset_root
-    for key in ("train_size", "test_size"):
+    for key in ("train_size", "test_size", "train_indices", "test_indices"):
         if getattr(args, key) is not None:
             dataset[key] = getattr(args, key)
     options = {
@@ -161,6 +161,12 @@ def register_workspace(subparsers: argparse._SubParsersAction) -> None:
     init.add_argument("--dataset-option", action="append", metavar="K=V", help="repeatable")
     init.add_argument("--train-size", type=int, help="random training subset size")
     init.add_argument("--test-size", type=int, help="random test subset size")
+    init.add_argument(
+        "--train-indices", metavar="FILE",
+        help="D_tr = these rows of the training files, in this order (index file relative to "
+        "FOLDER); the forget set indexes D_tr",
+    )  # fmt: skip
+    init.add_argument("--test-indices", metavar="FILE", help="D_te = these rows of the test files")
     init.add_argument(
         "--forget", help="forget set: an index file (.npy/.txt/.json/.pt, indices or a boolean "
         "mask) relative to FOLDER"

@@ -118,9 +118,9 @@ def as_index_array(values: Any, n: int, what: str) -> np.ndarray:
         if wrong:
             raise DataError(f"{what} must be integers; offending values: {_excerpts(wrong)}")
         ints = [int(v) for v in items]
-        bad = [v for v in ints if not 0 <= v < n]
-        if bad:
-            raise _out_of_range(what, n, bad)
+        outside = [v for v in ints if not 0 <= v < n]
+        if outside:
+            raise _out_of_range(what, n, outside)
         return np.asarray(ints, dtype=np.int64)
     raise DataError(
         f"{what} must be integers, got {_kind_name(arr.dtype)} values; save the indices as "

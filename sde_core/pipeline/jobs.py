@@ -50,8 +50,8 @@ def random_model_job(
     path = save_weights(model, folder / "init.safetensors", arch=arch)
     return ModelEntry(
         name=name, role="random", arch=arch, checkpoint=relative_to_workspace(ws, path),
-        method="init", arch_kwargs=model.sde_arch_kwargs, seed=seed, seconds=0.0,
-        sha256=file_sha256(path),
+        method="init", arch_kwargs=dict(getattr(model, "sde_arch_kwargs", arch_kwargs)),
+        seed=seed, seconds=0.0, sha256=file_sha256(path),
     )  # fmt: skip
 
 
@@ -99,7 +99,8 @@ def train_model_job(
     entry = ModelEntry(
         name=name, role=role, arch=arch,
         checkpoint=relative_to_workspace(ws, result.final_path), method="train",
-        arch_kwargs=model.sde_arch_kwargs, hyperparameters=recipe, seed=cfg.seed,
+        arch_kwargs=dict(getattr(model, "sde_arch_kwargs", arch_kwargs)),
+        hyperparameters=recipe, seed=cfg.seed,
         seconds=round(result.seconds, 3), sha256=file_sha256(result.final_path),
         init_checkpoint=relative_to_workspace(ws, result.init_path),
         checkpoints=[
@@ -138,7 +139,8 @@ def unlearn_model_job(
     source = ws.model(original) if original else ws.original()
     bundle = load_dataset(ws.dataset_spec())
     forget = load_index_file(
-        ws.path(ws.forget_indices, what="forget_indices", must_exist=True), len(bundle.train)
+        ws.path(ws.forget_indices, what="forget_indices", must_exist=True),
+        len(bundle.train_labels),
     )
     model = load_entry_model(ws, source)
     arch = getattr(model, "sde_arch", None)

@@ -576,7 +576,7 @@ def _dataset_problems(ws: Workspace, check_data: bool) -> tuple[list[Problem], i
         bundle = load_dataset(spec)
     except SDEError as exc:
         return [Problem("dataset", str(exc))], None
-    return [], len(bundle.train)
+    return [], len(bundle.train_labels)
 
 
 def _file_problem(where: str, ws: Workspace, relative: str) -> Problem | None:

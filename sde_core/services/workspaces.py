@@ -242,7 +242,7 @@ def create_workspace(
         description=description, roots=_roots(roots),
     )  # fmt: skip
     bundle = load_dataset(ws.dataset_spec())
-    n_train, n_test = len(bundle.train), len(bundle.test)
+    n_train, n_test = len(bundle.train_labels), len(bundle.test_labels)
     files: dict[str, bytes | Path] = {}
     if forget is not None:
         idx = load_index_file(ws.path(forget, what="forget set", must_exist=True), n_train)
@@ -565,7 +565,7 @@ def build_from_uploads(request: BuildRequest, page_roots: Sequence[Path]) -> Bui
     with Staging(folder, scratch) as staging:
         forget = None
         if request.forget is not None and bundle is not None:
-            forget, found = _stage_forget(request.forget, staging, ws, len(bundle.train))
+            forget, found = _stage_forget(request.forget, staging, ws, len(bundle.train_labels))
             problems += found
         layer_sets: list[list[str]] = []
         for upload, spec in request.models if bundle is not None else []:
