@@ -5,6 +5,7 @@ be added to the open workspace."""
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 
 import pytest
@@ -51,9 +52,12 @@ def mlp_bytes(seed: int, wrap: bool = False) -> bytes:
 
 
 def scripted_bytes() -> bytes:
+    """A TorchScript archive, as ``torch.jit.save`` writes it."""
     torch.manual_seed(0)
     buffer = io.BytesIO()
-    torch.jit.save(torch.jit.script(build_model("mlp", **MLP_KWARGS).eval()), buffer)
+    with warnings.catch_warnings():  # torch.jit is deprecated but still writes archives
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.jit.save(torch.jit.script(build_model("mlp", **MLP_KWARGS).eval()), buffer)
     return buffer.getvalue()
 
 
