@@ -90,8 +90,9 @@ def main() -> None:
             folder = tmp / engine_name
             shutil.copytree(DEMO_DATA.parent, folder, ignore=shutil.ignore_patterns(
                 "models", "*.sqlite", ".sde-cache"))  # fmt: skip
-            ws = init_workspace(folder / "bench", {"kind": "npz", "root": str(folder / "data.npz")},
-                                str(folder / "forget.npy"))  # fmt: skip
+            ws = init_workspace(
+                folder, {"kind": "npz", "root": "data.npz"}, "forget.npy"
+            )  # fmt: skip  (data inside the workspace folder)
             jobs = [
                 Job(
                     f"seed{s}",

@@ -1,41 +1,50 @@
-"""Workspace page: open the demo or a folder, review its problems, or build one from uploads."""
+"""Workspace page: open the demo or a folder, review its problems, build one from uploads or add
+a model. Widgets and layout only: every check and every write is in
+:mod:`sde_core.services.workspaces` (staged, all-or-nothing)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
+import json
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from pages._common import PAGES, WS_KEY, app_root, default_workspace, guarded
-from sde_core.errors import SDEError
+from sde_core.common.paths import ROOTS_ENV, allowed_roots, env_roots, resolve_in_roots
+from sde_core.errors import InputError, SDEError
 from sde_core.inputs.data import DATASET_KINDS
-from sde_core.inputs.models import ARCHITECTURES, load_checkpoint, save_checkpoint
+from sde_core.inputs.models import ARCHITECTURES
 from sde_core.pipeline.workspace import (
     ROLES,
     WORKSPACE_FILE,
-    ModelEntry,
     Problem,
-    Workspace,
     load_workspace,
-    relative_to_workspace,
     validate_workspace,
-    write_workspace,
 )
-from sde_core.viz.ui_support import (
+from sde_core.services.uploads import (
+    ACTIVATION_SUFFIXES,
     CHECKPOINT_SUFFIXES,
     INDEX_SUFFIXES,
     MAX_UPLOAD_MB,
-    allowed_roots,
-    check_upload,
     guess_role,
-    problems_by_field,
-    resolve_in_roots,
+    inspect_upload,
     safe_name,
 )
+from sde_core.services.workspaces import (
+    BuildRequest,
+    BuildResult,
+    ModelSpec,
+    Upload,
+    add_uploaded_model,
+    build_from_uploads,
+)
+from sde_core.viz.ui_support import problems_by_field
 
 AUTO_ARCH = "(read from the file)"
+MODEL_TYPES = sorted({s.rsplit(".", 1)[-1] for s in CHECKPOINT_SUFFIXES + ACTIVATION_SUFFIXES})
 
 
 def show_problems(problems: list[Problem]) -> None:
@@ -43,6 +52,13 @@ def show_problems(problems: list[Problem]) -> None:
     for field, found in problems_by_field(problems).items():
         text = f"**{field}** — " + " · ".join(p.message for p in found)
         (st.error if any(p.severity == "error" for p in found) else st.warning)(text)
+
+
+def show_result(result: BuildResult, success: str) -> None:
+    """The outcome of a build or an addition: its problems, or success with the notes."""
+    show_problems(result.problems)
+    if result.saved:
+        st.success(success + ("\n\n" + "\n".join(f"- {n}" for n in result.notes)))
 
 
 def show_current(path: str) -> None:
@@ -59,26 +75,23 @@ def show_current(path: str) -> None:
         st.markdown("**Dataset**")
         st.json(ws.dataset, expanded=False)
         st.markdown(f"**Forget set:** `{ws.forget_indices}`")
-        defaults = ", ".join(f"{k} = {v}" for k, v in vars(ws.defaults).items())
+        defaults = ", ".join(f"{k} = {v}" for k, v in dataclasses.asdict(ws.defaults).items())
         st.markdown(f"**Defaults:** {defaults}")
     with right:
         st.markdown(f"**Models** ({len(ws.models)})")
-        st.dataframe(
-            pd.DataFrame(
-                [
-                    {
-                        "name": m.name,
-                        "role": m.role,
-                        "method": m.method,
-                        "arch": m.arch,
-                        "checkpoint": m.checkpoint,
-                        "checkpoints during training": len(m.checkpoints),
-                    }
-                    for m in ws.models
-                ]
-            ),
-            hide_index=True,
-        )
+        rows = [
+            {
+                "name": m.name,
+                "role": m.role,
+                "method": m.method,
+                "arch": m.arch or "(from the file)",
+                "file": m.checkpoint or m.activations,
+                "trusted": m.trusted,
+                "checkpoints during training": len(m.checkpoints),
+            }
+            for m in ws.models
+        ]
+        st.dataframe(pd.DataFrame(rows), hide_index=True)
     problems = validate_workspace(ws)
     show_problems(problems)
     if not any(p.severity == "error" for p in problems):
@@ -112,114 +125,71 @@ def open_section() -> None:
             st.rerun()
 
 
-def _save_checkpoint_upload(
-    upload: UploadedFile, index: int, models_dir: Path, trusted: bool
-) -> tuple[ModelEntry | None, list[Problem]]:
-    """Write one uploaded checkpoint, load it safely and describe it as a model entry."""
-    field = f"checkpoint {upload.name}"
-    name = st.session_state.get(f"b_model_name_{index}", "").strip()
-    arch_choice = st.session_state.get(f"b_model_arch_{index}", AUTO_ARCH)
-    target: Path | None = None
+def _kwargs(key: str) -> dict[str, Any]:
+    """The JSON object typed into an "architecture kwargs" field ({} when empty)."""
+    text = st.session_state.get(key, "").strip()
+    if not text:
+        return {}
     try:
-        target = models_dir / check_upload(upload.name, upload.size, CHECKPOINT_SUFFIXES)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(upload.getvalue())
-        arch = None if arch_choice == AUTO_ARCH else arch_choice
-        model = load_checkpoint(target, arch=arch, trusted=trusted)
-        arch = arch or getattr(model, "sde_arch", None)
-        if arch is None:
-            return None, [Problem(field, "the architecture is unknown: choose it in the list")]
-        kwargs = dict(getattr(model, "sde_arch_kwargs", {}))
-        if trusted and target.suffix != ".safetensors":
-            safe = target.with_suffix(".safetensors")
-            save_checkpoint(model, safe, arch, arch_kwargs=kwargs)
-            target.unlink()
-            target = safe
-    except SDEError as exc:
-        if target is not None:
-            target.unlink(missing_ok=True)
-        return None, [Problem(field, str(exc))]
-    entry = ModelEntry(
-        name=name or target.stem,
-        role=st.session_state.get(f"b_model_role_{index}", "unlearned"),
-        arch=arch,
-        arch_kwargs=kwargs,
-        checkpoint=f"models/{target.name}",
-        method=st.session_state.get(f"b_model_method_{index}", "").strip(),
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise InputError('architecture kwargs must be a JSON object, e.g. {"num_classes": 4}')
+    return value
+
+
+def model_widgets(upload: UploadedFile, prefix: str, suffix: str = "") -> None:
+    """Name, role, method, architecture, kwargs and the per-file trusted box of one upload
+    (widget keys ``{prefix}_{field}{suffix}``)."""
+    stem = safe_name(upload.name).split(".", 1)[0]
+    info = inspect_upload(upload.name, upload.getvalue())
+    name_col, role_col, method_col, arch_col, kw_col = st.columns([3, 2, 2, 3, 3])
+    name_col.text_input(f"Name of {upload.name}", value=stem, key=f"{prefix}_name{suffix}")
+    role = guess_role(stem)
+    role_col.selectbox("Role", ROLES, index=ROLES.index(role), key=f"{prefix}_role{suffix}")
+    method_col.text_input("Method", value=stem, key=f"{prefix}_method{suffix}")
+    arch_col.selectbox(
+        "Architecture", [AUTO_ARCH, *sorted(ARCHITECTURES)], key=f"{prefix}_arch{suffix}"
     )
-    return entry, []
+    kw_col.text_input(
+        "Architecture kwargs (JSON)", key=f"{prefix}_kwargs{suffix}", placeholder="{}"
+    )
+    st.checkbox(
+        f"Trusted: I created {upload.name} or know where it comes from",
+        key=f"{prefix}_trusted{suffix}",
+        help="Allows a TorchScript archive or a full pickle, which can run code while it "
+        "loads; recorded as trusted = true on this model.",
+    )
+    if info.needs_trust and not st.session_state.get(f"{prefix}_trusted{suffix}"):
+        st.warning(
+            f"{upload.name} is a TorchScript archive: loading it runs the code inside. It will "
+            "not be loaded unless you tick Trusted for this file."
+        )
 
 
-def build_workspace(uploads: list[UploadedFile], forget: UploadedFile | None) -> None:
-    """Validate every field, write the uploads and ``workspace.toml``, and open it."""
-    roots = allowed_roots()
+def model_spec(prefix: str, suffix: str = "") -> ModelSpec:
+    """The :class:`ModelSpec` of the widgets drawn by :func:`model_widgets`."""
     s = st.session_state
-    problems: list[Problem] = []
-    try:
-        folder = resolve_in_roots(s["b_folder"], roots, what="workspace folder", must_exist=False)
-    except SDEError as exc:
-        show_problems([Problem("workspace folder", str(exc))])
-        return
-    if (folder / WORKSPACE_FILE).exists() and not s.get("b_overwrite"):
-        show_problems(
-            [
-                Problem(
-                    "workspace folder", f"{folder} already has a {WORKSPACE_FILE}: tick overwrite"
-                )
-            ]
-        )
-        return
-    dataset = {"kind": s["b_kind"]}
-    try:
-        data_root = resolve_in_roots(
-            s["b_root"], roots, what="dataset path", must_exist=s["b_kind"] != "mnist1d"
-        )
-    except SDEError as exc:
-        problems.append(Problem("dataset.root", str(exc)))
-        data_root = None
-    if s.get("b_train_size"):
-        dataset["train_size"] = int(s["b_train_size"])
-    forget_name = ""
-    if forget is None:
-        problems.append(Problem("forget_indices", "upload the forget set (.npy, .txt or .json)"))
-    else:
-        try:
-            suffix = Path(check_upload(forget.name, forget.size, INDEX_SUFFIXES)).suffix
-            forget_name = f"forget{suffix.lower()}"
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / forget_name).write_bytes(forget.getvalue())
-        except SDEError as exc:
-            problems.append(Problem("forget_indices", str(exc)))
-    if not uploads:
-        problems.append(Problem("models", "upload at least one checkpoint"))
-    entries = []
-    for i, upload in enumerate(uploads):
-        entry, found = _save_checkpoint_upload(
-            upload, i, folder / "models", bool(s.get("b_trusted"))
-        )
-        problems += found
-        if entry is not None:
-            entries.append(entry)
-    ws = Workspace(root=folder, dataset=dataset, forget_indices=forget_name or "forget.npy")
-    ws.name = s.get("b_name", "").strip() or folder.name
-    ws.models = entries
-    if data_root is not None:
-        ws.dataset["root"] = relative_to_workspace(ws, data_root)
-    if not problems and forget_name and entries:
-        problems = validate_workspace(ws, check_data=True)
-    if any(p.severity == "error" for p in problems):
-        show_problems(problems)
-        return
-    write_workspace(ws)
-    s[WS_KEY] = str(folder)
-    show_problems(problems)
-    st.success(f"Saved {folder / WORKSPACE_FILE} and opened it.")
+    arch = s.get(f"{prefix}_arch{suffix}", AUTO_ARCH)
+    return ModelSpec(
+        name=s.get(f"{prefix}_name{suffix}", "").strip(),
+        role=s.get(f"{prefix}_role{suffix}", ""),
+        method=s.get(f"{prefix}_method{suffix}", "").strip(),
+        arch=None if arch == AUTO_ARCH else arch,
+        arch_kwargs=_kwargs(f"{prefix}_kwargs{suffix}"),
+        trusted=bool(s.get(f"{prefix}_trusted{suffix}")),
+    )
 
 
 def build_section() -> None:
     """Widgets to build a workspace from a dataset folder and uploaded files."""
-    roots = allowed_roots()
-    st.caption("Allowed folders for data and workspaces: " + ", ".join(f"`{r}`" for r in roots))
+    page_roots = allowed_roots()
+    st.caption(
+        "New workspaces go inside: " + ", ".join(f"`{r}`" for r in page_roots) + ". The data "
+        f"must lie inside the new workspace folder or a folder of `{ROOTS_ENV}` "
+        f"({', '.join(f'`{r}`' for r in env_roots()) or 'unset'})."
+    )
     a, b = st.columns(2)
     a.text_input("New workspace folder", key="b_folder", placeholder="workspaces/my-audit")
     b.text_input("Name", key="b_name")
@@ -228,47 +198,78 @@ def build_section() -> None:
         "Dataset folder or file",
         key="b_root",
         placeholder="/usr/share/datasets/fashion-mnist",
-        help="Must lie inside the allowed folders; nothing is downloaded.",
+        help=f"Absolute, or relative to the new workspace folder; inside it or {ROOTS_ENV}. "
+        "Nothing is downloaded.",
     )
     a.number_input("Training subset size (0 = all)", min_value=0, step=1000, key="b_train_size")
     forget = b.file_uploader(
-        "Forget set: indices into the training split", type=[s[1:] for s in INDEX_SUFFIXES]
+        "Forget set: indices into the training split (or a boolean mask)",
+        type=[s[1:] for s in INDEX_SUFFIXES],
     )
     uploads = st.file_uploader(
-        f"Checkpoints (.pt, .pth, .safetensors; at most {MAX_UPLOAD_MB} MiB each)",
-        type=[s[1:] for s in CHECKPOINT_SUFFIXES],
+        f"Models: checkpoints ({', '.join(CHECKPOINT_SUFFIXES)}) or activations files "
+        f"({', '.join(ACTIVATION_SUFFIXES)}); at most {MAX_UPLOAD_MB} MiB each",
+        type=MODEL_TYPES,
         accept_multiple_files=True,
     )
     for i, upload in enumerate(uploads or []):
-        name_col, role_col, method_col, arch_col = st.columns(4)
-        stem = safe_name(upload.name).rsplit(".", 1)[0]
-        name_col.text_input(f"Name of {upload.name}", value=stem, key=f"b_model_name_{i}")
-        role = guess_role(stem)
-        role_col.selectbox("Role", ROLES, index=ROLES.index(role), key=f"b_model_role_{i}")
-        method_col.text_input("Method", value=stem, key=f"b_model_method_{i}")
-        arch_col.selectbox(
-            "Architecture", [AUTO_ARCH, *sorted(ARCHITECTURES)], key=f"b_model_arch_{i}"
-        )
-    trusted = st.checkbox(
-        "Trusted pickle: allow full-pickle checkpoints",
-        key="b_trusted",
-        help="Checkpoints normally load with weights_only (no code runs).",
-    )
-    if trusted:
-        st.warning(
-            "A full pickle can run arbitrary code while it loads. Tick this only for files you "
-            "created yourself; they are loaded once and re-saved as .safetensors."
-        )
+        model_widgets(upload, "b_model", f"_{i}")
     st.checkbox("Overwrite an existing workspace.toml", key="b_overwrite")
     if st.button("Validate and save workspace.toml", type="primary", key="b_save"):
-        build_workspace(list(uploads or []), forget)
+        s = st.session_state
+        with guarded("Cannot build the workspace"):
+            request = BuildRequest(
+                folder=s["b_folder"],
+                dataset_kind=s["b_kind"],
+                dataset_path=s["b_root"],
+                forget=None if forget is None else Upload(forget.name, forget.getvalue()),
+                models=[
+                    (Upload(u.name, u.getvalue()), model_spec("b_model", f"_{i}"))
+                    for i, u in enumerate(uploads or [])
+                ],
+                name=s.get("b_name", ""),
+                train_size=int(s.get("b_train_size") or 0) or None,
+                overwrite=bool(s.get("b_overwrite")),
+            )
+            result = build_from_uploads(request, page_roots)
+            if result.saved:
+                s[WS_KEY] = str(result.folder)
+            show_result(result, f"Saved {result.folder} / {WORKSPACE_FILE} and opened it.")
+
+
+def add_section(path: str) -> None:
+    """Widgets to add one checkpoint or activations file to the open workspace."""
+    st.caption(f"Adds a model to the open workspace `{path}` (its file goes to models/NAME/).")
+    upload = st.file_uploader(
+        f"Checkpoint ({', '.join(CHECKPOINT_SUFFIXES)}) or activations file "
+        f"({', '.join(ACTIVATION_SUFFIXES)})",
+        type=MODEL_TYPES,
+        key="a_upload",
+    )
+    if upload is None:
+        return
+    model_widgets(upload, "a_model")
+    st.checkbox("Replace a model of the same name", key="a_replace")
+    if st.button("Check and add the model", type="primary", key="a_save"):
+        with guarded("Cannot add the model"):
+            result = add_uploaded_model(
+                path,
+                Upload(upload.name, upload.getvalue()),
+                model_spec("a_model"),
+                replace=bool(st.session_state.get("a_replace")),
+            )
+            show_result(result, f"Added the model to {path}.")
 
 
 st.title("Workspace")
 st.session_state.setdefault(WS_KEY, default_workspace())
 show_current(st.session_state[WS_KEY])
-open_tab, build_tab = st.tabs(["Open another workspace", "Build a new workspace"])
+open_tab, build_tab, add_tab = st.tabs(
+    ["Open another workspace", "Build a new workspace", "Add a model"]
+)
 with open_tab:
     open_section()
 with build_tab:
     build_section()
+with add_tab:
+    add_section(st.session_state[WS_KEY])

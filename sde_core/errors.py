@@ -15,6 +15,7 @@ __all__ = [
     "EngineError",
     "ExportError",
     "InputError",
+    "PathError",
     "PlanError",
     "SDEError",
     "SettingsError",
@@ -30,6 +31,10 @@ class SDEError(ValueError):
 
 class InputError(SDEError):
     """An array or scalar argument is malformed (shape, dtype, NaN/inf, range)."""
+
+
+class PathError(InputError):
+    """A path is malformed or leaves the allowed folders (see :mod:`sde_core.common.paths`)."""
 
 
 class CheckpointError(SDEError):

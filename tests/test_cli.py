@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from sde_core.cli import COMMAND_GROUPS, add_command_group, main
+from sde_core.inputs.data import load_dataset
 from sde_core.inputs.models import load_checkpoint
 from sde_core.pipeline.workspace import load_workspace, validate_workspace
 
@@ -21,14 +22,15 @@ MLP = ["--arch", "mlp", "--arch-kwarg", "input_dim=4", "--arch-kwarg", "hidden=[
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     rng = np.random.default_rng(0)
+    ws = tmp_path / "ws"
+    ws.mkdir()
     np.savez(
-        tmp_path / "data.npz",
+        ws / "data.npz",
         x_train=rng.normal(size=(60, 4)).astype(np.float32),
         y_train=rng.integers(0, 3, 60),
         x_test=rng.normal(size=(20, 4)).astype(np.float32),
         y_test=rng.integers(0, 3, 20),
     )
-    ws = tmp_path / "ws"
     code = main(
         [
             "workspace",
@@ -37,7 +39,7 @@ def folder(tmp_path: Path) -> Path:
             "--dataset-kind",
             "npz",
             "--dataset-root",
-            str(tmp_path / "data.npz"),
+            "data.npz",
             "--random-forget",
             "0.2",
             "--name",
@@ -171,3 +173,101 @@ def test_python_dash_m_entry_point(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 1
     assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: ")
+
+
+def _npz_with_classes(path: Path) -> None:
+    rng = np.random.default_rng(1)
+    np.savez(
+        path,
+        x_train=rng.normal(size=(60, 4)).astype(np.float32),
+        y_train=np.arange(60) % 3,
+        x_test=rng.normal(size=(30, 4)).astype(np.float32),
+        y_test=np.arange(30) % 3,
+        classes=np.array(["cat", "dog", "owl"]),
+    )
+
+
+def test_init_forget_classes_and_a_subset_size_that_fits(tmp_path, capsys):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _npz_with_classes(ws / "data.npz")
+    argv = ["workspace", "init", str(ws), "--dataset-kind", "npz", "--dataset-root", "data.npz"]
+    assert main([*argv, "--forget-class", "owl,0"]) == 0
+    assert "subset size 10" in capsys.readouterr().out  # |D_te| = 30 holds two subsets of 10
+    forget = np.load(ws / "forget.npy")
+    assert np.array_equal(forget, np.flatnonzero(np.arange(60) % 3 != 1))
+    loaded = load_workspace(ws, validate=False)
+    assert loaded.defaults.subset_size == 10 and loaded.dataset["root"] == "data.npz"
+
+
+def test_failed_init_writes_nothing(tmp_path, capsys):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _npz_with_classes(ws / "data.npz")
+    argv = ["workspace", "init", str(ws), "--dataset-kind", "npz", "--dataset-root", "data.npz"]
+    for extra, text in (
+        (["--forget-class", "eagle"], "neither a class id nor a class name"),
+        (["--random-forget", "1.5"], "must be in (0, 1)"),
+        (["--forget", "missing.npy"], "does not exist"),
+        (["--random-forget", "0.5", "--forget-class", "cat"], "exactly one forget set"),
+        (["--random-forget", "0.2", "--subset-size", "2"], "subset_size must be"),
+        (["--random-forget", "0.2", "--dataset-option", "colour=1"], "unknown dataset option"),
+    ):
+        assert main([*argv, *extra]) == 1, extra
+        assert text in one_error_line(capsys), extra
+        assert sorted(p.name for p in ws.iterdir()) == ["data.npz"], extra
+    outside = ["workspace", "init", str(tmp_path / "new"), "--dataset-kind", "npz",
+               "--dataset-root", str(ws / "data.npz"), "--random-forget", "0.2"]  # fmt: skip
+    assert main(outside) == 1
+    assert "outside the allowed folders" in one_error_line(capsys)
+    assert not (tmp_path / "new").exists()
+    assert main([*argv, "--random-forget", "0.2"]) == 0
+    before = (ws / "workspace.toml").read_bytes()
+    assert main([*argv, "--forget-class", "eagle", "--overwrite"]) == 1
+    assert (ws / "workspace.toml").read_bytes() == before
+
+
+def test_replace_never_overwrites_referenced_files(folder, capsys):
+    train = ["train", str(folder), "--name", "o", *MLP, "--epochs", "1", "--batch-size", "16"]
+    assert main(train) == 0
+    first = load_workspace(folder).model("o")
+    digest = (folder / first.checkpoint).read_bytes()
+    assert main([*train, "--seed", "3", "--replace"]) == 0
+    second = load_workspace(folder).model("o")
+    assert second.checkpoint.startswith("models/o-2/") and first.checkpoint.startswith("models/o/")
+    assert (folder / first.checkpoint).read_bytes() == digest
+    assert [m.name for m in load_workspace(folder).models] == ["o"]
+
+
+def test_empty_workspace_says_how_to_add_a_model(folder, capsys, tmp_path):
+    capsys.readouterr()
+    assert main(["evaluate", str(folder), "--json", str(tmp_path / "x.json")]) == 1
+    assert "has no models" in (line := one_error_line(capsys)) and "add-model" in line
+    assert main(["workspace", "validate", str(folder)]) == 1
+    assert "the workspace has no models" in capsys.readouterr().err
+
+
+def test_add_model_help_documents_every_flag(capsys):
+    assert main(["workspace", "add-model", "--help"]) == 0
+    text = capsys.readouterr().out
+    for flag in ("--checkpoint", "--activations", "--role", "--arch", "--arch-kwarg",
+                 "--trusted", "--copy", "--replace", "SDE_DATA_ROOTS"):  # fmt: skip
+        assert flag in text
+
+
+def test_init_with_explicit_training_rows(tmp_path, capsys):
+    """SalUn-style indices: D_tr is a given list of rows, the forget set indexes D_tr."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _npz_with_classes(ws / "data.npz")
+    rows = np.arange(59, 9, -1)  # 50 rows, in a chosen order
+    np.save(ws / "kept.npy", rows)
+    np.save(ws / "forget.npy", np.arange(5))  # positions 0..4 of D_tr = original rows 59..55
+    argv = ["workspace", "init", str(ws), "--dataset-kind", "npz", "--dataset-root", "data.npz",
+            "--train-indices", "kept.npy", "--forget", "forget.npy"]  # fmt: skip
+    assert main(argv) == 0
+    assert "|D_tr| = 50, |D_f| = 5" in capsys.readouterr().out
+    loaded = load_workspace(ws, validate=False)
+    assert loaded.dataset["train_indices"] == "kept.npy"
+    bundle = load_dataset(loaded.dataset_spec())
+    assert np.array_equal(bundle.source_indices["train"], rows)

@@ -202,8 +202,8 @@ def test_index_file_round_trip(tmp_path: Path, suffix: str):
     [
         ("1\n2\n99\n", r"offending values: \[99\]"),
         ("1\n2\n2\n", r"duplicate indices: \[2\]"),
-        ("1\nabc\n", r"offending values: \['abc'\]"),
-        ("1.5\n", r"offending values: \['1.5'\]"),
+        ("1\nabc\n", r"offending values: line 2: 'abc'"),
+        ("1.5\n", r"offending values: line 1: '1.5'"),
         ("# nothing\n", "empty"),
         ("-1\n", r"offending values: \[-1\]"),
     ],
@@ -233,3 +233,231 @@ def test_dataset_spec_from_dict_and_unknown_kind(tmp_path: Path):
         DatasetSpec.from_dict({"kind": "npz", "rot": "x"})
     with pytest.raises(DataError, match="unknown dataset kind"):
         load_dataset(DatasetSpec("mnist", tmp_path))
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad inputs: every case is a clean DataError (issue 12), natural layouts are accepted (issue 15)
+# ----------------------------------------------------------------------------------------------
+
+
+def _npz(path: Path, **arrays: np.ndarray) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+def _xy(n: int = 6, d: int = 3) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "x_train": rng.normal(size=(n, d)).astype(np.float32),
+        "y_train": np.arange(n) % 2,
+        "x_test": rng.normal(size=(4, d)).astype(np.float32),
+        "y_test": np.arange(4) % 2,
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"y_train": np.array([0.0, 1.5, 1.0, 0.0, 1.0, 0.0])}, r"whole numbers.*1\.5"),
+        ({"y_train": np.arange(7) % 2}, "7 labels for 6 rows"),
+        (
+            {"x_train": np.arange(12).astype("datetime64[D]").reshape(6, 2)},
+            "numbers, got datetime64",
+        ),
+        ({"x_train": np.array(3.0)}, r"one sample per row"),
+        ({"y_train": np.array([0, 1, 2, 3, 4, 10**12])}, "class ids"),
+        ({"y_train": np.array(["a"] * 6)}, "integer class ids, got string"),
+    ],
+)
+def test_npz_dataset_refuses_malformed_arrays(tmp_path: Path, change: dict, message: str):
+    path = _npz(tmp_path / "d.npz", **{**_xy(), **change})
+    with pytest.raises(DataError, match=message):
+        load_dataset(DatasetSpec("npz", path))
+
+
+def test_npz_float_labels_with_whole_values_and_class_names(tmp_path: Path):
+    arrays = {**_xy(), "y_train": np.array([0.0, 1.0] * 3), "classes": np.array(["cat", "dog"])}
+    bundle = load_dataset(DatasetSpec("npz", _npz(tmp_path / "d.npz", **arrays)))
+    assert bundle.class_names == ["cat", "dog"] and bundle.train_labels.dtype == np.int64
+    too_few = {**_xy(), "classes": np.array(["cat"])}
+    with pytest.raises(DataError, match="one name per class"):
+        load_dataset(DatasetSpec("npz", _npz(tmp_path / "e.npz", **too_few)))
+
+
+def test_npz_member_that_is_not_an_array(tmp_path: Path):
+    import zipfile
+
+    path = _npz(tmp_path / "d.npz", **_xy())
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr("notes.txt", "root:x:0:0:root:/root:/bin/bash")
+    with pytest.raises(DataError, match=r"not \.npy arrays") as info:
+        load_dataset(DatasetSpec("npz", path))
+    assert "root:x" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"kind": "npz", "root": 5}, "root must be a path string"),
+        ({"kind": "npz", "root": "d.npz", "seed": -1}, "seed must be an integer"),
+        ({"kind": "npz", "root": "d.npz", "seed": "x"}, "seed must be an integer"),
+        ({"kind": "npz", "root": "d.npz", "train_size": 0}, "train_size must be a positive"),
+        ({"kind": "npz", "root": "d.npz", "train_size": True}, "train_size must be a positive"),
+        ({"kind": "npz", "root": "d.npz", "options": {"colour": 1}}, "unknown dataset option"),
+        ({"kind": "npz", "root": "d.npz", "options": []}, "options must be a table"),
+        ({"kind": "mnist1d", "root": "m.npz", "options": {"num_samples": 10**12}}, "num_samples"),
+        ({"kind": "imagefolder", "root": "x", "options": {"image_size": 10**6}}, "image_size"),
+        ({"kind": 3}, "unknown dataset kind"),
+    ],
+)
+def test_dataset_spec_checks_every_field(tmp_path: Path, spec: dict, message: str):
+    with pytest.raises(DataError, match=message):
+        DatasetSpec.from_dict(spec, tmp_path)
+
+
+def test_mnist1d_size_is_bounded_before_generating(tmp_path: Path, monkeypatch):
+    def never(*_args, **_kwargs):
+        raise AssertionError("generated although the size is out of bounds")
+
+    monkeypatch.setattr("sde_core.inputs.data._generate_mnist1d", never)
+    spec = DatasetSpec.__new__(DatasetSpec)  # bypass __post_init__: the loader checks again
+    object.__setattr__(spec, "kind", "mnist1d")
+    for key, value in (("root", tmp_path / "m.npz"), ("train_indices", None),
+                       ("test_indices", None), ("train_size", None), ("test_size", None),
+                       ("seed", 0), ("options", {"num_samples": 10**12})):  # fmt: skip
+        object.__setattr__(spec, key, value)
+    with pytest.raises(DataError, match="num_samples"):
+        load_dataset(spec)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (np.array([1, 2], dtype="timedelta64[s]"), "timedelta64"),
+        (np.array([2**64 - 1, 1], dtype=np.uint64), r"\[18446744073709551615\]"),
+        (np.array([0.5]), r"offending values: \[0.5\]"),
+        (np.array([1e30]), r"1000000000000000019884624838656"),
+        (np.array([True, False]), "mask needs exactly one entry per training row"),
+    ],
+)
+def test_index_npy_edge_cases(tmp_path: Path, values: np.ndarray, message: str):
+    np.save(tmp_path / "f.npy", values)
+    with pytest.raises(DataError, match=message):
+        load_index_file(tmp_path / "f.npy", 10)
+
+
+def test_index_files_masks_bom_tensors_and_big_json(tmp_path: Path):
+    import torch
+
+    mask = np.zeros(10, dtype=bool)
+    mask[[2, 5]] = True
+    np.save(tmp_path / "m.npy", mask)
+    assert list(load_index_file(tmp_path / "m.npy", 10)) == [2, 5]
+    (tmp_path / "b.txt").write_bytes(b"\xef\xbb\xbf3\n4\n")
+    assert list(load_index_file(tmp_path / "b.txt", 10)) == [3, 4]
+    torch.save(torch.tensor([7, 1]), tmp_path / "t.pt")
+    assert list(load_index_file(tmp_path / "t.pt", 10)) == [7, 1]
+    torch.save({"mask": torch.from_numpy(mask)}, tmp_path / "d.pth")
+    assert list(load_index_file(tmp_path / "d.pth", 10)) == [2, 5]
+    (tmp_path / "j.json").write_text(json.dumps([True] * 3 + [False] * 7))
+    assert list(load_index_file(tmp_path / "j.json", 10)) == [0, 1, 2]
+    (tmp_path / "big.json").write_text("[1, 1000000000000000000000000000000]")
+    with pytest.raises(DataError, match=r"offending values: \[1000000000000000000000000000000\]"):
+        load_index_file(tmp_path / "big.json", 10)
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataError, match="nested too deeply"):
+        load_index_file(tmp_path / "deep.json", 10)
+    (tmp_path / "none.npy").write_bytes(np.zeros(10, dtype=bool).tobytes())
+    with pytest.raises(DataError):
+        load_index_file(tmp_path / "none.npy", 10)
+
+
+def test_index_file_errors_never_echo_the_file(tmp_path: Path):
+    secret = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+    path = tmp_path / "forget.txt"
+    path.write_text(secret)
+    with pytest.raises(DataError) as info:
+        load_index_file(path, 10)
+    message = str(info.value)
+    assert "root:/root" not in message and "/bin/bash" not in message and "daemon" not in message
+    assert "line 1: 'root:x:0:...'" in message  # a short, escaped excerpt
+
+
+def _activations_frame(rng: np.random.Generator, n_train: int = 7, n_test: int = 3) -> pd.DataFrame:
+    rows = n_train + n_test
+    frame = pd.DataFrame({"split": ["train"] * n_train + ["test"] * n_test})
+    frame["hidden_states"] = list(rng.normal(size=(rows, 4)))
+    frame["label"] = np.arange(rows) % 2
+    return frame
+
+
+def test_precomputed_natural_layouts(tmp_path: Path):
+    rng = np.random.default_rng(0)
+    hidden = rng.normal(size=(10, 4)).astype(np.float32)
+    split = np.array(["train"] * 7 + ["test"] * 3)
+    _npz(tmp_path / "rows.npz", hidden_states=hidden, split=split, label=np.arange(10) % 2)
+    pre = load_precomputed(tmp_path / "rows.npz")
+    assert pre.layers == ["hidden_states"] and pre.get("test", "hidden_states").shape == (3, 4)
+    assert list(pre.labels["train"]) == [0, 1, 0, 1, 0, 1, 0]
+    _npz(tmp_path / "idx.npz", hidden_states=hidden, train_idx=np.arange(6), test_idx=[6, 9])
+    assert np.allclose(
+        load_precomputed(tmp_path / "idx.npz").get("test", "hidden_states"), hidden[[6, 9]]
+    )
+    frame = _activations_frame(rng)
+    frame.to_parquet(tmp_path / "lists.parquet")
+    got = load_precomputed(tmp_path / "lists.parquet").get("train", "hidden_states")
+    assert np.allclose(got, np.stack(frame["hidden_states"][:7]))
+    frame["model"] = ["a", "b"] * 5
+    frame.to_parquet(tmp_path / "two.parquet")
+    assert load_precomputed(tmp_path / "two.parquet", model="b").get(
+        "train", "hidden_states"
+    ).shape == (3, 4)
+    with pytest.raises(DataError, match="several models"):
+        load_precomputed(tmp_path / "two.parquet")
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        (
+            {"hidden_states": np.zeros((10, 4)), "train_ids": np.arange(3)},
+            r"'train_ids' must be an \(n, d\) array",
+        ),
+        ({"train_h": np.array(["a", "b"]), "test_h": np.zeros((2, 2))}, "must hold numbers"),
+        ({"train_h": np.zeros((3, 2, 5)), "test_h": np.zeros((2, 2))}, "pool it"),
+        (
+            {"train_h": np.zeros((3, 2)), "test_h": np.zeros((2, 2)), "y_train": np.arange(4)},
+            "4 labels for 3 rows",
+        ),
+        (
+            {"train_h": np.zeros((3, 2)), "test_h": np.zeros((2, 2)), "y_train": [0.5, 1, 2]},
+            "whole numbers",
+        ),
+        ({"split": np.array(["train", "dev"]), "h": np.zeros((2, 2))}, "'dev'"),
+        ({"hidden_states": np.zeros((10, 4))}, "not an activations layout"),
+    ],
+)
+def test_precomputed_bad_layouts_say_what_is_expected(tmp_path: Path, arrays: dict, message: str):
+    _npz(tmp_path / "a.npz", **arrays)
+    with pytest.raises(DataError, match=message):
+        load_precomputed(tmp_path / "a.npz")
+
+
+def test_parquet_without_numeric_columns(tmp_path: Path):
+    pd.DataFrame({"split": ["train", "test"], "text": ["a", "b"]}).to_parquet(
+        tmp_path / "p.parquet"
+    )
+    with pytest.raises(DataError, match="no feature columns"):
+        load_precomputed(tmp_path / "p.parquet")
+
+
+def test_class_names_for_every_kind(tmp_path: Path, fashion_root: Path):
+    assert load_dataset(DatasetSpec("fashion-mnist", fashion_root)).class_names[0] == "T-shirt/top"
+    bundle = load_dataset(DatasetSpec("npz", _npz(tmp_path / "d.npz", **_xy())))
+    assert bundle.class_names == ["0", "1"]
+    frame = _activations_frame(np.random.default_rng(0))
+    frame.to_parquet(tmp_path / "a.parquet")
+    assert load_dataset(DatasetSpec("activations", tmp_path / "a.parquet")).class_names == [
+        "0",
+        "1",
+    ]

@@ -130,7 +130,7 @@ def tiny_workspace(tmp_path_factory) -> Path:
         x_test=rng.normal(size=(120, 4)).astype(np.float32),
         y_test=rng.integers(0, 3, 120),
     )
-    ws = root / "ws"
+    ws = root  # data.npz lies inside the workspace folder (the path policy)
     mlp = ["--arch", "mlp", "--arch-kwarg", "input_dim=4", "--arch-kwarg", "hidden=[16]",
            "--arch-kwarg", "num_classes=3"]  # fmt: skip
     assert main(["workspace", "init", str(ws), "--dataset-kind", "npz", "--dataset-root",

@@ -4,6 +4,7 @@ hashing."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -13,16 +14,23 @@ import numpy as np
 import pytest
 import torch
 
-from sde_core.errors import WorkspaceError
+from sde_core.errors import PathError, SDEError, WorkspaceError
 from sde_core.inputs.models import build_model
 from sde_core.learning.training import save_weights
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (
+    PRECOMPUTED,
+    WORKSPACE_FILE,
     CheckpointRef,
-    EvalDefaults,
     ModelEntry,
     Problem,
     Workspace,
+    cache_path,
+    check_model_name,
     check_workspace,
+    commit_files,
+    defaults_from_table,
+    fresh_model_path,
     init_workspace,
     load_workspace,
     rehash_models,
@@ -70,7 +78,7 @@ def make_workspace(root: Path) -> Workspace:
     ws.add_model(
         ModelEntry(name="rand", role="random", arch="mlp", checkpoint="models/random.safetensors")
     )
-    ws.defaults = EvalDefaults(subset_size=20, sigma=2.5, targets=5)
+    ws.defaults = EvalSettings(subset_size=20, sigma=2.5, targets=5)
     rehash_models(ws)
     write_workspace(ws)
     return ws
@@ -170,17 +178,6 @@ def _save_npy(values: list[int]) -> Callable[[Workspace], None]:
         (_write("forget.npy", b"garbage"), "forget_indices", "error", "cannot read"),
         (_set("dataset", {"kind": "npz", "root": "nowhere.npz"}), "dataset.root", "error", "exist"),
         (_set("dataset", {"kind": "npz", "rooot": "data.npz"}), "dataset", "error", "unknown keys"),
-        (_set("defaults.sigma", "silverman"), "defaults.sigma", "error", "not a rule"),
-        (_set("defaults.sigma", -1.0), "defaults.sigma", "error", "positive"),
-        (_set("defaults.alpha", 2.0), "defaults.alpha", "error", "(0, 1)"),
-        (_set("defaults.alpha_calibrated", 0.0), "defaults.alpha_calibrated", "error", "(0, 1)"),
-        (_set("defaults.estimator", "debiased"), "defaults.estimator", "error", "'biased'"),
-        (_set("defaults.null_pairs", 0), "defaults.null_pairs", "error", ">= 1"),
-        (_set("defaults.baseline_targets", -1), "defaults.baseline_targets", "error", ">= 0"),
-        (_set("defaults.subset_size", 2), "defaults.subset_size", "error", ">= 4"),
-        (_set("defaults.layer", ""), "defaults.layer", "error", "non-empty"),
-        (_set("defaults.targets", 1), "defaults.targets", "error", ">= 2"),
-        (_set("defaults.panel_size", 5), "defaults", "error", "panel_size"),
     ],
 )
 def test_every_invalid_field_is_reported(ws, mutate, field, severity, text):
@@ -272,3 +269,159 @@ def test_problem_str():
 def test_generated_dataset_cache_need_not_exist_yet(ws):
     ws.dataset = {"kind": "mnist1d", "root": "cache/mnist1d.npz", "options": {"num_samples": 100}}
     assert [p for p in validate_workspace(ws) if p.field.startswith("dataset")] == []
+
+
+# ------------------------------------------------------------------------------- [defaults]
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        ('sigma = "silverman"', {"defaults.sigma": "sigma must be"}),
+        ("sigma = -1.0", {"defaults.sigma": "positive"}),
+        ("alpha = 2.0", {"defaults.alpha": r"\(0, 1\)"}),
+        ('estimator = "debiased"', {"defaults.estimator": "'biased'"}),
+        ("subset_size = 2", {"defaults.subset_size": "at least 4"}),
+        ('layer = ""', {"defaults.layer": "non-empty"}),
+        ("panel_size = 5", {"defaults.panel_size": "panel_size"}),
+        ("pool = 1", {"defaults.pool": "expected bool"}),
+        ("colour = 1", {"defaults.colour": "unknown setting"}),
+        (
+            "targets = 1\nsplits = 1\nalpha_calibrated = 0.0",
+            {
+                "defaults.targets": "targets",
+                "defaults.splits": "splits",
+                "defaults.alpha_calibrated": r"\(0, 1\)",
+            },
+        ),
+    ],
+)
+def test_defaults_one_problem_per_field(ws, lines, expected):
+    file = ws.root / "workspace.toml"
+    text = file.read_text()
+    start = text.index("[defaults]")
+    end = text.index("\n[", start + 1) if "\n[" in text[start + 1 :] else len(text)
+    file.write_text(text[:start] + "[defaults]\n" + lines + "\n" + text[end:])
+    with pytest.raises(WorkspaceError) as info:
+        load_workspace(ws.root, validate=False)
+    message = str(info.value)
+    assert f"{len(expected)} problem(s) in [defaults]" in message
+    for field, pattern in expected.items():
+        assert re.search(re.escape(field) + ": [^;]*" + pattern, message), message
+
+
+def test_defaults_are_eval_settings_and_cross_field_rules_use_the_table():
+    settings, problems = defaults_from_table({"panel_size": 200, "alpha_calibrated": 0.01})
+    assert problems == [] and isinstance(settings, EvalSettings)
+    assert (settings.panel_size, settings.alpha_calibrated) == (200, 0.01)
+    settings, problems = defaults_from_table({"sigma": 2, "alpha_calibrated": 0.01})
+    assert settings.sigma == 2.0 and isinstance(settings.sigma, float)
+    assert [p.field for p in problems] == ["defaults.alpha_calibrated"]  # R = 20 is too small
+    assert defaults_from_table([1])[1][0].field == "defaults"
+
+
+def test_every_settings_field_round_trips(ws):
+    fields = {f.name for f in dataclasses.fields(EvalSettings)}
+    written = (ws.root / "workspace.toml").read_text()
+    for name in fields:
+        assert f"\n{name} = " in written
+    assert load_workspace(ws.root).defaults == ws.defaults
+
+
+# ------------------------------------------------------------------------------- models
+
+
+@pytest.mark.parametrize("name", ["a/b", "../x", "", ".hidden", "x" * 65, "a b", "é", "a\x00b"])
+def test_unsafe_model_names_are_refused(ws, name):
+    with pytest.raises(WorkspaceError, match="is not allowed"):
+        check_model_name(name)
+    with pytest.raises(WorkspaceError, match=r"not allowed|empty"):
+        ws.add_model(ModelEntry(name, "random", "mlp", "models/random.safetensors"))
+    ws.models[1].name = name
+    assert any(p.field == "models[1].name" for p in validate_workspace(ws))
+
+
+def test_arch_may_be_read_from_the_file(ws):
+    ws.models[1].arch = ""
+    write_workspace(ws)
+    assert 'arch = "mlp"' in (ws.root / "workspace.toml").read_text()  # the original keeps its
+    loaded = load_workspace(ws.root)
+    assert loaded.models[1].arch == "" and validate_workspace(loaded) == []
+
+
+def test_trusted_and_activations_round_trip_and_precomputed_rules(ws):
+    np.savez(ws.root / "acts.npz", train_h=np.zeros((N_TRAIN, 2)), test_h=np.zeros((20, 2)))
+    ws.models[1].trusted = True
+    ws.add_model(ModelEntry("pre", "unlearned", PRECOMPUTED, activations="acts.npz"))
+    write_workspace(ws)
+    loaded = load_workspace(ws.root)
+    assert loaded.models[1].trusted and loaded.model("pre").activations == "acts.npz"
+    assert "trusted = false" not in (ws.root / "workspace.toml").read_text()
+    loaded.model("pre").activations = None
+    loaded.model("rand").checkpoint = ""
+    fields = {p.field for p in validate_workspace(loaded)}
+    assert {"models[2].activations", "models[1].checkpoint"} <= fields
+
+
+def test_no_models_says_how_to_add_one(ws):
+    ws.models = []
+    problems = validate_workspace(ws)
+    assert [p.field for p in problems] == ["models"] and "add-model" in problems[0].message
+    with pytest.raises(WorkspaceError, match="has no models to evaluate"):
+        workspace_hash(ws)
+    with pytest.raises(WorkspaceError, match="no models"):
+        ws.require_models()
+
+
+def test_cache_paths_and_fresh_model_paths(ws):
+    assert cache_path(ws.root, "activations") == ws.root / ".sde-cache" / "activations"
+    assert cache_path(ws.root, "results") == ws.root / ".sde-cache" / "results.sqlite"
+    with pytest.raises(WorkspaceError, match="unknown cache kind"):
+        cache_path(ws.root, "tmp")
+    assert fresh_model_path(ws, "models/final.safetensors") == "models/final-2.safetensors"
+    assert fresh_model_path(ws, "models") == "models-2"  # the folder holds referenced files
+    assert fresh_model_path(ws, "models/new") == "models/new"
+
+
+# ------------------------------------------------------------------------------- atomic writes
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def test_commit_files_is_all_or_nothing(ws, monkeypatch):
+    before = _snapshot(ws.root)
+    real = os.replace
+    calls = []
+
+    def flaky(src, dst):
+        calls.append(dst)
+        if len(calls) == 4:  # fail half-way through the moves
+            raise OSError("disk full")
+        return real(src, dst)
+
+    monkeypatch.setattr("sde_core.common.staging.os.replace", flaky)
+    with pytest.raises(OSError, match="disk full"):
+        commit_files(ws.root, {"forget.npy": b"new", "models/x.bin": b"x", WORKSPACE_FILE: b"y"})
+    monkeypatch.setattr("sde_core.common.staging.os.replace", real)
+    assert _snapshot(ws.root) == before
+    assert sorted(p.name for p in ws.root.iterdir()) == sorted(
+        p for p in {"data.npz", "forget.npy", "models", "workspace.toml"}
+    )
+    written = commit_files(
+        ws.root, {"notes/a.txt": b"a", WORKSPACE_FILE: (ws.root / WORKSPACE_FILE).read_bytes()}
+    )
+    assert [p.name for p in written] == ["a.txt", WORKSPACE_FILE]
+    with pytest.raises(PathError, match="outside"):
+        commit_files(ws.root, {"/etc/x": b""})
+
+
+def test_init_writes_nothing_when_it_fails(tmp_path):
+    with pytest.raises(SDEError):
+        init_workspace(tmp_path / "new", {"kind": "npz", "root": 5}, "forget.npy")
+    with pytest.raises(SDEError):
+        init_workspace(tmp_path / "new", {"kind": "npz"}, "forget.npy", defaults={"layer": "x"})  # type: ignore[arg-type]
+    assert not (tmp_path / "new").exists()

@@ -17,16 +17,16 @@ import torch
 
 from sde_core.inputs.data import load_dataset, save_index_file
 from sde_core.inputs.models import build_model, save_checkpoint
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (
     CheckpointRef,
-    EvalDefaults,
     ModelEntry,
     init_workspace,
     write_workspace,
 )
 
 #: Evaluation defaults small enough for sub-second evaluations of one model.
-TINY_DEFAULTS = EvalDefaults(
+TINY_DEFAULTS = EvalSettings(
     layer="output", sigma="sqrt_dim", subset_size=40, targets=10, splits=20, panel_size=20
 )
 ARCH = "mlp"

@@ -1,4 +1,9 @@
-"""``train`` and ``unlearn``: produce a model and add it to a workspace."""
+"""``train`` and ``unlearn``: produce a model and add it to a workspace.
+
+The job writes its checkpoints under ``models/`` without overwriting any file the workspace
+refers to (``--replace`` trains into a fresh folder); ``workspace.toml`` is rewritten atomically
+only once the job succeeded, so a failed run leaves the workspace as it was.
+"""
 
 from __future__ import annotations
 
@@ -43,8 +48,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from sde_core.learning.training import TrainConfig
     from sde_core.pipeline.engine import Job, Resources
     from sde_core.pipeline.jobs import random_model_job, train_model_job
-    from sde_core.pipeline.workspace import load_workspace, write_workspace
+    from sde_core.pipeline.workspace import check_model_name, load_workspace, write_workspace
 
+    check_model_name(args.name)
     ws = load_workspace(args.workspace, validate=False)
     if any(m.name == args.name for m in ws.models) and not args.replace:
         raise SettingsError(f"model {args.name!r} exists in the workspace: pass --replace")
@@ -114,8 +120,9 @@ def _cmd_unlearn(args: argparse.Namespace) -> int:
     from sde_core.learning.unlearning import parse_params
     from sde_core.pipeline.engine import Job, Resources
     from sde_core.pipeline.jobs import unlearn_model_job
-    from sde_core.pipeline.workspace import load_workspace, write_workspace
+    from sde_core.pipeline.workspace import check_model_name, load_workspace, write_workspace
 
+    check_model_name(args.name)
     ws = load_workspace(args.workspace, validate=False)
     if any(m.name == args.name for m in ws.models) and not args.replace:
         raise SettingsError(f"model {args.name!r} exists in the workspace: pass --replace")

@@ -1,4 +1,9 @@
-"""``workspace init | validate | show``: create, check or list a workspace."""
+"""``workspace init | add-model | validate | show``: create, extend, check or list a workspace.
+
+Files a workspace names must lie inside its folder or a folder listed in ``$SDE_DATA_ROOTS``
+(``os.pathsep``-separated), see ``docs/bring-your-own.md``. ``init`` and ``add-model`` write
+all their files at once: when they fail, nothing on disk has changed.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +13,34 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from sde_core.cli._args import Parser, literal, parse_pairs
-from sde_core.errors import SettingsError
 
 __all__ = ["register_workspace"]
 
+_ROOTS_HELP = (
+    "Every file must lie inside the workspace folder or a folder listed in $SDE_DATA_ROOTS."
+)
+
+
+def _classes(values: list[str] | None) -> list[int | str] | None:
+    """``--forget-class`` values (repeatable, comma-separated): class ids or names."""
+    if not values:
+        return None
+    out: list[int | str] = []
+    for value in values:
+        for part in (p.strip() for p in value.split(",")):
+            if part:
+                out.append(int(part) if part.lstrip("-").isdigit() else part)
+    return out
+
 
 def _cmd_workspace_init(args: argparse.Namespace) -> int:
-    from sde_core.inputs.data import load_dataset, save_index_file
-    from sde_core.pipeline.workspace import init_workspace, write_workspace
+    from sde_core.services.workspaces import create_workspace
 
     dataset: dict[str, Any] = {"kind": args.dataset_kind}
     if args.dataset_root is not None:
         dataset["root"] = args.dataset_root
-    for key in ("train_size", "test_size"):
+    for key in ("train_size", "test_size", "train_indices", "test_indices"):
         if getattr(args, key) is not None:
             dataset[key] = getattr(args, key)
     options = {
@@ -31,19 +48,40 @@ def _cmd_workspace_init(args: argparse.Namespace) -> int:
     }
     if options:
         dataset["options"] = options
-    if (args.forget is None) == (args.random_forget is None):
-        raise SettingsError("give exactly one of --forget FILE or --random-forget FRACTION")
-    forget = args.forget if args.forget is not None else "forget.npy"
-    ws = init_workspace(args.folder, dataset, forget, name=args.name, overwrite=args.overwrite)
-    if args.random_forget is not None:
-        if not 0.0 < args.random_forget < 1.0:
-            raise SettingsError(f"--random-forget {args.random_forget} must be in (0, 1), e.g. 0.2")
-        n = len(load_dataset(ws.dataset_spec()).train)
-        rng = np.random.default_rng(args.seed)
-        k = max(1, round(args.random_forget * n))
-        save_index_file(ws.path(forget), np.sort(rng.choice(n, size=k, replace=False)))
-        write_workspace(ws)
-    print(f"created {ws.root / 'workspace.toml'}")
+    defaults = {} if args.subset_size is None else {"subset_size": args.subset_size}
+    made = create_workspace(
+        args.folder, dataset, forget=args.forget, random_forget=args.random_forget,
+        forget_classes=_classes(args.forget_class), seed=args.seed, name=args.name,
+        defaults=defaults, overwrite=args.overwrite,
+    )  # fmt: skip
+    ws = made.workspace
+    print(
+        f"created {ws.root / 'workspace.toml'}: |D_tr| = {made.n_train}, |D_f| = "
+        f"{made.n_forget}, |D_te| = {made.n_test}"
+    )
+    for note in made.notes:
+        print(f"  {note}")
+    print("next: add models with `python -m sde_core workspace add-model` or `train`")
+    return 0
+
+
+def _cmd_workspace_add_model(args: argparse.Namespace) -> int:
+    from sde_core.services.workspaces import ModelSpec, add_model
+
+    kwargs = {k: literal(v) for k, v in parse_pairs(args.arch_kwarg, "--arch-kwarg").items()}
+    spec = ModelSpec(
+        name=args.name, role=args.role or "", method=args.method, arch=args.arch,
+        arch_kwargs=kwargs, trusted=args.trusted,
+    )  # fmt: skip
+    added = add_model(
+        args.workspace, spec, checkpoint=args.checkpoint, activations=args.activations,
+        copy=args.copy, replace=args.replace,
+    )  # fmt: skip
+    entry = added.entry
+    where = entry.checkpoint or entry.activations
+    print(f"added {entry.role} model {entry.name!r} ({where}) to {args.workspace}")
+    for note in added.notes:
+        print(f"  {note}")
     return 0
 
 
@@ -92,31 +130,89 @@ def _cmd_workspace_show(args: argparse.Namespace) -> int:
     print(f"  defaults: {dataclasses.asdict(ws.defaults)}")
     for m in ws.models:
         secs = f"{m.seconds:.1f}s" if m.seconds is not None else "-"
+        trusted = " (trusted)" if m.trusted else ""
         print(
-            f"  {m.name:<16} {m.role:<10} {m.method or '-':<10} {m.arch:<12} {secs:>8}"
-            f"  {m.checkpoint}"
+            f"  {m.name:<16} {m.role:<10} {m.method or '-':<10} {m.arch or '(file)':<12} "
+            f"{secs:>8}  {m.checkpoint or m.activations}{trusted}"
         )
     return 0
 
 
 def register_workspace(subparsers: argparse._SubParsersAction) -> None:
-    """``workspace init | validate | show``."""
+    """``workspace init | add-model | validate | show``."""
+    from sde_core.pipeline.workspace import ROLES
+
     parser = subparsers.add_parser("workspace", help="create, check or list a workspace")
     sub = parser.add_subparsers(dest="workspace_command", required=True, parser_class=Parser)
 
-    init = sub.add_parser("init", help="create FOLDER/workspace.toml (no models yet)")
+    init = sub.add_parser(
+        "init",
+        help="create FOLDER/workspace.toml (no models yet)",
+        description="Create a workspace: the dataset, the forget set and evaluation defaults "
+        "whose subset size fits the data. Give exactly one of --forget, --random-forget, "
+        f"--forget-class. {_ROOTS_HELP}",
+    )
     init.add_argument("folder")
-    init.add_argument("--dataset-kind", required=True, help="e.g. fashion-mnist, mnist1d, npz")
+    init.add_argument(
+        "--dataset-kind", required=True, help="e.g. fashion-mnist, cifar10, imagefolder, npz, "
+        "mnist1d, activations"
+    )  # fmt: skip
     init.add_argument("--dataset-root", help="data folder/file (relative to FOLDER or absolute)")
     init.add_argument("--dataset-option", action="append", metavar="K=V", help="repeatable")
     init.add_argument("--train-size", type=int, help="random training subset size")
     init.add_argument("--test-size", type=int, help="random test subset size")
-    init.add_argument("--forget", help="existing forget index file (relative to FOLDER)")
+    init.add_argument(
+        "--train-indices", metavar="FILE",
+        help="D_tr = these rows of the training files, in this order (index file relative to "
+        "FOLDER); the forget set indexes D_tr",
+    )  # fmt: skip
+    init.add_argument("--test-indices", metavar="FILE", help="D_te = these rows of the test files")
+    init.add_argument(
+        "--forget", help="forget set: an index file (.npy/.txt/.json/.pt, indices or a boolean "
+        "mask) relative to FOLDER"
+    )  # fmt: skip
     init.add_argument("--random-forget", type=float, metavar="FRACTION", help="draw R%% of D_tr")
+    init.add_argument(
+        "--forget-class", action="append", metavar="C",
+        help="forget every training row of class C (id or name; repeatable or comma-separated)",
+    )  # fmt: skip
     init.add_argument("--seed", type=int, default=0, help="seed of --random-forget")
+    init.add_argument(
+        "--subset-size", type=int, help="[defaults] subset size (default: the largest that fits)"
+    )
     init.add_argument("--name", default="")
     init.add_argument("--overwrite", action="store_true")
     init.set_defaults(func=_cmd_workspace_init)
+
+    add = sub.add_parser(
+        "add-model",
+        help="add an existing checkpoint (or activations file) to a workspace",
+        description="Add a model you already have. The checkpoint is loaded without running "
+        "code (unless --trusted), its architecture read from the file or inferred (or --arch "
+        "with --arch-kwarg), checked on two training samples against the dataset's input shape "
+        "and number of classes, and its SHA-256 recorded. With --activations alone the model is "
+        f"known by its precomputed activations (arch 'precomputed'). {_ROOTS_HELP} Use --copy "
+        "to copy the files into WORKSPACE/models/NAME/ instead.",
+    )
+    add.add_argument("workspace")
+    add.add_argument("--name", required=True, help="letters, digits, _ . + - (at most 64)")
+    add.add_argument("--checkpoint", help=".safetensors, .pt, .pth or .pth.tar file")
+    add.add_argument(
+        "--activations", help="the model's precomputed activations (.npz or .parquet, one row "
+        "per sample; see docs/bring-your-own.md)"
+    )  # fmt: skip
+    add.add_argument("--role", choices=ROLES, help="default: guessed from the name")
+    add.add_argument("--arch", help="registry name or torchvision:<name> (default: inferred)")
+    add.add_argument("--arch-kwarg", action="append", metavar="K=V", help="repeatable, JSON values")
+    add.add_argument("--method", default="", help="how the model was produced, e.g. salun")
+    add.add_argument(
+        "--trusted", action="store_true",
+        help="I vouch for this file: allow TorchScript archives and full pickles (they can run "
+        "code); recorded as trusted = true",
+    )  # fmt: skip
+    add.add_argument("--copy", action="store_true", help="copy the files into the workspace")
+    add.add_argument("--replace", action="store_true", help="replace a model of the same name")
+    add.set_defaults(func=_cmd_workspace_add_model)
 
     validate = sub.add_parser("validate", help="list every problem; exit 1 on errors")
     validate.add_argument("folder")

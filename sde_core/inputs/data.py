@@ -14,10 +14,14 @@
 - ``npz``: arrays ``x_train, y_train, x_test, y_test`` in one ``.npz``, or ``train.npz`` and
   ``test.npz`` (keys ``x``, ``y``) in a folder.
 - ``mnist1d``: generated offline with the ``mnist1d`` package, cached to an ``.npz``.
-- ``activations``: precomputed activations (``.npz`` or ``.parquet`` with a split column), so any
-  model can be audited without loading it (see :class:`PrecomputedActivations`).
+- ``activations``: precomputed activations (``.npz`` or ``.parquet``), so any model can be
+  audited without loading it (see :mod:`sde_core.inputs.precomputed` for the layouts).
 
-Forget sets are index files: :func:`load_index_file` / :func:`save_index_file`.
+Every dataset exposes ``class_names`` (Fashion-MNIST's names, CIFAR's meta names, ImageFolder's
+folder names, an npz's ``classes`` entry, else the label as text). Generated and resized data
+are bounded (:data:`MAX_GENERATED_SAMPLES`, :data:`MAX_IMAGE_SIZE`) and checked before anything
+is allocated. Forget sets are index files: :func:`load_index_file` / :func:`save_index_file`
+(:mod:`sde_core.inputs.indices`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import pickle
 import random
 from collections.abc import Mapping, Sequence
@@ -36,17 +41,34 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from sde_core.common.fsio import atomic_write, atomic_write_bytes
+from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
 from sde_core.errors import DataError
+from sde_core.inputs.indices import (
+    INDEX_SUFFIXES,
+    MAX_CLASSES,
+    as_index_array,
+    as_labels,
+    check_unique,
+    class_indices,
+    excerpt,
+    load_index_file,
+    save_index_file,
+)
+from sde_core.inputs.precomputed import PrecomputedActivations, load_precomputed, npz_arrays
 
 __all__ = [
     "DATASET_KINDS",
+    "INDEX_SUFFIXES",
+    "MAX_CLASSES",
+    "MAX_GENERATED_SAMPLES",
+    "MAX_IMAGE_SIZE",
     "ArrayDataset",
     "DatasetBundle",
     "DatasetSpec",
     "ImageFileDataset",
     "PrecomputedActivations",
+    "class_indices",
     "load_dataset",
     "load_index_file",
     "load_precomputed",
@@ -65,6 +87,19 @@ DATASET_KINDS = (
     "activations",
 )
 _SPLITS = ("train", "test")
+#: Largest mnist1d ``num_samples`` (about 160 MB of float32 at 40 features).
+MAX_GENERATED_SAMPLES = 1_000_000
+#: Largest ImageFolder ``image_size`` (pixels per side).
+MAX_IMAGE_SIZE = 1024
+#: ``options`` keys and what they hold.
+_OPTIONS = {
+    "normalize": "[mean, std] lists, one value per channel",
+    "image_size": f"an integer in [8, {MAX_IMAGE_SIZE}] (imagefolder)",
+    "num_samples": f"an integer in [20, {MAX_GENERATED_SAMPLES}] (mnist1d)",
+    "train_split": "a number in (0, 1) (mnist1d)",
+    "data_seed": "a non-negative integer (mnist1d)",
+    "test_path": "the path of a separate test .npz (npz, activations)",
+}
 _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 _FASHION_CLASSES = [
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
@@ -106,61 +141,128 @@ class DatasetSpec:
     seed: int = 0
     options: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Type and range checks of every field (no file is read).
+
+        Raises:
+            DataError: naming the field and what it must hold.
+        """
+        if not isinstance(self.kind, str) or self.kind not in DATASET_KINDS:
+            raise DataError(
+                f"unknown dataset kind {excerpt(self.kind)}; use one of {', '.join(DATASET_KINDS)}"
+            )
+        for key in ("root", "train_indices", "test_indices"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or (
+                value is not None
+                and not isinstance(value, str | os.PathLike | Sequence | np.ndarray)
+            ):
+                raise DataError(
+                    f"dataset {key} must be a path string (or a list of indices), got "
+                    f"{type(value).__name__} {excerpt(value)}"
+                )
+        if isinstance(self.root, Sequence) and not isinstance(self.root, str):
+            raise DataError(f"dataset root must be a path string, got {type(self.root).__name__}")
+        for key in ("train_size", "test_size"):
+            value = getattr(self, key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1
+            ):
+                raise DataError(f"dataset {key} must be a positive integer, got {excerpt(value)}")
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, int | np.integer)
+            or not 0 <= self.seed < 2**63
+        ):
+            raise DataError(
+                f"dataset seed must be an integer in [0, 2**63), got {excerpt(self.seed)}"
+            )
+        if not isinstance(self.options, Mapping):
+            raise DataError(f"dataset options must be a table, got {type(self.options).__name__}")
+        unknown = sorted(str(k) for k in set(self.options) - set(_OPTIONS))
+        if unknown:
+            raise DataError(
+                f"unknown dataset option(s) {[excerpt(k) for k in unknown]}; options: "
+                + "; ".join(f"{k}: {v}" for k, v in _OPTIONS.items())
+            )
+        _check_options(self.options)
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: str | Path | None = None) -> DatasetSpec:
         """Build from a mapping (e.g. a workspace.toml table); relative paths join ``base_dir``.
 
         Raises:
-            DataError: unknown keys or a missing ``kind``.
+            DataError: unknown keys, a missing ``kind`` or a mistyped field.
         """
+        if not isinstance(data, Mapping):
+            raise DataError(f"the dataset table must be a table, got {type(data).__name__}")
         allowed = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(data) - allowed)
+        unknown = sorted(str(k) for k in set(data) - allowed)
         if unknown or "kind" not in data:
             raise DataError(
-                f"dataset table has unknown keys {unknown} or no 'kind'; "
+                f"dataset table has unknown keys {[excerpt(k) for k in unknown]} or no 'kind'; "
                 f"allowed keys: {sorted(allowed)}"
             )
         values = dict(data)
         if base_dir is not None:
-            for key in ("root", "train_indices", "test_indices"):
-                if isinstance(values.get(key), str | Path) and not Path(values[key]).is_absolute():
-                    values[key] = Path(base_dir) / values[key]
+            for key, value in cls(**values).path_fields().items():
+                if not Path(value).is_absolute():
+                    _set_path(values, key, str(Path(base_dir) / value))
         return cls(**values)
 
+    def path_fields(self) -> dict[str, str]:
+        """Every file or folder this spec names, keyed ``root``, ``train_indices``,
+        ``test_indices``, ``options.test_path`` (as written)."""
+        out: dict[str, str] = {}
+        for key in ("root", "train_indices", "test_indices"):
+            value = getattr(self, key)
+            if isinstance(value, str | os.PathLike):
+                out[key] = os.fspath(value)
+        if isinstance(self.options.get("test_path"), str):
+            out["options.test_path"] = self.options["test_path"]
+        return out
 
-@dataclass
-class PrecomputedActivations:
-    """Activations computed elsewhere: ``features[split][layer]`` is an ``(n, d)`` float32 array.
+    def with_paths(self, paths: Mapping[str, str | Path]) -> DatasetSpec:
+        """A copy with the path fields of :meth:`path_fields` replaced (e.g. resolved)."""
+        values: dict[str, Any] = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        values["options"] = dict(self.options)
+        for key, value in paths.items():
+            _set_path(values, key, str(value))
+        return DatasetSpec(**values)
 
-    ``forget_mask`` (bool, length of the train split) marks the forget set when the file had one;
-    ``labels`` holds int labels per split when the file had them.
-    """
 
-    features: dict[str, dict[str, np.ndarray]]
-    forget_mask: np.ndarray | None
-    source: Path
-    labels: dict[str, np.ndarray] = field(default_factory=dict)
+def _set_path(values: dict[str, Any], key: str, value: str) -> None:
+    if key.startswith("options."):
+        values["options"] = {**dict(values.get("options") or {}), key[8:]: value}
+    else:
+        values[key] = value
 
-    @property
-    def layers(self) -> list[str]:
-        """Layer names available in both splits."""
-        return sorted(set(self.features["train"]) & set(self.features["test"]))
 
-    def get(self, split: str, layer: str) -> np.ndarray:
-        """The ``(n, d)`` float32 activations of ``layer`` on ``split``.
+def _check_options(options: Mapping[str, Any]) -> None:
+    def integer(key: str, low: int, high: int) -> None:
+        value = options[key]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | np.integer)
+            or not low <= value <= high
+        ):
+            raise DataError(f"options.{key} must be {_OPTIONS[key]}, got {excerpt(value)}")
 
-        Raises:
-            DataError: unknown split or layer (the message lists the valid ones).
-        """
-        if split not in self.features:
+    if "image_size" in options:
+        integer("image_size", 8, MAX_IMAGE_SIZE)
+    if "num_samples" in options:
+        integer("num_samples", 20, MAX_GENERATED_SAMPLES)
+    if "data_seed" in options:
+        integer("data_seed", 0, 2**32 - 1)
+    if "train_split" in options:
+        value = options["train_split"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
             raise DataError(
-                f"split {split!r} is not in {self.source}; use one of {sorted(self.features)}"
+                f"options.train_split must be {_OPTIONS['train_split']}, got {excerpt(value)}"
             )
-        if layer not in self.features[split]:
-            raise DataError(
-                f"layer {layer!r} is not in {self.source}; it holds {', '.join(self.layers)}"
-            )
-        return self.features[split][layer]
+    if "test_path" in options and not isinstance(options["test_path"], str):
+        raise DataError(f"options.test_path must be {_OPTIONS['test_path']}")
+    _normalize_option(options)
 
 
 @dataclass
@@ -218,7 +320,7 @@ class DatasetBundle:
         dataset = self.split(split)
         if not self.is_image or not hasattr(dataset, "raw_images"):
             return None
-        idx = _as_index_array(indices, len(dataset), f"{split} image indices")
+        idx = as_index_array(indices, len(dataset), f"{split} image indices")
         return dataset.raw_images(idx)
 
 
@@ -437,7 +539,7 @@ def _read_cifar(root: Path, hundred: bool) -> dict[str, Any]:
                 .reshape(-1, 3, 32, 32)
                 .transpose(0, 2, 3, 1)
             )
-            ys.append(np.asarray(batch[label_key], dtype=np.int64))
+            ys.append(as_labels(np.asarray(batch[label_key]), f"{folder / name} {label_key}"))
         out[split] = (np.concatenate(xs), np.concatenate(ys))
     n_classes = 100 if hundred else 10
     names = [str(i) for i in range(n_classes)]
@@ -562,22 +664,13 @@ def _read_imagefolder(root: Path) -> dict[str, Any]:
     return out
 
 
-def _npz_arrays(path: Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except Exception as exc:
-        raise DataError(
-            f"cannot read {path} ({type(exc).__name__}: {exc}); it must be an .npz without pickles"
-        ) from exc
-
-
 def _read_npz(root: Path, options: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("x_train", "y_train", "x_test", "y_test")
     if root.is_file():
-        arrays = _npz_arrays(root)
-        keys = ("x_train", "y_train", "x_test", "y_test")
+        arrays = npz_arrays(root)
+        classes = arrays.get("classes")
         if "test_path" in options:
-            test = _npz_arrays(Path(options["test_path"]))
+            test = npz_arrays(Path(options["test_path"]))
             arrays = {
                 "x_train": arrays.get("x"),
                 "y_train": arrays.get("y"),
@@ -588,9 +681,10 @@ def _read_npz(root: Path, options: Mapping[str, Any]) -> dict[str, Any]:
         else:
             files = [root]
         if any(arrays.get(k) is None for k in keys):
+            found = [excerpt(k, 24) for k in sorted(arrays)[:12]]
             raise DataError(
-                f"{root} needs arrays {keys} (or x, y plus options.test_path); "
-                f"it has {sorted(arrays)}"
+                f"{root} needs arrays {keys} (or x, y plus options.test_path), optionally "
+                f"'classes' (class names); it has {found}"
             )
     else:
         files = [root / "train.npz", root / "test.npz"]
@@ -598,18 +692,21 @@ def _read_npz(root: Path, options: Mapping[str, Any]) -> dict[str, Any]:
             raise DataError(
                 f"{root} needs train.npz and test.npz (keys x, y), or pass a single .npz file"
             )
-        tr, te = _npz_arrays(files[0]), _npz_arrays(files[1])
+        tr, te = npz_arrays(files[0]), npz_arrays(files[1])
         if not {"x", "y"} <= set(tr) or not {"x", "y"} <= set(te):
             raise DataError(f"train.npz and test.npz in {root} need arrays 'x' and 'y'")
         arrays = {"x_train": tr["x"], "y_train": tr["y"], "x_test": te["x"], "y_test": te["y"]}
+        classes = tr.get("classes")
     out: dict[str, Any] = {"files": files}
     for split in _SPLITS:
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if len(x) != len(y) or y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+        if x.ndim < 2 or x.shape[0] == 0 or 0 in x.shape:
             raise DataError(
-                f"x_{split} {x.shape} and y_{split} {y.shape} ({y.dtype}) must be n rows "
-                "and 1-D integer labels"
+                f"x_{split} must hold one sample per row (n, ...) with n >= 1, got shape {x.shape}"
             )
+        if x.dtype.kind not in "biuf":
+            raise DataError(f"x_{split} must hold numbers, got {x.dtype} values")
+        y = as_labels(y, f"y_{split}", rows=x.shape[0])
         if (
             x.ndim == 4
             and x.shape[1] in (1, 3)
@@ -619,36 +716,60 @@ def _read_npz(root: Path, options: Mapping[str, Any]) -> dict[str, Any]:
             x = x.transpose(0, 2, 3, 1)
         if x.ndim == 4 and x.shape[-1] == 1:
             x = x[..., 0]
-        out[split] = (x, y.astype(np.int64))
+        out[split] = (x, y)
+    if classes is not None:
+        out["class_names"] = _class_name_list(classes, out, root)
     return out
 
 
+def _class_name_list(classes: np.ndarray, raw: Mapping[str, Any], root: Path) -> list[str]:
+    """The npz ``classes`` entry as a list of names, one per class id."""
+    if classes.ndim != 1 or classes.dtype.kind not in "US" or classes.size == 0:
+        raise DataError(
+            f"{root}: 'classes' must be a 1-D array of class-name strings, got "
+            f"{classes.dtype} {classes.shape}"
+        )
+    top = max(int(raw[s][1].max()) if raw[s][1].size else -1 for s in _SPLITS)
+    if classes.size <= top:
+        raise DataError(
+            f"{root}: 'classes' names {classes.size} classes but the labels go up to {top}: "
+            "give one name per class id"
+        )
+    return [c.decode("utf-8", "replace") if isinstance(c, bytes) else str(c) for c in classes]
+
+
 def _read_mnist1d(root: Path | None, options: Mapping[str, Any]) -> dict[str, Any]:
+    _check_options(options)  # sizes are bounded before anything is generated
     params = {
         "num_samples": int(options.get("num_samples", 10_000)),
         "train_split": float(options.get("train_split", 0.6)),
         "seed": int(options.get("data_seed", 42)),
     }
-    if params["num_samples"] < 20 or not 0 < params["train_split"] < 1:
-        raise DataError(f"mnist1d needs num_samples >= 20 and 0 < train_split < 1, got {params}")
     if root is None:
         raise DataError(
             "mnist1d needs root: a .npz file (or folder) to cache the generated arrays in"
         )
     cache = root if root.suffix == ".npz" else root / f"mnist1d_{stable_hash(params)[:12]}.npz"
     if cache.is_file():
-        arrays = _npz_arrays(cache)
-        if json.loads(str(arrays.get("params", "{}"))) != params:
+        arrays = npz_arrays(cache)
+        try:
+            stored = json.loads(str(arrays.get("params", "{}")))
+        except (ValueError, RecursionError):
+            stored = None
+        if stored != params or not {"x", "y", "x_test", "y_test"} <= set(arrays):
             raise DataError(
-                f"{cache} was generated with other settings ({arrays.get('params')}); "
+                f"{cache} was generated with other settings or is not an mnist1d cache; "
                 "delete it or change root"
             )
     else:
         arrays = _generate_mnist1d(params)
         atomic_write(cache, lambda tmp: np.savez(tmp, **arrays))
     out: dict[str, Any] = {"files": [cache], "class_names": [str(i) for i in range(10)]}
-    out["train"] = (arrays["x"].astype(np.float32), arrays["y"].astype(np.int64))
-    out["test"] = (arrays["x_test"].astype(np.float32), arrays["y_test"].astype(np.int64))
+    for split, (xk, yk) in zip(_SPLITS, (("x", "y"), ("x_test", "y_test")), strict=True):
+        x = arrays[xk]
+        if x.ndim != 2 or x.dtype.kind not in "iuf":
+            raise DataError(f"{cache}: {xk} must be an (n, 40) float array; delete the cache")
+        out[split] = (x.astype(np.float32), as_labels(arrays[yk], f"{cache}: {yk}", len(x)))
     return out
 
 
@@ -679,143 +800,22 @@ def _generate_mnist1d(params: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Precomputed activations
-# ----------------------------------------------------------------------------------------------
-
-
-def load_precomputed(path: str | Path) -> PrecomputedActivations:
-    """Read precomputed activations.
-
-    Formats:
-        ``.npz``: ``train_<layer>`` / ``test_<layer>`` arrays ``(n, d)`` (or ``x_train``/``x_test``
-        for a single layer called ``"precomputed"``), optional ``y_train``, ``y_test`` and
-        ``forget`` (bool mask over train rows).
-        ``.parquet``: one row per sample with a ``split`` column (``train``/``test``), optional
-        ``forget`` (bool) and ``label`` columns; every other numeric column is a feature. Columns
-        named ``<layer>/<j>`` form layer ``<layer>``; unprefixed ones form ``"precomputed"``.
-
-    Raises:
-        DataError: unreadable file, missing split column/keys, non-finite values.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"activations file {path} does not exist; check the path")
-    features: dict[str, dict[str, np.ndarray]] = {"train": {}, "test": {}}
-    labels: dict[str, np.ndarray] = {}
-    forget = None
-    if path.suffix == ".npz":
-        arrays = _npz_arrays(path)
-        for key, arr in arrays.items():
-            for split in _SPLITS:
-                if key.startswith(f"{split}_"):
-                    features[split][key[len(split) + 1 :]] = arr
-                elif key == f"x_{split}":
-                    features[split]["precomputed"] = arr
-                elif key == f"y_{split}":
-                    labels[split] = arr
-        forget = arrays.get("forget")
-    elif path.suffix == ".parquet":
-        import pandas as pd
-
-        try:
-            frame = pd.read_parquet(path)
-        except Exception as exc:
-            raise DataError(
-                f"cannot read {path} ({type(exc).__name__}: {exc}); re-export it"
-            ) from exc
-        if "split" not in frame.columns:
-            raise DataError(
-                f"{path} needs a 'split' column with values 'train'/'test'; "
-                f"it has {list(frame.columns)[:10]}"
-            )
-        bad = sorted(set(frame["split"].astype(str)) - set(_SPLITS))
-        if bad:
-            raise DataError(f"{path} column 'split' has values {bad}; use only 'train' and 'test'")
-        feature_cols = [
-            c for c in frame.columns
-            if c not in ("split", "forget", "label", "index")
-            and np.issubdtype(frame[c].dtype, np.number)
-        ]  # fmt: skip
-        groups: dict[str, list[str]] = {}
-        for col in feature_cols:
-            layer = str(col).split("/", 1)[0] if "/" in str(col) else "precomputed"
-            groups.setdefault(layer, []).append(col)
-        for split in _SPLITS:
-            part = frame[frame["split"].astype(str) == split]
-            for layer, cols in groups.items():
-                features[split][layer] = part[cols].to_numpy(dtype=np.float32)
-            if "label" in frame.columns:
-                labels[split] = part["label"].to_numpy()
-            if split == "train" and "forget" in frame.columns:
-                forget = part["forget"].to_numpy().astype(bool)
-    else:
-        raise DataError(f"activations file {path} must be .npz or .parquet")
-    for split in _SPLITS:
-        if not features[split]:
-            raise DataError(f"{path} has no {split} activations; see load_precomputed's formats")
-        for layer, arr in features[split].items():
-            if arr.ndim != 2 or not np.isfinite(arr).all():
-                raise DataError(
-                    f"{path}: {split}/{layer} must be a finite (n, d) array, got shape {arr.shape}"
-                )
-            features[split][layer] = np.ascontiguousarray(arr, dtype=np.float32)
-        sizes = {arr.shape[0] for arr in features[split].values()}
-        if len(sizes) != 1:
-            raise DataError(f"{path}: {split} layers have different row counts {sorted(sizes)}")
-    n_train = next(iter(features["train"].values())).shape[0]
-    if forget is not None and (forget.shape != (n_train,)):
-        raise DataError(f"{path}: forget mask has shape {forget.shape}, expected ({n_train},)")
-    mask = None if forget is None else forget.astype(bool)
-    return PrecomputedActivations(
-        features, mask, path, {s: np.asarray(v, dtype=np.int64) for s, v in labels.items()}
-    )
-
-
-# ----------------------------------------------------------------------------------------------
 # Subsets and loading
 # ----------------------------------------------------------------------------------------------
-
-
-def _as_index_array(values: Any, n: int, what: str) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 1 or arr.size == 0:
-        raise DataError(f"{what} must be a non-empty 1-D list of integers, got shape {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.integer):
-        if (
-            np.issubdtype(arr.dtype, np.floating)
-            and np.all(np.isfinite(arr))
-            and np.all(arr == np.round(arr))
-        ):
-            arr = arr.astype(np.int64)
-        else:
-            bad = [
-                v
-                for v in arr.tolist()
-                if not (isinstance(v, int | float) and float(v).is_integer())
-            ][:5]
-            raise DataError(f"{what} must be integers; offending values: {bad}")
-    arr = arr.astype(np.int64)
-    out_of_range = arr[(arr < 0) | (arr >= n)]
-    if out_of_range.size:
-        raise DataError(
-            f"{what} must lie in [0, {n - 1}]; offending values: {out_of_range[:10].tolist()}"
-            + (f" ({out_of_range.size} in all)" if out_of_range.size > 10 else "")
-        )
-    return arr
 
 
 def _subset(spec: DatasetSpec, split: str, n: int) -> np.ndarray:
     given = spec.train_indices if split == "train" else spec.test_indices
     size = spec.train_size if split == "train" else spec.test_size
     if given is not None:
-        if isinstance(given, str | Path):
+        if isinstance(given, str | os.PathLike):
             return load_index_file(given, n)
-        idx = _as_index_array(given, n, f"{split}_indices")
-        _check_unique(idx, f"{split}_indices")
+        idx = as_index_array(given, n, f"{split}_indices")
+        check_unique(idx, f"{split}_indices")
         return idx
     if size is None:
         return np.arange(n, dtype=np.int64)
-    if not isinstance(size, int) or not 0 < size <= n:
+    if isinstance(size, bool) or not isinstance(size, int | np.integer) or not 0 < size <= n:
         raise DataError(
             f"{split}_size must be an integer in [1, {n}] (the {split} split's size), got {size!r}"
         )
@@ -831,8 +831,10 @@ def _normalize_option(options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarra
         mean, std = (np.asarray(v, dtype=np.float32).reshape(-1) for v in value)
     except (TypeError, ValueError) as exc:
         raise DataError(
-            f"options.normalize must be [mean, std] (per-channel lists), got {value!r}"
+            f"options.normalize must be [mean, std] (per-channel lists), got {excerpt(value, 40)}"
         ) from exc
+    if mean.size == 0 or mean.shape != std.shape or not np.isfinite(np.r_[mean, std]).all():
+        raise DataError("options.normalize must be two finite lists of equal length [mean, std]")
     if np.any(std <= 0):
         raise DataError(f"options.normalize std must be positive, got {std.tolist()}")
     return mean, std
@@ -851,16 +853,25 @@ def load_dataset(spec: DatasetSpec) -> DatasetBundle:
     """
     if not isinstance(spec, DatasetSpec):
         raise DataError(f"load_dataset needs a DatasetSpec, got {type(spec).__name__}")
-    if spec.kind not in DATASET_KINDS:
-        raise DataError(
-            f"unknown dataset kind {spec.kind!r}; use one of {', '.join(DATASET_KINDS)}"
-        )
     root = Path(spec.root) if spec.root is not None else None
     if spec.kind != "mnist1d" and (root is None or not root.exists()):
         raise DataError(
             f"dataset root {root} does not exist; set root to the folder or file holding "
             f"the {spec.kind} data"
         )
+    try:
+        return _load(spec, root)
+    except DataError:
+        raise
+    except (OSError, ValueError, TypeError, KeyError, IndexError, EOFError, MemoryError) as exc:
+        # a malformed file of a known format: name the file, never echo its content
+        raise DataError(
+            f"cannot read the {spec.kind} data at {root} ({type(exc).__name__}); the files are "
+            "corrupt or not in the expected format — re-copy them"
+        ) from exc
+
+
+def _load(spec: DatasetSpec, root: Path | None) -> DatasetBundle:
     options = dict(spec.options)
     normalize = _normalize_option(options)
     precomputed = None
@@ -939,6 +950,8 @@ def load_dataset(spec: DatasetSpec) -> DatasetBundle:
 
 def _num_classes(labels: Mapping[str, np.ndarray]) -> int:
     top = max(int(arr.max()) if arr.size else -1 for arr in labels.values())
+    if top >= MAX_CLASSES:
+        raise DataError(f"labels go up to {top}; at most {MAX_CLASSES} classes are supported")
     return top + 1
 
 
@@ -954,10 +967,7 @@ def _precomputed_raw(pre: PrecomputedActivations) -> dict[str, Any]:
     for s in _SPLITS:
         x = pre.features[s][layer]
         y = labels.get(s)
-        raw[s] = (
-            x,
-            np.full(len(x), -1, dtype=np.int64) if y is None else np.asarray(y, dtype=np.int64),
-        )
+        raw[s] = (x, np.full(len(x), -1, dtype=np.int64) if y is None else y)
     if all(s in labels for s in _SPLITS):
         raw["class_names"] = [str(i) for i in range(_num_classes({s: raw[s][1] for s in _SPLITS}))]
     else:
@@ -972,110 +982,3 @@ def _subset_precomputed(
     forget = None if pre.forget_mask is None else pre.forget_mask[indices["train"]]
     labels = {s: v[indices[s]] for s, v in pre.labels.items()}
     return PrecomputedActivations(features, forget, pre.source, labels)
-
-
-# ----------------------------------------------------------------------------------------------
-# Index files (forget sets)
-# ----------------------------------------------------------------------------------------------
-
-
-def _check_unique(idx: np.ndarray, what: str) -> None:
-    values, counts = np.unique(idx, return_counts=True)
-    dups = values[counts > 1]
-    if dups.size:
-        raise DataError(
-            f"{what} has duplicate indices: {dups[:10].tolist()}; each index may appear once"
-        )
-
-
-def load_index_file(path: str | Path, n_train: int) -> np.ndarray:
-    """Read a forget set (indices into the training split) from ``.npy``, ``.txt`` or ``.json``.
-
-    ``.txt``: integers separated by whitespace or commas (``#`` comments allowed); ``.json``: a
-    list of integers or ``{"indices": [...]}``.
-
-    Returns:
-        int64 array ``(k,)``, in file order.
-
-    Raises:
-        DataError: missing/unreadable file, non-integers, out-of-range values, duplicates or an
-            empty list (the message names the offending values).
-    """
-    path = Path(path)
-    if not isinstance(n_train, int | np.integer) or n_train <= 0:
-        raise DataError(
-            f"n_train must be a positive integer (the training-set size), got {n_train!r}"
-        )
-    if not path.is_file():
-        raise DataError(f"index file {path} does not exist; check the path")
-    try:
-        if path.suffix == ".npy":
-            values: Any = np.load(path, allow_pickle=False)
-        elif path.suffix == ".json":
-            values = json.loads(path.read_text())
-            if isinstance(values, dict):
-                values = values.get("indices")
-        elif path.suffix == ".txt":
-            text = "\n".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
-            tokens = text.replace(",", " ").split()
-            values = [_parse_int_token(t, path) for t in tokens]
-        else:
-            raise DataError(f"index file {path} must be .npy, .txt or .json")
-    except DataError:
-        raise
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise DataError(
-            f"cannot read index file {path} ({type(exc).__name__}: {exc}); re-save it"
-        ) from exc
-    if values is None or (isinstance(values, list) and not values):
-        raise DataError(f"index file {path} is empty; a forget set needs at least one index")
-    if isinstance(values, list) and any(
-        isinstance(v, bool) or not isinstance(v, int | float) for v in values
-    ):
-        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int | float)][:5]
-        raise DataError(f"index file {path} must hold integers; offending values: {bad}")
-    idx = _as_index_array(values, int(n_train), f"index file {path}")
-    _check_unique(idx, f"index file {path}")
-    return idx
-
-
-def _parse_int_token(token: str, path: Path) -> int | str:
-    try:
-        return int(token)
-    except ValueError:
-        try:
-            value = float(token)
-        except ValueError:
-            return token
-        return int(value) if value.is_integer() else token
-
-
-def save_index_file(path: str | Path, indices: Sequence[int] | np.ndarray) -> Path:
-    """Write indices as ``.npy`` (int64), ``.txt`` (one per line) or ``.json`` (a list).
-
-    Raises:
-        DataError: an unsupported suffix, non-integer, negative, duplicate or empty indices.
-    """
-    path = Path(path)
-    arr = np.asarray(indices)
-    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
-        raise DataError(
-            f"indices must be a non-empty 1-D integer array, got {arr.dtype} {arr.shape}"
-        )
-    if (arr < 0).any():
-        raise DataError(
-            f"indices must be non-negative; offending values: {arr[arr < 0][:10].tolist()}"
-        )
-    arr = arr.astype(np.int64)
-    _check_unique(arr, "indices")
-    if path.suffix == ".npy":
-        buffer = io.BytesIO()
-        np.save(buffer, arr)
-        content = buffer.getvalue()
-    elif path.suffix == ".txt":
-        content = ("\n".join(str(int(v)) for v in arr) + "\n").encode()
-    elif path.suffix == ".json":
-        content = json.dumps([int(v) for v in arr]).encode()
-    else:
-        raise DataError(f"index file {path} must end in .npy, .txt or .json")
-    return atomic_write_bytes(path, content)

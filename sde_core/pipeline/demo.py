@@ -43,9 +43,9 @@ import numpy as np
 from sde_core.common.fsio import atomic_write_bytes
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import DataError, SDEError, SettingsError
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (
     CheckpointRef,
-    EvalDefaults,
     ModelEntry,
     Workspace,
     check_workspace,
@@ -182,7 +182,7 @@ class DemoRecipe:
     arch_kwargs: Mapping[str, Any]
     train: TrainConfig
     method_params: Mapping[str, Mapping[str, Any]]
-    defaults: EvalDefaults
+    defaults: EvalSettings
     seed: int = 0
     retrain_seed: int = 1
     random_seed: int = 2
@@ -284,7 +284,7 @@ def demo_recipe(
         arch_kwargs=arch_kwargs,
         train=config,
         method_params=method_params,
-        defaults=EvalDefaults(
+        defaults=EvalSettings(
             layer="output",
             sigma="sqrt_dim",
             subset_size=subset_size,
@@ -704,7 +704,7 @@ def _fill_store(ws: Workspace, path: Path) -> Path:
     """Evaluate every model at ``[defaults]`` into ``path``, keep only that run, compact it."""
     from tqdm import tqdm
 
-    from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+    from sde_core.pipeline.evaluate import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore
 
     settings = EvalSettings.from_mapping(dataclasses.asdict(ws.defaults))

@@ -2,9 +2,13 @@
 
 Each job reads the workspace's files, writes its checkpoints into the workspace folder (storage
 every worker can read and write on a cluster) and *returns* the new
-:class:`~sde_core.pipeline.workspace.ModelEntry`; the driver alone adds it to ``workspace.toml``.
-The
-arguments are plain, picklable values, so the same job runs in this process or on a Ray worker.
+:class:`~sde_core.pipeline.workspace.ModelEntry`; the driver alone adds it to ``workspace.toml``
+(atomically). A job never overwrites a file the workspace refers to: its default output is
+``models/<name>`` unless another entry uses it, then ``models/<name>-2`` and so on
+(:func:`~sde_core.pipeline.workspace.fresh_model_path`), so replacing a model that fails
+half-way loses nothing. Models are built with their entry's ``arch_kwargs`` and ``trusted``.
+The arguments are plain, picklable values, so the same job runs in this process or on a Ray
+worker.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sde_core.pipeline.workspace import CheckpointRef, ModelEntry
+from sde_core.pipeline.workspace import CheckpointRef, ModelEntry, check_model_name
 
 __all__ = ["random_model_job", "train_model_job", "unlearn_model_job"]
 
@@ -36,16 +40,18 @@ def random_model_job(
     from sde_core.common.hashing import file_sha256
     from sde_core.inputs.models import build_model
     from sde_core.learning.training import save_weights
-    from sde_core.pipeline.workspace import load_workspace, relative_to_workspace
+    from sde_core.pipeline.workspace import fresh_model_path, load_workspace, relative_to_workspace
 
+    check_model_name(name)
     ws = load_workspace(workspace_root, validate=False)
     torch.manual_seed(seed)
     model = build_model(arch, **arch_kwargs)
-    path = save_weights(model, ws.path(out or f"models/{name}") / "init.safetensors", arch=arch)
+    folder = ws.path(out or fresh_model_path(ws, f"models/{name}"))
+    path = save_weights(model, folder / "init.safetensors", arch=arch)
     return ModelEntry(
         name=name, role="random", arch=arch, checkpoint=relative_to_workspace(ws, path),
-        method="init", arch_kwargs=model.sde_arch_kwargs, seed=seed, seconds=0.0,
-        sha256=file_sha256(path),
+        method="init", arch_kwargs=dict(getattr(model, "sde_arch_kwargs", arch_kwargs)),
+        seed=seed, seconds=0.0, sha256=file_sha256(path),
     )  # fmt: skip
 
 
@@ -75,16 +81,17 @@ def train_model_job(
     from sde_core.inputs.data import load_dataset
     from sde_core.inputs.models import build_model
     from sde_core.learning.training import TrainConfig, train
-    from sde_core.pipeline.workspace import load_workspace, relative_to_workspace
+    from sde_core.pipeline.workspace import fresh_model_path, load_workspace, relative_to_workspace
 
+    check_model_name(name)
     ws = load_workspace(workspace_root, validate=False)
     cfg = TrainConfig.from_dict(dict(config))
     bundle = load_dataset(ws.dataset_spec())
     torch.manual_seed(cfg.seed)
     model = build_model(arch, **arch_kwargs)
     result = train(
-        model, bundle.train, cfg, ws.path(out or f"models/{name}"), progress=progress,
-        resume=resume, arch=arch,
+        model, bundle.train, cfg, ws.path(out or fresh_model_path(ws, f"models/{name}")),
+        progress=progress, resume=resume, arch=arch,
     )  # fmt: skip
     assert result.final_path is not None and result.init_path is not None
     recipe = cfg.to_dict()
@@ -92,7 +99,8 @@ def train_model_job(
     entry = ModelEntry(
         name=name, role=role, arch=arch,
         checkpoint=relative_to_workspace(ws, result.final_path), method="train",
-        arch_kwargs=model.sde_arch_kwargs, hyperparameters=recipe, seed=cfg.seed,
+        arch_kwargs=dict(getattr(model, "sde_arch_kwargs", arch_kwargs)),
+        hyperparameters=recipe, seed=cfg.seed,
         seconds=round(result.seconds, 3), sha256=file_sha256(result.final_path),
         init_checkpoint=relative_to_workspace(ws, result.init_path),
         checkpoints=[
@@ -118,37 +126,48 @@ def unlearn_model_job(
     original's ``init_checkpoint`` when the workspace has it.
     """
     from sde_core.common.hashing import file_sha256
+    from sde_core.errors import TrainingError
     from sde_core.inputs.data import load_dataset, load_index_file
-    from sde_core.inputs.models import build_model, load_checkpoint
+    from sde_core.inputs.models import build_model
     from sde_core.learning.training import TrainConfig, save_weights
     from sde_core.learning.unlearning import UnlearnData, unlearn
-    from sde_core.pipeline.workspace import load_workspace, relative_to_workspace
+    from sde_core.pipeline.model_inputs import load_entry_model
+    from sde_core.pipeline.workspace import fresh_model_path, load_workspace, relative_to_workspace
 
+    check_model_name(name)
     ws = load_workspace(workspace_root, validate=False)
     source = ws.model(original) if original else ws.original()
     bundle = load_dataset(ws.dataset_spec())
-    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
-    model = load_checkpoint(ws.path(source.checkpoint), arch=source.arch, **source.arch_kwargs)
+    forget = load_index_file(
+        ws.path(ws.forget_indices, what="forget_indices", must_exist=True),
+        len(bundle.train_labels),
+    )
+    model = load_entry_model(ws, source)
+    arch = getattr(model, "sde_arch", None)
+    if arch is None:
+        raise TrainingError(
+            f"model {source.name!r} is not built from a registered architecture (a TorchScript "
+            "archive?): unlearning needs its weights in a registry architecture"
+        )
+    arch_kwargs = dict(getattr(model, "sde_arch_kwargs", source.arch_kwargs))
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     recipe = {k: v for k, v in source.hyperparameters.items() if k in fields}
     init = source.init_checkpoint
-    init_state = load_checkpoint(ws.path(init), arch=source.arch).state_dict() if init else None
+    init_state = load_entry_model(ws, source, init).state_dict() if init else None
     data = UnlearnData.from_forget(
         bundle.train, forget, num_classes=bundle.num_classes or None,
         train_config=TrainConfig.from_dict({**recipe, "device": device}) if recipe else None,
         init_state=init_state,
-        model_factory=lambda: build_model(source.arch, **source.arch_kwargs),
+        model_factory=lambda: build_model(arch, **arch_kwargs),
         device=device,
     )  # fmt: skip
     result = unlearn(method, model, data, **dict(params))
-    path = save_weights(
-        result.model.cpu(), ws.path(out or f"models/{name}.safetensors"),
-        arch=source.arch, arch_kwargs=source.arch_kwargs,
-    )  # fmt: skip
+    target = ws.path(out or fresh_model_path(ws, f"models/{name}.safetensors"))
+    path = save_weights(result.model.cpu(), target, arch=arch, arch_kwargs=arch_kwargs)
     hyper = result.params_dict()
     return ModelEntry(
-        name=name, role="retrained" if method == "retrain" else "unlearned", arch=source.arch,
+        name=name, role="retrained" if method == "retrain" else "unlearned", arch=arch,
         checkpoint=relative_to_workspace(ws, Path(path)), method=method,
-        arch_kwargs=source.arch_kwargs, hyperparameters=hyper, seed=hyper.get("seed"),
-        seconds=round(result.seconds, 3), sha256=file_sha256(path),
+        arch_kwargs=source.arch_kwargs or arch_kwargs, hyperparameters=hyper,
+        seed=hyper.get("seed"), seconds=round(result.seconds, 3), sha256=file_sha256(path),
     )  # fmt: skip

@@ -1,25 +1,42 @@
-"""What one model contributes to an evaluation: its activations, probabilities and labels.
+"""What one workspace model contributes to an evaluation, and how its model is built.
 
-:func:`load_model_inputs` reads a workspace model's activations of the evaluated layer (and of
-``output`` for the classic metrics) on D_tr and D_te, from the activation cache or by extracting
-them, or from the dataset's precomputed activations.
+Every place that builds a workspace model goes through :func:`load_entry_model`, which honours
+the entry's ``arch``, ``arch_kwargs`` and ``trusted`` and resolves the file under the path
+policy. :func:`entry_activations` returns a model's activations on a split: read from the
+model's own precomputed activations file when it has one (``activations = "file"``), else from
+the activation cache or by extracting them. :func:`load_model_inputs` gathers what the
+evaluation needs (the layer's activations on D_tr and D_te, and the ``output`` probabilities
+for the classic metrics when there are any).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sde_core.inputs.activations import get_activations
+from sde_core.common.hashing import file_sha256, stable_hash
+from sde_core.errors import ActivationError, CheckpointError, DataError
 from sde_core.pipeline.settings import EvalSettings
 
-__all__ = ["ModelInputs", "Progress", "load_model_inputs"]
+__all__ = [
+    "ModelInputs",
+    "Progress",
+    "checkpoint_metadata",
+    "entry_activations",
+    "entry_layer_infos",
+    "entry_layers",
+    "load_entry_model",
+    "load_model_inputs",
+]
 
 #: Progress callback: ``progress(stage, done, total)``.
 Progress = Callable[[str, int, int], None]
+_HEADER_LIMIT = 100_000_000
 
 
 @dataclass
@@ -45,38 +62,253 @@ class ModelInputs:
     test_labels: np.ndarray | None = None
 
 
+def checkpoint_metadata(path: str | Path) -> tuple[str | None, dict[str, Any] | None]:
+    """``(arch, arch_kwargs)`` recorded in a ``.safetensors`` header, read without loading any
+    tensor; ``(None, None)`` for other formats or a header without them.
+
+    Raises:
+        CheckpointError: a safetensors header that is not JSON, or ``arch_kwargs`` metadata
+            that is not a JSON object (a list, number, string or null).
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            size = int.from_bytes(head, "little") if len(head) == 8 else 0
+            if path.suffix != ".safetensors" or not 0 < size < _HEADER_LIMIT:
+                return None, None
+            header = json.loads(fh.read(size))
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint {path} ({type(exc).__name__})") from None
+    except (ValueError, RecursionError):
+        raise CheckpointError(
+            f"{path} has a corrupt safetensors header; re-save the checkpoint"
+        ) from None
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    if not isinstance(meta, dict):
+        return None, None
+    arch = meta.get("arch") if isinstance(meta.get("arch"), str) else None
+    if "arch_kwargs" not in meta:
+        return arch, None
+    try:
+        kwargs = json.loads(meta["arch_kwargs"])
+    except (TypeError, ValueError, RecursionError):
+        kwargs = meta["arch_kwargs"]
+    if not isinstance(kwargs, dict):
+        raise CheckpointError(
+            f"{path} records arch_kwargs as a JSON {type(kwargs).__name__}, not an object of "
+            "builder arguments: re-save it with save_checkpoint, or give the architecture and "
+            "its kwargs explicitly (--arch, --arch-kwarg)"
+        )
+    return arch, kwargs
+
+
+def load_entry_model(ws: Any, entry: Any, path: str | None = None) -> Any:
+    """Build a workspace model: its checkpoint (or ``path``, e.g. its ``init_checkpoint``)
+    loaded with the entry's architecture, ``arch_kwargs`` and ``trusted`` flag.
+
+    Raises:
+        WorkspaceError: the file leaves the allowed folders or is missing.
+        CheckpointError: the file cannot be loaded or does not fit the architecture.
+    """
+    from sde_core.inputs.models import load_checkpoint
+
+    if entry.precomputed:
+        raise CheckpointError(
+            f"model {entry.name!r} is known only by its activations file: it has no weights"
+        )
+    file = ws.path(
+        path or entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True
+    )
+    checkpoint_metadata(file)  # refuses malformed metadata before the loader reads it
+    return load_checkpoint(
+        file, arch=entry.arch or None, trusted=bool(entry.trusted), **dict(entry.arch_kwargs)
+    )
+
+
+def _model_hash(file: Path, entry: Any) -> str:
+    """The activation-cache identity of a model: the file's bytes, the architecture and, when
+    they change the build (they differ from the file's own metadata), the kwargs."""
+    arch = entry.arch or None
+    kwargs = _no_nulls(dict(entry.arch_kwargs))
+    meta_arch, meta_kwargs = checkpoint_metadata(file)
+    same = meta_kwargs is not None and meta_arch == arch and _no_nulls(meta_kwargs) == kwargs
+    if kwargs and not same:
+        return stable_hash({"file": file_sha256(file), "arch": arch, "arch_kwargs": kwargs})
+    return stable_hash({"file": file_sha256(file), "arch": arch})
+
+
+def _no_nulls(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Kwargs as a workspace.toml stores them (TOML has no null), JSON-normalised."""
+    return {k: v for k, v in json.loads(json.dumps(dict(kwargs))).items() if v is not None}
+
+
+def entry_layers(ws: Any, entry: Any) -> list[str] | None:
+    """The layers of a model's precomputed activations file, or None for a checkpoint model."""
+    if not entry.activations:
+        return None
+    from sde_core.inputs.data import load_precomputed
+
+    file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
+    return load_precomputed(file, model=entry.name).layers
+
+
+def entry_layer_infos(ws: Any, entry: Any, input_shape: Sequence[int]) -> list[Any]:
+    """The layers a workspace model offers, as
+    :class:`~sde_core.inputs.activations.LayerInfo`: the layers of its activations file, or
+    those of its checkpoint (built with :func:`load_entry_model`) for inputs of ``input_shape``.
+    """
+    from sde_core.inputs.activations import LayerInfo, list_layers
+
+    if not entry.activations:
+        return list_layers(load_entry_model(ws, entry), input_shape)
+    from sde_core.inputs.data import load_precomputed
+
+    file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
+    pre = load_precomputed(file, model=entry.name)
+    return [
+        LayerInfo(layer, (pre.get("train", layer).shape[1],), "precomputed", 0,
+                  pre.get("train", layer).shape[1])
+        for layer in pre.layers
+    ]  # fmt: skip
+
+
+def _precomputed(
+    ws: Any, entry: Any, bundle: Any, split: str, names: Sequence[str], indices: np.ndarray | None
+) -> dict[str, np.ndarray]:
+    from sde_core.inputs.data import load_precomputed
+
+    file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
+    try:
+        pre = load_precomputed(file, model=entry.name)
+    except DataError as exc:
+        raise ActivationError(str(exc)) from None
+    n_split = len(bundle.split(split))
+    source = bundle.source_indices[split]
+    out = {}
+    for name in names:
+        if name not in pre.layers:
+            raise ActivationError(
+                f"layer {name!r} is not in {file} (model {entry.name!r}); it holds "
+                f"{', '.join(pre.layers)}: choose one of those layers"
+            )
+        arr = pre.get(split, name)
+        if arr.shape[0] != n_split:
+            if source.size == 0 or arr.shape[0] <= int(source.max()):
+                raise ActivationError(
+                    f"{file} has {arr.shape[0]} {split} rows but the dataset has {n_split}; "
+                    "export activations for the same samples, in the dataset's order"
+                )
+            arr = arr[source]
+        out[name] = arr if indices is None else arr[indices]
+    return out
+
+
+def entry_activations(
+    ws: Any,
+    entry: Any,
+    bundle: Any,
+    split: str,
+    layers: str | Sequence[str],
+    cache: Any,
+    *,
+    device: str = "cpu",
+    pool: bool = True,
+    batch_size: int = 256,
+    indices: Sequence[int] | np.ndarray | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """A workspace model's activations ``{layer: float32 (n, d)}`` on ``bundle``'s ``split``.
+
+    Reads the model's own activations file when it has one; otherwise computes only the layers
+    missing from ``cache`` (an :class:`~sde_core.inputs.activations.ActivationCache` or None),
+    building the model with :func:`load_entry_model` (so ``arch_kwargs`` and ``trusted`` are
+    honoured) at most once.
+
+    Raises:
+        ActivationError: unknown layer or split, rows that do not match the dataset.
+        CheckpointError, WorkspaceError: see :func:`load_entry_model`.
+    """
+    from sde_core.inputs.activations import extract_activations
+
+    names = list(dict.fromkeys([layers] if isinstance(layers, str) else list(layers)))
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ActivationError(f"layers must be non-empty names such as 'output', got {layers!r}")
+    if split not in ("train", "test"):
+        raise ActivationError(f"unknown split {split!r}; use 'train' or 'test'")
+    n_split = len(bundle.split(split))
+    idx = None
+    if indices is not None:
+        from sde_core.inputs.indices import as_index_array
+
+        try:
+            idx = as_index_array(indices, n_split, f"{split} rows")
+        except DataError as exc:
+            raise ActivationError(str(exc)) from None
+    if entry.activations:
+        return _precomputed(ws, entry, bundle, split, names, idx)
+    file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
+    model_hash = _model_hash(file, entry)
+    result: dict[str, np.ndarray] = {}
+    keys: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name in names:
+        if cache is None:
+            continue
+        full_digest, full_fields = cache.key(model_hash, bundle.fingerprint, split, name, pool)
+        full = cache.load(full_digest)
+        if full is not None and full.shape[0] == n_split:
+            result[name] = full if idx is None else full[idx]
+            continue
+        keys[name] = (
+            (full_digest, full_fields)
+            if idx is None
+            else cache.key(model_hash, bundle.fingerprint, split, name, pool, idx)
+        )
+        part = cache.load(keys[name][0]) if idx is not None else None
+        if part is not None and part.shape[0] == idx.size:  # type: ignore[union-attr]
+            result[name] = part
+    missing = [n for n in names if n not in result]
+    if missing:
+        model = load_entry_model(ws, entry)
+        computed = extract_activations(
+            model, bundle.split(split), missing, batch_size=batch_size, device=device,
+            pool=pool, indices=idx, progress=progress,
+        )  # fmt: skip
+        for name, arr in computed.items():
+            if cache is not None:
+                digest, fields = keys[name]
+                cache.store(digest, arr, fields)
+            result[name] = arr
+    return {name: result[name] for name in names}
+
+
 def load_model_inputs(
     entry: Any, ws: Any, bundle: Any, settings: EvalSettings, cache: Any, progress: Progress | None
 ) -> ModelInputs:
-    """Load (or read from the activation cache) one model's activations and probabilities."""
-    layers = list(dict.fromkeys([settings.layer, "output"]))
-    if bundle.precomputed is not None:
-        pre = bundle.precomputed
-        acts = {sp: {settings.layer: pre.get(sp, settings.layer)} for sp in ("train", "test")}
-        for sp in ("train", "test"):
-            if "output" in pre.layers:
-                acts[sp]["output"] = pre.get(sp, "output")
-    else:
-        acts = {}
-        for sp in ("train", "test"):
-            cb = None
-            if progress:
+    """Load (or read from the activation cache) one model's activations and probabilities.
 
-                def cb(done: int, total: int, sp: str = sp) -> None:
-                    progress(f"{entry.name}: activations ({sp})", done, total)
+    ``output`` probabilities (for Acc_r, Acc_f, Acc_te and ASR) come along when the model has
+    them: always for a checkpoint, when its file holds an ``output`` layer for a precomputed
+    model.
+    """
+    layers = [settings.layer]
+    available = entry_layers(ws, entry)
+    if available is None or "output" in available:
+        layers = list(dict.fromkeys([settings.layer, "output"]))
+    acts: dict[str, Mapping[str, np.ndarray]] = {}
+    for sp in ("train", "test"):
+        cb = None
+        if progress:
 
-            acts[sp] = get_activations(
-                ws.path(entry.checkpoint),
-                bundle,
-                sp,
-                layers,
-                cache,
-                arch=entry.arch,
-                device=settings.device,
-                pool=settings.pool,
-                progress=cb,
-            )
+            def cb(done: int, total: int, sp: str = sp) -> None:
+                progress(f"{entry.name}: activations ({sp})", done, total)
+
+        acts[sp] = entry_activations(
+            ws, entry, bundle, sp, layers, cache, device=settings.device, pool=settings.pool,
+            progress=cb,
+        )  # fmt: skip
     has_probs = "output" in acts["train"] and bundle.num_classes >= 2
+    labelled = has_probs and bool((bundle.train_labels >= 0).all())
     return ModelInputs(
         name=entry.name,
         role=entry.role,
@@ -84,8 +316,8 @@ def load_model_inputs(
         seconds=entry.seconds,
         train_acts=np.asarray(acts["train"][settings.layer], dtype=np.float64),
         test_acts=np.asarray(acts["test"][settings.layer], dtype=np.float64),
-        train_probs=acts["train"].get("output") if has_probs else None,
-        test_probs=acts["test"].get("output") if has_probs else None,
-        train_labels=bundle.train_labels if has_probs else None,
-        test_labels=bundle.test_labels if has_probs else None,
+        train_probs=acts["train"].get("output") if labelled else None,
+        test_probs=acts["test"].get("output") if labelled else None,
+        train_labels=bundle.train_labels if labelled else None,
+        test_labels=bundle.test_labels if labelled else None,
     )

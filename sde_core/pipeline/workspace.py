@@ -4,7 +4,7 @@ Layout of ``workspace.toml`` (paths are relative to the workspace folder unless 
 
     version = 1
     name = "demo"
-    forget_indices = "forget.npy"          # .npy, .txt or .json indices into the training split
+    forget_indices = "forget.npy"          # .npy, .txt, .json or .pt indices (or a boolean mask)
 
     [dataset]                              # the fields of sde_core.inputs.data.DatasetSpec
     kind = "fashion-mnist"
@@ -12,36 +12,49 @@ Layout of ``workspace.toml`` (paths are relative to the workspace folder unless 
     train_size = 6000
     [dataset.options]
 
-    [defaults]                             # optional evaluation defaults (CLI flags override)
-    layer = "output"
+    [defaults]                             # optional: any field of EvalSettings (CLI flags and
+    layer = "output"                       # dashboard widgets override them)
     sigma = "sqrt_dim"
     subset_size = 400
 
     [[models]]
-    name = "original"
+    name = "original"                      # letters, digits, _ . + - (a key in results)
     role = "original"                      # original | retrained | unlearned | random
     method = "train"
-    arch = "fmnist_cnn"
+    arch = "fmnist_cnn"                    # omitted: read from the checkpoint or inferred;
+                                           # "precomputed": no checkpoint, see activations
     checkpoint = "models/original/ckpt_100.safetensors"
     sha256 = "..."                         # of the checkpoint; a mismatch is a warning
+    trusted = true                         # optional: this file may be a full pickle / TorchScript
+    activations = "acts/original.npz"      # optional: precomputed activations of this model
     seed = 0
     seconds = 91.2
     init_checkpoint = "models/original/init.safetensors"
     checkpoints = [{ fraction = 0.1, path = "models/original/ckpt_010.safetensors" }]
-    [models.arch_kwargs]
+    [models.arch_kwargs]                   # builder kwargs, honoured wherever the model is built
     [models.hyperparameters]               # the training recipe or the method's parameters
+
+**Path policy** (:mod:`sde_core.common.paths`): every path the file names is resolved (symlinks
+followed) and must lie inside the workspace folder or an allowed root — the folders of
+``$SDE_DATA_ROOTS`` and any ``roots`` passed to :func:`load_workspace`. :meth:`Workspace.path`
+and :meth:`Workspace.dataset_spec` enforce it, :func:`validate_workspace` reports every
+violation, so no entry point reads a file outside those folders.
 
 :func:`load_workspace` parses and type-checks the file (raising :class:`WorkspaceError`),
 :func:`validate_workspace` lists every semantic problem (:class:`Problem`), :func:`write_workspace`
-writes atomically and :func:`workspace_hash` gives a content-based cache key.
+writes atomically, :func:`commit_files` moves a staged set of files into place all at once and
+:func:`workspace_hash` gives a content-based cache key. :func:`cache_path` spells the cache
+locations under ``<workspace>/.sde-cache/``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
-from collections.abc import Mapping
+import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,33 +63,84 @@ import tomli_w
 
 from sde_core.common.fsio import atomic_write_text
 from sde_core.common.hashing import file_sha256, stable_hash
-from sde_core.errors import SDEError, WorkspaceError
+from sde_core.common.paths import check_path_text, env_roots, resolve_in_roots
+from sde_core.common.staging import Staging
+from sde_core.errors import SDEError, SettingsError, WorkspaceError
 from sde_core.pipeline.settings import EvalSettings
 
 __all__ = [
+    "CACHE_FOLDER",
+    "MODEL_NAME_RULE",
+    "PRECOMPUTED",
     "ROLES",
     "SIGMA_RULES",
     "WORKSPACE_FILE",
     "CheckpointRef",
-    "EvalDefaults",
     "ModelEntry",
     "Problem",
     "Workspace",
+    "cache_path",
+    "check_model_name",
     "check_workspace",
+    "commit_files",
+    "defaults_from_table",
+    "fresh_model_path",
     "init_workspace",
     "load_workspace",
     "rehash_models",
     "relative_to_workspace",
     "validate_workspace",
     "workspace_hash",
+    "workspace_toml",
     "write_workspace",
 ]
 
 WORKSPACE_FILE = "workspace.toml"
 ROLES = ("original", "retrained", "unlearned", "random")
 SIGMA_RULES = ("sqrt_dim", "median")
+#: ``arch`` of a model known only by its precomputed activations (no checkpoint).
+PRECOMPUTED = "precomputed"
+#: Folder of every cache of a workspace (activations, results store, staging).
+CACHE_FOLDER = ".sde-cache"
+_CACHE_KINDS = {"activations": "activations", "results": "results.sqlite", "staging": "staging"}
 _VERSION = 1
-_DATASET_PATH_KEYS = ("root", "train_indices", "test_indices")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+#: What a model name may hold (it becomes a key in the results store and a file name).
+MODEL_NAME_RULE = (
+    "1-64 characters: letters, digits, '_', '.', '+', '-', starting with a letter or digit"
+)
+_ADD_HINT = (
+    "add one with `python -m sde_core workspace add-model WORKSPACE --name NAME --checkpoint "
+    "FILE` (or `train`), or on the dashboard's Workspace page"
+)
+
+
+def cache_path(ws_root: str | Path, kind: str) -> Path:
+    """Where a workspace keeps a cache: ``activations`` (a folder), ``results`` (the results
+    store, ``results.sqlite``) or ``staging`` (a folder for files not yet committed), all under
+    ``<ws_root>/.sde-cache/``.
+
+    Raises:
+        WorkspaceError: an unknown kind.
+    """
+    if kind not in _CACHE_KINDS:
+        raise WorkspaceError(f"unknown cache kind {kind!r}; use one of {sorted(_CACHE_KINDS)}")
+    return Path(ws_root) / CACHE_FOLDER / _CACHE_KINDS[kind]
+
+
+def check_model_name(name: object) -> str:
+    """``name`` when it is a valid model name (:data:`MODEL_NAME_RULE`).
+
+    Raises:
+        WorkspaceError: naming the rule and a cleaned-up suggestion.
+    """
+    if isinstance(name, str) and _MODEL_NAME.fullmatch(name):
+        return name
+    text = name if isinstance(name, str) else repr(name)
+    suggestion = re.sub(r"[^A-Za-z0-9_.+-]+", "_", text).strip("_.+-")[:64] or "model"
+    raise WorkspaceError(
+        f"model name {text[:40]!r} is not allowed: use {MODEL_NAME_RULE}, e.g. {suggestion!r}"
+    )
 
 
 @dataclass(frozen=True)
@@ -92,10 +156,13 @@ class ModelEntry:
     """One ``[[models]]`` entry.
 
     Attributes:
-        name: unique name (dictionary key in results).
+        name: unique name (a key in results; :data:`MODEL_NAME_RULE`).
         role: one of :data:`ROLES`.
-        arch: architecture name known to :func:`sde_core.inputs.models.get_arch`.
-        checkpoint: checkpoint path (relative to the workspace folder).
+        arch: architecture name known to :func:`sde_core.inputs.models.get_arch`; ``""`` to
+            read it from the checkpoint (or infer it); :data:`PRECOMPUTED` for a model known
+            only by its ``activations`` file.
+        checkpoint: checkpoint path (relative to the workspace folder); ``""`` for a
+            precomputed model.
         method: how it was produced (``"train"``, ``"init"``, or an unlearning method name).
         arch_kwargs: builder keyword arguments of the architecture.
         hyperparameters: the training recipe or the unlearning method's parameters.
@@ -104,12 +171,15 @@ class ModelEntry:
         sha256: SHA-256 of the checkpoint file when it was recorded.
         init_checkpoint: the initial weights θ_0 of a trained model.
         checkpoints: intermediate checkpoints at fractions of training.
+        trusted: the user vouched for this model's files: full pickles and TorchScript load.
+        activations: precomputed activations of this model (``.npz``/``.parquet``, see
+            :mod:`sde_core.inputs.precomputed`); evaluations read them instead of extracting.
     """
 
     name: str
     role: str
-    arch: str
-    checkpoint: str
+    arch: str = ""
+    checkpoint: str = ""
     method: str = ""
     arch_kwargs: dict[str, Any] = field(default_factory=dict)
     hyperparameters: dict[str, Any] = field(default_factory=dict)
@@ -118,46 +188,24 @@ class ModelEntry:
     sha256: str | None = None
     init_checkpoint: str | None = None
     checkpoints: list[CheckpointRef] = field(default_factory=list)
+    trusted: bool = False
+    activations: str | None = None
 
+    @property
+    def precomputed(self) -> bool:
+        """Whether the model is known only by its activations file."""
+        return self.arch == PRECOMPUTED
 
-#: The evaluation engine's defaults: the single source of the workspace defaults below.
-_ENGINE = EvalSettings()
-
-
-@dataclass
-class EvalDefaults:
-    """Evaluation defaults of a workspace (method defaults; CLI flags and widgets override).
-
-    Attributes:
-        layer: layer name or alias (``"output"``, ``"logits"``, ``"penultimate"``, a module).
-        sigma: ``"sqrt_dim"``, ``"median"`` or a positive bandwidth.
-        subset_size: target/reference subset size n (>= 4).
-        targets: number of target subsets T (>= 2).
-        splits: number of random splits K (>= 2).
-        seed: seed of the evaluation.
-        bins: histogram bins of the JSD decision (>= 2).
-        panel_size: reference subsets per side R of the calibrated test (>= 3, and large
-            enough that 1/(R+1) < the engine's calibrated alpha).
-        alpha: significance level of the reference check, in (0, 1).
-        alpha_calibrated: level of the calibrated verdict, in (0, 1).
-        estimator: ``"biased"`` (paper) or ``"unbiased"`` HSIC.
-        null_pairs: pairs of the null-calibration diagnostic (>= 1).
-        baseline_targets: controlled subsets scored by the MMD/W2 baselines (0 = off).
-    """
-
-    layer: str = _ENGINE.layer
-    sigma: str | float = _ENGINE.sigma
-    subset_size: int = _ENGINE.subset_size
-    targets: int = _ENGINE.targets
-    splits: int = _ENGINE.splits
-    seed: int = _ENGINE.seed
-    bins: int = _ENGINE.bins
-    panel_size: int = _ENGINE.panel_size
-    alpha: float = _ENGINE.alpha
-    alpha_calibrated: float = _ENGINE.alpha_calibrated
-    estimator: str = _ENGINE.estimator
-    null_pairs: int = _ENGINE.null_pairs
-    baseline_targets: int = _ENGINE.baseline_targets
+    def files(self) -> dict[str, str]:
+        """Every file the entry names, keyed by its field (``checkpoints[0].path``...)."""
+        out = {"checkpoint": self.checkpoint} if self.checkpoint else {}
+        if self.activations:
+            out["activations"] = self.activations
+        if self.init_checkpoint:
+            out["init_checkpoint"] = self.init_checkpoint
+        for j, ref in enumerate(self.checkpoints):
+            out[f"checkpoints[{j}].path"] = ref.path
+        return out
 
 
 @dataclass(frozen=True)
@@ -181,22 +229,40 @@ class Workspace:
         dataset: the ``[dataset]`` table (fields of :class:`sde_core.inputs.data.DatasetSpec`).
         forget_indices: path of the forget index file.
         models: the ``[[models]]`` entries, in file order.
-        defaults: evaluation defaults.
+        defaults: the evaluation defaults (one :class:`EvalSettings`).
         name, description: free text.
+        roots: allowed folders besides ``root`` for the files the workspace names (default:
+            ``$SDE_DATA_ROOTS``); not part of the file, not compared.
     """
 
     root: Path
     dataset: dict[str, Any]
     forget_indices: str
     models: list[ModelEntry] = field(default_factory=list)
-    defaults: EvalDefaults = field(default_factory=EvalDefaults)
+    defaults: EvalSettings = field(default_factory=EvalSettings)
     name: str = ""
     description: str = ""
+    roots: tuple[Path, ...] = field(
+        default_factory=lambda: tuple(env_roots()), compare=False, repr=False
+    )
 
-    def path(self, relative: str | Path) -> Path:
-        """Absolute path of a path written in the file."""
-        p = Path(relative)
-        return p if p.is_absolute() else self.root / p
+    def allowed_roots(self) -> list[Path]:
+        """The workspace folder (resolved) followed by :attr:`roots`."""
+        return [Path(self.root).resolve(), *self.roots]
+
+    def path(self, relative: str | Path, *, what: str = "path", must_exist: bool = False) -> Path:
+        """Absolute, resolved path of a path written in the file (or of a file to create).
+
+        Raises:
+            WorkspaceError: the path leaves the workspace folder and the allowed roots (symlinks
+                count where they point), is malformed, or is missing when ``must_exist``.
+        """
+        try:
+            return resolve_in_roots(
+                relative, self.allowed_roots(), what=what, must_exist=must_exist, base=self.root
+            )
+        except SDEError as exc:
+            raise WorkspaceError(str(exc)) from None
 
     def model(self, name: str) -> ModelEntry:
         """The entry called ``name``; raises :class:`WorkspaceError` listing the names."""
@@ -213,18 +279,36 @@ class Workspace:
         if not found:
             raise WorkspaceError(
                 "workspace has no model with role 'original': train one with "
-                "`python -m sde_core train WORKSPACE --name original --arch ...`"
+                "`python -m sde_core train WORKSPACE --name original --arch ...` or add one with "
+                "`python -m sde_core workspace add-model WORKSPACE --name original --role "
+                "original --checkpoint FILE`"
             )
         return found[0]
 
     def dataset_spec(self) -> Any:
-        """The :class:`sde_core.inputs.data.DatasetSpec` of ``[dataset]`` with paths resolved."""
+        """The :class:`sde_core.inputs.data.DatasetSpec` of ``[dataset]``, every path resolved
+        under the path policy.
+
+        Raises:
+            DataError: a malformed ``[dataset]`` table.
+            WorkspaceError: a path outside the allowed folders.
+        """
         from sde_core.inputs.data import DatasetSpec
 
-        return DatasetSpec.from_dict(self.dataset, base_dir=self.root)
+        spec = DatasetSpec.from_dict(self.dataset)
+        resolved = {
+            key: self.path(value, what=f"dataset.{key}")
+            for key, value in spec.path_fields().items()
+        }
+        return spec.with_paths(resolved)
 
     def add_model(self, entry: ModelEntry, *, replace: bool = False) -> None:
-        """Append ``entry`` (or replace the entry of the same name when ``replace``)."""
+        """Append ``entry`` (or replace the entry of the same name when ``replace``).
+
+        Raises:
+            WorkspaceError: an invalid name, or a taken one without ``replace``.
+        """
+        check_model_name(entry.name)
         names = [m.name for m in self.models]
         if entry.name in names:
             if not replace:
@@ -236,6 +320,24 @@ class Workspace:
         else:
             self.models.append(entry)
 
+    def require_models(self, names: Iterable[str] | None = None) -> list[ModelEntry]:
+        """The entries to evaluate (all, or the named ones in workspace order).
+
+        Raises:
+            WorkspaceError: the workspace has no models (with how to add one), or an unknown
+                name.
+        """
+        if not self.models:
+            raise WorkspaceError(f"the workspace {self.root} has no models: {_ADD_HINT}")
+        if names is None:
+            return list(self.models)
+        wanted = list(names)
+        known = {m.name for m in self.models}
+        unknown = [n for n in wanted if n not in known]
+        if unknown:
+            raise WorkspaceError(f"unknown models {unknown}; the workspace has {sorted(known)}")
+        return [m for m in self.models if m.name in set(wanted)]
+
 
 # ----------------------------------------------------------------------------- parsing
 
@@ -244,17 +346,22 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 def _expect(where: str, value: object, types: tuple[type, ...], what: str) -> Any:
     if isinstance(value, bool) and bool not in types:
         raise WorkspaceError(f"{where}: expected {what}, got a boolean")
     if not isinstance(value, types):
-        raise WorkspaceError(f"{where}: expected {what}, got {_type_name(value)} {value!r}")
+        raise WorkspaceError(f"{where}: expected {what}, got {_type_name(value)} {_shown(value)}")
     return value
 
 
 def _check_keys(where: str, table: Mapping[str, Any], cls: type, required: tuple[str, ...]) -> None:
     allowed = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(table) - allowed)
+    unknown = sorted(str(k) for k in set(table) - allowed)
     if unknown:
         raise WorkspaceError(f"{where}: unknown key(s) {unknown}; allowed keys: {sorted(allowed)}")
     missing = [k for k in required if k not in table]
@@ -266,14 +373,16 @@ def _parse_model(i: int, table: object) -> ModelEntry:
     where = f"models[{i}]"
     _expect(where, table, (dict,), "a table")
     assert isinstance(table, dict)
-    _check_keys(where, table, ModelEntry, ("name", "role", "arch", "checkpoint"))
+    _check_keys(where, table, ModelEntry, ("name", "role"))
     values = dict(table)
-    for key in ("name", "role", "arch", "checkpoint", "method"):
+    for key in ("name", "role", "arch", "checkpoint", "method", "activations"):
         if key in values:
             _expect(f"{where}.{key}", values[key], (str,), "a string")
     for key in ("arch_kwargs", "hyperparameters"):
         if key in values:
             _expect(f"{where}.{key}", values[key], (dict,), "a table")
+    if "trusted" in values:
+        _expect(f"{where}.trusted", values["trusted"], (bool,), "true or false")
     if "seed" in values:
         _expect(f"{where}.seed", values["seed"], (int,), "an integer")
     if "seconds" in values:
@@ -300,27 +409,55 @@ def _parse_model(i: int, table: object) -> ModelEntry:
     return ModelEntry(**values)
 
 
-def _parse_defaults(table: object) -> EvalDefaults:
-    _expect("defaults", table, (dict,), "a table")
-    assert isinstance(table, dict)
-    _check_keys("defaults", table, EvalDefaults, ())
-    kinds = {
-        "layer": ((str,), "a string"),
-        "sigma": ((str, int, float), "'sqrt_dim', 'median' or a positive number"),
-        "alpha": ((int, float), "a number"),
-        "alpha_calibrated": ((int, float), "a number"),
-        "estimator": ((str,), "'biased' or 'unbiased'"),
-    }
-    values = {}
-    for key, value in table.items():
-        types, what = kinds.get(key, ((int,), "an integer"))
-        values[key] = _expect(f"defaults.{key}", value, types, what)
-    if isinstance(values.get("sigma"), int):
-        values["sigma"] = float(values["sigma"])
-    for key in ("alpha", "alpha_calibrated"):
-        if key in values:
-            values[key] = float(values[key])
-    return EvalDefaults(**values)
+def _python_types(hint: Any) -> tuple[type, ...]:
+    """The runtime types a settings field annotation admits (``str | float`` -> (str, float))."""
+    args = typing.get_args(hint)
+    if args:
+        return tuple(t for a in args for t in _python_types(a))
+    return (hint,) if isinstance(hint, type) else ()
+
+
+def defaults_from_table(table: object) -> tuple[EvalSettings, list[Problem]]:
+    """``[defaults]`` as :class:`EvalSettings`, with one :class:`Problem` per bad field.
+
+    Fields are checked in :class:`EvalSettings` order, each against the fields accepted before
+    it, so a cross-field rule (e.g. ``panel_size`` vs ``alpha_calibrated``) is reported on the
+    later field. Integers are accepted where a float is expected.
+
+    Returns:
+        The settings built from the good fields, and the problems (empty when all are good).
+    """
+    if not isinstance(table, dict):
+        return EvalSettings(), [Problem("defaults", f"expected a table, got {_type_name(table)}")]
+    hints = typing.get_type_hints(EvalSettings)
+    order = [f.name for f in dataclasses.fields(EvalSettings)]
+    problems = [
+        Problem(f"defaults.{key}", f"unknown setting; valid settings: {order}")
+        for key in sorted(str(k) for k in table)
+        if key not in order
+    ]
+    good: dict[str, Any] = {}
+    for key in (k for k in order if k in table):
+        value = table[key]
+        types = _python_types(hints[key])
+        if float in types and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            expected = " or ".join(t.__name__ for t in types)
+            problems.append(
+                Problem(
+                    f"defaults.{key}",
+                    f"expected {expected}, got {_type_name(value)} {_shown(value)}",
+                )
+            )
+            continue
+        try:
+            EvalSettings(**{**good, key: value})
+        except SettingsError as exc:
+            problems.append(Problem(f"defaults.{key}", str(exc)))
+            continue
+        good[key] = value
+    return EvalSettings(**good), problems
 
 
 def _toml_file(path: str | Path) -> Path:
@@ -328,28 +465,50 @@ def _toml_file(path: str | Path) -> Path:
     return p / WORKSPACE_FILE if p.is_dir() or p.suffix != ".toml" else p
 
 
-def load_workspace(path: str | Path, *, validate: bool = True) -> Workspace:
+def load_workspace(
+    path: str | Path, *, validate: bool = True, roots: Iterable[str | Path] | None = None
+) -> Workspace:
     """Read a workspace folder (or its ``workspace.toml``).
 
     Args:
         path: the folder or the ``.toml`` file.
         validate: also run :func:`check_workspace` (raise on the first semantic errors).
+        roots: folders besides the workspace folder that its files may lie in (default:
+            ``$SDE_DATA_ROOTS``).
 
     Raises:
-        WorkspaceError: missing/unreadable file, TOML syntax error, unknown or mistyped keys, and
-            (with ``validate``) every error :func:`validate_workspace` finds.
+        WorkspaceError: missing/unreadable file, TOML syntax error, unknown or mistyped keys
+            (every bad ``[defaults]`` field is named), and (with ``validate``) every error
+            :func:`validate_workspace` finds.
     """
-    file = _toml_file(path)
-    if not file.is_file():
+    try:
+        file = _toml_file(check_path_text(path, "workspace path"))
+    except SDEError as exc:
+        raise WorkspaceError(str(exc)) from None
+    extra = tuple(Path(r).resolve() for r in roots) if roots is not None else tuple(env_roots())
+    try:
+        present = file.is_file()
+    except OSError as exc:  # e.g. a name the file system refuses
+        raise WorkspaceError(f"cannot read {file} ({type(exc).__name__})") from None
+    if not present:
         raise WorkspaceError(
             f"{file} does not exist: create a workspace with `python -m sde_core workspace init`"
         )
+    folder = file.parent.resolve()
+    try:
+        resolve_in_roots(file, [folder, *extra], what="workspace.toml")
+    except SDEError as exc:
+        raise WorkspaceError(str(exc)) from None
     try:
         raw = tomllib.loads(file.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
-        raise WorkspaceError(f"{file} is not valid TOML ({exc}): fix the syntax") from exc
+        raise WorkspaceError(f"{file} is not valid TOML ({exc}): fix the syntax") from None
+    except RecursionError:
+        raise WorkspaceError(f"{file} is nested too deeply to be a workspace.toml") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise WorkspaceError(f"cannot read {file} ({exc})") from exc
+        raise WorkspaceError(
+            f"cannot read {file} ({type(exc).__name__}): it must be UTF-8 text"
+        ) from None
     allowed = {"version", "name", "description", "dataset", "forget_indices", "models", "defaults"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
@@ -357,21 +516,27 @@ def load_workspace(path: str | Path, *, validate: bool = True) -> Workspace:
             f"{file}: unknown top-level key(s) {unknown}; allowed: {sorted(allowed)}"
         )
     version = raw.get("version", _VERSION)
-    if version != _VERSION:
+    if isinstance(version, bool) or version != _VERSION:
         raise WorkspaceError(
-            f"{file}: version {version!r} is not supported (this library reads {_VERSION})"
+            f"{file}: version {_shown(version)} is not supported (this library reads {_VERSION})"
         )
     if "dataset" not in raw or "forget_indices" not in raw:
         raise WorkspaceError(f"{file}: needs a [dataset] table and a forget_indices path")
     models = _expect("models", raw.get("models", []), (list,), "an array of [[models]] tables")
+    defaults, problems = defaults_from_table(raw.get("defaults", {}))
+    if problems:
+        raise WorkspaceError(
+            f"{file}: {len(problems)} problem(s) in [defaults]: " + "; ".join(map(str, problems))
+        )
     ws = Workspace(
-        root=file.parent.resolve(),
+        root=folder,
         dataset=dict(_expect("dataset", raw["dataset"], (dict,), "a table")),
         forget_indices=_expect("forget_indices", raw["forget_indices"], (str,), "a path string"),
         models=[_parse_model(i, m) for i, m in enumerate(models)],
-        defaults=_parse_defaults(raw.get("defaults", {})),
+        defaults=defaults,
         name=_expect("name", raw.get("name", ""), (str,), "a string"),
         description=_expect("description", raw.get("description", ""), (str,), "a string"),
+        roots=extra,
     )
     if validate:
         check_workspace(ws)
@@ -381,55 +546,23 @@ def load_workspace(path: str | Path, *, validate: bool = True) -> Workspace:
 # ----------------------------------------------------------------------------- validation
 
 
-def _defaults_problems(d: EvalDefaults) -> list[Problem]:
-    """Per-field checks, then the evaluation engine's own (cross-field) validation."""
-    out = []
-
-    def bad(key: str, message: str) -> None:
-        out.append(Problem(f"defaults.{key}", message))
-
-    if not isinstance(d.layer, str) or not d.layer:
-        bad("layer", "must be a non-empty layer name or alias such as 'output'")
-    if isinstance(d.sigma, str):
-        if d.sigma not in SIGMA_RULES:
-            bad("sigma", f"{d.sigma!r} is not a rule; use {list(SIGMA_RULES)} or a positive number")
-    elif not (isinstance(d.sigma, (int, float)) and math.isfinite(d.sigma) and d.sigma > 0):
-        bad("sigma", f"{d.sigma!r} must be positive")
-    for key, minimum in (
-        ("subset_size", 4),
-        ("targets", 2),
-        ("splits", 2),
-        ("bins", 2),
-        ("panel_size", 3),
-        ("seed", 0),
-        ("null_pairs", 1),
-        ("baseline_targets", 0),
-    ):
-        value = getattr(d, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            bad(key, f"{value!r} must be an integer >= {minimum}")
-    for key, example in (("alpha", 0.01), ("alpha_calibrated", 0.05)):
-        value = getattr(d, key)
-        if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
-            bad(key, f"{value!r} must be in (0, 1), e.g. {example}")
-    if d.estimator not in ("biased", "unbiased"):
-        bad("estimator", f"{d.estimator!r} must be 'biased' or 'unbiased'")
-    if not out:
-        try:
-            EvalSettings.from_mapping(dataclasses.asdict(d))
-        except SDEError as exc:
-            out.append(Problem("defaults", str(exc)))
-    return out
-
-
 def _dataset_problems(ws: Workspace, check_data: bool) -> tuple[list[Problem], int | None]:
     """Problems of ``[dataset]`` and the training-set size when known."""
-    from sde_core.inputs.data import load_dataset
+    from sde_core.inputs.data import DatasetSpec, load_dataset
 
     try:
-        spec = ws.dataset_spec()
-    except (SDEError, TypeError) as exc:
+        raw_spec = DatasetSpec.from_dict(ws.dataset)
+    except SDEError as exc:
         return [Problem("dataset", str(exc))], None
+    problems = []
+    for key, value in raw_spec.path_fields().items():
+        try:
+            ws.path(value, what=f"dataset.{key}")
+        except SDEError as exc:
+            problems.append(Problem(f"dataset.{key}", str(exc)))
+    if problems:
+        return problems, None
+    spec = ws.dataset_spec()
     generated = spec.kind == "mnist1d"  # its root is a cache that is created on first load
     if spec.root is not None and not generated and not Path(spec.root).exists():
         return [
@@ -443,16 +576,19 @@ def _dataset_problems(ws: Workspace, check_data: bool) -> tuple[list[Problem], i
         bundle = load_dataset(spec)
     except SDEError as exc:
         return [Problem("dataset", str(exc))], None
-    return [], len(bundle.train)
+    return [], len(bundle.train_labels)
 
 
 def _file_problem(where: str, ws: Workspace, relative: str) -> Problem | None:
+    """The problem of a path the workspace names: empty, outside the roots or missing."""
     if not relative:
         return Problem(where, "is empty: give a path relative to the workspace folder")
+    try:
+        ws.path(relative, what=where, must_exist=True)
+    except SDEError as exc:
+        return Problem(where, str(exc))
     if not ws.path(relative).is_file():
-        return Problem(
-            where, f"{ws.path(relative)} does not exist: fix the path or re-create the file"
-        )
+        return Problem(where, f"{ws.path(relative)} is not a file: give the file's path")
     return None
 
 
@@ -460,6 +596,8 @@ def _model_problems(ws: Workspace) -> list[Problem]:
     from sde_core.inputs.models import get_arch
 
     out: list[Problem] = []
+    if not ws.models:
+        out.append(Problem("models", f"the workspace has no models: {_ADD_HINT}"))
     seen: set[str] = set()
     originals = [m.name for m in ws.models if m.role == "original"]
     if len(originals) > 1:
@@ -474,30 +612,63 @@ def _model_problems(ws: Workspace) -> list[Problem]:
             out.append(Problem(f"{where}.name", "is empty: give every model a unique name"))
         elif m.name in seen:
             out.append(Problem(f"{where}.name", f"{m.name!r} is used twice: names must be unique"))
+        else:
+            try:
+                check_model_name(m.name)
+            except SDEError as exc:
+                out.append(Problem(f"{where}.name", str(exc)))
         seen.add(m.name)
         if m.role not in ROLES:
             out.append(
                 Problem(f"{where}.role", f"{m.role!r} is not a role; use one of {list(ROLES)}")
             )
-        try:
-            get_arch(m.arch)
-        except SDEError as exc:
-            out.append(Problem(f"{where}.arch", str(exc)))
-        missing = _file_problem(f"{where}.checkpoint", ws, m.checkpoint)
-        if missing is not None:
-            out.append(missing)
-        elif m.sha256 is not None and file_sha256(ws.path(m.checkpoint)) != m.sha256:
-            out.append(
-                Problem(
-                    f"{where}.sha256",
-                    f"{m.checkpoint} changed since it was recorded: cached results are stale; "
-                    "refresh the hash with `python -m sde_core workspace validate --rehash`",
-                    "warning",
+        if m.precomputed:
+            if not m.activations:
+                out.append(
+                    Problem(
+                        f"{where}.activations",
+                        f"arch = {PRECOMPUTED!r} needs the model's activations file",
+                    )
                 )
-            )
-        if m.init_checkpoint is not None:
-            problem = _file_problem(f"{where}.init_checkpoint", ws, m.init_checkpoint)
-            out.extend([problem] if problem else [])
+            if m.checkpoint:
+                out.append(
+                    Problem(
+                        f"{where}.checkpoint",
+                        f"a {PRECOMPUTED!r} model has no checkpoint: remove it or set its arch",
+                    )
+                )
+        else:
+            if m.arch:
+                try:
+                    get_arch(m.arch)
+                except SDEError as exc:
+                    out.append(Problem(f"{where}.arch", str(exc)))
+            if not m.checkpoint:
+                out.append(
+                    Problem(
+                        f"{where}.checkpoint",
+                        f"is empty: give the checkpoint file, or arch = {PRECOMPUTED!r} with an "
+                        "activations file",
+                    )
+                )
+        for key, relative in m.files().items():
+            problem = _file_problem(f"{where}.{key}", ws, relative)
+            if problem is not None:
+                out.append(problem)
+            elif (
+                key == "checkpoint"
+                and m.sha256 is not None
+                and file_sha256(ws.path(relative)) != m.sha256
+            ):
+                out.append(
+                    Problem(
+                        f"{where}.sha256",
+                        f"{m.checkpoint} changed since it was recorded: cached results are "
+                        "stale; refresh the hash with "
+                        "`python -m sde_core workspace validate --rehash`",
+                        "warning",
+                    )
+                )
         for j, ref in enumerate(m.checkpoints):
             if not 0.0 < ref.fraction <= 1.0:
                 out.append(
@@ -505,8 +676,6 @@ def _model_problems(ws: Workspace) -> list[Problem]:
                         f"{where}.checkpoints[{j}].fraction", f"{ref.fraction} is outside (0, 1]"
                     )
                 )
-            problem = _file_problem(f"{where}.checkpoints[{j}].path", ws, ref.path)
-            out.extend([problem] if problem else [])
         if m.seconds is not None and not (math.isfinite(m.seconds) and m.seconds >= 0):
             out.append(Problem(f"{where}.seconds", f"{m.seconds} must be a non-negative time"))
     return out
@@ -515,10 +684,11 @@ def _model_problems(ws: Workspace) -> list[Problem]:
 def validate_workspace(ws: Workspace, *, check_data: bool = False) -> list[Problem]:
     """Every problem of ``ws``: errors (unusable) and warnings (e.g. a changed checkpoint hash).
 
-    Checks: dataset table and root, the forget index file (integers, unique, in range when the
-    training-set size is known), roles, at most one original, unique names, known architectures,
-    that every checkpoint exists and matches its recorded hash, defaults' values. With
-    ``check_data`` the dataset is loaded to know the training-set size.
+    Checks: the dataset table and its paths, the forget index file (integers or a mask, unique,
+    in range when the training-set size is known), that every file lies inside the workspace
+    folder or an allowed root, at least one model, model names, roles, at most one original,
+    known architectures, that every checkpoint/activations file exists and matches its
+    recorded hash. With ``check_data`` the dataset is loaded to know the training-set size.
     """
     from sde_core.inputs.data import load_index_file
 
@@ -534,7 +704,8 @@ def validate_workspace(ws: Workspace, *, check_data: bool = False) -> list[Probl
         except SDEError as exc:
             problems.append(Problem("forget_indices", str(exc)))
     problems += _model_problems(ws)
-    problems += _defaults_problems(ws.defaults)
+    if not isinstance(ws.defaults, EvalSettings):
+        problems.append(Problem("defaults", f"must be EvalSettings, got {_type_name(ws.defaults)}"))
     return problems
 
 
@@ -561,7 +732,21 @@ def _drop_none(value: Any) -> Any:
     return value
 
 
-def _to_toml(ws: Workspace) -> dict[str, Any]:
+def _model_table(m: ModelEntry) -> dict[str, Any]:
+    table = dataclasses.asdict(m)
+    table["checkpoints"] = [dataclasses.asdict(c) for c in m.checkpoints]
+    for key, empty in (("checkpoints", []), ("trusted", False), ("arch", ""), ("checkpoint", "")):
+        if table[key] == empty:
+            del table[key]
+    return table
+
+
+def workspace_toml(ws: Workspace) -> str:
+    """The ``workspace.toml`` text of ``ws``.
+
+    Raises:
+        WorkspaceError: a value TOML cannot store.
+    """
     doc: dict[str, Any] = {"version": _VERSION}
     if ws.name:
         doc["name"] = ws.name
@@ -570,15 +755,14 @@ def _to_toml(ws: Workspace) -> dict[str, Any]:
     doc["forget_indices"] = ws.forget_indices
     doc["dataset"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in ws.dataset.items()}
     doc["defaults"] = dataclasses.asdict(ws.defaults)
-    models = []
-    for m in ws.models:
-        table = dataclasses.asdict(m)
-        table["checkpoints"] = [dataclasses.asdict(c) for c in m.checkpoints]
-        if not table["checkpoints"]:
-            del table["checkpoints"]
-        models.append(table)
-    doc["models"] = models
-    return _drop_none(doc)
+    doc["models"] = [_model_table(m) for m in ws.models]
+    try:
+        return tomli_w.dumps(_drop_none(doc))
+    except (TypeError, ValueError) as exc:
+        raise WorkspaceError(
+            f"workspace holds a value TOML cannot store ({exc}): use strings, numbers, "
+            "booleans, lists and tables only"
+        ) from None
 
 
 def write_workspace(ws: Workspace, path: str | Path | None = None) -> Path:
@@ -590,21 +774,39 @@ def write_workspace(ws: Workspace, path: str | Path | None = None) -> Path:
     if not isinstance(ws, Workspace):
         raise WorkspaceError(f"write_workspace needs a Workspace, got {_type_name(ws)}")
     file = _toml_file(path if path is not None else ws.root)
-    try:
-        text = tomli_w.dumps(_to_toml(ws))
-    except TypeError as exc:
-        raise WorkspaceError(
-            f"workspace holds a value TOML cannot store ({exc}): use strings, numbers, "
-            "booleans, lists and tables only"
-        ) from exc
-    return atomic_write_text(file, text)
+    return atomic_write_text(file, workspace_toml(ws))
+
+
+def commit_files(ws_root: str | Path, files: Mapping[str, bytes | Path]) -> list[Path]:
+    """Write several files into a workspace folder all at once, ``workspace.toml`` last.
+
+    ``files`` maps paths relative to ``ws_root`` to their new content (bytes, or a file to copy).
+    Everything is first written to a staging folder; only then are the files moved into place
+    (existing ones are replaced, and restored if a later move fails). On any error nothing in
+    the workspace has changed.
+
+    Returns:
+        The absolute paths written.
+
+    Raises:
+        WorkspaceError: a path that leaves the workspace folder.
+        OSError: the folder is not writable (nothing was changed).
+    """
+    root = Path(ws_root)
+    for rel in files:
+        resolve_in_roots(rel, [root.resolve()], what="file", must_exist=False, base=root)
+    scratch = cache_path(root, "staging") if root.is_dir() else root.parent
+    with Staging(root, scratch) as staging:
+        for rel, content in files.items():
+            staging.put(rel, content)
+        return staging.commit(last=[WORKSPACE_FILE])
 
 
 def rehash_models(ws: Workspace) -> list[str]:
     """Record the current SHA-256 of every existing checkpoint; return the names that changed."""
     changed = []
     for m in ws.models:
-        if ws.path(m.checkpoint).is_file():
+        if m.checkpoint and ws.path(m.checkpoint).is_file():
             digest = file_sha256(ws.path(m.checkpoint))
             if digest != m.sha256:
                 m.sha256 = digest
@@ -616,9 +818,31 @@ def relative_to_workspace(ws: Workspace, path: str | Path) -> str:
     """``path`` relative to the workspace folder (POSIX form) when inside it, else absolute."""
     p = Path(path).resolve()
     try:
-        return p.relative_to(ws.root).as_posix()
+        return p.relative_to(Path(ws.root).resolve()).as_posix()
     except ValueError:
         return str(p)
+
+
+def fresh_model_path(ws: Workspace, preferred: str) -> str:
+    """``preferred`` (a file or folder relative to the workspace), or ``<stem>-2<suffix>``,
+    ``-3``… — the first candidate that holds no file another model entry names, so adding or
+    replacing a model never overwrites files the workspace refers to."""
+    used = set()
+    for m in ws.models:
+        for rel in m.files().values():
+            try:
+                used.add(ws.path(rel))
+            except SDEError:  # outside the allowed folders: cannot collide with a new file
+                continue
+    p = Path(preferred)
+    suffix = "".join(p.suffixes) if p.suffix in (".safetensors", ".pt", ".pth") else ""
+    stem = p.name[: len(p.name) - len(suffix)] if suffix else p.name
+    for k in range(1, 10_000):
+        candidate = (p.parent / (f"{stem}{suffix}" if k == 1 else f"{stem}-{k}{suffix}")).as_posix()
+        target = ws.path(candidate)
+        if not any(u == target or u.is_relative_to(target) for u in used):
+            return candidate
+    raise WorkspaceError(f"no free file name for {preferred!r}: clean up the models folder")
 
 
 def init_workspace(
@@ -628,25 +852,42 @@ def init_workspace(
     *,
     name: str = "",
     description: str = "",
-    defaults: EvalDefaults | None = None,
+    defaults: EvalSettings | None = None,
     overwrite: bool = False,
 ) -> Workspace:
-    """Create ``folder/workspace.toml`` with no models yet and return the workspace."""
-    root = Path(folder)
+    """Create ``folder/workspace.toml`` with no models yet and return the workspace.
+
+    The file is written atomically; nothing is written when the arguments are invalid.
+
+    Raises:
+        WorkspaceError: an existing ``workspace.toml`` without ``overwrite``, a malformed folder
+            name, defaults that are not :class:`EvalSettings`.
+    """
+    from sde_core.inputs.data import DatasetSpec
+
+    try:
+        root = Path(check_path_text(folder, "workspace folder"))
+    except SDEError as exc:
+        raise WorkspaceError(str(exc)) from None
     if (root / WORKSPACE_FILE).exists() and not overwrite:
         raise WorkspaceError(
             f"{root / WORKSPACE_FILE} already exists: pass overwrite to replace it"
         )
-    root.mkdir(parents=True, exist_ok=True)
+    if defaults is not None and not isinstance(defaults, EvalSettings):
+        raise WorkspaceError(f"defaults must be EvalSettings, got {_type_name(defaults)}")
+    DatasetSpec.from_dict(dict(dataset))  # type and key checks before anything is written
+    _expect("forget_indices", forget_indices, (str,), "a path string")
     ws = Workspace(
         root=root.resolve(),
         dataset=dict(dataset),
         forget_indices=forget_indices,
-        defaults=defaults or EvalDefaults(),
+        defaults=defaults or EvalSettings(),
         name=name,
         description=description,
     )
-    write_workspace(ws)
+    text = workspace_toml(ws)
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(root / WORKSPACE_FILE, text)
     return ws
 
 
@@ -654,20 +895,25 @@ def workspace_hash(ws: Workspace, *, data_fingerprint: str | None = None) -> str
     """Content hash of what determines evaluation results (a cache key; paths excluded).
 
     Covers the data (``data_fingerprint`` from :class:`sde_core.inputs.data.DatasetBundle` when
-    given,
-    else the ``[dataset]`` table without its path fields), the forget index file's bytes and, per
-    model, name, role, architecture, kwargs and the checkpoint file's SHA-256.
+    given, else the ``[dataset]`` table without its path fields), the forget index file's bytes
+    and, per model, name, role, architecture, kwargs and the SHA-256 of the file its numbers
+    come from (the activations file when it has one, else the checkpoint).
+
+    Raises:
+        WorkspaceError: the workspace has no models (nothing to evaluate), or a file is missing
+            or outside the allowed folders.
     """
     if not isinstance(ws, Workspace):
         raise WorkspaceError(f"workspace_hash needs a Workspace, got {_type_name(ws)}")
-    data = data_fingerprint or {k: v for k, v in ws.dataset.items() if k not in _DATASET_PATH_KEYS}
+    if not ws.models:
+        raise WorkspaceError(f"the workspace {ws.root} has no models to evaluate: {_ADD_HINT}")
+    path_keys = ("root", "train_indices", "test_indices")
+    data = data_fingerprint or {k: v for k, v in ws.dataset.items() if k not in path_keys}
+    sources = {m.name: m.activations or m.checkpoint for m in ws.models}
     for where, rel in [("forget_indices", ws.forget_indices)] + [
-        (f"model {m.name!r} checkpoint", m.checkpoint) for m in ws.models
+        (f"model {name!r} file", rel) for name, rel in sources.items()
     ]:
-        if not ws.path(rel).is_file():
-            raise WorkspaceError(
-                f"{where} {ws.path(rel)} does not exist: cannot hash the workspace"
-            )
+        ws.path(rel, what=where, must_exist=True)
     return stable_hash(
         {
             "data": data,
@@ -679,7 +925,7 @@ def workspace_hash(ws: Workspace, *, data_fingerprint: str | None = None) -> str
                         m.role,
                         m.arch,
                         _drop_none(m.arch_kwargs),  # as written to TOML: no nulls
-                        file_sha256(ws.path(m.checkpoint)),
+                        file_sha256(ws.path(sources[m.name])),
                     )
                     for m in ws.models
                 ),

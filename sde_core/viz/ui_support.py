@@ -1,25 +1,35 @@
-"""Small UI-free helpers of the dashboard: allowed-roots path checks, upload checks, tables.
+"""Small UI-free helpers of the dashboard: tables, parsers, a result cache.
 
 Nothing here imports Streamlit, so the checks are testable on their own and reusable by any
 front end. Every rejection raises :class:`~sde_core.errors.InputError` (an
-:class:`~sde_core.errors.SDEError`) whose message names the fix.
+:class:`~sde_core.errors.SDEError`) whose message names the fix. The path policy
+(``allowed_roots``, ``resolve_in_roots``) lives in :mod:`sde_core.common.paths` and the upload
+checks (``check_upload``, ``safe_name``, ``guess_role``) in :mod:`sde_core.services.uploads`;
+they are re-exported here for the pages that import them from this module.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 import pandas as pd
 
+from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.errors import InputError
 from sde_core.pipeline.workspace import Problem
+from sde_core.services.uploads import (
+    CHECKPOINT_SUFFIXES,
+    INDEX_SUFFIXES,
+    MAX_UPLOAD_MB,
+    check_upload,
+    guess_role,
+    safe_name,
+)
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
@@ -36,105 +46,6 @@ __all__ = [
     "resolve_in_roots",
     "safe_name",
 ]
-
-#: Checkpoint files the dashboard accepts (loaded with ``weights_only``/safetensors).
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
-#: Forget-set index files (see :func:`sde_core.inputs.data.load_index_file`).
-INDEX_SUFFIXES = (".npy", ".txt", ".json")
-#: Largest accepted upload in MiB (also ``server.maxUploadSize`` in ``.streamlit/config.toml``).
-MAX_UPLOAD_MB = 200
-
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def allowed_roots(
-    env: Mapping[str, str] | None = None, cwd: str | Path | None = None
-) -> list[Path]:
-    """The folders file inputs may point into: ``$SDE_DATA_ROOTS`` (``os.pathsep``-separated)
-    or, when unset, the working directory and its ``assets/`` folder; symlinks resolved."""
-    env = os.environ if env is None else env
-    base = Path(cwd) if cwd is not None else Path.cwd()
-    raw = env.get("SDE_DATA_ROOTS", "")
-    entries = [e for e in raw.split(os.pathsep) if e.strip()] if raw.strip() else []
-    roots = [Path(e).expanduser() for e in entries] or [base, base / "assets"]
-    return [(r if r.is_absolute() else base / r).resolve() for r in roots]
-
-
-def resolve_in_roots(
-    path: str | Path, roots: Sequence[Path], *, what: str = "path", must_exist: bool = True
-) -> Path:
-    """Resolve ``path`` (relative paths against the first root) and check it stays inside.
-
-    Rejects ``..`` components outright, resolves symlinks, then requires the result to lie
-    inside one of ``roots``.
-
-    Raises:
-        InputError: empty path, ``..``, outside every root, or missing when ``must_exist``.
-    """
-    text = str(path).strip()
-    if not text:
-        raise InputError(f"{what} is empty: give a folder inside {_roots_text(roots)}")
-    if ".." in Path(text).parts:
-        raise InputError(f"{what} {text!r} contains '..': give a path without parent references")
-    candidate = Path(text).expanduser()
-    if not candidate.is_absolute():
-        candidate = roots[0] / candidate
-    resolved = candidate.resolve()
-    if not any(resolved == r or resolved.is_relative_to(r) for r in roots):
-        raise InputError(
-            f"{what} {resolved} is outside the allowed folders {_roots_text(roots)}: move the "
-            "data there or add its folder to SDE_DATA_ROOTS"
-        )
-    if must_exist and not resolved.exists():
-        raise InputError(f"{what} {resolved} does not exist: check the spelling")
-    return resolved
-
-
-def _roots_text(roots: Sequence[Path]) -> str:
-    return ", ".join(str(r) for r in roots)
-
-
-def safe_name(name: str) -> str:
-    """A file-name-safe version of an uploaded file's or model's name (no folders, no dots
-    at the start); raises :class:`InputError` when nothing usable is left."""
-    base = Path(str(name).replace("\\", "/")).name
-    cleaned = _SAFE.sub("_", base).lstrip(".")
-    if not cleaned.strip("_"):
-        raise InputError(f"{name!r} is not a usable file name: rename the file")
-    return cleaned
-
-
-def check_upload(
-    name: str, size: int, suffixes: Sequence[str], *, max_mb: int = MAX_UPLOAD_MB
-) -> str:
-    """Check an uploaded file's name and size; return its safe file name.
-
-    Raises:
-        InputError: wrong suffix, empty file or larger than ``max_mb`` MiB.
-    """
-    safe = safe_name(name)
-    suffix = Path(safe).suffix.lower()
-    if suffix not in suffixes:
-        raise InputError(
-            f"{name} is a {suffix or 'suffix-less'} file; upload one of {', '.join(suffixes)}"
-        )
-    if size <= 0:
-        raise InputError(f"{name} is empty (0 bytes): upload the complete file")
-    if size > max_mb * 1024 * 1024:
-        raise InputError(f"{name} has {size / 2**20:.0f} MiB; the limit is {max_mb} MiB")
-    return safe
-
-
-def guess_role(name: str) -> str:
-    """A first guess of a model's role from its file name (the user can change it)."""
-    low = name.lower()
-    if "retrain" in low:
-        return "retrained"
-    if "orig" in low:
-        return "original"
-    if "rand" in low or "init" in low:
-        return "random"
-    return "unlearned"
 
 
 def problems_by_field(problems: Iterable[Problem]) -> dict[str, list[Problem]]:

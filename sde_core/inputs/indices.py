@@ -1,0 +1,388 @@
+"""Row indices, boolean masks, class labels and forget-set files.
+
+A forget set is a list of row indices into the training split. :func:`load_index_file` reads it
+from ``.npy``, ``.txt``, ``.json`` or ``.pt``/``.pth`` (a tensor or a list, read without running
+code), as integers or as a boolean mask with one entry per training row. Every check raises
+:class:`~sde_core.errors.DataError` naming the problem and the fix; messages quote at most a few
+short, escaped excerpts of offending values, never a file's content.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sde_core.common.fsio import atomic_write_bytes
+from sde_core.errors import DataError
+
+__all__ = [
+    "INDEX_SUFFIXES",
+    "MAX_CLASSES",
+    "as_index_array",
+    "as_labels",
+    "check_unique",
+    "class_indices",
+    "excerpt",
+    "load_index_file",
+    "save_index_file",
+]
+
+#: Suffixes :func:`load_index_file` reads.
+INDEX_SUFFIXES = (".npy", ".txt", ".json", ".pt", ".pth")
+#: Largest number of classes a dataset may have (labels are checked against it before any
+#: per-class list is allocated).
+MAX_CLASSES = 100_000
+_EXCERPT = 12
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def excerpt(value: object, limit: int = _EXCERPT) -> str:
+    """A short rendering of an offending value for an error message: numbers in full (up to 40
+    digits), text cut to ``limit`` characters and escaped (``ascii``), never a whole line."""
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+        text = str(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    text = value if isinstance(value, str) else repr(value)
+    short = text if len(text) <= limit else text[: limit - 3] + "..."
+    return ascii(short) if isinstance(value, str) else ascii(short).strip("'")
+
+
+def _excerpts(values: Sequence[object], limit: int = 5) -> str:
+    shown = ", ".join(excerpt(v) for v in values[:limit])
+    return f"[{shown}]" + (f" ({len(values)} in all)" if len(values) > limit else "")
+
+
+_KIND_NAMES = {"M": "datetime64", "m": "timedelta64", "U": "string", "S": "bytes", "O": "object",
+               "c": "complex", "V": "structured", "b": "boolean"}  # fmt: skip
+
+
+def _kind_name(dtype: np.dtype) -> str:
+    return _KIND_NAMES.get(dtype.kind, str(dtype))
+
+
+def as_index_array(values: Any, n: int, what: str) -> np.ndarray:
+    """``values`` as a non-empty 1-D int64 array of row indices in ``[0, n)``.
+
+    Accepts integer arrays of any width (unsigned values are range-checked before any cast, so
+    they never wrap around), floats with integral values, and lists of Python integers of any
+    size. Booleans, strings, datetimes/timedeltas and fractions are refused.
+
+    Raises:
+        DataError: not 1-D, empty, a non-integer value or an index outside ``[0, n)``.
+    """
+    if isinstance(values, np.ndarray):
+        arr = values
+    else:
+        try:
+            arr = np.asarray(values)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise DataError(f"{what} must be a flat list of integers ({exc})") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise DataError(f"{what} must be a non-empty 1-D list of integers, got shape {arr.shape}")
+    kind = arr.dtype.kind
+    if kind == "b":
+        raise DataError(
+            f"{what} holds booleans, not row indices: give integers, or a boolean mask with one "
+            f"entry per row ({n} entries)"
+        )
+    if kind in "iu":
+        bad = arr[arr >= n] if kind == "u" else arr[(arr < 0) | (arr >= n)]
+        if bad.size:
+            raise _out_of_range(what, n, bad.tolist())
+        return arr.astype(np.int64)
+    if kind == "f":
+        finite = np.isfinite(arr)
+        fractional = ~finite | (np.where(finite, arr, 0) != np.round(np.where(finite, arr, 0)))
+        if fractional.any():
+            raise DataError(
+                f"{what} must be integers; offending values: {_excerpts(arr[fractional].tolist())}"
+            )
+        bad = arr[(arr < 0) | (arr >= n)]
+        if bad.size:
+            raise _out_of_range(what, n, [int(v) for v in bad.tolist()])
+        return arr.astype(np.int64)
+    if kind == "O":
+        items = arr.tolist()
+        wrong = [
+            v for v in items
+            if isinstance(v, bool) or not isinstance(v, int | float)
+            or (isinstance(v, float) and not v.is_integer())
+        ]  # fmt: skip
+        if wrong:
+            raise DataError(f"{what} must be integers; offending values: {_excerpts(wrong)}")
+        ints = [int(v) for v in items]
+        outside = [v for v in ints if not 0 <= v < n]
+        if outside:
+            raise _out_of_range(what, n, outside)
+        return np.asarray(ints, dtype=np.int64)
+    raise DataError(
+        f"{what} must be integers, got {_kind_name(arr.dtype)} values; save the indices as "
+        "integers (e.g. numpy int64)"
+    )
+
+
+def _out_of_range(what: str, n: int, bad: list[int]) -> DataError:
+    return DataError(f"{what} must lie in [0, {n - 1}]; offending values: {_excerpts(bad, 10)}")
+
+
+def check_unique(idx: np.ndarray, what: str) -> None:
+    """Raise :class:`DataError` listing duplicated indices."""
+    values, counts = np.unique(idx, return_counts=True)
+    dups = values[counts > 1]
+    if dups.size:
+        raise DataError(
+            f"{what} has duplicate indices: {dups[:10].tolist()}; each index may appear once"
+        )
+
+
+def as_labels(values: Any, what: str, rows: int | None = None) -> np.ndarray:
+    """Class labels as a 1-D int64 array in ``[0, MAX_CLASSES)``.
+
+    Accepts integers (any width, range-checked before the cast), booleans (0/1) and floats with
+    integral values; ``rows`` (when given) is the number of samples the labels belong to.
+
+    Raises:
+        DataError: wrong shape or length, fractional/non-finite/negative/huge or non-numeric
+            labels.
+    """
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise DataError(f"{what} must be 1-D (one label per row), got shape {arr.shape}")
+    if rows is not None and arr.shape[0] != rows:
+        raise DataError(f"{what} has {arr.shape[0]} labels for {rows} rows: give one per row")
+    kind = arr.dtype.kind
+    if kind == "b":
+        return arr.astype(np.int64)
+    if kind == "f":
+        finite = np.isfinite(arr)
+        frac = ~finite | (np.where(finite, arr, 0) != np.round(np.where(finite, arr, 0)))
+        if frac.any():
+            raise DataError(
+                f"{what} must be whole numbers (class ids); offending values: "
+                f"{_excerpts(arr[frac].tolist())}"
+            )
+    elif kind not in "iu":
+        raise DataError(f"{what} must be integer class ids, got {_kind_name(arr.dtype)} values")
+    bad = arr[(arr >= MAX_CLASSES) | (arr < 0)] if kind != "u" else arr[arr >= MAX_CLASSES]
+    if bad.size:
+        raise DataError(
+            f"{what} must lie in [0, {MAX_CLASSES - 1}] (class ids); offending values: "
+            f"{_excerpts([int(v) for v in bad.tolist()])}"
+        )
+    return arr.astype(np.int64)
+
+
+def class_indices(
+    labels: np.ndarray, classes: Sequence[int | str], names: Sequence[str]
+) -> np.ndarray:
+    """Indices of the rows whose label is one of ``classes`` (ids or class names).
+
+    Raises:
+        DataError: an unknown class, or classes that select no row.
+    """
+    wanted: set[int] = set()
+    for c in classes:
+        if isinstance(c, str) and c.strip().lstrip("-").isdigit():
+            c = int(c)
+        if isinstance(c, int) and not isinstance(c, bool):
+            if not 0 <= c < max(len(names), 1):
+                raise DataError(f"class {c} does not exist; the classes are 0..{len(names) - 1}")
+            wanted.add(c)
+        elif isinstance(c, str) and c in names:
+            wanted.add(list(names).index(c))
+        else:
+            raise DataError(
+                f"class {excerpt(c)} is neither a class id nor a class name; names: "
+                f"{', '.join(names[:20])}"
+            )
+    idx = np.flatnonzero(np.isin(labels, sorted(wanted))).astype(np.int64)
+    if idx.size == 0:
+        raise DataError(f"no training row has class {sorted(wanted)}: choose other classes")
+    return idx
+
+
+def _from_mask(mask: np.ndarray, n: int, what: str) -> np.ndarray:
+    if mask.ndim != 1 or mask.shape[0] != n:
+        raise DataError(
+            f"{what} is a boolean mask of shape {mask.shape}; a mask needs exactly one entry per "
+            f"training row ({n}), or give integer indices instead"
+        )
+    idx = np.flatnonzero(mask).astype(np.int64)
+    if idx.size == 0:
+        raise DataError(f"{what} is a boolean mask that selects no row; a forget set needs one")
+    return idx
+
+
+def _read_txt(path: Path) -> list[Any]:
+    text = path.read_text(encoding="utf-8-sig")  # a BOM is not content
+    values: list[Any] = []
+    bad: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for token in line.split("#", 1)[0].replace(",", " ").split():
+            value = _parse_int_token(token)
+            if value is None:
+                bad.append(f"line {number}: {excerpt(token)}")
+            else:
+                values.append(value)
+    if bad:
+        more = f" ({len(bad)} non-integer values in all)" if len(bad) > 1 else ""
+        raise DataError(
+            f"index file {path} must hold integers separated by spaces, commas or new lines; "
+            f"offending values: {bad[0]}{more}"
+        )
+    return values
+
+
+def _parse_int_token(token: str) -> int | None:
+    try:
+        return int(token)
+    except ValueError:
+        try:
+            value = float(token)
+        except ValueError:
+            return None
+        return int(value) if value.is_integer() else None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        values = json.loads(path.read_text(encoding="utf-8-sig"))
+    except RecursionError:
+        raise DataError(
+            f"index file {path} is nested too deeply: expected a flat JSON list of integers "
+            'or {"indices": [...]}'
+        ) from None
+    if isinstance(values, dict):
+        values = values.get("indices")
+    if not isinstance(values, list) or any(isinstance(v, list | dict) for v in values):
+        raise DataError(
+            f'index file {path} must hold a flat JSON list of integers or {{"indices": [...]}}'
+        )
+    wrong = [v for v in values if v is None or isinstance(v, str)]
+    if wrong:
+        raise DataError(
+            f"index file {path} must hold integers; offending values: {_excerpts(wrong)}"
+        )
+    if values and all(isinstance(v, bool) for v in values):
+        return np.asarray(values, dtype=bool)
+    if any(isinstance(v, bool) for v in values):
+        raise DataError(f"index file {path} mixes booleans and numbers: give integers only")
+    return values
+
+
+def _read_torch(path: Path) -> Any:
+    import torch
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise DataError(
+            f"cannot read index file {path} ({type(exc).__name__}); a .pt/.pth forget set must "
+            "be a tensor or a list of integers saved with torch.save (read without running code)"
+        ) from None
+    if isinstance(obj, dict):
+        found = [obj[k] for k in ("indices", "forget_indices", "forget", "mask") if k in obj]
+        obj = found[0] if len(found) == 1 else None
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().numpy()
+    if isinstance(obj, list | tuple) and all(isinstance(v, int) for v in obj):
+        if obj and all(isinstance(v, bool) for v in obj):
+            return np.asarray(obj, dtype=bool)
+        return list(obj)
+    raise DataError(
+        f"index file {path} must hold a 1-D tensor (or list) of indices or a boolean mask, or a "
+        "dict with one of 'indices', 'forget_indices', 'forget', 'mask'"
+    )
+
+
+def load_index_file(path: str | Path, n_train: int) -> np.ndarray:
+    """Read a forget set (indices into the training split).
+
+    Formats: ``.npy`` (integers or a boolean mask), ``.txt`` (integers separated by whitespace
+    or commas, ``#`` comments, UTF-8 with or without a byte-order mark), ``.json`` (a list of
+    integers or booleans, or ``{"indices": [...]}``), ``.pt``/``.pth`` (a tensor, a list or a
+    dict with ``indices``/``forget``/``mask``; read with ``weights_only``). A boolean mask must
+    have one entry per training row.
+
+    Returns:
+        int64 array ``(k,)``, in file order (a mask gives increasing order).
+
+    Raises:
+        DataError: missing/unreadable file, non-integers, out-of-range values, duplicates, a
+            mask of the wrong length or an empty set (the message names a few offending values).
+    """
+    path = Path(path)
+    if isinstance(n_train, bool) or not isinstance(n_train, int | np.integer) or n_train <= 0:
+        raise DataError(
+            f"n_train must be a positive integer (the training-set size), got {n_train!r}"
+        )
+    n = int(n_train)
+    suffix = path.suffix.lower()
+    if suffix not in INDEX_SUFFIXES:
+        raise DataError(f"index file {path} must end in {', '.join(INDEX_SUFFIXES)}")
+    if not path.is_file():
+        raise DataError(f"index file {path} does not exist; check the path")
+    try:
+        if suffix == ".npy":
+            values: Any = np.load(path, allow_pickle=False)
+        elif suffix == ".json":
+            values = _read_json(path)
+        elif suffix == ".txt":
+            values = _read_txt(path)
+        else:
+            values = _read_torch(path)
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError) as exc:
+        kind = type(exc).__name__
+        raise DataError(
+            f"cannot read index file {path} ({kind}); re-save it as {suffix} indices"
+        ) from None
+    if isinstance(values, list) and not values:
+        raise DataError(f"index file {path} is empty; a forget set needs at least one index")
+    if isinstance(values, np.ndarray) and values.dtype.kind == "b":
+        return _from_mask(values, n, f"index file {path}")
+    idx = as_index_array(values, n, f"index file {path}")
+    check_unique(idx, f"index file {path}")
+    return idx
+
+
+def save_index_file(path: str | Path, indices: Sequence[int] | np.ndarray) -> Path:
+    """Write indices as ``.npy`` (int64), ``.txt`` (one per line) or ``.json`` (a list),
+    atomically.
+
+    Raises:
+        DataError: an unsupported suffix, non-integer, negative, duplicate or empty indices.
+    """
+    path = Path(path)
+    arr = np.asarray(indices)
+    if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
+        raise DataError(
+            f"indices must be a non-empty 1-D integer array, got {arr.dtype} {arr.shape}"
+        )
+    if arr.dtype.kind == "i" and (arr < 0).any():
+        raise DataError(
+            f"indices must be non-negative; offending values: {arr[arr < 0][:10].tolist()}"
+        )
+    if arr.dtype.kind == "u" and (arr > _INT64_MAX).any():
+        raise DataError("indices must be below 2**63")
+    arr = arr.astype(np.int64)
+    check_unique(arr, "indices")
+    if path.suffix == ".npy":
+        buffer = io.BytesIO()
+        np.save(buffer, arr)
+        content = buffer.getvalue()
+    elif path.suffix == ".txt":
+        content = ("\n".join(str(int(v)) for v in arr) + "\n").encode()
+    elif path.suffix == ".json":
+        content = json.dumps([int(v) for v in arr]).encode()
+    else:
+        raise DataError(f"index file {path} must end in .npy, .txt or .json")
+    return atomic_write_bytes(path, content)

@@ -1,0 +1,695 @@
+"""Creating and extending workspaces, for the command line and the dashboard (no UI code).
+
+- :func:`create_workspace` — ``workspace init``: dataset, forget set (a file, a random fraction
+  or whole classes) and ``[defaults]`` whose subset size fits the data.
+- :func:`add_model` — ``workspace add-model`` and the Workspace page: an existing checkpoint
+  (architecture read or inferred, loaded and checked against the dataset, SHA-256 recorded) or
+  a model's precomputed activations file.
+- :func:`build_from_uploads` — the Workspace page's "build a workspace" form.
+- :func:`suggest_subset_size` and :func:`check_fits`.
+
+Every write is staged and committed at once (:func:`~sde_core.pipeline.workspace.commit_files`):
+a rejected request changes nothing on disk. Every file is checked under the path policy
+(:mod:`sde_core.common.paths`). A TorchScript archive is never loaded unless the user vouched for
+that file (``trusted``); full pickles are read with ``weights_only`` unless trusted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sde_core.common.hashing import file_sha256
+from sde_core.common.paths import check_path_text, env_roots, resolve_in_roots
+from sde_core.common.staging import Staging
+from sde_core.errors import CheckpointError, DataError, SDEError, SettingsError, WorkspaceError
+from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.workspace import (
+    PRECOMPUTED,
+    ROLES,
+    WORKSPACE_FILE,
+    ModelEntry,
+    Problem,
+    Workspace,
+    cache_path,
+    check_model_name,
+    commit_files,
+    fresh_model_path,
+    load_workspace,
+    relative_to_workspace,
+    validate_workspace,
+    workspace_toml,
+)
+from sde_core.services.uploads import (
+    ACTIVATION_SUFFIXES,
+    CHECKPOINT_SUFFIXES,
+    INDEX_SUFFIXES,
+    check_upload,
+    file_suffix,
+    guess_role,
+    inspect_checkpoint,
+)
+
+__all__ = [
+    "AddedModel",
+    "BuildRequest",
+    "BuildResult",
+    "CreatedWorkspace",
+    "ModelSpec",
+    "Upload",
+    "add_model",
+    "add_uploaded_model",
+    "build_from_uploads",
+    "check_fits",
+    "create_workspace",
+    "suggest_subset_size",
+]
+
+
+# ------------------------------------------------------------------------------- checks
+
+
+def check_fits(model: Any, bundle: Any) -> int:
+    """Run ``model`` on two training samples and check it fits the dataset.
+
+    Returns:
+        The number of outputs per sample.
+
+    Raises:
+        CheckpointError: the model cannot process the inputs, or its number of outputs differs
+            from the dataset's number of classes (the message says which kwarg to pass).
+    """
+    import torch
+
+    x, _ = bundle.train.get_batch(np.arange(min(2, len(bundle.train))))
+    try:
+        with torch.inference_mode():
+            out = model(x)
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        first = str(exc).strip().split("\n")[0][:200]
+        raise CheckpointError(
+            f"the model cannot process the dataset's inputs of shape {tuple(bundle.input_shape)} "
+            f"({type(exc).__name__}: {first}): check the architecture, its kwargs and the dataset"
+        ) from None
+    if isinstance(out, tuple | list):
+        out = out[0]
+    if not isinstance(out, torch.Tensor) or out.ndim != 2:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise CheckpointError(
+            f"the model returns {shape} for a batch; a classifier returns (batch, classes)"
+        )
+    outputs = int(out.shape[1])
+    if bundle.num_classes >= 2 and outputs != bundle.num_classes:
+        raise CheckpointError(
+            f"the model has {outputs} outputs but the dataset has {bundle.num_classes} classes: "
+            f"pass the architecture's class count (e.g. --arch-kwarg num_classes="
+            f"{bundle.num_classes}) or choose the matching dataset"
+        )
+    return outputs
+
+
+def _activation_layers(file: Path, name: str, bundle: Any) -> list[str]:
+    """The layers of a model's activations file, after checking its rows fit the dataset."""
+    from sde_core.inputs.data import load_precomputed
+
+    pre = load_precomputed(file, model=name)
+    for split in ("train", "test"):
+        rows = next(iter(pre.features[split].values())).shape[0]
+        n_split = len(bundle.split(split))
+        source = bundle.source_indices[split]
+        if rows != n_split and (source.size == 0 or rows <= int(source.max())):
+            raise DataError(
+                f"{file} has {rows} {split} rows but the dataset's {split} split has {n_split}: "
+                "export one row per sample, in the dataset's order"
+            )
+    return pre.layers
+
+
+def suggest_subset_size(
+    n_train: int, n_test: int, forget: np.ndarray, base: EvalSettings | None = None
+) -> int:
+    """The largest round subset size n (at most ``base.subset_size``) the evaluation can draw:
+    n ≤ |D_f|, and D_r and D_te each hold at least two disjoint subsets of n (a reference and
+    room for panels), confirmed by the evaluation's own subset drawing.
+
+    Raises:
+        DataError: the pools are too small for any subset (n < 4).
+    """
+    from sde_core.pipeline.evaluate import draw_subsets
+
+    base = base or EvalSettings()
+    f = np.unique(np.asarray(forget, dtype=np.int64))
+    cap = min(base.subset_size, f.size, (n_train - f.size) // 2, n_test // 2)
+    n = _round_down(cap)
+    while n >= 4:
+        try:
+            draw_subsets(n_train, n_test, f, dataclasses.replace(base, subset_size=n))
+            return n
+        except SettingsError:
+            n = _round_down(n - max(1, n // 4))
+    raise DataError(
+        f"the data are too small for an evaluation: |D_f| = {f.size}, |D_r| = "
+        f"{n_train - f.size}, |D_te| = {n_test}; subsets need at least 4 rows, and D_r and D_te "
+        "at least two subsets each"
+    )
+
+
+def _round_down(n: int) -> int:
+    step = 100 if n >= 1000 else 50 if n >= 200 else 10 if n >= 40 else 1
+    return (n // step) * step
+
+
+# ------------------------------------------------------------------------------- init
+
+
+@dataclass
+class CreatedWorkspace:
+    """What :func:`create_workspace` made.
+
+    Attributes:
+        workspace: the new workspace (written). n_train, n_test, n_forget: row counts.
+        notes: sentences for the user (the chosen subset size, the default layer...).
+    """
+
+    workspace: Workspace
+    n_train: int
+    n_test: int
+    n_forget: int
+    notes: list[str] = field(default_factory=list)
+
+
+def _roots(roots: Iterable[str | Path] | None) -> tuple[Path, ...]:
+    return tuple(Path(r).resolve() for r in roots) if roots is not None else tuple(env_roots())
+
+
+def _npy_bytes(arr: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(arr, dtype=np.int64))
+    return buffer.getvalue()
+
+
+def create_workspace(
+    folder: str | Path,
+    dataset: Mapping[str, Any],
+    *,
+    forget: str | None = None,
+    random_forget: float | None = None,
+    forget_classes: Sequence[int | str] | None = None,
+    seed: int = 0,
+    name: str = "",
+    description: str = "",
+    defaults: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+    roots: Iterable[str | Path] | None = None,
+) -> CreatedWorkspace:
+    """Create a workspace (no models yet), all files at once.
+
+    Args:
+        folder: the new workspace folder.
+        dataset: the ``[dataset]`` table (paths relative to ``folder`` or absolute).
+        forget, random_forget, forget_classes: exactly one: an index file (relative to
+            ``folder``), a fraction of D_tr drawn with ``seed``, or class ids/names.
+        defaults: ``[defaults]`` values; ``subset_size`` (unless given) is chosen with
+            :func:`suggest_subset_size`, ``layer`` of an activations dataset from its file.
+        roots: allowed folders besides ``folder`` (default ``$SDE_DATA_ROOTS``).
+
+    Raises:
+        WorkspaceError, DataError, SettingsError: invalid inputs; nothing was written.
+    """
+    from sde_core.inputs.data import class_indices, load_dataset, load_index_file
+
+    try:
+        root = Path(check_path_text(folder, "workspace folder")).resolve()
+    except SDEError as exc:
+        raise WorkspaceError(str(exc)) from None
+    if (root / WORKSPACE_FILE).exists() and not overwrite:
+        raise WorkspaceError(
+            f"{root / WORKSPACE_FILE} already exists: pass overwrite to replace it"
+        )
+    given = [x is not None for x in (forget, random_forget, forget_classes)]
+    if sum(given) != 1:
+        raise SettingsError(
+            "give exactly one forget set: an index file, a random fraction or classes"
+        )
+    ws = Workspace(
+        root=root, dataset=dict(dataset), forget_indices=forget or "forget.npy", name=name,
+        description=description, roots=_roots(roots),
+    )  # fmt: skip
+    bundle = load_dataset(ws.dataset_spec())
+    n_train, n_test = len(bundle.train_labels), len(bundle.test_labels)
+    files: dict[str, bytes | Path] = {}
+    if forget is not None:
+        idx = load_index_file(ws.path(forget, what="forget set", must_exist=True), n_train)
+    elif random_forget is not None:
+        if isinstance(random_forget, bool) or not 0.0 < float(random_forget) < 1.0:
+            raise SettingsError(
+                f"random forget fraction {random_forget} must be in (0, 1), e.g. 0.2"
+            )
+        k = max(1, round(float(random_forget) * n_train))
+        idx = np.sort(np.random.default_rng(seed).choice(n_train, size=k, replace=False))
+        files["forget.npy"] = _npy_bytes(idx)
+    else:
+        idx = class_indices(bundle.train_labels, list(forget_classes or []), bundle.class_names)
+        files["forget.npy"] = _npy_bytes(idx)
+    if idx.size >= n_train:
+        raise DataError("the forget set holds every training row: D_r would be empty")
+    values = dict(defaults or {})
+    notes = []
+    if bundle.precomputed is not None and "layer" not in values:
+        layers = bundle.precomputed.layers
+        values["layer"] = "output" if "output" in layers else layers[0]
+        notes.append(f"default layer {values['layer']!r} (the file holds {', '.join(layers)})")
+    base = EvalSettings.from_mapping(values)
+    if "subset_size" not in values:
+        size = suggest_subset_size(n_train, n_test, idx, base)
+        base = dataclasses.replace(base, subset_size=size)
+        notes.append(
+            f"subset size {size} (|D_f| = {idx.size}, |D_r| = {n_train - idx.size}, "
+            f"|D_te| = {n_test})"
+        )
+    ws.defaults = base
+    if "root" in ws.dataset:
+        ws.dataset["root"] = relative_to_workspace(ws, ws.dataset_spec().root)
+    files[WORKSPACE_FILE] = workspace_toml(ws).encode()
+    commit_files(root, files)
+    return CreatedWorkspace(ws, n_train, n_test, int(idx.size), notes)
+
+
+# ------------------------------------------------------------------------------- add-model
+
+
+@dataclass
+class ModelSpec:
+    """How to describe a model being added (the CLI's flags, the page's widgets).
+
+    Attributes:
+        name: the model's name. role: one of :data:`~sde_core.pipeline.workspace.ROLES`
+            (default: guessed from the name). method: how it was produced (free text).
+        arch: architecture (default: read from the checkpoint or inferred;
+            ``"precomputed"`` for an activations file alone). arch_kwargs: builder kwargs.
+        trusted: the user vouches for the file (TorchScript, full pickles).
+    """
+
+    name: str
+    role: str = ""
+    method: str = ""
+    arch: str | None = None
+    arch_kwargs: dict[str, Any] = field(default_factory=dict)
+    trusted: bool = False
+
+
+@dataclass
+class AddedModel:
+    """The entry :func:`add_model` added, and notes for the user."""
+
+    entry: ModelEntry
+    notes: list[str] = field(default_factory=list)
+
+
+def _describe(
+    spec: ModelSpec,
+    bundle: Any,
+    defaults: EvalSettings,
+    checkpoint: Path | None,
+    activations: Path | None,
+) -> tuple[ModelEntry, list[str], list[str] | None]:
+    """Load and check the files of a model: its entry (paths still to fill in), notes for the
+    user and the layers of its activations file (None without one)."""
+    from sde_core.inputs.models import load_checkpoint
+
+    check_model_name(spec.name)
+    role = spec.role or guess_role(spec.name)
+    if role not in ROLES:
+        raise WorkspaceError(f"role {role!r} is not one of {list(ROLES)}")
+    if checkpoint is None and activations is None:
+        raise WorkspaceError("give the model's checkpoint, its activations file, or both")
+    if not isinstance(spec.arch_kwargs, dict):
+        raise CheckpointError(
+            "arch kwargs must be a table of builder arguments, got "
+            f"{type(spec.arch_kwargs).__name__}"
+        )
+    arch, kwargs, digest, notes = spec.arch or "", dict(spec.arch_kwargs), None, []
+    if checkpoint is not None:
+        if arch == PRECOMPUTED:
+            raise WorkspaceError(f"arch {PRECOMPUTED!r} is for a model without a checkpoint")
+        info = inspect_checkpoint(checkpoint)
+        if info.needs_trust and not spec.trusted:
+            raise CheckpointError(
+                f"{checkpoint.name} is a TorchScript archive: loading it runs the code inside. "
+                "It was not loaded; mark this file as trusted (--trusted, or the page's trusted "
+                "box) only if you know where it comes from"
+            )
+        model = load_checkpoint(checkpoint, arch=arch or None, trusted=spec.trusted, **kwargs)
+        outputs = check_fits(model, bundle)
+        arch = getattr(model, "sde_arch", None) or arch
+        kwargs = dict(getattr(model, "sde_arch_kwargs", None) or kwargs)
+        digest = file_sha256(checkpoint)
+        notes.append(f"architecture {arch or '(TorchScript)'} with {outputs} outputs")
+    elif arch and arch != PRECOMPUTED:
+        raise WorkspaceError(f"a model without a checkpoint has arch {PRECOMPUTED!r}, not {arch!r}")
+    else:
+        arch = PRECOMPUTED
+    layers = None
+    if activations is not None:
+        layers = _activation_layers(activations, spec.name, bundle)
+        notes.append(f"activations of layer(s) {', '.join(layers)}")
+        if checkpoint is None and defaults.layer not in layers:
+            notes.append(
+                f"the workspace's default layer {defaults.layer!r} is not in this file: "
+                f"evaluate with --layer {layers[0]} (or set [defaults] layer)"
+            )
+    entry = ModelEntry(
+        name=spec.name, role=role, arch=arch, method=spec.method, arch_kwargs=kwargs,
+        sha256=digest, trusted=bool(spec.trusted),
+    )  # fmt: skip
+    return entry, notes, layers
+
+
+def _check_addition(ws: Workspace, entry: ModelEntry, replace: bool) -> None:
+    taken = [m.name for m in ws.models]
+    if entry.name in taken and not replace:
+        raise WorkspaceError(
+            f"a model named {entry.name!r} already exists: choose another name or replace it"
+        )
+    others = [m.name for m in ws.models if m.role == "original" and m.name != entry.name]
+    if entry.role == "original" and others:
+        raise WorkspaceError(
+            f"the workspace already has an original model ({others[0]!r}): give this one "
+            "another role, or replace that model"
+        )
+
+
+def _place(ws: Workspace, source: Path, copy: bool, target: str, what: str) -> tuple[str, bool]:
+    """Where a model file goes: in place when the path policy allows it, else a copy at
+    ``target`` (with ``copy``). Returns ``(path to record, whether to copy)``."""
+    resolved = source.resolve()
+    if copy:
+        return target, True
+    try:
+        resolve_in_roots(resolved, ws.allowed_roots(), what=what)
+    except SDEError as exc:
+        raise WorkspaceError(f"{exc}; or pass --copy to copy it into the workspace") from None
+    return relative_to_workspace(ws, resolved), False
+
+
+def add_model(
+    workspace: str | Path,
+    spec: ModelSpec,
+    *,
+    checkpoint: str | Path | None = None,
+    activations: str | Path | None = None,
+    copy: bool = False,
+    replace: bool = False,
+    roots: Iterable[str | Path] | None = None,
+) -> AddedModel:
+    """Add an existing checkpoint and/or activations file to a workspace, atomically.
+
+    The checkpoint is loaded (safely, unless ``spec.trusted``), its architecture read or
+    inferred, run on two training samples to check the input shape and number of classes, and
+    its SHA-256 recorded; an activations file must have one row per dataset sample. Files inside
+    the workspace folder or an allowed root are referenced in place; with ``copy`` they are
+    copied to ``models/<name>/``.
+
+    Raises:
+        WorkspaceError, CheckpointError, DataError: naming the problem; nothing was written.
+    """
+    from sde_core.inputs.data import load_dataset
+
+    ws = load_workspace(workspace, validate=False, roots=roots)
+    check_model_name(spec.name)
+    files = {
+        "checkpoint": Path(check_path_text(checkpoint, "checkpoint")) if checkpoint else None,
+        "activations": Path(check_path_text(activations, "activations")) if activations else None,
+    }
+    for key, file in files.items():
+        if file is not None and not file.is_file():
+            raise WorkspaceError(f"{key} file {file} does not exist: check the path")
+    bundle = load_dataset(ws.dataset_spec())
+    entry, notes, layers = _describe(
+        spec, bundle, ws.defaults, files["checkpoint"], files["activations"]
+    )
+    _check_addition(ws, entry, replace)
+    if replace and entry.name in {m.name for m in ws.models}:
+        ws.models = [m for m in ws.models if m.name != entry.name]
+    folder = fresh_model_path(ws, f"models/{spec.name}")
+    staged: dict[str, bytes | Path] = {}
+    for key, file in files.items():
+        if file is None:
+            continue
+        rel, copied = _place(ws, file, copy, f"{folder}/{file.name}", f"{key} file")
+        setattr(entry, key, rel)
+        if copied:
+            staged[rel] = file
+    ws.add_model(entry)
+    if layers is not None and all(m.precomputed for m in ws.models):
+        _precomputed_default_layer(ws, entry.name, layers, notes)
+    staged[WORKSPACE_FILE] = workspace_toml(ws).encode()
+    commit_files(ws.root, staged)
+    return AddedModel(entry, notes)
+
+
+def _precomputed_default_layer(
+    ws: Workspace, new: str, new_layers: list[str], notes: list[str]
+) -> None:
+    """In a workspace of precomputed models only, make ``[defaults] layer`` one that every
+    activations file holds (the new model's file may still be staged: its layers are given)."""
+    from sde_core.pipeline.model_inputs import entry_layers
+
+    sets = [set(new_layers if m.name == new else entry_layers(ws, m) or []) for m in ws.models]
+    if all(ws.defaults.layer in s for s in sets):
+        return
+    shared = sorted(set.intersection(*sets))
+    if shared:
+        ws.defaults = dataclasses.replace(ws.defaults, layer=shared[0])
+        notes.append(f"default layer set to {shared[0]!r} (held by every activations file)")
+    else:
+        notes.append("the activations files share no layer: evaluate with --layer")
+
+
+# ------------------------------------------------------------------------------- uploads
+
+
+@dataclass
+class Upload:
+    """An uploaded file: its name as the user's browser sent it, and its bytes."""
+
+    name: str
+    data: bytes
+
+
+@dataclass
+class BuildRequest:
+    """The Workspace page's "build a workspace" form.
+
+    Attributes:
+        folder: the new workspace folder as typed (inside the page's allowed folders).
+        dataset_kind, dataset_path: the dataset (the path must lie inside the workspace folder
+            or ``$SDE_DATA_ROOTS``, like every file a workspace names).
+        forget: the forget-set upload. models: ``(upload, spec)`` per model file (checkpoints
+            or activations files). name: the workspace's name. train_size: a random training
+            subset (None: all). overwrite: replace an existing ``workspace.toml``.
+    """
+
+    folder: str
+    dataset_kind: str
+    dataset_path: str
+    forget: Upload | None
+    models: list[tuple[Upload, ModelSpec]]
+    name: str = ""
+    train_size: int | None = None
+    overwrite: bool = False
+
+
+@dataclass
+class BuildResult:
+    """The outcome: ``problems`` (nothing was written when one is an error) and the folder."""
+
+    problems: list[Problem]
+    folder: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def saved(self) -> bool:
+        """Whether the workspace was written."""
+        return self.folder is not None and not any(p.severity == "error" for p in self.problems)
+
+
+def build_from_uploads(request: BuildRequest, page_roots: Sequence[Path]) -> BuildResult:
+    """Validate a whole upload and write it as a new workspace — or write nothing.
+
+    The folder must lie inside ``page_roots`` (see
+    :func:`~sde_core.common.paths.allowed_roots`); the dataset path, like every file a
+    workspace names, inside the folder or ``$SDE_DATA_ROOTS``. The uploads are written to a
+    staging folder and checked there (dataset, forget set, every model loaded and run on two
+    samples, names and roles, defaults that fit the data); only a fully valid set is moved into
+    place, ``workspace.toml`` last.
+    """
+    from sde_core.inputs.data import load_dataset
+
+    try:
+        folder = resolve_in_roots(
+            request.folder, page_roots, what="workspace folder", must_exist=False
+        )
+    except SDEError as exc:
+        return BuildResult([Problem("workspace folder", str(exc))])
+    if (folder / WORKSPACE_FILE).exists() and not request.overwrite:
+        problem = f"{folder} already has a {WORKSPACE_FILE}: tick overwrite"
+        return BuildResult([Problem("workspace folder", problem)])
+    ws = Workspace(root=folder, dataset={"kind": request.dataset_kind}, forget_indices="")
+    ws.name = request.name.strip() or folder.name
+    problems: list[Problem] = []
+    bundle, data_root = None, None
+    try:
+        data_root = ws.path(
+            request.dataset_path, what="dataset path",
+            must_exist=request.dataset_kind != "mnist1d",
+        )  # fmt: skip
+        ws.dataset["root"] = relative_to_workspace(ws, data_root)
+        if request.train_size:
+            ws.dataset["train_size"] = int(request.train_size)
+        bundle = load_dataset(ws.dataset_spec())
+    except SDEError as exc:
+        problems.append(Problem("dataset", str(exc)))
+    if request.forget is None:
+        problems.append(Problem("forget_indices", "upload the forget set (.npy, .txt, .json, .pt)"))
+    if not request.models:
+        problems.append(Problem("models", "upload at least one checkpoint or activations file"))
+    scratch = cache_path(folder, "staging") if folder.is_dir() else folder.parent
+    notes: list[str] = []
+    with Staging(folder, scratch) as staging:
+        forget = None
+        if request.forget is not None and bundle is not None:
+            forget, found = _stage_forget(request.forget, staging, ws, len(bundle.train_labels))
+            problems += found
+        layer_sets: list[list[str]] = []
+        for upload, spec in request.models if bundle is not None else []:
+            entry, found, said, layers = _stage_model(upload, spec, staging, bundle, ws)
+            problems += found
+            notes += said
+            if entry is not None:
+                ws.models.append(entry)
+                if layers is not None and entry.precomputed:
+                    layer_sets.append(layers)
+        if bundle is None or data_root is None or forget is None:
+            return BuildResult(problems)
+        try:
+            ws.defaults = _fitting_defaults(bundle, forget, layer_sets, notes)
+        except SDEError as exc:
+            problems.append(Problem("defaults", str(exc)))
+        if any(p.severity == "error" for p in problems):
+            return BuildResult(problems)
+        check = dataclasses.replace(
+            ws, root=staging.dir, dataset={**ws.dataset, "root": str(data_root)},
+            roots=(folder, *ws.roots),
+        )  # fmt: skip
+        problems += validate_workspace(check, check_data=True)
+        if any(p.severity == "error" for p in problems):
+            return BuildResult(problems)
+        staging.put(WORKSPACE_FILE, workspace_toml(ws).encode())
+        staging.commit(last=[WORKSPACE_FILE])
+    return BuildResult(problems, folder, notes)
+
+
+def _stage_forget(
+    upload: Upload, staging: Staging, ws: Workspace, n_train: int
+) -> tuple[np.ndarray | None, list[Problem]]:
+    from sde_core.inputs.data import load_index_file
+
+    try:
+        safe = check_upload(upload.name, len(upload.data), INDEX_SUFFIXES)
+        ws.forget_indices = f"forget{file_suffix(safe, INDEX_SUFFIXES)}"
+        return load_index_file(staging.put(ws.forget_indices, upload.data), n_train), []
+    except SDEError as exc:
+        return None, [Problem("forget_indices", str(exc))]
+
+
+def _stage_model(
+    upload: Upload,
+    spec: ModelSpec,
+    staging: Staging,
+    bundle: Any,
+    ws: Workspace,
+    folder: str = "models",
+    replace: bool = False,
+) -> tuple[ModelEntry | None, list[Problem], list[str], list[str] | None]:
+    """Stage one uploaded model file under ``folder`` and describe it (or say what is wrong)."""
+    suffixes = CHECKPOINT_SUFFIXES + ACTIVATION_SUFFIXES
+    is_acts = file_suffix(upload.name, ACTIVATION_SUFFIXES) is not None
+    where = f"{'activations' if is_acts else 'checkpoint'} {upload.name}"
+    try:
+        safe = check_upload(upload.name, len(upload.data), suffixes)
+        rel = f"{folder}/{safe}"
+        if rel in (m.checkpoint or m.activations for m in ws.models):
+            raise WorkspaceError(f"two uploads are called {safe}: rename one")
+        staged = staging.put(rel, upload.data)
+        entry, notes, layers = _describe(
+            spec, bundle, ws.defaults, None if is_acts else staged, staged if is_acts else None
+        )
+        _check_addition(ws, entry, replace)
+    except SDEError as exc:
+        return None, [Problem(where, str(exc))], [], None
+    if is_acts:
+        entry.activations = rel
+    else:
+        entry.checkpoint = rel
+    return entry, [], [f"{spec.name}: {n}" for n in notes], layers
+
+
+def add_uploaded_model(
+    workspace: str | Path, upload: Upload, spec: ModelSpec, *, replace: bool = False
+) -> BuildResult:
+    """Add one uploaded checkpoint or activations file to an existing workspace — or nothing.
+
+    The file is staged, loaded (TorchScript only when ``spec.trusted``), checked against the
+    dataset, and moved to ``models/<name>/`` together with the updated ``workspace.toml``.
+    """
+    from sde_core.inputs.data import load_dataset
+
+    try:
+        ws = load_workspace(workspace, validate=False)
+        check_model_name(spec.name)
+        bundle = load_dataset(ws.dataset_spec())
+    except SDEError as exc:
+        return BuildResult([Problem("workspace", str(exc))])
+    if replace:
+        ws.models = [m for m in ws.models if m.name != spec.name]
+    folder = fresh_model_path(ws, f"models/{spec.name}")
+    with Staging(ws.root, cache_path(ws.root, "staging")) as staging:
+        entry, problems, notes, layers = _stage_model(
+            upload, spec, staging, bundle, ws, folder, replace
+        )
+        if entry is None:
+            return BuildResult(problems)
+        ws.add_model(entry)
+        if layers is not None and all(m.precomputed for m in ws.models):
+            _precomputed_default_layer(ws, entry.name, layers, notes)
+        staging.put(WORKSPACE_FILE, workspace_toml(ws).encode())
+        staging.commit(last=[WORKSPACE_FILE])
+    return BuildResult(validate_workspace(ws), Path(ws.root), notes)
+
+
+def _fitting_defaults(
+    bundle: Any, forget: np.ndarray, layer_sets: list[list[str]], notes: list[str]
+) -> EvalSettings:
+    """``[defaults]`` that fit the data: the subset size, and for precomputed models a layer
+    their files share when they lack the default ``output``."""
+    values: dict[str, Any] = {}
+    if layer_sets:
+        shared = sorted(set.intersection(*(set(s) for s in layer_sets)))
+        if not shared:
+            raise WorkspaceError(
+                "the activations files share no layer name: export the same layer for every model"
+            )
+        if "output" not in shared:
+            values["layer"] = shared[0]
+            notes.append(f"default layer {shared[0]!r} (shared by every activations file)")
+    base = EvalSettings.from_mapping(values)
+    size = suggest_subset_size(len(bundle.train), len(bundle.test), forget, base)
+    notes.append(f"subset size {size}")
+    return dataclasses.replace(base, subset_size=size)
