@@ -23,6 +23,7 @@ from torch.utils.data import Dataset
 
 from sde_core.common.fsio import atomic_write, atomic_write_text
 from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
+from sde_core.common.validation import as_index_vector, check_int
 from sde_core.errors import ActivationError, DataError
 from sde_core.inputs.data import DatasetBundle, load_precomputed
 from sde_core.inputs.models import ALIASES, LayerRef, load_checkpoint, model_layer_refs
@@ -272,15 +273,7 @@ def _batches(dataset: Dataset, indices: np.ndarray, batch_size: int) -> Iterable
 
 def _row_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     """Validated int64 row indices into ``n`` rows (non-empty, 1-D, integer, in range)."""
-    idx = np.asarray(indices)
-    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
-        raise ActivationError(
-            f"indices must be a non-empty 1-D integer array, got {idx.dtype} {idx.shape}"
-        )
-    bad = idx[(idx < 0) | (idx >= n)]
-    if bad.size:
-        raise ActivationError(f"indices out of range [0, {n - 1}]: {bad[:10].tolist()}")
-    return idx.astype(np.int64)
+    return as_index_vector(indices, n, "indices", error=ActivationError)
 
 
 def extract_activations(
@@ -317,8 +310,7 @@ def extract_activations(
     names = [layers] if isinstance(layers, str) else list(layers)
     if not names:
         raise ActivationError("layers is empty; pass at least one layer name such as 'output'")
-    if not isinstance(batch_size, int) or batch_size <= 0:
-        raise ActivationError(f"batch_size must be a positive integer, got {batch_size!r}")
+    batch_size = check_int(batch_size, "batch_size", minimum=1, error=ActivationError)
     n_total = len(dataset)  # type: ignore[arg-type]
     idx = np.arange(n_total, dtype=np.int64) if indices is None else _row_indices(indices, n_total)
     if idx.size == 0:

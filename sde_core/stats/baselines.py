@@ -40,6 +40,19 @@ def _pair(x: object, y: object) -> tuple[np.ndarray, np.ndarray]:
     return xa, ya
 
 
+def _check_distance(distance: object) -> None:
+    if not isinstance(distance, str) or distance not in ("mmd", "wasserstein"):
+        raise InputError(f"unknown distance {distance!r}: use 'mmd' or 'wasserstein'")
+
+
+def _check_targets(targets: object) -> list[object]:
+    if isinstance(targets, (str, bytes)) or not isinstance(targets, (list, tuple)):
+        raise InputError(
+            f"targets must be a list of (n, d) activation arrays; got {type(targets).__name__}"
+        )
+    return list(targets)
+
+
 def mmd2(x: object, y: object, sigma: float, unbiased: bool = False) -> float:
     """Squared MMD between two samples with a Gaussian RBF kernel of bandwidth σ.
 
@@ -116,6 +129,7 @@ def nearest_reference(
         distance: ``"mmd"`` (biased MMD², needs ``sigma``) or ``"wasserstein"`` (exact W2).
         sigma: RBF bandwidth for MMD (use SDE's σ).
     """
+    _check_distance(distance)
     if distance == "mmd":
         if sigma is None:
             raise InputError("the MMD baseline needs sigma (use the σ of the SDE evaluation)")
@@ -145,6 +159,8 @@ def nearest_reference_batch(
         targets: a list of ``(n, d)`` activation clouds. it, oot: the references' ``(n, d)``.
         distance, sigma: as in :func:`nearest_reference`.
     """
+    _check_distance(distance)
+    targets = _check_targets(targets)
     if distance != "mmd":
         return [nearest_reference(t, it, oot, distance, sigma) for t in targets]
     if sigma is None:
