@@ -96,6 +96,7 @@ from sde_core.pipeline.store_integrity import (
     run_problem,
     salvage,
     table_checksum,
+    table_problem,
     tolerant_text,
     unit_checksum,
     upgrade_v1,
@@ -257,6 +258,7 @@ class ResultsStore:
         self.repair_report: RepairReport | None = None
         self._lock = threading.RLock()
         self._verified: set[tuple[int, Any]] = set()
+        self._verified_runs: dict[int, tuple[Any, ...]] = {}
         self._checksums = True
         if repair and self.read_only:
             raise StoreError("a store opened read_only cannot be repaired: open it writable")
@@ -459,6 +461,10 @@ class ResultsStore:
     def _run_select(self) -> str:
         return f"SELECT {_RUN_COLUMNS}{', checksum' if self._checksums else ''} FROM runs"
 
+    def _table_select(self) -> str:
+        cols = "run_id, name, columns" + (", checksum" if self._checksums else "")
+        return f"SELECT {cols} FROM run_tables"
+
     def _unit_select(self) -> str:
         cols = "id, run_id, unit_key, finished" + (", checksum" if self._checksums else "")
         return f"SELECT {cols} FROM units"
@@ -503,8 +509,47 @@ class ResultsStore:
         if damaged:
             raise DamagedUnitError(self.path, damaged)
 
-    def _verify_run_units(self, run_id: int) -> None:
-        self._verify_units(self._query(f"{self._unit_select()} WHERE run_id = ?", (run_id,)))
+    def _table_problems(
+        self, run_id: int, found: list[tuple[Any, ...]] | None = None
+    ) -> list[DamagedUnit]:
+        """Damaged or missing table records of a run (a table with rows but no record)."""
+        if found is None:
+            found = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
+        damaged = []
+        for row in found:
+            reason = table_problem(row, self._checksums)
+            if reason is not None:
+                damaged.append(DamagedUnit(run_id, None, reason, str(row[1])))
+        listed = {str(row[1]) for row in found}
+        used = self._query(
+            "SELECT DISTINCT t.table_name FROM table_rows t JOIN units u ON u.id = t.unit_id"
+            " WHERE u.run_id = ?",
+            (run_id,),
+        )
+        damaged.extend(
+            DamagedUnit(run_id, None, "its record is missing", str(name))
+            for (name,) in used
+            if str(name) not in listed
+        )
+        return damaged
+
+    def _verify_run(self, run_id: int) -> None:
+        """Verify every unit and table record of a run before serving any of it: a lost or
+        altered unit would otherwise make a table silently shorter."""
+        units = self._query(f"{self._unit_select()} WHERE run_id = ?", (run_id,))
+        tables = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
+        signature = (tuple((u[0], u[-1]) for u in units), tuple(tables))
+        if self._verified_runs.get(run_id) == signature:
+            return
+        damaged = self._table_problems(run_id, tables)
+        for unit in units:
+            problem = self._unit_problem(unit)
+            if problem is not None:
+                damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
+        if damaged:
+            raise DamagedUnitError(self.path, damaged)
+        with self._lock:
+            self._verified_runs[run_id] = signature
 
     def damaged_units(self, run_id: int | None = None) -> list[DamagedUnit]:
         """Every damaged record (of one run when given): runs whose own record fails (with
@@ -528,6 +573,7 @@ class ResultsStore:
                 reason = self._unit_problem(unit)
                 if reason is not None:
                     damaged.append(DamagedUnit(int(row[0]), str(unit[2]), reason))
+            damaged.extend(self._table_problems(int(row[0])))
         unit_where = "" if run_id is None else " AND run_id = ?"
         orphans = self._query(
             f"{self._unit_select()} WHERE run_id NOT IN (SELECT id FROM runs){unit_where}", params
@@ -547,21 +593,25 @@ class ResultsStore:
         damaged = self.damaged_units()
         if not damaged:
             return []
-        runs = {d.run_id for d in damaged if d.unit_key is None}
+        runs = {d.run_id for d in damaged if d.unit_key is None and d.table is None}
         with self._tx() as conn:
             for run_id in runs:
                 conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
                 conn.execute("DELETE FROM units WHERE run_id = ?", (run_id,))
-            touched = set()
+            lost, tables = set(), set()
             for d in damaged:
-                if d.unit_key is None or d.run_id in runs:
+                if d.run_id in runs:
+                    continue
+                if d.unit_key is None:
+                    tables.add(d.run_id)
                     continue
                 conn.execute(
                     "DELETE FROM units WHERE run_id = ? AND unit_key = ?", (d.run_id, d.unit_key)
                 )
-                touched.add(d.run_id)
-            for run_id in touched:
+                lost.add(d.run_id)
+            for run_id in lost:
                 self._set_status(conn, run_id, "running")
+            for run_id in lost | tables:
                 self._rebuild_columns(conn, run_id)
         return damaged
 
@@ -580,11 +630,12 @@ class ResultsStore:
         known = [name for (name,) in conn.execute(
             "SELECT name FROM run_tables WHERE run_id = ?", (run_id,)
         ).fetchall()]  # fmt: skip
-        for name in known:
+        for name in dict.fromkeys([*known, *columns]):
             text = json.dumps(list(columns.get(name, {})))
             conn.execute(
-                "UPDATE run_tables SET columns = ?, checksum = ? WHERE run_id = ? AND name = ?",
-                (text, table_checksum(run_id, name, text), run_id, name),
+                "INSERT OR REPLACE INTO run_tables (run_id, name, columns, checksum)"
+                " VALUES (?, ?, ?, ?)",
+                (run_id, name, text, table_checksum(run_id, name, text)),
             )
 
     # ------------------------------------------------------------------ runs
@@ -732,9 +783,9 @@ class ResultsStore:
             DamagedUnitError: Some units are damaged (all are named; repair drops them).
         """
         self.get_run(run_id)
-        found = self._query(f"{self._unit_select()} WHERE run_id = ?", (int(run_id),))
-        self._verify_units(found)
-        return {str(unit[2]) for unit in found}
+        self._verify_run(int(run_id))
+        found = self._query("SELECT unit_key FROM units WHERE run_id = ?", (int(run_id),))
+        return {str(key) for (key,) in found}
 
     def put_unit(
         self,
@@ -843,6 +894,7 @@ class ResultsStore:
             StoreError: No such run.
         """
         self.get_run(run_id)
+        self._verify_run(int(run_id))
         found = self._query(
             "SELECT name FROM run_tables WHERE run_id = ? ORDER BY name", (int(run_id),)
         )
@@ -856,26 +908,16 @@ class ResultsStore:
             DamagedUnitError: The table's record is damaged.
         """
         self.get_run(run_id)
-        cols = "columns" + (", checksum" if self._checksums else "")
         found = self._query(
-            f"SELECT {cols} FROM run_tables WHERE run_id = ? AND name = ?", (int(run_id), table)
+            f"{self._table_select()} WHERE run_id = ? AND name = ?", (int(run_id), table)
         )
         if not found:
             known = ", ".join(self.tables(run_id)) or "none"
             raise StoreError(f"run {run_id} has no table {table!r} (its tables: {known})")
-        text = found[0][0]
-        problem = None
-        if self._checksums and found[0][1] != table_checksum(int(run_id), table, text):
-            problem = f"the column list of table {table!r} does not match its checksum"
-        else:
-            try:
-                columns = json.loads(text)
-                if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
-                    raise ValueError("not a list of names")
-            except (ValueError, TypeError) as exc:
-                problem = f"the column list of table {table!r} does not decode ({exc})"
+        problem = table_problem(found[0], self._checksums)
         if problem is not None:
-            raise DamagedUnitError(self.path, [DamagedUnit(int(run_id), None, problem)])
+            raise DamagedUnitError(self.path, [DamagedUnit(int(run_id), None, problem, table)])
+        columns: list[str] = json.loads(found[0][2])
         return columns
 
     def records(self, run_id: int, table: str) -> list[dict[str, Scalar]]:
@@ -886,12 +928,7 @@ class ResultsStore:
             DamagedUnitError: A unit with rows in this table is damaged.
         """
         self.columns(run_id, table)
-        units = self._query(
-            f"{self._unit_select()} WHERE run_id = ? AND id IN (SELECT unit_id FROM table_rows"
-            " WHERE table_name = ?)",
-            (int(run_id), table),
-        )
-        self._verify_units(units)
+        self._verify_run(int(run_id))
         payloads = self._query(
             "SELECT t.payload FROM table_rows t JOIN units u ON u.id = t.unit_id"
             " WHERE u.run_id = ? AND t.table_name = ? ORDER BY u.id, t.seq",
@@ -924,7 +961,7 @@ class ResultsStore:
             raise StoreError(
                 f"run {run_id} has no array {name!r}: list them with array_names({run_id})"
             )
-        self._verify_units(self._query(f"{self._unit_select()} WHERE id = ?", (found[0][0],)))
+        self._verify_run(int(run_id))
         return decode_array(*found[0][1:])
 
     def unit_arrays(self, run_id: int, unit_key: str) -> dict[str, np.ndarray]:
@@ -940,7 +977,7 @@ class ResultsStore:
         )
         if not unit:
             raise StoreError(f"run {run_id} has no unit {unit_key!r}: see finished_units()")
-        self._verify_units(unit)
+        self._verify_run(int(run_id))
         found = self._query(
             "SELECT name, dtype, shape, data FROM arrays WHERE unit_id = ? ORDER BY name",
             (unit[0][0],),
@@ -954,6 +991,7 @@ class ResultsStore:
             StoreError: No such run.
         """
         self.get_run(run_id)
+        self._verify_run(int(run_id))
         found = self._query(
             "SELECT name FROM arrays WHERE run_id = ? AND substr(name, 1, ?) = ? ORDER BY name",
             (int(run_id), len(prefix), prefix),

@@ -48,6 +48,7 @@ __all__ = [
     "run_problem",
     "salvage",
     "table_checksum",
+    "table_problem",
     "tolerant_text",
     "unit_checksum",
     "upgrade_v1",
@@ -69,17 +70,26 @@ class DamagedUnit:
 
     Attributes:
         run_id: the run it belongs to.
-        unit_key: the unit's key, or ``None`` when the run's own record (its settings) is
-            damaged, which takes every unit of the run with it.
+        unit_key: the unit's key, or ``None`` for a record of the run itself.
         reason: what failed, in words.
+        table: for a damaged column list, the table's name (``unit_key`` is then ``None`` and
+            no unit is lost: the list is rebuilt from the rows). ``None`` with ``unit_key``
+            ``None`` means the run's own record (its settings) is damaged, which takes every
+            unit of the run with it.
     """
 
     run_id: int
     unit_key: str | None
     reason: str
+    table: str | None = None
 
     def __str__(self) -> str:
-        what = "the run record" if self.unit_key is None else f"unit {self.unit_key!r}"
+        if self.unit_key is not None:
+            what = f"unit {self.unit_key!r}"
+        elif self.table is not None:
+            what = f"the column list of table {self.table!r}"
+        else:
+            what = "the run record"
         return f"{what} of run {self.run_id} ({self.reason})"
 
 
@@ -248,19 +258,37 @@ def _settings_dict(text: Any) -> dict[str, Any]:
     return value
 
 
+def table_problem(row: Sequence[Any], checksums: bool) -> str | None:
+    """Why a ``run_tables`` row ``(run_id, name, columns[, checksum])`` cannot be trusted."""
+    run_id, name, columns = row[:3]
+    if checksums and row[3] != table_checksum(run_id, name, columns):
+        return "it does not match its checksum"
+
+    def names() -> None:
+        value = json.loads(columns) if isinstance(columns, str) else None
+        if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+            raise ValueError("not a list of column names")
+
+    bad = _decodes(names)
+    return None if bad is None else f"it does not decode: {bad}"
+
+
 def check_unit(
     conn: sqlite3.Connection,
     unit: Sequence[Any],
     checksums: bool,
+    indexed: bool = True,
 ) -> str | None:
     """Why the unit ``(id, run_id, unit_key, finished[, checksum])`` cannot be served, or
-    ``None`` when every row and array decodes and (schema 2) matches its checksums."""
+    ``None`` when every row and array decodes and (schema 2) matches its checksums.
+    ``indexed=False`` reads by table scans, for files whose indexes may be damaged."""
     uid, run_id, key, finished = unit[:4]
+    scan = "" if indexed else " NOT INDEXED"
     rows = conn.execute(
-        "SELECT table_name, seq, payload FROM table_rows WHERE unit_id = ?", (uid,)
+        f"SELECT table_name, seq, payload FROM table_rows{scan} WHERE unit_id = ?", (uid,)
     ).fetchall()
     cols = "name, dtype, shape, data" + (", checksum" if checksums else "")
-    arrays = conn.execute(f"SELECT {cols} FROM arrays WHERE unit_id = ?", (uid,)).fetchall()
+    arrays = conn.execute(f"SELECT {cols} FROM arrays{scan} WHERE unit_id = ?", (uid,)).fetchall()
     if not isinstance(key, str):
         return "its key is damaged"
     sums = []
@@ -427,7 +455,9 @@ def _salvage_run(
 ) -> int:
     run_id = run[0]
     unit_cols = "id, run_id, unit_key, finished" + (", checksum" if checksums else "")
-    units = _fetch(src, f"SELECT {unit_cols} FROM units WHERE run_id = ? ORDER BY id", (run_id,))
+    units = _fetch(
+        src, f"SELECT {unit_cols} FROM units NOT INDEXED WHERE run_id = ? ORDER BY id", (run_id,)
+    )
     problem = run_problem(run, checksums)
     if problem is not None or units is None:
         reason = problem or "its list of units is unreadable"
@@ -441,7 +471,7 @@ def _salvage_run(
     plans = []
     for unit in units:
         try:
-            reason = check_unit(src, unit, checksums)
+            reason = check_unit(src, unit, checksums, indexed=False)
         except sqlite3.DatabaseError as exc:
             reason = f"unreadable ({exc})"
         if reason is not None:
@@ -472,12 +502,13 @@ def _copy_unit(
 ) -> list[tuple[str, dict[str, Any]]]:
     uid, run_id, key, finished = unit[:4]
     rows = src.execute(
-        "SELECT table_name, seq, payload FROM table_rows WHERE unit_id = ? ORDER BY table_name,"
-        " seq",
+        "SELECT table_name, seq, payload FROM table_rows NOT INDEXED WHERE unit_id = ?"
+        " ORDER BY table_name, seq",
         (uid,),
     ).fetchall()
     arrays = src.execute(
-        "SELECT name, dtype, shape, data FROM arrays WHERE unit_id = ? ORDER BY name", (uid,)
+        "SELECT name, dtype, shape, data FROM arrays NOT INDEXED WHERE unit_id = ? ORDER BY name",
+        (uid,),
     ).fetchall()
     sums = [(name, array_checksum(run_id, key, name, d, s, b)) for name, d, s, b in arrays]
     dst.execute(
