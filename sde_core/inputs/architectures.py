@@ -648,7 +648,7 @@ def _construct(spec: ArchSpec, arch: str, full: dict[str, Any], meta: bool) -> n
         return spec.builder(**full)
     except CheckpointError:
         raise
-    except (TypeError, ValueError, RuntimeError, OverflowError, MemoryError) as exc:
+    except Exception as exc:  # any builder failure on user-given kwargs is bad input
         raise CheckpointError(
             f"cannot build {arch!r} with {full}: {exc}; "
             f"valid defaults are {dict(spec.default_kwargs)}"

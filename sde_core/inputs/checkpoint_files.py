@@ -300,7 +300,9 @@ def _inspect_zip(path: Path, size: int, allowed: Callable[[str], bool]) -> Check
                         "checkpoint's object pickle; the file is not a sane checkpoint"
                     )
                 objects |= _scan_pickle_bytes(zf.read(name), name, path)
-    except (zipfile.BadZipFile, OSError, RuntimeError, EOFError) as exc:
+    except CheckpointError:
+        raise
+    except Exception as exc:  # zipfile raises many types on damaged archives
         raise CheckpointError(
             f"cannot read checkpoint {path} ({plain_text(str(exc), 120)}): the zip archive is "
             "truncated or corrupt; re-save or re-copy it"

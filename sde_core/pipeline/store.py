@@ -308,7 +308,7 @@ class ResultsStore:
         not_store = f"{self.path} is not an SDE results store: delete it or choose another path"
         try:
             app_id, version, n_tables = self._header()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # text of a damaged schema
             if repair:
                 return self._salvage(str(exc))
             raise StoreDamagedError(
@@ -455,6 +455,11 @@ class ResultsStore:
                 raise
             except sqlite3.DatabaseError as exc:
                 raise self._error(exc) from exc
+            except UnicodeDecodeError as exc:  # SQLite's message quotes damaged bytes
+                raise StoreDamagedError(
+                    f"results store {self.path} is damaged (unreadable text: {exc.reason}); "
+                    "rebuild it with 'python -m sde_core evaluate WORKSPACE --repair'"
+                ) from exc
 
     # ------------------------------------------------------------------ verification
 
@@ -493,8 +498,8 @@ class ResultsStore:
                 return None
             try:
                 problem = check_unit(self._conn, unit, self._checksums)
-            except sqlite3.DatabaseError as exc:
-                problem = f"unreadable ({exc})"
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+                problem = f"unreadable ({' '.join(str(exc).split())})"
             if problem is None:
                 self._verified.add(token)
         return problem

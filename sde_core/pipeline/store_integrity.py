@@ -321,11 +321,14 @@ def file_problem(conn: sqlite3.Connection, size: int) -> str | None:
     pragma = "integrity_check" if size <= FULL_CHECK_MAX_BYTES else "quick_check"
     try:
         found = [str(r[0]) for r in conn.execute(f"PRAGMA {pragma}(20)").fetchall()]
-    except sqlite3.DatabaseError as exc:
-        return str(exc)
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        return " ".join(str(exc).split())
     if found == ["ok"]:
         return None
-    return "; ".join(found[:3]) or "the check returned nothing"
+    text = "; ".join(
+        " ".join(line.replace("*** in database main ***", "").split()) for line in found[:3]
+    )
+    return text or "the check returned nothing"
 
 
 # ------------------------------------------------------------------------------- upgrade
@@ -383,7 +386,7 @@ def upgrade_v1(conn: sqlite3.Connection) -> None:
 def _fetch(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any] | None:
     try:
         return conn.execute(sql, params).fetchall()
-    except sqlite3.DatabaseError:
+    except (sqlite3.DatabaseError, UnicodeDecodeError):
         return None
 
 
@@ -472,29 +475,44 @@ def _salvage_run(
     for unit in units:
         try:
             reason = check_unit(src, unit, checksums, indexed=False)
-        except sqlite3.DatabaseError as exc:
-            reason = f"unreadable ({exc})"
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            reason = f"unreadable ({' '.join(str(exc).split())})"
         if reason is not None:
             dropped.append(DamagedUnit(int(run_id), str(unit[2]), reason))
             lost_any = True
             continue
         plans.append(unit)
+    dst.execute(
+        "INSERT INTO runs (id, workspace_hash, settings_hash, settings, label, created, status)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (run_id, *fields),
+    )
+    kept = 0
+    for unit in plans:
+        dst.execute("SAVEPOINT unit")
+        try:
+            rows = _copy_unit(src, dst, unit)
+        except (sqlite3.DatabaseError, UnicodeDecodeError, ValueError) as exc:
+            dst.execute("ROLLBACK TO unit")
+            dropped.append(DamagedUnit(int(run_id), str(unit[2]), f"unreadable ({exc})"))
+            lost_any = True
+        else:
+            copied.extend(rows)
+            kept += 1
+        dst.execute("RELEASE unit")
     if lost_any:
         fields[5] = "running"
     dst.execute(
-        "INSERT INTO runs (id, workspace_hash, settings_hash, settings, label, created, status,"
-        " checksum) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (run_id, *fields, run_checksum(*fields)),
+        "UPDATE runs SET status = ?, checksum = ? WHERE id = ?",
+        (fields[5], run_checksum(*fields), run_id),
     )
-    for unit in plans:
-        copied.extend(_copy_unit(src, dst, unit))
     for table, columns in _columns_from_rows(copied).items():
         text = json.dumps(columns)
         dst.execute(
             "INSERT INTO run_tables (run_id, name, columns, checksum) VALUES (?, ?, ?, ?)",
             (run_id, table, text, table_checksum(run_id, table, text)),
         )
-    return len(plans)
+    return kept
 
 
 def _copy_unit(

@@ -33,6 +33,8 @@ Distance = Literal["mmd", "wasserstein"]
 
 def _pair(x: object, y: object) -> tuple[np.ndarray, np.ndarray]:
     xa, ya = as_float_matrix(x, "x"), as_float_matrix(y, "y")
+    if xa.shape[0] == 0 or ya.shape[0] == 0:
+        raise InputError("x and y need at least one row (sample) each")
     if xa.shape[1] != ya.shape[1]:
         raise InputError(
             f"x and y must have the same dimension; got {xa.shape[1]} and {ya.shape[1]}"
