@@ -479,7 +479,7 @@ def _precomputed_activations(
     path: Path, bundle: DatasetBundle, split: str, names: list[str], indices: np.ndarray | None
 ) -> dict[str, np.ndarray]:
     pre = load_precomputed(path)
-    n_split = len(bundle.split(split))
+    n_split = len(bundle.split(split))  # type: ignore[arg-type]
     out = {}
     for name in names:
         try:
@@ -550,7 +550,7 @@ def get_activations(
         raise ActivationError(f"layers must be non-empty names such as 'output', got {layers!r}")
     if split not in ("train", "test"):
         raise ActivationError(f"unknown split {split!r}; use 'train' or 'test'")
-    n_split = len(bundle.split(split))
+    n_split = len(bundle.split(split))  # type: ignore[arg-type]
     idx = None if indices is None else _row_indices(indices, n_split)
     path = Path(checkpoint_path)
     if path.suffix in _PRECOMPUTED_SUFFIXES:
@@ -667,7 +667,7 @@ def _extract_isolated(
 ) -> dict[str, np.ndarray]:
     """:func:`extract_activations` of a trusted code checkpoint, run in a child process."""
     batch_size = check_int(batch_size, "batch_size", minimum=1, error=ActivationError)
-    n_total = len(dataset)  # type: ignore[arg-type]
+    n_total = len(dataset)  # type: ignore[arg-type]  # map-style datasets have a length
     idx = np.arange(n_total, dtype=np.int64) if indices is None else indices
     if idx.size == 0:
         raise ActivationError("the dataset is empty; nothing to extract")

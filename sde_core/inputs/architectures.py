@@ -635,8 +635,8 @@ def build_model_within(arch: str, kwargs: Mapping[str, Any], max_bytes: int | No
                 "sizes), or raise the budget (SDE_MAX_MODEL_BYTES)"
             )
     model = _construct(spec, arch, full, meta=False)
-    model.sde_arch = arch
-    model.sde_arch_kwargs = _jsonable(full)
+    setattr(model, "sde_arch", arch)  # noqa: B010 - plain attributes, not submodules
+    setattr(model, "sde_arch_kwargs", _jsonable(full))  # noqa: B010
     return model
 
 

@@ -26,7 +26,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 import numpy as np
 import torch
@@ -162,7 +162,7 @@ def _python3_name(module: str, attr: str) -> str:
     return f"{_compat_pickle.IMPORT_MAPPING.get(module, module)}.{attr}"
 
 
-def _pickle_globals(stream: io.BufferedIOBase) -> set[str]:
+def _pickle_globals(stream: IO[bytes]) -> set[str]:
     """Every class/function one pickle in ``stream`` would import, read by disassembly.
 
     ``GLOBAL``/``INST`` name it inline; ``STACK_GLOBAL`` takes the two strings pushed before it
@@ -194,10 +194,10 @@ def _pickle_globals(stream: io.BufferedIOBase) -> set[str]:
             recent.append(arg if isinstance(arg, str) else None)
         elif name == "MEMOIZE":
             memo[len(memo)] = recent[-1] if recent else None
-        elif name in _PUT_OPS:
-            memo[int(arg)] = recent[-1] if recent else None
-        elif name in _GET_OPS:
-            recent.append(memo.get(int(arg)))
+        elif name in _PUT_OPS and isinstance(arg, int):
+            memo[arg] = recent[-1] if recent else None
+        elif name in _GET_OPS and isinstance(arg, int):
+            recent.append(memo.get(arg))
         else:
             recent.append(None)
         del recent[:-4]
@@ -327,7 +327,7 @@ def _inspect_stream(path: Path, size: int, allowed: Callable[[str], bool]) -> Ch
                 break
             stream.seek(start)
             try:
-                objects |= _pickle_globals(stream)  # type: ignore[arg-type]
+                objects |= _pickle_globals(stream)
             except (ValueError, EOFError, IndexError, KeyError, TypeError) as exc:
                 if scanned == 0:
                     raise CheckpointError(

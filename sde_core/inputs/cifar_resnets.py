@@ -68,7 +68,8 @@ class Normalize(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise an ``(N, C, H, W)`` batch."""
-        return (x - self.mean[None, :, None, None]) / self.std[None, :, None, None]
+        mean, std = self.get_buffer("mean"), self.get_buffer("std")
+        return (x - mean[None, :, None, None]) / std[None, :, None, None]
 
 
 class CifarResNetS(nn.Module):

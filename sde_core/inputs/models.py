@@ -475,7 +475,7 @@ def load_checkpoint_details(
     if raw.module is not None:
         model = raw.module.float().eval()
         if arch is not None and not isinstance(model, torch.jit.ScriptModule):
-            model.sde_arch = arch
+            setattr(model, "sde_arch", arch)  # noqa: B010 - a plain attribute
         return LoadedCheckpoint(model, arch or raw.arch, {}, info, tuple(raw.notes))
     name, kwargs = _resolve_arch(raw, arch, arch_kwargs, file)
     expected = state_shapes(meta_model(name, **kwargs))  # shapes only: nothing allocated
@@ -494,8 +494,9 @@ def load_checkpoint_details(
         ) from exc
     for note in raw.notes:
         log.info(note)
-    model.sde_load_notes = list(raw.notes)
-    return LoadedCheckpoint(model.eval(), name, dict(model.sde_arch_kwargs), info, tuple(raw.notes))
+    setattr(model, "sde_load_notes", list(raw.notes))  # noqa: B010 - a plain attribute
+    used: dict[str, Any] = dict(getattr(model, "sde_arch_kwargs", {}))
+    return LoadedCheckpoint(model.eval(), name, used, info, tuple(raw.notes))
 
 
 def load_checkpoint(

@@ -60,6 +60,7 @@ missing value for the column (NaN, or ``None`` in ``object`` columns), so test w
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import math
 import re
@@ -1132,9 +1133,9 @@ class ResultsStore:
         for table, frame in frames.items():
             out = target / f"{table}.{fmt}"
             if fmt == "csv":
-                _atomic_write(out, lambda tmp, f=frame: f.to_csv(tmp, index=False))
+                _atomic_write(out, functools.partial(_write_csv, frame))
             else:
-                _atomic_write(out, lambda tmp, t=arrow[table]: pq.write_table(t, tmp))
+                _atomic_write(out, functools.partial(_write_parquet, arrow[table]))
             written.append(out)
         if include_arrays:
             arrays = {name: self.array(run_id, name) for name in names}
@@ -1264,7 +1265,17 @@ def _arrow_table(frame: pd.DataFrame, table: str) -> pa.Table:
 def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """``arrays`` as an uncompressed ``.npz`` file (keys are the array names)."""
     with open(path, "wb") as fh:
-        np.savez(fh, **arrays)
+        np.savez(fh, **arrays)  # type: ignore[arg-type]
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """``frame`` as CSV without its index."""
+    frame.to_csv(path, index=False)
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    """An Arrow table as a parquet file."""
+    pq.write_table(table, path)
 
 
 #: A workspace may ship precomputed results here (e.g. the bundled demos); read-only seed.

@@ -19,6 +19,7 @@ it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -300,11 +301,11 @@ def check_unit(
             ):
                 return f"array {name!r} does not match its checksum"
             sums.append((name, record[4]))
-        bad = _decodes(lambda d=dtype, s=shape, b=data: decode_array(d, s, b))
+        bad = _decodes(functools.partial(decode_array, dtype, shape, data))
         if bad is not None:
             return f"array {name!r} does not decode: {bad}"
     for table, seq, payload in rows:
-        bad = _decodes(lambda p=payload: decode_payload(p))
+        bad = _decodes(functools.partial(decode_payload, payload))
         if bad is not None:
             return f"row {seq!r} of table {table!r} does not decode: {bad}"
     if checksums:
@@ -463,16 +464,17 @@ def _salvage_run(
     )
     problem = run_problem(run, checksums)
     if problem is not None or units is None:
-        reason = problem or "its list of units is unreadable"
+        why = problem or "its list of units is unreadable"
         keys = [u[2] for u in units or [] if isinstance(u[2], str)]
-        dropped.extend(DamagedUnit(int(run_id), k, reason) for k in keys)
-        dropped.append(DamagedUnit(int(run_id), None, reason))
+        dropped.extend(DamagedUnit(int(run_id), k, why) for k in keys)
+        dropped.append(DamagedUnit(int(run_id), None, why))
         return 0
     fields = list(run[1:7])
     lost_any = False
     copied: list[tuple[str, dict[str, Any]]] = []
-    plans = []
+    plans: list[Sequence[Any]] = []
     for unit in units:
+        reason: str | None
         try:
             reason = check_unit(src, unit, checksums, indexed=False)
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
