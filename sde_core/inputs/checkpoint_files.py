@@ -376,8 +376,9 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
     if head[:1] == bytes([_PICKLE_PROTO]):
         return _inspect_stream(file, size, allowed)
     raise CheckpointError(
-        f"{file} is not a model checkpoint (neither safetensors, a torch.save file, a "
-        "TorchScript archive nor a pickle): check that the right file was chosen"
+        f"{file.name} is not a model checkpoint (neither safetensors, a torch.save file, a "
+        "TorchScript archive nor a pickle); it was NOT executed: check that the right file "
+        "was chosen"
     )
 
 

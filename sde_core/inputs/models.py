@@ -29,6 +29,7 @@ import json
 import logging
 import pickle
 import re
+import threading
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -108,6 +109,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+_SAFE_LOAD_LOCK = threading.Lock()
 
 _STATE_KEYS = ("state_dict", "model", "model_state_dict", "net")
 _PREFIXES = ("module.", "_orig_mod.")
@@ -316,7 +318,9 @@ def _torch_load(path: Path, info: CheckpointInfo) -> Any:
             warnings.simplefilter("ignore")
             if info.is_code:  # only reached with trusted=True
                 return torch.load(path, map_location="cpu", weights_only=False)
-            with safe_globals():
+            # torch's allowlist context is process-wide: one such load at a time, so a
+            # thread leaving it cannot withdraw the NumPy entries from another's load
+            with _SAFE_LOAD_LOCK, safe_globals():
                 return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         if info.is_code:
