@@ -107,7 +107,7 @@ def test_unknown_layer_lists_valid_names(resnet, images):
         extract_activations(resnet, images, ["layer9"])
     with pytest.raises(ActivationError, match="batch_size"):
         extract_activations(resnet, images, ["output"], batch_size=0)
-    with pytest.raises(ActivationError, match="out of range"):
+    with pytest.raises(ActivationError, match=r"outside \[0, 6\)"):
         extract_activations(resnet, images, ["output"], indices=[9])
     assert resolve_layer(resnet, "fc:input") == LayerRef("fc", "input")
 

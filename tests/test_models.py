@@ -5,18 +5,27 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+import artefacts
+import numpy as np
 import pytest
 import torch
 
 from sde_core.errors import CheckpointError, SDEError
 from sde_core.inputs.models import (
     ARCHITECTURES,
+    CHECKPOINT_SUFFIXES,
     ArchSpec,
     LayerRef,
     build_model,
+    checkpoint_suffix,
     get_arch,
+    has_checkpoint_suffix,
+    infer_architecture,
+    inspect_checkpoint,
     layer_presets,
     load_checkpoint,
+    load_checkpoint_details,
+    model_layer_refs,
     register_architecture,
     save_checkpoint,
 )
@@ -162,7 +171,9 @@ def test_torchscript_archive_round_trip(tmp_path: Path):
     x = torch.randn(2, 1, 28, 28)
     path = tmp_path / "scripted.pt"
     torch.jit.trace(model, x).save(str(path))
-    assert _same_outputs(model, load_checkpoint(path), x, atol=1e-6)
+    with pytest.raises(CheckpointError, match="TorchScript archive"):
+        load_checkpoint(path)  # a program: loads only with the trusted opt-in
+    assert _same_outputs(model, load_checkpoint(path, trusted=True), x, atol=1e-6)
 
 
 def test_ambiguous_or_unknown_keys_ask_for_arch(tmp_path: Path):
@@ -203,7 +214,7 @@ def test_malicious_pickle_is_never_executed(tmp_path: Path, use_torch_save: bool
         torch.save(payload, path)
     else:
         path.write_bytes(pickle.dumps(payload, protocol=2))
-    with pytest.raises(CheckpointError, match=r"NOT executed|cannot read"):
+    with pytest.raises(CheckpointError, match=r"Nothing in it was run"):
         load_checkpoint(path)
     assert not target.exists()
 
@@ -236,6 +247,129 @@ def test_trusted_full_pickle_of_a_module(tmp_path: Path):
     model = build_model("mlp").eval()
     path = tmp_path / "full.pt"
     torch.save(model, path)
-    with pytest.raises(CheckpointError, match="trusted=True"):
+    with pytest.raises(CheckpointError, match="mark this file as trusted"):
         load_checkpoint(path)
     assert _same_outputs(model, load_checkpoint(path, trusted=True), torch.randn(2, 40))
+
+
+# --------------------------------------------------------- checkpoints as the field saves them
+
+
+def _logits(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(x)
+
+
+@pytest.fixture
+def cifar_batch() -> torch.Tensor:
+    return torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+
+
+def test_salun_main_train_checkpoint_matches_salun_resnet18(tmp_path: Path, cifar_batch):
+    reference = artefacts.reference_cifar_resnet18(num_classes=10)
+    artefacts.set_batchnorm_statistics(reference, (3, 32, 32))
+    best = artefacts.save_salun_main_train(reference, tmp_path / "origin")
+    assert best.name == "0model_SA_best.pth.tar" and has_checkpoint_suffix(best)
+    assert inspect_checkpoint(best).kind == "weights"
+    details = load_checkpoint_details(best)
+    assert details.arch == "resnet18" and details.arch_kwargs["normalize"] is True
+    torch.testing.assert_close(_logits(details.model, cifar_batch), _logits(reference, cifar_batch))
+
+
+@pytest.mark.parametrize("depth", [20, 56])
+def test_salun_main_forget_checkpoint_with_numpy_scores_loads_without_opt_in(
+    tmp_path: Path, cifar_batch, depth: int
+):
+    reference = artefacts.reference_resnet_s(depth)
+    artefacts.set_batchnorm_statistics(reference, (3, 32, 32))
+    result = artefacts.salun_evaluation_result()
+    assert type(result["SVC_MIA_forget_efficacy"]["prob"]) is np.float64
+    path = artefacts.save_unlearn_checkpoint(reference, result, tmp_path / "RL", "RL")
+    assert path.name == "RLcheckpoint.pth.tar"
+    details = load_checkpoint_details(path)  # no trusted opt-in: NumPy values are data
+    assert details.arch == f"resnet{depth}s" and details.notes == ()
+    assert details.arch_kwargs == {"num_classes": 10, "in_channels": 3, "normalize": True,
+                                   "head": "fc"}  # fmt: skip
+    torch.testing.assert_close(_logits(details.model, cifar_batch), _logits(reference, cifar_batch))
+    with pytest.raises(CheckpointError, match="not a model checkpoint"):
+        load_checkpoint(tmp_path / "RL" / "RLeval_result.pth.tar")
+
+
+def test_original_cifar_resnet_layout_with_linear_head(tmp_path: Path, cifar_batch):
+    reference = artefacts.reference_resnet_s(32, num_classes=100, head="linear", normalize=False)
+    artefacts.set_batchnorm_statistics(reference, (3, 32, 32))
+    path = tmp_path / "resnet32.th"
+    torch.save({"state_dict": reference.state_dict(), "best_prec1": 70.1}, path)
+    model = load_checkpoint(path)
+    assert model.sde_arch == "resnet32s" and model.linear.out_features == 100
+    torch.testing.assert_close(_logits(model, cifar_batch), _logits(reference, cifar_batch))
+    refs = model_layer_refs(model)
+    assert str(refs["penultimate"]) == "linear:input" and str(refs["block3"]) == "layer3"
+
+
+def test_unlearn_sparse_pruned_checkpoints_are_folded_with_a_note(tmp_path: Path, cifar_batch):
+    reference = artefacts.reference_resnet_s(20)
+    artefacts.set_batchnorm_statistics(reference, (3, 32, 32))
+    artefacts.prune_conv_weights_l1(reference, 0.5)
+    state = reference.state_dict()
+    assert "conv1.weight_orig" in state and "layer3.2.conv2.weight_mask" in state
+    imp = artefacts.save_sparse_main_imp(reference, tmp_path / "imp", state=1)
+    forget = artefacts.save_unlearn_checkpoint(
+        reference, artefacts.salun_evaluation_result(1), tmp_path / "forget", "FT"
+    )
+    for path in (imp, forget):
+        details = load_checkpoint_details(path)
+        assert details.arch == "resnet20s"
+        (note,) = details.notes
+        assert (
+            "pruned" in note and "19 mask(s)" in note and "50.0% of those weights are zero" in note
+        )
+        assert details.model.sde_load_notes == [note]
+        torch.testing.assert_close(
+            _logits(details.model, cifar_batch), _logits(reference, cifar_batch)
+        )
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
+def test_torchvision_state_dicts_are_inferred_with_num_classes(tmp_path: Path, name: str):
+    path = tmp_path / f"{name}.pth"
+    reference = artefacts.save_torchvision_state_dict(name, 7, path)
+    assert infer_architecture(path) == (f"torchvision:{name}", {"num_classes": 7})
+    model = load_checkpoint(path)
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(_logits(model, x), _logits(reference, x))
+    parallel = tmp_path / f"{name}_dp.pth.tar"
+    artefacts.save_dataparallel_state_dict(reference, parallel)
+    torch.testing.assert_close(_logits(load_checkpoint(parallel), x), _logits(reference, x))
+
+
+def test_cifar_resnet_family_sizes_and_presets():
+    sizes = {d: sum(p.numel() for p in build_model(f"resnet{d}s").parameters()) for d in (20, 56)}
+    assert sizes[20] == pytest.approx(0.27e6, rel=0.01) and sizes[56] == pytest.approx(
+        0.85e6, rel=0.01
+    )
+    presets = layer_presets("resnet20s")
+    assert presets["penultimate"] == "fc:input" and presets["block3"] == "layer3"
+    with pytest.raises(CheckpointError, match="head must be 'fc' or 'linear'"):
+        build_model("resnet20s", head="classifier")
+
+
+def test_checkpoint_suffixes_include_pth_tar():
+    assert checkpoint_suffix("runs/0model_SA_best.PTH.TAR") == ".pth.tar"
+    assert {".pth.tar", ".pt", ".pth", ".safetensors"} <= set(CHECKPOINT_SUFFIXES)
+    assert not has_checkpoint_suffix("forget.npy")
+
+
+def test_arch_kwargs_are_honoured_by_get_activations(tmp_path: Path, fashion_root: Path):
+    from sde_core.inputs.activations import get_activations
+    from sde_core.inputs.data import DatasetSpec, load_dataset
+
+    torch.manual_seed(0)
+    model = build_model("fmnist_cnn", hidden=16, head_pool=2)
+    path = tmp_path / "plain.pt"
+    torch.save(model.state_dict(), path)  # no metadata: the head_pool must come from kwargs
+    bundle = load_dataset(DatasetSpec("fashion-mnist", fashion_root, train_size=12, test_size=6))
+    got = get_activations(path, bundle, "test", "logits", None, arch="fmnist_cnn",
+                          arch_kwargs={"hidden": 16, "head_pool": 2})["logits"]  # fmt: skip
+    x = torch.stack([bundle.test[i][0] for i in range(6)])
+    np.testing.assert_allclose(got, _logits(model, x).numpy(), rtol=1e-5, atol=1e-6)

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -20,7 +21,13 @@ import pytest
 
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError, StoreError
-from sde_core.pipeline.store import APPLICATION_ID, SCHEMA_VERSION, ResultsStore, Run
+from sde_core.pipeline.store import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    DamagedUnitError,
+    ResultsStore,
+    Run,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_PATH = Path(__file__).with_name("_store_worker.py")
@@ -572,3 +579,135 @@ def test_workspace_store_path_seeds_from_a_shipped_store(tmp_path):
     workspace_store_path(tmp_path)  # an existing store is never replaced by the seed
     with ResultsStore(path) as store:
         assert store.finished_units(store.open_run("ws", {"n": 1}).id) == {"m", "m2"}
+
+
+# ---------------------------------------------------------------------- integrity
+
+
+def _legacy_copy(tmp_path: Path, name: str = "demo") -> Path:
+    """A copy of a shipped schema-1 store (as workspace_store_path makes one)."""
+    path = tmp_path / name / "results.sqlite"
+    path.parent.mkdir(parents=True)
+    shutil.copyfile(ROOT / "assets" / name / "results.sqlite", path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    conn.close()
+    return path
+
+
+def _everything(store: ResultsStore) -> dict:
+    out = {}
+    for run_id in store.list_runs()["id"].tolist():
+        tables = {t: store.records(run_id, t) for t in store.tables(run_id)}
+        arrays = {n: store.array(run_id, n) for n in store.array_names(run_id)}
+        out[run_id] = (store.get_run(run_id), sorted(store.finished_units(run_id)), tables, arrays)
+    return out
+
+
+def _equal(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for key in a:
+        (ra, ua, ta, xa), (rb, ub, tb, xb) = a[key], b[key]
+        same_rows = repr(ta) == repr(tb)  # NaN-safe exact comparison
+        same_arrays = xa.keys() == xb.keys() and all(
+            xa[n].dtype == xb[n].dtype and np.array_equal(xa[n], xb[n], equal_nan=True) for n in xa
+        )
+        if (ra, ua) != (rb, ub) or not same_rows or not same_arrays:
+            return False
+    return True
+
+
+def test_shipped_schema_1_store_is_upgraded_when_writable_and_served_read_only(tmp_path):
+    legacy, upgraded = _legacy_copy(tmp_path / "a"), _legacy_copy(tmp_path / "b")
+    with ResultsStore(legacy, read_only=True) as store:  # verified by SQLite's check, unchanged
+        before = _everything(store)
+        assert store.damaged_units() == []
+        with pytest.raises(StoreError, match="read-only"):
+            store.open_run("new", {"x": 1})
+    assert sqlite3.connect(legacy).execute("PRAGMA user_version").fetchone()[0] == 1
+    with ResultsStore(upgraded) as store:
+        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert _equal(_everything(store), before) and store.damaged_units() == []
+        nulls = store._conn.execute(
+            "SELECT (SELECT count(*) FROM units WHERE checksum IS NULL)"
+            " + (SELECT count(*) FROM arrays WHERE checksum IS NULL)"
+            " + (SELECT count(*) FROM runs WHERE checksum IS NULL)"
+        ).fetchone()[0]
+        assert nulls == 0
+    with ResultsStore(upgraded) as store:  # reopening does not upgrade twice
+        assert _equal(_everything(store), before)
+
+
+def test_unit_arrays_need_no_name_parsing(store: ResultsStore) -> None:
+    run = store.open_run(WS, SETTINGS)
+    store.put_unit(run.id, "a/b", {"models": [{"name": "a/b"}]}, {"a/b/h": np.arange(3.0)})
+    store.put_unit(run.id, "a", {"models": [{"name": "a"}]}, {"a/h": np.ones(2)})
+    got = store.unit_arrays(run.id, "a/b")
+    assert list(got) == ["a/b/h"] and np.array_equal(got["a/b/h"], np.arange(3.0))
+    assert list(store.unit_arrays(run.id, "a")) == ["a/h"]
+    with pytest.raises(StoreError, match="no unit 'c'"):
+        store.unit_arrays(run.id, "c")
+
+
+def _damage(path: Path, sql: str, params: tuple = ()) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute(sql, params)
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("UPDATE arrays SET data = zeroblob(length(data)) WHERE name = 'u1/h'", "array 'u1/h'"),
+        ("UPDATE arrays SET dtype = 'garbage' WHERE name = 'u1/h'", "array 'u1/h'"),
+        ("UPDATE arrays SET shape = '[[' WHERE name = 'u1/h'", "array 'u1/h'"),
+        ("UPDATE table_rows SET payload = '{\"otr\": 0.9' WHERE seq = 0 AND unit_id = 2", "row 0"),
+        ("DELETE FROM table_rows WHERE unit_id = 2", "rows or arrays"),
+        ("UPDATE units SET unit_key = 'u9' WHERE unit_key = 'u1'", "array 'u1/h'"),
+    ],
+)
+def test_damaged_units_are_named_never_served_and_dropped_exactly(tmp_path, sql, reason):
+    path = tmp_path / "results.sqlite"
+    with ResultsStore(path) as s:
+        run = s.open_run(WS, SETTINGS)
+        for i in range(3):
+            s.put_unit(run.id, f"u{i}", {"models": [{"name": f"u{i}", "otr": i / 10}]},
+                       {f"u{i}/h": np.full(4, float(i))})  # fmt: skip
+        s.mark_complete(run.id)
+    _damage(path, sql)
+    with ResultsStore(path) as s:
+        with pytest.raises(DamagedUnitError, match=reason) as err:
+            s.finished_units(run.id)
+        (bad,) = err.value.units
+        assert bad.run_id == run.id and bad.unit_key in ("u1", "u9")
+        with pytest.raises(DamagedUnitError):
+            s.records(run.id, "models")
+        assert [d.unit_key for d in s.damaged_units()] == [bad.unit_key]
+    with ResultsStore(path, repair=True) as s:
+        assert s.repair_report is not None and len(s.repair_report.dropped) == 1
+        assert s.finished_units(run.id) == {"u0", "u2"}
+        assert [r["name"] for r in s.records(run.id, "models")] == ["u0", "u2"]
+        assert s.get_run(run.id).status == "running"  # incomplete until recomputed
+        assert s.put_unit(run.id, "u1", {"models": [{"name": "u1", "otr": 0.1}]},
+                          {"u1/h": np.full(4, 1.0)})  # fmt: skip
+        assert s.damaged_units() == []
+
+
+def test_damaged_settings_and_columns_are_reported_not_raw_decode_errors(tmp_path):
+    path = tmp_path / "results.sqlite"
+    with ResultsStore(path) as s:
+        run = s.open_run(WS, SETTINGS)
+        s.put_unit(run.id, "u", {"models": [{"name": "m", "x": 1}]})
+    _damage(path, "UPDATE run_tables SET columns = '[\"name\"' WHERE name = 'models'")
+    with ResultsStore(path) as s, pytest.raises(DamagedUnitError, match="table 'models'"):
+        s.rows(run.id, "models")
+    with ResultsStore(path, repair=True) as s:  # rebuilt from the rows: nothing lost
+        assert s.repair_report.kept_units == 1
+        assert s.columns(run.id, "models") == ["name", "x"]
+    _damage(path, "UPDATE runs SET settings = '{not json'")
+    with ResultsStore(path) as s, pytest.raises(DamagedUnitError, match="run record of run 1"):
+        s.get_run(run.id)
+    with ResultsStore(path, repair=True) as s:  # the run cannot be trusted: it goes, units too
+        assert {d.unit_key for d in s.repair_report.dropped} == {None, "u"}
+        assert s.list_runs().empty

@@ -79,7 +79,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if store_path is None:
         result = evaluate_workspace(ws, settings, models=models, progress=report, engine=engine)
     else:
-        with ResultsStore(store_path) as store:
+        with ResultsStore(store_path, repair=args.repair) as store:
+            if store.repair_report is not None:
+                print(store.repair_report.summary(), file=sys.stderr)
             result = evaluate_workspace(
                 ws, settings, models=models, store=store, progress=report, engine=engine
             )
@@ -121,6 +123,11 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--models", help="comma-separated model names (default: all)")
     p.add_argument("--store", help="results store path (default <workspace>/.sde-cache/...)")
     p.add_argument("--no-store", action="store_true", help="do not read or write the store")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="drop damaged results from the store (a damaged file is kept aside) and recompute",
+    )
     add_engine_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars or table")
     p.set_defaults(func=_cmd_evaluate)

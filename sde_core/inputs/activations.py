@@ -5,13 +5,18 @@ Layer names are qualified module names, aliases (``output``, ``logits``, ``penul
 ``"fc:input"``.
 Activations are float32 ``(n, d)`` arrays: each sample's tensor flattened, after global average
 pooling of 4-D ``(N, C, H, W)`` and 3-D ``(N, C, L)`` maps when ``pool=True``.
+
+A checkpoint that is code (TorchScript, full pickle) is refused unless it is trusted; a trusted
+one is loaded and run in a child process, one forward pass per request, and stopped when a step
+takes longer than ``time_limit`` seconds (:mod:`sde_core.inputs.isolation`). Weights files are
+built from the registered architectures and run in this process.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,14 +28,19 @@ from torch.utils.data import Dataset
 
 from sde_core.common.fsio import atomic_write, atomic_write_text
 from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
-from sde_core.errors import ActivationError, DataError
+from sde_core.common.validation import as_index_vector, check_int
+from sde_core.errors import ActivationError, CheckpointError, DataError
+from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
 from sde_core.inputs.data import DatasetBundle, load_precomputed
+from sde_core.inputs.isolation import DEFAULT_TIME_LIMIT, IsolatedWorker, check_time_limit
 from sde_core.inputs.models import ALIASES, LayerRef, load_checkpoint, model_layer_refs
 
 __all__ = [
+    "DEFAULT_TIME_LIMIT",
     "ActivationCache",
     "CacheStats",
     "LayerInfo",
+    "checkpoint_layers",
     "extract_activations",
     "get_activations",
     "list_layers",
@@ -272,15 +282,7 @@ def _batches(dataset: Dataset, indices: np.ndarray, batch_size: int) -> Iterable
 
 def _row_indices(indices: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
     """Validated int64 row indices into ``n`` rows (non-empty, 1-D, integer, in range)."""
-    idx = np.asarray(indices)
-    if idx.ndim != 1 or idx.size == 0 or not np.issubdtype(idx.dtype, np.integer):
-        raise ActivationError(
-            f"indices must be a non-empty 1-D integer array, got {idx.dtype} {idx.shape}"
-        )
-    bad = idx[(idx < 0) | (idx >= n)]
-    if bad.size:
-        raise ActivationError(f"indices out of range [0, {n - 1}]: {bad[:10].tolist()}")
-    return idx.astype(np.int64)
+    return as_index_vector(indices, n, "indices", error=ActivationError)
 
 
 def extract_activations(
@@ -317,8 +319,7 @@ def extract_activations(
     names = [layers] if isinstance(layers, str) else list(layers)
     if not names:
         raise ActivationError("layers is empty; pass at least one layer name such as 'output'")
-    if not isinstance(batch_size, int) or batch_size <= 0:
-        raise ActivationError(f"batch_size must be a positive integer, got {batch_size!r}")
+    batch_size = check_int(batch_size, "batch_size", minimum=1, error=ActivationError)
     n_total = len(dataset)  # type: ignore[arg-type]
     idx = np.arange(n_total, dtype=np.int64) if indices is None else _row_indices(indices, n_total)
     if idx.size == 0:
@@ -478,7 +479,7 @@ def _precomputed_activations(
     path: Path, bundle: DatasetBundle, split: str, names: list[str], indices: np.ndarray | None
 ) -> dict[str, np.ndarray]:
     pre = load_precomputed(path)
-    n_split = len(bundle.split(split))
+    n_split = len(bundle.split(split))  # type: ignore[arg-type]
     out = {}
     for name in names:
         try:
@@ -519,6 +520,9 @@ def get_activations(
     progress: Progress | None = None,
     indices: Sequence[int] | np.ndarray | None = None,
     pool: bool = True,
+    arch_kwargs: Mapping[str, Any] | None = None,
+    trusted: bool = False,
+    time_limit: float | None = None,
 ) -> dict[str, np.ndarray]:
     """Activations of a checkpoint on ``bundle``'s ``split``, computing only uncached layers.
 
@@ -527,26 +531,38 @@ def get_activations(
     precomputed activations file (``.npz``/``.parquet``; see
     :func:`sde_core.inputs.data.load_precomputed`).
 
+    Args:
+        arch, arch_kwargs: the architecture and builder kwargs (default: stored or inferred).
+        trusted: this checkpoint may be code (TorchScript, full pickle). It is then loaded and
+            run in a child process, and each step (loading, one batch) must finish within
+            ``time_limit`` seconds (default :data:`DEFAULT_TIME_LIMIT`).
+
     Returns:
         ``{layer: float32 (n, d)}``; ``n`` is ``len(indices)`` or the split size.
 
     Raises:
-        ActivationError: unknown layer, bad split/indices, cache failures.
-        CheckpointError: the checkpoint cannot be loaded.
+        ActivationError: unknown layer, bad split/indices, cache failures, or a trusted model
+            that exceeded the time limit or crashed.
+        CheckpointError: the checkpoint cannot be loaded, or is code and not trusted.
     """
     names = list(dict.fromkeys([layers] if isinstance(layers, str) else list(layers)))
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ActivationError(f"layers must be non-empty names such as 'output', got {layers!r}")
     if split not in ("train", "test"):
         raise ActivationError(f"unknown split {split!r}; use 'train' or 'test'")
-    n_split = len(bundle.split(split))
+    n_split = len(bundle.split(split))  # type: ignore[arg-type]
     idx = None if indices is None else _row_indices(indices, n_split)
     path = Path(checkpoint_path)
     if path.suffix in _PRECOMPUTED_SUFFIXES:
         return _precomputed_activations(path, bundle, split, names, idx)
     if not path.is_file():
         raise ActivationError(f"checkpoint {path} does not exist; check the path")
-    model_hash = stable_hash({"file": file_sha256(path), "arch": arch})
+    kwargs = dict(arch_kwargs or {})
+    limit = check_time_limit(time_limit)
+    identity: dict[str, Any] = {"file": file_sha256(path), "arch": arch}
+    if kwargs:
+        identity["arch_kwargs"] = kwargs
+    model_hash = stable_hash(identity)
     result: dict[str, np.ndarray] = {}
     keys: dict[str, tuple[str, dict[str, Any]]] = {}
     for name in names:
@@ -566,17 +582,23 @@ def get_activations(
             result[name] = part
     missing = [n for n in names if n not in result]
     if missing:
-        model = load_checkpoint(path, arch=arch)
-        computed = extract_activations(
-            model,
-            bundle.split(split),
-            missing,
-            batch_size=batch_size,
-            device=device,
-            pool=pool,
-            indices=idx,
-            progress=progress,
-        )
+        info = inspect_checkpoint(path)
+        options: dict[str, Any] = {
+            "batch_size": batch_size,
+            "device": device,
+            "pool": pool,
+            "indices": idx,
+            "progress": progress,
+        }
+        if info.is_code:
+            if not trusted:
+                raise CheckpointError(untrusted_message(info))
+            computed = _extract_isolated(
+                path, arch, kwargs, limit, bundle.split(split), missing, **options
+            )
+        else:
+            model = load_checkpoint(path, arch=arch, **kwargs)
+            computed = extract_activations(model, bundle.split(split), missing, **options)
         for name, arr in computed.items():
             if cache is not None:
                 digest, fields = keys[name]
@@ -588,3 +610,118 @@ def get_activations(
 def _save_npy(path: Path, arr: np.ndarray) -> None:
     with open(path, "wb") as fh:
         np.save(fh, arr)
+
+
+# ----------------------------------------------------------------------------------------------
+# Trusted code checkpoints, run in a child process under a time limit
+# ----------------------------------------------------------------------------------------------
+
+
+def _serve_checkpoint(
+    path: str, arch: str | None, arch_kwargs: dict[str, Any]
+) -> Callable[[tuple[Any, ...]], Any]:
+    """Child-process side: load the trusted checkpoint and answer extraction requests.
+
+    Requests: ``("resolve", names)`` -> None (raises on unknown layers);
+    ``("batch", names, pool, device, x)`` -> ``{name: float32 (N, d)}`` for a float32 batch;
+    ``("layers", input_shape)`` -> ``list[LayerInfo]``.
+    """
+    model = load_checkpoint(path, arch=arch, trusted=True, **arch_kwargs).eval()
+    captures: dict[tuple[tuple[str, ...], bool], _Capture] = {}
+
+    def handle(message: tuple[Any, ...]) -> Any:
+        op = message[0]
+        if op == "resolve":
+            for name in message[1]:
+                resolve_layer(model, name)
+            return None
+        if op == "layers":
+            return list_layers(model, message[1])
+        _, names, pool, device, x = message
+        key = (tuple(names), bool(pool))
+        if key not in captures:
+            captures[key] = _Capture(model, {n: resolve_layer(model, n) for n in names}, pool)
+        dev = _device(device)
+        model.to(dev)
+        batch = torch.from_numpy(x).to(dev, dtype=_model_dtype(model))
+        with torch.inference_mode():
+            values = captures[key].run(model, batch)
+        return {n: v.cpu().numpy() for n, v in values.items()}
+
+    return handle
+
+
+def _extract_isolated(
+    path: Path,
+    arch: str | None,
+    arch_kwargs: dict[str, Any],
+    time_limit: float,
+    dataset: Dataset,
+    names: list[str],
+    *,
+    batch_size: int,
+    device: str | torch.device,
+    pool: bool,
+    indices: np.ndarray | None,
+    progress: Progress | None,
+) -> dict[str, np.ndarray]:
+    """:func:`extract_activations` of a trusted code checkpoint, run in a child process."""
+    batch_size = check_int(batch_size, "batch_size", minimum=1, error=ActivationError)
+    n_total = len(dataset)  # type: ignore[arg-type]  # map-style datasets have a length
+    idx = np.arange(n_total, dtype=np.int64) if indices is None else indices
+    if idx.size == 0:
+        raise ActivationError("the dataset is empty; nothing to extract")
+    label = f"the trusted model in {path.name}"
+    outputs: dict[str, np.ndarray] = {}
+    done = 0
+    with IsolatedWorker(
+        _serve_checkpoint, (str(path), arch, arch_kwargs), time_limit=time_limit, label=label
+    ) as worker:
+        worker.request(("resolve", names), "checking the layer names")
+        for xb in _batches(dataset, idx, batch_size):
+            x = xb.detach().cpu().float().numpy()
+            values = worker.request(
+                ("batch", names, pool, str(device), x), f"a forward pass of {x.shape[0]} samples"
+            )
+            for key, val in values.items():
+                if key not in outputs:
+                    outputs[key] = np.empty((idx.size, val.shape[1]), dtype=np.float32)
+                outputs[key][done : done + val.shape[0]] = val
+            done += x.shape[0]
+            if progress is not None:
+                progress(done, int(idx.size))
+    return {name: outputs[name] for name in names}
+
+
+def checkpoint_layers(
+    checkpoint_path: str | Path,
+    input_shape: Sequence[int],
+    *,
+    arch: str | None = None,
+    arch_kwargs: Mapping[str, Any] | None = None,
+    trusted: bool = False,
+    time_limit: float | None = None,
+) -> list[LayerInfo]:
+    """:func:`list_layers` of a checkpoint file (a trusted code file runs in a child process).
+
+    Raises:
+        CheckpointError: unreadable file, or code without ``trusted``.
+        ActivationError: invalid ``input_shape``, a failing model, or the time limit exceeded.
+    """
+    path = Path(checkpoint_path)
+    kwargs = dict(arch_kwargs or {})
+    info = inspect_checkpoint(path)
+    if not info.is_code:
+        return list_layers(load_checkpoint(path, arch=arch, **kwargs), input_shape)
+    if not trusted:
+        raise CheckpointError(untrusted_message(info))
+    shape = tuple(
+        check_int(s, "input_shape entry", minimum=1, error=ActivationError) for s in input_shape
+    )
+    with IsolatedWorker(
+        _serve_checkpoint,
+        (str(path), arch, kwargs),
+        time_limit=check_time_limit(time_limit),
+        label=f"the trusted model in {path.name}",
+    ) as worker:
+        return worker.request(("layers", shape), "a dry forward pass")  # type: ignore[no-any-return]

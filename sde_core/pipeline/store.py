@@ -3,8 +3,7 @@
 One SQLite file holds every run of every workspace. A *run* is identified by the pair
 (``workspace_hash``, ``settings_hash``), where ``settings_hash`` is
 :func:`~sde_core.common.hashing.stable_hash` of the (normalised) settings dict, so opening a run
-with
-the same settings again returns the stored results instantly. A run is filled by *units of
+with the same settings again returns the stored results instantly. A run is filled by *units of
 work* (one model, one sweep point, ...): :meth:`ResultsStore.put_unit` writes every table row
 and array a unit produced in one transaction, so an interrupted sweep keeps each finished unit
 whole and never a partial one, and a resumed sweep skips the units listed by
@@ -14,18 +13,35 @@ Writing a unit key that is already stored is a **no-op** (the first write wins a
 :meth:`~ResultsStore.put_unit` returns ``False``): finished results are never duplicated or
 silently changed by a resume.
 
+**Integrity.** Every run, table, unit and array record carries a SHA-256 checksum (see
+:mod:`sde_core.pipeline.store_integrity`). Opening a store runs SQLite's structural check
+(``integrity_check``; ``quick_check`` above 256 MiB); a structurally damaged file raises
+:class:`StoreDamagedError`. Every read verifies the checksums of the units it returns (once per
+unit and store object); a damaged unit is never served: it raises :class:`DamagedUnitError`
+naming it, and :meth:`ResultsStore.damaged_units` lists them all. ``ResultsStore(path,
+repair=True)`` (``evaluate --repair`` on the command line) drops exactly the damaged units, or
+rebuilds a structurally damaged file from the units that verify (keeping the damaged file as
+``<name>.damaged-<time>``), so a resumed evaluation recomputes just what was lost. Checksums
+detect damage, they do not authenticate: whoever can write the file can forge them.
+
+**Older stores.** A schema-1 store (no checksums; the bundled demos ship one) is upgraded in
+place when opened writable: records that decode get checksums, the others are reported as
+damaged. Opened with ``read_only=True`` it is not changed: it is served after the structural
+check, with every row and array decoded and validated on read (there are no checksums to
+compare).
+
 Schema (version :data:`SCHEMA_VERSION`, kept in ``PRAGMA user_version``; the file is tagged
 with ``PRAGMA application_id`` = :data:`APPLICATION_ID`):
 
-- ``runs(id, workspace_hash, settings_hash, settings JSON, label, created, status)``, unique on
-  (workspace_hash, settings_hash); ``status`` is ``"running"`` or ``"complete"``.
-- ``units(id, run_id, unit_key, finished)``, unique on (run_id, unit_key); insertion order is
-  the row order of :meth:`~ResultsStore.rows`.
-- ``run_tables(run_id, name, columns JSON)``: the tables of a run and their column order
-  (first-seen order of the row dicts' keys).
+- ``runs(id, workspace_hash, settings_hash, settings JSON, label, created, status, checksum)``,
+  unique on (workspace_hash, settings_hash); ``status`` is ``"running"`` or ``"complete"``.
+- ``units(id, run_id, unit_key, finished, checksum)``, unique on (run_id, unit_key); insertion
+  order is the row order of :meth:`~ResultsStore.rows`.
+- ``run_tables(run_id, name, columns JSON, checksum)``: the tables of a run and their column
+  order (first-seen order of the row dicts' keys).
 - ``table_rows(unit_id, table_name, seq, payload JSON)``: one row dict per record.
-- ``arrays(run_id, name, unit_id, dtype, shape JSON, data BLOB)``: C-order bytes, unique name per
-  run.
+- ``arrays(run_id, name, unit_id, dtype, shape JSON, data BLOB, checksum)``: C-order bytes,
+  unique name per run; :meth:`~ResultsStore.unit_arrays` returns one unit's arrays.
 
 Every child row references its run (directly or through its unit) with ``ON DELETE CASCADE``.
 The database runs in WAL mode with ``synchronous=NORMAL`` and a busy timeout, so any number of
@@ -44,6 +60,7 @@ missing value for the column (NaN, or ``None`` in ``object`` columns), so test w
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import math
 import re
@@ -56,6 +73,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
@@ -65,19 +83,42 @@ import pyarrow.parquet as pq
 from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import StoreError
+from sde_core.pipeline.store_integrity import (
+    DamagedUnit,
+    DamagedUnitError,
+    RepairReport,
+    StoreDamagedError,
+    array_checksum,
+    check_unit,
+    decode_array,
+    decode_payload,
+    file_problem,
+    run_checksum,
+    run_problem,
+    salvage,
+    table_checksum,
+    table_problem,
+    tolerant_text,
+    unit_checksum,
+    upgrade_v1,
+)
 
 __all__ = [
     "APPLICATION_ID",
     "EXPORT_FORMATS",
     "SCHEMA_VERSION",
     "SHIPPED_STORE",
+    "DamagedUnit",
+    "DamagedUnitError",
+    "RepairReport",
     "ResultsStore",
     "Run",
+    "StoreDamagedError",
     "workspace_store_path",
 ]
 
-SCHEMA_VERSION = 1
-"""Version of the store's SQL schema, kept in ``PRAGMA user_version``."""
+SCHEMA_VERSION = 2
+"""Version of the store's SQL schema, kept in ``PRAGMA user_version`` (2: checksums)."""
 
 APPLICATION_ID = 0x53444531
 """``PRAGMA application_id`` of an SDE results store (ASCII ``"SDE1"``)."""
@@ -97,6 +138,7 @@ _SCHEMA = (
         label TEXT NOT NULL,
         created TEXT NOT NULL,
         status TEXT NOT NULL CHECK (status IN ('running', 'complete')),
+        checksum TEXT,
         UNIQUE (workspace_hash, settings_hash)
     )""",
     """CREATE TABLE units (
@@ -104,12 +146,14 @@ _SCHEMA = (
         run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
         unit_key TEXT NOT NULL,
         finished TEXT NOT NULL,
+        checksum TEXT,
         UNIQUE (run_id, unit_key)
     )""",
     """CREATE TABLE run_tables (
         run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
         name TEXT NOT NULL,
         columns TEXT NOT NULL,
+        checksum TEXT,
         PRIMARY KEY (run_id, name)
     )""",
     """CREATE TABLE table_rows (
@@ -126,6 +170,7 @@ _SCHEMA = (
         dtype TEXT NOT NULL,
         shape TEXT NOT NULL,
         data BLOB NOT NULL,
+        checksum TEXT,
         PRIMARY KEY (run_id, name)
     )""",
     "CREATE INDEX arrays_unit ON arrays (unit_id)",
@@ -133,6 +178,7 @@ _SCHEMA = (
 
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _ARRAY_KINDS = "biuf"
+_RUN_COLUMNS = "id, workspace_hash, settings_hash, settings, label, created, status"
 
 
 @dataclass(frozen=True)
@@ -158,6 +204,24 @@ class Run:
     status: RunStatus
 
 
+def _create_schema(conn: sqlite3.Connection) -> None:
+    """Create the current schema in an empty database (inside the caller's transaction)."""
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _fresh_store(path: Path) -> sqlite3.Connection:
+    """A new, empty store file at ``path`` (for :func:`salvage`), in WAL mode."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    _create_schema(conn)
+    conn.execute("COMMIT")
+    return conn
+
+
 class ResultsStore:
     """SQLite-backed store of evaluation runs (see the module docstring for the schema).
 
@@ -167,33 +231,64 @@ class ResultsStore:
     Args:
         path: The database file; created with its parent folders when missing.
         timeout: Seconds a write waits for another process's write to finish before failing.
+        read_only: Open without writing anything (no upgrade, no WAL switch); writes raise
+            :class:`~sde_core.errors.StoreError`.
+        repair: Drop damaged units (or rebuild a structurally damaged file from the units that
+            verify) while opening; what was done is in :attr:`repair_report`.
+
+    Attributes:
+        repair_report: The :class:`RepairReport` of ``repair=True`` (``None`` otherwise).
 
     Raises:
         StoreError: The file cannot be opened, is not an SDE results store or was written by a
             newer schema version.
+        StoreDamagedError: The file is structurally damaged (and ``repair`` is off).
     """
 
-    def __init__(self, path: str | Path, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        timeout: float = 30.0,
+        *,
+        read_only: bool = False,
+        repair: bool = False,
+    ) -> None:
         self.path = Path(path)
         self.timeout = float(timeout)
+        self.read_only = bool(read_only)
+        self.repair_report: RepairReport | None = None
         self._lock = threading.RLock()
+        self._verified: set[tuple[int, Any]] = set()
+        self._verified_runs: dict[int, tuple[Any, ...]] = {}
+        self._checksums = True
+        if repair and self.read_only:
+            raise StoreError("a store opened read_only cannot be repaired: open it writable")
+        self._conn = self._connect()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                self.path,
-                timeout=self.timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
+            self._open_schema(repair)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            if self.read_only:
+                if not self.path.is_file():
+                    raise StoreError(f"results store {self.path} does not exist")
+                uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
+                conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None,
+                                       check_same_thread=False)  # fmt: skip
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(
+                    self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+                )
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(
                 f"cannot open results store {self.path} ({exc}): choose a writable file path"
             ) from exc
-        try:
-            self._open_schema()
-        except BaseException:
-            self._conn.close()
-            raise
+        conn.text_factory = tolerant_text
+        return conn
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -208,13 +303,19 @@ class ResultsStore:
         with self._lock:
             self._conn.close()
 
-    def _open_schema(self) -> None:
-        """Check the file is an SDE store of a readable version; create the schema if empty."""
+    def _open_schema(self, repair: bool) -> None:
+        """Check the file is a sound SDE store of a readable version; create, upgrade or repair
+        it as needed."""
         not_store = f"{self.path} is not an SDE results store: delete it or choose another path"
         try:
             app_id, version, n_tables = self._header()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{not_store} ({exc})") from exc
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # text of a damaged schema
+            if repair:
+                return self._salvage(str(exc))
+            raise StoreDamagedError(
+                f"{not_store} ({exc}); if it is a damaged results store, open it with "
+                "repair=True (evaluate --repair) to rebuild it, keeping this file aside"
+            ) from exc
         empty = version == 0 and n_tables == 0
         if not empty and app_id != APPLICATION_ID:
             raise StoreError(not_store)
@@ -223,21 +324,57 @@ class ResultsStore:
                 f"{self.path} was written by a newer SDE Explorer (schema version {version}; "
                 f"this version reads {SCHEMA_VERSION}): upgrade sde_core or choose another path"
             )
-        if not empty and version != SCHEMA_VERSION:
+        if not empty and version not in (1, SCHEMA_VERSION):
             raise StoreError(f"{not_store} (unknown schema version {version})")
+        if not empty:
+            problem = file_problem(self._conn, self._file_size())
+            if problem is not None:
+                if repair:
+                    return self._salvage(problem)
+                raise StoreDamagedError(
+                    f"results store {self.path} is damaged (SQLite check: {problem}); nothing "
+                    "was read from it. Rebuild it from its intact units with 'python -m "
+                    "sde_core evaluate WORKSPACE --repair' (or ResultsStore(path, repair=True)); "
+                    "the damaged file is kept beside it"
+                )
+        if self.read_only:
+            self._checksums = version >= 2
+            return None
         try:
             self._enable_wal()
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
             raise self._error(exc) from exc
-        if empty:
+        if empty or version == 1:  # another process may have done it meanwhile: re-read
             with self._tx() as conn:
-                if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
-                    for statement in _SCHEMA:
-                        conn.execute(statement)
-                    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-                    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                current = conn.execute("PRAGMA user_version").fetchone()[0]
+                if current == 0 and empty:
+                    _create_schema(conn)
+                elif current == 1:
+                    upgrade_v1(conn)
+        if repair:
+            dropped = self.drop_damaged_units()
+            kept = self._query("SELECT count(*) FROM units")[0][0]
+            self.repair_report = RepairReport(self.path, None, tuple(dropped), int(kept))
+        return None
+
+    def _salvage(self, problem: str) -> None:
+        """Rebuild a structurally damaged file (``repair=True``); reopen the rebuilt store."""
+        self._conn.close()
+        report = salvage(self.path, _fresh_store)
+        self.repair_report = report
+        self._conn = self._connect()
+        self._enable_wal()
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        del problem
+
+    def _file_size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return 0
 
     def _enable_wal(self) -> None:
         """Switch to WAL mode, retrying while another process holds the lock it needs.
@@ -272,14 +409,26 @@ class ResultsStore:
                 f"results store {self.path} stayed locked by another writer for more than "
                 f"{self.timeout:g} s: wait for it to finish or raise the timeout"
             )
+        if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc).replace("-", ""):
+            return StoreError(f"results store {self.path} is read-only: {exc}")
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
+            return StoreDamagedError(
+                f"results store {self.path} is damaged ({exc}); rebuild it from its intact "
+                "units with 'python -m sde_core evaluate WORKSPACE --repair'"
+            )
         return StoreError(
             f"results store {self.path} failed ({exc}): if the file is corrupt, "
-            "delete it or choose another path"
+            "open it with repair=True (evaluate --repair)"
         )
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on error)."""
+        if self.read_only:
+            raise StoreError(
+                f"results store {self.path} was opened read-only: open it without "
+                "read_only=True to write"
+            )
         with self._lock:
             conn = self._conn
             try:
@@ -307,6 +456,193 @@ class ResultsStore:
                 raise
             except sqlite3.DatabaseError as exc:
                 raise self._error(exc) from exc
+            except UnicodeDecodeError as exc:  # SQLite's message quotes damaged bytes
+                raise StoreDamagedError(
+                    f"results store {self.path} is damaged (unreadable text: {exc.reason}); "
+                    "rebuild it with 'python -m sde_core evaluate WORKSPACE --repair'"
+                ) from exc
+
+    # ------------------------------------------------------------------ verification
+
+    def _run_select(self) -> str:
+        return f"SELECT {_RUN_COLUMNS}{', checksum' if self._checksums else ''} FROM runs"
+
+    def _table_select(self) -> str:
+        cols = "run_id, name, columns" + (", checksum" if self._checksums else "")
+        return f"SELECT {cols} FROM run_tables"
+
+    def _unit_select(self) -> str:
+        cols = "id, run_id, unit_key, finished" + (", checksum" if self._checksums else "")
+        return f"SELECT {cols} FROM units"
+
+    def _run(self, row: Sequence[Any]) -> Run:
+        """A verified :class:`Run` from a runs row, or :class:`DamagedUnitError`."""
+        problem = run_problem(row, self._checksums)
+        if problem is not None:
+            raise DamagedUnitError(self.path, [DamagedUnit(int(row[0]), None, problem)])
+        run_id, workspace_hash, settings_hash, settings, label, created, status = row[:7]
+        return Run(
+            id=int(run_id),
+            workspace_hash=workspace_hash,
+            settings_hash=settings_hash,
+            settings=json.loads(settings),
+            label=label,
+            created=created,
+            status=status,
+        )
+
+    def _unit_problem(self, unit: Sequence[Any]) -> str | None:
+        """Why a unit cannot be served (``None``: verified; cached per store object)."""
+        token = (int(unit[0]), unit[4] if self._checksums else unit[2])
+        with self._lock:
+            if token in self._verified:
+                return None
+            try:
+                problem = check_unit(self._conn, unit, self._checksums)
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+                problem = f"unreadable ({' '.join(str(exc).split())})"
+            if problem is None:
+                self._verified.add(token)
+        return problem
+
+    def _verify_units(self, units: Sequence[Sequence[Any]]) -> None:
+        """Raise :class:`DamagedUnitError` naming every unit of ``units`` that fails."""
+        damaged = []
+        for unit in units:
+            problem = self._unit_problem(unit)
+            if problem is not None:
+                damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
+        if damaged:
+            raise DamagedUnitError(self.path, damaged)
+
+    def _table_problems(
+        self, run_id: int, found: list[tuple[Any, ...]] | None = None
+    ) -> list[DamagedUnit]:
+        """Damaged or missing table records of a run (a table with rows but no record)."""
+        if found is None:
+            found = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
+        damaged = []
+        for row in found:
+            reason = table_problem(row, self._checksums)
+            if reason is not None:
+                damaged.append(DamagedUnit(run_id, None, reason, str(row[1])))
+        listed = {str(row[1]) for row in found}
+        used = self._query(
+            "SELECT DISTINCT t.table_name FROM table_rows t JOIN units u ON u.id = t.unit_id"
+            " WHERE u.run_id = ?",
+            (run_id,),
+        )
+        damaged.extend(
+            DamagedUnit(run_id, None, "its record is missing", str(name))
+            for (name,) in used
+            if str(name) not in listed
+        )
+        return damaged
+
+    def _verify_run(self, run_id: int) -> None:
+        """Verify every unit and table record of a run before serving any of it: a lost or
+        altered unit would otherwise make a table silently shorter."""
+        units = self._query(f"{self._unit_select()} WHERE run_id = ?", (run_id,))
+        tables = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
+        signature = (tuple((u[0], u[-1]) for u in units), tuple(tables))
+        if self._verified_runs.get(run_id) == signature:
+            return
+        damaged = self._table_problems(run_id, tables)
+        for unit in units:
+            problem = self._unit_problem(unit)
+            if problem is not None:
+                damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
+        if damaged:
+            raise DamagedUnitError(self.path, damaged)
+        with self._lock:
+            self._verified_runs[run_id] = signature
+
+    def damaged_units(self, run_id: int | None = None) -> list[DamagedUnit]:
+        """Every damaged record (of one run when given): runs whose own record fails (with
+        ``unit_key=None``, plus each of their units), and units failing their checksums.
+
+        Raises:
+            StoreError: No such run.
+        """
+        if run_id is not None:
+            self.get_run(run_id)
+        where, params = ("WHERE id = ?", (int(run_id),)) if run_id is not None else ("", ())
+        damaged: list[DamagedUnit] = []
+        for row in self._query(f"{self._run_select()} {where}", params):
+            problem = run_problem(row, self._checksums)
+            units = self._query(f"{self._unit_select()} WHERE run_id = ?", (row[0],))
+            if problem is not None:
+                damaged.append(DamagedUnit(int(row[0]), None, problem))
+                damaged.extend(DamagedUnit(int(row[0]), str(u[2]), problem) for u in units)
+                continue
+            for unit in units:
+                reason = self._unit_problem(unit)
+                if reason is not None:
+                    damaged.append(DamagedUnit(int(row[0]), str(unit[2]), reason))
+            damaged.extend(self._table_problems(int(row[0])))
+        unit_where = "" if run_id is None else " AND run_id = ?"
+        orphans = self._query(
+            f"{self._unit_select()} WHERE run_id NOT IN (SELECT id FROM runs){unit_where}", params
+        )
+        damaged.extend(DamagedUnit(int(u[1]), str(u[2]), "its run is missing") for u in orphans)
+        return damaged
+
+    def drop_damaged_units(self) -> list[DamagedUnit]:
+        """Delete exactly the damaged records (:meth:`damaged_units`) so they can be recomputed.
+
+        A run whose own record is damaged is deleted with its units; a run that loses units is
+        marked ``running``; table column lists are rebuilt from the rows that remain.
+
+        Returns:
+            What was dropped.
+        """
+        damaged = self.damaged_units()
+        if not damaged:
+            return []
+        runs = {d.run_id for d in damaged if d.unit_key is None and d.table is None}
+        with self._tx() as conn:
+            for run_id in runs:
+                conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+                conn.execute("DELETE FROM units WHERE run_id = ?", (run_id,))
+            lost, tables = set(), set()
+            for d in damaged:
+                if d.run_id in runs:
+                    continue
+                if d.unit_key is None:
+                    tables.add(d.run_id)
+                    continue
+                conn.execute(
+                    "DELETE FROM units WHERE run_id = ? AND unit_key = ?", (d.run_id, d.unit_key)
+                )
+                lost.add(d.run_id)
+            for run_id in lost:
+                self._set_status(conn, run_id, "running")
+            for run_id in lost | tables:
+                self._rebuild_columns(conn, run_id)
+        return damaged
+
+    def _rebuild_columns(self, conn: sqlite3.Connection, run_id: int) -> None:
+        """Rewrite a run's table column lists from its remaining rows (first-seen order)."""
+        rows = conn.execute(
+            "SELECT t.table_name, t.payload FROM table_rows t JOIN units u ON u.id = t.unit_id"
+            " WHERE u.run_id = ? ORDER BY u.id, t.table_name, t.seq",
+            (run_id,),
+        ).fetchall()
+        columns: dict[str, dict[str, None]] = {}
+        for table, payload in rows:
+            cols = columns.setdefault(table, {})
+            for key in decode_payload(payload):
+                cols.setdefault(key, None)
+        known = [name for (name,) in conn.execute(
+            "SELECT name FROM run_tables WHERE run_id = ?", (run_id,)
+        ).fetchall()]  # fmt: skip
+        for name in dict.fromkeys([*known, *columns]):
+            text = json.dumps(list(columns.get(name, {})))
+            conn.execute(
+                "INSERT OR REPLACE INTO run_tables (run_id, name, columns, checksum)"
+                " VALUES (?, ?, ?, ?)",
+                (run_id, name, text, table_checksum(run_id, name, text)),
+            )
 
     # ------------------------------------------------------------------ runs
 
@@ -319,6 +655,7 @@ class ResultsStore:
 
         Raises:
             StoreError: ``settings`` is not a dict of JSON values.
+            DamagedUnitError: The stored run record is damaged.
         """
         if not isinstance(workspace_hash, str) or not workspace_hash:
             raise StoreError("workspace_hash must be a non-empty string")
@@ -326,52 +663,57 @@ class ResultsStore:
             raise StoreError(f"settings must be a dict, got {type(settings).__name__}")
         normal = _json_value(dict(settings), "settings")
         settings_hash = stable_hash(normal)
-        select = "SELECT * FROM runs WHERE workspace_hash = ? AND settings_hash = ?"
+        select = f"{self._run_select()} WHERE workspace_hash = ? AND settings_hash = ?"
         found = self._query(select, (workspace_hash, settings_hash))
         if found:
-            return _run_from_row(found[0])
+            return self._run(found[0])
         with self._tx() as conn:
             row = conn.execute(select, (workspace_hash, settings_hash)).fetchone()
             if row is None:
+                fields = (
+                    workspace_hash,
+                    settings_hash,
+                    json.dumps(normal, sort_keys=True),
+                    str(label),
+                    _now(),
+                    "running",
+                )
                 conn.execute(
                     "INSERT INTO runs (workspace_hash, settings_hash, settings, label, created,"
-                    " status) VALUES (?, ?, ?, ?, ?, 'running')",
-                    (
-                        workspace_hash,
-                        settings_hash,
-                        json.dumps(normal, sort_keys=True),
-                        str(label),
-                        _now(),
-                    ),
+                    " status, checksum) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (*fields, run_checksum(*fields)),
                 )
                 row = conn.execute(select, (workspace_hash, settings_hash)).fetchone()
-        return _run_from_row(row)
+        return self._run(row)
 
     def get_run(self, run_id: int) -> Run:
         """The run with this id.
 
         Raises:
             StoreError: No such run.
+            DamagedUnitError: Its record is damaged.
         """
-        found = self._query("SELECT * FROM runs WHERE id = ?", (int(run_id),))
+        found = self._query(f"{self._run_select()} WHERE id = ?", (int(run_id),))
         if not found:
             raise StoreError(f"unknown run id {run_id}: list the stored runs with list_runs()")
-        return _run_from_row(found[0])
+        return self._run(found[0])
 
     def list_runs(self, workspace_hash: str | None = None) -> pd.DataFrame:
         """All runs (of one workspace when given), oldest first.
 
         Columns: ``id``, ``workspace_hash``, ``settings_hash``, ``label``, ``created``,
         ``status``, ``units`` (number of finished units) and ``settings`` (JSON text).
+
+        Raises:
+            DamagedUnitError: A run record is damaged.
         """
-        sql = (
-            "SELECT r.id, r.workspace_hash, r.settings_hash, r.label, r.created, r.status,"
-            " (SELECT count(*) FROM units u WHERE u.run_id = r.id), r.settings FROM runs r"
-        )
+        sql = self._run_select()
         params: tuple[str, ...] = ()
         if workspace_hash is not None:
-            sql += " WHERE r.workspace_hash = ?"
+            sql += " WHERE workspace_hash = ?"
             params = (workspace_hash,)
+        runs = [self._run(row) for row in self._query(sql + " ORDER BY id", params)]
+        counts = dict(self._query("SELECT run_id, count(*) FROM units GROUP BY run_id"))
         columns = [
             "id",
             "workspace_hash",
@@ -382,8 +724,24 @@ class ResultsStore:
             "units",
             "settings",
         ]
-        frame = pd.DataFrame(self._query(sql + " ORDER BY r.id", params), columns=columns)
+        records = [
+            (r.id, r.workspace_hash, r.settings_hash, r.label, r.created, r.status,
+             counts.get(r.id, 0), json.dumps(r.settings, sort_keys=True))
+            for r in runs
+        ]  # fmt: skip
+        frame = pd.DataFrame(records, columns=columns)
         return frame.astype({"id": "int64", "units": "int64"})
+
+    def _set_status(self, conn: sqlite3.Connection, run_id: int, status: str) -> None:
+        """Set a run's status and its checksum, inside a write transaction."""
+        row = conn.execute(f"{self._run_select()} WHERE id = ?", (run_id,)).fetchone()
+        if row is None or row[6] == status:
+            return
+        fields = (*row[1:6], status)
+        conn.execute(
+            "UPDATE runs SET status = ?, checksum = ? WHERE id = ?",
+            (status, run_checksum(*fields), run_id),
+        )
 
     def mark_complete(self, run_id: int) -> None:
         """Set the run's status to ``"complete"``.
@@ -393,7 +751,7 @@ class ResultsStore:
         """
         self.get_run(run_id)
         with self._tx() as conn:
-            conn.execute("UPDATE runs SET status = 'complete' WHERE id = ?", (int(run_id),))
+            self._set_status(conn, int(run_id), "complete")
 
     def delete_run(self, run_id: int) -> None:
         """Delete the run with all its units, rows and arrays.
@@ -401,33 +759,39 @@ class ResultsStore:
         Raises:
             StoreError: No such run.
         """
-        self.get_run(run_id)
+        found = self._query("SELECT 1 FROM runs WHERE id = ?", (int(run_id),))
+        if not found:
+            raise StoreError(f"unknown run id {run_id}: list the stored runs with list_runs()")
         with self._tx() as conn:
             conn.execute("DELETE FROM runs WHERE id = ?", (int(run_id),))
 
     # ------------------------------------------------------------------ units
 
     def has_unit(self, run_id: int, unit_key: str) -> bool:
-        """Whether the unit ``unit_key`` of the run is stored.
+        """Whether the unit ``unit_key`` of the run is stored (and intact).
 
         Raises:
             StoreError: No such run.
+            DamagedUnitError: The unit is stored but damaged.
         """
         self.get_run(run_id)
         found = self._query(
-            "SELECT 1 FROM units WHERE run_id = ? AND unit_key = ?", (int(run_id), unit_key)
+            f"{self._unit_select()} WHERE run_id = ? AND unit_key = ?", (int(run_id), unit_key)
         )
+        self._verify_units(found)
         return bool(found)
 
     def finished_units(self, run_id: int) -> set[str]:
-        """Keys of every stored unit of the run.
+        """Keys of every stored unit of the run, after verifying every one of them.
 
         Raises:
             StoreError: No such run.
+            DamagedUnitError: Some units are damaged (all are named; repair drops them).
         """
         self.get_run(run_id)
+        self._verify_run(int(run_id))
         found = self._query("SELECT unit_key FROM units WHERE run_id = ?", (int(run_id),))
-        return {key for (key,) in found}
+        return {str(key) for (key,) in found}
 
     def put_unit(
         self,
@@ -460,6 +824,14 @@ class ResultsStore:
         records = _encode_tables(tables)
         blobs = _encode_arrays(arrays or {})
         self.get_run(run_id)
+        finished = _now()
+        sums = {name: array_checksum(run_id, unit_key, name, *blob) for name, blob in blobs.items()}
+        rows = [
+            (table, seq, payload)
+            for table, (_, payloads) in records.items()
+            for seq, payload in enumerate(payloads)
+        ]
+        checksum = unit_checksum(run_id, unit_key, finished, rows, list(sums.items()))
         with self._tx() as conn:
             if conn.execute(
                 "SELECT 1 FROM units WHERE run_id = ? AND unit_key = ?", (run_id, unit_key)
@@ -477,13 +849,10 @@ class ResultsStore:
                         f"{owner[0]!r}: give each unit's arrays distinct names"
                     )
             unit_id = conn.execute(
-                "INSERT INTO units (run_id, unit_key, finished) VALUES (?, ?, ?)",
-                (run_id, unit_key, _now()),
+                "INSERT INTO units (run_id, unit_key, finished, checksum) VALUES (?, ?, ?, ?)",
+                (run_id, unit_key, finished, checksum),
             ).lastrowid
-            conn.execute(
-                "UPDATE runs SET status = 'running' WHERE id = ? AND status != 'running'",
-                (run_id,),
-            )
+            self._set_status(conn, run_id, "running")
             for table, (columns, payloads) in records.items():
                 self._register_columns(conn, run_id, table, columns)
                 conn.executemany(
@@ -492,9 +861,9 @@ class ResultsStore:
                     [(unit_id, table, seq, payload) for seq, payload in enumerate(payloads)],
                 )
             conn.executemany(
-                "INSERT INTO arrays (run_id, name, unit_id, dtype, shape, data)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [(run_id, name, unit_id, *blob) for name, blob in blobs.items()],
+                "INSERT INTO arrays (run_id, name, unit_id, dtype, shape, data, checksum)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, name, unit_id, *blob, sums[name]) for name, blob in blobs.items()],
             )
         return True
 
@@ -507,17 +876,19 @@ class ResultsStore:
             "SELECT columns FROM run_tables WHERE run_id = ? AND name = ?", (run_id, table)
         ).fetchone()
         if row is None:
+            text = json.dumps(columns)
             conn.execute(
-                "INSERT INTO run_tables (run_id, name, columns) VALUES (?, ?, ?)",
-                (run_id, table, json.dumps(columns)),
+                "INSERT INTO run_tables (run_id, name, columns, checksum) VALUES (?, ?, ?, ?)",
+                (run_id, table, text, table_checksum(run_id, table, text)),
             )
             return
         known: list[str] = json.loads(row[0])
         new = [c for c in columns if c not in set(known)]
         if new:
+            text = json.dumps(known + new)
             conn.execute(
-                "UPDATE run_tables SET columns = ? WHERE run_id = ? AND name = ?",
-                (json.dumps(known + new), run_id, table),
+                "UPDATE run_tables SET columns = ?, checksum = ? WHERE run_id = ? AND name = ?",
+                (text, table_checksum(run_id, table, text), run_id, table),
             )
 
     # ------------------------------------------------------------------ reading
@@ -529,45 +900,54 @@ class ResultsStore:
             StoreError: No such run.
         """
         self.get_run(run_id)
+        self._verify_run(int(run_id))
         found = self._query(
             "SELECT name FROM run_tables WHERE run_id = ? ORDER BY name", (int(run_id),)
         )
-        return [name for (name,) in found]
+        return [str(name) for (name,) in found]
 
     def columns(self, run_id: int, table: str) -> list[str]:
         """Column names of the run's ``table``, in first-seen order.
 
         Raises:
             StoreError: No such run or table.
+            DamagedUnitError: The table's record is damaged.
         """
         self.get_run(run_id)
         found = self._query(
-            "SELECT columns FROM run_tables WHERE run_id = ? AND name = ?", (int(run_id), table)
+            f"{self._table_select()} WHERE run_id = ? AND name = ?", (int(run_id), table)
         )
         if not found:
             known = ", ".join(self.tables(run_id)) or "none"
             raise StoreError(f"run {run_id} has no table {table!r} (its tables: {known})")
-        return json.loads(found[0][0])
+        problem = table_problem(found[0], self._checksums)
+        if problem is not None:
+            raise DamagedUnitError(self.path, [DamagedUnit(int(run_id), None, problem, table)])
+        columns: list[str] = json.loads(found[0][2])
+        return columns
 
     def records(self, run_id: int, table: str) -> list[dict[str, Scalar]]:
         """The run's rows of ``table`` exactly as stored (units in write order, then row order).
 
         Raises:
             StoreError: No such run or table.
+            DamagedUnitError: A unit with rows in this table is damaged.
         """
         self.columns(run_id, table)
+        self._verify_run(int(run_id))
         payloads = self._query(
             "SELECT t.payload FROM table_rows t JOIN units u ON u.id = t.unit_id"
             " WHERE u.run_id = ? AND t.table_name = ? ORDER BY u.id, t.seq",
             (int(run_id), table),
         )
-        return [json.loads(payload) for (payload,) in payloads]
+        return [decode_payload(payload) for (payload,) in payloads]
 
     def rows(self, run_id: int, table: str) -> pd.DataFrame:
         """The run's rows of ``table`` as a DataFrame (units in write order, then row order).
 
         Raises:
             StoreError: No such run or table.
+            DamagedUnitError: A unit with rows in this table is damaged.
         """
         return pd.DataFrame(self.records(run_id, table), columns=self.columns(run_id, table))
 
@@ -576,17 +956,39 @@ class ResultsStore:
 
         Raises:
             StoreError: No such run or array.
+            DamagedUnitError: The unit that stored it is damaged.
         """
         self.get_run(run_id)
         found = self._query(
-            "SELECT dtype, shape, data FROM arrays WHERE run_id = ? AND name = ?",
+            "SELECT unit_id, dtype, shape, data FROM arrays WHERE run_id = ? AND name = ?",
             (int(run_id), name),
         )
         if not found:
             raise StoreError(
                 f"run {run_id} has no array {name!r}: list them with array_names({run_id})"
             )
-        return _decode_array(*found[0])
+        self._verify_run(int(run_id))
+        return decode_array(*found[0][1:])
+
+    def unit_arrays(self, run_id: int, unit_key: str) -> dict[str, np.ndarray]:
+        """Every array the unit ``unit_key`` stored, by name (sorted), without parsing names.
+
+        Raises:
+            StoreError: No such run or unit.
+            DamagedUnitError: The unit is damaged.
+        """
+        self.get_run(run_id)
+        unit = self._query(
+            f"{self._unit_select()} WHERE run_id = ? AND unit_key = ?", (int(run_id), unit_key)
+        )
+        if not unit:
+            raise StoreError(f"run {run_id} has no unit {unit_key!r}: see finished_units()")
+        self._verify_run(int(run_id))
+        found = self._query(
+            "SELECT name, dtype, shape, data FROM arrays WHERE unit_id = ? ORDER BY name",
+            (unit[0][0],),
+        )
+        return {str(name): decode_array(d, s, b) for name, d, s, b in found}
 
     def array_names(self, run_id: int, prefix: str = "") -> list[str]:
         """Sorted names of the run's arrays that start with ``prefix``.
@@ -595,11 +997,12 @@ class ResultsStore:
             StoreError: No such run.
         """
         self.get_run(run_id)
+        self._verify_run(int(run_id))
         found = self._query(
             "SELECT name FROM arrays WHERE run_id = ? AND substr(name, 1, ?) = ? ORDER BY name",
             (int(run_id), len(prefix), prefix),
         )
-        return [name for (name,) in found]
+        return [str(name) for (name,) in found]
 
     def compare_runs(
         self, run_ids: Sequence[int], table: str, on: str | Sequence[str] | None = None
@@ -730,9 +1133,9 @@ class ResultsStore:
         for table, frame in frames.items():
             out = target / f"{table}.{fmt}"
             if fmt == "csv":
-                _atomic_write(out, lambda tmp, f=frame: f.to_csv(tmp, index=False))
+                _atomic_write(out, functools.partial(_write_csv, frame))
             else:
-                _atomic_write(out, lambda tmp, t=arrow[table]: pq.write_table(t, tmp))
+                _atomic_write(out, functools.partial(_write_parquet, arrow[table]))
             written.append(out)
         if include_arrays:
             arrays = {name: self.array(run_id, name) for name in names}
@@ -748,20 +1151,6 @@ class ResultsStore:
 def _now() -> str:
     """The current UTC time, ISO 8601 with seconds."""
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def _run_from_row(row: tuple[Any, ...]) -> Run:
-    """A :class:`Run` from a ``SELECT * FROM runs`` row."""
-    run_id, workspace_hash, settings_hash, settings, label, created, status = row
-    return Run(
-        id=int(run_id),
-        workspace_hash=workspace_hash,
-        settings_hash=settings_hash,
-        settings=json.loads(settings),
-        label=label,
-        created=created,
-        status=status,
-    )
 
 
 def _scalar(value: Any, where: str, hint: str) -> Scalar:
@@ -840,12 +1229,6 @@ def _encode_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[str, str
     return encoded
 
 
-def _decode_array(dtype: str, shape: str, data: bytes) -> np.ndarray:
-    """The array stored as ``(dtype, shape, data)`` (a writable copy)."""
-    flat = np.frombuffer(data, dtype=np.dtype(dtype))
-    return flat.reshape(tuple(json.loads(shape))).copy()
-
-
 def _finite_json(value: Any) -> Any:
     """``value`` with every non-finite float replaced by ``None`` (strict JSON)."""
     if isinstance(value, dict):
@@ -882,7 +1265,17 @@ def _arrow_table(frame: pd.DataFrame, table: str) -> pa.Table:
 def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """``arrays`` as an uncompressed ``.npz`` file (keys are the array names)."""
     with open(path, "wb") as fh:
-        np.savez(fh, **arrays)
+        np.savez(fh, **arrays)  # type: ignore[arg-type]
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    """``frame`` as CSV without its index."""
+    frame.to_csv(path, index=False)
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    """An Arrow table as a parquet file."""
+    pq.write_table(table, path)
 
 
 #: A workspace may ship precomputed results here (e.g. the bundled demos); read-only seed.

@@ -33,11 +33,26 @@ Distance = Literal["mmd", "wasserstein"]
 
 def _pair(x: object, y: object) -> tuple[np.ndarray, np.ndarray]:
     xa, ya = as_float_matrix(x, "x"), as_float_matrix(y, "y")
+    if xa.shape[0] == 0 or ya.shape[0] == 0:
+        raise InputError("x and y need at least one row (sample) each")
     if xa.shape[1] != ya.shape[1]:
         raise InputError(
             f"x and y must have the same dimension; got {xa.shape[1]} and {ya.shape[1]}"
         )
     return xa, ya
+
+
+def _check_distance(distance: object) -> None:
+    if not isinstance(distance, str) or distance not in ("mmd", "wasserstein"):
+        raise InputError(f"unknown distance {distance!r}: use 'mmd' or 'wasserstein'")
+
+
+def _check_targets(targets: object) -> list[object]:
+    if isinstance(targets, (str, bytes)) or not isinstance(targets, (list, tuple)):
+        raise InputError(
+            f"targets must be a list of (n, d) activation arrays; got {type(targets).__name__}"
+        )
+    return list(targets)
 
 
 def mmd2(x: object, y: object, sigma: float, unbiased: bool = False) -> float:
@@ -116,6 +131,7 @@ def nearest_reference(
         distance: ``"mmd"`` (biased MMD², needs ``sigma``) or ``"wasserstein"`` (exact W2).
         sigma: RBF bandwidth for MMD (use SDE's σ).
     """
+    _check_distance(distance)
     if distance == "mmd":
         if sigma is None:
             raise InputError("the MMD baseline needs sigma (use the σ of the SDE evaluation)")
@@ -145,6 +161,8 @@ def nearest_reference_batch(
         targets: a list of ``(n, d)`` activation clouds. it, oot: the references' ``(n, d)``.
         distance, sigma: as in :func:`nearest_reference`.
     """
+    _check_distance(distance)
+    targets = _check_targets(targets)
     if distance != "mmd":
         return [nearest_reference(t, it, oot, distance, sigma) for t in targets]
     if sigma is None:

@@ -25,7 +25,13 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from sde_core.common.validation import as_float_matrix
+from sde_core.common.validation import (
+    as_float_array,
+    as_float_matrix,
+    as_float_vector,
+    check_int,
+    check_number,
+)
 from sde_core.errors import InputError
 from sde_core.stats.hsic import Estimator, split_half_hsic_batch
 
@@ -60,31 +66,39 @@ Verdict = Literal["in-training", "out-of-training", "inconclusive"]
 # --------------------------------------------------------------------------------------------
 
 
+#: Most histogram bins accepted (as many as the most splits a subset may have).
+MAX_BINS = 100_000
+
+
 def _sample(x: object, name: str, min_size: int = 1) -> np.ndarray:
-    """A finite 1-D float64 sample (e.g. an H vector)."""
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be a 1-D numeric array; got {exc}") from None
-    if arr.ndim != 1:
-        raise InputError(f"{name} must be 1-D (one value per split/subset); got shape {arr.shape}")
-    if arr.size < min_size:
-        raise InputError(f"{name} needs at least {min_size} values; got {arr.size}")
-    if not np.all(np.isfinite(arr)):
-        raise InputError(f"{name} contains NaN/inf values: recompute it from finite activations")
-    return arr
+    """A finite real 1-D float64 sample (e.g. an H vector)."""
+    return as_float_vector(x, name, min_size=min_size)
 
 
-def _alpha(alpha: float) -> float:
-    if not isinstance(alpha, (int, float, np.floating)) or not 0.0 < float(alpha) < 1.0:
-        raise InputError(f"alpha must be a number in (0, 1); got {alpha!r}")
-    return float(alpha)
+def _alpha(alpha: float, name: str = "alpha") -> float:
+    return check_number(alpha, name, gt=0.0, lt=1.0)
 
 
 def _bins(bins: int) -> int:
-    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 2:
-        raise InputError(f"bins must be an integer ≥ 2; got {bins!r}")
-    return int(bins)
+    return check_int(bins, "bins", minimum=2, maximum=MAX_BINS)
+
+
+def _seed(seed: int) -> int:
+    return check_int(seed, "seed", minimum=0)
+
+
+def _check_span(lo: float, hi: float, edges: np.ndarray | None = None) -> None:
+    """Refuse samples whose range float64 cannot cut into the requested bins."""
+    if not np.isfinite(hi - lo):
+        raise InputError(
+            f"the values span [{lo:.3g}, {hi:.3g}], wider than float64 can represent: "
+            "rescale them (H values are kernel units, normally in [0, 1])"
+        )
+    if edges is not None and np.any(np.diff(edges) <= 0):
+        raise InputError(
+            f"the values span only {hi - lo:.3g} around {lo:.6g}, too narrow to cut into "
+            f"{edges.size - 1} float64 bins: use fewer bins"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,7 +119,10 @@ def histogram_edges(*samples: object, bins: int = 30) -> np.ndarray:
     hi = max(float(a.max()) for a in arrays)
     if hi <= lo:
         lo, hi = lo - 0.5, hi + 0.5
-    return np.linspace(lo, hi, nb + 1)
+    _check_span(lo, hi)
+    edges = np.linspace(lo, hi, nb + 1)
+    _check_span(lo, hi, edges)
+    return edges
 
 
 def _probabilities(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -253,10 +270,10 @@ class RateEstimate:
 
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (k successes out of n)."""
-    if n < 0 or k < 0 or k > n:
+    n, k = check_int(n, "n", minimum=0), check_int(k, "k", minimum=0)
+    if k > n:
         raise InputError(f"need 0 ≤ k ≤ n for a proportion; got k={k}, n={n}")
-    if not 0.0 < confidence < 1.0:
-        raise InputError(f"confidence must lie in (0, 1); got {confidence}")
+    confidence = _alpha(confidence, "confidence")
     if n == 0:
         return (0.0, 1.0)
     z = float(stats.norm.ppf(0.5 + confidence / 2.0))
@@ -337,8 +354,7 @@ def dependence_score(target_h: object, it_h: object, oot_h: object) -> float:
     target median pools every split of every target (``target_h`` may be ``(T, K)``).
     Returns NaN when the reference medians coincide (the scale is undefined).
     """
-    t = np.asarray(target_h, dtype=np.float64).ravel()
-    t = _sample(t, "target_h")
+    t = _sample(as_float_array(target_h, "target_h").ravel(), "target_h")
     med_it = float(np.median(_sample(it_h, "it_h")))
     med_oot = float(np.median(_sample(oot_h, "oot_h")))
     span = med_it - med_oot
@@ -361,13 +377,11 @@ def subset_scores(h: object) -> np.ndarray:
     Returns:
         ``(T,)`` float64 array (``(1,)`` for a single vector).
     """
-    arr = np.asarray(h, dtype=np.float64)
+    arr = as_float_array(h, "h")
     if arr.ndim == 1:
         arr = arr[None, :]
     if arr.ndim != 2 or arr.shape[1] == 0 or arr.shape[0] == 0:
         raise InputError(f"h must be (T, K) split values; got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise InputError("h contains NaN/inf values: recompute it from finite activations")
     return arr.mean(axis=1)
 
 
@@ -437,6 +451,9 @@ def calibrated_verdict(
 
 def calibrated_otr(verdicts: Sequence[str], confidence: float = 0.95) -> RateEstimate:
     """Calibrated OTR: share of targets whose calibrated verdict is out-of-training."""
+    if isinstance(verdicts, (str, bytes)) or not isinstance(verdicts, (Sequence, np.ndarray)):
+        kind = type(verdicts).__name__
+        raise InputError(f"verdicts must be a list of verdict strings; got {kind}")
     v = np.asarray(list(verdicts), dtype=object)
     if v.size == 0:
         raise InputError("calibrated_otr needs at least one verdict")
@@ -479,7 +496,12 @@ def disjoint_subsets(
     Returns:
         ``(count, subset_size)`` int64 row indices into the pool.
     """
-    if subset_size < 1 or subset_size > pool_size:
+    pool_size = check_int(pool_size, "pool_size", minimum=0)
+    subset_size = check_int(subset_size, "subset_size", minimum=1)
+    count = check_int(count, "count", minimum=0)
+    if not isinstance(rng, np.random.Generator):
+        raise InputError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+    if subset_size > pool_size:
         raise InputError(
             f"cannot draw subsets of {subset_size} rows from a pool of {pool_size}: choose a "
             f"subset size between 1 and {pool_size}"
@@ -515,14 +537,15 @@ def null_calibration_from_panel(
             leave-one-out p-value is at least ``1/R``, so R must exceed ``1/alpha_calibrated``
             (21 subsets for α = 0.05) or the calibrated rate would be 0 by construction.
     """
-    h = np.asarray(panel_h, dtype=np.float64)
+    h = as_float_array(panel_h, "panel_h")
     if h.ndim != 2 or h.shape[0] < 3 or h.shape[1] < 2:
         raise InputError(
             f"panel_h must be (R, K) with R ≥ 3 subsets and K ≥ 2 splits; got shape {h.shape}"
         )
-    if isinstance(n_pairs, bool) or not isinstance(n_pairs, (int, np.integer)) or n_pairs < 1:
-        raise InputError(f"n_pairs must be a positive integer; got {n_pairs!r}")
-    a_split, a_cal = _alpha(alpha_split), _alpha(alpha_calibrated)
+    n_pairs = check_int(n_pairs, "n_pairs", minimum=1)
+    a_split = _alpha(alpha_split, "alpha_split")
+    a_cal = _alpha(alpha_calibrated, "alpha_calibrated")
+    seed = _seed(seed)
     scores = subset_scores(h)
     n_panel = h.shape[0]
     if 1.0 / n_panel >= a_cal:
@@ -577,12 +600,8 @@ def null_calibration(
     """
     acts = as_float_matrix(oot_acts, "oot_acts")
     pool = acts.shape[0]
-    if (
-        isinstance(panel_size, bool)
-        or not isinstance(panel_size, (int, np.integer))
-        or (panel_size < 3)
-    ):
-        raise InputError(f"panel_size must be an integer ≥ 3; got {panel_size!r}")
+    panel_size = check_int(panel_size, "panel_size", minimum=3)
+    subset_size = check_int(subset_size, "subset_size", minimum=1)
     if 2 * subset_size > pool:
         raise InputError(
             f"the null check needs disjoint subsets of {subset_size} rows but the pool has "

@@ -29,6 +29,8 @@ from threadpoolctl import ThreadpoolController
 
 from sde_core.common.validation import (
     as_float_matrix,
+    as_index_vector,
+    check_int,
     check_sigma,
     is_torch_tensor,
     squared_distances,
@@ -69,13 +71,12 @@ _ESTIMATORS = ("biased", "unbiased")
 
 
 def _check_estimator(estimator: str) -> None:
-    if estimator not in _ESTIMATORS:
+    if not isinstance(estimator, str) or estimator not in _ESTIMATORS:
         raise InputError(f"estimator must be one of {_ESTIMATORS}; got {estimator!r}")
 
 
 def _check_splits(n_splits: int) -> int:
-    if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)):
-        raise InputError(f"n_splits must be a positive integer; got {n_splits!r}")
+    n_splits = check_int(n_splits, "n_splits")
     if n_splits < 1:
         raise InputError(f"n_splits must be at least 1; got {n_splits}")
     if n_splits > MAX_SPLITS:
@@ -83,7 +84,11 @@ def _check_splits(n_splits: int) -> int:
             f"n_splits={n_splits} is more than sensible (max {MAX_SPLITS}); 200 splits "
             "resolve the H distribution well — use fewer"
         )
-    return int(n_splits)
+    return n_splits
+
+
+def _check_seed(seed: int) -> int:
+    return check_int(seed, "seed", minimum=0)
 
 
 def _min_rows(estimator: str) -> int:
@@ -138,7 +143,7 @@ def resolve_sigma(rule: SigmaRule, acts: object, *, seed: int = 0) -> float:
                     "the median pairwise distance of these activations is 0 (all rows equal): "
                     "the median σ rule is undefined — use 'sqrt_dim' or a number"
                 )
-            return med
+            return check_sigma(med, "the median-rule σ of these activations")
         raise InputError(f"unknown σ rule {rule!r}: use 'sqrt_dim', 'median' or a positive number")
     return check_sigma(rule)
 
@@ -216,9 +221,7 @@ def hsic(
 def _rng(seed: int | np.random.SeedSequence) -> np.random.Generator:
     if isinstance(seed, np.random.SeedSequence):
         return np.random.default_rng(seed)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InputError(f"seed must be a non-negative integer; got {seed!r}")
-    return np.random.default_rng(int(seed))
+    return np.random.default_rng(_check_seed(seed))
 
 
 def split_permutations(n: int, n_splits: int, seed: int | np.random.SeedSequence = 0) -> np.ndarray:
@@ -232,6 +235,7 @@ def split_permutations(n: int, n_splits: int, seed: int | np.random.SeedSequence
         ``(n_splits, 2m)`` int64 array of row indices into the subset.
     """
     n_splits = _check_splits(n_splits)
+    n = check_int(n, "n (the subset's rows)", minimum=2)
     rng = _rng(seed)
     rows = np.arange(n, dtype=np.int64)
     if n % 2:
@@ -491,18 +495,12 @@ def _as_subsets(subsets: object, n_rows: int) -> np.ndarray:
         sub = np.asarray(subsets)
     except (TypeError, ValueError) as exc:
         raise InputError(f"subsets must be a (T, n) integer array; got {exc}") from None
-    if sub.ndim != 2 or sub.shape[0] == 0:
+    if sub.ndim != 2 or sub.shape[0] == 0 or sub.shape[1] == 0:
         raise InputError(
             f"subsets must be a non-empty (T, n) integer array of row indices (one row per "
             f"subset, all of size n); got shape {sub.shape}"
         )
-    if not np.issubdtype(sub.dtype, np.integer):
-        raise InputError(f"subsets must hold integer row indices; got dtype {sub.dtype}")
-    if sub.min() < 0 or sub.max() >= n_rows:
-        raise InputError(
-            f"subset indices must lie in [0, {n_rows}) (rows of acts); got range "
-            f"[{sub.min()}, {sub.max()}]"
-        )
+    sub = as_index_vector(sub.ravel(), n_rows, "subsets (rows of acts)").reshape(sub.shape)
     for t, row in enumerate(sub):
         if np.unique(row).size != row.size:
             raise InputError(
@@ -513,9 +511,8 @@ def _as_subsets(subsets: object, n_rows: int) -> np.ndarray:
 
 def subset_seeds(seed: int, n_subsets: int) -> list[np.random.SeedSequence]:
     """Independent per-subset split seeds used by :func:`split_half_hsic_batch`."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InputError(f"seed must be a non-negative integer; got {seed!r}")
-    return np.random.SeedSequence(int(seed)).spawn(n_subsets)
+    n_subsets = check_int(n_subsets, "n_subsets", minimum=0)
+    return np.random.SeedSequence(_check_seed(seed)).spawn(n_subsets)
 
 
 #: A Gram matrix over the union of all subsets' rows is shared when it stays cache-resident
