@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import ActivationError, CheckpointError, DataError
 from sde_core.pipeline.settings import EvalSettings
 
@@ -126,16 +125,16 @@ def load_entry_model(ws: Any, entry: Any, path: str | None = None) -> Any:
     )
 
 
-def _model_hash(file: Path, entry: Any) -> str:
-    """The activation-cache identity of a model: the file's bytes, the architecture and, when
-    they change the build (they differ from the file's own metadata), the kwargs."""
+def _build_arguments(file: Path, entry: Any) -> tuple[str | None, dict[str, Any]]:
+    """The architecture and kwargs to build a model with: the kwargs only when they change the
+    build (they differ from the file's own metadata), so a model saved with its kwargs keeps one
+    activation-cache identity whether or not the workspace repeats them."""
     arch = entry.arch or None
     kwargs = _no_nulls(dict(entry.arch_kwargs))
     meta_arch, meta_kwargs = checkpoint_metadata(file)
-    same = meta_kwargs is not None and meta_arch == arch and _no_nulls(meta_kwargs) == kwargs
-    if kwargs and not same:
-        return stable_hash({"file": file_sha256(file), "arch": arch, "arch_kwargs": kwargs})
-    return stable_hash({"file": file_sha256(file), "arch": arch})
+    if meta_kwargs is not None and meta_arch == arch and _no_nulls(meta_kwargs) == kwargs:
+        return arch, {}
+    return arch, kwargs
 
 
 def _no_nulls(kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,12 +155,17 @@ def entry_layers(ws: Any, entry: Any) -> list[str] | None:
 def entry_layer_infos(ws: Any, entry: Any, input_shape: Sequence[int]) -> list[Any]:
     """The layers a workspace model offers, as
     :class:`~sde_core.inputs.activations.LayerInfo`: the layers of its activations file, or
-    those of its checkpoint (built with :func:`load_entry_model`) for inputs of ``input_shape``.
+    those of its checkpoint for inputs of ``input_shape`` (a trusted code checkpoint runs in a
+    child process under a time limit).
     """
-    from sde_core.inputs.activations import LayerInfo, list_layers
+    from sde_core.inputs.activations import LayerInfo, checkpoint_layers
 
     if not entry.activations:
-        return list_layers(load_entry_model(ws, entry), input_shape)
+        file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
+        arch, kwargs = _build_arguments(file, entry)
+        return checkpoint_layers(
+            file, input_shape, arch=arch, arch_kwargs=kwargs, trusted=bool(entry.trusted)
+        )
     from sde_core.inputs.data import load_precomputed
 
     file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
@@ -217,19 +221,21 @@ def entry_activations(
     batch_size: int = 256,
     indices: Sequence[int] | np.ndarray | None = None,
     progress: Callable[[int, int], None] | None = None,
+    time_limit: float | None = None,
 ) -> dict[str, np.ndarray]:
     """A workspace model's activations ``{layer: float32 (n, d)}`` on ``bundle``'s ``split``.
 
-    Reads the model's own activations file when it has one; otherwise computes only the layers
-    missing from ``cache`` (an :class:`~sde_core.inputs.activations.ActivationCache` or None),
-    building the model with :func:`load_entry_model` (so ``arch_kwargs`` and ``trusted`` are
-    honoured) at most once.
+    Reads the model's own activations file when it has one; otherwise
+    :func:`~sde_core.inputs.activations.get_activations` computes only the layers missing from
+    ``cache`` (an :class:`~sde_core.inputs.activations.ActivationCache` or None), with the
+    entry's ``arch_kwargs``, and runs a trusted code checkpoint in a child process under
+    ``time_limit`` seconds.
 
     Raises:
         ActivationError: unknown layer or split, rows that do not match the dataset.
         CheckpointError, WorkspaceError: see :func:`load_entry_model`.
     """
-    from sde_core.inputs.activations import extract_activations
+    from sde_core.inputs.activations import get_activations
 
     names = list(dict.fromkeys([layers] if isinstance(layers, str) else list(layers)))
     if not names or not all(isinstance(n, str) and n for n in names):
@@ -248,38 +254,12 @@ def entry_activations(
     if entry.activations:
         return _precomputed(ws, entry, bundle, split, names, idx)
     file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
-    model_hash = _model_hash(file, entry)
-    result: dict[str, np.ndarray] = {}
-    keys: dict[str, tuple[str, dict[str, Any]]] = {}
-    for name in names:
-        if cache is None:
-            continue
-        full_digest, full_fields = cache.key(model_hash, bundle.fingerprint, split, name, pool)
-        full = cache.load(full_digest)
-        if full is not None and full.shape[0] == n_split:
-            result[name] = full if idx is None else full[idx]
-            continue
-        keys[name] = (
-            (full_digest, full_fields)
-            if idx is None
-            else cache.key(model_hash, bundle.fingerprint, split, name, pool, idx)
-        )
-        part = cache.load(keys[name][0]) if idx is not None else None
-        if part is not None and part.shape[0] == idx.size:  # type: ignore[union-attr]
-            result[name] = part
-    missing = [n for n in names if n not in result]
-    if missing:
-        model = load_entry_model(ws, entry)
-        computed = extract_activations(
-            model, bundle.split(split), missing, batch_size=batch_size, device=device,
-            pool=pool, indices=idx, progress=progress,
-        )  # fmt: skip
-        for name, arr in computed.items():
-            if cache is not None:
-                digest, fields = keys[name]
-                cache.store(digest, arr, fields)
-            result[name] = arr
-    return {name: result[name] for name in names}
+    arch, kwargs = _build_arguments(file, entry)
+    return get_activations(
+        file, bundle, split, names, cache, arch=arch, arch_kwargs=kwargs or None,
+        trusted=bool(entry.trusted), time_limit=time_limit, device=device,
+        batch_size=batch_size, progress=progress, indices=idx, pool=pool,
+    )  # fmt: skip
 
 
 def load_model_inputs(

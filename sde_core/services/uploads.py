@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sde_core.errors import InputError
+from sde_core.inputs.checkpoint_files import CHECKPOINT_SUFFIXES
 from sde_core.inputs.indices import INDEX_SUFFIXES
 from sde_core.pipeline.model_inputs import checkpoint_metadata
 
@@ -33,9 +34,6 @@ __all__ = [
     "safe_name",
 ]
 
-#: Checkpoint files accepted (safetensors, torch.save state dicts incl. SalUn's ``.pth.tar``,
-#: TorchScript archives).
-CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth", ".pth.tar")
 #: Precomputed activations files (see :mod:`sde_core.inputs.precomputed`).
 ACTIVATION_SUFFIXES = (".npz", ".parquet")
 #: Largest accepted upload in MiB (also ``server.maxUploadSize`` in ``.streamlit/config.toml``).
