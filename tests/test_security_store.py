@@ -72,19 +72,20 @@ def evaluated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from sde_core.cli import main
 
     root = tmp_path_factory.mktemp("store_ws")
+    ws = root / "ws"
+    ws.mkdir()
     rng = np.random.default_rng(0)
-    np.savez(
-        root / "data.npz",
+    np.savez(  # inside the workspace folder: the path policy refuses data outside it
+        ws / "data.npz",
         x_train=rng.normal(size=(160, 4)).astype(np.float32),
         y_train=rng.integers(0, 3, 160),
         x_test=rng.normal(size=(120, 4)).astype(np.float32),
         y_test=rng.integers(0, 3, 120),
     )
-    ws = root / "ws"
     mlp = ["--arch", "mlp", "--arch-kwarg", "input_dim=4", "--arch-kwarg", "hidden=[16]",
            "--arch-kwarg", "num_classes=3"]  # fmt: skip
     assert main(["workspace", "init", str(ws), "--dataset-kind", "npz", "--dataset-root",
-                 str(root / "data.npz"), "--random-forget", "0.25"]) == 0  # fmt: skip
+                 "data.npz", "--random-forget", "0.25"]) == 0  # fmt: skip
     assert main(["train", str(ws), "--name", "original", *mlp, "--epochs", "3"]) == 0
     assert main(["train", str(ws), "--name", "rand", "--role", "random", *mlp]) == 0
     pristine, cache = root / "pristine.sqlite", root / "activations"
