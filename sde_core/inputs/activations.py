@@ -31,6 +31,7 @@ __all__ = [
     "ActivationCache",
     "CacheStats",
     "LayerInfo",
+    "cached_layers",
     "extract_activations",
     "get_activations",
     "list_layers",
@@ -415,6 +416,11 @@ class ActivationCache:
         folder = self.root / digest[:2]
         return folder / f"{digest}.npy", folder / f"{digest}.json"
 
+    def contains(self, digest: str) -> bool:
+        """Whether an entry exists (cheap: no read; :meth:`load` still checks its hash)."""
+        npy, meta_path = self._paths(digest)
+        return npy.is_file() and meta_path.is_file()
+
     def load(self, digest: str) -> np.ndarray | None:
         """The cached array, or ``None`` on a miss (a corrupt entry is deleted first)."""
         npy, meta_path = self._paths(digest)
@@ -506,6 +512,39 @@ def _single_layer(pre: Any, name: str) -> str:
     )
 
 
+def _model_hash(path: Path, arch: str | None) -> str:
+    """The cache's key of a checkpoint: its file's SHA-256 and the architecture it is read as."""
+    return stable_hash({"file": file_sha256(path), "arch": arch})
+
+
+def cached_layers(
+    checkpoint_path: str | Path,
+    bundle: DatasetBundle,
+    split: str,
+    layers: Sequence[str],
+    cache: ActivationCache,
+    *,
+    arch: str | None = None,
+    pool: bool = True,
+) -> set[str]:
+    """The ``layers`` whose whole-split activations ``get_activations`` would read from ``cache``
+    without running the model (a precomputed activations file counts as cached).
+
+    Cheap: hashes the checkpoint once and checks that the entries exist, without reading them.
+    """
+    path = Path(checkpoint_path)
+    if path.suffix in _PRECOMPUTED_SUFFIXES:
+        return set(layers)
+    if not path.is_file():
+        return set()
+    model_hash = _model_hash(path, arch)
+    return {
+        name
+        for name in layers
+        if cache.contains(cache.key(model_hash, bundle.fingerprint, split, name, pool)[0])
+    }
+
+
 def get_activations(
     checkpoint_path: str | Path,
     bundle: DatasetBundle,
@@ -546,7 +585,7 @@ def get_activations(
         return _precomputed_activations(path, bundle, split, names, idx)
     if not path.is_file():
         raise ActivationError(f"checkpoint {path} does not exist; check the path")
-    model_hash = stable_hash({"file": file_sha256(path), "arch": arch})
+    model_hash = _model_hash(path, arch)
     result: dict[str, np.ndarray] = {}
     keys: dict[str, tuple[str, dict[str, Any]]] = {}
     for name in names:
