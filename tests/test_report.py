@@ -62,8 +62,9 @@ RETRAIN = row("retrain", "retrained", 92)
 def test_remembered_sentence_names_test_p_value_interval_and_limits():
     explained = explain_verdict(row("original", "original", 3), 100, RETRAIN)
     assert explained.label == "not forgotten"
+    assert explained.headline == "Not forgotten"
     assert explained.evidence == (
-        "Not forgotten. Under the paper's test (split-half HSIC with the Jensen–Shannon rule; "
+        "Under the paper's test (split-half HSIC with the Jensen–Shannon rule; "
         "references valid, U-test p = 1.0e-6), 97 of 100 subsets of the forget set still look "
         "like training data (OTR 3%, 95% Wilson interval 1–8%): the model has NOT forgotten them."
     )
@@ -74,12 +75,12 @@ def test_remembered_sentence_names_test_p_value_interval_and_limits():
     assert "clearly lower" in explained.comparison
     assert explained.limits.startswith("What this cannot certify:")
     text = verdict_sentence(row("original", "original", 3), 100, RETRAIN)
-    assert text == explained.text and text.startswith(explained.evidence)
+    assert text == explained.text and text.startswith(f"Not forgotten. {explained.evidence}")
 
 
 def test_forgotten_sentence_compares_with_retrain_and_says_no_trace_is_no_proof():
     explained = explain_verdict(row("salun", "unlearned", 91), 100, RETRAIN)
-    assert explained.evidence.startswith("Consistent with forgetting.")
+    assert explained.text.startswith("Consistent with forgetting. Under the paper's test")
     assert "91 of 100 subsets of the forget set look like unseen data" in explained.evidence
     assert "(OTR 91%, 95% Wilson interval 84–95%)" in explained.evidence
     assert "within the uncertainty" in explained.comparison
@@ -89,7 +90,7 @@ def test_forgotten_sentence_compares_with_retrain_and_says_no_trace_is_no_proof(
 
 def test_inconclusive_sentence_says_what_to_try():
     text = verdict_sentence(row("ft", "unlearned", 40, valid=False), 100, RETRAIN)
-    assert text.startswith("Inconclusive: the paper's reference test")
+    assert text.startswith("Inconclusive. The paper's reference test")
     assert "(p = 3.0e-1, not below α)" not in text  # p-values in [1e-3, 1e5) are plain
     assert "(p = 0.30, not below α)" in text
     assert "try another layer, σ, a larger n or more splits" in text
@@ -107,8 +108,8 @@ def test_gated_row_is_inconclusive_with_its_reason():
     }
     explained = explain_verdict(gated, 100, RETRAIN)
     assert explained.label == "inconclusive"
-    assert explained.evidence.startswith(
-        "Inconclusive: the calibrated panels do not separate S_IT from S_OOT (p = 0.4). The "
+    assert explained.text.startswith(
+        "Inconclusive. The calibrated panels do not separate S_IT from S_OOT (p = 0.4): the "
         "headline numbers are withheld."
     )
     assert "nan" not in explained.text.lower()

@@ -274,24 +274,28 @@ def manifest_tables(manifest: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
     generator = manifest.get("generator", {})
     workspace = pd.DataFrame(
         [
-            {"item": "name", "value": ws.get("name", "")},
-            {"item": "folder", "value": ws.get("path", "")},
-            {"item": "workspace hash", "value": ws.get("hash", "")},
-            {"item": "workspace.toml (SHA-256)", "value": ws.get("toml_sha256", "")},
-            {"item": "created (UTC)", "value": manifest.get("created", "")},
-            {"item": "sde_core", "value": generator.get("sde_core", "")},
-            {"item": "ALGORITHM_VERSION", "value": generator.get("algorithm_version", "")},
-        ]
+            {"item": item, "value": "" if value is None else str(value)}
+            for item, value in (
+                ("name", ws.get("name")),
+                ("folder", ws.get("path")),
+                ("workspace hash", ws.get("hash")),
+                ("workspace.toml (SHA-256)", ws.get("toml_sha256")),
+                ("created (UTC)", manifest.get("created")),
+                ("sde_core", generator.get("sde_core")),
+                ("ALGORITHM_VERSION", generator.get("algorithm_version")),
+            )
+        ],
+        columns=["item", "value"],
     )
     models = pd.DataFrame(
         [
             {
                 "model": name,
-                "role": m.get("role", ""),
-                "method": m.get("method", ""),
-                "architecture": m.get("arch", ""),
-                "checkpoint": m.get("checkpoint", ""),
-                "SHA-256": m.get("sha256", ""),
+                "role": str(m.get("role", "")),
+                "method": str(m.get("method", "")),
+                "architecture": str(m.get("arch", "")),
+                "checkpoint": str(m.get("checkpoint", "")),
+                "SHA-256": str(m.get("sha256", "")),
                 "matches workspace.toml": {True: "yes", False: "NO", None: "not recorded"}[
                     m.get("matches_recorded")
                 ],
@@ -307,8 +311,8 @@ def manifest_tables(manifest: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
     seed_rows += [{"item": k, "value": str(v)} for k, v in seeds.get("derived", {}).items()]
     env = manifest.get("environment", {})
     software = [
-        {"item": "Python", "value": env.get("python", "")},
-        {"item": "platform", "value": env.get("platform", "")},
+        {"item": "Python", "value": str(env.get("python", ""))},
+        {"item": "platform", "value": str(env.get("platform", ""))},
         {"item": "CPU cores", "value": str(env.get("cpu_count", ""))},
     ] + [
         {"item": package, "value": str(version)}

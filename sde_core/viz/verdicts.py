@@ -125,7 +125,7 @@ class VerdictExplanation:
 
     Attributes:
         label: :func:`verdict_label`.
-        evidence: the verdict and the test it rests on, with its p-value and 95% interval.
+        evidence: the test the verdict rests on, with its p-value and 95% interval.
         calibrated: what the calibrated subset-level test found (method §9).
         comparison: how the model compares with the retrained model.
         limits: what this result cannot certify.
@@ -139,10 +139,20 @@ class VerdictExplanation:
     limits: str
 
     @property
-    def text(self) -> str:
-        """The full paragraph."""
+    def headline(self) -> str:
+        """The verdict as a heading (``"Not forgotten"``)."""
+        return self.label[:1].upper() + self.label[1:]
+
+    @property
+    def body(self) -> str:
+        """The paragraph after the headline: evidence, calibrated test, comparison, limits."""
         parts = (self.evidence, self.calibrated, self.comparison, self.limits)
         return " ".join(p for p in parts if p)
+
+    @property
+    def text(self) -> str:
+        """The full paragraph: ``"<Headline>. <body>"``."""
+        return f"{self.headline}. {self.body}"
 
 
 def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
@@ -152,15 +162,15 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
     reason = _reason(row)
     if reason is not None:
         return (
-            f"Inconclusive: {reason.rstrip('.')}. The headline numbers are withheld. (The "
-            f"paper's split-level reference test gives p = {_p(p_ref)}, but its false-alarm "
-            "rate is far above its nominal level; see the null check.)"
+            f"{reason[:1].upper()}{reason[1:].rstrip('.')}: the headline numbers are "
+            f"withheld. (The paper's split-level reference test gives p = {_p(p_ref)}, but its "
+            "false-alarm rate is far above its nominal level; see the null check.)"
         )
     if label == "inconclusive":
         if math.isnan(otr):
-            return "Inconclusive: this evaluation did not compute an out-of-training rate."
+            return "This evaluation did not compute an out-of-training rate."
         return (
-            f"Inconclusive: the paper's reference test (one-sided Mann–Whitney U on the "
+            f"The paper's reference test (one-sided Mann–Whitney U on the "
             f"split-half HSIC of training vs unseen data) does not separate them "
             f"(p = {_p(p_ref)}, not below α), so every decision of the paper's rule is "
             "inconclusive — try another layer, σ, a larger n or more splits."
@@ -174,16 +184,15 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
     stats = f"(OTR {format_percent(otr)}, 95% Wilson interval {interval})"
     if label == "not forgotten":
         return (
-            f"Not forgotten. {test}, {k_in} of {targets} subsets of the forget set still look "
+            f"{test}, {k_in} of {targets} subsets of the forget set still look "
             f"like training data {stats}: the model has NOT forgotten them."
         )
     if label == "consistent with forgetting":
         return (
-            f"Consistent with forgetting. {test}, {k_out} of {targets} subsets of the forget "
-            f"set look like unseen data {stats}."
+            f"{test}, {k_out} of {targets} subsets of the forget set look like unseen data {stats}."
         )
     return (
-        f"Mixed. {test}, {k_out} of {targets} subsets of the forget set look like unseen data "
+        f"{test}, {k_out} of {targets} subsets of the forget set look like unseen data "
         f"and {k_in} like training data {stats}: partial forgetting or a weak signal."
     )
 
@@ -281,7 +290,11 @@ _LIMITS = {
 
 
 def explain_verdict(
-    row: Mapping[str, Any], targets: int, retrain: Mapping[str, Any] | None = None
+    row: Mapping[str, Any],
+    targets: int,
+    retrain: Mapping[str, Any] | None = None,
+    *,
+    compare: bool = True,
 ) -> VerdictExplanation:
     """One model's verdict in words, with the evidence it rests on and its limits.
 
@@ -289,6 +302,8 @@ def explain_verdict(
         row: the model's row of the ``models`` table (a dict or a pandas Series).
         targets: T, the number of target subsets drawn (``result.settings.targets``).
         retrain: the retrained model's row, or None when the workspace has none.
+        compare: include the comparison with the retrained model (False where the retrained
+            model was not evaluated alongside, e.g. a one-model view).
 
     Raises:
         SettingsError: ``targets`` is not a positive integer.
@@ -300,7 +315,7 @@ def explain_verdict(
         label=label,
         evidence=_evidence(row, int(targets), label),
         calibrated=_calibrated(row, int(targets), label),
-        comparison=_comparison(row, retrain),
+        comparison=_comparison(row, retrain) if compare else "",
         limits=_LIMITS[label],
     )
 
