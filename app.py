@@ -10,14 +10,6 @@ any heavy import so the page list appears at once.
 
 from __future__ import annotations
 
-import streamlit as st
+from pages._nav import frame
 
-import sde_core
-from pages._nav import run_app
-
-st.set_page_config(page_title="SDE Explorer", layout="wide")
-st.sidebar.caption(
-    f"SDE Explorer · sde_core {sde_core.__version__} — does a model still depend on its "
-    "forget set? Split-half HSIC against in- and out-of-training references."
-)
-run_app()
+frame()

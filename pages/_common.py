@@ -27,7 +27,7 @@ import pandas as pd
 import streamlit as st
 
 from pages._nav import PAGES as NAV_PAGES
-from pages._nav import enter_through_app
+from pages._nav import enter_through_app, leave_legacy_mode
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import SDEError
 from sde_core.inputs.activations import LayerInfo, list_layers
@@ -44,7 +44,7 @@ from sde_core.viz.ui_support import ResultCache, allowed_roots, resolve_in_roots
 from sde_core.viz.verdicts import explain_verdict
 
 if st.runtime.exists():
-    enter_through_app()  # a page of pages/ running on its own: go through app.py (pages/_nav.py)
+    leave_legacy_mode()  # a page of pages/ running on its own: go through app.py (pages/_nav.py)
 
 WS_KEY = "ws_path"
 STOP_KEY = "stop_requested"

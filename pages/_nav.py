@@ -1,6 +1,6 @@
 """The dashboard's pages and the frame each of them runs in (light: Streamlit only).
 
-``app.py`` calls :func:`run_app`: every page has its own URL path (``/workspace``,
+``app.py`` calls :func:`frame`: every page has its own URL path (``/workspace``,
 ``/explore``, ``/compare``, ``/sweeps``, ``/report``, ``/method``), so a link to any page works;
 ``/`` is a hidden landing page that forwards to Explore with the link's query parameters.
 
@@ -8,10 +8,13 @@ Why pages start with :func:`enter_through_app`: a ``pages/`` folder next to the 
 makes Streamlit start every new server process in its legacy multipage mode, in which a first
 request for ``/compare`` runs ``pages/compare.py`` on its own, without ``app.py`` (no page
 config, a page list made of file names). Streamlit leaves that mode for good as soon as any
-session calls ``st.navigation`` (its documented switch), so a page that finds itself running
-outside ``app.py`` calls it with the app's pages and reruns; the rerun goes through ``app.py``
-and lands on the same page, query parameters included. The legacy page list is never shown
-(``client.showSidebarNavigation = false``; the app's own navigation is at the top).
+session calls ``st.navigation`` (its documented switch). So a page that finds itself running
+outside the app's frame runs the frame itself (:func:`frame`: page config, sidebar, the app's
+``st.navigation``, which resolves the same page, query parameters included) and stops its own
+run; widget events of that run (a button click) reach the page inside the frame. Pages
+imported before they can call it (the Workspace page imports ``pages._common`` first) are
+switched by :func:`leave_legacy_mode` instead, which reruns. The legacy page list is never
+shown (``client.showSidebarNavigation = false``; the app's own navigation is at the top).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-__all__ = ["PAGES", "app_pages", "enter_through_app", "run_app"]
+__all__ = ["PAGES", "app_pages", "enter_through_app", "frame", "leave_legacy_mode"]
 
 #: URL path -> (script, title, icon), in navigation order.
 PAGES: dict[str, tuple[str, str, str]] = {
@@ -61,8 +64,15 @@ def _navigation_pages() -> list[st.Page]:
     return [landing, *pages.values()]
 
 
-def run_app() -> None:
-    """Declare the navigation (top of the page) and run the requested page inside the frame."""
+def frame() -> None:
+    """The app's frame around every page: page config, sidebar caption, navigation, page."""
+    import sde_core
+
+    st.set_page_config(page_title="SDE Explorer", layout="wide")
+    st.sidebar.caption(
+        f"SDE Explorer · sde_core {sde_core.__version__} — does a model still depend on its "
+        "forget set? Split-half HSIC against in- and out-of-training references."
+    )
     page = st.navigation(_navigation_pages(), position="top")
     token = _IN_APP.set(True)
     try:
@@ -72,7 +82,15 @@ def run_app() -> None:
 
 
 def enter_through_app() -> None:
-    """Rerun through ``app.py`` when this page runs on its own (see the module docstring)."""
+    """Run this page inside the app's frame when it runs on its own (module docstring)."""
+    if _IN_APP.get():
+        return
+    frame()
+    st.stop()
+
+
+def leave_legacy_mode() -> None:
+    """Switch Streamlit to the app's navigation and rerun, when not inside the frame."""
     if _IN_APP.get():
         return
     st.navigation(_navigation_pages(), position="hidden")

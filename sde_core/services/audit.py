@@ -476,10 +476,12 @@ def _difference(a: Any, b: Any) -> float:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal values: numbers within :data:`TOLERANCE` (None equals NaN), anything else exactly."""
+    """Equal values: numbers within :data:`TOLERANCE` (None equals NaN), booleans and text
+    exactly (a boolean never equals a number)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
     numeric = (int, float, list, tuple, type(None))
-    plain = not isinstance(a, bool) and not isinstance(b, bool)
-    if plain and isinstance(a, numeric) and isinstance(b, numeric):
+    if isinstance(a, numeric) and isinstance(b, numeric):
         return _difference(a, b) <= TOLERANCE
     return bool(a == b)
 

@@ -10,7 +10,7 @@ One rule (:func:`format_number`) turns a value into text:
 - NaN and ``None`` as ``"n/a"``, infinities as ``"∞"`` / ``"−∞"``.
 
 :func:`column_formatter` applies the rule to a whole table column: one SI prefix for the column
-(chosen from its largest magnitude) and as many significant digits (3 to 6) as it takes for
+(chosen from its largest magnitude) and as many significant digits (3 to 8) as it takes for
 values that differ to *display* differently, so a column never shows a run of identical rounded
 numbers that are not equal. :func:`style_table` formats every numeric column of a table that way
 (a :class:`pandas.io.formats.style.Styler`: the values stay numbers, so sorting and exports keep
@@ -61,7 +61,7 @@ _PREFIXES = {
     18: "E",
 }
 _PLAIN_LOW, _PLAIN_HIGH = 1e-3, 1e5
-_MAX_DIGITS = 6
+_MAX_DIGITS = 8
 
 
 def _as_float(value: Any) -> float | None:
@@ -159,8 +159,8 @@ def column_formatter(
     """A formatter for one table column: one SI prefix, enough digits to tell values apart.
 
     The prefix comes from the column's largest finite magnitude (none when that lies in
-    [10⁻³, 10⁵)); the number of significant digits is the smallest in ``min_digits``..6 at which
-    every pair of distinct values displays differently (6 when none suffices).
+    [10⁻³, 10⁵)); the number of significant digits is the smallest in ``min_digits``..8 at which
+    every pair of distinct values displays differently (8 when none suffices).
 
     Args:
         values: the column's values (non-numbers are ignored when choosing).
