@@ -6,13 +6,15 @@ definitions are one click away without the repository or a network connection.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
-from pages._common import app_root, begin_page
+from pages._nav import enter_through_app
 from sde_core.viz.glossary import METHOD_SECTIONS, glossary_table
 
-view = begin_page("method")
-doc = app_root() / "docs" / "method.md"
+enter_through_app()  # light page: no workspace, no evaluation imports
+doc = Path(__file__).resolve().parent.parent / "docs" / "method.md"
 with st.sidebar:
     st.markdown("**Sections**")
     st.markdown(
@@ -28,4 +30,3 @@ else:
 st.header("Glossary", anchor="glossary")
 st.caption("The definitions shown on hover across the dashboard and in the report.")
 st.dataframe(glossary_table(), hide_index=True, key="m_glossary")
-view.publish()
