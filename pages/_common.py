@@ -36,6 +36,7 @@ from sde_core.inputs.models import load_checkpoint
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash
+from sde_core.services.evaluation import LayerCost, Throughput, layer_costs, measure_throughput
 from sde_core.viz.figures import PLOTLY_CONFIG
 from sde_core.viz.formatting import Notation, format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
@@ -46,10 +47,13 @@ from sde_core.viz.verdicts import explain_verdict
 if st.runtime.exists():
     leave_legacy_mode()  # a page of pages/ running on its own: go through app.py (pages/_nav.py)
 
+#: A layer whose extraction is estimated at most this many seconds is evaluated without asking.
+CHEAP_SECONDS = 20.0
 WS_KEY = "ws_path"
 STOP_KEY = "stop_requested"
 SETTINGS_OWNER = "settings_workspace"
 URL_KEY = "url_published"
+CONFIRMED_KEY = "costs_confirmed"
 #: Session keys of the evaluation settings (plain keys: they survive page switches).
 SETTING_KEYS = (
     "s_layer",
@@ -435,6 +439,59 @@ def evaluate(
     if result is not None:
         shared_cache().put(key, result)
     return result
+
+
+def _throughputs(ws: Workspace, settings: EvalSettings, costs: list[LayerCost]) -> dict:
+    """Measured extraction speed per architecture of the models that need an extraction."""
+    speeds: dict[str, Throughput] = {}
+    for name in dict.fromkeys(n for c in costs for n in c.extract):
+        entry = ws.model(name)
+        if entry.arch in speeds:
+            continue
+        key = ("throughput", file_sha256(ws.path(entry.checkpoint)), entry.arch, settings.device)
+        speed = shared_cache().get(key)
+        if speed is None:
+            with st.spinner(f"Timing {name} on 256 rows to estimate the cost…"):
+                speed = measure_throughput(ws, dataset_bundle(ws), name, settings)
+            shared_cache().put(key, speed)
+        speeds[entry.arch] = speed
+    return speeds
+
+
+def affordable_layers(
+    ws: Workspace, settings: EvalSettings, layers: Sequence[str], prefix: str
+) -> list[str]:
+    """The layers to evaluate every model at now, asking first where that is expensive.
+
+    A layer is evaluated at once when it is ready (results stored or activations cached for
+    every model) or cheap (extraction estimated at most :data:`CHEAP_SECONDS` at a throughput
+    measured on this machine); otherwise its cost is shown with a button, and it is evaluated
+    once the user accepts.
+
+    Args:
+        prefix: the page's widget-key prefix (one button per page and layer).
+    """
+    ws_hash = workspace_key(ws)
+    bundle = dataset_bundle(ws)
+    costs = layer_costs(ws, bundle, settings, layers, ws_hash)
+    if any(not c.ready for c in costs):
+        speeds = _throughputs(ws, settings, costs)
+        costs = layer_costs(ws, bundle, settings, layers, ws_hash, throughput=speeds)
+    confirmed: set = st.session_state.setdefault(CONFIRMED_KEY, set())
+    out = []
+    for cost in costs:
+        token = (ws_hash, stable_hash(settings.with_overrides(layer=cost.layer).result_key()))
+        cheap = cost.seconds is not None and cost.seconds <= CHEAP_SECONDS
+        if cost.ready or cheap or token in confirmed:
+            out.append(cost.layer)
+            continue
+        with st.container(border=True):
+            st.markdown(f"**{cost.layer}** is not cached yet: {cost.describe()}.")
+            if st.button(f"Evaluate {cost.layer}", key=f"{prefix}_go_{cost.layer}",
+                         type="primary"):  # fmt: skip
+                confirmed.add(token)
+                st.rerun()
+    return out
 
 
 # ------------------------------------------------------------------------------- display

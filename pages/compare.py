@@ -1,9 +1,9 @@
 """Compare page: every model side by side at the chosen layers, with the Retrain reference.
 
 A layer is evaluated at once only when it is ready (results stored or activations cached for
-every model) or cheap (its extraction is estimated at most :data:`CHEAP_SECONDS`); otherwise
-the page says what it would cost — models × rows to extract, at a throughput measured on this
-machine — and waits for a click.
+every model) or cheap; otherwise the page says what it would cost — models × rows to extract,
+at a throughput measured on this machine — and waits for a click
+(:func:`pages._common.affordable_layers`).
 
 Link parameters (besides the settings): ``layers``, ``metric``, ``chart`` (the chart's layer),
 ``overlay`` (models whose target histograms are overlaid).
@@ -17,34 +17,27 @@ import streamlit as st
 
 from pages._common import (
     View,
+    affordable_layers,
     begin_page,
     bound,
     current_settings,
     current_workspace,
-    dataset_bundle,
     evaluate,
     guarded,
     model_layers,
     plot,
     settings_sidebar,
-    shared_cache,
     show_verdict,
     table,
-    workspace_key,
 )
-from sde_core.common.hashing import file_sha256, stable_hash
-from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult
+from sde_core.pipeline.evaluate import EvaluationResult
 from sde_core.pipeline.workspace import Workspace
-from sde_core.services.evaluation import LayerCost, Throughput, layer_costs, measure_throughput
 from sde_core.viz.figures import METRICS, comparison_bars, target_overlay
 from sde_core.viz.links import decode_list, encode_list
 from sde_core.viz.ui_support import comparison_table
 from sde_core.viz.verdicts import retrain_row
 
 BAR_METRICS = ("otr", "calibrated_otr", "f1", "asr", "acc_f", "dependence_score")
-CONFIRMED = "c_confirmed"
-#: A layer whose estimated extraction takes at most this many seconds runs without asking.
-CHEAP_SECONDS = 20.0
 
 
 def apply_link(view: View) -> None:
@@ -79,47 +72,6 @@ def choose_layers(ws: Workspace) -> list[str]:
         "its cost (one pass of every model over the training and test data).",
         **bound("compare_layers"),
     )
-
-
-def throughputs(ws: Workspace, settings: EvalSettings, costs: list[LayerCost]) -> dict:
-    """Measured extraction speed per architecture of the models that need an extraction."""
-    speeds: dict[str, Throughput] = {}
-    for name in dict.fromkeys(n for c in costs for n in c.extract):
-        entry = ws.model(name)
-        if entry.arch in speeds:
-            continue
-        key = ("throughput", file_sha256(ws.path(entry.checkpoint)), entry.arch, settings.device)
-        speed = shared_cache().get(key)
-        if speed is None:
-            with st.spinner(f"Timing {name} on 256 rows to estimate the cost…"):
-                speed = measure_throughput(ws, dataset_bundle(ws), name, settings)
-            shared_cache().put(key, speed)
-        speeds[entry.arch] = speed
-    return speeds
-
-
-def ready_layers(ws: Workspace, settings: EvalSettings, layers: list[str]) -> list[str]:
-    """The layers to evaluate now: ready ones and those whose cost the user accepted."""
-    ws_hash = workspace_key(ws)
-    bundle = dataset_bundle(ws)
-    costs = layer_costs(ws, bundle, settings, layers, ws_hash)
-    if any(not c.ready for c in costs):
-        speeds = throughputs(ws, settings, costs)
-        costs = layer_costs(ws, bundle, settings, layers, ws_hash, throughput=speeds)
-    confirmed: set = st.session_state.setdefault(CONFIRMED, set())
-    out = []
-    for cost in costs:
-        token = (ws_hash, stable_hash(settings.with_overrides(layer=cost.layer).result_key()))
-        cheap = cost.seconds is not None and cost.seconds <= CHEAP_SECONDS
-        if cost.ready or cheap or token in confirmed:
-            out.append(cost.layer)
-            continue
-        with st.container(border=True):
-            st.markdown(f"**{cost.layer}** is not cached yet: {cost.describe()}.")
-            if st.button(f"Evaluate {cost.layer}", key=f"c_go_{cost.layer}", type="primary"):
-                confirmed.add(token)
-                st.rerun()
-    return out
 
 
 def charts(results: dict[str, EvaluationResult]) -> str:
@@ -183,7 +135,7 @@ with guarded("Cannot compare the models"):
     layers = choose_layers(ws)
     if not layers:
         st.info("Choose at least one layer.")
-    ready = ready_layers(ws, current_settings(ws), layers) if layers else []
+    ready = affordable_layers(ws, current_settings(ws), layers, "c") if layers else []
     results: dict[str, EvaluationResult] = {}
     for layer in ready:
         result = evaluate(ws, current_settings(ws, layer=layer))

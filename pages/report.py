@@ -14,6 +14,7 @@ from typing import Any
 import streamlit as st
 
 from pages._common import (
+    affordable_layers,
     begin_page,
     current_workspace,
     dataset_bundle,
@@ -187,7 +188,8 @@ ws = current_workspace()
 settings = settings_sidebar(ws, view)
 st.title("Report")
 name = ws.name or ws.root.name
-result = evaluate(ws, settings)
+affordable = affordable_layers(ws, settings, [settings.layer], "r")
+result = evaluate(ws, settings) if affordable else None
 if result is not None:
     manifest = None
     with guarded("Cannot pin what was evaluated"):

@@ -293,3 +293,18 @@ def test_figure_to_image_renders_or_explains():
     else:
         with pytest.raises(ExportError, match="camera button"):
             figure_to_image(fig, "png")
+
+
+def test_hover_text_and_axes_use_the_one_number_format(result):
+    from sde_core.viz.formatting import D3_SI, column_formatter
+
+    sub = result.subsets[result.subsets["model"] == "original"]
+    fmt = column_formatter(sub["score"])
+    panel = panel_figure(result, "original")
+    it = sub[sub["kind"] == "it_panel"]
+    assert list(panel.data[0].customdata[:, 1]) == [fmt(v) for v in it["score"]]
+    assert "%{customdata[1]}" in panel.data[0].hovertemplate
+    spread = spread_figure(result, "original")
+    assert spread.layout.xaxis.tickformat == D3_SI == spread.layout.yaxis.tickformat
+    hist = hsic_histogram(result, "original")
+    assert hist.layout.xaxis.tickformat == D3_SI and hist.layout.xaxis.hoverformat == D3_SI

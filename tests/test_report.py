@@ -283,3 +283,17 @@ def test_html_report_embeds_its_document_and_has_every_section(result):
         report_from_html("<html></html>")
     unpinned = build_html_report(result, "syn", figures=[])
     assert "cannot be verified" in unpinned and report_from_html(unpinned)["manifest"] is None
+
+
+def test_pdf_without_chromium_says_what_to_do(tmp_path, monkeypatch):
+    from sde_core.errors import ExportError
+    from sde_core.viz import pdf
+
+    page = tmp_path / "r.html"
+    page.write_text("<html><body><h1>x</h1></body></html>")
+    monkeypatch.setattr(pdf, "find_chromium", lambda: None)
+    with pytest.raises(ExportError, match=r"needs Chromium.*apt-get install chromium"):
+        pdf.html_to_pdf(page, tmp_path / "r.pdf")
+    assert not (tmp_path / "r.pdf").exists()
+    with pytest.raises(ExportError, match="does not exist"):
+        pdf.html_to_pdf(tmp_path / "missing.html", tmp_path / "r.pdf")

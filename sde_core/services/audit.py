@@ -156,7 +156,7 @@ def build_manifest(
     """
     bundle = bundle if bundle is not None else load_dataset(ws.dataset_spec())
     forget_path = ws.path(ws.forget_indices)
-    forget = np.unique(load_index_file(forget_path, len(bundle.train)).astype(np.int64))
+    forget = np.unique(load_index_file(forget_path, len(bundle.train_labels)).astype(np.int64))
     rows = {row["name"]: row for row in result.models.to_dict("records")}
     models: dict[str, Any] = {}
     for name, row in rows.items():
@@ -193,8 +193,8 @@ def build_manifest(
         "data": {
             "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in ws.dataset.items()},
             "fingerprint": bundle.fingerprint,
-            "n_train": len(bundle.train),
-            "n_test": len(bundle.test),
+            "n_train": len(bundle.train_labels),
+            "n_test": len(bundle.test_labels),
             "num_classes": int(bundle.num_classes),
             "class_names": list(bundle.class_names),
         },
@@ -621,7 +621,7 @@ def verify_report(
         )
     forget_doc = manifest.get("forget_set", {})
     try:
-        forget = np.unique(load_index_file(ws.path(ws.forget_indices), len(bundle.train)))
+        forget = np.unique(load_index_file(ws.path(ws.forget_indices), len(bundle.train_labels)))
         indices_hash = array_sha256(forget.astype(np.int64))
         if forget_doc.get("indices_sha256") != indices_hash:
             shared.append(

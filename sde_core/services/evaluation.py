@@ -56,8 +56,8 @@ def target_subsets(ws: Workspace, bundle: DatasetBundle, settings: EvalSettings)
     settings' seed, so they are exactly the subsets the result scored (this is the one place
     that re-derives them; an evaluation that records its subsets would replace it).
     """
-    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
-    return draw_subsets(len(bundle.train), len(bundle.test), forget, settings).targets
+    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train_labels))
+    return draw_subsets(len(bundle.train_labels), len(bundle.test_labels), forget, settings).targets
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def measure_throughput(
 ) -> Throughput:
     """Time one extraction of ``rows`` training rows through ``model`` (nothing is cached)."""
     entry = ws.model(model)
-    idx = np.arange(min(rows, len(bundle.train)))
+    idx = np.arange(min(rows, len(bundle.train_labels)))
     t0 = time.perf_counter()
     get_activations(
         ws.path(entry.checkpoint),
@@ -236,7 +236,7 @@ def _missing_rows(
             arch=entry.arch, pool=settings.pool,
         )  # fmt: skip
         if need - found:
-            total += len(bundle.split(split))
+            total += len(bundle.labels(split))
     return total
 
 

@@ -121,16 +121,16 @@ def format_number(
     if notation == "scientific":
         if _PLAIN_LOW <= magnitude < _PLAIN_HIGH:
             return _fixed(x, digits)
-        mantissa, _, power = f"{x:.{digits - 1}e}".partition("e")
-        return f"{mantissa}e{int(power)}"
+        digits_text, _, power = f"{x:.{digits - 1}e}".partition("e")
+        return f"{digits_text}e{int(power)}"
     if exponent is None:
         if _PLAIN_LOW <= magnitude < _PLAIN_HIGH:
             return _fixed(x, digits)
         exponent = _engineering_exponent(magnitude)
     if exponent not in _PREFIXES:
         return format_number(x, digits=digits, notation="scientific")
-    mantissa = x / 10.0**exponent
-    text = _fixed(mantissa, digits) if mantissa != 0 else "0"
+    scaled = x / 10.0**exponent
+    text = _fixed(scaled, digits) if scaled != 0 else "0"
     prefix = _PREFIXES[exponent]
     return f"{text} {prefix}" if prefix else text
 
