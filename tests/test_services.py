@@ -145,3 +145,16 @@ def test_store_path_is_not_spelled_by_services():
         text = path.read_text(encoding="utf-8")
         if path.name != "evaluation.py":
             assert ".sde-cache" not in text.replace("``<workspace>/.sde-cache``", ""), path
+
+
+def test_dataset_as_a_small_table(tiny):
+    from sde_core.services.audit import data_manifest
+    from sde_core.viz.report import dataset_table
+
+    ws, bundle, _ = tiny
+    named = dataclasses.replace(bundle, class_names=[f"c{i}" for i in range(10)])
+    shown = dataset_table(data_manifest(ws, named)).set_index("item")["value"]
+    assert shown["kind"] == "npz" and shown["training rows (D_tr)"] == "600"
+    assert shown["test rows (D_te)"] == "400" and shown["classes"].startswith("10: c0, c1")
+    assert shown["forget set (D_f)"] == "120 rows from forget.npy"
+    assert shown["data fingerprint (SHA-256)"] == bundle.fingerprint

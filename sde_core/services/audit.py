@@ -74,6 +74,7 @@ __all__ = [
     "Verification",
     "build_manifest",
     "create_report",
+    "data_manifest",
     "environment",
     "load_report",
     "report_file_stem",
@@ -136,6 +137,33 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def data_manifest(ws: Workspace, bundle: DatasetBundle) -> dict[str, Any]:
+    """The ``data`` and ``forget_set`` parts of a manifest (what
+    :func:`sde_core.viz.report.dataset_table` shows as a small table).
+
+    Raises:
+        DataError: the forget-set file is missing or invalid.
+    """
+    forget_path = ws.path(ws.forget_indices)
+    forget = np.unique(load_index_file(forget_path, len(bundle.train_labels)).astype(np.int64))
+    return {
+        "data": {
+            "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in ws.dataset.items()},
+            "fingerprint": bundle.fingerprint,
+            "n_train": len(bundle.train_labels),
+            "n_test": len(bundle.test_labels),
+            "num_classes": int(bundle.num_classes),
+            "class_names": list(bundle.class_names),
+        },
+        "forget_set": {
+            "path": ws.forget_indices,
+            "file_sha256": file_sha256(forget_path),
+            "indices_sha256": array_sha256(forget),
+            "size": int(forget.size),
+        },
+    }
+
+
 def build_manifest(
     ws: Workspace,
     result: EvaluationResult,
@@ -155,8 +183,6 @@ def build_manifest(
         WorkspaceError, DataError: a file the manifest hashes is missing or unreadable.
     """
     bundle = bundle if bundle is not None else load_dataset(ws.dataset_spec())
-    forget_path = ws.path(ws.forget_indices)
-    forget = np.unique(load_index_file(forget_path, len(bundle.train_labels)).astype(np.int64))
     rows = {row["name"]: row for row in result.models.to_dict("records")}
     models: dict[str, Any] = {}
     for name, row in rows.items():
@@ -190,20 +216,7 @@ def build_manifest(
             if (ws.root / "workspace.toml").is_file()
             else None,
         },
-        "data": {
-            "spec": {k: (str(v) if isinstance(v, Path) else v) for k, v in ws.dataset.items()},
-            "fingerprint": bundle.fingerprint,
-            "n_train": len(bundle.train_labels),
-            "n_test": len(bundle.test_labels),
-            "num_classes": int(bundle.num_classes),
-            "class_names": list(bundle.class_names),
-        },
-        "forget_set": {
-            "path": ws.forget_indices,
-            "file_sha256": file_sha256(forget_path),
-            "indices_sha256": array_sha256(forget),
-            "size": int(forget.size),
-        },
+        **data_manifest(ws, bundle),
         "models": models,
         "settings": s.result_key(),
         "seeds": {
