@@ -517,6 +517,17 @@ def pct(value: Any) -> str:
     return format_percent(value)
 
 
+def headline_value(row: Mapping[str, Any], key: str, show: Callable[[Any], str]) -> str:
+    """A headline number as text; ``"inconclusive"`` when it is withheld with a reason
+    (``inconclusive_reason``, method §12), ``"n/a"`` when it is missing."""
+    value = row.get(key)
+    reason = row.get("inconclusive_reason")
+    withheld = value is None or (isinstance(value, float) and value != value)
+    if withheld and isinstance(reason, str) and reason.strip():
+        return "inconclusive"
+    return show(value)
+
+
 def metric(column: Any, label: str, value: str, key: str, **kwargs: Any) -> None:
     """``column.metric`` with the glossary definition of ``key`` on hover."""
     column.metric(label, value, help=help_text(key), **kwargs)

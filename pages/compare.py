@@ -120,7 +120,8 @@ def column_help(table_columns: list[str]) -> dict[str, Any]:
     keys = {"OTR": "otr", "OTR lo": "otr_lo", "OTR hi": "otr_hi", "cal. OTR": "calibrated_otr",
             "F1": "f1", "dependence": "dependence_score", "refs valid": "references_valid",
             "verdict": "verdict", "Acc_r (%)": "acc_r", "Acc_f (%)": "acc_f",
-            "Acc_te (%)": "acc_te", "ASR (%)": "asr", "time (s)": "seconds"}  # fmt: skip
+            "Acc_te (%)": "acc_te", "ASR (%)": "asr", "time (s)": "seconds",
+            "why inconclusive": "inconclusive_reason"}  # fmt: skip
     return {c: keys[c.split(" [")[0]] for c in table_columns if c.split(" [")[0] in keys}
 
 

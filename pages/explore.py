@@ -20,6 +20,7 @@ from pages._common import (
     fmt,
     fmt_p,
     guarded,
+    headline_value,
     layer_label,
     metric,
     model_layers,
@@ -37,6 +38,13 @@ from sde_core.viz.formatting import format_interval
 from sde_core.viz.links import decode_bool, decode_int
 
 THUMBNAILS = 16
+#: Verdict counts of the calibrated test (the ones a result has are shown).
+COUNTS = {
+    "n_in_training": "in-training",
+    "n_out_of_training": "out-of-training",
+    "n_over_unlearned": "over-unlearned",
+    "n_inconclusive": "inconclusive",
+}
 HIST_MODES = ["all targets pooled", "one target subset"]
 DECISION_HELP = {
     "D(S, S_IT)": "d_it",
@@ -105,12 +113,17 @@ def headline(result: EvaluationResult, model: str) -> None:
             color="green" if valid else "red",
             icon=":material/check:" if valid else ":material/close:",
         )
-    metric(cols[1], "OTR (out-of-training rate)", pct(row["otr"]), "otr")
+    metric(cols[1], "OTR (out-of-training rate)", headline_value(row, "otr", pct), "otr")
     cols[1].caption(f"95% Wilson interval {format_interval(row['otr_lo'], row['otr_hi'])}")
-    metric(cols[2], "Controlled F1", fmt(row["f1"]), "f1")
-    metric(cols[3], "Dependence score", fmt(row["dependence_score"]), "dependence_score")
+    metric(cols[2], "Controlled F1", headline_value(row, "f1", fmt), "f1")
+    metric(cols[3], "Dependence score", headline_value(row, "dependence_score", fmt),
+           "dependence_score")  # fmt: skip
     metric(cols[4], "σ used", fmt(row["sigma"], 4), "sigma")
     cols[4].caption(f"layer {row['layer']}, d = {int(row['dim'])}")
+    reason = row.get("inconclusive_reason")
+    if isinstance(reason, str) and reason.strip():
+        st.warning(f"**Inconclusive**: {reason.strip()} (method §12); the headline numbers are "
+                   "withheld.")  # fmt: skip
     if not valid:
         st.warning(
             f"The references are invalid at this layer (p = {fmt_p(row['reference_p'])} ≥ α = "
@@ -155,12 +168,13 @@ def decisions(result: EvaluationResult, model: str) -> int | None:
 def calibrated(result: EvaluationResult, model: str) -> None:
     """The reference panel, calibrated p-values and verdict counts, and the spread control."""
     row = result.models.set_index("name").loc[model]
-    cols = st.columns(5)
+    counts = [k for k in COUNTS if k in row.index and row[k] == row[k]]
+    cols = st.columns(2 + len(counts))
     metric(cols[0], "Panel U-test p", fmt_p(row["panel_p"]), "panel_p")
-    metric(cols[1], "Calibrated OTR", pct(row["calibrated_otr"]), "calibrated_otr")
-    metric(cols[2], "in-training", str(int(row["n_in_training"])), "n_in_training")
-    metric(cols[3], "out-of-training", str(int(row["n_out_of_training"])), "n_out_of_training")
-    metric(cols[4], "inconclusive", str(int(row["n_inconclusive"])), "n_inconclusive")
+    metric(cols[1], "Calibrated OTR", headline_value(row, "calibrated_otr", pct),
+           "calibrated_otr")  # fmt: skip
+    for col, key in zip(cols[2:], counts, strict=True):
+        metric(col, COUNTS[key], str(int(row[key])), key)
     left, right = st.columns(2)
     with left:
         plot(panel_figure(result, model), "x_panel")

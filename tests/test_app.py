@@ -459,3 +459,35 @@ def test_demo_tables_never_show_runs_of_identical_rounded_numbers(demo, monkeypa
     if page == "explore":
         median_h = frame(at, "median H")
         assert displayed(at.dataframe[0]) is not None and median_h["median H"].max() < 1e-3
+
+
+def test_withheld_numbers_show_as_inconclusive_with_the_reason(ws, monkeypatch):
+    """Method §12's gate: NaN headline numbers with a reason are shown as 'inconclusive'."""
+    import pages._common as common
+
+    real = common.evaluate_workspace
+    reason = "the calibrated panels do not separate S_IT from S_OOT (p = 0.41)"
+
+    def gated(*args, **kwargs):
+        result = real(*args, **kwargs)
+        models = result.models.copy()
+        for column in ("otr", "otr_lo", "otr_hi", "calibrated_otr", "f1", "dependence_score"):
+            models[column] = float("nan")
+        models["inconclusive_reason"] = reason
+        models["n_over_unlearned"] = 0
+        return dataclasses.replace(result, models=models)
+
+    monkeypatch.setattr(common, "evaluate_workspace", gated)
+    at = app("explore", seed="11")  # a seed no other test evaluates: not in the result cache
+    no_exception(at)
+    shown = metrics(at)
+    assert shown["OTR (out-of-training rate)"] == "inconclusive"
+    assert shown["Controlled F1"] == "inconclusive" and shown["Calibrated OTR"] == "inconclusive"
+    assert shown["over-unlearned"] == "0"
+    assert any(reason in w.value for w in at.warning)
+    assert any("Inconclusive.** The calibrated panels" in m.value for m in at.markdown)
+    at = app("compare", seed="11")
+    no_exception(at)
+    table = frame(at, "why inconclusive [output]")
+    assert set(table["why inconclusive [output]"]) == {reason}
+    assert set(table["verdict [output]"]) == {"inconclusive"}

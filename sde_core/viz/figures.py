@@ -70,6 +70,7 @@ COLORS: dict[str, str] = {
 VERDICT_COLORS: dict[str, str] = {
     "in-training": COLORS["it"],
     "out-of-training": COLORS["oot"],
+    "over-unlearned": "#009E73",  # bluish green: below the out-of-training panel (method §12)
     "inconclusive": COLORS["inconclusive"],
 }
 #: Bar colours by model role.
@@ -330,7 +331,8 @@ def panel_figure(result: Any, model: str) -> go.Figure:
     """Subset scores of the IT panel, the OOT panel and the targets on one axis (method §9).
 
     Each point is one subset's score s(S) (mean H over its splits). Targets are coloured by their
-    calibrated verdict (blue in-training, orange out-of-training, grey inconclusive).
+    calibrated verdict (blue in-training, orange out-of-training, green over-unlearned, grey
+    inconclusive).
 
     Returns:
         A Figure with traces ``IT panel``, ``OOT panel`` and one per verdict present among the
@@ -359,7 +361,9 @@ def panel_figure(result: Any, model: str) -> go.Figure:
         )
     targets = sub[sub["kind"] == "target"]
     jitter = pd.Series(_jitter(len(targets)), index=targets.index)
-    for verdict, color in VERDICT_COLORS.items():
+    # every verdict present gets a trace (one not in VERDICT_COLORS is drawn grey)
+    for verdict in dict.fromkeys([*VERDICT_COLORS, *map(str, targets["verdict"].unique())]):
+        color = VERDICT_COLORS.get(verdict, COLORS["inconclusive"])
         part = targets[targets["verdict"] == verdict]
         if part.empty:
             continue

@@ -235,6 +235,8 @@ def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFram
         table[f"verdict [{layer}]"] = [
             verdict_label(row) for row in by_name.reset_index().to_dict("records")
         ]
+        if "inconclusive_reason" in by_name:  # method §12: why the numbers are withheld
+            table[f"why inconclusive [{layer}]"] = by_name["inconclusive_reason"].to_numpy()
     table["time (s)"] = column(first, "seconds")
     return table.reset_index(drop=True)
 
