@@ -95,3 +95,7 @@ def leave_legacy_mode() -> None:
         return
     st.navigation(_navigation_pages(), position="hidden")
     st.rerun()
+
+
+if __name__ == "__main__":  # run as a legacy "page" (/nav on a fresh server): hand over
+    leave_legacy_mode()
