@@ -1,39 +1,60 @@
-"""Streamlit helpers shared by the dashboard pages: workspace state, settings, evaluations.
+"""Streamlit helpers shared by the dashboard pages: the view (URL), settings, evaluations.
 
 Every number shown comes from :mod:`sde_core`; this module only loads, caches and displays.
+
+Views: a page starts with :func:`begin_page`, which returns the :class:`View` — the query
+parameters of the link that opened it — and ends with :meth:`View.publish`, which writes the
+page's settings and selection back into the URL and shows a copyable link to the view. The
+session state stays the source of truth; a link is applied once, when it arrives.
 
 Caching: the dataset bundle and layer listings live in ``st.cache_resource`` keyed by content
 hashes; evaluation results live in one process-wide :class:`~sde_core.viz.ui_support.ResultCache`
 keyed by ``(workspace hash, settings dict, models)``. Activations always come from the on-disk
 activation cache, so changing σ, bins or a plot option never re-extracts them, and finished
-models are stored in ``<workspace>/.sde-cache/results.sqlite`` as they complete.
+models are stored in the workspace's results store as they complete.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
+from pages._nav import PAGES as NAV_PAGES
+from pages._nav import enter_through_app, leave_legacy_mode
 from sde_core.common.hashing import file_sha256, stable_hash
+from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.errors import SDEError
-from sde_core.inputs.activations import LayerInfo, list_layers
+from sde_core.inputs.activations import LayerInfo
 from sde_core.inputs.data import DatasetBundle, load_dataset
-from sde_core.inputs.models import load_checkpoint
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
+from sde_core.pipeline.model_inputs import entry_layer_infos
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash
+from sde_core.services.evaluation import LayerCost, Throughput, layer_costs, measure_throughput
 from sde_core.viz.figures import PLOTLY_CONFIG
+from sde_core.viz.formatting import Notation, format_number, format_percent, style_table
+from sde_core.viz.glossary import GLOSSARY, help_text
+from sde_core.viz.links import decode_settings, encode_settings, view_link
 from sde_core.viz.ui_support import ResultCache
+from sde_core.viz.verdicts import explain_verdict
 
+if st.runtime.exists():
+    leave_legacy_mode()  # a page of pages/ running on its own: go through app.py (pages/_nav.py)
+
+#: A layer whose extraction is estimated at most this many seconds is evaluated without asking.
+CHEAP_SECONDS = 20.0
 WS_KEY = "ws_path"
 STOP_KEY = "stop_requested"
 SETTINGS_OWNER = "settings_workspace"
+URL_KEY = "url_published"
+CONFIRMED_KEY = "costs_confirmed"
 #: Session keys of the evaluation settings (plain keys: they survive page switches).
 SETTING_KEYS = (
     "s_layer",
@@ -47,30 +68,18 @@ SETTING_KEYS = (
     "s_panel_size",
 )
 SIGMA_RULES = {"√d rule (sqrt_dim)": "sqrt_dim", "median rule": "median", "value": "value"}
-PAGES = {
-    "workspace": "pages/workspace.py",
-    "explore": "pages/explore.py",
-    "compare": "pages/compare.py",
-    "sweeps": "pages/sweeps.py",
-    "report": "pages/report.py",
+#: Page name -> script (for ``st.page_link``).
+PAGES = {name: script for name, (script, _, _) in NAV_PAGES.items()}
+SHARE_HELP = (
+    "Copy it (button at the right of the box) to share exactly this page, workspace, settings "
+    "and selection."
+)
+VERDICT_ICONS = {
+    "not forgotten": ":material/memory:",
+    "consistent with forgetting": ":material/check_circle:",
+    "mixed": ":material/contrast:",
+    "inconclusive": ":material/help:",
 }
-
-
-def _leave_legacy_navigation() -> None:
-    """Run every page through ``app.py``'s ``st.navigation``.
-
-    Streamlit treats a ``pages/`` folder as its legacy multipage mode until ``app.py`` has called
-    ``st.navigation`` once in the server process, so a first visit on a deep link (``/compare``)
-    would run the page alone, with the legacy page list. Switch the process over and rerun.
-    """
-    from streamlit.runtime.pages_manager import PagesManager
-
-    if PagesManager.uses_pages_directory:
-        PagesManager.uses_pages_directory = False
-        st.rerun()
-
-
-_leave_legacy_navigation()
 
 
 class EvaluationCancelled(Exception):
@@ -80,6 +89,64 @@ class EvaluationCancelled(Exception):
 def default_workspace() -> str:
     """The workspace opened first: ``$SDE_WORKSPACE`` or the bundled demo."""
     return os.environ.get("SDE_WORKSPACE", "assets/demo")
+
+
+# ------------------------------------------------------------------------------- views
+
+
+@dataclasses.dataclass
+class View:
+    """The link a page was opened with, and the writer of the link to its current view.
+
+    Attributes:
+        page: the page's URL path (``"explore"``).
+        incoming: the query parameters to apply (empty when the URL is the one this session
+            last wrote, e.g. after a widget change, or after a page switch cleared it).
+    """
+
+    page: str
+    incoming: dict[str, str]
+
+    def get(self, name: str) -> str | None:
+        """The incoming value of parameter ``name`` (None when the link does not set it)."""
+        return self.incoming.get(name)
+
+    def publish(self, params: Mapping[str, str] | None = None) -> None:
+        """Write the settings, the workspace and ``params`` into the URL and show the link."""
+        query: dict[str, str] = {}
+        workspace = st.session_state.get(WS_KEY)
+        if workspace and workspace != default_workspace():
+            query["ws"] = str(workspace)
+        if all(k in st.session_state for k in SETTING_KEYS):
+            query.update(encode_settings(_session_settings()))
+        query.update({k: str(v) for k, v in (params or {}).items() if v not in (None, "")})
+        st.query_params.from_dict(query)
+        st.session_state[URL_KEY] = dict(query)
+        with st.sidebar:
+            st.markdown("**Link to this view**", help=SHARE_HELP)
+            link = view_link(st.context.url, self.page, query, pages=NAV_PAGES)
+            st.code(link, language=None, wrap_lines=True)
+
+
+def begin_page(page: str) -> View:
+    """Start a page: route it through ``app.py`` if needed and read the link that opened it.
+
+    A link's ``ws`` parameter opens that workspace (inside the allowed folders); its other
+    parameters are applied by the page (:meth:`View.get`) and by :func:`settings_sidebar`.
+    """
+    enter_through_app()
+    incoming = {k: str(v) for k, v in st.query_params.to_dict().items()}
+    fresh = bool(incoming) and incoming != st.session_state.get(URL_KEY)
+    view = View(page, incoming if fresh else {})
+    linked = view.get("ws")
+    if linked:
+        try:
+            path = resolve_in_roots(linked, allowed_roots(), what="workspace folder")
+            load_workspace(path, validate=False)
+            st.session_state[WS_KEY] = linked
+        except SDEError as exc:
+            st.error(f"The link's workspace cannot be opened: {exc}")
+    return view
 
 
 def _copy_widget(widget_key: str, key: str) -> None:
@@ -141,16 +208,17 @@ def workspace_key(ws: Workspace) -> str:
 
 
 @st.cache_resource(show_spinner="Listing the model's layers…", max_entries=32)
-def _layers(checkpoint_sha: str, arch: str, shape: tuple[int, ...], _path: str) -> list[LayerInfo]:
-    return list_layers(load_checkpoint(_path, arch=arch), shape)
+def _layers(model_key: str, shape: tuple[int, ...], _ws: Workspace, name: str) -> list[LayerInfo]:
+    return entry_layer_infos(_ws, _ws.model(name), shape)
 
 
 def model_layers(ws: Workspace, name: str) -> list[LayerInfo]:
-    """The real layers of a model (aliases first) with their per-sample shapes."""
+    """The real layers of a model (aliases first) with their per-sample shapes, or the layers of
+    its activations file."""
     entry = ws.model(name)
-    path = ws.path(entry.checkpoint)
-    shape = tuple(dataset_bundle(ws).input_shape)
-    return _layers(file_sha256(path), entry.arch, shape, str(path))
+    file = ws.path(entry.activations or entry.checkpoint, must_exist=True)
+    key = stable_hash([file_sha256(file), entry.arch, entry.arch_kwargs, bool(entry.trusted)])
+    return _layers(key, tuple(dataset_bundle(ws).input_shape), ws, name)
 
 
 def layer_label(info: LayerInfo) -> str:
@@ -191,34 +259,31 @@ def _init_settings(ws: Workspace) -> None:
     st.session_state.pop("x_model", None)
 
 
-def settings_sidebar(ws: Workspace) -> EvalSettings:
-    """Sidebar widgets of the evaluation settings; returns the validated settings.
-
-    On invalid settings the error (with its fix) is shown and the page stops.
-    """
-    _init_settings(ws)
-    with st.sidebar:
-        st.subheader("Evaluation settings")
-        st.caption(f"Workspace: **{ws.name or ws.root.name}** · defaults from its workspace.toml")
-        st.radio("Kernel bandwidth σ", list(SIGMA_RULES), **bound("s_sigma_rule"))
-        if st.session_state["s_sigma_rule"] == "value":
-            st.number_input("σ value", min_value=1e-6, format="%.4g", **bound("s_sigma_value"))
-        st.number_input("Subset size n", min_value=4, step=50, **bound("s_subset_size"))
-        st.number_input("Target subsets T", min_value=2, step=10, **bound("s_targets"))
-        st.number_input("Splits per subset K", min_value=2, step=50, **bound("s_splits"))
-        st.number_input("Seed", min_value=0, step=1, **bound("s_seed"))
-        with st.expander("More settings"):
-            st.number_input("Histogram bins (JSD)", min_value=2, max_value=1000, **bound("s_bins"))
-            st.number_input("Reference panel size R", min_value=3, **bound("s_panel_size"))
-    return current_settings(ws)
+def _apply_linked_settings(view: View) -> None:
+    """Copy the settings a link carries into the session (problems shown as warnings)."""
+    values, problems = decode_settings(view.incoming)
+    for problem in problems:
+        st.warning(f"The link's {problem}: kept the current value.")
+    keys = {"layer": "s_layer", "subset_size": "s_subset_size", "targets": "s_targets",
+            "splits": "s_splits", "seed": "s_seed", "bins": "s_bins",
+            "panel_size": "s_panel_size"}  # fmt: skip
+    for name, value in values.items():
+        if name == "sigma":
+            if isinstance(value, str):
+                rule = next(k for k, v in SIGMA_RULES.items() if v == value)
+                st.session_state["s_sigma_rule"] = rule
+            else:
+                st.session_state["s_sigma_rule"] = "value"
+                st.session_state["s_sigma_value"] = float(value)
+        else:
+            st.session_state[keys[name]] = value
 
 
-def current_settings(ws: Workspace, **overrides: Any) -> EvalSettings:
-    """The settings from the session (layer included), with ``overrides``; stops on errors."""
-    _init_settings(ws)
+def _session_settings() -> dict[str, Any]:
+    """The settings of the session's widgets (unvalidated)."""
     s = st.session_state
     rule = SIGMA_RULES[s["s_sigma_rule"]]
-    values = {
+    return {
         "layer": s["s_layer"],
         "sigma": float(s["s_sigma_value"]) if rule == "value" else rule,
         "subset_size": int(s["s_subset_size"]),
@@ -228,6 +293,43 @@ def current_settings(ws: Workspace, **overrides: Any) -> EvalSettings:
         "bins": int(s["s_bins"]),
         "panel_size": int(s["s_panel_size"]),
     }
+
+
+def settings_sidebar(ws: Workspace, view: View | None = None) -> EvalSettings:
+    """Sidebar widgets of the evaluation settings; returns the validated settings.
+
+    The settings of ``view``'s link (if any) are applied first. On invalid settings the error
+    (with its fix) is shown and the page stops.
+    """
+    _init_settings(ws)
+    if view is not None:
+        _apply_linked_settings(view)
+    with st.sidebar:
+        st.subheader("Evaluation settings")
+        st.caption(f"Workspace: **{ws.name or ws.root.name}** · defaults from its workspace.toml")
+        st.radio("Kernel bandwidth σ", list(SIGMA_RULES), help=help_text("sigma"),
+                 **bound("s_sigma_rule"))  # fmt: skip
+        if st.session_state["s_sigma_rule"] == "value":
+            st.number_input("σ value", min_value=1e-6, format="%.4g", **bound("s_sigma_value"))
+        st.number_input("Subset size n", min_value=4, step=50, help=help_text("subset_size"),
+                        **bound("s_subset_size"))  # fmt: skip
+        st.number_input("Target subsets T", min_value=2, step=10, help=help_text("targets"),
+                        **bound("s_targets"))  # fmt: skip
+        st.number_input("Splits per subset K", min_value=2, step=50, help=help_text("splits"),
+                        **bound("s_splits"))  # fmt: skip
+        st.number_input("Seed", min_value=0, step=1, help=help_text("seed"), **bound("s_seed"))
+        with st.expander("More settings"):
+            st.number_input("Histogram bins (JSD)", min_value=2, max_value=1000,
+                            help=help_text("bins"), **bound("s_bins"))  # fmt: skip
+            st.number_input("Reference panel size R", min_value=3, help=help_text("panel_size"),
+                            **bound("s_panel_size"))  # fmt: skip
+    return current_settings(ws)
+
+
+def current_settings(ws: Workspace, **overrides: Any) -> EvalSettings:
+    """The settings from the session (layer included), with ``overrides``; stops on errors."""
+    _init_settings(ws)
+    values = _session_settings()
     values.update(overrides)
     try:
         base = EvalSettings.from_mapping(dataclasses.asdict(ws.defaults))
@@ -341,18 +443,140 @@ def evaluate(
     return result
 
 
+def _throughputs(ws: Workspace, settings: EvalSettings, costs: list[LayerCost]) -> dict:
+    """Measured extraction speed per architecture of the models that need an extraction."""
+    speeds: dict[str, Throughput] = {}
+    for name in dict.fromkeys(n for c in costs for n in c.extract):
+        entry = ws.model(name)
+        if entry.arch in speeds:
+            continue
+        key = ("throughput", file_sha256(ws.path(entry.checkpoint)), entry.arch, settings.device)
+        speed = shared_cache().get(key)
+        if speed is None:
+            with st.spinner(f"Timing {name} on 256 rows to estimate the cost…"):
+                speed = measure_throughput(ws, dataset_bundle(ws), name, settings)
+            shared_cache().put(key, speed)
+        speeds[entry.arch] = speed
+    return speeds
+
+
+def affordable_layers(
+    ws: Workspace, settings: EvalSettings, layers: Sequence[str], prefix: str
+) -> list[str]:
+    """The layers to evaluate every model at now, asking first where that is expensive.
+
+    A layer is evaluated at once when it is ready (results stored or activations cached for
+    every model) or cheap (extraction estimated at most :data:`CHEAP_SECONDS` at a throughput
+    measured on this machine); otherwise its cost is shown with a button, and it is evaluated
+    once the user accepts.
+
+    Args:
+        prefix: the page's widget-key prefix (one button per page and layer).
+    """
+    ws_hash = workspace_key(ws)
+    bundle = dataset_bundle(ws)
+    costs = layer_costs(ws, bundle, settings, layers, ws_hash)
+    if any(not c.ready for c in costs):
+        speeds = _throughputs(ws, settings, costs)
+        costs = layer_costs(ws, bundle, settings, layers, ws_hash, throughput=speeds)
+    confirmed: set = st.session_state.setdefault(CONFIRMED_KEY, set())
+    out = []
+    for cost in costs:
+        token = (ws_hash, stable_hash(settings.with_overrides(layer=cost.layer).result_key()))
+        cheap = cost.seconds is not None and cost.seconds <= CHEAP_SECONDS
+        if cost.ready or cheap or token in confirmed:
+            out.append(cost.layer)
+            continue
+        with st.container(border=True):
+            st.markdown(f"**{cost.layer}** is not cached yet: {cost.describe()}.")
+            if st.button(f"Evaluate {cost.layer}", key=f"{prefix}_go_{cost.layer}",
+                         type="primary"):  # fmt: skip
+                confirmed.add(token)
+                st.rerun()
+    return out
+
+
+# ------------------------------------------------------------------------------- display
+
+
 def plot(fig: Any, key: str | None = None) -> None:
     """Show a plotly figure with the project's chart config (camera button exports PNG)."""
     st.plotly_chart(fig, config=PLOTLY_CONFIG, key=key)
 
 
 def fmt(value: Any, digits: int = 3) -> str:
-    """A number for display (``"n/a"`` when missing)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    return f"{number:.{digits}g}" if number == number else "n/a"
+    """A number for display (:func:`sde_core.viz.formatting.format_number`)."""
+    return format_number(value, digits=digits)
+
+
+def fmt_p(value: Any) -> str:
+    """A p-value for display (scientific below 10⁻³)."""
+    return format_number(value, digits=2, notation="scientific")
+
+
+def pct(value: Any) -> str:
+    """A rate in [0, 1] as a whole percentage."""
+    return format_percent(value)
+
+
+def headline_value(row: Mapping[str, Any], key: str, show: Callable[[Any], str]) -> str:
+    """A headline number as text; ``"inconclusive"`` when it is withheld with a reason
+    (``inconclusive_reason``, method §12), ``"n/a"`` when it is missing."""
+    value = row.get(key)
+    reason = row.get("inconclusive_reason")
+    withheld = value is None or (isinstance(value, float) and value != value)
+    if withheld and isinstance(reason, str) and reason.strip():
+        return "inconclusive"
+    return show(value)
+
+
+def metric(column: Any, label: str, value: str, key: str, **kwargs: Any) -> None:
+    """``column.metric`` with the glossary definition of ``key`` on hover."""
+    column.metric(label, value, help=help_text(key), **kwargs)
+
+
+def table(
+    df: pd.DataFrame,
+    key: str,
+    *,
+    columns: Mapping[str, str] | None = None,
+    notations: Mapping[str, Notation] | None = None,
+    **kwargs: Any,
+) -> None:
+    """A table with readable numbers and the glossary definitions on its column headers.
+
+    Args:
+        df: the table (numbers stay numbers: sorting and the CSV download keep precision).
+        key: the element key.
+        columns: displayed column name -> glossary key, for the header tooltips (columns whose
+            name is itself a glossary key need no entry).
+        notations: per-column number notation (``"scientific"`` for p-values).
+    """
+    config: dict[str, Any] = {}
+    glossary_keys = dict(columns or {})
+    for column in df.columns:
+        name = str(column)
+        entry = glossary_keys.get(name, name if name in GLOSSARY else None)
+        if entry is not None:
+            config[name] = st.column_config.Column(help=help_text(entry, link=None))
+    st.dataframe(
+        style_table(df, notations), key=key, column_config=config, hide_index=True, **kwargs
+    )
+
+
+def show_verdict(
+    row: Mapping[str, Any],
+    targets: int,
+    retrain: Mapping[str, Any] | None,
+    *,
+    name: bool = True,
+    compare: bool = True,
+) -> None:
+    """A model's verdict: label, the evidence it rests on and what it cannot certify."""
+    explained = explain_verdict(row, targets, retrain, compare=compare)
+    icon = VERDICT_ICONS.get(explained.label, ":material/info:")
+    who = f"{row['name']} ({row.get('role', '')}) — " if name else ""
+    st.markdown(f"{icon} **{who}{explained.headline}.** {explained.body}")
 
 
 def app_root() -> Path:

@@ -1,13 +1,24 @@
-"""Compare page: every model side by side at the chosen layers, with the Retrain reference."""
+"""Compare page: every model side by side at the chosen layers, with the Retrain reference.
+
+A layer is evaluated at once only when it is ready (results stored or activations cached for
+every model) or cheap; otherwise the page says what it would cost — models × rows to extract,
+at a throughput measured on this machine — and waits for a click
+(:func:`pages._common.affordable_layers`).
+
+Link parameters (besides the settings): ``layers``, ``metric``, ``chart`` (the chart's layer),
+``overlay`` (models whose target histograms are overlaid).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
 import streamlit as st
 
 from pages._common import (
+    View,
+    affordable_layers,
+    begin_page,
     bound,
     current_settings,
     current_workspace,
@@ -16,89 +27,141 @@ from pages._common import (
     model_layers,
     plot,
     settings_sidebar,
+    show_verdict,
+    table,
 )
 from sde_core.pipeline.evaluate import EvaluationResult
 from sde_core.pipeline.workspace import Workspace
 from sde_core.viz.figures import METRICS, comparison_bars, target_overlay
+from sde_core.viz.links import decode_list, encode_list
 from sde_core.viz.ui_support import comparison_table
+from sde_core.viz.verdicts import retrain_row
 
 BAR_METRICS = ("otr", "calibrated_otr", "f1", "asr", "acc_f", "dependence_score")
 
 
+def apply_link(view: View) -> None:
+    """The link's layers, chart metric, chart layer and overlaid models."""
+    for name, key in (("layers", "compare_layers"), ("overlay", "c_overlay")):
+        text = view.get(name)
+        if text is not None:
+            st.session_state[key] = decode_list(text)
+    for name, key in (("metric", "c_metric"), ("chart", "c_layer")):
+        text = view.get(name)
+        if text is not None:
+            st.session_state[key] = text
+
+
 def choose_layers(ws: Workspace) -> list[str]:
-    """Layer multiselect (default: the Explore layer and the penultimate layer)."""
+    """Layer multiselect (default: the Explore layer)."""
     reference = next((m.name for m in ws.models if m.role == "original"), ws.models[0].name)
     options = [info.name for info in model_layers(ws, reference)]
-    if "compare_layers" not in st.session_state:
-        wanted = [st.session_state.get("s_layer", "output"), "penultimate"]
-        st.session_state["compare_layers"] = [x for x in dict.fromkeys(wanted) if x in options]
+    chosen = st.session_state.get("compare_layers")
+    if chosen is None:
+        st.session_state["compare_layers"] = [st.session_state.get("s_layer", "output")]
+    unknown = [x for x in st.session_state["compare_layers"] if x not in options]
+    if unknown:
+        st.warning(f"Unknown layers {unknown} dropped; the models have {options[:6]}…")
+        st.session_state["compare_layers"] = [
+            x for x in st.session_state["compare_layers"] if x in options
+        ]
     return st.multiselect(
         "Layers (OTR, calibrated OTR, F1 and dependence score are per layer)",
         options,
+        help="A layer whose activations are not cached yet is evaluated only after you confirm "
+        "its cost (one pass of every model over the training and test data).",
         **bound("compare_layers"),
     )
 
 
-def column_formats(table: pd.DataFrame) -> dict[str, Any]:
-    """Display formats: percentages with one decimal, rates and scores with three digits."""
-    config: dict[str, Any] = {}
-    for column in table.columns:
-        if column.endswith("(%)"):
-            config[column] = st.column_config.NumberColumn(format="%.1f")
-        elif column == "time (s)":
-            config[column] = st.column_config.NumberColumn(format="%.2f")
-        elif table[column].dtype.kind == "f":
-            config[column] = st.column_config.NumberColumn(format="%.3f")
-    return config
+def charts(results: dict[str, EvaluationResult]) -> str:
+    """A bar chart of one metric with intervals and the Retrain line; a target overlay.
 
-
-def charts(results: dict[str, EvaluationResult]) -> None:
-    """A bar chart of one metric with intervals and the Retrain line; a target overlay."""
+    Returns:
+        The layer the charts show.
+    """
     left, right = st.columns(2)
+    if st.session_state.get("c_metric") not in BAR_METRICS:
+        st.session_state["c_metric"] = BAR_METRICS[0]
     metric = left.selectbox(
         "Metric", BAR_METRICS, format_func=lambda m: METRICS[m].label, key="c_metric"
     )
+    if st.session_state.get("c_layer") not in results:
+        st.session_state["c_layer"] = next(iter(results))
     layer = right.selectbox("Layer of the chart", list(results), key="c_layer")
     result = results[layer]
     plot(comparison_bars(result.models, metric), "c_bars")
     names = result.models["name"].tolist()
-    default = [n for n in names if n in ("original", "retrained")] or names[:2]
+    if "c_overlay" not in st.session_state:
+        st.session_state["c_overlay"] = [n for n in names if n in ("original", "retrained")][
+            :4
+        ] or names[:2]
+    st.session_state["c_overlay"] = [n for n in st.session_state["c_overlay"] if n in names][:4]
     chosen = st.multiselect(
-        "Overlay the target histograms of 2–4 models",
-        names,
-        default=default,
-        max_selections=4,
-        key="c_overlay",
+        "Overlay the target histograms of 2–4 models", names, max_selections=4, key="c_overlay"
     )
     if len(chosen) >= 2:
         plot(target_overlay(result, chosen), "c_overlay_chart")
     else:
         st.info("Select at least two models to overlay their target histograms.")
+    return layer
 
 
+def verdicts(result: EvaluationResult) -> None:
+    """Every model's verdict at the chart's layer, with the evidence it rests on."""
+    retrain = retrain_row(result.models)
+    st.subheader(f"Verdicts at layer {result.settings.layer}")
+    for row in result.models.to_dict("records"):
+        show_verdict(row, result.settings.targets, retrain)
+
+
+def column_help(table_columns: list[str]) -> dict[str, Any]:
+    """Glossary keys of the comparison table's columns (``"OTR [output]"`` → ``otr``)."""
+    keys = {"OTR": "otr", "OTR lo": "otr_lo", "OTR hi": "otr_hi", "cal. OTR": "calibrated_otr",
+            "F1": "f1", "dependence": "dependence_score", "refs valid": "references_valid",
+            "verdict": "verdict", "Acc_r (%)": "acc_r", "Acc_f (%)": "acc_f",
+            "Acc_te (%)": "acc_te", "ASR (%)": "asr", "time (s)": "seconds",
+            "why inconclusive": "inconclusive_reason"}  # fmt: skip
+    return {c: keys[c.split(" [")[0]] for c in table_columns if c.split(" [")[0] in keys}
+
+
+view = begin_page("compare")
 ws = current_workspace()
-settings_sidebar(ws)
+settings_sidebar(ws, view)
 st.title("Compare models")
-with guarded("Cannot list the layers"):
+apply_link(view)
+layers: list[str] = []
+shown_layer = ""
+with guarded("Cannot compare the models"):
     layers = choose_layers(ws)
     if not layers:
         st.info("Choose at least one layer.")
-        st.stop()
+    ready = affordable_layers(ws, current_settings(ws), layers, "c") if layers else []
     results: dict[str, EvaluationResult] = {}
-    for layer in layers:
+    for layer in ready:
         result = evaluate(ws, current_settings(ws, layer=layer))
         if result is None:
             break
         results[layer] = result
-    if len(results) == len(layers):
-        table = comparison_table({layer: r.models for layer, r in results.items()})
-        table = table.sort_values("role", key=lambda r: r != "retrained", kind="stable")
-        retrained = table.loc[table["role"] == "retrained", "name"].tolist()
+    if results and len(results) == len(ready):
+        shown = comparison_table({layer: r.models for layer, r in results.items()})
+        shown = shown.sort_values("role", key=lambda r: r != "retrained", kind="stable")
+        retrained = shown.loc[shown["role"] == "retrained", "name"].tolist()
         st.caption(
             f"Reference: the retrained model {retrained[0]!r} (first row); click a column "
-            "header to sort. Accuracies and ASR in %, rates in [0, 1], time in seconds."
+            "header to sort, hover it for its definition. Accuracies and ASR in %, rates in "
+            "[0, 1], time in seconds."
             if retrained
             else "This workspace has no retrained model to compare with."
         )
-        st.dataframe(table, hide_index=True, key="c_table", column_config=column_formats(table))
-        charts(results)
+        table(shown, "c_table", columns=column_help(list(shown.columns)))
+        shown_layer = charts(results)
+        verdicts(results[shown_layer])
+view.publish(
+    {
+        "layers": encode_list(layers),
+        "metric": str(st.session_state.get("c_metric", "")),
+        "chart": shown_layer,
+        "overlay": encode_list(st.session_state.get("c_overlay", [])) if shown_layer else "",
+    }
+)

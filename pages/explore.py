@@ -1,4 +1,8 @@
-"""Explore page: one model at one layer — histograms, decisions, calibrated panel, controls."""
+"""Explore page: one model at one layer — verdict, histograms, decisions, calibrated panel.
+
+Link parameters (besides the settings): ``model``, ``target`` (one target subset in the
+histogram), ``control=1`` (the random-init negative control).
+"""
 
 from __future__ import annotations
 
@@ -6,30 +10,68 @@ import pandas as pd
 import streamlit as st
 
 from pages._common import (
+    View,
+    begin_page,
     bound,
     current_settings,
     current_workspace,
     dataset_bundle,
     evaluate,
     fmt,
+    fmt_p,
     guarded,
+    headline_value,
     layer_label,
+    metric,
     model_layers,
+    pct,
     plot,
     settings_sidebar,
+    show_verdict,
+    table,
 )
-from sde_core.inputs.activations import ActivationCache, get_activations
-from sde_core.inputs.data import load_index_file
-from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, draw_subsets
+from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult
 from sde_core.pipeline.workspace import Workspace
+from sde_core.services.evaluation import thumbnails
 from sde_core.viz.figures import hsic_histogram, panel_figure, spread_figure
+from sde_core.viz.formatting import format_interval
+from sde_core.viz.links import decode_bool, decode_int
 
 THUMBNAILS = 16
+#: Verdict counts of the calibrated test (the ones a result has are shown).
+COUNTS = {
+    "n_in_training": "in-training",
+    "n_out_of_training": "out-of-training",
+    "n_over_unlearned": "over-unlearned",
+    "n_inconclusive": "inconclusive",
+}
+HIST_MODES = ["all targets pooled", "one target subset"]
+DECISION_HELP = {
+    "D(S, S_IT)": "d_it",
+    "D(S, S_OOT)": "d_oot",
+    "median H": "h_median",
+    "score s(S)": "score",
+}
 
 
-def pct(value: float) -> str:
-    """A rate in [0, 1] as a whole percentage."""
-    return f"{100 * float(value):.0f}%" if value == value else "n/a"
+def apply_link(view: View, names: list[str]) -> None:
+    """The link's model, target subset and negative-control switch."""
+    model = view.get("model")
+    if model is not None:
+        if model in names:
+            st.session_state["x_model"] = model
+        else:
+            st.warning(f"The link names a model {model!r} this workspace does not have.")
+    target = view.get("target")
+    if target is not None:
+        value, problem = decode_int(target, "target")
+        if problem:
+            st.warning(f"The link's {problem}: showing all targets pooled.")
+        else:
+            st.session_state["x_hist_mode"] = HIST_MODES[1]
+            st.session_state["x_target"] = value
+    if view.get("control") is not None:
+        st.session_state["x_negative"] = decode_bool(view.get("control") or "")
 
 
 def pick_model_and_layer(ws: Workspace) -> str:
@@ -44,63 +86,70 @@ def pick_model_and_layer(ws: Workspace) -> str:
         layers = model_layers(ws, model)
         labels = {info.name: layer_label(info) for info in layers}
         if st.session_state.get("s_layer") not in labels:
+            if st.session_state.get("s_layer"):
+                st.warning(f"{model} has no layer {st.session_state['s_layer']!r}.")
             st.session_state["s_layer"] = "output" if "output" in labels else layers[0].name
         right.selectbox(
             "Layer (aliases first, then every module)",
             list(labels),
             format_func=labels.__getitem__,
+            help="The activations compared: 'output' = softmax probabilities (the paper's h).",
             **bound("s_layer"),
         )
     return model
 
 
 def headline(result: EvaluationResult, model: str) -> None:
-    """Reference check with its badge, OTR with interval, F1, dependence score and σ."""
+    """The verdict in words, then the reference check, OTR with interval, F1, score and σ."""
     row = result.models.set_index("name").loc[model]
+    record = {"name": model, **row.to_dict()}
+    show_verdict(record, result.settings.targets, None, name=False, compare=False)
     valid = bool(row["references_valid"])
     cols = st.columns(5)
-    cols[0].metric("Reference U-test p", fmt(row["reference_p"]))
+    metric(cols[0], "Reference U-test p", fmt_p(row["reference_p"]), "reference_p")
     with cols[0]:
         st.badge(
             "references valid" if valid else "references invalid",
             color="green" if valid else "red",
             icon=":material/check:" if valid else ":material/close:",
         )
-    cols[1].metric("OTR (out-of-training rate)", pct(row["otr"]))
-    cols[1].caption(f"95% Wilson interval {pct(row['otr_lo'])}–{pct(row['otr_hi'])}")
-    cols[2].metric("Controlled F1", fmt(row["f1"]))
-    cols[3].metric("Dependence score", fmt(row["dependence_score"]))
-    cols[4].metric("σ used", fmt(row["sigma"], 4))
+    metric(cols[1], "OTR (out-of-training rate)", headline_value(row, "otr", pct), "otr")
+    cols[1].caption(f"95% Wilson interval {format_interval(row['otr_lo'], row['otr_hi'])}")
+    metric(cols[2], "Controlled F1", headline_value(row, "f1", fmt), "f1")
+    metric(cols[3], "Dependence score", headline_value(row, "dependence_score", fmt),
+           "dependence_score")  # fmt: skip
+    metric(cols[4], "σ used", fmt(row["sigma"], 4), "sigma")
     cols[4].caption(f"layer {row['layer']}, d = {int(row['dim'])}")
+    reason = row.get("inconclusive_reason")
+    if isinstance(reason, str) and reason.strip():
+        st.warning(f"**Inconclusive**: {reason.strip()} (method §12); the headline numbers are "
+                   "withheld.")  # fmt: skip
     if not valid:
         st.warning(
-            f"The references are invalid at this layer (p = {fmt(row['reference_p'])} ≥ α = "
+            f"The references are invalid at this layer (p = {fmt_p(row['reference_p'])} ≥ α = "
             f"{result.settings.alpha}): H does not separate retained from unseen data, so every "
             "decision below is **inconclusive**. Try another layer (the softmax `output` is "
             "usually strongest), another σ, a larger subset size n or more splits K."
         )
 
 
-def decisions(result: EvaluationResult, model: str) -> None:
-    """Histograms of H and the JSD decision of every target subset."""
+def decisions(result: EvaluationResult, model: str) -> int | None:
+    """Histograms of H and the JSD decision of every target subset; returns the shown target."""
     sub = result.subsets
     targets = sub[(sub["model"] == model) & (sub["kind"] == "target")]
-    shown = st.radio(
-        "Targets in the histogram",
-        ["all targets pooled", "one target subset"],
-        horizontal=True,
-        key="x_hist_mode",
-    )
+    shown = st.radio("Targets in the histogram", HIST_MODES, horizontal=True, key="x_hist_mode")
     pick = None
-    if shown == "one target subset":
+    if shown == HIST_MODES[1]:
+        if int(st.session_state.get("x_target") or 0) >= len(targets):
+            st.session_state["x_target"] = 0
         pick = st.number_input(
             "Target subset", min_value=0, max_value=len(targets) - 1, key="x_target"
         )
     plot(hsic_histogram(result, model, "pooled" if pick is None else [int(pick)]), "x_hist")
     st.markdown("**JSD decision per target subset** (D = Jensen–Shannon divergence, base 2)")
-    table = targets[["index", "d_it", "d_oot", "decision", "h_median", "score", "spread"]]
-    st.dataframe(
-        table.rename(
+    shown_table = targets[["index", "d_it", "d_oot", "decision", "h_median", "score", "spread"]]
+    table(
+        shown_table.rename(
             columns={
                 "index": "target",
                 "d_it": "D(S, S_IT)",
@@ -109,21 +158,23 @@ def decisions(result: EvaluationResult, model: str) -> None:
                 "score": "score s(S)",
             }
         ),
-        hide_index=True,
+        "x_decisions",
+        columns=DECISION_HELP,
         height=240,
-        key="x_decisions",
     )
+    return None if pick is None else int(pick)
 
 
 def calibrated(result: EvaluationResult, model: str) -> None:
     """The reference panel, calibrated p-values and verdict counts, and the spread control."""
     row = result.models.set_index("name").loc[model]
-    cols = st.columns(5)
-    cols[0].metric("Panel U-test p", fmt(row["panel_p"]))
-    cols[1].metric("Calibrated OTR", pct(row["calibrated_otr"]))
-    cols[2].metric("in-training", int(row["n_in_training"]))
-    cols[3].metric("out-of-training", int(row["n_out_of_training"]))
-    cols[4].metric("inconclusive", int(row["n_inconclusive"]))
+    counts = [k for k in COUNTS if k in row.index and row[k] == row[k]]
+    cols = st.columns(2 + len(counts))
+    metric(cols[0], "Panel U-test p", fmt_p(row["panel_p"]), "panel_p")
+    metric(cols[1], "Calibrated OTR", headline_value(row, "calibrated_otr", pct),
+           "calibrated_otr")  # fmt: skip
+    for col, key in zip(cols[2:], counts, strict=True):
+        metric(col, COUNTS[key], str(int(row[key])), key)
     left, right = st.columns(2)
     with left:
         plot(panel_figure(result, model), "x_panel")
@@ -139,19 +190,23 @@ def calibrated(result: EvaluationResult, model: str) -> None:
     sub = result.subsets
     targets = sub[(sub["model"] == model) & (sub["kind"] == "target")]
     with st.expander("Calibrated p-values per target"):
-        st.dataframe(
-            targets[["index", "score", "spread", "p_in", "p_out", "verdict"]], hide_index=True
+        table(
+            targets[["index", "score", "spread", "p_in", "p_out", "verdict"]].rename(
+                columns={"index": "target"}
+            ),
+            "x_calibrated",
+            notations={"p_in": "scientific", "p_out": "scientific"},
         )
 
 
 def negative_control(result: EvaluationResult, model: str, control: str) -> None:
     """The same evaluation under the randomly initialised model, side by side."""
     rows = result.models.set_index("name")
-    table = pd.DataFrame(
+    shown = pd.DataFrame(
         {
             name: {
-                "references valid": bool(rows.loc[name, "references_valid"]),
-                "reference p": fmt(rows.loc[name, "reference_p"]),
+                "references valid": "yes" if bool(rows.loc[name, "references_valid"]) else "no",
+                "reference p": fmt_p(rows.loc[name, "reference_p"]),
                 "OTR": pct(rows.loc[name, "otr"]),
                 "calibrated OTR": pct(rows.loc[name, "calibrated_otr"]),
                 "F1": fmt(rows.loc[name, "f1"]),
@@ -159,42 +214,28 @@ def negative_control(result: EvaluationResult, model: str, control: str) -> None
             for name in (model, control)
         }
     )
-    st.dataframe(table.astype(str), key="x_control_table")
+    st.dataframe(shown.astype(str), key="x_control_table")
     plot(hsic_histogram(result, control), "x_control_hist")
 
 
-def thumbnails(ws: Workspace, settings: EvalSettings, model: str) -> None:
+def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: int) -> None:
     """Inputs of one target subset with the model's predictions (image data only)."""
-    bundle = dataset_bundle(ws)
-    if not bundle.is_image:
+    strip = thumbnails(ws, dataset_bundle(ws), settings, model, target, THUMBNAILS)
+    if strip is None:
         return
-    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
-    plan = draw_subsets(len(bundle.train), len(bundle.test), forget, settings)
-    target = int(st.session_state.get("x_target", 0) or 0)
-    idx = plan.targets[target][:THUMBNAILS]
-    entry = ws.model(model)
-    probs = get_activations(
-        ws.path(entry.checkpoint),
-        bundle,
-        "train",
-        "output",
-        ActivationCache(ws.root / ".sde-cache" / "activations"),
-        arch=entry.arch,
-        indices=idx,
-    )["output"]
-    names = bundle.class_names or [str(c) for c in range(bundle.num_classes)]
-    labels = bundle.train_labels[idx]
-    captions = [
-        f"{'✓' if p == y else '✗'} {names[p]}" + ("" if p == y else f" (is {names[y]})")
-        for p, y in zip(probs.argmax(axis=1), labels, strict=True)
-    ]
-    st.markdown(f"**Target subset {target}: first {len(idx)} inputs, {model}'s predictions**")
-    st.image(list(bundle.images("train", idx)), caption=captions, width=72, clamp=True)
+    st.markdown(
+        f"**Target subset {strip.target}: first {len(strip.indices)} inputs, {model}'s "
+        f"predictions** ({sum(strip.correct)} of {len(strip.correct)} right)"
+    )
+    st.image(list(strip.images), caption=strip.captions, width=72, clamp=True)
 
 
+view = begin_page("explore")
 ws = current_workspace()
-settings_sidebar(ws)
+settings_sidebar(ws, view)
 st.title("Explore one model")
+names = [m.name for m in ws.models]
+apply_link(view, names)
 model = pick_model_and_layer(ws)
 controls = [m.name for m in ws.models if m.role == "random" and m.name != model]
 control = None
@@ -204,14 +245,22 @@ if controls and st.toggle(
     control = controls[0]
 settings = current_settings(ws)
 result = evaluate(ws, settings, [model] + ([control] if control else []))
+target = None
 if result is not None:
     headline(result, model)
     st.subheader("Split-half HSIC: references and targets")
-    decisions(result, model)
+    target = decisions(result, model)
     st.subheader("Calibrated evidence and spread control")
     calibrated(result, model)
     if control:
         st.subheader(f"Negative control: {control}")
         negative_control(result, model, control)
     with guarded("Cannot show the target inputs"):
-        thumbnails(ws, settings, model)
+        show_thumbnails(ws, settings, model, target or 0)
+view.publish(
+    {
+        "model": model,
+        "target": "" if target is None else str(target),
+        "control": "1" if control else "",
+    }
+)

@@ -1,95 +1,171 @@
-"""Report page: plain-language verdicts, settings, caveats and downloads."""
+"""Report page: verdicts with their evidence, what was evaluated, and the report files.
+
+The HTML report opens offline, carries the manifest (checkpoint and data hashes, settings,
+seeds, software) and embeds its JSON document; ``python -m sde_core verify`` re-checks it.
+"""
 
 from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
 from pages._common import (
+    affordable_layers,
+    begin_page,
     current_workspace,
+    dataset_bundle,
     evaluate,
     guarded,
     settings_sidebar,
     shared_cache,
+    show_verdict,
+    table,
 )
 from sde_core.common.hashing import stable_hash
 from sde_core.pipeline.evaluate import EvaluationResult
+from sde_core.pipeline.workspace import Workspace
+from sde_core.services.audit import build_manifest, report_file_stem
 from sde_core.viz.figures import figure_to_image, plotly_config
+from sde_core.viz.pdf import html_to_pdf
 from sde_core.viz.report import (
     CAVEATS,
     build_html_report,
+    manifest_tables,
     null_calibration_text,
+    report_document,
     report_figures,
     settings_table,
     tables_for_export,
     tables_to_zip,
     to_csv_bytes,
     to_json_bytes,
-    verdict_table,
 )
-
-VERDICT_ICONS = {
-    "not forgotten": ":material/memory:",
-    "consistent with forgetting": ":material/check_circle:",
-    "inconclusive": ":material/help:",
-}
+from sde_core.viz.verdicts import CAN_CERTIFY, CANNOT_CERTIFY, retrain_row
 
 
-def html_report(result: EvaluationResult, name: str, notes: str) -> str:
+def _key(result: EvaluationResult, *extra: Any) -> tuple:
+    return (result.workspace_hash, stable_hash(result.settings.result_key()), *extra)
+
+
+def manifest_of(ws: Workspace, result: EvaluationResult) -> dict[str, Any]:
+    """The manifest of this evaluation (hashes every checkpoint once per result)."""
+    key = ("manifest", *_key(result))
+    manifest = shared_cache().get(key)
+    if manifest is None:
+        manifest = build_manifest(ws, result, bundle=dataset_bundle(ws))
+        shared_cache().put(key, manifest)
+    return manifest
+
+
+def html_report(result: EvaluationResult, name: str, notes: str, manifest: dict) -> str:
     """The self-contained HTML report (built once per result and notes)."""
-    key = ("report", result.workspace_hash, stable_hash(result.settings.result_key()), notes)
+    key = ("report", *_key(result, notes))
     page = shared_cache().get(key)
     if page is None:
-        page = build_html_report(result, name, notes=notes or None)
+        page = build_html_report(
+            result,
+            name,
+            notes=notes or None,
+            manifest=manifest,
+            file_hint=f"{report_file_stem(name)}.html",
+        )
         shared_cache().put(key, page)
     return page
 
 
 def verdicts(result: EvaluationResult) -> None:
-    """One plain-language paragraph per model."""
-    for row in verdict_table(result).to_dict("records"):
-        icon = VERDICT_ICONS.get(row["verdict"], ":material/info:")
-        st.markdown(
-            f"{icon} **{row['name']}** ({row['role']}, {row['method'] or 'no method'}) — "
-            f"*{row['verdict']}*: {row['explanation']}"
-        )
+    """One plain-language paragraph per model, with the evidence it rests on."""
+    retrain = retrain_row(result.models)
+    for row in result.models.to_dict("records"):
+        show_verdict(row, result.settings.targets, retrain)
 
 
-def downloads(result: EvaluationResult, name: str) -> None:
-    """HTML report, every table as CSV/JSON, and the charts."""
+def certify() -> None:
+    """What an SDE verdict can and cannot establish."""
+    left, right = st.columns(2)
+    left.markdown("**It can establish**\n\n" + "\n".join(f"- {t}" for t in CAN_CERTIFY))
+    right.markdown("**It cannot establish**\n\n" + "\n".join(f"- {t}" for t in CANNOT_CERTIFY))
+
+
+def report_downloads(result: EvaluationResult, name: str, manifest: dict) -> None:
+    """The HTML, JSON and PDF report."""
     notes = st.text_area("Notes to include in the report (optional)", key="r_notes")
-    st.download_button(
+    page = html_report(result, name, notes, manifest)
+    stem = report_file_stem(name)
+    left, middle, right = st.columns(3)
+    left.download_button(
         "Download the HTML report",
-        html_report(result, name, notes),
-        file_name=f"sde-report-{name}.html",
+        page,
+        file_name=f"{stem}.html",
         mime="text/html",
         type="primary",
         icon=":material/download:",
         key="r_html",
     )
+    middle.download_button(
+        "Download the JSON report",
+        to_json_document(result, manifest),
+        file_name=f"{stem}.json",
+        mime="application/json",
+        icon=":material/data_object:",
+        key="r_json",
+        help="The numbers, verdicts and manifest that `python -m sde_core verify` re-checks.",
+    )
+    with right:
+        pdf_key = ("pdf", *_key(result, notes))
+        pdf = shared_cache().get(pdf_key)
+        if pdf is None and st.button("Print the PDF (Chromium)", key="r_pdf_make"):
+            with guarded("No PDF"), st.spinner("Printing the report with Chromium…"):
+                with tempfile.TemporaryDirectory(prefix="sde-report-") as tmp:
+                    source = Path(tmp) / f"{stem}.html"
+                    source.write_text(page, encoding="utf-8")
+                    pdf = html_to_pdf(source, Path(tmp) / f"{stem}.pdf").read_bytes()
+                shared_cache().put(pdf_key, pdf)
+        if pdf is not None:
+            st.download_button("Download the PDF report", pdf, file_name=f"{stem}.pdf",
+                               mime="application/pdf", key="r_pdf")  # fmt: skip
+    st.caption(
+        f"Re-check a saved report against the workspace: `python -m sde_core verify "
+        f"{stem}.json` (or the .html) — it re-hashes every file and recomputes every number."
+    )
+
+
+def to_json_document(result: EvaluationResult, manifest: dict) -> bytes:
+    """The report's JSON document as UTF-8 bytes."""
+    return json.dumps(report_document(result, manifest), indent=2, allow_nan=False).encode()
+
+
+def table_downloads(result: EvaluationResult, name: str) -> None:
+    """Every table as CSV/JSON, and a ZIP of them all."""
     tables = tables_for_export(result)
-    st.markdown("**Tables**")
-    for table, df in tables.items():
+    for label, df in tables.items():
         a, b, c = st.columns([2, 1, 1])
-        a.write(f"`{table}` — {len(df)} rows")
-        b.download_button("CSV", to_csv_bytes(df), f"{name}-{table}.csv", "text/csv",
-                          key=f"r_csv_{table}")  # fmt: skip
-        c.download_button("JSON", to_json_bytes(df), f"{name}-{table}.json", "application/json",
-                          key=f"r_json_{table}")  # fmt: skip
+        a.write(f"`{label}` — {len(df)} rows")
+        b.download_button("CSV", to_csv_bytes(df), f"{name}-{label}.csv", "text/csv",
+                          key=f"r_csv_{label}")  # fmt: skip
+        c.download_button("JSON", to_json_bytes(df), f"{name}-{label}.json", "application/json",
+                          key=f"r_json_{label}")  # fmt: skip
     left, right = st.columns(2)
     fmt = left.radio("Archive format", ["csv", "json"], horizontal=True, key="r_zip_fmt")
     raw = right.checkbox("Include every raw H value (large)", key="r_zip_h")
-    key = ("zip", result.workspace_hash, stable_hash(result.settings.result_key()), fmt, raw)
+    key = ("zip", *_key(result, fmt, raw))
     archive = shared_cache().get(key)
     if archive is None:
         archive = tables_to_zip(tables_for_export(result, include_h=raw), fmt)
         shared_cache().put(key, archive)
-    st.download_button(
-        f"All tables ({fmt.upper()} in a ZIP)",
-        archive,
-        f"{name}-tables-{fmt}.zip",
-        "application/zip",
-        key="r_zip",
-    )
+    st.download_button(f"All tables ({fmt.upper()} in a ZIP)", archive,
+                       f"{name}-tables-{fmt}.zip", "application/zip", key="r_zip")  # fmt: skip
+
+
+def evaluated(manifest: dict) -> None:
+    """The manifest: workspace, data, checkpoint hashes, seeds, software, wall times."""
+    for title, df in manifest_tables(manifest).items():
+        st.markdown(f"**{title}**")
+        table(df, f"r_manifest_{title}")
 
 
 def charts(result: EvaluationResult, name: str) -> None:
@@ -107,21 +183,34 @@ def charts(result: EvaluationResult, name: str) -> None:
                                    f"{name}-chart.{image}", key="r_server_download")  # fmt: skip
 
 
+view = begin_page("report")
 ws = current_workspace()
-settings = settings_sidebar(ws)
+settings = settings_sidebar(ws, view)
 st.title("Report")
 name = ws.name or ws.root.name
-result = evaluate(ws, settings)
+affordable = affordable_layers(ws, settings, [settings.layer], "r")
+result = evaluate(ws, settings) if affordable else None
 if result is not None:
+    manifest = None
+    with guarded("Cannot pin what was evaluated"):
+        manifest = manifest_of(ws, result)
     st.subheader("Verdicts")
     verdicts(result)
-    st.subheader("Downloads")
-    downloads(result, name)
+    st.subheader("What SDE can and cannot certify")
+    certify()
+    if manifest is not None:
+        st.subheader("Report files")
+        report_downloads(result, name, manifest)
+        st.subheader("What was evaluated")
+        evaluated(manifest)
     st.subheader("Settings")
     st.dataframe(settings_table(result.settings), hide_index=True, key="r_settings")
     st.subheader("Caveats")
     for title, text in CAVEATS.items():
         st.markdown(f"**{title}.** {text}")
     st.markdown(null_calibration_text(result))
+    st.subheader("Tables")
+    table_downloads(result, name)
     st.subheader("Charts")
     charts(result, name)
+view.publish()

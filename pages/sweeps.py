@@ -1,4 +1,8 @@
-"""Sweeps page: F1 and OTR against σ, the layer, the subset size or the training checkpoint."""
+"""Sweeps page: F1 and OTR against σ, the layer, the subset size or the training checkpoint.
+
+Link parameters (besides the settings): ``sweep`` (sigma, layer, subset_size, checkpoint),
+``values`` (the swept values, comma-separated), ``models``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from pages._common import (
+    View,
+    begin_page,
     current_workspace,
     guarded,
     model_layers,
@@ -16,20 +22,18 @@ from pages._common import (
     run_with_progress,
     settings_sidebar,
     shared_cache,
+    table,
     workspace_key,
 )
 from sde_core.common.hashing import stable_hash
+from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.pipeline.evaluate import EvalSettings, Progress
-from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.sweeps import available_fractions, run_sweep, sigma_markers
 from sde_core.pipeline.workspace import Workspace
+from sde_core.services.plans import plan_points, plan_runs
 from sde_core.viz.figures import plan_figure, sweep_figure
-from sde_core.viz.ui_support import (
-    allowed_roots,
-    parse_int_values,
-    parse_sigma_values,
-    resolve_in_roots,
-)
+from sde_core.viz.links import decode_list, encode_list
+from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
 
 PARAMS = {
     "sigma": "σ (kernel bandwidth)",
@@ -39,34 +43,90 @@ PARAMS = {
 }
 
 
+def value_key(param: str, settings: EvalSettings) -> str:
+    """The session key of the widget holding the values of ``param``."""
+    return {
+        "sigma": f"sw_sigma_{settings.layer}",
+        "layer": "sw_layers",
+        "subset_size": "sw_sizes",
+        "checkpoint": "sw_fractions",
+    }[param]
+
+
+def models_key(param: str) -> str:
+    """The session key of the models multiselect (checkpoint sweeps have their own)."""
+    return f"sw_models_{param == 'checkpoint'}"
+
+
+def apply_link(view: View, ws: Workspace, settings: EvalSettings, original: str) -> None:
+    """The link's swept parameter, values and models."""
+    param = view.get("sweep")
+    if param is not None:
+        if param in PARAMS:
+            st.session_state["sw_param"] = param
+        else:
+            st.warning(f"The link's sweep={param!r} is not one of {list(PARAMS)}.")
+    param = st.session_state.get("sw_param", "sigma")
+    values = view.get("values")
+    if values is not None:
+        key = value_key(param, settings)
+        if param == "layer":
+            st.session_state[key] = decode_list(values)
+        elif param == "checkpoint":
+            try:
+                wanted = [float(v) for v in decode_list(values)]
+            except ValueError:
+                st.warning(f"The link's values={values!r} are not checkpoint fractions.")
+            else:
+                known = available_fractions(ws.model(original))
+                st.session_state[key] = [f for f in known if f in wanted]
+        else:
+            st.session_state[key] = values
+    models = view.get("models")
+    if models is not None:
+        names = [m.name for m in ws.models]
+        st.session_state[models_key(param)] = [m for m in decode_list(models) if m in names]
+
+
+def values_param(param: str, settings: EvalSettings) -> str:
+    """The current values of ``param``'s widget as link text."""
+    value = st.session_state.get(value_key(param, settings))
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else encode_list(value)
+
+
 def sweep_values(ws: Workspace, settings: EvalSettings, param: str, original: str) -> list:
     """The widget for the values of ``param``; returns the parsed values."""
+    key = value_key(param, settings)
     if param == "sigma":
         dim = next(i.dim for i in model_layers(ws, original) if i.name == settings.layer)
         factors = (0.1, 0.3, 1.0, 3.0)
-        default = ", ".join(f"{math.sqrt(dim) * f:.3g}" for f in factors)
+        st.session_state.setdefault(key, ", ".join(f"{math.sqrt(dim) * f:.3g}" for f in factors))
         text = st.text_input(
             f"σ values (numbers, 'sqrt_dim' or 'median'; √d = {math.sqrt(dim):.3g} at "
             f"{settings.layer})",
-            value=default,
-            key=f"sw_sigma_{settings.layer}",
+            key=key,
         )
         return parse_sigma_values(text)
     if param == "layer":
         names = [i.name for i in model_layers(ws, original)]
-        default = [n for n in ("output", "logits", "penultimate") if n in names]
-        return st.multiselect("Layers", names, default=default, key="sw_layers")
+        st.session_state.setdefault(key, [n for n in ("output", "logits", "penultimate")
+                                          if n in names])  # fmt: skip
+        st.session_state[key] = [n for n in st.session_state[key] if n in names]
+        return st.multiselect("Layers", names, key=key)
     if param == "subset_size":
         n = settings.subset_size
         default = ", ".join(str(v) for v in dict.fromkeys((max(4, n // 4), max(4, n // 2), n)))
-        return parse_int_values(st.text_input("Subset sizes", value=default, key="sw_sizes"))
+        st.session_state.setdefault(key, default)
+        return parse_int_values(st.text_input("Subset sizes", key=key))
     fractions = available_fractions(ws.model(original))
+    st.session_state.setdefault(key, [f for f in fractions if f > 0])
     return st.multiselect(
         "Checkpoints (fraction of training)",
         fractions,
-        default=[f for f in fractions if f > 0],
         format_func=lambda f: f"{100 * f:.0f}%",
-        key="sw_fractions",
+        key=key,
     )
 
 
@@ -118,32 +178,27 @@ def plan_results() -> None:
     st.button("Refresh", key="pl_refresh", help="re-read the store (a running plan adds rows)")
     with guarded("Cannot read the plan results"):
         path = resolve_in_roots(path_text, allowed_roots(), what="results store", must_exist=False)
-        if not path.is_file():
-            st.info(f"No plan results at {path} yet: run `python -m sde_core run-plan PLAN`.")
+        runs = plan_runs(path)
+        if runs.empty:
+            st.info(f"No plan runs in {path} yet: run `python -m sde_core run-plan PLAN`.")
             return
-        with ResultsStore(path) as store:
-            runs = store.list_runs()
-            runs = runs[runs["workspace_hash"].str.startswith("plan:")]
-            if runs.empty:
-                st.info("No plan runs in this store yet: run `python -m sde_core run-plan PLAN`.")
-                return
-            labels = {int(r.id): f"{r.label} — run {r.id} ({r.status}, {r.units} jobs done)"
-                      for r in runs.itertuples()}  # fmt: skip
-            run_id = st.selectbox("Plan run", list(labels), format_func=labels.__getitem__,
-                                  key="pl_run")  # fmt: skip
-            tables = store.tables(run_id)
-            points = store.rows(run_id, "points") if "points" in tables else pd.DataFrame()
+        labels = {int(r.id): f"{r.label} — run {r.id} ({r.status}, {r.units} jobs done)"
+                  for r in runs.itertuples()}  # fmt: skip
+        run_id = st.selectbox("Plan run", list(labels), format_func=labels.__getitem__,
+                              key="pl_run")  # fmt: skip
+        points = plan_points(path, run_id)
         if points.empty:
             st.info("This run has no evaluation points (yet): toy runs are in REPRODUCTION.md.")
             return
         metric = st.radio("Metric", ["f1", "otr", "calibrated_otr"], horizontal=True,
                           key="pl_metric")  # fmt: skip
         plot(plan_figure(points, metric), "pl_fig")
-        st.dataframe(points, hide_index=True, key="pl_table")
+        table(points, "pl_table")
 
 
+view = begin_page("sweeps")
 ws = current_workspace()
-settings = settings_sidebar(ws)
+settings = settings_sidebar(ws, view)
 st.title("Sweeps")
 with st.expander("Experiment plans (the paper's protocols: `run-plan`, local or on Ray)"):
     plan_results()
@@ -152,28 +207,30 @@ st.caption(
     "results store are read back. Other settings come from the sidebar."
 )
 originals = [m.name for m in ws.models if m.role == "original"] or [ws.models[0].name]
+apply_link(view, ws, settings, originals[0])
 param = st.radio("Sweep", list(PARAMS), format_func=PARAMS.__getitem__, horizontal=True,
                  key="sw_param")  # fmt: skip
+models: list[str] = []
 with guarded("Cannot run this sweep"):
     values = sweep_values(ws, settings, param, originals[0])
     names = [m.name for m in ws.models]
     default = originals[:1] + [m.name for m in ws.models if m.role == "retrained"][:1]
-    models = st.multiselect(
-        "Models",
-        names,
-        default=originals[:1] if param == "checkpoint" else default,
-        key=f"sw_models_{param == 'checkpoint'}",
-    )
+    st.session_state.setdefault(models_key(param), originals[:1] if param == "checkpoint"
+                                else default)  # fmt: skip
+    models = st.multiselect("Models", names, key=models_key(param))
     if not values or not models:
         st.info("Choose at least one value and one model.")
-        st.stop()
-    table = run(ws, settings, param, values, models)
-    if table is not None:
-        markers = markers_of(ws, settings, models[0]) if param == "sigma" else None
-        left, right = st.columns(2)
-        with left:
-            plot(sweep_figure(table, "f1", markers=markers), "sw_f1")
-        with right:
-            plot(sweep_figure(table, "otr", markers=markers), "sw_otr")
-        with st.expander("Sweep table"):
-            st.dataframe(table, hide_index=True, key="sw_table")
+    else:
+        sweep = run(ws, settings, param, values, models)
+        if sweep is not None:
+            markers = markers_of(ws, settings, models[0]) if param == "sigma" else None
+            left, right = st.columns(2)
+            with left:
+                plot(sweep_figure(sweep, "f1", markers=markers), "sw_f1")
+            with right:
+                plot(sweep_figure(sweep, "otr", markers=markers), "sw_otr")
+            with st.expander("Sweep table"):
+                table(sweep, "sw_table")
+view.publish(
+    {"sweep": param, "values": values_param(param, settings), "models": encode_list(models)}
+)

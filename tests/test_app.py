@@ -1,23 +1,26 @@
-"""Dashboard tests with Streamlit's AppTest: every page, displayed numbers vs the library, and
-bad input shown inline (never a traceback). Plus the UI-free helpers of sde_core.viz.ui_support."""
+"""Dashboard tests with Streamlit's AppTest: every page, displayed numbers vs the library, views
+carried by links, readable tables on the demo, and bad input shown inline (never a traceback).
+Plus the UI-free helpers of sde_core.viz.ui_support."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import shared_tiny_workspace
 
 from sde_core.errors import InputError
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
 from sde_core.pipeline.workspace import load_workspace
-from sde_core.viz.report import verdict_label
+from sde_core.viz.formatting import format_interval, format_number
 from sde_core.viz.ui_support import (
     allowed_roots,
     check_upload,
@@ -26,8 +29,10 @@ from sde_core.viz.ui_support import (
     parse_sigma_values,
     resolve_in_roots,
 )
+from sde_core.viz.verdicts import explain_verdict, verdict_label
 
-APP = Path(__file__).resolve().parent.parent / "app.py"
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "app.py"
 TIMEOUT = 120
 
 
@@ -57,10 +62,12 @@ def expected(ws: Path, defaults: EvalSettings) -> EvaluationResult:
     return evaluate_workspace(ws, defaults)
 
 
-def app(page: str | None = None) -> AppTest:
+def app(page: str | None = None, **params: str) -> AppTest:
+    """Run the app (on ``page``), opened with the query parameters ``params`` (a link)."""
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     if page:
         at.switch_page(f"pages/{page}.py")
+    at.query_params.update(params)
     return at.run()
 
 
@@ -84,8 +91,21 @@ def pct(x: float) -> str:
     return f"{100 * x:.0f}%" if x == x else "n/a"
 
 
-def g3(x: float, digits: int = 3) -> str:
-    return f"{x:.{digits}g}" if x == x else "n/a"
+def p_value(x: float) -> str:
+    return format_number(x, digits=2, notation="scientific")
+
+
+def displayed(element) -> pd.DataFrame | None:
+    """The text a styled table shows (None for a table shown without number formats)."""
+    styler = element.proto.arrow_data.styler
+    if not styler.display_values:
+        return None
+    return dataframe_util.convert_arrow_bytes_to_pandas_df(styler.display_values)
+
+
+def shared_link(at: AppTest) -> str:
+    (code,) = [c.value for c in at.code if "?" in c.value]
+    return code
 
 
 # ------------------------------------------------------------------------------------- Explore
@@ -97,15 +117,16 @@ def test_explore_shows_the_library_numbers(ws, expected):
     assert not at.error
     row = expected.models.set_index("name").loc["original"]
     shown = metrics(at)
-    assert shown["Reference U-test p"] == g3(row["reference_p"])
+    assert shown["Reference U-test p"] == p_value(row["reference_p"])
     assert shown["OTR (out-of-training rate)"] == pct(row["otr"])
-    assert shown["Controlled F1"] == g3(row["f1"])
-    assert shown["Dependence score"] == g3(row["dependence_score"])
-    assert shown["σ used"] == g3(row["sigma"], 4)
+    assert shown["Controlled F1"] == format_number(row["f1"])
+    assert shown["Dependence score"] == format_number(row["dependence_score"])
+    assert shown["σ used"] == format_number(row["sigma"], digits=4)
     assert shown["Calibrated OTR"] == pct(row["calibrated_otr"])
     assert shown["in-training"] == str(row["n_in_training"])
     assert shown["out-of-training"] == str(row["n_out_of_training"])
     assert shown["inconclusive"] == str(row["n_inconclusive"])
+    assert all(m.help and "method §" in m.help for m in at.metric), "every metric is defined"
     decisions = frame(at, "D(S, S_IT)")
     targets = expected.subsets[
         (expected.subsets["model"] == "original") & (expected.subsets["kind"] == "target")
@@ -113,8 +134,43 @@ def test_explore_shows_the_library_numbers(ws, expected):
     np.testing.assert_allclose(decisions["D(S, S_IT)"], targets["d_it"])
     assert list(decisions["decision"]) == list(targets["decision"])
     captions = [c.value for c in at.caption]
-    assert any(f"{pct(row['otr_lo'])}–{pct(row['otr_hi'])}" in c for c in captions)
+    assert any(format_interval(row["otr_lo"], row["otr_hi"]) in c for c in captions)
+    verdict = explain_verdict({"name": "original", **row.to_dict()}, 10, None, compare=False)
+    assert any(verdict.body in m.value for m in at.markdown), "the verdict with its evidence"
     assert at.get("image"), "image data: a thumbnail strip of the target inputs"
+    assert dict(at.query_params)["model"] == "original" and dict(at.query_params)["n"] == "40"
+
+
+def test_a_link_reproduces_a_non_default_view(ws, defaults):
+    """Model, σ, a target subset and the negative control come from the URL."""
+    at = app("explore", model="FT", sigma="0.5", target="3", control="1")
+    no_exception(at)
+    lib = evaluate_workspace(ws, defaults.with_overrides(sigma=0.5), models=["FT", "random"])
+    row = lib.models.set_index("name").loc["FT"]
+    shown = metrics(at)
+    assert shown["σ used"] == format_number(0.5, digits=4)
+    assert shown["OTR (out-of-training rate)"] == pct(row["otr"])
+    assert shown["Controlled F1"] == format_number(row["f1"])
+    assert at.session_state["x_target"] == 3
+    assert frame(at, "random").loc["OTR", "random"] == pct(lib.models.iloc[1]["otr"])
+    link = shared_link(at)
+    assert link.startswith("./explore?") and "model=FT" in link and "sigma=0.5" in link
+    assert "target=3" in link and "control=1" in link
+    params = dict(at.query_params)
+    assert params["sigma"] == "0.5" and params["model"] == "FT" and params["target"] == "3"
+    # the link's own values stay when the user changes the view afterwards
+    at.selectbox(key="x_model").set_value("retrained").run()
+    assert dict(at.query_params)["model"] == "retrained"
+    assert dict(at.query_params)["sigma"] == "0.5"
+
+
+def test_bad_link_values_are_named_not_fatal(ws):
+    at = app("explore", model="nope", n="ten", sigma="wide", target="x")
+    no_exception(at)
+    warnings = " ".join(w.value for w in at.warning)
+    assert "model 'nope'" in warnings and "n='ten'" in warnings and "sigma='wide'" in warnings
+    assert "target='x'" in warnings
+    assert metrics(at)["OTR (out-of-training rate)"]  # the default view is shown
 
 
 def test_explore_negative_control_and_other_layer(ws, defaults):
@@ -127,7 +183,7 @@ def test_explore_negative_control_and_other_layer(ws, defaults):
     at.selectbox(key="w_s_layer").set_value("penultimate").run()
     no_exception(at)
     pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate"), models=["original"])
-    assert metrics(at)["Controlled F1"] == g3(pen.models.iloc[0]["f1"])
+    assert metrics(at)["Controlled F1"] == format_number(pen.models.iloc[0]["f1"])
 
 
 def test_changing_sigma_and_bins_reuses_cached_activations(ws, monkeypatch):
@@ -142,7 +198,8 @@ def test_changing_sigma_and_bins_reuses_cached_activations(ws, monkeypatch):
     at.number_input(key="w_s_bins").set_value(12).run()
     no_exception(at)
     assert not at.error
-    assert metrics(at)["σ used"] == "0.5"
+    assert metrics(at)["σ used"] == "0.5000"
+    assert dict(at.query_params)["bins"] == "12"
 
 
 def test_subset_larger_than_the_pool_is_an_inline_error(ws):
@@ -173,7 +230,7 @@ def test_missing_workspace_is_an_inline_error(ws, monkeypatch, tmp_path):
 
 
 def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
-    at = app("compare")
+    at = app("compare", layers="output,penultimate")
     no_exception(at)
     table = frame(at, "OTR [output]").set_index("name")
     assert table.index[0] == "retrained", "the Retrain reference comes first"
@@ -183,11 +240,24 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
         assert table.loc[name, "Acc_f (%)"] == pytest.approx(lib.loc[name, "acc_f"])
         assert table.loc[name, "ASR (%)"] == pytest.approx(100 * lib.loc[name, "asr"])
         assert table.loc[name, "F1 [output]"] == pytest.approx(lib.loc[name, "f1"])
+        assert table.loc[name, "verdict [output]"] == verdict_label(lib.loc[name])
     pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate")).models
     np.testing.assert_allclose(
         table.loc[pen["name"], "cal. OTR [penultimate]"], pen["calibrated_otr"]
     )
     assert len(at.get("plotly_chart")) == 2  # bars with the Retrain line, target overlay
+    text = " ".join(m.value for m in at.markdown)
+    for row in expected.models.to_dict("records"):
+        assert f"**{row['name']} ({row['role']}) — " in text  # each verdict, with its evidence
+    assert "layers=output,penultimate" in shared_link(at)
+
+
+def test_compare_defaults_to_one_layer_and_prices_the_others(ws):
+    at = app("compare")
+    no_exception(at)
+    assert at.session_state["compare_layers"] == ["output"]
+    assert "OTR [output]" in frame(at, "name").columns
+    assert not [c for c in frame(at, "name").columns if "penultimate" in c]
 
 
 # -------------------------------------------------------------------------------------- Sweeps
@@ -245,16 +315,21 @@ def test_sweeps_page_shows_plan_results(ws):
 # -------------------------------------------------------------------------------------- Report
 
 
-def test_report_verdicts_and_downloads(ws, expected):
+def test_report_verdicts_manifest_and_downloads(ws, expected):
     at = app("report")
     no_exception(at)
     text = " ".join(m.value for m in at.markdown)
     for row in expected.models.to_dict("records"):
-        assert f"**{row['name']}** ({row['role']}" in text
-        assert verdict_label(row) in text
+        label = verdict_label(row)
+        assert f"**{row['name']} ({row['role']}) — {label[0].upper()}{label[1:]}.**" in text
+    assert "What this cannot certify" in text and "It cannot establish" in text
     keys = {b.key for b in at.get("download_button")}
-    assert {"r_html", "r_zip", "r_csv_models", "r_json_subsets"} <= keys
+    assert {"r_html", "r_json", "r_zip", "r_csv_models", "r_json_subsets"} <= keys
     assert "The paper's reference check is over-confident" in text
+    hashes = frame(at, "SHA-256")
+    assert sorted(hashes["model"]) == sorted(expected.models["name"])
+    assert all(len(h) == 64 for h in hashes["SHA-256"])
+    assert "python -m sde_core verify" in " ".join(c.value for c in at.caption)
 
 
 # ----------------------------------------------------------------------------------- Workspace
@@ -345,3 +420,74 @@ def test_upload_checks_and_parsers():
         parse_int_values("3")
     assert [guess_role(n) for n in ("h_retrain", "original", "rand_init", "salun")] == [
         "retrained", "original", "random", "unlearned"]  # fmt: skip
+
+
+# ------------------------------------------------------------------------- the shipped demo
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the shipped Fashion-MNIST demo (its results store makes the pages instant)."""
+    folder = tmp_path_factory.mktemp("demo") / "demo"
+    skip = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
+    shutil.copytree(ROOT / "assets" / "demo", folder, ignore=skip)
+    return folder
+
+
+@pytest.mark.parametrize("page", ["explore", "compare"])
+def test_demo_tables_never_show_runs_of_identical_rounded_numbers(demo, monkeypatch, page):
+    """Values that differ display differently (the demo's H values are all ~35 µ)."""
+    monkeypatch.setenv("SDE_WORKSPACE", str(demo))
+    monkeypatch.setenv("SDE_DATA_ROOTS", str(demo.parent))
+    at = app(page)
+    no_exception(at)
+    checked = 0
+    for element in at.dataframe:
+        raw = element.value
+        floats = [c for c in raw.columns if pd.api.types.is_float_dtype(raw[c])]
+        if not floats:
+            continue
+        shown = displayed(element)
+        assert shown is not None, f"numbers shown without formats: {list(raw.columns)}"
+        for column in floats:
+            values = raw[column].to_numpy(dtype=float)
+            finite = np.isfinite(values)
+            text = shown[column].to_numpy()[finite]
+            assert len(set(text)) == len(set(values[finite].tolist())), (column, text[:5])
+            checked += 1
+    assert checked >= 4
+    if page == "explore":
+        median_h = frame(at, "median H")
+        assert displayed(at.dataframe[0]) is not None and median_h["median H"].max() < 1e-3
+
+
+def test_withheld_numbers_show_as_inconclusive_with_the_reason(ws, monkeypatch):
+    """Method §12's gate: NaN headline numbers with a reason are shown as 'inconclusive'."""
+    import pages._common as common
+
+    real = common.evaluate_workspace
+    reason = "the calibrated panels do not separate S_IT from S_OOT (p = 0.41)"
+
+    def gated(*args, **kwargs):
+        result = real(*args, **kwargs)
+        models = result.models.copy()
+        for column in ("otr", "otr_lo", "otr_hi", "calibrated_otr", "f1", "dependence_score"):
+            models[column] = float("nan")
+        models["inconclusive_reason"] = reason
+        models["n_over_unlearned"] = 0
+        return dataclasses.replace(result, models=models)
+
+    monkeypatch.setattr(common, "evaluate_workspace", gated)
+    at = app("explore", seed="11")  # a seed no other test evaluates: not in the result cache
+    no_exception(at)
+    shown = metrics(at)
+    assert shown["OTR (out-of-training rate)"] == "inconclusive"
+    assert shown["Controlled F1"] == "inconclusive" and shown["Calibrated OTR"] == "inconclusive"
+    assert shown["over-unlearned"] == "0"
+    assert any(reason in w.value for w in at.warning)
+    assert any("Inconclusive.** The calibrated panels" in m.value for m in at.markdown)
+    at = app("compare", seed="11")
+    no_exception(at)
+    table = frame(at, "why inconclusive [output]")
+    assert set(table["why inconclusive [output]"]) == {reason}
+    assert set(table["verdict [output]"]) == {"inconclusive"}

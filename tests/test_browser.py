@@ -1,22 +1,31 @@
-"""Real-browser walk through the dashboard: Workspace → Explore → Compare → Report.
+"""Real-browser checks of the dashboard and the report files, with the system Chromium.
 
-Starts ``streamlit run app.py`` on a free localhost port with ``SDE_WORKSPACE`` pointing at the
-tiny test workspace and drives the system Chromium with Playwright (never a downloaded
-browser). Screenshots go to ``tests/artifacts/`` (git-ignored). Outside CI the test skips with
-the reason when Chromium is missing; under ``CI=true`` it must run.
+- every page opens on a deep link as the first request of a fresh server (no "Page not found"
+  dialog, no exception, the page's own URL kept);
+- a link with query parameters reproduces a non-default view (its numbers equal the
+  library's), the view's link is shown, and the pages walk through to the report downloads;
+- the HTML report opens from a file with no network request, and its PDF has every section.
+
+Servers are ``streamlit run app.py`` on a free localhost port with ``SDE_WORKSPACE`` pointing at
+the tiny test workspace; Playwright drives the system Chromium (never a downloaded browser).
+Screenshots go to ``tests/artifacts/`` (git-ignored). Outside CI the tests skip with the reason
+when Chromium is missing; under ``CI=true`` they must run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import unicodedata
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -25,6 +34,8 @@ from ui_fixtures import shared_tiny_workspace
 
 from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
 from sde_core.pipeline.workspace import load_workspace
+from sde_core.viz.formatting import format_number, format_percent
+from sde_core.viz.report import REPORT_SECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -39,6 +50,15 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 LOAD_TIMEOUT_MS = 90_000
+#: Page URL path -> the title it shows.
+TITLES = {
+    "workspace": "Workspace",
+    "explore": "Explore one model",
+    "compare": "Compare models",
+    "sweeps": "Sweeps",
+    "report": "Report",
+    "method": "The method, exactly",
+}
 
 
 def chromium_path() -> str:
@@ -59,52 +79,61 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A running dashboard on the tiny workspace; yields its URL and the workspace."""
-    chromium_path()
-    ws = shared_tiny_workspace(tmp_path_factory.getbasetemp())
-    port = free_port()
-    env = {**os.environ, "SDE_WORKSPACE": str(ws), "SDE_DATA_ROOTS": str(ws.parent)}
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
-           "--server.address", "127.0.0.1", "--server.headless", "true",
-           "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-           "--client.toolbarMode", "minimal"]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
-                    if reply.read() == b"ok":
-                        break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    output = proc.stdout.read().decode() if proc.stdout else ""
-                    pytest.fail(f"streamlit did not start:\n{output}")
-                time.sleep(0.3)
-        yield url, ws
-    finally:
-        proc.terminate()
+def _wait_healthy(proc: subprocess.Popen, url: str) -> None:
+    deadline = time.monotonic() + 90
+    while True:
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+                if reply.read() == b"ok":
+                    return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                output = proc.stdout.read().decode() if proc.stdout else ""
+                pytest.fail(f"streamlit did not start:\n{output}")
+            time.sleep(0.3)
 
 
-def expected_models(ws: Path) -> pd.DataFrame:
-    """The library's models table at the workspace defaults."""
-    defaults = dataclasses.asdict(load_workspace(ws).defaults)
-    return evaluate_workspace(ws, EvalSettings.from_mapping(defaults)).models
+@contextmanager
+def dashboards(ws: Path, count: int = 1) -> Iterator[list[str]]:
+    """``count`` new ``streamlit run app.py`` processes on the workspace (started together);
+    yields their URLs."""
+    env = {**os.environ, "SDE_WORKSPACE": str(ws), "SDE_DATA_ROOTS": str(ws.parent)}
+    procs: list[tuple[subprocess.Popen, str]] = []
+    try:
+        for _ in range(count):
+            port = free_port()
+            cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port",
+                   str(port), "--server.address", "127.0.0.1", "--server.headless", "true",
+                   "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+                   "--client.toolbarMode", "minimal"]  # fmt: skip
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+            procs.append((proc, f"http://127.0.0.1:{port}"))
+        for proc, url in procs:
+            _wait_healthy(proc, url)
+        yield [url for _, url in procs]
+    finally:
+        for proc, _ in procs:
+            proc.terminate()
+        for proc, _ in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
-def test_walk_through_pages(server: tuple[str, Path]) -> None:
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    chromium_path()
+    return shared_tiny_workspace(tmp_path_factory.getbasetemp())
+
+
+@contextmanager
+def browser_page() -> Iterator:
+    """A Chromium page with the test's timeouts; a screenshot is kept when the test fails."""
     from playwright.sync_api import expect, sync_playwright
 
-    url, ws = server
     expect.set_options(timeout=LOAD_TIMEOUT_MS)
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
@@ -113,50 +142,133 @@ def test_walk_through_pages(server: tuple[str, Path]) -> None:
         page.set_default_timeout(LOAD_TIMEOUT_MS)
         # The table's CSV button would open a save dialog; make it a plain download instead.
         page.add_init_script("delete window.showSaveFilePicker")
-
-        def shot(name: str) -> None:
-            page.wait_for_timeout(800)  # let charts finish drawing
-            page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
         try:
-            page.goto(f"{url}/workspace")  # a deep link as the server's first request
-            nav = page.get_by_test_id("stSidebarNavItems")
-            expect(page.get_by_text("The workspace is valid: 4 models.")).to_be_visible()
-            expect(nav.get_by_role("link")).to_have_count(5)
-            shot("1-workspace")
-
-            nav.get_by_role("link", name="Explore").click()
-            expect(page.get_by_text("OTR (out-of-training rate)")).to_be_visible()
-            expect(page.get_by_text("references valid").first).to_be_visible()
-            expect(page.locator(".js-plotly-plot").first).to_be_visible()
-            shot("2-explore")
-
-            nav.get_by_role("link", name="Compare").click()
-            expect(page.get_by_text("Reference: the retrained model 'retrained'")).to_be_visible()
-            table = page.locator("[data-testid='stDataFrame']").first
-            table.hover()
-            with page.expect_download() as csv:
-                table.get_by_role("button", name="Download as CSV").click()
-            shown = pd.read_csv(csv.value.path()).set_index("name")
-            assert shown.index[0] == "retrained", "the Retrain reference row comes first"
-            lib = expected_models(ws).set_index("name")
-            assert sorted(shown.index) == sorted(lib.index)
-            for name in lib.index:
-                assert shown.loc[name, "OTR [output]"] == pytest.approx(lib.loc[name, "otr"])
-                assert shown.loc[name, "F1 [output]"] == pytest.approx(lib.loc[name, "f1"])
-            shot("3-compare")
-
-            nav.get_by_role("link", name="Report").click()
-            button = page.get_by_role("button", name="Download the HTML report")
-            expect(button).to_be_visible()
-            with page.expect_download() as download:
-                button.click()
-            report = Path(download.value.path()).read_text(encoding="utf-8")
-            assert download.value.suggested_filename == "sde-report-tiny.html"
-            assert "SDE report: tiny" in report and "plotly" in report
-            shot("4-report")
+            yield page
         except BaseException:
             page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)
             raise
         finally:
             browser.close()
+
+
+def shot(page, name: str) -> None:
+    page.wait_for_timeout(800)  # let charts finish drawing
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def settle(page) -> None:
+    """Wait until the script run is over (no running indicator) and the page is drawn."""
+    from playwright.sync_api import expect
+
+    expect(page.get_by_test_id("stStatusWidget")).to_have_count(0)
+    page.wait_for_timeout(500)
+
+
+def test_every_deep_link_is_the_first_request_of_a_fresh_server(ws: Path) -> None:
+    """One new server per page (started together), each opened first on that page's URL."""
+    from playwright.sync_api import expect
+
+    with dashboards(ws, len(TITLES)) as urls, browser_page() as page:
+        for url, (path, title) in zip(urls, TITLES.items(), strict=True):
+            page.goto(f"{url}/{path}")
+            expect(page.get_by_role("heading", name=title, level=1)).to_be_visible()
+            settle(page)
+            assert page.url.split("?")[0] == f"{url}/{path}"
+            assert page.get_by_text("Page not found").count() == 0, path
+            assert page.get_by_test_id("stException").count() == 0, path
+            nav = page.get_by_test_id("stTopNavLinkContainer")
+            expect(nav).to_have_count(len(TITLES))  # the app's navigation, not the file list
+            shot(page, f"0-deep-link-{path}")
+
+
+def expected_models(ws: Path, **overrides: object) -> pd.DataFrame:
+    """The library's models table at the workspace defaults (with ``overrides``)."""
+    defaults = dataclasses.asdict(load_workspace(ws).defaults)
+    settings = EvalSettings.from_mapping(defaults).with_overrides(**overrides)
+    return evaluate_workspace(ws, settings).models
+
+
+def metric_value(page, label: str) -> str:
+    box = page.get_by_test_id("stMetric").filter(has_text=label).first
+    return box.get_by_test_id("stMetricValue").inner_text().strip()
+
+
+def test_a_shared_link_reproduces_the_view_and_the_pages_walk_through(ws: Path) -> None:
+    from playwright.sync_api import expect
+
+    lib = expected_models(ws, sigma=0.5).set_index("name")
+    with dashboards(ws) as (url,), browser_page() as page:
+        page.goto(f"{url}/explore?model=FT&sigma=0.5&target=3")
+        expect(page.get_by_text("OTR (out-of-training rate)")).to_be_visible()
+        settle(page)
+        assert metric_value(page, "σ used") == format_number(0.5, digits=4)
+        assert metric_value(page, "OTR (out-of-training") == format_percent(lib.loc["FT", "otr"])
+        assert metric_value(page, "Controlled F1") == format_number(lib.loc["FT", "f1"])
+        thumbs = page.get_by_text("Target subset 3: first 16 inputs, FT's predictions")
+        expect(thumbs).to_be_visible()
+        link = page.get_by_test_id("stCode").filter(has_text="/explore?").inner_text()
+        assert "model=FT" in link and "sigma=0.5" in link and "target=3" in link
+        assert "model=FT" in page.url and "sigma=0.5" in page.url
+        shot(page, "1-explore-link")
+
+        page.goto(url)  # the bare address lands on Explore, at the workspace defaults
+        expect(page.get_by_text("OTR (out-of-training rate)")).to_be_visible()
+        assert page.url.split("?")[0] == f"{url}/explore"
+
+        nav = page.get_by_test_id("stTopNavLinkContainer")
+        nav.get_by_role("link", name="Compare").click()
+        expect(page.get_by_text("Reference: the retrained model 'retrained'")).to_be_visible()
+        table = page.locator("[data-testid='stDataFrame']").first
+        table.hover()
+        with page.expect_download() as csv:
+            table.get_by_role("button", name="Download as CSV").click()
+        shown = pd.read_csv(csv.value.path()).set_index("name")
+        assert shown.index[0] == "retrained", "the Retrain reference row comes first"
+        defaults = expected_models(ws).set_index("name")
+        assert sorted(shown.index) == sorted(defaults.index)
+        for name in defaults.index:  # exports keep full precision
+            assert shown.loc[name, "OTR [output]"] == pytest.approx(defaults.loc[name, "otr"])
+            assert shown.loc[name, "F1 [output]"] == pytest.approx(defaults.loc[name, "f1"])
+        shot(page, "2-compare")
+
+        nav.get_by_role("link", name="Report").click()
+        button = page.get_by_role("button", name="Download the HTML report")
+        expect(button).to_be_visible()
+        with page.expect_download() as download:
+            button.click()
+        report = Path(download.value.path()).read_text(encoding="utf-8")
+        assert download.value.suggested_filename == "sde-report-tiny.html"
+        assert "SDE report: tiny" in report and "plotly" in report
+        with page.expect_download() as download:
+            page.get_by_role("button", name="Download the JSON report").click()
+        document = json.loads(Path(download.value.path()).read_text(encoding="utf-8"))
+        assert sorted(document["manifest"]["models"]) == sorted(defaults.index)
+        shot(page, "3-report")
+
+
+def test_html_report_opens_offline_and_its_pdf_has_every_section(ws: Path, tmp_path) -> None:
+    """No request leaves ``file://`` / ``data:``; the printed PDF holds every section."""
+    from pypdf import PdfReader
+
+    from sde_core.services.audit import create_report
+
+    files = create_report(ws, out_dir=tmp_path, pdf=True)
+    assert files.pdf is not None, files.pdf_error
+    requests: list[str] = []
+    with browser_page() as page:
+        page.route("**/*", lambda route: (requests.append(route.request.url), route.continue_()))
+        page.goto(files.html.as_uri())
+        page.wait_for_selector(".js-plotly-plot .main-svg")
+        assert page.locator(".js-plotly-plot").count() >= 4  # every chart drew offline
+        assert page.get_by_role("heading", name="What was evaluated").is_visible()
+        shot(page, "4-html-report")
+    assert requests and all(r.startswith(("file://", "data:", "blob:")) for r in requests), [
+        r for r in requests if not r.startswith(("file://", "data:", "blob:"))
+    ]
+    text = " ".join(p.extract_text() for p in PdfReader(files.pdf).pages)
+    flat = " ".join(unicodedata.normalize("NFKC", text).split())  # "ﬁ" ligatures -> "fi"
+    for title in REPORT_SECTIONS:
+        assert title in flat, title
+    for name in ("original", "retrained", "FT", "random"):
+        assert name in flat
+    assert files.manifest["models"]["FT"]["sha256"][:16] in flat.replace(" ", "")

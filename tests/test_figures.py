@@ -7,6 +7,8 @@ activations with known answers: ``original`` remembers D_f, ``retrain`` and ``ga
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -293,3 +295,33 @@ def test_figure_to_image_renders_or_explains():
     else:
         with pytest.raises(ExportError, match="camera button"):
             figure_to_image(fig, "png")
+
+
+def test_hover_text_and_axes_use_the_one_number_format(result):
+    from sde_core.viz.formatting import D3_SI, column_formatter
+
+    sub = result.subsets[result.subsets["model"] == "original"]
+    fmt = column_formatter(sub["score"])
+    panel = panel_figure(result, "original")
+    it = sub[sub["kind"] == "it_panel"]
+    assert list(panel.data[0].customdata[:, 1]) == [fmt(v) for v in it["score"]]
+    assert "%{customdata[1]}" in panel.data[0].hovertemplate
+    spread = spread_figure(result, "original")
+    assert spread.layout.xaxis.tickformat == D3_SI == spread.layout.yaxis.tickformat
+    hist = hsic_histogram(result, "original")
+    assert hist.layout.xaxis.tickformat == D3_SI and hist.layout.xaxis.hoverformat == D3_SI
+
+
+def test_panel_figure_draws_every_verdict_present(result):
+    """Method §12's fourth verdict gets its own colour; an unknown one is drawn grey."""
+    subsets = result.subsets.copy()
+    targets = subsets.index[(subsets["model"] == "ga") & (subsets["kind"] == "target")]
+    subsets.loc[targets[:3], "verdict"] = "over-unlearned"
+    subsets.loc[targets[3:5], "verdict"] = "something new"
+    changed = dataclasses.replace(result, subsets=subsets)
+    fig = panel_figure(changed, "ga")
+    by_name = {t.name.split(": ")[1].split(" (")[0]: t for t in fig.data[2:]}
+    assert len(by_name["over-unlearned"].x) == 3
+    assert by_name["over-unlearned"].marker.color == VERDICT_COLORS["over-unlearned"]
+    assert by_name["something new"].marker.color == COLORS["inconclusive"]
+    assert sum(len(t.x) for t in fig.data[2:]) == result.settings.targets

@@ -17,9 +17,12 @@ from sde_core.errors import SettingsError
 from sde_core.stats.decision import wilson_interval
 from sde_core.viz.report import (
     CAVEATS,
+    REPORT_SECTIONS,
     build_html_report,
     comparison_table,
     null_calibration_text,
+    report_document,
+    report_from_html,
     tables_for_export,
     tables_to_zip,
     to_csv_bytes,
@@ -28,6 +31,7 @@ from sde_core.viz.report import (
     verdict_sentence,
     verdict_table,
 )
+from sde_core.viz.verdicts import explain_verdict
 
 
 def row(name: str, role: str, k_out: int, t: int = 100, valid: bool = True, **extra) -> dict:
@@ -55,38 +59,78 @@ def row(name: str, role: str, k_out: int, t: int = 100, valid: bool = True, **ex
 RETRAIN = row("retrain", "retrained", 92)
 
 
-def test_remembered_sentence_has_the_numbers():
+def test_remembered_sentence_names_test_p_value_interval_and_limits():
+    explained = explain_verdict(row("original", "original", 3), 100, RETRAIN)
+    assert explained.label == "not forgotten"
+    assert explained.headline == "Not forgotten"
+    assert explained.evidence == (
+        "Under the paper's test (split-half HSIC with the Jensen–Shannon rule; "
+        "references valid, U-test p = 1.0e-6), 97 of 100 subsets of the forget set still look "
+        "like training data (OTR 3%, 95% Wilson interval 1–8%): the model has NOT forgotten them."
+    )
+    assert "97 training-like" in explained.calibrated
+    assert "panel U-test p = 1.0e-4" in explained.calibrated
+    assert "calibrated OTR 3%" in explained.calibrated
+    assert "retrain (the gold standard) has OTR 92% (95% interval 85–96%)" in explained.comparison
+    assert "clearly lower" in explained.comparison
+    assert explained.limits.startswith("What this cannot certify:")
     text = verdict_sentence(row("original", "original", 3), 100, RETRAIN)
-    assert text.startswith(
-        "Subsets of the forget set still look like training data in 97 of 100 draws "
-        "(OTR 3%, 95% CI 1–8%): the model has NOT forgotten them."
-    )
-    assert "97 training-like" in text and "calibrated OTR 3%" in text
-    assert "retrain (the gold standard) has OTR 92% (95% CI 85–96%)" in text
-    assert "clearly lower" in text
-    assert verdict_label(row("original", "original", 3)) == "not forgotten"
+    assert text == explained.text and text.startswith(f"Not forgotten. {explained.evidence}")
 
 
-def test_forgotten_sentence_compares_with_retrain():
-    text = verdict_sentence(row("salun", "unlearned", 91), 100, RETRAIN)
-    assert text.startswith(
-        "Subsets of the forget set look like unseen data in 91 of 100 draws "
-        "(OTR 91%, 95% CI 84–95%): consistent with forgetting."
-    )
-    assert "within the uncertainty" in text
+def test_forgotten_sentence_compares_with_retrain_and_says_no_trace_is_no_proof():
+    explained = explain_verdict(row("salun", "unlearned", 91), 100, RETRAIN)
+    assert explained.text.startswith("Consistent with forgetting. Under the paper's test")
+    assert "91 of 100 subsets of the forget set look like unseen data" in explained.evidence
+    assert "(OTR 91%, 95% Wilson interval 84–95%)" in explained.evidence
+    assert "within the uncertainty" in explained.comparison
+    assert "that the forget set was erased" in explained.limits
     assert verdict_label(row("salun", "unlearned", 91)) == "consistent with forgetting"
 
 
 def test_inconclusive_sentence_says_what_to_try():
     text = verdict_sentence(row("ft", "unlearned", 40, valid=False), 100, RETRAIN)
-    assert text.startswith("References invalid (p = 0.3): ")
-    assert "inconclusive — try another layer, σ, a larger n or more splits" in text
+    assert text.startswith("Inconclusive. The paper's reference test")
+    assert "(p = 3.0e-1, not below α)" not in text  # p-values in [1e-3, 1e5) are plain
+    assert "(p = 0.30, not below α)" in text
+    assert "try another layer, σ, a larger n or more splits" in text
     assert "OTR" not in text.split(".")[0]
+
+
+def test_gated_row_is_inconclusive_with_its_reason():
+    """Method §12: NaN headline numbers with a reason are shown as inconclusive, not numbers."""
+    gated = row("ga", "unlearned", 50) | {
+        "otr": float("nan"),
+        "otr_lo": float("nan"),
+        "otr_hi": float("nan"),
+        "calibrated_otr": float("nan"),
+        "inconclusive_reason": "the calibrated panels do not separate S_IT from S_OOT (p = 0.4)",
+    }
+    explained = explain_verdict(gated, 100, RETRAIN)
+    assert explained.label == "inconclusive"
+    assert explained.text.startswith(
+        "Inconclusive. The calibrated panels do not separate S_IT from S_OOT (p = 0.4): the "
+        "headline numbers are withheld."
+    )
+    assert "nan" not in explained.text.lower()
+    assert "calibrated OTR withheld" in explained.calibrated
+
+
+def test_missing_columns_and_over_unlearned_counts():
+    """Rows of older evaluations lack columns; newer ones count over-unlearned targets."""
+    bare = {"name": "x", "role": "unlearned", "references_valid": True, "reference_p": 1e-5,
+            "otr": 0.9, "otr_lo": 0.8, "otr_hi": 0.95}  # fmt: skip
+    explained = explain_verdict(bare, 20)
+    assert explained.label == "consistent with forgetting" and explained.calibrated == ""
+    over = row("ga", "unlearned", 60, n_over_unlearned=25, n_inconclusive=15)
+    text = explain_verdict(over, 100, RETRAIN).calibrated
+    assert "25 over-unlearned" in text and "overshot" in text
 
 
 def test_missing_retrain_and_mixed_evidence():
     text = verdict_sentence(row("rl", "unlearned", 10, t=20), 20)
-    assert "10 of 20 draws and like training data in 10" in text and "mixed" in text
+    assert "10 of 20 subsets of the forget set look like unseen data and 10 like training" in text
+    assert text.startswith("Mixed.")
     assert "no retrained model to compare with" in text
     assert verdict_label(row("rl", "unlearned", 10, t=20)) == "mixed"
 
@@ -96,7 +140,7 @@ def test_calibrated_part_flags_disagreement_and_invalid_panels():
     assert "The two tests disagree" in verdict_sentence(disagree, 100, RETRAIN)
     invalid = row("ga", "unlearned", 95, panel_valid=False, panel_p=0.4)
     text = verdict_sentence(invalid, 100, RETRAIN)
-    assert "do not separate training from unseen data (p = 0.4)" in text
+    assert "do not separate training from unseen data (panel U-test p = 0.40)" in text
 
 
 def test_role_specific_sentences():
@@ -168,7 +212,7 @@ def test_verdict_and_comparison_tables(result):
     verdicts = verdict_table(result).set_index("name")
     assert verdicts.loc["original", "verdict"] == "not forgotten"
     assert verdicts.loc["retrain", "verdict"] == "consistent with forgetting"
-    assert "20 of 20 draws" in verdicts.loc["original", "explanation"]
+    assert "20 of 20 subsets of the forget set" in verdicts.loc["original", "explanation"]
     table = comparison_table(result.models).set_index("model")
     assert table.loc["original", "OTR (95% CI)"] == "0% (0–16%)"
     assert table.loc["rand", "calibrated OTR (95% CI)"] == "n/a (panels invalid)"
@@ -212,3 +256,44 @@ def test_tables_to_zip(result):
     assert {"setting": "subset_size", "value": "60"} in settings
     with pytest.raises(SettingsError, match="format"):
         tables_to_zip(tables, "xlsx")
+
+
+def test_html_report_embeds_its_document_and_has_every_section(result):
+    manifest = {
+        "created": "2026-01-01T00:00:00+00:00",
+        "workspace": {"name": "syn", "path": "/data/</script><b>", "hash": "abc"},
+        "data": {"fingerprint": "f" * 64, "n_train": 1200, "n_test": 800, "spec": {"kind": "npz"}},
+        "forget_set": {"size": 300, "path": "forget.npy", "indices_sha256": "e" * 64},
+        "models": {"original": {"role": "original", "sha256": "a" * 64, "matches_recorded": True}},
+        "environment": {"python": "3.11", "packages": {"numpy": "2.0"}},
+        "timing": {"evaluation_wall_seconds": 12.5},
+    }
+    doc = build_html_report(result, "syn", figures=[], manifest=manifest, file_hint="r.html")
+    for title in REPORT_SECTIONS:
+        assert f"<h2>{title}</h2>" in doc
+    assert "python -m sde_core verify r.html" in doc
+    assert "a" * 64 in doc and "f" * 64 in doc and "12.5" in doc
+    assert "/data/</script><b>" not in doc  # escaped in the tables and in the embedded JSON
+    back = report_from_html(doc)
+    assert back == json.loads(json.dumps(report_document(result, manifest)))
+    assert back["format"] == "sde-report" and back["manifest"]["workspace"]["path"].endswith("<b>")
+    assert back["models"]["original"]["verdict"] == "not forgotten"
+    assert back["models"]["rand"]["calibrated_otr"] is None  # NaN -> null
+    with pytest.raises(SettingsError, match="holds no SDE report"):
+        report_from_html("<html></html>")
+    unpinned = build_html_report(result, "syn", figures=[])
+    assert "cannot be verified" in unpinned and report_from_html(unpinned)["manifest"] is None
+
+
+def test_pdf_without_chromium_says_what_to_do(tmp_path, monkeypatch):
+    from sde_core.errors import ExportError
+    from sde_core.viz import pdf
+
+    page = tmp_path / "r.html"
+    page.write_text("<html><body><h1>x</h1></body></html>")
+    monkeypatch.setattr(pdf, "find_chromium", lambda: None)
+    with pytest.raises(ExportError, match=r"needs Chromium.*apt-get install chromium"):
+        pdf.html_to_pdf(page, tmp_path / "r.pdf")
+    assert not (tmp_path / "r.pdf").exists()
+    with pytest.raises(ExportError, match="does not exist"):
+        pdf.html_to_pdf(tmp_path / "missing.html", tmp_path / "r.pdf")

@@ -18,6 +18,7 @@ from sde_core.cli.demo import register_demo
 from sde_core.cli.evaluate import register_evaluate
 from sde_core.cli.plan import register_run_plan
 from sde_core.cli.train import register_train, register_unlearn
+from sde_core.cli.verify import register_verify
 from sde_core.cli.workspace import register_workspace
 from sde_core.errors import SDEError
 
@@ -33,6 +34,7 @@ COMMAND_GROUPS: list[Registrar] = [
     register_evaluate,
     register_demo,
     register_run_plan,
+    register_verify,
 ]
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "ActivationCache",
     "CacheStats",
     "LayerInfo",
+    "cached_layers",
     "checkpoint_layers",
     "extract_activations",
     "get_activations",
@@ -416,6 +417,11 @@ class ActivationCache:
         folder = self.root / digest[:2]
         return folder / f"{digest}.npy", folder / f"{digest}.json"
 
+    def contains(self, digest: str) -> bool:
+        """Whether an entry exists (cheap: no read; :meth:`load` still checks its hash)."""
+        npy, meta_path = self._paths(digest)
+        return npy.is_file() and meta_path.is_file()
+
     def load(self, digest: str) -> np.ndarray | None:
         """The cached array, or ``None`` on a miss (a corrupt entry is deleted first)."""
         npy, meta_path = self._paths(digest)
@@ -507,6 +513,44 @@ def _single_layer(pre: Any, name: str) -> str:
     )
 
 
+def _model_hash(path: Path, arch: str | None, arch_kwargs: Mapping[str, Any] | None = None) -> str:
+    """The cache's key of a checkpoint: its file's SHA-256, the architecture it is read as and,
+    when given, the builder kwargs."""
+    identity: dict[str, Any] = {"file": file_sha256(path), "arch": arch}
+    if arch_kwargs:
+        identity["arch_kwargs"] = dict(arch_kwargs)
+    return stable_hash(identity)
+
+
+def cached_layers(
+    checkpoint_path: str | Path,
+    bundle: DatasetBundle,
+    split: str,
+    layers: Sequence[str],
+    cache: ActivationCache,
+    *,
+    arch: str | None = None,
+    arch_kwargs: Mapping[str, Any] | None = None,
+    pool: bool = True,
+) -> set[str]:
+    """The ``layers`` whose whole-split activations ``get_activations`` would read from ``cache``
+    without running the model (a precomputed activations file counts as cached).
+
+    Cheap: hashes the checkpoint once and checks that the entries exist, without reading them.
+    """
+    path = Path(checkpoint_path)
+    if path.suffix in _PRECOMPUTED_SUFFIXES:
+        return set(layers)
+    if not path.is_file():
+        return set()
+    model_hash = _model_hash(path, arch, arch_kwargs)
+    return {
+        name
+        for name in layers
+        if cache.contains(cache.key(model_hash, bundle.fingerprint, split, name, pool)[0])
+    }
+
+
 def get_activations(
     checkpoint_path: str | Path,
     bundle: DatasetBundle,
@@ -559,10 +603,7 @@ def get_activations(
         raise ActivationError(f"checkpoint {path} does not exist; check the path")
     kwargs = dict(arch_kwargs or {})
     limit = check_time_limit(time_limit)
-    identity: dict[str, Any] = {"file": file_sha256(path), "arch": arch}
-    if kwargs:
-        identity["arch_kwargs"] = kwargs
-    model_hash = stable_hash(identity)
+    model_hash = _model_hash(path, arch, kwargs)
     result: dict[str, np.ndarray] = {}
     keys: dict[str, tuple[str, dict[str, Any]]] = {}
     for name in names:

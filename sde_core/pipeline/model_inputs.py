@@ -27,6 +27,7 @@ __all__ = [
     "Progress",
     "checkpoint_metadata",
     "entry_activations",
+    "entry_cached_layers",
     "entry_layer_infos",
     "entry_layers",
     "load_entry_model",
@@ -260,6 +261,29 @@ def entry_activations(
         trusted=bool(entry.trusted), time_limit=time_limit, device=device,
         batch_size=batch_size, progress=progress, indices=idx, pool=pool,
     )  # fmt: skip
+
+
+def entry_cached_layers(
+    ws: Any,
+    entry: Any,
+    bundle: Any,
+    split: str,
+    layers: Sequence[str],
+    cache: Any,
+    pool: bool = True,
+) -> set[str]:
+    """The ``layers`` :func:`entry_activations` would serve without running the model: all of
+    them for a model known by its activations file, else those in ``cache`` under the same
+    identity :func:`entry_activations` uses."""
+    from sde_core.inputs.activations import cached_layers
+
+    if entry.activations:
+        return set(layers)
+    file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
+    arch, kwargs = _build_arguments(file, entry)
+    return cached_layers(
+        file, bundle, split, layers, cache, arch=arch, arch_kwargs=kwargs or None, pool=pool
+    )
 
 
 def load_model_inputs(

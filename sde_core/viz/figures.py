@@ -15,6 +15,9 @@ Builders:
 - :func:`sweep_figure` — a metric vs σ / layer / subset size / checkpoint (from
   :func:`sde_core.pipeline.sweeps.run_sweep`), with the σ rules marked.
 
+Numbers: axes of split-half HSIC values use SI prefixes (``35µ``) and hover texts are written
+by :func:`sde_core.viz.formatting.column_formatter`, the format of the tables and the report.
+
 Export: :data:`PLOTLY_CONFIG` (client-side PNG download from the chart's camera button) and
 :func:`figure_to_image` (server-side PNG/SVG through kaleido and a system Chromium).
 """
@@ -34,6 +37,7 @@ import plotly.graph_objects as go
 
 from sde_core.errors import ExportError, SettingsError
 from sde_core.stats.decision import histogram_edges
+from sde_core.viz.formatting import D3_SI, column_formatter
 
 __all__ = [
     "COLORS",
@@ -66,6 +70,7 @@ COLORS: dict[str, str] = {
 VERDICT_COLORS: dict[str, str] = {
     "in-training": COLORS["it"],
     "out-of-training": COLORS["oot"],
+    "over-unlearned": "#009E73",  # bluish green: below the out-of-training panel (method §12)
     "inconclusive": COLORS["inconclusive"],
 }
 #: Bar colours by model role.
@@ -284,6 +289,7 @@ def hsic_histogram(
         fig.add_trace(_hist(h, name, COLORS["target"], edges, "splits", pattern))
     row = _model_row(result, model)
     title = f"{model}: split-half HSIC of references and targets (σ = {row['sigma']:.3g})"
+    fig.update_xaxes(tickformat=D3_SI, hoverformat=D3_SI)
     return _layout(fig, title, _H_AXIS, "share of splits", barmode="overlay")
 
 
@@ -306,6 +312,7 @@ def target_overlay(result: Any, models: Sequence[str], *, bins: int | None = Non
     fig = go.Figure()
     for name, h, color in zip(names, series, MODEL_COLORS, strict=False):
         fig.add_trace(_hist(h, name, color, edges, "target splits"))
+    fig.update_xaxes(tickformat=D3_SI, hoverformat=D3_SI)
     return _layout(
         fig,
         "Target subsets of the forget set under several models",
@@ -324,7 +331,8 @@ def panel_figure(result: Any, model: str) -> go.Figure:
     """Subset scores of the IT panel, the OOT panel and the targets on one axis (method §9).
 
     Each point is one subset's score s(S) (mean H over its splits). Targets are coloured by their
-    calibrated verdict (blue in-training, orange out-of-training, grey inconclusive).
+    calibrated verdict (blue in-training, orange out-of-training, green over-unlearned, grey
+    inconclusive).
 
     Returns:
         A Figure with traces ``IT panel``, ``OOT panel`` and one per verdict present among the
@@ -332,6 +340,7 @@ def panel_figure(result: Any, model: str) -> go.Figure:
     """
     row = _model_row(result, model)
     sub = result.subsets[result.subsets["model"] == model]
+    score_text = column_formatter(sub["score"])
     fig = go.Figure()
     for y, kind, name, color in (
         (2, "it_panel", "IT panel (retained data)", COLORS["it"]),
@@ -345,14 +354,16 @@ def panel_figure(result: Any, model: str) -> go.Figure:
                 mode="markers",
                 name=name,
                 marker={"color": color, "size": 9, "symbol": "circle"},
-                customdata=part[["index"]].to_numpy(),
-                hovertemplate="panel subset %{customdata[0]}<br>score s(S) = %{x:.4g}"
+                customdata=np.c_[part["index"], part["score"].map(score_text)],
+                hovertemplate="panel subset %{customdata[0]}<br>score s(S) = %{customdata[1]}"
                 f"<extra>{name}</extra>",
             )
         )
     targets = sub[sub["kind"] == "target"]
     jitter = pd.Series(_jitter(len(targets)), index=targets.index)
-    for verdict, color in VERDICT_COLORS.items():
+    # every verdict present gets a trace (one not in VERDICT_COLORS is drawn grey)
+    for verdict in dict.fromkeys([*VERDICT_COLORS, *map(str, targets["verdict"].unique())]):
+        color = VERDICT_COLORS.get(verdict, COLORS["inconclusive"])
         part = targets[targets["verdict"] == verdict]
         if part.empty:
             continue
@@ -363,8 +374,11 @@ def panel_figure(result: Any, model: str) -> go.Figure:
                 mode="markers",
                 name=f"targets: {verdict} ({len(part)})",
                 marker={"color": color, "size": 9, "symbol": "diamond", "line": {"width": 0.5}},
-                customdata=part[["index", "p_in", "p_out"]].to_numpy(),
-                hovertemplate="target %{customdata[0]}<br>score s(S) = %{x:.4g}<br>"
+                customdata=np.c_[
+                    part[["index", "p_in", "p_out"]].to_numpy(dtype=object),
+                    part["score"].map(score_text),
+                ],
+                hovertemplate="target %{customdata[0]}<br>score s(S) = %{customdata[3]}<br>"
                 "p_in = %{customdata[1]:.3f}, p_out = %{customdata[2]:.3f}"
                 f"<br>verdict: {verdict}<extra></extra>",
             )
@@ -373,6 +387,7 @@ def panel_figure(result: Any, model: str) -> go.Figure:
     fig.update_yaxes(
         tickvals=[0, 1, 2], ticktext=["targets (D_f)", "OOT panel", "IT panel"], range=[-0.6, 2.6]
     )
+    fig.update_xaxes(tickformat=D3_SI)
     return _layout(
         fig,
         f"{model}: calibrated evidence (panels {validity}, p = {row['panel_p']:.2g})",
@@ -393,6 +408,7 @@ def spread_figure(result: Any, model: str) -> go.Figure:
     """
     row = _model_row(result, model)
     sub = result.subsets[result.subsets["model"] == model]
+    score_text, spread_text = column_formatter(sub["score"]), column_formatter(sub["spread"])
     fig = go.Figure()
     for kind, name, color in (
         ("it_panel", "IT panel (retained data)", COLORS["it"]),
@@ -407,11 +423,15 @@ def spread_figure(result: Any, model: str) -> go.Figure:
                 mode="markers",
                 name=name,
                 marker={"color": color, "size": 8},
-                customdata=part[["index"]].to_numpy(),
-                hovertemplate="subset %{customdata[0]}<br>spread = %{x:.4g}<br>"
-                f"score = %{{y:.4g}}<extra>{name}</extra>",
+                customdata=np.c_[
+                    part["index"], part["spread"].map(spread_text), part["score"].map(score_text)
+                ],
+                hovertemplate="subset %{customdata[0]}<br>spread = %{customdata[1]}<br>"
+                f"score = %{{customdata[2]}}<extra>{name}</extra>",
             )
         )
+    fig.update_xaxes(tickformat=D3_SI)
+    fig.update_yaxes(tickformat=D3_SI)
     return _layout(
         fig,
         f"{model}: score vs spread (correlation r = {row['score_spread_corr']:.2f})",

@@ -1,11 +1,19 @@
-"""Plain-language verdicts, caveats, a self-contained HTML report and export tables.
+"""The audit-grade report: verdicts, evidence, what was evaluated, as HTML, JSON and tables.
 
-- :func:`verdict_sentence` / :func:`verdict_label` explain one model's result to a non-expert,
-  combining the paper's OTR, the calibrated OTR (method §9) and the Retrain model's value.
-- :data:`CAVEATS` are method §9's caveats written for a non-expert.
-- :func:`build_html_report` writes one HTML file that opens offline (plotly.js is inlined).
+- :func:`report_document` is the report as a JSON document: the evaluation's numbers (the CLI's
+  method §10 document), each model's verdict and explanation, and the manifest of what was
+  evaluated (checkpoint and data hashes, settings, seeds, software; see
+  :mod:`sde_core.services.audit`). ``python -m sde_core verify`` recomputes it.
+- :func:`build_html_report` writes one self-contained HTML file (plotly.js inlined, no network
+  request) with the sections of :data:`REPORT_SECTIONS`; it embeds :func:`report_document` in a
+  ``<script type="application/json" id="sde-report">`` element, so the HTML alone can be
+  verified. :func:`sde_core.viz.pdf.html_to_pdf` prints it to PDF.
+- :data:`CAVEATS` are method §9's caveats written for a non-expert; the verdict sentences come
+  from :mod:`sde_core.viz.verdicts`.
 - :func:`tables_for_export` and :func:`to_csv_bytes` / :func:`to_json_bytes` /
   :func:`tables_to_zip` produce download payloads (e.g. for ``st.download_button``).
+
+Every number is written by :func:`sde_core.viz.formatting.format_number`.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import datetime as _dt
 import html
 import io
 import json
+import math
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -26,14 +35,33 @@ import plotly.graph_objects as go
 from sde_core import __version__
 from sde_core.errors import SettingsError
 from sde_core.viz.figures import PLOTLY_CONFIG, comparison_bars, hsic_histogram
+from sde_core.viz.formatting import format_interval, format_number, format_percent
+from sde_core.viz.glossary import glossary_table
+from sde_core.viz.verdicts import (
+    CAN_CERTIFY,
+    CANNOT_CERTIFY,
+    explain_verdict,
+    retrain_row,
+    verdict_label,
+    verdict_sentence,
+    verdict_table,
+)
 
 __all__ = [
     "CAVEATS",
     "EXPORT_TABLE_FORMATS",
+    "REPORT_DATA_ID",
+    "REPORT_FORMAT",
+    "REPORT_FORMAT_VERSION",
+    "REPORT_SECTIONS",
     "build_html_report",
     "comparison_table",
+    "dataset_table",
+    "manifest_tables",
     "null_calibration_text",
+    "report_document",
     "report_figures",
+    "report_from_html",
     "settings_table",
     "tables_for_export",
     "tables_to_zip",
@@ -46,6 +74,22 @@ __all__ = [
 
 #: Formats of :func:`tables_to_zip`.
 EXPORT_TABLE_FORMATS = ("csv", "json")
+#: ``format`` and ``format_version`` of :func:`report_document`.
+REPORT_FORMAT = "sde-report"
+REPORT_FORMAT_VERSION = 1
+#: ``id`` of the HTML element that holds the report document.
+REPORT_DATA_ID = "sde-report"
+#: The section titles of the HTML/PDF report, in order (the notes section only with notes).
+REPORT_SECTIONS = (
+    "Verdicts",
+    "What SDE can and cannot certify",
+    "Comparison",
+    "Null calibration",
+    "Charts",
+    "What was evaluated",
+    "Definitions",
+    "Caveats",
+)
 
 #: method §9's caveats for a non-expert, as ``{title: explanation}``.
 CAVEATS: dict[str, str] = {
@@ -86,160 +130,25 @@ CAVEATS: dict[str, str] = {
 }
 
 
-def _pct(x: float) -> str:
-    """A rate in [0, 1] as a whole percentage (``"n/a"`` for NaN)."""
-    return f"{100 * x:.0f}%" if np.isfinite(x) else "n/a"
+def _get(row: Mapping[str, Any], key: str) -> Any:
+    """``row[key]`` or None when the column is absent."""
+    return row.get(key)
 
 
-def _interval(lo: float, hi: float) -> str:
-    """An interval of rates as whole percentages, e.g. ``"1–8%"``."""
-    return f"{100 * float(lo):.0f}–{100 * float(hi):.0f}%"
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
-def _ci(lo: float, hi: float) -> str:
-    return f"95% CI {_interval(lo, hi)}"
-
-
-def verdict_label(row: Mapping[str, Any]) -> str:
-    """Short verdict of the paper's rule for one ``models`` row.
-
-    Returns:
-        ``"inconclusive"`` (invalid references), ``"not forgotten"`` (OTR's 95% interval below
-        50%), ``"consistent with forgetting"`` (interval above 50%) or ``"mixed"``.
-    """
-    if not bool(row["references_valid"]):
-        return "inconclusive"
-    if float(row["otr_hi"]) < 0.5:
-        return "not forgotten"
-    if float(row["otr_lo"]) > 0.5:
-        return "consistent with forgetting"
-    return "mixed"
-
-
-def _calibrated_part(row: Mapping[str, Any], targets: int, label: str) -> str:
-    if not bool(row["panel_valid"]):
-        return (
-            f" The calibrated test's reference panels do not separate training from unseen data "
-            f"(p = {float(row['panel_p']):.2g}), so the calibrated test is inconclusive."
-        )
-    n_in, n_out = int(row["n_in_training"]), int(row["n_out_of_training"])
-    n_inc = int(row["n_inconclusive"])
-    text = (
-        f" The calibrated test (whole reference subsets) finds {n_out} of {targets} draws "
-        f"unseen-like, {n_in} training-like and {n_inc} inconclusive "
-        f"(calibrated OTR {_pct(float(row['calibrated_otr']))})."
-    )
-    disagree = (label == "not forgotten" and n_out > n_in) or (
-        label == "consistent with forgetting" and n_in > n_out
-    )
-    if disagree:
-        text += " The two tests disagree: treat this result with caution."
-    return text
-
-
-def _retrain_part(row: Mapping[str, Any], retrain: Mapping[str, Any] | None) -> str:
-    if row["role"] == "retrained":
-        return " This retrained model is the gold standard the other models are compared with."
-    if retrain is None:
-        return (
-            " There is no retrained model to compare with: add one (role 'retrained'), the gold "
-            "standard of unlearning."
-        )
-    name = retrain["name"]
-    if not bool(retrain["references_valid"]):
-        return f" The retrained model {name} has invalid references, so it gives no reference OTR."
-    re_otr, re_lo, re_hi = (float(retrain[k]) for k in ("otr", "otr_lo", "otr_hi"))
-    ref = f"The retrained model {name} (the gold standard) has OTR {_pct(re_otr)}"
-    if not bool(row["references_valid"]):
-        return f" {ref}."
-    lo, hi = float(row["otr_lo"]), float(row["otr_hi"])
-    if hi < re_lo:
-        where = "this model's OTR is clearly lower, so it forgets less than retraining would"
-    elif lo > re_hi:
-        where = "this model's OTR is clearly higher than retraining's"
-    else:
-        where = "this model is within the uncertainty of it"
-    return f" {ref} ({_ci(re_lo, re_hi)}): {where}."
-
-
-def verdict_sentence(
-    row: Mapping[str, Any], targets: int, retrain: Mapping[str, Any] | None = None
-) -> str:
-    """A plain-language verdict for one model, for a non-expert.
-
-    Args:
-        row: the model's row of the ``models`` table (a dict or a pandas Series).
-        targets: T, the number of target subsets drawn (``result.settings.targets``).
-        retrain: the Retrain model's row, or None when the workspace has none.
-
-    Returns:
-        Sentences stating the paper's verdict with its numbers (draws out of T, OTR and its 95%
-        Wilson interval), the calibrated test's counts, and the comparison with the Retrain model.
-    """
-    if isinstance(targets, bool) or not isinstance(targets, (int, np.integer)) or targets < 1:
-        raise SettingsError(f"targets must be a positive number of draws; got {targets!r}")
-    label = verdict_label(row)
-    otr, lo, hi = float(row["otr"]), float(row["otr_lo"]), float(row["otr_hi"])
-    k_out = round(otr * targets)
-    k_in = targets - k_out
-    stats = f"(OTR {_pct(otr)}, {_ci(lo, hi)})"
-    if label == "inconclusive":
-        text = (
-            f"References invalid (p = {float(row['reference_p']):.2g}): this model's split-half "
-            "HSIC does not tell its training data from unseen data here, so every decision is "
-            "inconclusive — try another layer, σ, a larger n or more splits."
-        )
-    elif label == "not forgotten":
-        text = (
-            f"Subsets of the forget set still look like training data in {k_in} of {targets} "
-            f"draws {stats}: the model has NOT forgotten them."
-        )
-    elif label == "consistent with forgetting":
-        text = (
-            f"Subsets of the forget set look like unseen data in {k_out} of {targets} draws "
-            f"{stats}: consistent with forgetting."
-        )
-    else:
-        text = (
-            f"Subsets of the forget set look like unseen data in {k_out} of {targets} draws and "
-            f"like training data in {k_in} {stats}: the evidence is mixed (partial forgetting or "
-            "a weak signal)."
-        )
-    text += _calibrated_part(row, targets, label)
-    if row["role"] == "random":
-        text += (
-            " This randomly initialised model is the negative control: it has seen no data, so "
-            "a 'remembered' verdict here is a false alarm or a difference in the data "
-            "themselves, not a trace of training."
-        )
-    return text + _retrain_part(row, retrain)
-
-
-def _retrain_row(models: pd.DataFrame) -> dict[str, Any] | None:
-    found = models[models["role"] == "retrained"]
-    return None if found.empty else found.iloc[0].to_dict()
-
-
-def verdict_table(result: Any) -> pd.DataFrame:
-    """One row per model: ``name``, ``role``, ``method``, ``verdict`` (:func:`verdict_label`)
-    and ``explanation`` (:func:`verdict_sentence`, compared with the first retrained model)."""
-    retrain = _retrain_row(result.models)
-    rows = [
-        {
-            "name": row["name"],
-            "role": row["role"],
-            "method": row["method"],
-            "verdict": verdict_label(row),
-            "explanation": verdict_sentence(row, result.settings.targets, retrain),
-        }
-        for row in result.models.to_dict("records")
-    ]
-    return pd.DataFrame(rows, columns=["name", "role", "method", "verdict", "explanation"])
-
-
-def _num(x: Any, digits: int = 3) -> str:
-    value = float(x)
-    return f"{value:.{digits}g}" if np.isfinite(value) else "n/a"
+def _rate_with_interval(row: Mapping[str, Any], key: str) -> str:
+    value = _float(_get(row, key))
+    if math.isnan(value):
+        reason = _get(row, "inconclusive_reason")
+        return "inconclusive" if reason else "n/a"
+    interval = format_interval(_get(row, f"{key}_lo"), _get(row, f"{key}_hi"))
+    return f"{format_percent(value)} ({interval})"
 
 
 def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
@@ -247,36 +156,40 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
 
     Columns: model, role, method, layer, σ, reference p, OTR (95% CI), calibrated OTR (95% CI),
     F1, calibrated F1, dependence score, Acc_r/Acc_f/Acc_te (%), MIA ASR, MMD F1, W2 F1, null
-    FPR of both tests, score–spread correlation, method time (s).
+    FPR of both tests, score–spread correlation, method time (s). Columns the table lacks are
+    shown as ``n/a``; a withheld headline number (method §12) as ``inconclusive``.
     """
     out = []
     for r in models.to_dict("records"):
-        cal = float(r["calibrated_otr"])
+        cal = _float(_get(r, "calibrated_otr"))
+        panel_invalid = _get(r, "panel_valid") is not None and not bool(r["panel_valid"])
         out.append(
             {
                 "model": r["name"],
-                "role": r["role"],
-                "method": r["method"],
-                "layer": r["layer"],
-                "σ": _num(r["sigma"]),
-                "reference p": _num(r["reference_p"], 2),
-                "OTR (95% CI)": f"{_pct(float(r['otr']))} ({_interval(r['otr_lo'], r['otr_hi'])})",
+                "role": _get(r, "role"),
+                "method": _get(r, "method"),
+                "layer": _get(r, "layer"),
+                "σ": format_number(_get(r, "sigma")),
+                "reference p": format_number(
+                    _get(r, "reference_p"), digits=2, notation="scientific"
+                ),
+                "OTR (95% CI)": _rate_with_interval(r, "otr"),
                 "calibrated OTR (95% CI)": "n/a (panels invalid)"
-                if not np.isfinite(cal)
-                else f"{_pct(cal)} ({_interval(r['calibrated_otr_lo'], r['calibrated_otr_hi'])})",
-                "F1": _num(r["f1"]),
-                "calibrated F1": _num(r["calibrated_f1"]),
-                "dependence score": _num(r["dependence_score"]),
-                "Acc_r (%)": _num(r["acc_r"]),
-                "Acc_f (%)": _num(r["acc_f"]),
-                "Acc_te (%)": _num(r["acc_te"]),
-                "MIA ASR": _pct(float(r["asr"])),
-                "MMD F1": _num(r["mmd_f1"]),
-                "W2 F1": _num(r["w2_f1"]),
-                "null FPR, split U-test": _pct(float(r["null_split_fpr"])),
-                "null FPR, calibrated": _pct(float(r["null_calibrated_fpr"])),
-                "score–spread r": _num(r["score_spread_corr"], 2),
-                "method time (s)": _num(r["seconds"]),
+                if panel_invalid and math.isnan(cal)
+                else _rate_with_interval(r, "calibrated_otr"),
+                "F1": format_number(_get(r, "f1")),
+                "calibrated F1": format_number(_get(r, "calibrated_f1")),
+                "dependence score": format_number(_get(r, "dependence_score")),
+                "Acc_r (%)": format_number(_get(r, "acc_r")),
+                "Acc_f (%)": format_number(_get(r, "acc_f")),
+                "Acc_te (%)": format_number(_get(r, "acc_te")),
+                "MIA ASR": format_percent(_get(r, "asr")),
+                "MMD F1": format_number(_get(r, "mmd_f1")),
+                "W2 F1": format_number(_get(r, "w2_f1")),
+                "null FPR, split U-test": format_percent(_get(r, "null_split_fpr")),
+                "null FPR, calibrated": format_percent(_get(r, "null_calibrated_fpr")),
+                "score–spread r": format_number(_get(r, "score_spread_corr"), digits=2),
+                "method time (s)": format_number(_get(r, "seconds")),
             }
         )
     return pd.DataFrame(out)
@@ -293,34 +206,36 @@ def settings_table(settings: Any) -> pd.DataFrame:
 def null_calibration_text(result: Any) -> str:
     """A paragraph on the null-calibration diagnostic (method §9) across the result's models."""
     s = result.settings
-    split = result.models["null_split_fpr"].astype(float)
-    cal = result.models["null_calibrated_fpr"].astype(float)
+    models = result.models
+    if "null_split_fpr" not in models or "null_calibrated_fpr" not in models:
+        return "This evaluation has no null-calibration diagnostic."
+    split = models["null_split_fpr"].astype(float)
+    cal = models["null_calibrated_fpr"].astype(float)
 
     def span(x: pd.Series) -> str:
         x = x[np.isfinite(x)]
         if x.empty:
             return "n/a"
-        lo, hi = _pct(float(x.min())), _pct(float(x.max()))
+        lo, hi = format_percent(float(x.min())), format_percent(float(x.max()))
         return lo if lo == hi else f"{lo}–{hi}"
 
     return (
         f"For every model, {s.null_pairs} pairs of disjoint subsets of the test "
         "data — which by construction do not differ — were put through both tests. The paper's "
         f"split-level U-test declared a difference in {span(split)} of pairs (a well-calibrated "
-        f"test would do so in about {_pct(s.alpha)}); the calibrated test in {span(cal)} (it "
-        f"should stay at or below {_pct(s.alpha_calibrated)}). The per-model rates are in the "
-        "comparison table."
+        f"test would do so in about {format_percent(s.alpha)}); the calibrated test in "
+        f"{span(cal)} (it should stay at or below {format_percent(s.alpha_calibrated)}). The "
+        "per-model rates are in the comparison table."
     )
 
 
 def report_figures(result: Any) -> dict[str, go.Figure]:
     """The default charts of a report: OTR, calibrated OTR and (when computed) MIA ASR per model,
     and the histograms of the first original, retrained and random model (paper Fig. 2)."""
-    figs = {
-        "OTR per model": comparison_bars(result.models, "otr"),
-        "Calibrated OTR per model": comparison_bars(result.models, "calibrated_otr"),
-    }
-    if np.isfinite(result.models["asr"].astype(float)).any():
+    figs = {"OTR per model": comparison_bars(result.models, "otr")}
+    if "calibrated_otr" in result.models:
+        figs["Calibrated OTR per model"] = comparison_bars(result.models, "calibrated_otr")
+    if "asr" in result.models and np.isfinite(result.models["asr"].astype(float)).any():
         figs["MIA attack success rate per model"] = comparison_bars(result.models, "asr")
     for role in ("original", "retrained", "random"):
         found = result.models[result.models["role"] == role]
@@ -330,25 +245,185 @@ def report_figures(result: Any) -> dict[str, go.Figure]:
     return figs
 
 
+# --------------------------------------------------------------------------- the manifest
+
+
+def dataset_table(manifest: Mapping[str, Any]) -> pd.DataFrame:
+    """The evaluated data as a small table (rows ``item``, ``value``) from a manifest."""
+    data = manifest.get("data", {})
+    forget = manifest.get("forget_set", {})
+    spec = data.get("spec", {})
+    names = data.get("class_names") or []
+    classes = f"{len(names)}: " + ", ".join(map(str, names)) if names else "n/a"
+    rows = [
+        ("kind", spec.get("kind", "n/a")),
+        ("source", spec.get("root", "n/a")),
+        ("training rows (D_tr)", data.get("n_train", "n/a")),
+        ("test rows (D_te)", data.get("n_test", "n/a")),
+        ("classes", classes),
+        ("forget set (D_f)", f"{forget.get('size', 'n/a')} rows from {forget.get('path', 'n/a')}"),
+        ("data fingerprint (SHA-256)", data.get("fingerprint", "n/a")),
+        ("forget-set indices (SHA-256)", forget.get("indices_sha256", "n/a")),
+    ]
+    return pd.DataFrame([{"item": k, "value": str(v)} for k, v in rows], columns=["item", "value"])
+
+
+def manifest_tables(manifest: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
+    """The manifest as titled tables: workspace, data, models, seeds, software, timing."""
+    ws = manifest.get("workspace", {})
+    generator = manifest.get("generator", {})
+    workspace = pd.DataFrame(
+        [
+            {"item": item, "value": "" if value is None else str(value)}
+            for item, value in (
+                ("name", ws.get("name")),
+                ("folder", ws.get("path")),
+                ("workspace hash", ws.get("hash")),
+                ("workspace.toml (SHA-256)", ws.get("toml_sha256")),
+                ("created (UTC)", manifest.get("created")),
+                ("sde_core", generator.get("sde_core")),
+                ("ALGORITHM_VERSION", generator.get("algorithm_version")),
+            )
+        ],
+        columns=["item", "value"],
+    )
+    models = pd.DataFrame(
+        [
+            {
+                "model": name,
+                "role": str(m.get("role", "")),
+                "method": str(m.get("method", "")),
+                "architecture": str(m.get("arch", "")),
+                "checkpoint": str(m.get("checkpoint", "")),
+                "SHA-256": str(m.get("sha256", "")),
+                "matches workspace.toml": {True: "yes", False: "NO", None: "not recorded"}[
+                    m.get("matches_recorded")
+                ],
+                "model seed": "n/a" if m.get("seed") is None else str(m.get("seed")),
+                "method time (s)": format_number(m.get("method_seconds")),
+                "evaluation time (s)": format_number(m.get("evaluation_seconds")),
+            }
+            for name, m in manifest.get("models", {}).items()
+        ]
+    )
+    seeds = manifest.get("seeds", {})
+    seed_rows = [{"item": "evaluation seed", "value": str(seeds.get("evaluation", ""))}]
+    seed_rows += [{"item": k, "value": str(v)} for k, v in seeds.get("derived", {}).items()]
+    env = manifest.get("environment", {})
+    software = [
+        {"item": "Python", "value": str(env.get("python", ""))},
+        {"item": "platform", "value": str(env.get("platform", ""))},
+        {"item": "CPU cores", "value": str(env.get("cpu_count", ""))},
+    ] + [
+        {"item": package, "value": str(version)}
+        for package, version in env.get("packages", {}).items()
+    ]
+    timing = manifest.get("timing", {})
+    timing_rows = [
+        {"item": key.replace("_", " "), "value": format_number(value)}
+        for key, value in timing.items()
+    ]
+    return {
+        "Workspace and generator": workspace,
+        "Data": dataset_table(manifest),
+        "Models (checkpoint hashes)": models,
+        "Seeds": pd.DataFrame(seed_rows, columns=["item", "value"]),
+        "Software and platform": pd.DataFrame(software, columns=["item", "value"]),
+        "Wall times": pd.DataFrame(timing_rows, columns=["item", "value"]),
+    }
+
+
+def report_document(result: Any, manifest: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The report as a JSON document (what ``verify`` recomputes).
+
+    Returns:
+        ``{"format": "sde-report", "format_version": 1, "manifest": …, "settings": …,
+        "workspace_hash": …, "models": {name: {…the method §10 fields…, "verdict",
+        "explanation"}}}``; non-finite numbers are ``null``.
+    """
+    doc = result.to_json_dict()
+    retrain = retrain_row(result.models)
+    by_name = {row["name"]: row for row in result.models.to_dict("records")}
+    for name, entry in doc["models"].items():
+        explained = explain_verdict(by_name[name], result.settings.targets, retrain)
+        entry["verdict"] = explained.label
+        entry["explanation"] = explained.text
+    return {
+        "format": REPORT_FORMAT,
+        "format_version": REPORT_FORMAT_VERSION,
+        "manifest": dict(manifest) if manifest is not None else None,
+        **doc,
+    }
+
+
+def _json_for_html(document: Mapping[str, Any]) -> str:
+    """JSON safe inside ``<script>`` (``</`` escaped; strict: NaN/inf already null)."""
+    return json.dumps(document, allow_nan=False, ensure_ascii=False).replace("</", "<\\/")
+
+
+def report_from_html(text: str) -> dict[str, Any]:
+    """The report document embedded in a report's HTML.
+
+    Raises:
+        SettingsError: the HTML holds no report document.
+    """
+    marker = f'<script type="application/json" id="{REPORT_DATA_ID}">'
+    start = text.find(marker)
+    end = text.find("</script>", start) if start >= 0 else -1
+    if start < 0 or end < 0:
+        raise SettingsError(
+            "this HTML file holds no SDE report document: give the .json or .html written by "
+            "`python -m sde_core report` or the dashboard's Report page"
+        )
+    try:
+        return json.loads(text[start + len(marker) : end])
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"the report document in this HTML file is damaged ({exc})") from exc
+
+
+# --------------------------------------------------------------------------- HTML
+
+
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; color: #222;
        line-height: 1.45; padding: 0 1em; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.5em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
+.hashes td { overflow-wrap: anywhere; }
 figure { margin: 1.5em 0; }
 figcaption { color: #666; font-size: 0.85em; }
+code { font-family: ui-monospace, monospace; background: #f3f3f3; padding: 0 0.2em; }
 .meta { color: #666; font-size: 0.9em; }
 .wide { overflow-x: auto; }
 .verdict-not-forgotten { color: #b24000; font-weight: bold; }
 .verdict-consistent-with-forgetting { color: #00795a; font-weight: bold; }
 .verdict-mixed, .verdict-inconclusive { color: #555; font-weight: bold; }
+@media print {
+  body { max-width: none; margin: 0; font-size: 10pt; }
+  table { font-size: 7.5pt; }
+  figure, tr { break-inside: avoid; }
+  h2 { break-after: avoid; }
+  .wide { overflow: visible; }
+}
+@page { size: A4 landscape; margin: 12mm; }
 """
 
+#: Glossary entries the report's tables and sentences use.
+_REPORT_TERMS = (
+    "h", "sigma", "layer", "reference_p", "references_valid", "decision", "otr", "otr_ci",
+    "f1", "dependence_score", "score", "spread", "score_spread_corr", "panel_p", "p_in",
+    "p_out", "verdict", "calibrated_otr", "calibrated_f1", "n_over_unlearned",
+    "null_split_fpr", "null_calibrated_fpr", "inconclusive_reason", "mmd_f1", "w2_f1",
+    "acc_r", "acc_f", "acc_te", "asr", "seconds", "eval_seconds", "subset_size", "targets",
+    "splits", "panel_size", "seed", "alpha", "alpha_calibrated",
+)  # fmt: skip
 
-def _table_html(df: pd.DataFrame) -> str:
+
+def _table_html(df: pd.DataFrame, *, hashes: bool = False) -> str:
+    """A table; with ``hashes`` long hex digests may wrap anywhere inside their cells."""
     table = df.to_html(index=False, escape=True, na_rep="n/a", border=0)
-    return f'<div class="wide">{table}</div>'
+    return f'<div class="wide{" hashes" if hashes else ""}">{table}</div>'
 
 
 def _verdicts_html(table: pd.DataFrame) -> str:
@@ -364,11 +439,39 @@ def _verdicts_html(table: pd.DataFrame) -> str:
     )
 
 
+def _certify_html() -> str:
+    can = "".join(f"<li>{html.escape(t)}</li>" for t in CAN_CERTIFY)
+    cannot = "".join(f"<li>{html.escape(t)}</li>" for t in CANNOT_CERTIFY)
+    return f"<p><strong>It can establish:</strong></p><ul>{can}</ul>" + (
+        f"<p><strong>It cannot establish:</strong></p><ul>{cannot}</ul>"
+    )
+
+
+def _manifest_html(manifest: Mapping[str, Any] | None, file_hint: str) -> str:
+    if manifest is None:
+        return (
+            "<p>This report was built without a manifest: it does not pin the checkpoints or "
+            "the data and cannot be verified.</p>"
+        )
+    parts = [
+        "<p>Everything below pins what was evaluated. To re-check this report against the "
+        f"workspace, run <code>python -m sde_core verify {html.escape(file_hint)}</code>: it "
+        "re-hashes every file, recomputes every number and says, per model, whether it is "
+        "identical or what differs.</p>"
+    ]
+    for title, table in manifest_tables(manifest).items():
+        parts.append(f"<h3>{html.escape(title)}</h3>")
+        parts.append(_table_html(table, hashes=True))
+    return "".join(parts)
+
+
 def build_html_report(
     result: Any,
     workspace_name: str,
     figures: Mapping[str, go.Figure] | Sequence[go.Figure] | None = None,
     notes: str | None = None,
+    manifest: Mapping[str, Any] | None = None,
+    file_hint: str = "REPORT.html",
 ) -> str:
     """A self-contained HTML report of an evaluation (opens offline: plotly.js is inlined once).
 
@@ -378,11 +481,13 @@ def build_html_report(
         figures: charts to embed, as ``{title: figure}`` or a list (default
             :func:`report_figures`).
         notes: free text from the user (escaped; blank lines separate paragraphs).
+        manifest: what was evaluated (:func:`sde_core.services.audit.build_manifest`); without
+            it the report says it cannot be verified.
+        file_hint: the file name shown in the ``verify`` command.
 
     Returns:
-        The HTML document: title, generation date (UTC), sde_core version, workspace hash, the
-        settings, the per-model verdicts, the comparison table, the null-calibration paragraph,
-        the charts, the caveats and the notes.
+        The HTML document with the sections of :data:`REPORT_SECTIONS` (and the notes), and the
+        :func:`report_document` embedded for ``verify``.
     """
     if figures is None:
         figures = report_figures(result)
@@ -402,6 +507,26 @@ def build_html_report(
         notes_html = "<h2>Notes</h2>" + "".join(f"<p>{html.escape(p)}</p>" for p in paragraphs)
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     title = f"SDE report: {workspace_name}"
+    document = _json_for_html(report_document(result, manifest))
+    s = result.settings
+    sections = dict(
+        zip(
+            REPORT_SECTIONS,
+            (
+                _verdicts_html(verdict_table(result)),
+                _certify_html(),
+                _table_html(comparison_table(result.models)),
+                f"<p>{html.escape(null_calibration_text(result))}</p>",
+                "".join(charts) or "<p>No charts.</p>",
+                _manifest_html(manifest, file_hint)
+                + f"<h3>Settings</h3>{_table_html(settings_table(result.settings))}",
+                _table_html(glossary_table(_REPORT_TERMS)),
+                f"<ul>{caveats}</ul>",
+            ),
+            strict=True,
+        )
+    )
+    body = "\n".join(f"<h2>{html.escape(t)}</h2>\n{content}" for t, content in sections.items())
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -414,24 +539,15 @@ def build_html_report(
 <h1>{html.escape(title)}</h1>
 <p class="meta">Generated {now} by sde_core {html.escape(__version__)}
  · workspace hash {html.escape(str(result.workspace_hash))}
- · {len(result.models)} models</p>
-<p>Split-half Dependence Evaluation asks whether subsets of the forget set still look like the
-model's training data (in-training) or like data it never saw (out-of-training). The
-out-of-training rate (OTR) is the share of {result.settings.targets} random forget-set subsets
-that look unseen: higher means more forgetting; the retrained model is the target.</p>
-<h2>Verdicts</h2>
-{_verdicts_html(verdict_table(result))}
-<h2>Comparison</h2>
-{_table_html(comparison_table(result.models))}
-<h2>Null calibration</h2>
-<p>{html.escape(null_calibration_text(result))}</p>
-<h2>Charts</h2>
-{"".join(charts) or "<p>No charts.</p>"}
-<h2>Settings</h2>
-{_table_html(settings_table(result.settings))}
-<h2>Caveats</h2>
-<ul>{caveats}</ul>
+ · {len(result.models)} models · layer {html.escape(str(s.layer))}</p>
+<p>Split-half Dependence Evaluation (SDE) asks whether subsets of the forget set still look like
+the model's training data (in-training) or like data it never saw (out-of-training). The
+out-of-training rate (OTR) is the share of {s.targets} random forget-set subsets of
+{s.subset_size} rows that look unseen: higher means more forgetting; the retrained model, which
+never saw the forget set, is the yardstick.</p>
+{body}
 {notes_html}
+<script type="application/json" id="{REPORT_DATA_ID}">{document}</script>
 </body>
 </html>
 """

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from sde_core.common.paths import allowed_roots, resolve_in_roots
@@ -30,6 +31,7 @@ from sde_core.services.uploads import (
     guess_role,
     safe_name,
 )
+from sde_core.viz.verdicts import verdict_label
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
@@ -117,24 +119,36 @@ _PER_LAYER = (
 
 def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per model: Acc_r/f/te and ASR (%), then OTR (with its 95% interval), calibrated
-    OTR, F1, dependence score and reference validity per layer, then the time in seconds.
+    OTR, F1, dependence score, reference validity and the verdict per layer, then the time in
+    seconds.
 
     Args:
         models_by_layer: ``{layer: the models table of an evaluation at that layer}``; every
-            table lists the same models. Values are copied, never recomputed.
+            table lists the same models. Values are copied, never recomputed; a column a table
+            lacks is NaN, a withheld number stays NaN (shown as ``n/a``).
     """
     if not models_by_layer:
         raise InputError("choose at least one layer to compare")
     first = next(iter(models_by_layer.values()))
+    nan = np.full(len(first), np.nan)
+
+    def column(frame: pd.DataFrame, name: str) -> np.ndarray:
+        return frame[name].to_numpy() if name in frame else nan
+
     table = first[["name", "role", "method"]].copy()
     for col, label in _CLASSIC:
-        table[label] = first[col].to_numpy()
-    table["ASR (%)"] = first["asr"].to_numpy() * 100
+        table[label] = column(first, col)
+    table["ASR (%)"] = column(first, "asr").astype(float) * 100
     for layer, models in models_by_layer.items():
         by_name: Any = models.set_index("name").loc[table["name"]]
         for col, label in _PER_LAYER:
-            table[f"{label} [{layer}]"] = by_name[col].to_numpy()
-    table["time (s)"] = first["seconds"].to_numpy()
+            table[f"{label} [{layer}]"] = column(by_name, col)
+        table[f"verdict [{layer}]"] = [
+            verdict_label(row) for row in by_name.reset_index().to_dict("records")
+        ]
+        if "inconclusive_reason" in by_name:  # method §12: why the numbers are withheld
+            table[f"why inconclusive [{layer}]"] = by_name["inconclusive_reason"].to_numpy()
+    table["time (s)"] = column(first, "seconds")
     return table.reset_index(drop=True)
 
 

@@ -78,8 +78,10 @@ Store tables of a plan run (one row per record; the Sweeps page reads these):
 from __future__ import annotations
 
 from sde_core.pipeline.plans.driver import (
+    PLAN_RUN_PREFIX,
     PlanRunReport,
     check_layers,
+    is_plan_run,
     preflight,
     run_plan,
 )
@@ -114,6 +116,7 @@ from sde_core.pipeline.plans.spec import (
 __all__ = [
     "EXPERIMENTS",
     "PLAN_DIR",
+    "PLAN_RUN_PREFIX",
     "HistogramParams",
     "JobContext",
     "JobResult",
@@ -130,6 +133,7 @@ __all__ = [
     "build_jobs",
     "check_layers",
     "forget_indices",
+    "is_plan_run",
     "list_plans",
     "load_plan",
     "parse_override",

@@ -17,6 +17,14 @@ from sde_core.pipeline.plans.graph import JobContext, JobResult, PlanJob, build_
 from sde_core.pipeline.plans.params import MethodsParams, RetrainedParams, ToyParams, _fail
 from sde_core.pipeline.plans.spec import DEFAULT_RESOURCES, PlanVariant
 
+#: ``workspace_hash`` prefix of a plan's runs in a results store (``"plan:<hash>"``).
+PLAN_RUN_PREFIX = "plan:"
+
+
+def is_plan_run(workspace_hash: str) -> bool:
+    """Whether a results-store run with this ``workspace_hash`` belongs to an experiment plan."""
+    return str(workspace_hash).startswith(PLAN_RUN_PREFIX)
+
 
 @dataclass
 class PlanRunReport:
@@ -177,7 +185,7 @@ def run_plan(
     }
     key = {"plan": v.plan_hash(), "data": fingerprint, "algorithm": ALGORITHM_VERSION}
     run = store.open_run(
-        f"plan:{stable_hash(key)}",
+        f"{PLAN_RUN_PREFIX}{stable_hash(key)}",
         settings,
         label=f"plan {v.name} [{v.variant}]",
     )

@@ -1,0 +1,274 @@
+"""What the evaluation pages need beyond the numbers: target inputs, caches and costs.
+
+- :func:`target_subsets` — the evaluation's own target subsets (row indices into D_tr);
+- :func:`thumbnails` — the first inputs of one target subset with a model's predictions, named
+  by the dataset's class names;
+- :func:`layer_costs` — per layer, which models' results are already stored, whose activations
+  are cached, and how many rows would have to go through which models (with an estimated time
+  from :func:`measure_throughput`) before an evaluation starts;
+- :func:`activation_cache` — the workspace's activation cache (one place spells its folder).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sde_core.common.hashing import stable_hash
+from sde_core.errors import SettingsError
+from sde_core.inputs.activations import ActivationCache
+from sde_core.inputs.data import DatasetBundle, load_index_file
+from sde_core.pipeline.evaluate import EvalSettings, draw_subsets
+from sde_core.pipeline.model_inputs import entry_activations, entry_cached_layers
+from sde_core.pipeline.store import ResultsStore, workspace_store_path
+from sde_core.pipeline.workspace import Workspace, cache_path
+
+__all__ = [
+    "LayerCost",
+    "Throughput",
+    "Thumbnails",
+    "activation_cache",
+    "layer_costs",
+    "measure_throughput",
+    "stored_models",
+    "target_subsets",
+    "thumbnails",
+]
+
+
+def activation_cache(ws: Workspace) -> ActivationCache:
+    """The workspace's activation cache, the one the evaluation reads and fills."""
+    return ActivationCache(cache_path(ws.root, "activations"))
+
+
+def target_subsets(ws: Workspace, bundle: DatasetBundle, settings: EvalSettings) -> np.ndarray:
+    """The evaluation's target subsets: int64 ``(T, n)`` row indices into D_tr.
+
+    Drawn by the evaluation's own :func:`~sde_core.pipeline.evaluate.draw_subsets` from the
+    settings' seed, so they are exactly the subsets the result scored (this is the one place
+    that re-derives them; an evaluation that records its subsets would replace it).
+    """
+    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train_labels))
+    return draw_subsets(len(bundle.train_labels), len(bundle.test_labels), forget, settings).targets
+
+
+@dataclass(frozen=True)
+class Thumbnails:
+    """The first inputs of one target subset, with a model's predictions.
+
+    Attributes:
+        target: the target subset's index. indices: ``(k,)`` rows of D_tr.
+        images: uint8 ``(k, H, W)`` or ``(k, H, W, 3)``.
+        captions: ``"✓ Sneaker"`` or ``"✗ Shirt (is T-shirt/top)"`` per image.
+        correct: whether each prediction is right.
+    """
+
+    target: int
+    indices: np.ndarray
+    images: np.ndarray
+    captions: list[str]
+    correct: list[bool]
+
+
+def thumbnails(
+    ws: Workspace,
+    bundle: DatasetBundle,
+    settings: EvalSettings,
+    model: str,
+    target: int,
+    count: int = 16,
+) -> Thumbnails | None:
+    """The first ``count`` inputs of target subset ``target`` with ``model``'s predictions.
+
+    Predictions come from the model's softmax outputs (the activation cache, or one extraction
+    of those rows); classes are named by ``bundle.class_names`` (their indices when the dataset
+    has no names).
+
+    Returns:
+        None when the data are not images.
+
+    Raises:
+        SettingsError: ``target`` is not a target index of these settings.
+    """
+    if not bundle.is_image:
+        return None
+    targets = target_subsets(ws, bundle, settings)
+    if not 0 <= int(target) < len(targets):
+        raise SettingsError(f"target subset {target} does not exist: choose 0–{len(targets) - 1}")
+    idx = targets[int(target)][:count]
+    entry = ws.model(model)
+    probs = entry_activations(
+        ws, entry, bundle, "train", "output", activation_cache(ws), indices=idx,
+        device=settings.device, pool=settings.pool,
+    )["output"]  # fmt: skip
+    names = list(bundle.class_names) or [str(c) for c in range(bundle.num_classes)]
+    labels = bundle.train_labels[idx]
+    captions, correct = [], []
+    for p, y in zip(probs.argmax(axis=1), labels, strict=True):
+        right = bool(p == y)
+        correct.append(right)
+        captions.append(f"✓ {names[p]}" if right else f"✗ {names[p]} (is {names[y]})")
+    images = bundle.images("train", idx)
+    assert images is not None  # is_image
+    return Thumbnails(int(target), idx, images, captions, correct)
+
+
+def stored_models(ws: Workspace, workspace_hash: str, settings: EvalSettings) -> set[str]:
+    """Models whose results for ``settings`` are in the workspace's results store."""
+    path = workspace_store_path(ws.root)
+    if not path.is_file():
+        return set()
+    wanted = stable_hash(settings.result_key())
+    with ResultsStore(path) as store:
+        runs = store.list_runs(workspace_hash)
+        found = runs[runs["settings_hash"] == wanted]
+        return set() if found.empty else store.finished_units(int(found["id"].iloc[0]))
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """A measured extraction speed: ``rows`` pushed through a model in ``seconds`` (model
+    loading included, so the estimate it gives is on the slow side)."""
+
+    rows: int
+    seconds: float
+
+    @property
+    def rows_per_second(self) -> float:
+        """Rows per second."""
+        return self.rows / max(self.seconds, 1e-9)
+
+
+def measure_throughput(
+    ws: Workspace, bundle: DatasetBundle, model: str, settings: EvalSettings, rows: int = 256
+) -> Throughput:
+    """Time one extraction of ``rows`` training rows through ``model`` (nothing is cached)."""
+    entry = ws.model(model)
+    idx = np.arange(min(rows, len(bundle.train_labels)))
+    t0 = time.perf_counter()
+    entry_activations(
+        ws, entry, bundle, "train", "output", None, indices=idx, device=settings.device,
+        pool=settings.pool,
+    )  # fmt: skip
+    return Throughput(int(idx.size), time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """What evaluating every model at one layer would take.
+
+    Attributes:
+        layer: the layer.
+        stored: models whose results are in the results store (read back at once).
+        cached: models whose activations are cached (statistics only).
+        extract: models that need an extraction first.
+        rows: rows to push through those models (training and test rows of each split that is
+            not cached).
+        seconds: estimated extraction time at the measured throughput (None when unknown).
+    """
+
+    layer: str
+    stored: list[str]
+    cached: list[str]
+    extract: list[str]
+    rows: int
+    seconds: float | None
+
+    @property
+    def ready(self) -> bool:
+        """Whether nothing has to be extracted."""
+        return not self.extract
+
+    def describe(self) -> str:
+        """One sentence: what is ready and what an evaluation would cost."""
+        ready = f"{len(self.stored)} stored, {len(self.cached)} cached"
+        if self.ready:
+            return f"{self.layer}: ready ({ready})"
+        cost = f"extract {len(self.extract)} models × {self.rows // len(self.extract):,} rows"
+        when = "" if self.seconds is None else f", about {_duration(self.seconds)}"
+        return f"{self.layer}: {cost}{when} before the statistics ({ready})"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _missing_rows(
+    ws: Workspace,
+    model: str,
+    bundle: DatasetBundle,
+    cache: ActivationCache,
+    layers: Sequence[str],
+    settings: EvalSettings,
+) -> int:
+    """Rows of every split where some of ``layers`` is not cached for ``model``."""
+    entry = ws.model(model)
+    need = set(layers)
+    total = 0
+    for split in ("train", "test"):
+        found = entry_cached_layers(ws, entry, bundle, split, sorted(need), cache, settings.pool)
+        if need - found:
+            total += len(bundle.labels(split))
+    return total
+
+
+def layer_costs(
+    ws: Workspace,
+    bundle: DatasetBundle,
+    settings: EvalSettings,
+    layers: Sequence[str],
+    workspace_hash: str,
+    *,
+    models: Sequence[str] | None = None,
+    throughput: Mapping[str, Throughput] | None = None,
+) -> list[LayerCost]:
+    """Per layer, which models are stored, cached or need an extraction, and its cost.
+
+    An evaluation at layer ``L`` needs the activations of ``L`` and of ``output`` (the classic
+    metrics) on both splits; one extraction pass computes every missing layer of a split.
+
+    Args:
+        ws, bundle: the workspace and its dataset.
+        settings: the evaluation settings (their layer is replaced by each of ``layers``).
+        layers: the layers to cost.
+        workspace_hash: the workspace's content hash (the results store's key).
+        models: the models (default: all).
+        throughput: measured speed per architecture (:func:`measure_throughput`); models whose
+            architecture is missing get no time estimate.
+    """
+    names = list(models) if models is not None else [m.name for m in ws.models]
+    cache = activation_cache(ws)
+    out = []
+    for layer in layers:
+        at_layer = settings.with_overrides(layer=layer)
+        stored = stored_models(ws, workspace_hash, at_layer)
+        cached, extract, rows, seconds = [], [], 0, 0.0
+        known = True
+        for name in names:
+            if name in stored:
+                continue
+            if bundle.precomputed is not None:
+                cached.append(name)
+                continue
+            entry = ws.model(name)
+            missing_rows = _missing_rows(ws, name, bundle, cache, [layer, "output"], settings)
+            if not missing_rows:
+                cached.append(name)
+                continue
+            extract.append(name)
+            rows += missing_rows
+            speed = (throughput or {}).get(entry.arch)
+            if speed is None:
+                known = False
+            else:
+                seconds += missing_rows / speed.rows_per_second
+        ordered = [n for n in names if n in stored]
+        out.append(LayerCost(layer, ordered, cached, extract, rows, seconds if known else None))
+    return out

@@ -1,0 +1,330 @@
+"""One glossary of every metric and setting the dashboard and the report show.
+
+Each :class:`Term` has a short label, a one-line definition a non-expert can read, and the
+section of ``docs/method.md`` that defines it exactly ("method §N"). The dashboard shows the
+definition on hover (``help=``) with a link to the section on its Method page; the report lists
+the definitions of what it shows. Keys are the column names of the evaluation's tables where
+one exists (``otr``, ``reference_p``, ``spread`` …) and setting names (``subset_size`` …).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from sde_core.errors import SettingsError
+
+__all__ = [
+    "GLOSSARY",
+    "METHOD_SECTIONS",
+    "Term",
+    "glossary_table",
+    "help_text",
+    "label",
+    "method_anchor",
+    "method_reference",
+    "term",
+]
+
+#: Sections of ``docs/method.md``: number (or name) -> (title, anchor).
+METHOD_SECTIONS: dict[int | str, tuple[str, str]] = {
+    1: ("Notation", "1-notation"),
+    2: ("Split-half HSIC", "2-split-half-hsic"),
+    3: ("Reference validity", "3-reference-validity"),
+    4: ("Decision rule", "4-decision-rule"),
+    5: ("Headline metrics", "5-headline-metrics"),
+    6: ("Baselines and classic metrics", "6-baselines-and-classic-metrics"),
+    7: ("Unlearning methods", "7-unlearning-methods"),
+    8: ("Experiment protocols", "8-experiment-protocols"),
+    9: ("Calibrated evidence", "9-calibrated-evidence"),
+    10: ("Public API and outputs", "10-public-api-and-outputs"),
+    11: ("The bundled demos", "11-the-bundled-demos"),
+    12: ("Replication, disjointness and the gate", "12-replication-disjointness-and-the-gate"),
+    "choices": ("Deviations and choices", "deviations-and-choices"),
+}
+
+
+@dataclass(frozen=True)
+class Term:
+    """A glossary entry.
+
+    Attributes:
+        label: short name shown in tables and charts (e.g. ``"OTR"``).
+        definition: one sentence for a non-expert, with units where the value has any.
+        section: the defining section of ``docs/method.md`` (a key of :data:`METHOD_SECTIONS`).
+    """
+
+    label: str
+    definition: str
+    section: int | str
+
+
+GLOSSARY: dict[str, Term] = {
+    # ------------------------------------------------------------------ the statistic
+    "h": Term(
+        "H(S, h)",
+        "Split-half HSIC: how strongly the model's activations on two random halves of a "
+        "subset S depend on each other (unitless), one value per random split.",
+        2,
+    ),
+    "h_median": Term("median H", "The median of a subset's K split-half HSIC values.", 2),
+    "sigma": Term(
+        "σ",
+        "Bandwidth of the Gaussian kernel in activation units: √d by default, or the median "
+        "distance between activations.",
+        2,
+    ),
+    "dim": Term("d", "Dimension of the layer's activations (after pooling feature maps).", 1),
+    "layer": Term(
+        "layer",
+        "Which activations are compared: 'output' (softmax probabilities), 'logits', "
+        "'penultimate' or a named module.",
+        1,
+    ),
+    # ------------------------------------------------------------------ paper's evidence
+    "reference_p": Term(
+        "reference p",
+        "The paper's check of the references: one-sided Mann–Whitney U p-value that H on "
+        "training data (S_IT) exceeds H on unseen data (S_OOT), over the splits of one subset "
+        "each; below α = 0.01 the references are valid.",
+        3,
+    ),
+    "references_valid": Term(
+        "references valid",
+        "Whether the paper's check separates training from unseen data (p < α); if not, every "
+        "decision of the paper's rule is inconclusive.",
+        3,
+    ),
+    "d_it": Term(
+        "D(S, S_IT)",
+        "Jensen–Shannon divergence (base 2, 0–1) between a target's H values and those of the "
+        "training reference S_IT.",
+        4,
+    ),
+    "d_oot": Term(
+        "D(S, S_OOT)",
+        "Jensen–Shannon divergence (base 2, 0–1) between a target's H values and those of the "
+        "unseen reference S_OOT.",
+        4,
+    ),
+    "decision": Term(
+        "decision",
+        "The paper's rule for one target subset: in-training when its H values are closer to "
+        "S_IT's than to S_OOT's, else out-of-training (ties count as in-training).",
+        4,
+    ),
+    "otr": Term(
+        "OTR",
+        "Out-of-training rate: the share of forget-set subsets the paper's rule finds "
+        "unseen-like; higher means more forgetting.",
+        5,
+    ),
+    "otr_ci": Term(
+        "OTR 95% CI",
+        "95% Wilson interval of the OTR: the range the rate is compatible with, given T subsets.",
+        5,
+    ),
+    "otr_lo": Term("OTR lo", "Lower end of the OTR's 95% Wilson interval.", 5),
+    "otr_hi": Term("OTR hi", "Upper end of the OTR's 95% Wilson interval.", 5),
+    "f1": Term(
+        "F1",
+        "Controlled F1 (0–1): how well the paper's rule tells known training subsets from known "
+        "unseen ones (in-training is the positive class).",
+        5,
+    ),
+    "f1_precision": Term("F1 precision", "Precision of the controlled decisions.", 5),
+    "f1_recall": Term("F1 recall", "Recall of the controlled decisions.", 5),
+    "dependence_score": Term(
+        "dependence score",
+        "Where the forget set's median H lies between unseen data (0) and training data (1).",
+        5,
+    ),
+    # ------------------------------------------------------------------ calibrated evidence
+    "score": Term("score s(S)", "A subset's score: the mean of its split-half HSIC values.", 9),
+    "spread": Term(
+        "spread",
+        "(1 − mean kernel value)² / (n/2): how spread out the subset's activations are, a "
+        "quantity that needs no pairing; when scores track it, spread drives the verdicts.",
+        9,
+    ),
+    "score_spread_corr": Term(
+        "score–spread r",
+        "Correlation between subset scores and spreads; near 1, the test mostly measures spread.",
+        9,
+    ),
+    "panel_p": Term(
+        "panel p",
+        "Subset-level check: one-sided Mann–Whitney U p-value that the R training panel "
+        "subsets score above the R unseen panel subsets.",
+        9,
+    ),
+    "panel_valid": Term(
+        "panels valid",
+        "Whether the calibrated panels separate training from unseen data (panel p < α).",
+        9,
+    ),
+    "p_in": Term(
+        "p_in",
+        "Rank p-value that a target scores higher than unseen data (small: still remembered).",
+        9,
+    ),
+    "p_out": Term(
+        "p_out",
+        "Rank p-value that a target scores lower than training data (small: forgotten).",
+        9,
+    ),
+    "verdict": Term(
+        "calibrated verdict",
+        "A target's verdict from the rank p-values: in-training, out-of-training, "
+        "over-unlearned or inconclusive.",
+        9,
+    ),
+    "calibrated_otr": Term(
+        "calibrated OTR",
+        "Share of forget-set subsets whose calibrated verdict is out-of-training.",
+        9,
+    ),
+    "calibrated_otr_lo": Term("cal. OTR lo", "Lower end of the calibrated OTR's interval.", 9),
+    "calibrated_otr_hi": Term("cal. OTR hi", "Upper end of the calibrated OTR's interval.", 9),
+    "calibrated_f1": Term("calibrated F1", "Controlled F1 of the calibrated verdicts (0–1).", 9),
+    "n_in_training": Term(
+        "in-training", "Forget-set subsets the calibrated test finds training-like.", 9
+    ),
+    "n_out_of_training": Term(
+        "out-of-training", "Forget-set subsets the calibrated test finds unseen-like.", 9
+    ),
+    "n_inconclusive": Term(
+        "inconclusive", "Forget-set subsets the calibrated test cannot place either way.", 9
+    ),
+    "n_over_unlearned": Term(
+        "over-unlearned",
+        "Forget-set subsets that score significantly below unseen data: the model treats them "
+        "as less familiar than data it never saw.",
+        12,
+    ),
+    "null_split_fpr": Term(
+        "null FPR (paper's test)",
+        "How often the paper's split-level test declares a difference between two subsets of "
+        "unseen data, where none exists (should be about α).",
+        9,
+    ),
+    "null_calibrated_fpr": Term(
+        "null FPR (calibrated)",
+        "The same false-alarm rate for the calibrated subset-level test.",
+        9,
+    ),
+    "inconclusive_reason": Term(
+        "why inconclusive",
+        "Why the headline numbers are withheld: the calibrated references do not separate "
+        "training from unseen data.",
+        12,
+    ),
+    # ------------------------------------------------------------------ baselines, classic
+    "mmd_f1": Term("MMD F1", "Controlled F1 of the MMD² distance baseline (0–1).", 6),
+    "w2_f1": Term("W2 F1", "Controlled F1 of the Wasserstein-2 distance baseline (0–1).", 6),
+    "acc_r": Term("Acc_r", "Top-1 accuracy on the retained training data D_r (%).", 6),
+    "acc_f": Term("Acc_f", "Top-1 accuracy on the forget set D_f (%).", 6),
+    "acc_te": Term("Acc_te", "Top-1 accuracy on the test data D_te (%).", 6),
+    "asr": Term(
+        "MIA ASR",
+        "Membership-inference attack success: share of the forget set a confidence attack "
+        "calls 'member'; lower means more forgetting (compare with the retrained model).",
+        6,
+    ),
+    "seconds": Term(
+        "method time (s)", "Wall-clock seconds it took to train or unlearn the model.", 7
+    ),
+    "eval_seconds": Term(
+        "evaluation time (s)", "Wall-clock seconds of this model's evaluation.", 10
+    ),
+    # ------------------------------------------------------------------ settings
+    "subset_size": Term("n", "Rows per subset (targets, references, panels).", 5),
+    "targets": Term("T", "Number of forget-set subsets drawn (the targets).", 5),
+    "splits": Term("K", "Random half-splits per subset.", 2),
+    "panel_size": Term("R", "Reference subsets per side of the calibrated test.", 9),
+    "seed": Term("seed", "Seed of every subset draw and split: the same seed, the same result.", 2),
+    "bins": Term("bins", "Histogram bins of the Jensen–Shannon decision.", 4),
+    "alpha": Term("α", "Significance level of the reference checks (paper's and panel).", 3),
+    "alpha_calibrated": Term("α (calibrated)", "Level of the calibrated verdicts.", 9),
+    "estimator": Term("estimator", "Biased (the paper's) or unbiased HSIC estimator.", 2),
+    "null_pairs": Term("null pairs", "Pairs of unseen subsets in the null check.", 9),
+    "baseline_targets": Term(
+        "baseline subsets", "Controlled subsets scored by the MMD/W2 baselines (0 = off).", 6
+    ),
+    "pool": Term("pool", "Global-average-pool convolutional feature maps.", 1),
+    "device": Term("device", "Where activations and HSIC are computed (cpu or a GPU).", 2),
+    "algorithm": Term(
+        "algorithm version",
+        "Version of the numerics behind stored results; results of other versions are never mixed.",
+        10,
+    ),
+}
+
+
+def term(key: str) -> Term:
+    """The glossary entry of ``key``.
+
+    Raises:
+        SettingsError: unknown key (the message lists the known ones).
+    """
+    if key not in GLOSSARY:
+        raise SettingsError(f"no glossary entry {key!r}; known: {', '.join(sorted(GLOSSARY))}")
+    return GLOSSARY[key]
+
+
+def label(key: str) -> str:
+    """The short label of ``key`` (the key itself when it has no entry)."""
+    found = GLOSSARY.get(key)
+    return found.label if found else key
+
+
+def method_anchor(section: int | str) -> str:
+    """The anchor of a section of ``docs/method.md`` (e.g. ``"3-reference-validity"``).
+
+    Raises:
+        SettingsError: unknown section.
+    """
+    if section not in METHOD_SECTIONS:
+        raise SettingsError(f"docs/method.md has no section {section!r}")
+    return METHOD_SECTIONS[section][1]
+
+
+def method_reference(key: str) -> str:
+    """``"method §3"`` (or ``"method: Deviations and choices"``) for the section of ``key``."""
+    section = term(key).section
+    if isinstance(section, int):
+        return f"method §{section}"
+    return f"method: {METHOD_SECTIONS[section][0]}"
+
+
+def help_text(key: str, link: str | None = "method") -> str:
+    """The hover text of ``key``: its definition and a Markdown link to its method section.
+
+    Args:
+        key: a glossary key.
+        link: the URL of the rendered method document (the dashboard's Method page is
+            ``"method"``, relative to the current page); None for plain text.
+    """
+    entry = term(key)
+    ref = method_reference(key)
+    if link is None:
+        return f"{entry.definition} ({ref})"
+    return f"{entry.definition} [{ref}]({link}#{method_anchor(entry.section)})"
+
+
+def glossary_table(keys: Iterable[str] | None = None) -> pd.DataFrame:
+    """The entries of ``keys`` (default: all) as rows ``term``, ``definition``, ``defined in``."""
+    chosen = list(GLOSSARY) if keys is None else [k for k in dict.fromkeys(keys) if k in GLOSSARY]
+    return pd.DataFrame(
+        [
+            {
+                "term": GLOSSARY[k].label,
+                "definition": GLOSSARY[k].definition,
+                "defined in": method_reference(k),
+            }
+            for k in chosen
+        ],
+        columns=["term", "definition", "defined in"],
+    )

@@ -1,0 +1,141 @@
+"""Shareable views: evaluation settings and a page's selection as URL query parameters.
+
+A dashboard view is its page plus a flat mapping of short parameter names to text, e.g.
+``/explore?model=ft&layer=output&sigma=0.5&n=400&T=100&K=200&seed=0&bins=30&R=20``. This
+module turns settings into parameters and back (with a readable problem for every value it
+cannot use) and builds the link; it knows nothing about Streamlit.
+"""
+
+from __future__ import annotations
+
+import math
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "SETTING_PARAMS",
+    "decode_bool",
+    "decode_int",
+    "decode_list",
+    "decode_settings",
+    "encode_list",
+    "encode_settings",
+    "view_link",
+]
+
+#: URL parameter -> evaluation setting.
+SETTING_PARAMS: dict[str, str] = {
+    "layer": "layer",
+    "sigma": "sigma",
+    "n": "subset_size",
+    "T": "targets",
+    "K": "splits",
+    "seed": "seed",
+    "bins": "bins",
+    "R": "panel_size",
+}
+_INT_SETTINGS = ("subset_size", "targets", "splits", "seed", "bins", "panel_size")
+_SIGMA_RULES = ("sqrt_dim", "median")
+
+
+def _number_text(value: float) -> str:
+    """The shortest text that reads back as the same float (``0.5``, ``12``)."""
+    return repr(float(value)).removesuffix(".0")
+
+
+def encode_settings(settings: Mapping[str, Any]) -> dict[str, str]:
+    """URL parameters of the settings in :data:`SETTING_PARAMS` that ``settings`` has."""
+    out: dict[str, str] = {}
+    for name, key in SETTING_PARAMS.items():
+        if key not in settings or settings[key] is None:
+            continue
+        value = settings[key]
+        if key == "sigma" and not isinstance(value, str):
+            out[name] = _number_text(float(value))
+        else:
+            out[name] = str(value)
+    return out
+
+
+def decode_int(text: str, name: str, minimum: int = 0) -> tuple[int | None, str | None]:
+    """``(value, None)`` for a whole number ≥ ``minimum``, else ``(None, problem)``."""
+    stripped = text.strip()
+    if stripped.isdigit() and int(stripped) >= minimum:
+        return int(stripped), None
+    return None, f"{name}={text!r} is not a whole number ≥ {minimum}"
+
+
+def decode_bool(text: str) -> bool:
+    """``1``/``true``/``yes``/``on`` (any case) are true; anything else is false."""
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+def decode_list(text: str) -> list[str]:
+    """Comma-separated names (blank entries dropped, order kept, duplicates removed)."""
+    return list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+
+
+def encode_list(values: Iterable[Any]) -> str:
+    """Names joined by commas (the inverse of :func:`decode_list`)."""
+    return ",".join(str(v) for v in values)
+
+
+def decode_settings(params: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The settings a link carries, and one problem per parameter that cannot be used.
+
+    Returns:
+        ``({setting: value}, problems)``: integers as ``int``, σ as ``"sqrt_dim"``,
+        ``"median"`` or a positive ``float``, the layer as text. Unusable values are left out
+        (the view keeps its current value) and named in ``problems``.
+    """
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, key in SETTING_PARAMS.items():
+        if name not in params:
+            continue
+        text = str(params[name])
+        if key == "layer":
+            if text.strip():
+                values[key] = text.strip()
+            else:
+                problems.append("layer is empty")
+        elif key == "sigma":
+            if text in _SIGMA_RULES:
+                values[key] = text
+                continue
+            try:
+                sigma = float(text)
+            except ValueError:
+                sigma = math.nan
+            if math.isfinite(sigma) and sigma > 0:
+                values[key] = sigma
+            else:
+                problems.append(f"sigma={text!r} is neither sqrt_dim, median nor a positive number")
+        else:
+            number, problem = decode_int(text, name, minimum=0 if key == "seed" else 1)
+            if problem is None:
+                values[key] = number
+            else:
+                problems.append(problem)
+    return values, problems
+
+
+def view_link(
+    base_url: str | None, page: str, params: Mapping[str, str], pages: Iterable[str] = ()
+) -> str:
+    """The link to ``page`` with ``params``.
+
+    Args:
+        base_url: the app's URL as the browser shows it (with or without a page path; query
+            and fragment are dropped), or None for a relative link (``./explore?…``).
+        page: the page's URL path.
+        params: the query parameters.
+        pages: the app's page paths; a trailing one in ``base_url`` is removed.
+    """
+    query = urllib.parse.urlencode(dict(params), quote_via=urllib.parse.quote, safe=",")
+    root = (base_url or ".").split("?", 1)[0].split("#", 1)[0].rstrip("/")
+    head, _, last = root.rpartition("/")
+    if head and last in set(pages) | {page}:
+        root = head
+    return f"{root}/{page}" + (f"?{query}" if query else "")

@@ -1,0 +1,353 @@
+"""Each model's verdict in words a non-expert can read, with the evidence it rests on.
+
+:func:`explain_verdict` is the one place that turns a row of an evaluation's ``models`` table
+into sentences: the verdict, the test it rests on with its p-value and interval, what the
+calibrated test says, how the model compares with the retrained one, and what SDE cannot
+certify. The dashboard (Explore, Compare, Report) and the HTML/PDF report all show its text.
+
+Rows may come from older or newer evaluations: a missing column is treated as "not computed",
+a headline number that is NaN/None is withheld as *inconclusive* (with the row's
+``inconclusive_reason`` when it has one, method §12), and a fourth calibrated verdict,
+*over-unlearned*, is counted when the row has ``n_over_unlearned``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sde_core.errors import SettingsError
+from sde_core.viz.formatting import format_interval, format_number, format_percent
+
+__all__ = [
+    "CANNOT_CERTIFY",
+    "CAN_CERTIFY",
+    "VERDICT_LABELS",
+    "VerdictExplanation",
+    "explain_verdict",
+    "retrain_row",
+    "verdict_label",
+    "verdict_sentence",
+    "verdict_table",
+]
+
+#: The model-level verdicts of :func:`verdict_label`.
+VERDICT_LABELS = ("not forgotten", "consistent with forgetting", "mixed", "inconclusive")
+
+#: What an SDE verdict can establish, for the report's "What SDE can and cannot certify".
+CAN_CERTIFY = (
+    "That, at the evaluated layer and settings, random subsets of the forget set are treated "
+    "by the model like its training data (a trace of training remains) or like data it never "
+    "saw, with the share of subsets and a 95% interval.",
+    "That this holds against the model's own references — retained training data and unseen "
+    "test data — checked by the paper's test and by a calibrated subset-level test whose false "
+    "alarms are measured on your models.",
+    "Exactly what was evaluated: the report pins the checkpoints, the data, the forget set, "
+    "the settings, the seeds and the software, and `python -m sde_core verify` recomputes it.",
+)
+#: What it cannot.
+CANNOT_CERTIFY = (
+    "That the forget set was erased: 'consistent with forgetting' means this test found no "
+    "trace; other attacks, other layers or larger subsets might.",
+    "How much information about individual records remains, or whether any single record can "
+    "be recovered: SDE compares whole subsets, not records.",
+    "Anything when the references do not separate training from unseen data: such results are "
+    "inconclusive, not evidence of forgetting.",
+    "Models, data or settings other than the ones pinned in the manifest.",
+)
+
+_NAN = float("nan")
+
+
+def _value(row: Mapping[str, Any], key: str) -> Any:
+    """``row[key]``, or None when the column is absent (older/newer result tables)."""
+    return row.get(key)
+
+
+def _number(row: Mapping[str, Any], key: str) -> float:
+    value = _value(row, key)
+    if value is None or isinstance(value, str):
+        return _NAN
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return _NAN
+
+
+def _flag(row: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    value = _value(row, key)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return default
+    return bool(value)
+
+
+def _reason(row: Mapping[str, Any]) -> str | None:
+    value = _value(row, "inconclusive_reason")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _p(value: float) -> str:
+    return format_number(value, digits=2, notation="scientific")
+
+
+def verdict_label(row: Mapping[str, Any]) -> str:
+    """Short verdict of the paper's rule for one ``models`` row.
+
+    Returns:
+        ``"inconclusive"`` (invalid references, or the OTR withheld/not computed),
+        ``"not forgotten"`` (OTR's 95% interval below 50%), ``"consistent with forgetting"``
+        (interval above 50%) or ``"mixed"``.
+    """
+    lo, hi = _number(row, "otr_lo"), _number(row, "otr_hi")
+    otr = _number(row, "otr")
+    if not _flag(row, "references_valid") or math.isnan(otr) or _reason(row):
+        return "inconclusive"
+    if math.isnan(lo) or math.isnan(hi):
+        return "mixed"
+    if hi < 0.5:
+        return "not forgotten"
+    if lo > 0.5:
+        return "consistent with forgetting"
+    return "mixed"
+
+
+@dataclass(frozen=True)
+class VerdictExplanation:
+    """One model's verdict in words.
+
+    Attributes:
+        label: :func:`verdict_label`.
+        evidence: the test the verdict rests on, with its p-value and 95% interval.
+        calibrated: what the calibrated subset-level test found (method §9).
+        comparison: how the model compares with the retrained model.
+        limits: what this result cannot certify.
+        text: all of it, as one paragraph.
+    """
+
+    label: str
+    evidence: str
+    calibrated: str
+    comparison: str
+    limits: str
+
+    @property
+    def headline(self) -> str:
+        """The verdict as a heading (``"Not forgotten"``)."""
+        return self.label[:1].upper() + self.label[1:]
+
+    @property
+    def body(self) -> str:
+        """The paragraph after the headline: evidence, calibrated test, comparison, limits."""
+        parts = (self.evidence, self.calibrated, self.comparison, self.limits)
+        return " ".join(p for p in parts if p)
+
+    @property
+    def text(self) -> str:
+        """The full paragraph: ``"<Headline>. <body>"``."""
+        return f"{self.headline}. {self.body}"
+
+
+def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
+    p_ref = _number(row, "reference_p")
+    otr, lo, hi = _number(row, "otr"), _number(row, "otr_lo"), _number(row, "otr_hi")
+    interval = format_interval(lo, hi)
+    reason = _reason(row)
+    if reason is not None:
+        return (
+            f"{reason[:1].upper()}{reason[1:].rstrip('.')}: the headline numbers are "
+            f"withheld. (The paper's split-level reference test gives p = {_p(p_ref)}, but its "
+            "false-alarm rate is far above its nominal level; see the null check.)"
+        )
+    if label == "inconclusive":
+        if math.isnan(otr):
+            return "This evaluation did not compute an out-of-training rate."
+        return (
+            f"The paper's reference test (one-sided Mann–Whitney U on the "
+            f"split-half HSIC of training vs unseen data) does not separate them "
+            f"(p = {_p(p_ref)}, not below α), so every decision of the paper's rule is "
+            "inconclusive — try another layer, σ, a larger n or more splits."
+        )
+    k_out = round(otr * targets)
+    k_in = targets - k_out
+    test = (
+        f"Under the paper's test (split-half HSIC with the Jensen–Shannon rule; references "
+        f"valid, U-test p = {_p(p_ref)})"
+    )
+    stats = f"(OTR {format_percent(otr)}, 95% Wilson interval {interval})"
+    if label == "not forgotten":
+        return (
+            f"{test}, {k_in} of {targets} subsets of the forget set still look "
+            f"like training data {stats}: the model has NOT forgotten them."
+        )
+    if label == "consistent with forgetting":
+        return (
+            f"{test}, {k_out} of {targets} subsets of the forget set look like unseen data {stats}."
+        )
+    return (
+        f"{test}, {k_out} of {targets} subsets of the forget set look like unseen data "
+        f"and {k_in} like training data {stats}: partial forgetting or a weak signal."
+    )
+
+
+def _count(row: Mapping[str, Any], key: str) -> int | None:
+    value = _number(row, key)
+    return None if math.isnan(value) else int(value)
+
+
+def _calibrated(row: Mapping[str, Any], targets: int, label: str) -> str:
+    if _value(row, "panel_valid") is None:
+        return ""
+    panel_p = _number(row, "panel_p")
+    if not _flag(row, "panel_valid"):
+        return (
+            "The calibrated test's reference panels do not separate training from unseen data "
+            f"(panel U-test p = {_p(panel_p)}), so the calibrated test is inconclusive."
+        )
+    n_in = _count(row, "n_in_training") or 0
+    n_out = _count(row, "n_out_of_training") or 0
+    n_inc = _count(row, "n_inconclusive") or 0
+    over = _count(row, "n_over_unlearned")
+    over_text = "" if over is None else f", {over} over-unlearned"
+    cal = _number(row, "calibrated_otr")
+    cal_lo, cal_hi = _number(row, "calibrated_otr_lo"), _number(row, "calibrated_otr_hi")
+    cal_text = "withheld" if math.isnan(cal) else format_percent(cal)
+    if not math.isnan(cal) and not math.isnan(cal_lo):
+        cal_text += f", 95% interval {format_interval(cal_lo, cal_hi)}"
+    text = (
+        "The calibrated test (whole subsets ranked against panels of reference subsets, panel "
+        f"U-test p = {_p(panel_p)}) finds {n_out} of {targets} subsets unseen-like, {n_in} "
+        f"training-like{over_text} and {n_inc} inconclusive (calibrated OTR {cal_text})."
+    )
+    if (label == "not forgotten" and n_out > n_in) or (
+        label == "consistent with forgetting" and n_in > n_out
+    ):
+        text += " The two tests disagree: treat this result with caution."
+    if over:
+        text += (
+            " Over-unlearned subsets look less familiar to the model than data it never saw — "
+            "a sign the unlearning overshot, which can itself reveal what was forgotten."
+        )
+    return text
+
+
+def _comparison(row: Mapping[str, Any], retrain: Mapping[str, Any] | None) -> str:
+    if _value(row, "role") == "retrained":
+        return "This retrained model is the gold standard the other models are compared with."
+    if _value(row, "role") == "random":
+        return (
+            "This randomly initialised model is the negative control: it has seen no data, so a "
+            "'remembered' verdict here is a false alarm or a difference in the data themselves, "
+            "not a trace of training."
+        )
+    if retrain is None:
+        return (
+            "There is no retrained model to compare with: add one (role 'retrained'), the gold "
+            "standard of unlearning."
+        )
+    name = _value(retrain, "name")
+    if verdict_label(retrain) == "inconclusive":
+        return f"The retrained model {name} gives no reference OTR (its result is inconclusive)."
+    re_otr, re_lo, re_hi = (_number(retrain, k) for k in ("otr", "otr_lo", "otr_hi"))
+    ref = (
+        f"The retrained model {name} (the gold standard) has OTR {format_percent(re_otr)} "
+        f"(95% interval {format_interval(re_lo, re_hi)})"
+    )
+    if verdict_label(row) == "inconclusive":
+        return f"{ref}."
+    lo, hi = _number(row, "otr_lo"), _number(row, "otr_hi")
+    if hi < re_lo:
+        where = "this model's OTR is clearly lower, so it forgets less than retraining would"
+    elif lo > re_hi:
+        where = "this model's OTR is clearly higher than retraining's"
+    else:
+        where = "this model is within the uncertainty of it"
+    return f"{ref}: {where}."
+
+
+_LIMITS = {
+    "not forgotten": (
+        "What this cannot certify: how much of the forget set could be recovered — a trace is "
+        "evidence of memory, not a measure of it."
+    ),
+    "consistent with forgetting": (
+        "What this cannot certify: that the forget set was erased — this test found no trace, "
+        "other attacks, layers or larger subsets might."
+    ),
+    "mixed": "What this cannot certify: neither forgetting nor memory is established here.",
+    "inconclusive": (
+        "What this cannot certify: anything about forgetting at these settings — inconclusive "
+        "is not evidence of forgetting."
+    ),
+}
+
+
+def explain_verdict(
+    row: Mapping[str, Any],
+    targets: int,
+    retrain: Mapping[str, Any] | None = None,
+    *,
+    compare: bool = True,
+) -> VerdictExplanation:
+    """One model's verdict in words, with the evidence it rests on and its limits.
+
+    Args:
+        row: the model's row of the ``models`` table (a dict or a pandas Series).
+        targets: T, the number of target subsets drawn (``result.settings.targets``).
+        retrain: the retrained model's row, or None when the workspace has none.
+        compare: include the comparison with the retrained model (False where the retrained
+            model was not evaluated alongside, e.g. a one-model view).
+
+    Raises:
+        SettingsError: ``targets`` is not a positive integer.
+    """
+    if isinstance(targets, bool) or not isinstance(targets, (int, np.integer)) or targets < 1:
+        raise SettingsError(f"targets must be a positive number of draws; got {targets!r}")
+    label = verdict_label(row)
+    return VerdictExplanation(
+        label=label,
+        evidence=_evidence(row, int(targets), label),
+        calibrated=_calibrated(row, int(targets), label),
+        comparison=_comparison(row, retrain) if compare else "",
+        limits=_LIMITS[label],
+    )
+
+
+def verdict_sentence(
+    row: Mapping[str, Any], targets: int, retrain: Mapping[str, Any] | None = None
+) -> str:
+    """:func:`explain_verdict`'s full paragraph."""
+    return explain_verdict(row, targets, retrain).text
+
+
+def retrain_row(models: pd.DataFrame) -> dict[str, Any] | None:
+    """The first retrained model's row of a ``models`` table, or None."""
+    if "role" not in models:
+        return None
+    found = models[models["role"] == "retrained"]
+    return None if found.empty else found.iloc[0].to_dict()
+
+
+def verdict_table(result: Any) -> pd.DataFrame:
+    """One row per model: ``name``, ``role``, ``method``, ``verdict`` and ``explanation``."""
+    retrain = retrain_row(result.models)
+    rows = []
+    for row in result.models.to_dict("records"):
+        explained = explain_verdict(row, result.settings.targets, retrain)
+        rows.append(
+            {
+                "name": row["name"],
+                "role": row.get("role", ""),
+                "method": row.get("method", ""),
+                "verdict": explained.label,
+                "explanation": explained.text,
+            }
+        )
+    return pd.DataFrame(rows, columns=["name", "role", "method", "verdict", "explanation"])

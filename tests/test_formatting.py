@@ -1,0 +1,118 @@
+"""The one number format (SI prefixes, scientific p-values, distinct column values) and the
+one glossary (every metric defined once, with its method section)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sde_core.errors import SettingsError
+from sde_core.viz.formatting import (
+    column_formatter,
+    format_interval,
+    format_number,
+    format_percent,
+    style_table,
+)
+from sde_core.viz.glossary import (
+    GLOSSARY,
+    METHOD_SECTIONS,
+    glossary_table,
+    help_text,
+    method_anchor,
+    method_reference,
+    term,
+)
+
+METHOD_DOC = Path(__file__).resolve().parent.parent / "docs" / "method.md"
+
+
+@pytest.mark.parametrize(
+    ("value", "si", "scientific"),
+    [
+        (3.52e-5, "35.2 µ", "3.52e-5"),
+        (3.5249e-5, "35.2 µ", "3.52e-5"),
+        (1.7e-6, "1.70 µ", "1.70e-6"),
+        (-2.5e-7, "-250 n", "-2.50e-7"),
+        (0.000999996, "0.00100", "0.00100"),  # rounding carries into the plain range
+        (0.0123, "0.0123", "0.0123"),
+        (0.951, "0.951", "0.951"),
+        (12.345, "12.3", "12.3"),
+        (1057.6, "1060", "1060"),  # 3 significant digits
+        (123456.0, "123 k", "1.23e5"),
+        (0, "0", "0"),
+        (np.float32(0.5), "0.500", "0.500"),
+        (1e-30, "1.00e-30", "1.00e-30"),  # beyond the SI prefixes
+        (float("nan"), "n/a", "n/a"),
+        (None, "n/a", "n/a"),
+        (float("inf"), "∞", "∞"),
+        ("text", "n/a", "n/a"),
+    ],
+)
+def test_format_number(value, si, scientific):
+    assert format_number(value) == si
+    assert format_number(value, notation="scientific") == scientific
+
+
+def test_format_number_round_trips_to_its_digits():
+    rng = np.random.default_rng(0)
+    for x in 10.0 ** rng.uniform(-12, 8, 200) * rng.choice([-1, 1], 200):
+        text = format_number(x)
+        number, _, prefix = text.partition(" ")
+        scale = {"": 1, "m": 1e-3, "µ": 1e-6, "n": 1e-9, "p": 1e-12, "k": 1e3, "M": 1e6}[prefix]
+        assert float(number) * scale == pytest.approx(x, rel=5e-3), text
+
+
+def test_percent_interval_and_bools():
+    assert format_percent(0.034) == "3%" and format_percent(float("nan")) == "n/a"
+    assert format_interval(0.012, 0.083) == "1–8%"
+    assert format_interval(None, 0.5) == "n/a"
+    assert format_interval(3.1e-5, 3.6e-5, percent=False) == "31.0 µ–36.0 µ"
+    assert format_number(True) == "yes" and format_number(np.bool_(False)) == "no"
+
+
+def test_column_formatter_keeps_distinct_values_distinct():
+    values = [3.5123e-5, 3.5124e-5, 3.6e-5, float("nan")]
+    fmt = column_formatter(values)
+    shown = [fmt(v) for v in values]
+    assert shown == ["35.123 µ", "35.124 µ", "36.000 µ", "n/a"]
+    assert all(s.endswith(" µ") for s in shown[:3])  # one prefix for the column
+    equal = column_formatter([0.25, 0.25, 0.5])
+    assert [equal(v) for v in (0.25, 0.5)] == ["0.250", "0.500"]  # equal values may repeat
+
+
+def test_style_table_formats_float_columns_only():
+    df = pd.DataFrame({"h": [3.51e-5, 3.52e-5], "p": [1e-6, 0.5], "k": [1, 2], "s": ["a", "b"]})
+    styled = style_table(df, {"p": "scientific"})
+    html = styled.to_html()
+    assert "35.1 µ" in html and "35.2 µ" in html and "1.00e-6" in html
+    assert styled.data is df  # the numbers are untouched
+
+
+def test_glossary_entries_are_complete_and_link_to_real_sections():
+    anchors = set()
+    text = METHOD_DOC.read_text(encoding="utf-8")
+    for heading in re.findall(r"^## (.+)$", text, flags=re.MULTILINE):
+        slug = re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-")
+        anchors.add(slug)
+    for key, entry in GLOSSARY.items():
+        assert entry.label and entry.definition.endswith((".", ")")), key
+        assert entry.section in METHOD_SECTIONS, key
+        anchor = method_anchor(entry.section)
+        if entry.section != 12:  # §12 is written by the replication work
+            assert anchor in anchors, (key, anchor)
+    assert method_reference("otr") == "method §5"
+    assert help_text("reference_p").endswith("[method §3](method#3-reference-validity)")
+    assert "(method §9)" in help_text("spread", link=None)
+    with pytest.raises(SettingsError, match="no glossary entry"):
+        term("nope")
+
+
+def test_glossary_table():
+    table = glossary_table(["otr", "spread", "unknown"])
+    assert list(table["term"]) == ["OTR", "spread"]
+    assert list(table["defined in"]) == ["method §5", "method §9"]
