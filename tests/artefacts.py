@@ -22,6 +22,7 @@ References (GitHub):
 
 from __future__ import annotations
 
+import copy
 import shutil
 from pathlib import Path
 
@@ -170,7 +171,11 @@ def set_batchnorm_statistics(model: nn.Module, shape: tuple[int, ...], seed: int
 
 def _sgd_state(model: nn.Module) -> tuple[dict, dict]:
     """Optimizer and scheduler state dicts after one real SGD step, as the training loops
-    (momentum 0.9, weight decay 5e-4, MultiStepLR milestones [91, 136], gamma 0.1)."""
+    (momentum 0.9, weight decay 5e-4, MultiStepLR milestones [91, 136], gamma 0.1).
+
+    The model's parameters and buffers are restored after the step: the caller's model (and so
+    the weights saved next to these states) keeps its weights and BatchNorm statistics."""
+    before = copy.deepcopy(model.state_dict())
     optimizer = torch.optim.SGD(model.parameters(), 0.1, momentum=0.9, weight_decay=5e-4)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[91, 136], gamma=0.1)
     model.train()
@@ -180,6 +185,7 @@ def _sgd_state(model: nn.Module) -> tuple[dict, dict]:
     scheduler.step()
     optimizer.zero_grad()
     model.eval()
+    model.load_state_dict(before)
     return optimizer.state_dict(), scheduler.state_dict()
 
 

@@ -14,7 +14,9 @@ column. The accepted layouts (``docs/bring-your-own.md`` shows how to export eac
     ``forget`` (``(N,)`` or one entry per training row), ``model`` ``(N,)``, ``index``.
 ``.npz``, index arrays
     ``train_idx`` and ``test_idx`` (integer row numbers) selecting the rows of ``(N, d)`` layer
-    arrays; optional labels and ``forget`` as above.
+    arrays, in the dataset's order (rows may be stored in any order); optional labels and
+    ``forget`` as above. With a ``split`` array as well, an index array takes precedence for
+    its split and every row it selects must be marked as that split.
 ``.parquet``
     one row per sample with a ``split`` column; every other numeric column is a feature
     (columns ``<layer>/<j>`` form layer ``<layer>``, unprefixed ones ``"precomputed"``), a
@@ -41,8 +43,8 @@ _RESERVED = {"split", "forget", "index", "model", "classes", "train_idx", "test_
 _LAYOUTS = (
     "expected one of: (1) arrays train_<layer> and test_<layer> of shape (n, d) (or x_train and "
     "x_test); (2) a 'split' array of 'train'/'test' with one (N, d) array per layer; (3) "
-    "'train_idx' and 'test_idx' row numbers into (N, d) layer arrays — see "
-    "docs/bring-your-own.md"
+    "'train_idx' and 'test_idx' row numbers into (N, d) layer arrays (with or without 'split') — "
+    "see docs/bring-your-own.md"
 )
 
 
@@ -184,13 +186,21 @@ def _by_rows(arrays: dict[str, np.ndarray], path: Path, model: str | None) -> di
     )
     select: dict[str, np.ndarray] = {}
     for s in _SPLITS:
-        if n is not None:
+        key = f"{s}_idx"
+        if key in arrays:  # the rows of this split, in the dataset's order
+            select[s] = as_index_array(arrays[key], total, f"{path}: '{key}'")
+            if n is not None and (split[select[s]] != s).any():
+                raise DataError(
+                    f"{path}: '{key}' selects rows whose 'split' is not {s!r}; the two arrays "
+                    "disagree: fix the export (or keep only one of them)"
+                )
+            if keep is not None and not keep[select[s]].all():
+                raise DataError(f"{path}: '{key}' selects rows of other models than {model!r}")
+        else:  # no index array: the rows 'split' marks (see _read_npz), in file order
             mask = split == s
             if keep is not None:
                 mask &= keep
             select[s] = np.flatnonzero(mask)
-        else:
-            select[s] = as_index_array(arrays[f"{s}_idx"], total, f"{path}: '{s}_idx'")
     out: dict[str, Any] = {"features": {s: {} for s in _SPLITS}, "labels": {}}
     for s in _SPLITS:
         for key, arr in layers.items():

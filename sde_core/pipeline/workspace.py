@@ -482,7 +482,9 @@ def load_workspace(
             :func:`validate_workspace` finds.
     """
     try:
-        file = _toml_file(check_path_text(path, "workspace path"))
+        # absolute (not resolved: the root check below follows symlinks itself), so that a
+        # relative path means the current directory's, not the workspace folder's
+        file = _toml_file(check_path_text(path, "workspace path")).absolute()
     except SDEError as exc:
         raise WorkspaceError(str(exc)) from None
     extra = tuple(Path(r).resolve() for r in roots) if roots is not None else tuple(env_roots())

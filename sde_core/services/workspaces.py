@@ -321,7 +321,7 @@ def _describe(
 ) -> tuple[ModelEntry, list[str], list[str] | None]:
     """Load and check the files of a model: its entry (paths still to fill in), notes for the
     user and the layers of its activations file (None without one)."""
-    from sde_core.inputs.models import load_checkpoint
+    from sde_core.inputs.models import load_checkpoint_details
 
     check_model_name(spec.name)
     role = spec.role or guess_role(spec.name)
@@ -345,12 +345,16 @@ def _describe(
                 "It was not loaded; mark this file as trusted (--trusted, or the page's trusted "
                 "box) only if you know where it comes from"
             )
-        model = load_checkpoint(checkpoint, arch=arch or None, trusted=spec.trusted, **kwargs)
+        loaded = load_checkpoint_details(
+            checkpoint, arch=arch or None, trusted=spec.trusted, **kwargs
+        )
+        model = loaded.model
         outputs = check_fits(model, bundle)
         arch = getattr(model, "sde_arch", None) or arch
         kwargs = dict(getattr(model, "sde_arch_kwargs", None) or kwargs)
         digest = file_sha256(checkpoint)
         notes.append(f"architecture {arch or '(TorchScript)'} with {outputs} outputs")
+        notes.extend(loaded.notes)  # e.g. pruning masks folded into the weights
     elif arch and arch != PRECOMPUTED:
         raise WorkspaceError(f"a model without a checkpoint has arch {PRECOMPUTED!r}, not {arch!r}")
     else:
