@@ -375,12 +375,15 @@ def _describe(
     return entry, notes, layers
 
 
-def _check_addition(ws: Workspace, entry: ModelEntry, replace: bool) -> None:
-    taken = [m.name for m in ws.models]
-    if entry.name in taken and not replace:
+def _check_name_free(ws: Workspace, name: str, replace: bool) -> None:
+    if name in {m.name for m in ws.models} and not replace:
         raise WorkspaceError(
-            f"a model named {entry.name!r} already exists: choose another name or replace it"
+            f"a model named {name!r} already exists: choose another name or replace it"
         )
+
+
+def _check_addition(ws: Workspace, entry: ModelEntry, replace: bool) -> None:
+    _check_name_free(ws, entry.name, replace)
     others = [m.name for m in ws.models if m.role == "original" and m.name != entry.name]
     if entry.role == "original" and others:
         raise WorkspaceError(
@@ -427,6 +430,7 @@ def add_model(
 
     ws = load_workspace(workspace, validate=False, roots=roots)
     check_model_name(spec.name)
+    _check_name_free(ws, spec.name, replace)  # before any file is read, let alone run
     files = {
         "checkpoint": Path(check_path_text(checkpoint, "checkpoint")) if checkpoint else None,
         "activations": Path(check_path_text(activations, "activations")) if activations else None,
