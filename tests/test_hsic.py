@@ -16,6 +16,7 @@ from sde_core.stats.hsic import (
     gaussian_gram,
     hsic,
     kernel_spread,
+    pool_sq_distances,
     resolve_sigma,
     split_half_batch_stats,
     split_half_hsic,
@@ -244,7 +245,9 @@ def test_torch_float32_path_meets_spec_accuracy(estimator):
     rng = np.random.default_rng(8)
     acts = rng.normal(size=(300, 64)) + np.repeat(rng.normal(size=(30, 64)), 10, axis=0)
     ref = split_half_hsic(acts, n_splits=40, estimator=estimator, seed=2)
-    got = split_half_hsic(acts, n_splits=40, estimator=estimator, seed=2, device="cpu")
+    got = split_half_hsic(
+        acts, n_splits=40, estimator=estimator, seed=2, device="cpu", backend="torch"
+    )
     assert np.max(np.abs(got - ref)) < 1e-3 * ref.std()
 
 
@@ -262,16 +265,23 @@ def test_batch_rows_equal_single_calls():
         np.testing.assert_allclose(got[t], single, rtol=1e-12)
 
 
-def test_batch_per_subset_fallback_equals_union_path(monkeypatch):
-    import sde_core.stats.hsic as mod
-
+def test_batch_pool_distances_path_equals_rows_path():
+    """Precomputed pool distances (reused across σ) give the values computed from the rows."""
     rng = np.random.default_rng(10)
     pool = rng.normal(size=(120, 4))
     subsets = np.stack([rng.choice(120, 31, replace=False) for _ in range(4)])
-    union = split_half_hsic_batch(pool, subsets, n_splits=9, sigma=1.0, estimator="unbiased")
-    monkeypatch.setattr(mod, "_UNION_GRAM_MAX_ROWS", 10)
-    per_subset = split_half_hsic_batch(pool, subsets, n_splits=9, sigma=1.0, estimator="unbiased")
-    np.testing.assert_allclose(per_subset, union, rtol=1e-12)
+    from_rows = split_half_hsic_batch(pool, subsets, n_splits=9, sigma=1.0, estimator="unbiased")
+    dist = pool_sq_distances(pool, np.unique(subsets))
+    from_pool = split_half_hsic_batch(
+        pool, subsets, n_splits=9, sigma=1.0, estimator="unbiased", distances=dist
+    )
+    np.testing.assert_allclose(from_pool, from_rows, rtol=1e-12)
+    # a σ change reuses the same distances
+    np.testing.assert_allclose(
+        split_half_hsic_batch(pool, subsets, n_splits=9, sigma=2.5, distances=dist),
+        split_half_hsic_batch(pool, subsets, n_splits=9, sigma=2.5),
+        rtol=1e-12,
+    )
 
 
 def test_kernel_spread_formula(acts):
@@ -283,9 +293,7 @@ def test_kernel_spread_formula(acts):
     np.testing.assert_allclose(got, [expected], rtol=1e-12)
 
 
-def test_batch_stats_spread_equals_kernel_spread_on_both_gram_paths(monkeypatch):
-    import sde_core.stats.hsic as mod
-
+def test_batch_stats_spread_equals_kernel_spread_on_both_distance_paths():
     rng = np.random.default_rng(12)
     pool = rng.normal(size=(150, 3))
     subsets = np.stack([rng.choice(150, 20, replace=False) for _ in range(5)])
@@ -293,8 +301,11 @@ def test_batch_stats_spread_equals_kernel_spread_on_both_gram_paths(monkeypatch)
     np.testing.assert_array_equal(stats.h, split_half_hsic_batch(pool, subsets, 7, 1.1, seed=2))
     ref = [textbook_spread(pool[r], 1.1) for r in subsets]
     np.testing.assert_allclose(stats.spread, ref, rtol=1e-12)
-    monkeypatch.setattr(mod, "_UNION_GRAM_MAX_ROWS", 10)
     np.testing.assert_allclose(kernel_spread(pool, subsets, 1.1), ref, rtol=1e-12)
+    via_pool = split_half_batch_stats(
+        pool, subsets, n_splits=7, sigma=1.1, seed=2, distances=pool_sq_distances(pool)
+    )
+    np.testing.assert_allclose(via_pool.spread, ref, rtol=1e-12)
 
 
 def textbook_spread(x: np.ndarray, sigma: float) -> float:
