@@ -46,6 +46,7 @@ __all__ = [
     "centred_gram_from_pool",
     "centred_gram_from_rows",
     "dropped_row",
+    "first_half_row_sums",
     "offdiag_sum_from_rows",
     "pool_sq_distances_matrix",
     "single_threaded_blas",
@@ -339,12 +340,18 @@ def dropped_row(idx: np.ndarray, n: int) -> int:
     return int(n * (n - 1) // 2 - int(idx[0].sum()))
 
 
-def split_sums(cg: CentredGram, idx: np.ndarray, dropped: int) -> np.ndarray:
-    """``(S, 9)`` sufficient sums of the splits ``idx`` (``(S, 2m)`` intp rows of the subset)."""
-    n = cg.gc.shape[0]
-    indicator = np.empty((idx.shape[0], n))
+def first_half_row_sums(cg: CentredGram, idx: np.ndarray) -> np.ndarray:
+    """``(S, n)`` row sums of ``Gc`` over each split's S1: one product ``E₁ Gc`` for all splits."""
+    indicator = np.empty((idx.shape[0], cg.gc.shape[0]))
     _first_half_indicator(idx, indicator)
-    r1 = indicator @ cg.gc
+    return indicator @ cg.gc
+
+
+def split_sums(cg: CentredGram, idx: np.ndarray, dropped: int, r1: np.ndarray) -> np.ndarray:
+    """``(S, 9)`` sufficient sums of the splits ``idx`` (``(S, 2m)`` intp rows of the subset).
+
+    ``r1`` holds the splits' S1 row sums (:func:`first_half_row_sums`).
+    """
     out = np.empty((idx.shape[0], N_SUMS))
     zero = cg.gather.dtype.type(0.0)
     sort_pairs = cg.gather.nbytes > SORT_PAIRS_MIN_BYTES
@@ -386,23 +393,29 @@ def batch_sums(
         ``(T, K, 9)`` float64 sums and ``(T,)`` off-diagonal sums of ``G − 1``.
 
     With at least as many subsets as threads, each task is one whole subset; otherwise the
-    Gram matrices are prepared first and each subset's splits are cut into one chunk per
-    thread. Either way one thread computes each split, so the result does not depend on
-    ``threads``.
+    Gram matrices and the row sums of all splits are prepared first (one task per subset) and
+    each subset's splits are cut into one chunk per thread. Either way every number is computed
+    by the same operations on the same inputs, so the result does not depend on ``threads``.
     """
 
     def whole(t: int) -> tuple[np.ndarray, float]:
         cg = prepare(t)
         idx = splits_of(t)
-        return split_sums(cg, idx, dropped_row(idx, n)), cg.offdiag_sum
+        return split_sums(
+            cg, idx, dropped_row(idx, n), first_half_row_sums(cg, idx)
+        ), cg.offdiag_sum
+
+    def ready(t: int) -> tuple[CentredGram, np.ndarray, np.ndarray]:
+        cg = prepare(t)
+        idx = splits_of(t)
+        return cg, idx, first_half_row_sums(cg, idx)
 
     with single_threaded_blas():
         if n_sub >= threads:
             parts = run_tasks(whole, range(n_sub), threads)
             return np.stack([p[0] for p in parts]), np.array([p[1] for p in parts])
-        grams = run_tasks(prepare, range(n_sub), threads)
-        idxs = [splits_of(t) for t in range(n_sub)]
-        n_splits = idxs[0].shape[0]
+        prepared = run_tasks(ready, range(n_sub), threads)
+        n_splits = prepared[0][1].shape[0]
         per = -(-threads // n_sub)
         bounds = np.linspace(0, n_splits, min(per, n_splits) + 1).astype(int)
         chunks = [
@@ -411,10 +424,11 @@ def batch_sums(
 
         def part(c: tuple[int, int, int]) -> np.ndarray:
             t, lo, hi = c
-            return split_sums(grams[t], idxs[t][lo:hi], dropped_row(idxs[t], n))
+            cg, idx, r1 = prepared[t]
+            return split_sums(cg, idx[lo:hi], dropped_row(idx, n), r1[lo:hi])
 
         pieces = run_tasks(part, chunks, threads)
         sums = np.empty((n_sub, n_splits, N_SUMS))
         for (t, lo, hi), piece in zip(chunks, pieces, strict=True):
             sums[t, lo:hi] = piece
-        return sums, np.array([g.offdiag_sum for g in grams])
+        return sums, np.array([p[0].offdiag_sum for p in prepared])
