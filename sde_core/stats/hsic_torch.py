@@ -77,7 +77,8 @@ def _group_sums(gc: Any, gk: Any, idx: Any, dropped: Any, budget: int) -> Any:
     rowsum = gc.sum(2)
     diag = torch.diagonal(gc, dim1=1, dim2=2)
     gi = torch.arange(n_grp, device=gc.device)
-    per_split = 3 * n_grp * m * m * gk.element_size() + 2 * n_grp * gc.shape[-1] * 8
+    # k, l (the product is formed in place) and the row-sum product's indicator and result
+    per_split = 2 * n_grp * m * m * gk.element_size() + 2 * n_grp * gc.shape[-1] * 8
     chunk = max(1, min(n_splits, budget // max(per_split, 1)))
     out = []
     for lo in range(0, n_splits, chunk):
@@ -86,7 +87,7 @@ def _group_sums(gc: Any, gk: Any, idx: Any, dropped: Any, budget: int) -> Any:
         g4 = gi[:, None, None, None]
         k = gk[g4, a[..., :, None], a[..., None, :]]
         lmat = gk[g4, b[..., :, None], b[..., None, :]]
-        skl = (k * lmat).sum(-1).double().sum(-1)
+        skl = k.mul_(lmat).sum(-1).double().sum(-1)
         del k, lmat
         ind = torch.zeros(a.shape[0], a.shape[1], gc.shape[-1], dtype=gc.dtype, device=gc.device)
         ind.scatter_(2, a, 1.0)
@@ -144,7 +145,8 @@ def batch_sums_torch(
 
     n_sub, n = sub.shape
     budget = memory_budget(device)
-    group = int(max(1, min(n_sub, budget // (4 * n * n * 8))))
+    # float64 n×n temporaries per subset: products, distances, E, Gc and its cast
+    group = int(max(1, min(n_sub, budget // (6 * n * n * 8))))
     dtype = torch.float32 if precision == "float32" else torch.float64
     if pool is None:
         src = torch.as_tensor(acts, dtype=torch.float64, device=device)
