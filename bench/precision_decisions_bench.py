@@ -86,7 +86,8 @@ def compare(ref: Any, got: Any) -> dict[str, Any]:
     b = got.subsets.set_index(SUBSET_KEYS).sort_index()
     out: dict[str, Any] = {"subsets": len(a)}
     for col in EXACT:
-        out[f"{col} differ"] = int((a[col].astype(str) != b[col].astype(str)).sum())
+        same = (a[col] == b[col]) | (a[col].isna() & b[col].isna())
+        out[f"{col} differ"] = int((~same).sum())
     for col in NUMERIC:
         diff = (a[col] - b[col]).abs()
         out[f"max |Δ {col}|"] = float(diff.max())
@@ -101,6 +102,15 @@ def compare(ref: Any, got: Any) -> dict[str, Any]:
     ]
     for col in MODEL_NUMERIC:
         out[f"max |Δ {col}|"] = float((ma[col] - mb[col]).abs().max())
+    # H values themselves: largest relative change, apart for the random-init models (whose
+    # near-constant outputs the uncentred arithmetic got wrong)
+    for label, keep in (("H, trained models", False), ("H, random models", True)):
+        rel = [
+            float(np.max(np.abs(got.arrays[k] - v) / np.abs(v)))
+            for k, v in ref.arrays.items()
+            if (ma.at[k.split("/")[0], "role"] == "random") == keep
+        ]
+        out[f"max rel Δ {label}"] = max(rel) if rel else float("nan")
     return out
 
 

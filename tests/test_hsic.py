@@ -574,9 +574,15 @@ def test_pool_distances_are_checked_against_the_call():
     rng = np.random.default_rng(16)
     pool = rng.normal(size=(50, 3))
     subsets = np.stack([np.arange(10), np.arange(10, 20)])
-    part = pool_sq_distances(pool, np.arange(15))
+    part = pool_sq_distances(pool, np.r_[np.arange(15), 3, 7])
+    np.testing.assert_array_equal(part.rows, np.arange(15))
     np.testing.assert_allclose(part.d2, cdist(pool[:15], pool[:15], "sqeuclidean"), atol=1e-12)
     assert np.array_equal(part.d2, part.d2.T) and not part.d2.diagonal().any()
+    whole = pool_sq_distances(pool, threads=1).d2
+    np.testing.assert_array_equal(pool_sq_distances(pool, threads=3).d2, whole)
+    for bad in (np.array([0, 50]), np.array([-1, 2]), np.array([0.5]), np.array([], int)):
+        with pytest.raises(InputError, match="rows"):
+            pool_sq_distances(pool, bad)
     with pytest.raises(InputError, match="not covered"):
         split_half_hsic_batch(pool, subsets, 5, 1.0, distances=part)
     with pytest.raises(InputError, match="shape"):

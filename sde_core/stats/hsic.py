@@ -378,24 +378,35 @@ class PoolDistances:
     pool_shape: tuple[int, int]
 
 
-def pool_sq_distances(acts: object, rows: object | None = None) -> PoolDistances:
+def pool_sq_distances(
+    acts: object, rows: object | None = None, *, threads: int | None = None
+) -> PoolDistances:
     """Squared distances between ``rows`` of ``acts`` (default: all rows), for reuse across σ.
 
     Args:
         acts: ``(N, d)`` activations of a pool. rows: row indices to cover (e.g. the union of
-            all subsets that will be evaluated: ``np.unique(subsets)``).
+            all subsets that will be evaluated: ``np.unique(subsets)``); repeats are ignored.
+        threads: worker threads of the finishing pass (default: the usable CPUs).
     """
     arr = as_float_matrix(acts)
+    n_threads = resolve_threads(threads)
     if rows is None:
         r = np.arange(arr.shape[0])
     else:
-        r = np.unique(_as_subsets(np.asarray(rows).reshape(1, -1), arr.shape[0]))
+        r = np.unique(np.asarray(rows))
+        if r.size == 0 or not np.issubdtype(r.dtype, np.integer):
+            raise InputError(f"rows must be a non-empty array of integer row indices; got {rows!r}")
+        if r[0] < 0 or r[-1] >= arr.shape[0]:
+            raise InputError(
+                f"rows must lie in [0, {arr.shape[0]}) (rows of acts); got range [{r[0]}, {r[-1]}]"
+            )
     if r.size > MAX_POOL_ROWS:
         raise InputError(
             f"a distance matrix over {r.size} rows would take {8 * r.size**2 / 2**30:.0f} GiB; "
             f"cover at most {MAX_POOL_ROWS} rows (pass only the rows the subsets use)"
         )
-    return PoolDistances(rows=r, d2=pool_sq_distances_matrix(arr[r]), pool_shape=arr.shape)
+    d2 = pool_sq_distances_matrix(arr[r], n_threads)
+    return PoolDistances(rows=r.astype(np.int64), d2=d2, pool_shape=arr.shape)
 
 
 def _pool_positions(distances: object, shape: tuple[int, ...], sub: np.ndarray) -> np.ndarray:

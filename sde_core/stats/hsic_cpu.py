@@ -124,14 +124,14 @@ def values_from_sums(sums: np.ndarray, m: int, estimator: str) -> np.ndarray:
 
 
 @numba.njit(nogil=True, cache=True)
-def _finish_sq_distances(g: np.ndarray) -> None:  # pragma: no cover - compiled
-    """In place: inner products ``g = X Xᵀ`` -> squared distances (symmetric, ≥ 0, zero diagonal).
+def _finish_sq_distances_rows(g: np.ndarray, lo: int, hi: int) -> None:  # pragma: no cover
+    """Rows ``lo:hi`` of :func:`_finish_sq_distances` (their upper part and its mirror image).
 
-    Only the upper triangle of ``g`` is read, so the result is exactly symmetric even when the
-    BLAS product is not.
+    Row i reads only ``g[i, j > i]`` and the diagonal and writes ``g[i, j > i]`` and
+    ``g[j > i, i]``, so disjoint row ranges may run concurrently.
     """
     n = g.shape[0]
-    for i in range(n):
+    for i in range(lo, hi):
         sqi = g[i, i]
         for j in range(i + 1, n):
             v = (sqi + g[j, j]) - 2.0 * g[i, j]
@@ -139,8 +139,26 @@ def _finish_sq_distances(g: np.ndarray) -> None:  # pragma: no cover - compiled
                 v = 0.0
             g[i, j] = v
             g[j, i] = v
-    for i in range(n):
-        g[i, i] = 0.0
+
+
+def _finish_sq_distances(g: np.ndarray, threads: int = 1) -> None:
+    """In place: inner products ``g = X Xᵀ`` -> squared distances (symmetric, ≥ 0, zero diagonal).
+
+    Only the upper triangle of ``g`` is read, so the result is exactly symmetric even when the
+    BLAS product is not.
+    """
+    n = g.shape[0]
+    if threads <= 1:
+        _finish_sq_distances_rows(g, 0, n)
+    else:
+        # Row i costs n − i: many small blocks keep the workers evenly loaded.
+        edges = np.linspace(0, n, 16 * threads + 1).astype(int)
+        run_tasks(
+            lambda b: _finish_sq_distances_rows(g, edges[b], edges[b + 1]),
+            range(edges.size - 1),
+            threads,
+        )
+    np.fill_diagonal(g, 0.0)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -282,11 +300,11 @@ class CentredGram:
     offdiag_sum: float
 
 
-def _rows_sq_distances(x: np.ndarray) -> np.ndarray:
+def _rows_sq_distances(x: np.ndarray, threads: int = 1) -> np.ndarray:
     """``(n, n)`` squared distances of the rows of ``x``, centred on their mean first."""
     xc = x - x.mean(axis=0)
     g = xc @ xc.T
-    _finish_sq_distances(g)
+    _finish_sq_distances(g, threads)
     return g
 
 
@@ -323,9 +341,12 @@ def offdiag_sum_from_rows(x: np.ndarray, sigma: float) -> float:
     return float(np.expm1(d2, out=d2).sum())
 
 
-def pool_sq_distances_matrix(x: np.ndarray) -> np.ndarray:
-    """``(U, U)`` squared distances of the rows of ``x`` (centred first; exactly symmetric)."""
-    return _rows_sq_distances(x)
+def pool_sq_distances_matrix(x: np.ndarray, threads: int) -> np.ndarray:
+    """``(U, U)`` squared distances of the rows of ``x`` (centred first; exactly symmetric).
+
+    One large product (BLAS with its own threads), then the finishing pass on ``threads``.
+    """
+    return _rows_sq_distances(x, threads)
 
 
 # --------------------------------------------------------------------------------------------
