@@ -162,12 +162,19 @@ def _finish_sq_distances(g: np.ndarray, threads: int = 1) -> None:
 
 
 @numba.njit(nogil=True, cache=True)
-def _gather_block(d2: np.ndarray, pos: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
-    """``out = d2[pos][:, pos]`` without temporaries (pos sorted: rows read left to right)."""
+def _gather_block(
+    d2: np.ndarray, pos: np.ndarray, order: np.ndarray, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``out = d2[pos][:, pos]`` without temporaries.
+
+    ``order`` sorts ``pos``: each pool row is read left to right (the prefetcher follows) and the
+    values are scattered into the cache-resident output row.
+    """
     n = pos.shape[0]
     for i in range(n):
         row = d2[pos[i]]
-        for j in range(n):
+        for jj in range(n):
+            j = order[jj]
             out[i, j] = row[pos[j]]
 
 
@@ -328,9 +335,9 @@ def centred_gram_from_rows(x: np.ndarray, sigma: float, precision: Precision) ->
 def centred_gram_from_pool(
     d2: np.ndarray, pos: np.ndarray, sigma: float, precision: Precision
 ) -> CentredGram:
-    """The centred Gram matrix of rows ``pos`` (sorted) of a pool distance matrix ``d2``."""
+    """The centred Gram matrix of rows ``pos`` (in subset order) of a pool distance matrix."""
     block = np.empty((pos.size, pos.size))
-    _gather_block(d2, pos, block)
+    _gather_block(d2, pos, np.argsort(pos, kind="stable"), block)
     return _centred_from_sq(block, sigma, precision)
 
 
