@@ -5,28 +5,37 @@ values: for each of K seeded random permutations, the first ``m = n // 2`` rows 
 row-by-row with the next m rows (S2) and the HSIC between the two halves is computed with
 Gaussian RBF kernels ``k(a, b) = exp(-||a - b||² / (2σ²))``.
 
-Speed: the n×n Gram matrix ``G`` of S is computed once; each split only gathers the blocks
-``G[a, a]`` and ``G[b, b]`` and reduces them with the O(m²) identity
+Computation (method §2, "Computation"): each subset's Gram matrix is computed once, as
+``G − 1 = expm1(−D²/(2σ²))`` and double-centred in float64 (``Gc = H_n G H_n``; both estimators
+are invariant to it); each split then gathers the two m×m blocks of ``Gc`` and reduces them with
+the O(m²) identity
 
     tr(K H L H) = Σ K∘L − (2/m)·(K1)ᵀ(L1) + (1ᵀK1)(1ᵀL1)/m²
 
-inside one fused, parallel numba loop in float64 (no m×m products, no temporaries). A torch path
-(any ``device``, meant for CUDA) follows method §2's float32 rule: the Gram matrix is built and
-double-centred in float64, and only the centred matrix is cast to float32 for the gathers, with
-the per-row partial sums accumulated in float64.
+in a compiled loop. The engines live in :mod:`sde_core.stats.hsic_cpu` (numba, float64 by
+default, subsets spread over worker threads) and :mod:`sde_core.stats.hsic_torch` (torch,
+batched, float32 gathers on the centred float64 Gram by default — used automatically when a
+CUDA GPU is available). This module validates input, draws the splits and turns the sums into
+HSIC values.
+
+Reuse across evaluations: :func:`draw_batch_splits` draws the splits of many subsets once (they
+depend only on n, K and the seed, not on the model or σ), and :func:`pool_sq_distances`
+computes the squared distances of a pool once, so that a σ change recomputes only ``expm1``,
+the centring and the split loop.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import numba
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
+from sde_core.common.threads import resolve_threads, run_tasks
 from sde_core.common.validation import (
     as_float_matrix,
     as_index_vector,
@@ -36,16 +45,33 @@ from sde_core.common.validation import (
     squared_distances,
 )
 from sde_core.errors import InputError
+from sde_core.stats.hsic_cpu import (
+    Precision,
+    batch_sums,
+    centred_gram_from_pool,
+    centred_gram_from_rows,
+    offdiag_sum_from_rows,
+    pool_sq_distances_matrix,
+    single_threaded_blas,
+    sums_from_rows,
+    values_from_sums,
+)
 
 __all__ = [
     "MAX_SPLITS",
     "MEDIAN_MAX_ROWS",
+    "Backend",
+    "BatchSplits",
     "BatchStats",
     "Estimator",
+    "PoolDistances",
+    "PrecisionRule",
     "SigmaRule",
+    "draw_batch_splits",
     "gaussian_gram",
     "hsic",
     "kernel_spread",
+    "pool_sq_distances",
     "resolve_sigma",
     "split_half_batch_stats",
     "split_half_hsic",
@@ -56,6 +82,10 @@ __all__ = [
 
 SigmaRule = Literal["sqrt_dim", "median"] | float
 Estimator = Literal["biased", "unbiased"]
+#: ``"auto"``: float64 on the numba CPU engine, float32 gathers on the torch engine.
+PrecisionRule = Literal["auto", "float64", "float32"]
+#: ``"auto"``: torch on a GPU (or for a GPU tensor), numba on the CPU.
+Backend = Literal["auto", "numba", "torch"]
 
 #: Upper bound on the number of random splits: beyond this the H distribution is resolved far
 #: better than any decision needs and the run only wastes time.
@@ -63,6 +93,8 @@ MAX_SPLITS = 100_000
 #: The median rule uses at most this many (seeded, sampled) rows.
 MEDIAN_MAX_ROWS = 1000
 _ESTIMATORS = ("biased", "unbiased")
+_PRECISIONS = ("auto", "float64", "float32")
+_BACKENDS = ("auto", "numba", "torch")
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,6 +214,9 @@ def hsic(
 ) -> float:
     """HSIC between paired rows ``x[i] ↔ y[i]`` with Gaussian kernels.
 
+    Both kernel matrices are double-centred in float64 before the O(m²) identity (method §2),
+    so near-constant inputs keep their digits.
+
     Args:
         x: ``(m, p)`` array; y: ``(m, q)`` array with the same number of rows.
         sigma_x: bandwidth rule or value for x; sigma_y: for y (default: the rule of x applied
@@ -205,16 +240,16 @@ def hsic(
         raise InputError(f"the {estimator} HSIC needs at least {need} paired rows; got {m}")
     sx = resolve_sigma(sigma_x, xa)
     sy = resolve_sigma(sigma_x if sigma_y is None else sigma_y, ya)
-    k = gaussian_gram(xa, sx)
-    lm = gaussian_gram(ya, sy)
-    sums = _sums_from_rows(
+    k = centred_gram_from_rows(xa, sx, "float64").gc
+    lm = centred_gram_from_rows(ya, sy, "float64").gc
+    sums = sums_from_rows(
         k.sum(1)[None], lm.sum(1)[None], (k * lm).sum(1)[None], np.diag(k)[None], np.diag(lm)[None]
     )
-    return float(_values_from_sums(sums, m, estimator)[0])
+    return float(values_from_sums(sums, m, estimator)[0])
 
 
 # --------------------------------------------------------------------------------------------
-# Split-half engine
+# Splits
 # --------------------------------------------------------------------------------------------
 
 
@@ -244,217 +279,271 @@ def split_permutations(n: int, n_splits: int, seed: int | np.random.SeedSequence
     return rng.permuted(np.tile(rows, (n_splits, 1)), axis=1)
 
 
-@numba.njit(parallel=True, fastmath=False, cache=True, nogil=True)
-def _split_sums_kernel(
-    gram: np.ndarray, idx: np.ndarray, unbiased: bool
-) -> np.ndarray:  # pragma: no cover - compiled
-    """Fused gather-and-reduce over splits.
+def subset_seeds(seed: int, n_subsets: int) -> list[np.random.SeedSequence]:
+    """Independent per-subset split seeds used by :func:`split_half_hsic_batch`.
 
-    gram: (N, N) float64 symmetric; idx: (S, 2m) int64 rows of ``gram`` (S1 then S2).
-    Returns (S, 9) sums: Σ K∘L, 1ᵀK1, 1ᵀL1, (K1)ᵀ(L1), tr K, tr L, Σ K_ii L_ii, (K1)ᵀdiag L,
-    (L1)ᵀdiag K — the last four only when ``unbiased``. The symmetric upper triangle is visited
-    once (off-diagonal terms counted twice).
+    Child t depends only on ``seed`` and t, not on ``n_subsets``.
     """
-    n_splits = idx.shape[0]
-    m = idx.shape[1] // 2
-    out = np.zeros((n_splits, 9))
-    for s in numba.prange(n_splits):
-        a = idx[s, :m]
-        b = idx[s, m:]
-        rk = np.zeros(m)
-        rl = np.zeros(m)
-        skl = 0.0
-        tk = 0.0
-        tl = 0.0
-        tkl = 0.0
-        for i in range(m):
-            ai = a[i]
-            bi = b[i]
-            kd = gram[ai, ai]
-            ld = gram[bi, bi]
-            tk += kd
-            tl += ld
-            tkl += kd * ld
-            rki = kd
-            rli = ld
-            acc = 0.0
-            for j in range(i + 1, m):
-                kij = gram[ai, a[j]]
-                lij = gram[bi, b[j]]
-                acc += kij * lij
-                rki += kij
-                rli += lij
-                rk[j] += kij
-                rl[j] += lij
-            rk[i] += rki
-            rl[i] += rli
-            skl += 2.0 * acc
-        skl += tkl
-        sk = 0.0
-        sl = 0.0
-        rklr = 0.0
-        for i in range(m):
-            sk += rk[i]
-            sl += rl[i]
-            rklr += rk[i] * rl[i]
-        out[s, 0] = skl
-        out[s, 1] = sk
-        out[s, 2] = sl
-        out[s, 3] = rklr
-        if unbiased:
-            rkd = 0.0
-            rld = 0.0
-            for i in range(m):
-                rkd += rk[i] * gram[b[i], b[i]]
-                rld += rl[i] * gram[a[i], a[i]]
-            out[s, 4] = tk
-            out[s, 5] = tl
-            out[s, 6] = tkl
-            out[s, 7] = rkd
-            out[s, 8] = rld
-    return out
+    n_subsets = check_int(n_subsets, "n_subsets", minimum=0)
+    return np.random.SeedSequence(_check_seed(seed)).spawn(n_subsets)
 
 
-def _sums_from_rows(
-    rk: np.ndarray, rl: np.ndarray, row_kl: np.ndarray, dk: np.ndarray, dl: np.ndarray
-) -> np.ndarray:
-    """The nine sufficient sums (layout of :func:`_split_sums_kernel`) from per-row pieces.
+@dataclass(frozen=True)
+class BatchSplits:
+    """The K random splits of each of T subsets of n rows, drawn once (method §2).
+
+    They depend only on n, K, the seed and the subset's position t — not on the model, the
+    layer or σ — so a caller that evaluates several models or bandwidths on the same subsets
+    draws them once (:func:`draw_batch_splits`) and passes them to
+    :func:`split_half_batch_stats` (``splits=``) instead of redrawing them (~1 ms per subset
+    at n = 400, K = 200).
+
+    Attributes:
+        n: rows per subset. n_splits: K. seed: the base seed (subset t uses
+            ``subset_seeds(seed, T)[t]``).
+        index: ``(T, K, 2m)`` row positions inside each subset (S1 then S2), uint16 when
+            n ≤ 65,536 (else int32): T = 450, K = 200, n = 400 take 72 MB.
+    """
+
+    n: int
+    n_splits: int
+    seed: int
+    index: np.ndarray
+
+    def rows(self, t: int) -> np.ndarray:
+        """``(K, 2m)`` split rows of subset t as platform integers."""
+        return self.index[t].astype(np.intp)
+
+
+def draw_batch_splits(
+    n: int, n_splits: int, seed: int, n_subsets: int, *, threads: int | None = None
+) -> BatchSplits:
+    """Draw the splits :func:`split_half_batch_stats` would draw for ``n_subsets`` subsets.
+
+    Row t equals ``split_permutations(n, n_splits, subset_seeds(seed, n_subsets)[t])``.
+    """
+    n_splits = _check_splits(n_splits)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise InputError(f"n must be an integer ≥ 2 (rows per subset); got {n!r}")
+    if isinstance(n_subsets, bool) or not isinstance(n_subsets, (int, np.integer)) or n_subsets < 1:
+        raise InputError(f"n_subsets must be a positive integer; got {n_subsets!r}")
+    seeds = subset_seeds(seed, int(n_subsets))
+    dtype = np.uint16 if n <= 2**16 else np.int32
+    index = np.empty((int(n_subsets), n_splits, n - n % 2), dtype=dtype)
+
+    def draw(t: int) -> None:
+        index[t] = split_permutations(int(n), n_splits, seeds[t])
+
+    run_tasks(draw, range(int(n_subsets)), resolve_threads(threads))
+    return BatchSplits(n=int(n), n_splits=n_splits, seed=int(seed), index=index)
+
+
+def _check_batch_splits(splits: object, n: int, n_splits: int, seed: int, n_sub: int) -> None:
+    if not isinstance(splits, BatchSplits):
+        raise InputError(
+            f"splits must be a BatchSplits from draw_batch_splits; got {type(splits).__name__}"
+        )
+    got = (splits.n, splits.n_splits, splits.seed)
+    if got != (n, n_splits, seed) or splits.index.shape[0] < n_sub:
+        raise InputError(
+            f"splits were drawn for n={splits.n}, n_splits={splits.n_splits}, "
+            f"seed={splits.seed}, {splits.index.shape[0]} subsets but this call has n={n}, "
+            f"n_splits={n_splits}, seed={seed}, {n_sub} subsets: draw them with "
+            "draw_batch_splits(n, n_splits, seed, n_subsets)"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Precomputed distances
+# --------------------------------------------------------------------------------------------
+
+#: A pool distance matrix larger than this many rows (8 GiB of float64) is refused.
+MAX_POOL_ROWS = 32_768
+
+
+@dataclass(frozen=True)
+class PoolDistances:
+    """Squared Euclidean distances between rows of a pool, reusable across σ (method §2).
+
+    With them, a σ change costs ``expm1``, the centring and the split loop per subset — no
+    distances. Cache one per (model, layer, pool); memory is ``8·U²`` bytes (U = 6,000 rows:
+    288 MB), independent of how many subsets or reference draws use it.
+
+    Attributes:
+        rows: ``(U,)`` sorted pool row indices covered.
+        d2: ``(U, U)`` float64 squared distances (rows centred on their mean before the
+            product; exactly symmetric, zero diagonal).
+        pool_shape: ``(N, d)`` of the activations they were computed from (checked on use).
+    """
+
+    rows: np.ndarray
+    d2: np.ndarray
+    pool_shape: tuple[int, int]
+
+
+def pool_sq_distances(
+    acts: object, rows: object | None = None, *, threads: int | None = None
+) -> PoolDistances:
+    """Squared distances between ``rows`` of ``acts`` (default: all rows), for reuse across σ.
 
     Args:
-        rk, rl: ``(S, m)`` row sums of K and L. row_kl: ``(S, m)`` row sums of K∘L.
-        dk, dl: ``(S, m)`` diagonals of K and L. All float64.
-
-    Returns:
-        ``(S, 9)`` float64 sums.
+        acts: ``(N, d)`` activations of a pool. rows: row indices to cover (e.g. the union of
+            all subsets that will be evaluated: ``np.unique(subsets)``); repeats are ignored.
+        threads: worker threads of the finishing pass (default: the usable CPUs).
     """
-    return np.stack(
-        [
-            row_kl.sum(1),
-            rk.sum(1),
-            rl.sum(1),
-            (rk * rl).sum(1),
-            dk.sum(1),
-            dl.sum(1),
-            (dk * dl).sum(1),
-            (rk * dl).sum(1),
-            (rl * dk).sum(1),
-        ],
-        axis=1,
+    arr = as_float_matrix(acts)
+    n_threads = resolve_threads(threads)
+    if rows is None:
+        r = np.arange(arr.shape[0])
+    else:
+        r = np.unique(np.asarray(rows))
+        if r.size == 0 or not np.issubdtype(r.dtype, np.integer):
+            raise InputError(f"rows must be a non-empty array of integer row indices; got {rows!r}")
+        if r[0] < 0 or r[-1] >= arr.shape[0]:
+            raise InputError(
+                f"rows must lie in [0, {arr.shape[0]}) (rows of acts); got range [{r[0]}, {r[-1]}]"
+            )
+    if r.size > MAX_POOL_ROWS:
+        raise InputError(
+            f"a distance matrix over {r.size} rows would take {8 * r.size**2 / 2**30:.0f} GiB; "
+            f"cover at most {MAX_POOL_ROWS} rows (pass only the rows the subsets use)"
+        )
+    d2 = pool_sq_distances_matrix(arr[r], n_threads)
+    return PoolDistances(rows=r.astype(np.int64), d2=d2, pool_shape=arr.shape)
+
+
+def _pool_positions(distances: object, shape: tuple[int, ...], sub: np.ndarray) -> np.ndarray:
+    """``(T, n)`` positions of the subsets' rows in ``distances.rows``."""
+    if not isinstance(distances, PoolDistances):
+        raise InputError(
+            "distances must be a PoolDistances from pool_sq_distances; got "
+            f"{type(distances).__name__}"
+        )
+    if tuple(distances.pool_shape) != tuple(shape):
+        raise InputError(
+            f"distances were computed for activations of shape {distances.pool_shape}, but acts "
+            f"has shape {tuple(shape)}: recompute them with pool_sq_distances(acts)"
+        )
+    pos = np.searchsorted(distances.rows, sub)
+    inside = (pos < distances.rows.size) & (
+        distances.rows[np.minimum(pos, distances.rows.size - 1)] == sub
     )
+    if not inside.all():
+        missing = np.unique(sub[~inside])
+        raise InputError(
+            f"{missing.size} subset rows (e.g. {missing[:5].tolist()}) are not covered by the "
+            "precomputed distances: compute them with pool_sq_distances(acts, rows) for rows "
+            "including every subset's rows"
+        )
+    return pos
 
 
-def _values_from_sums(sums: np.ndarray, m: int, estimator: str) -> np.ndarray:
-    """HSIC values from ``(S, 9)`` sufficient sums of two m×m kernel blocks K, L per row.
+# --------------------------------------------------------------------------------------------
+# Engine choice
+# --------------------------------------------------------------------------------------------
 
-    Columns: Σ K∘L, 1ᵀK1, 1ᵀL1, (K1)ᵀ(L1), tr K, tr L, Σ K_ii L_ii, (K1)ᵀdiag L, (L1)ᵀdiag K.
-    Biased: ``tr(KHLH)/(m-1)²`` via the O(m²) identity. Unbiased: Song et al. (2012) with the
-    diagonals of K and L zeroed (K~, L~).
+
+@functools.cache
+def _cuda_available() -> bool:
+    """Whether torch sees a CUDA GPU (torch is not imported when no GPU driver is loaded)."""
+    if "torch" not in sys.modules and not os.path.exists("/proc/driver/nvidia"):
+        return False
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency of the project
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _engine(device: object | None, backend: str, acts: object) -> object | None:
+    """The torch device to run on, or None for the numba CPU engine.
+
+    ``device`` None or ``"auto"``: the device of a GPU tensor, else a CUDA GPU when one is
+    available, else the CPU. ``"cpu"`` runs the numba engine unless ``backend="torch"``.
     """
-    skl, sk, sl, rklr, tk, tl, tkl, rkd, rld = sums.T
-    if estimator == "biased":
-        return (skl - 2.0 * rklr / m + sk * sl / (m * m)) / ((m - 1) ** 2)
-    s_kl = skl - tkl
-    s_k = sk - tk
-    s_l = sl - tl
-    r_kl = rklr - rkd - rld + tkl
-    return (s_kl + s_k * s_l / ((m - 1) * (m - 2)) - 2.0 * r_kl / (m - 2)) / (m * (m - 3))
-
-
-def _torch_device(device: object, acts: object) -> object | None:
-    """The torch device to use, or None for the numba float64 CPU path."""
-    if device is None:
+    if backend not in _BACKENDS:
+        raise InputError(f"backend must be one of {_BACKENDS}; got {backend!r}")
+    if device is None or (isinstance(device, str) and device == "auto"):
+        if backend == "numba":
+            return None
         if is_torch_tensor(acts) and acts.device.type != "cpu":  # type: ignore[attr-defined]
-            return acts.device  # type: ignore[attr-defined]
+            device = acts.device  # type: ignore[attr-defined]
+        elif _cuda_available():
+            device = "cuda"
+        else:
+            device = "cpu"
+    if isinstance(device, str) and device == "cpu" and backend != "torch":
         return None
     import torch
 
     try:
         dev = torch.device(device)  # type: ignore[arg-type]
     except (RuntimeError, TypeError) as exc:
-        raise InputError(f"unknown device {device!r} ({exc}); use None, 'cpu' or 'cuda'") from None
+        raise InputError(
+            f"unknown device {device!r} ({exc}); use None/'auto', 'cpu' or 'cuda'"
+        ) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputError("device 'cuda' requested but no CUDA GPU is available: use device=None")
+        raise InputError(
+            "device 'cuda' requested but no CUDA GPU is available: use device=None (auto) or 'cpu'"
+        )
+    if dev.type == "cpu" and backend != "torch":
+        return None
+    if backend == "numba":
+        raise InputError(
+            f"the numba backend runs on the CPU only; got device {device!r}: use "
+            "backend='auto' or device='cpu'"
+        )
     return dev
 
 
-def _torch_split_values(
-    gram: object, idx: np.ndarray, m: int, estimator: str, device: object
-) -> np.ndarray:
-    """Split-half HSIC on a torch device following method §2's float32 rule.
-
-    The Gram matrix is double-centred in float64 (both estimators are invariant to
-    ``G -> H_n G H_n``), cast to float32 for the gathers and products, and each row's partial
-    sums (m float32 terms) are accumulated across rows in float64.
-    """
-    import torch
-
-    g = torch.as_tensor(gram, dtype=torch.float64, device=device)
-    g = g - g.mean(0, keepdim=True)
-    g = g - g.mean(1, keepdim=True)
-    g32 = g.to(torch.float32)
-    ix = torch.as_tensor(idx, device=device)
-    # ~256 MiB of float32 temporaries per chunk.
-    chunk = max(1, int(2**26 // (3 * m * m)))
-    out = []
-    for start in range(0, ix.shape[0], chunk):
-        part = ix[start : start + chunk]
-        a, b = part[:, :m], part[:, m:]
-        k = g32[a[:, :, None], a[:, None, :]]
-        lmat = g32[b[:, :, None], b[:, None, :]]
-        pieces = [
-            t.double().cpu().numpy()
-            for t in (
-                k.sum(2),
-                lmat.sum(2),
-                (k * lmat).sum(2),
-                torch.diagonal(k, dim1=1, dim2=2),
-                torch.diagonal(lmat, dim1=1, dim2=2),
-            )
-        ]
-        out.append(_sums_from_rows(*pieces))
-    return _values_from_sums(np.concatenate(out), m, estimator)
+def _precision(precision: str, dev: object | None) -> Precision:
+    if precision not in _PRECISIONS:
+        raise InputError(f"precision must be one of {_PRECISIONS}; got {precision!r}")
+    if precision == "auto":
+        return "float64" if dev is None else "float32"
+    return precision  # type: ignore[return-value]
 
 
-def _gram_on(arr: np.ndarray, sigma: float, device: object | None) -> object:
-    """Gaussian Gram matrix in float64: numpy on the CPU path, a torch tensor on ``device``."""
-    if device is None:
-        return gaussian_gram(arr, sigma)
-    import torch
-
-    x = torch.as_tensor(arr, dtype=torch.float64, device=device)
-    sq = (x * x).sum(1)
-    d2 = (sq[:, None] + sq[None, :] - 2.0 * (x @ x.T)).clamp_min_(0.0)
-    d2.fill_diagonal_(0.0)
-    return torch.exp(d2 * (-0.5 / (sigma * sigma)))
+# --------------------------------------------------------------------------------------------
+# Split-half HSIC
+# --------------------------------------------------------------------------------------------
 
 
-@functools.cache
-def _blas_controller() -> ThreadpoolController:
-    """One controller for the process: inspecting the loaded BLAS libraries costs milliseconds."""
-    return ThreadpoolController()
+def _run(
+    arr: np.ndarray,
+    sub: np.ndarray,
+    splits_of: Callable[[int], np.ndarray],
+    sigma: float,
+    estimator: str,
+    dev: object | None,
+    precision: Precision,
+    pool: tuple[np.ndarray, np.ndarray] | None,
+    threads: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(T, K)`` H values and ``(T,)`` off-diagonal sums of ``G − 1`` of every subset."""
+    n_sub, n = sub.shape
+    if dev is not None:
+        from sde_core.stats.hsic_torch import batch_sums_torch
 
-
-def _cpu_gram(arr: np.ndarray, sigma: float, device: object | None) -> object:
-    """:func:`_gram_on` with single-threaded BLAS on the CPU path.
-
-    OpenBLAS worker threads keep spinning after a product and steal the cores from the fused
-    kernel that follows (measured at n=1000, d=512 on 2 cores: 56 ms with multi-threaded BLAS,
-    41 ms with one thread).
-    """
-    if device is not None:
-        return _gram_on(arr, sigma, device)
-    with _blas_controller().limit(limits=1, user_api="blas"):
-        return _gram_on(arr, sigma, device)
-
-
-def _split_values(
-    gram: object, idx: np.ndarray, estimator: str, device: object | None
-) -> np.ndarray:
-    m = idx.shape[1] // 2
-    if device is not None:
-        return _torch_split_values(gram, idx, m, estimator, device)
-    sums = _split_sums_kernel(gram, np.ascontiguousarray(idx), estimator == "unbiased")  # type: ignore[arg-type]
-    return _values_from_sums(sums, m, estimator)
+        sums, off = batch_sums_torch(arr, sub, splits_of, sigma, dev, precision, pool)
+    elif pool is None:
+        sums, off = batch_sums(
+            lambda t: centred_gram_from_rows(arr[sub[t]], sigma, precision),
+            splits_of,
+            n_sub,
+            n,
+            threads,
+        )
+    else:
+        pos, d2 = pool
+        sums, off = batch_sums(
+            lambda t: centred_gram_from_pool(d2, pos[t], sigma, precision),
+            splits_of,
+            n_sub,
+            n,
+            threads,
+        )
+    return values_from_sums(sums, n // 2, estimator), off
 
 
 def split_half_hsic(
@@ -464,6 +553,10 @@ def split_half_hsic(
     estimator: Estimator = "biased",
     seed: int | np.random.SeedSequence = 0,
     device: object | None = None,
+    *,
+    precision: PrecisionRule = "auto",
+    backend: Backend = "auto",
+    threads: int | None = None,
 ) -> np.ndarray:
     """H(S, h): split-half HSIC of one subset over ``n_splits`` seeded random splits (method §2).
 
@@ -474,20 +567,30 @@ def split_half_hsic(
             pooled references' median) or a positive float.
         estimator: ``"biased"`` (default) or ``"unbiased"``.
         seed: seed of the splits (an int or a :class:`numpy.random.SeedSequence`).
-        device: None for the fused float64 CPU kernel; a torch device (``"cuda"``) for the
-            float32-on-centred-Gram path.
+        device: None or ``"auto"`` (default): a CUDA GPU when available (or the device of a GPU
+            tensor), else the CPU; ``"cpu"``: the numba CPU engine; ``"cuda"``/a torch device:
+            the torch engine there.
+        precision: gather precision on the centred Gram: ``"auto"`` (float64 on the CPU
+            engine, float32 on the torch engine), ``"float64"`` or ``"float32"``.
+        backend: ``"auto"``, ``"numba"`` (CPU only) or ``"torch"`` (e.g. torch on the CPU).
+        threads: CPU worker threads (default: the usable CPUs, see
+            :func:`sde_core.common.threads.usable_cpus`).
 
     Returns:
         ``(n_splits,)`` float64 array of HSIC values.
     """
     _check_estimator(estimator)
     n_splits = _check_splits(n_splits)
-    dev = _torch_device(device, acts)
+    dev = _engine(device, backend, acts)
+    prec = _precision(precision, dev)
+    n_threads = resolve_threads(threads)
     arr = as_float_matrix(acts)
     _check_subset_size(arr.shape[0], estimator)
     s = resolve_sigma(sigma, arr)
     idx = split_permutations(arr.shape[0], n_splits, seed)
-    return _split_values(_cpu_gram(arr, s, dev), idx, estimator, dev)
+    sub = np.arange(arr.shape[0])[None, :]
+    h, _ = _run(arr, sub, lambda t: idx, s, estimator, dev, prec, None, n_threads)
+    return h[0]
 
 
 def _as_subsets(subsets: object, n_rows: int) -> np.ndarray:
@@ -501,29 +604,19 @@ def _as_subsets(subsets: object, n_rows: int) -> np.ndarray:
             f"subset, all of size n); got shape {sub.shape}"
         )
     sub = as_index_vector(sub.ravel(), n_rows, "subsets (rows of acts)").reshape(sub.shape)
-    for t, row in enumerate(sub):
-        if np.unique(row).size != row.size:
-            raise InputError(
-                f"subset {t} repeats a row index; subsets are drawn without replacement"
-            )
+    ordered = np.sort(sub, axis=1)
+    repeats = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+    if repeats.any():
+        raise InputError(
+            f"subset {int(np.argmax(repeats))} repeats a row index; subsets are drawn without "
+            "replacement"
+        )
     return sub.astype(np.int64)
-
-
-def subset_seeds(seed: int, n_subsets: int) -> list[np.random.SeedSequence]:
-    """Independent per-subset split seeds used by :func:`split_half_hsic_batch`."""
-    n_subsets = check_int(n_subsets, "n_subsets", minimum=0)
-    return np.random.SeedSequence(_check_seed(seed)).spawn(n_subsets)
-
-
-#: A Gram matrix over the union of all subsets' rows is shared when it stays cache-resident
-#: (1448² float64 ≈ 16 MiB); beyond that the random gathers of the fused kernel would go to DRAM
-#: (measured ~5× slower per pair), so each subset gets its own small Gram matrix instead.
-_UNION_GRAM_MAX_ROWS = 1448
 
 
 @dataclass(frozen=True)
 class BatchStats:
-    """Split-half HSIC and spread of many subsets, from one shared Gram matrix.
+    """Split-half HSIC and spread of many subsets.
 
     Attributes:
         h: ``(T, K)`` split-half HSIC values (float64).
@@ -534,56 +627,9 @@ class BatchStats:
     spread: np.ndarray
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _offdiag_means_kernel(gram: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Mean off-diagonal entry of ``gram[pos[t]][:, pos[t]]`` for every row t of ``pos``."""
-    n_sub, n = pos.shape
-    out = np.empty(n_sub)
-    for t in numba.prange(n_sub):
-        total = 0.0
-        for i in range(n):
-            row = pos[t, i]
-            for j in range(i + 1, n):
-                total += gram[row, pos[t, j]]
-        out[t] = 2.0 * total / (n * (n - 1))
-    return out
-
-
-def _offdiag_means(gram: object, pos: np.ndarray) -> np.ndarray:
-    if isinstance(gram, np.ndarray):
-        return _offdiag_means_kernel(gram, np.ascontiguousarray(pos))
-    import torch
-
-    ix = torch.as_tensor(pos, device=gram.device)  # type: ignore[attr-defined]
-    n = pos.shape[1]
-    out = []
-    for row in ix:
-        block = gram[row[:, None], row[None, :]]  # type: ignore[index]
-        out.append(float((block.sum() - torch.diagonal(block).sum()) / (n * (n - 1))))
-    return np.array(out)
-
-
-def _spread_from_means(mean_off: np.ndarray, n: int) -> np.ndarray:
-    return (1.0 - mean_off) ** 2 / (n / 2)
-
-
-def _gram_blocks(
-    arr: np.ndarray, sub: np.ndarray, sigma: float, device: object | None
-) -> Iterator[tuple[object, np.ndarray, slice]]:
-    """Gram matrices covering the subsets: ``(gram, (t, n) row positions in it, subset slice)``.
-
-    One Gram over the union of the subsets' rows when it has at most
-    :data:`_UNION_GRAM_MAX_ROWS` rows, else one Gram per subset.
-    """
-    union = np.unique(sub)
-    if union.size <= _UNION_GRAM_MAX_ROWS:
-        yield _cpu_gram(arr[union], sigma, device), np.searchsorted(union, sub), slice(None)
-        return
-    local = np.arange(sub.shape[1])[None, :]
-    # Small products: multi-threaded BLAS only adds hand-off cost and fights numba's threads.
-    with _blas_controller().limit(limits=1, user_api="blas"):
-        for t in range(sub.shape[0]):
-            yield _gram_on(arr[sub[t]], sigma, device), local, slice(t, t + 1)
+def _spread_from_offdiag(offdiag_sum: np.ndarray, n: int) -> np.ndarray:
+    """``(1 − mean off-diagonal G)² / (n/2)`` from ``Σ_{i≠j} (G_ij − 1)``."""
+    return (offdiag_sum / (n * (n - 1))) ** 2 / (n / 2)
 
 
 def split_half_batch_stats(
@@ -594,40 +640,55 @@ def split_half_batch_stats(
     estimator: Estimator = "biased",
     seed: int = 0,
     device: object | None = None,
+    *,
+    precision: PrecisionRule = "auto",
+    backend: Backend = "auto",
+    splits: BatchSplits | None = None,
+    distances: PoolDistances | None = None,
+    threads: int | None = None,
 ) -> BatchStats:
     """Split-half HSIC *and* spread of many subsets of one activation matrix at once.
 
     Row t of ``h`` equals ``split_half_hsic(acts[subsets[t]], n_splits, sigma, estimator,
-    seed=subset_seeds(seed, T)[t])``. When the subsets together touch at most
-    ``_UNION_GRAM_MAX_ROWS`` rows, one Gram matrix over their union is built and every split of
-    every subset is reduced in a single fused parallel pass; the spread control reads the same
-    Gram matrix.
+    seed=subset_seeds(seed, T)[t])``. On the CPU the subsets are spread over worker threads
+    (one subset per task); on the torch engine they are processed in groups.
 
     Args:
         acts: ``(N, d)`` activations of a pool (e.g. D_f, D_r or D_te).
         subsets: ``(T, n)`` integer row indices into ``acts``, one row per subset.
         n_splits: K splits per subset. sigma: a numeric σ (resolve rules once beforehand with
-            :func:`resolve_sigma` so all subsets share it). estimator, device: as in
-            :func:`split_half_hsic`.
+            :func:`resolve_sigma` so all subsets share it). estimator, device, precision,
+            backend, threads: as in :func:`split_half_hsic`.
         seed: base seed; subset t uses the t-th spawned child seed.
+        splits: the same splits drawn beforehand by
+            ``draw_batch_splits(n, n_splits, seed, T)`` (reuse across models and σ).
+        distances: squared distances of the pool from :func:`pool_sq_distances` covering every
+            subset row (reuse across σ: only ``expm1`` and the split loop are recomputed).
     """
     _check_estimator(estimator)
     n_splits = _check_splits(n_splits)
-    dev = _torch_device(device, acts)
+    dev = _engine(device, backend, acts)
+    prec = _precision(precision, dev)
+    n_threads = resolve_threads(threads)
     arr = as_float_matrix(acts)
     sub = _as_subsets(subsets, arr.shape[0])
     n_sub, n = sub.shape
     _check_subset_size(n, estimator)
     s = check_sigma(sigma)
-    seeds = subset_seeds(seed, n_sub)
-    local = np.stack([split_permutations(n, n_splits, sd) for sd in seeds])  # (T, K, 2m)
-    h = np.empty((n_sub, n_splits))
-    mean_off = np.empty(n_sub)
-    for gram, pos, part in _gram_blocks(arr, sub, s, dev):
-        idx = np.take_along_axis(pos[:, None, :], local[part], axis=2).reshape(-1, local.shape[2])
-        h[part] = _split_values(gram, idx, estimator, dev).reshape(-1, n_splits)
-        mean_off[part] = _offdiag_means(gram, pos)
-    return BatchStats(h=h, spread=_spread_from_means(mean_off, n))
+    if splits is None:
+        seeds = subset_seeds(seed, n_sub)
+
+        def splits_of(t: int) -> np.ndarray:
+            return split_permutations(n, n_splits, seeds[t])
+
+    else:
+        _check_batch_splits(splits, n, n_splits, seed, n_sub)
+        splits_of = splits.rows
+    pool = None
+    if distances is not None:
+        pool = (_pool_positions(distances, arr.shape, sub), distances.d2)
+    h, off = _run(arr, sub, splits_of, s, estimator, dev, prec, pool, n_threads)
+    return BatchStats(h=h, spread=_spread_from_offdiag(off, n))
 
 
 def split_half_hsic_batch(
@@ -638,12 +699,37 @@ def split_half_hsic_batch(
     estimator: Estimator = "biased",
     seed: int = 0,
     device: object | None = None,
+    *,
+    precision: PrecisionRule = "auto",
+    backend: Backend = "auto",
+    splits: BatchSplits | None = None,
+    distances: PoolDistances | None = None,
+    threads: int | None = None,
 ) -> np.ndarray:
     """The ``(T, n_splits)`` H values of :func:`split_half_batch_stats` (same arguments)."""
-    return split_half_batch_stats(acts, subsets, n_splits, sigma, estimator, seed, device).h
+    return split_half_batch_stats(
+        acts,
+        subsets,
+        n_splits,
+        sigma,
+        estimator,
+        seed,
+        device,
+        precision=precision,
+        backend=backend,
+        splits=splits,
+        distances=distances,
+        threads=threads,
+    ).h
 
 
-def kernel_spread(acts: object, subsets: object | None = None, sigma: float = 1.0) -> np.ndarray:
+def kernel_spread(
+    acts: object,
+    subsets: object | None = None,
+    sigma: float = 1.0,
+    *,
+    threads: int | None = None,
+) -> np.ndarray:
     """Spread control of method §9: ``(1 − mean off-diagonal kernel value over S)² / (n/2)``.
 
     This pairing-free quantity is what the biased split-half HSIC mostly tracks; it is reported
@@ -651,20 +737,22 @@ def kernel_spread(acts: object, subsets: object | None = None, sigma: float = 1.
 
     Args:
         acts: ``(N, d)`` activations. subsets: ``(T, n)`` row indices (default: one subset made
-            of all rows). sigma: numeric σ > 0.
+            of all rows). sigma: numeric σ > 0. threads: CPU worker threads.
 
     Returns:
         ``(T,)`` float64 array.
     """
     arr = as_float_matrix(acts)
     s = check_sigma(sigma)
+    n_threads = resolve_threads(threads)
     sub = (
         np.arange(arr.shape[0])[None, :] if subsets is None else _as_subsets(subsets, arr.shape[0])
     )
     n = sub.shape[1]
     if n < 2:
         raise InputError("the spread of a subset needs at least 2 rows")
-    mean_off = np.empty(sub.shape[0])
-    for gram, pos, part in _gram_blocks(arr, sub, s, None):
-        mean_off[part] = _offdiag_means(gram, pos)
-    return _spread_from_means(mean_off, n)
+    with single_threaded_blas():
+        off = run_tasks(
+            lambda t: offdiag_sum_from_rows(arr[sub[t]], s), range(sub.shape[0]), n_threads
+        )
+    return _spread_from_offdiag(np.array(off), n)
