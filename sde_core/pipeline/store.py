@@ -396,10 +396,17 @@ class ResultsStore:
 
     def _header(self) -> tuple[int, int, int]:
         """``application_id``, ``user_version`` and the number of schema objects of the file."""
+        # One read transaction: a snapshot, so a schema another process is creating is seen
+        # either not at all or whole (three autocommit reads could mix the two states).
         conn = self._conn
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        n_tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        conn.execute("BEGIN")
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            n_tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
         return int(app_id), int(version), int(n_tables)
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
