@@ -675,3 +675,46 @@ def test_cuda_request_without_gpu_is_a_clear_error(acts):
         pytest.skip("a GPU is present: the request is valid here")
     with pytest.raises(InputError, match="no CUDA GPU"):
         split_half_hsic(acts, device="cuda")
+
+
+# ---------------------------------------------------------------- an outlier row far away
+
+
+def outlier_acts(seed: int = 3) -> np.ndarray:
+    """Rows a few units apart plus one row 2e10 away (found by the property tests: the
+    inner-product distance formula lost every digit of the near distances)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 3, size=(41, 3)).astype(float)
+    x[-1, 0] = 21427849209.0
+    return x
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_an_outlier_row_keeps_the_near_distances_exact(backend: str) -> None:
+    x = outlier_acts()
+    sigma = float(np.sqrt(x.shape[1]))
+    idx = split_permutations(x.shape[0], 25, 0)
+    want = textbook_split_half(x, idx, sigma, "biased")
+    got = split_half_hsic(
+        x, n_splits=25, sigma="sqrt_dim", seed=0, backend=backend, device="cpu",
+        precision="float64",
+    )  # fmt: skip
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-15)
+    assert (got >= 0).all()  # the biased estimator is a trace of two PSD matrices
+
+
+def test_an_outlier_row_in_pool_distances_and_grams() -> None:
+    x = outlier_acts()
+    sigma = float(np.sqrt(x.shape[1]))
+    np.testing.assert_allclose(gaussian_gram(x, sigma), textbook_gram(x, sigma), atol=1e-15)
+    sub = np.stack([np.r_[0:20, 40], np.r_[20:40, 40]])  # both subsets hold the outlier row
+    cached = split_half_batch_stats(
+        x, sub, n_splits=30, sigma=sigma, seed=1, distances=pool_sq_distances(x)
+    ).h
+    fresh = split_half_batch_stats(x, sub, n_splits=30, sigma=sigma, seed=1).h
+    want = np.stack(
+        [textbook_split_half(x[s], split_permutations(s.size, 30, q), sigma, "biased")
+         for s, q in zip(sub, subset_seeds(1, 2), strict=True)]
+    )  # fmt: skip
+    np.testing.assert_allclose(fresh, want, rtol=RTOL, atol=1e-15)
+    np.testing.assert_allclose(cached, want, rtol=RTOL, atol=1e-15)

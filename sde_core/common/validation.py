@@ -391,17 +391,69 @@ def _object_ints(idx: np.ndarray, name: str, error: type[SDEError]) -> np.ndarra
     return np.asarray(values, dtype=np.int64).reshape(idx.shape)
 
 
-def squared_distances(x: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
-    """Squared Euclidean distances, float64, clipped at 0, exact zeros on a self-diagonal."""
+#: The inner-product formula ``‖a‖² + ‖b‖² − 2a·b`` has an absolute error of about
+#: ``eps·√d·max‖x‖²`` (norms about the rows' mean). Where that exceeds this fraction of the squared
+#: length scale that matters (``2σ²`` for a Gaussian kernel; the median squared distance
+#: otherwise) — e.g. one outlier row 1e10 away from the others — distances are summed pair by pair
+#: from the rows themselves, so close rows keep their digits.
+DISTANCE_TOLERANCE = 1e-12
+
+#: Floats held by one block of the pair-by-pair computation (bounds its temporary memory).
+_DIRECT_BLOCK = 2**22
+
+
+def inner_product_error(sq_norms: np.ndarray, dim: int) -> float:
+    """Absolute error bound of squared distances from the inner-product formula, for rows with
+    (mean-centred) squared norms ``sq_norms`` in ``dim`` dimensions."""
+    if sq_norms.size == 0:
+        return 0.0
+    return float(4.0 * np.finfo(np.float64).eps * math.sqrt(max(dim, 1)) * sq_norms.max())
+
+
+def direct_squared_distances(x: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
+    """Squared Euclidean distances summed pair by pair from the differences of the rows (exact
+    to the rounding of each term; ``O(n·p·d)`` with bounded block temporaries)."""
     same = y is None
     y = x if y is None else y
-    xx = np.einsum("ij,ij->i", x, x)
-    yy = xx if same else np.einsum("ij,ij->i", y, y)
-    d2 = x @ y.T  # in place from here on: no n×p temporaries
+    out = np.empty((x.shape[0], y.shape[0]))
+    block = max(1, _DIRECT_BLOCK // max(1, y.shape[0] * x.shape[1]))
+    for lo in range(0, x.shape[0], block):
+        diff = x[lo : lo + block, None, :] - y[None, :, :]
+        np.einsum("ijk,ijk->ij", diff, diff, out=out[lo : lo + block])
+    if same:
+        out = 0.5 * (out + out.T)  # exactly symmetric
+        np.fill_diagonal(out, 0.0)
+    return out
+
+
+def squared_distances(
+    x: np.ndarray, y: np.ndarray | None = None, *, scale: float | None = None
+) -> np.ndarray:
+    """Squared Euclidean distances, float64, clipped at 0, exact zeros on a self-diagonal.
+
+    Rows are centred on their common mean (distances do not change) before the inner-product
+    formula. When its error bound exceeds :data:`DISTANCE_TOLERANCE` times ``scale`` (the
+    squared length scale that matters; default the median positive squared distance), the
+    distances are summed pair by pair instead.
+    """
+    same = y is None
+    shift = x.mean(axis=0) if same else np.concatenate([x, y]).mean(axis=0)
+    xc = x - shift
+    yc = xc if same else y - shift
+    xx = np.einsum("ij,ij->i", xc, xc)
+    yy = xx if same else np.einsum("ij,ij->i", yc, yc)
+    d2 = xc @ yc.T  # in place from here on: no n×p temporaries
     d2 *= -2.0
     d2 += xx[:, None]
     d2 += yy[None, :]
     np.maximum(d2, 0.0, out=d2)
     if same:
         np.fill_diagonal(d2, 0.0)
+    error = inner_product_error(xx if same else np.concatenate([xx, yy]), x.shape[1])
+    if error > 0.0:
+        if scale is None:
+            positive = d2[d2 > 0]
+            scale = float(np.median(positive)) if positive.size else 0.0
+        if error > DISTANCE_TOLERANCE * scale:
+            return direct_squared_distances(x, y)
     return d2

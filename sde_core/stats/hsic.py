@@ -37,10 +37,12 @@ import numpy as np
 
 from sde_core.common.threads import resolve_threads, run_tasks
 from sde_core.common.validation import (
+    DISTANCE_TOLERANCE,
     as_float_matrix,
     as_index_vector,
     check_int,
     check_sigma,
+    inner_product_error,
     is_torch_tensor,
     squared_distances,
 )
@@ -193,14 +195,14 @@ def gaussian_gram(x: object, sigma: float, y: object | None = None) -> np.ndarra
     s = check_sigma(sigma)
     xa = as_float_matrix(x, "x")
     if y is None:
-        d2 = squared_distances(xa)
+        d2 = squared_distances(xa, scale=2.0 * s * s)
     else:
         ya = as_float_matrix(y, "y")
         if ya.shape[1] != xa.shape[1]:
             raise InputError(
                 f"x and y must have the same number of columns; got {xa.shape[1]} and {ya.shape[1]}"
             )
-        d2 = squared_distances(xa, ya)
+        d2 = squared_distances(xa, ya, scale=2.0 * s * s)
     d2 *= -0.5 / (s * s)
     return np.exp(d2, out=d2)
 
@@ -374,11 +376,15 @@ class PoolDistances:
         d2: ``(U, U)`` float64 squared distances (rows centred on their mean before the
             product; exactly symmetric, zero diagonal).
         pool_shape: ``(N, d)`` of the activations they were computed from (checked on use).
+        error: absolute error bound of ``d2`` (inner-product formula); at a σ where it exceeds
+            ``DISTANCE_TOLERANCE·2σ²`` (an outlier row far from the others) the distances are
+            recomputed from the rows instead of being reused.
     """
 
     rows: np.ndarray
     d2: np.ndarray
     pool_shape: tuple[int, int]
+    error: float = 0.0
 
 
 def pool_sq_distances(
@@ -408,8 +414,11 @@ def pool_sq_distances(
             f"a distance matrix over {r.size} rows would take {8 * r.size**2 / 2**30:.0f} GiB; "
             f"cover at most {MAX_POOL_ROWS} rows (pass only the rows the subsets use)"
         )
-    d2 = pool_sq_distances_matrix(arr[r], n_threads)
-    return PoolDistances(rows=r.astype(np.int64), d2=d2, pool_shape=arr.shape)
+    rows_of_pool = arr[r]
+    d2 = pool_sq_distances_matrix(rows_of_pool, n_threads)
+    centred = rows_of_pool - rows_of_pool.mean(axis=0)
+    error = inner_product_error(np.einsum("ij,ij->i", centred, centred), arr.shape[1])
+    return PoolDistances(rows=r.astype(np.int64), d2=d2, pool_shape=arr.shape, error=error)
 
 
 def _pool_positions(distances: object, shape: tuple[int, ...], sub: np.ndarray) -> np.ndarray:
@@ -686,7 +695,9 @@ def split_half_batch_stats(
         splits_of = splits.rows
     pool = None
     if distances is not None:
-        pool = (_pool_positions(distances, arr.shape, sub), distances.d2)
+        positions = _pool_positions(distances, arr.shape, sub)
+        if distances.error <= DISTANCE_TOLERANCE * 2.0 * s * s:
+            pool = (positions, distances.d2)
     h, off = _run(arr, sub, splits_of, s, estimator, dev, prec, pool, n_threads)
     return BatchStats(h=h, spread=_spread_from_offdiag(off, n))
 

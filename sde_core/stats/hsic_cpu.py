@@ -37,6 +37,11 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from sde_core.common.threads import run_tasks
+from sde_core.common.validation import (
+    DISTANCE_TOLERANCE,
+    direct_squared_distances,
+    inner_product_error,
+)
 
 __all__ = [
     "N_SUMS",
@@ -307,10 +312,20 @@ class CentredGram:
     offdiag_sum: float
 
 
-def _rows_sq_distances(x: np.ndarray, threads: int = 1) -> np.ndarray:
-    """``(n, n)`` squared distances of the rows of ``x``, centred on their mean first."""
+def _rows_sq_distances(x: np.ndarray, threads: int = 1, scale: float | None = None) -> np.ndarray:
+    """``(n, n)`` squared distances of the rows of ``x``, centred on their mean first.
+
+    With ``scale`` (``2σ²``), rows so far apart that the inner-product formula would lose the
+    digits that matter at that scale (an outlier; :data:`DISTANCE_TOLERANCE`) are summed pair by
+    pair instead.
+    """
     xc = x - x.mean(axis=0)
     g = xc @ xc.T
+    if (
+        scale is not None
+        and inner_product_error(np.diagonal(g), x.shape[1]) > DISTANCE_TOLERANCE * scale
+    ):
+        return direct_squared_distances(x)
     _finish_sq_distances(g, threads)
     return g
 
@@ -329,7 +344,7 @@ def _centred_from_sq(d2: np.ndarray, sigma: float, precision: Precision) -> Cent
 
 def centred_gram_from_rows(x: np.ndarray, sigma: float, precision: Precision) -> CentredGram:
     """The centred Gram matrix of the rows of ``x`` (``(n, d)`` float64) at bandwidth σ."""
-    return _centred_from_sq(_rows_sq_distances(x), sigma, precision)
+    return _centred_from_sq(_rows_sq_distances(x, scale=2.0 * sigma * sigma), sigma, precision)
 
 
 def centred_gram_from_pool(
@@ -343,7 +358,7 @@ def centred_gram_from_pool(
 
 def offdiag_sum_from_rows(x: np.ndarray, sigma: float) -> float:
     """``Σ_{i≠j} (G_ij − 1)`` for the rows of ``x`` (the spread control's only input)."""
-    d2 = _rows_sq_distances(x)
+    d2 = _rows_sq_distances(x, scale=2.0 * sigma * sigma)
     np.multiply(d2, -0.5 / (sigma * sigma), out=d2)
     return float(np.expm1(d2, out=d2).sum())
 

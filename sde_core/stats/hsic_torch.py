@@ -17,11 +17,13 @@ Torch is imported inside the functions only: the statistics layer must import wi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from sde_core.common.validation import DISTANCE_TOLERANCE
 from sde_core.stats.hsic_cpu import Precision, dropped_row
 
 __all__ = ["batch_sums_torch", "memory_budget"]
@@ -55,13 +57,22 @@ def _centred_grams(d2: Any, sigma: float) -> tuple[Any, Any]:
     return gc, total
 
 
-def _rows_sq_distances(x: Any) -> Any:
-    """(G, n, d) float64 rows -> (G, n, n) squared distances (rows centred; exactly symmetric)."""
+def _rows_sq_distances(x: Any, scale: float) -> Any:
+    """(G, n, d) float64 rows -> (G, n, n) squared distances (rows centred; exactly symmetric).
+
+    Where the inner-product formula's error bound exceeds ``DISTANCE_TOLERANCE·scale`` (an
+    outlier row far from the others), the distances are summed pair by pair instead.
+    """
     import torch
 
     xc = x - x.mean(1, keepdim=True)
     g = xc @ xc.transpose(1, 2)
     sq = torch.diagonal(g, dim1=1, dim2=2)
+    bound = 4.0 * float(np.finfo(np.float64).eps) * math.sqrt(max(x.shape[2], 1))
+    if bound * float(sq.max()) > DISTANCE_TOLERANCE * scale:
+        diff = x[:, :, None, :] - x[:, None, :, :]
+        d2 = (diff * diff).sum(3)
+        return 0.5 * (d2 + d2.transpose(1, 2))
     d2 = (sq[:, :, None] + sq[:, None, :]) - (g + g.transpose(1, 2))
     d2.clamp_min_(0.0)
     torch.diagonal(d2, dim1=1, dim2=2).zero_()
@@ -157,7 +168,7 @@ def batch_sums_torch(
         ts = range(lo, min(lo + group, n_sub))
         if pool is None:
             rows = torch.as_tensor(sub[lo : lo + group], device=device)
-            d2 = _rows_sq_distances(src[rows])
+            d2 = _rows_sq_distances(src[rows], 2.0 * sigma * sigma)
         else:
             pos = torch.as_tensor(pool[0][lo : lo + group], device=device)
             d2 = src[pos[:, :, None], pos[:, None, :]]
