@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -140,14 +140,25 @@ class PartialEvaluation:
     total: int
     complete: bool
     _run: ModelRun = field(repr=False)
+    _state: _Snapshot = field(repr=False)
     _cached: ModelEvaluation | None = field(default=None, repr=False)
 
     def evaluation(self) -> ModelEvaluation:
         """The :class:`ModelEvaluation` of everything finished at this step (built on first
-        call; cheap — no HSIC is recomputed)."""
+        call from a snapshot taken at the step, so later steps do not change it; cheap — no
+        HSIC is recomputed)."""
         if self._cached is None:
-            self._cached = self._run.evaluation(complete=self.complete)
+            self._cached = self._run.evaluation(complete=self.complete, state=self._state)
         return self._cached
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What a :class:`ModelRun` had finished at one step (shallow copies)."""
+
+    draws: tuple[DrawState, ...]
+    extras: dict[str, Any]
+    elapsed: float
 
 
 class ModelRun:
@@ -424,6 +435,18 @@ class ModelRun:
             st.w2 = np.full((k2, 2), np.nan)
         st.w2[i] = self._w2_pair(b, i)
 
+    def _snapshot(self) -> _Snapshot:
+        draws = tuple(
+            replace(
+                st,
+                arrays=dict(st.arrays),
+                spreads=dict(st.spreads),
+                w2=None if st.w2 is None else st.w2.copy(),
+            )
+            for st in self.draws
+        )
+        return _Snapshot(draws=draws, extras=dict(self.extras), elapsed=self._elapsed)
+
     def steps(self) -> Iterator[PartialEvaluation]:
         """Run every step, yielding a :class:`PartialEvaluation` after each."""
         schedule = self._schedule()
@@ -434,15 +457,16 @@ class ModelRun:
             yield PartialEvaluation(
                 model=self.inputs.name, stage=stage, label=label, done=done,
                 total=len(schedule), complete=done == len(schedule), _run=self,
+                _state=self._snapshot(),
             )  # fmt: skip
 
     # ------------------------------------------------------------------ results
 
-    def _baseline_f1(self, attr: str) -> float:
+    def _baseline_f1(self, draws: tuple[DrawState, ...], attr: str) -> float:
         truth: list[bool] = []
         pred: list[bool] = []
         for b, d in enumerate(self.plan.draws):
-            values = getattr(self.draws[b], attr)
+            values = getattr(draws[b], attr)
             k = d.baseline_controls
             if values is None or k == 0 or np.isnan(values).any():
                 continue
@@ -450,8 +474,9 @@ class ModelRun:
             pred += [bool(x) for x in values[:, 0] <= values[:, 1]]
         return controlled_f1(truth, pred).f1 if truth else _NAN
 
-    def evaluation(self, complete: bool = True) -> ModelEvaluation:
-        """The :class:`ModelEvaluation` of everything finished so far."""
+    def evaluation(self, complete: bool = True, state: _Snapshot | None = None) -> ModelEvaluation:
+        """The :class:`ModelEvaluation` of everything finished so far (or at ``state``)."""
+        snap = state or self._snapshot()
         inp, s = self.inputs, self.settings
         identity = {
             "name": inp.name,
@@ -462,21 +487,23 @@ class ModelRun:
             "sigma": float(self.sigma),
             "f1_negatives": self.f1_negatives,
         }
-        extras = dict(self.extras)
-        extras["mmd_f1"] = self._baseline_f1("mmd")
-        extras["w2_f1"] = self._baseline_f1("w2")
+        extras = dict(snap.extras)
+        extras["mmd_f1"] = self._baseline_f1(snap.draws, "mmd")
+        extras["w2_f1"] = self._baseline_f1(snap.draws, "w2")
         extras["baseline_controls"] = 2 * sum(d.baseline_controls for d in self.plan.draws)
-        extras["eval_seconds"] = self._elapsed
-        summary, draws = summarize(identity, self.draws, s, extras, self.plan.notes)
+        extras["eval_seconds"] = snap.elapsed
+        summary, draws = summarize(identity, snap.draws, s, extras, self.plan.notes)
         return ModelEvaluation(
             model=summary,
             draws=draws,
-            subsets=self._subset_rows(summary),
-            arrays=self._arrays(),
+            subsets=self._subset_rows(snap.draws, summary),
+            arrays=self._arrays(snap.draws),
             complete=complete,
         )
 
-    def _subset_rows(self, summary: ModelSummary) -> list[dict[str, Any]]:
+    def _subset_rows(
+        self, states: tuple[DrawState, ...], summary: ModelSummary
+    ) -> list[dict[str, Any]]:
         name = self.inputs.name
         paper_ok = summary.references_valid and summary.panel_valid
         cal_ok = summary.panel_valid
@@ -506,7 +533,7 @@ class ModelRun:
                 }
             )
 
-        for st, d in zip(self.draws, self.plan.draws, strict=True):
+        for st, d in zip(states, self.plan.draws, strict=True):
             if st.core is None:
                 continue
             plain("it_ref", d.index, d.index, st.arrays["it_h"], st.spreads["it_ref"][0])
@@ -535,7 +562,7 @@ class ModelRun:
                     plain("null", d.index, j, h, sp)
         index = 0
         for sign, key in ((True, "pos"), (False, "neg")):
-            for st in self.draws:
+            for st in states:
                 if st.controls is None:
                     continue
                 offset = 0 if sign else len(st.arrays["pos_h"])
@@ -550,8 +577,8 @@ class ModelRun:
                     index += 1
         return rows
 
-    def _arrays(self) -> dict[str, np.ndarray]:
-        done = [st for st in self.draws if st.core is not None]
+    def _arrays(self, states: tuple[DrawState, ...]) -> dict[str, np.ndarray]:
+        done = [st for st in states if st.core is not None]
         if not done:
             return {}
         out: dict[str, np.ndarray] = {
