@@ -417,10 +417,10 @@ class CalibratedVerdict:
         p_over: ``(1 + #{OOT_r ≤ s_t}) / (R_oot + 1)`` — small: *less* dependent than unseen
             data (the model treats the target as less familiar than data it never saw).
         verdict: ``"in-training"`` if p_in < α; else ``"over-unlearned"`` if p_over < α; else
-            ``"out-of-training"`` if p_out < α; else ``"inconclusive"``. (p_in and p_over can
-            not both be below α when R_oot ≥ 1/α − 1; when p_in and p_out are both small the
-            verdict is in-training: the evaluation never certifies forgetting on ambiguous
-            evidence.)
+            ``"out-of-training"`` if p_out < α; else ``"inconclusive"``. (p_in and p_over are
+            never both below α < 0.5: their sum is at least (R_oot + 2)/(R_oot + 1). When p_in
+            and p_out are both small the verdict is in-training: the evaluation never certifies
+            forgetting on ambiguous evidence.)
         score: the target's subset score s_t.
     """
 

@@ -32,7 +32,7 @@ from sde_core.pipeline.evaluation.run import (
     evaluate_arrays,
     run_model,
 )
-from sde_core.pipeline.evaluation.session import EvaluationSession
+from sde_core.pipeline.evaluation.session import COMPARE_STAGES, EXPLORE_STAGES, EvaluationSession
 from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.summary import CLI_COLUMNS, DrawSummary, ModelSummary
 from sde_core.pipeline.evaluation.workspace_run import (
@@ -45,6 +45,8 @@ from sde_core.pipeline.evaluation.workspace_run import (
 
 __all__ = [
     "CLI_COLUMNS",
+    "COMPARE_STAGES",
+    "EXPLORE_STAGES",
     "F1_NEGATIVE_POOLS",
     "INTERVAL_METHODS",
     "ROLES_WITH_FORGET_NEGATIVES",

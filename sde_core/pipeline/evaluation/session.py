@@ -23,6 +23,8 @@ Use from a page (Streamlit keeps one session per workspace with ``st.cache_resou
             break                                             # finished stages stay cached
     result = session.evaluate(names, settings, on_update=..., cancelled=...)  # Compare page
 
+:data:`EXPLORE_STAGES` and :data:`COMPARE_STAGES` name the stages each page needs (every other
+stage can run later, e.g. for the report: the exact W2 baseline is O(n³) per subset pair).
 Each :class:`~.run.PartialEvaluation` carries ``model``, ``stage`` (one of
 :data:`~.run.STAGES`), ``label``, ``done``/``total`` and ``complete``; its ``evaluation()`` is
 the :class:`~.run.ModelEvaluation` of everything finished so far (``model.draws`` tells how
@@ -57,7 +59,13 @@ from sde_core.pipeline.evaluation.workspace_run import (
 from sde_core.pipeline.model_inputs import ModelInputs, Progress, load_model_inputs
 from sde_core.pipeline.settings import EvalSettings
 
-__all__ = ["EvaluationSession"]
+__all__ = ["COMPARE_STAGES", "EXPLORE_STAGES", "EvaluationSession"]
+
+#: What the Explore page shows (histograms, decisions, calibrated panel, F1, null check,
+#: accuracies and ASR); the baselines (``"mmd"``, ``"w2"``) are left to the report.
+EXPLORE_STAGES: tuple[str, ...] = ("references", "panels", "controls", "null", "classic")
+#: What the Compare page's bars and table show (OTR, calibrated OTR, F1, dependence, ASR, Acc).
+COMPARE_STAGES: tuple[str, ...] = ("references", "panels", "controls", "classic")
 
 #: Settings that decide the subsets (everything else leaves the plan unchanged).
 _PLAN_FIELDS = ("subset_size", "targets", "panel_size", "seed", "null_pairs", "baseline_targets",
