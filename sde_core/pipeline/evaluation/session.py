@@ -41,6 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from sde_core.common.hashing import stable_hash
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.plan import F1Negatives, SubsetPlan, draw_subsets
 from sde_core.pipeline.evaluation.run import (
@@ -109,6 +110,7 @@ class EvaluationSession:
         self.cache = StageCache(folder, memory_items=memory_items)
         self._plans: OrderedDict[tuple[Any, ...], SubsetPlan] = OrderedDict()
         self._inputs: OrderedDict[tuple[Any, ...], ModelInputs] = OrderedDict()
+        self._finished: OrderedDict[tuple[Any, ...], ModelEvaluation] = OrderedDict()
         self._max_models = max_models
         self._lock = threading.Lock()
 
@@ -131,19 +133,17 @@ class EvaluationSession:
                     self._plans.popitem(last=False)
         return found
 
+    def _inputs_key(self, model: str, settings: EvalSettings) -> tuple[Any, ...]:
+        entry = self.workspace.model(model)
+        return (entry.name, entry.checkpoint, entry.sha256, settings.layer, settings.pool,
+                settings.device)  # fmt: skip
+
     def inputs(
         self, model: str, settings: EvalSettings, progress: Progress | None = None
     ) -> ModelInputs:
         """One model's activations at ``settings.layer`` (kept in memory between calls)."""
         entry = self.workspace.model(model)
-        key = (
-            entry.name,
-            entry.checkpoint,
-            entry.sha256,
-            settings.layer,
-            settings.pool,
-            settings.device,
-        )
+        key = self._inputs_key(model, settings)
         with self._lock:
             found = self._inputs.get(key)
             if found is not None:
@@ -201,6 +201,8 @@ class EvaluationSession:
             stages: the stages to run (default all of :data:`~.run.STAGES`).
             on_update: called with every :class:`~.run.PartialEvaluation` (per-model progress).
             cancelled: checked between steps; True raises :class:`~.run.EvaluationCancelled`.
+            A model already evaluated with the same settings and stages in this session is
+            answered from memory (no step runs, so ``on_update`` is not called for it).
             progress: ``progress(stage, done, total)``; ``stage == "models"`` counts models.
 
         Raises:
@@ -213,10 +215,17 @@ class EvaluationSession:
         for i, name in enumerate(names):
             if progress is not None:
                 progress("models", i, len(names))
-            run = self.model_run(name, s, stages=stages)
-            evaluations.append(
-                run_model(run, on_update=on_update, cancelled=cancelled, progress=progress)
-            )
+            key = (self._inputs_key(name, s), stable_hash(s.result_key()), tuple(sorted(stages)))
+            with self._lock:
+                found = self._finished.get(key)
+            if found is None:
+                run = self.model_run(name, s, stages=stages)
+                found = run_model(run, on_update=on_update, cancelled=cancelled, progress=progress)
+                with self._lock:
+                    self._finished[key] = found
+                    while len(self._finished) > 4 * self._max_models:
+                        self._finished.popitem(last=False)
+            evaluations.append(found)
         if progress is not None:
             progress("models", len(names), len(names))
         model_df, subset_df, draw_df = result_tables(evaluations)
