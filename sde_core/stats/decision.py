@@ -666,9 +666,8 @@ def null_calibration(
     pairs = np.stack(
         [pair_rows[rng.permutation(half)[: 2 * subset_size]] for _ in range(n_pairs)]
     ).reshape(2 * n_pairs, subset_size)
-    common = {"n_splits": n_splits, "sigma": sigma, "estimator": estimator, "device": device}
-    panel_h = split_half_hsic_batch(acts, panel, seed=seed, **common)
-    pair_h = split_half_hsic_batch(acts, pairs, seed=seed + 1, **common)
+    panel_h = split_half_hsic_batch(acts, panel, n_splits, sigma, estimator, seed, device)
+    pair_h = split_half_hsic_batch(acts, pairs, n_splits, sigma, estimator, seed + 1, device)
     return null_check(
         pair_h.reshape(n_pairs, 2, -1), subset_scores(panel_h), alpha_split, alpha_calibrated
     )

@@ -26,7 +26,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import numpy as np
 
@@ -61,7 +62,7 @@ from sde_core.pipeline.model_inputs import ModelInputs, Progress
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.baselines import nearest_reference_batch, wasserstein2
 from sde_core.stats.decision import controlled_f1
-from sde_core.stats.hsic import resolve_sigma
+from sde_core.stats.hsic import SigmaRule, resolve_sigma
 
 __all__ = [
     "STAGES",
@@ -212,9 +213,8 @@ class ModelRun:
         self._groups = [d.groups(settings.seed, pool) for d in plan.draws]
         self._digests: dict[str, str] = {}
         self._elapsed = 0.0
-        self.sigma = resolve_sigma(
-            settings.sigma, self._reference_activations(), seed=settings.seed
-        )
+        rule = cast(SigmaRule, settings.sigma)
+        self.sigma = resolve_sigma(rule, self._reference_activations(), seed=settings.seed)
 
     # ------------------------------------------------------------------ inputs
 
@@ -323,16 +323,18 @@ class ModelRun:
         )  # fmt: skip
         values = {"acc_r": m.acc_r, "acc_f": m.acc_f, "acc_te": m.acc_te, "asr": m.asr}
         if self.cache.enabled:
-            self.cache.put("classic", key, {k: np.float64(v) for k, v in values.items()})
+            self.cache.put(
+                "classic", key, {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
+            )
         self.extras.update(values)
 
-    def _baseline_clouds(self, b: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def _baseline_clouds(self, b: int) -> tuple[list[np.ndarray], list[object]]:
         """``(rows, activations)`` of draw b's baseline controls: positives then negatives."""
         d = self.plan.draws[b]
         k = d.baseline_controls
         neg_acts = self._acts("train" if self.f1_negatives == "forget" else "test")
         rows = list(d.f1_pos[:k]) + list(d.f1_negatives(self.f1_negatives)[:k])
-        acts = [self.inputs.train_acts[r] for r in d.f1_pos[:k]]
+        acts: list[object] = [self.inputs.train_acts[r] for r in d.f1_pos[:k]]
         acts += [neg_acts[r] for r in d.f1_negatives(self.f1_negatives)[:k]]
         return rows, acts
 
@@ -392,28 +394,18 @@ class ModelRun:
         steps: list[tuple[str, str, Callable[[], None]]] = []
         for b in range(n_draws):
             of = f"draw {b + 1} of {n_draws}"
-            steps.append(("references", f"{of}: references and targets", lambda b=b: self._core(b)))
+            steps.append(("references", f"{of}: references and targets", partial(self._core, b)))
             if "panels" in self.stages:
-                steps.append(("panels", f"{of}: reference panels", lambda b=b: self._panel(b)))
+                steps.append(("panels", f"{of}: reference panels", partial(self._panel, b)))
         if "controls" in self.stages:
             for b in range(n_draws):
-                steps.append(
-                    (
-                        "controls",
-                        f"controlled F1: draw {b + 1} of {n_draws}",
-                        lambda b=b: self._controls(b),
-                    )
-                )
+                label = f"controlled F1: draw {b + 1} of {n_draws}"
+                steps.append(("controls", label, partial(self._controls, b)))
         if "null" in self.stages:
             for b in range(n_draws):
                 if "null" in self._groups[b]:
-                    steps.append(
-                        (
-                            "null",
-                            f"null check: draw {b + 1} of {n_draws}",
-                            lambda b=b: self._null(b),
-                        )
-                    )
+                    label = f"null check: draw {b + 1} of {n_draws}"
+                    steps.append(("null", label, partial(self._null, b)))
         if "classic" in self.stages:
             steps.append(("classic", "accuracies and membership attack", self._classic))
         baseline = self.settings.baseline_targets > 0 and "controls" in self.stages
@@ -422,10 +414,8 @@ class ModelRun:
         if baseline and "w2" in self.stages:
             for b, d in enumerate(self.plan.draws):
                 for i in range(2 * d.baseline_controls):
-                    steps.append(
-                        ("w2", f"Wasserstein-2 baseline: draw {b + 1}, subset {i + 1}",
-                         lambda b=b, i=i: self._w2_step(b, i))
-                    )  # fmt: skip
+                    label = f"Wasserstein-2 baseline: draw {b + 1}, subset {i + 1}"
+                    steps.append(("w2", label, partial(self._w2_step, b, i)))
         return steps
 
     def _w2_step(self, b: int, i: int) -> None:
@@ -566,11 +556,11 @@ class ModelRun:
                 if st.controls is None:
                     continue
                 offset = 0 if sign else len(st.arrays["pos_h"])
-                verdicts = st.controls.verdicts
+                control_verdicts = st.controls.verdicts
                 for j, (h, sp) in enumerate(
                     zip(st.arrays[f"{key}_h"], st.spreads[key], strict=True)
                 ):
-                    ver = None if verdicts is None else verdicts[offset + j]
+                    ver = None if control_verdicts is None else control_verdicts[offset + j]
                     judged(
                         "f1", st.index, index, h, sp, st.controls.decisions[offset + j], ver, sign
                     )

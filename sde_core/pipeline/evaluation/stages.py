@@ -117,7 +117,7 @@ class StageCache:
         data = {name: np.asarray(value) for name, value in arrays.items()}
         self._remember(kind, key, data)
         if self.folder is not None:
-            atomic_write(self._path(kind, key), lambda tmp: np.savez(tmp, **data))
+            atomic_write(self._path(kind, key), lambda tmp: _save_npz(tmp, data))
 
     def _remember(self, kind: str, key: str, arrays: Arrays) -> None:
         if self.memory_items <= 0:
@@ -127,6 +127,11 @@ class StageCache:
             self._memory.move_to_end((kind, key))
             while len(self._memory) > self.memory_items:
                 self._memory.popitem(last=False)
+
+
+def _save_npz(path: Path, arrays: Arrays) -> None:
+    """Write ``arrays`` as an uncompressed ``.npz`` file."""
+    np.savez(path, **arrays)  # type: ignore[arg-type]
 
 
 def _versioned(stage: str, **parts: object) -> str:

@@ -393,7 +393,7 @@ def summarize(
         over_unlearned_rate=_gated(_value(over), cal_reason),
         over_unlearned_lo=_gated(_value(over, "lo"), cal_reason),
         over_unlearned_hi=_gated(_value(over, "hi"), cal_reason),
-        over_unlearning_p=_gated(_value(over_test, "p_value"), cal_reason),
+        over_unlearning_p=_gated(_NAN if over_test is None else over_test.p_value, cal_reason),
         over_unlearned=bool(
             not cal_reason
             and over_test is not None
