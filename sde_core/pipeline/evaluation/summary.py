@@ -14,17 +14,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
+import numpy as np
+
 __all__ = ["CLI_COLUMNS", "DrawSummary", "ModelSummary", "json_number"]
 
 _NAN = float("nan")
 
 
 def json_number(x: Any) -> Any:
-    """A JSON-safe scalar: None for None/NaN/inf, bool for booleans, float for numbers."""
+    """A JSON-safe scalar: None for None/NaN/inf, bool for booleans, int for integers, float
+    for other numbers."""
     if x is None:
         return None
     if isinstance(x, bool) or type(x).__name__ == "bool_":
         return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
     value = float(x)
     return value if math.isfinite(value) else None
 
