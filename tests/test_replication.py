@@ -9,7 +9,12 @@ from scipy import stats
 
 from sde_core.errors import InputError
 from sde_core.stats.decision import wilson_interval
-from sde_core.stats.replication import replicate_mean, replicate_proportion, replicate_range
+from sde_core.stats.replication import (
+    replicate_mean,
+    replicate_proportion,
+    replicate_range,
+    replicate_ratio,
+)
 
 
 def test_one_draw_is_clopper_pearson():
@@ -91,6 +96,37 @@ def test_replicate_mean_is_the_t_interval():
     assert (est.value, est.lo, est.hi) == pytest.approx((v.mean(), lo, hi))
     single = replicate_mean([0.4])
     assert single.value == 0.4 and np.isnan(single.lo) and np.isnan(single.hi)
+
+
+def test_fieller_interval_by_hand():
+    a = np.array([0.9, 1.1, 1.0, 0.8, 1.2])
+    c = np.array([2.0, 2.2, 1.9, 2.1, 1.8])
+    est = replicate_ratio(a, c)
+    assert est.value == pytest.approx(a.mean() / c.mean())
+    t2 = stats.t.ppf(0.975, 4) ** 2 / 5
+    cov = np.cov(a, c, ddof=1)
+    for bound in (est.lo, est.hi):  # the bounds solve the Fieller quadratic
+        lhs = (a.mean() - bound * c.mean()) ** 2
+        rhs = t2 * (cov[0, 0] - 2 * bound * cov[0, 1] + bound**2 * cov[1, 1])
+        assert lhs == pytest.approx(rhs)
+    assert est.lo < est.value < est.hi
+    assert est.per_draw == pytest.approx(tuple(a / c))
+
+
+def test_fieller_interval_is_unbounded_without_a_scale():
+    """A denominator not significantly different from zero: the ratio's scale is unknown."""
+    est = replicate_ratio([0.5, 0.4, 0.6, 0.5, 0.5], [0.1, -0.1, 0.05, -0.02, 0.0])
+    assert est.lo == -np.inf and est.hi == np.inf
+
+
+def test_ratio_of_means_resists_one_small_denominator():
+    """Mean of per-draw ratios is dominated by a draw with a tiny denominator; the ratio of
+    means is not (the reason the dependence score uses it)."""
+    a = np.array([0.5, 0.5, 0.5, 0.5, 0.5])
+    c = np.array([1.0, 1.0, 1.0, 1.0, 0.01])
+    est = replicate_ratio(a, c)
+    assert est.value == pytest.approx(2.5 / 4.01)
+    assert np.mean(est.per_draw) > 10
 
 
 def test_replicate_range_is_median_and_range():

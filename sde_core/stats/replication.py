@@ -13,8 +13,12 @@ references they are all judged against.
   the real number of trials and shrunk by ``(t_{n−1} / t_{B−1})²`` for the few draws. When every
   draw agrees (``v = 0``, e.g. OTR = 1.0 in every draw) ``n*`` is the number of trials, so the
   interval never collapses to a point.
-* :func:`replicate_mean` — an unbounded statistic (the dependence score): the mean over draws
-  with a Student-t interval on B − 1 degrees of freedom.
+* :func:`replicate_ratio` — a ratio of two per-draw differences (the dependence score): the
+  ratio of their means over draws with Fieller's interval (Student t, B − 1 degrees of
+  freedom), unbounded when the denominator is not significantly different from zero; a mean of
+  per-draw ratios would be dominated by the draws whose denominator happens to be small.
+* :func:`replicate_mean` — an unbounded statistic: the mean over draws with a Student-t
+  interval on B − 1 degrees of freedom.
 * :func:`replicate_range` — a p-value (reference checks): the median over draws with the range
   of the draws (a description of the draws, not a confidence interval).
 
@@ -38,6 +42,7 @@ __all__ = [
     "replicate_mean",
     "replicate_proportion",
     "replicate_range",
+    "replicate_ratio",
 ]
 
 
@@ -51,7 +56,7 @@ class ReplicateEstimate:
         per_draw: the statistic of each draw, in draw order.
         n_eff: the effective number of trials behind a proportion's interval (NaN otherwise).
         confidence: nominal coverage of the interval.
-        method: ``"korn-graubard"``, ``"t"`` or ``"range"``.
+        method: ``"korn-graubard"``, ``"t"``, ``"fieller"`` or ``"range"``.
     """
 
     value: float
@@ -166,4 +171,59 @@ def replicate_range(values: Sequence[float] | np.ndarray) -> ReplicateEstimate:
         n_eff=float("nan"),
         confidence=float("nan"),
         method="range",
+    )
+
+
+def replicate_ratio(
+    numerators: Sequence[float] | np.ndarray,
+    denominators: Sequence[float] | np.ndarray,
+    confidence: float = 0.95,
+) -> ReplicateEstimate:
+    """Ratio of means over draws, ``R = mean(a_b) / mean(c_b)``, with Fieller's interval.
+
+    Fieller's interval is the set of R with ``(ā − R·c̄)² ≤ t² · Var(ā − R·c̄)``, where the
+    variance uses the draws' sample (co)variances divided by B and t is the Student-t quantile
+    on B − 1 degrees of freedom. It is bounded only when the denominator's mean is significantly
+    different from zero; otherwise the bounds are −inf and +inf (the scale of the ratio is not
+    determined by the draws).
+
+    Args:
+        numerators, denominators: per-draw a_b and c_b (finite).
+        confidence: nominal coverage (default 0.95).
+
+    Returns:
+        ``value`` = R (NaN when Σ c_b = 0), the interval (NaN bounds with one draw),
+        ``per_draw`` = the per-draw ratios a_b / c_b (NaN where c_b = 0).
+    """
+    conf = _confidence(confidence)
+    a = _per_draw(numerators, "numerators")
+    c = _per_draw(denominators, "denominators")
+    if a.shape != c.shape:
+        raise InputError("give one numerator and one denominator per draw")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_draw = tuple(float(x) for x in np.where(c != 0, a / np.where(c != 0, c, 1), np.nan))
+    a_bar, c_bar = float(a.mean()), float(c.mean())
+    value = a_bar / c_bar if c_bar != 0 else float("nan")
+    b = a.size
+    lo = hi = float("nan")
+    if b >= 2:
+        t2 = float(stats.t.ppf(1.0 - (1.0 - conf) / 2.0, b - 1)) ** 2 / b
+        cov = np.cov(np.vstack([a, c]), ddof=1)
+        s_aa, s_cc, s_ac = float(cov[0, 0]), float(cov[1, 1]), float(cov[0, 1])
+        qa = c_bar * c_bar - t2 * s_cc
+        qb = a_bar * c_bar - t2 * s_ac
+        qc = a_bar * a_bar - t2 * s_aa
+        if qa > 0:
+            root = float(np.sqrt(max(qb * qb - qa * qc, 0.0)))
+            lo, hi = (qb - root) / qa, (qb + root) / qa
+        else:
+            lo, hi = float("-inf"), float("inf")
+    return ReplicateEstimate(
+        value=value,
+        lo=lo,
+        hi=hi,
+        per_draw=per_draw,
+        n_eff=float("nan"),
+        confidence=conf,
+        method="fieller",
     )

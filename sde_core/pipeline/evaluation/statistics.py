@@ -37,9 +37,9 @@ from sde_core.stats.decision import (
 )
 from sde_core.stats.replication import (
     ReplicateEstimate,
-    replicate_mean,
     replicate_proportion,
     replicate_range,
+    replicate_ratio,
 )
 
 __all__ = [
@@ -64,6 +64,8 @@ class CoreStats:
         reference: the split-level U-test of H(S_IT) > H(S_OOT).
         decisions: the JSD decision of each target. otr: share decided out-of-training.
         dependence: the draw's dependence score (NaN when its reference medians coincide).
+        dependence_num, dependence_den: its numerator ``median H(targets) − median H(S_OOT)``
+            and denominator ``median H(S_IT) − median H(S_OOT)`` (method §5).
         target_scores: ``(t,)`` subset scores s(S) of the targets.
     """
 
@@ -71,6 +73,8 @@ class CoreStats:
     decisions: tuple[Decision, ...]
     otr: float
     dependence: float
+    dependence_num: float
+    dependence_den: float
     target_scores: np.ndarray
 
 
@@ -144,11 +148,14 @@ def core_statistics(
     """The paper's evidence of one draw: reference U-test, JSD decisions, OTR, dependence."""
     decisions = tuple(decide(h, it_h, oot_h, bins=settings.bins) for h in targets_h)
     out = np.array([not d.in_training for d in decisions])
+    med_oot = float(np.median(oot_h))
     return CoreStats(
         reference=reference_check(it_h, oot_h, alpha=settings.alpha),
         decisions=decisions,
         otr=float(out.mean()),
         dependence=dependence_score(targets_h, it_h, oot_h),
+        dependence_num=float(np.median(targets_h)) - med_oot,
+        dependence_den=float(np.median(it_h)) - med_oot,
         target_scores=subset_scores(targets_h),
     )
 
@@ -293,12 +300,14 @@ def summarize(
     """Combine the finished draws into the model's headline numbers (method §12).
 
     Point values: pooled proportions (OTR, calibrated OTR, over-unlearned rate; F1 is the
-    control-weighted mean of the draws' F1), the mean dependence score over draws, the median
-    p-values. Intervals: :func:`~sde_core.stats.replication.replicate_proportion`
-    (Korn–Graubard over draws) for rates and F1, a t-interval over draws for the dependence
-    score, the range of the draws for p-values. Gate: when the median panel p is not below α
-    the calibrated metrics are NaN and ``inconclusive_reason`` says why; the paper's metrics
-    (OTR, F1, dependence score) also need the median split-level p below α (method §3).
+    control-weighted mean of the draws' F1), the dependence score as the ratio of the draws'
+    mean numerator and denominator, the median p-values. Intervals:
+    :func:`~sde_core.stats.replication.replicate_proportion` (Korn–Graubard over draws) for
+    rates and F1, Fieller's interval (:func:`~sde_core.stats.replication.replicate_ratio`) for
+    the dependence score, the range of the draws for p-values. Gate: when the median panel p is
+    not below α the calibrated metrics are NaN and ``inconclusive_reason`` says why; the
+    paper's metrics (OTR, F1, dependence score) also need the median split-level p below α
+    (method §3).
 
     Args:
         identity: ``name, role, method, layer, dim, sigma, f1_negatives``.
@@ -316,8 +325,11 @@ def summarize(
     paper_reason = cal_reason or split_reason
     n_targets = [len(c.decisions) for _, c in cores]
     otr = replicate_proportion([c.otr for _, c in cores], n_targets) if cores else None
-    dep_values = [c.dependence for _, c in cores if np.isfinite(c.dependence)]
-    dep = replicate_mean(dep_values) if dep_values else None
+    dep = (
+        replicate_ratio([c.dependence_num for _, c in cores], [c.dependence_den for _, c in cores])
+        if cores
+        else None
+    )
     cal_trials = [len(p.verdicts) for _, p in panels]
     cal = (
         replicate_proportion([p.calibrated_otr for _, p in panels], cal_trials) if panels else None
@@ -439,6 +451,8 @@ def _draw_summary(model: str, d: DrawState) -> DrawSummary:
         f1=_NAN if d.controls is None else d.controls.f1,
         calibrated_f1=_NAN if d.controls is None else d.controls.calibrated_f1,
         dependence_score=d.core.dependence,
+        dependence_num=d.core.dependence_num,
+        dependence_den=d.core.dependence_den,
         null_pairs=0 if null is None else null.n_pairs,
         null_split_fpr=_NAN if null is None else null.split_test_fpr,
         null_calibrated_fpr=_NAN if null is None else null.calibrated_fpr,

@@ -40,8 +40,9 @@ class ModelSummary:
 
     Point values over the evaluation's B draws, with 95% intervals ``*_lo``/``*_hi``
     (method §12): rates and F1 pool the draws (Korn–Graubard interval), the dependence score is
-    the mean over draws (t-interval), p-values are the median over draws (``*_lo``/``*_hi`` =
-    the range of the draws). ``*_raw`` columns hold the point value before the gate.
+    the ratio of the draws' mean numerator and denominator (Fieller's interval; ±inf when it is
+    unbounded), p-values are the median over draws (``*_lo``/``*_hi`` = the range of the
+    draws). ``*_raw`` columns hold the point value before the gate.
 
     Attributes:
         name, role, method, layer: the model and the evaluated layer. dim: d. sigma: σ used.
@@ -175,7 +176,9 @@ class DrawSummary:
         reference_p, references_valid: its split-level reference test.
         panel_p, panel_valid: its panel test.
         otr, calibrated_otr, over_unlearned_rate, f1, calibrated_f1, dependence_score: its
-            statistics. over_unlearning_p: its median target ranked against its OOT panel.
+            statistics; dependence_num, dependence_den: the dependence score's numerator and
+            denominator (the model's score is their ratio of means over the draws).
+            over_unlearning_p: its median target ranked against its OOT panel.
         null_pairs, null_split_fpr, null_calibrated_fpr: its null check.
     """
 
@@ -194,6 +197,8 @@ class DrawSummary:
     f1: float
     calibrated_f1: float
     dependence_score: float
+    dependence_num: float
+    dependence_den: float
     null_pairs: int
     null_split_fpr: float
     null_calibrated_fpr: float

@@ -35,7 +35,10 @@ INTERVAL_METHODS = {
         "of trials from the between-draw variance, capped at the trials, df = draws - 1)"
     ),
     "f1, calibrated_f1": "control-weighted mean over draws; the same Korn-Graubard interval",
-    "dependence_score": "mean over draws; 95% Student-t interval, df = draws - 1",
+    "dependence_score": (
+        "ratio of the draws' mean numerator and denominator; 95% Fieller interval (Student t, "
+        "df = draws - 1; unbounded - null bounds - when the denominator is not significant)"
+    ),
     "reference_p, panel_p": "median over draws; the range of the draws",
 }
 
