@@ -236,10 +236,11 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
     assert table.index[0] == "retrained", "the Retrain reference comes first"
     lib = expected.models.set_index("name")
     for name in lib.index:
-        assert table.loc[name, "OTR [output]"] == pytest.approx(lib.loc[name, "otr"])
+        # a number the gate withholds (method §12) is NaN on the page and in the library
+        assert table.loc[name, "OTR [output]"] == pytest.approx(lib.loc[name, "otr"], nan_ok=True)
         assert table.loc[name, "Acc_f (%)"] == pytest.approx(lib.loc[name, "acc_f"])
         assert table.loc[name, "ASR (%)"] == pytest.approx(100 * lib.loc[name, "asr"])
-        assert table.loc[name, "F1 [output]"] == pytest.approx(lib.loc[name, "f1"])
+        assert table.loc[name, "F1 [output]"] == pytest.approx(lib.loc[name, "f1"], nan_ok=True)
         assert table.loc[name, "verdict [output]"] == verdict_label(lib.loc[name])
     pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate")).models
     np.testing.assert_allclose(
@@ -308,7 +309,7 @@ def test_sweeps_page_shows_plan_results(ws):
     no_exception(at)
     shown = frame(at, "forget_ratio")
     assert len(shown) == len(stored) == 2
-    assert sorted(shown["f1"]) == pytest.approx(sorted(stored["f1"]))
+    assert sorted(shown["f1"]) == pytest.approx(sorted(stored["f1"]), nan_ok=True)
     assert len(at.get("plotly_chart")) >= 1  # the plan chart (plus any cached sweep charts)
 
 

@@ -18,8 +18,10 @@ from sde_core.stats.decision import (
     histogram_edges,
     jsd,
     null_calibration,
-    null_calibration_from_panel,
+    null_check,
     out_of_training_rate,
+    over_unlearning_test,
+    pool_null_checks,
     reference_check,
     reference_panel_check,
     subset_scores,
@@ -155,8 +157,14 @@ def test_calibrated_verdict_p_values():
     oot = np.arange(0, 20, dtype=float)  # 20 out-of-training scores
     high = calibrated_verdict(100.0, it, oot)
     assert high.p_in == pytest.approx(1 / 21) and high.verdict == "in-training"
+    # Below every IT score but inside the OOT panel: forgotten, like unseen data.
+    out = calibrated_verdict(5.0, it, oot)
+    assert out.p_out == pytest.approx(1 / 21) and out.verdict == "out-of-training"
+    assert out.p_over == pytest.approx((1 + 6) / 21)
+    # Below the OOT panel as well: less dependent than unseen data (method §12).
     low = calibrated_verdict(-5.0, it, oot)
-    assert low.p_out == pytest.approx(1 / 21) and low.verdict == "out-of-training"
+    assert low.p_out == pytest.approx(1 / 21) and low.p_over == pytest.approx(1 / 21)
+    assert low.verdict == "over-unlearned"
     mid = calibrated_verdict(15.0, it, oot)
     assert mid.p_in == pytest.approx((1 + 5) / 21)
     assert mid.p_out == pytest.approx((1 + 6) / 21)
@@ -165,6 +173,9 @@ def test_calibrated_verdict_p_values():
 
 def test_calibrated_otr_and_panel_check():
     r = calibrated_otr(["out-of-training", "inconclusive", "in-training", "out-of-training"])
+    assert (r.k, r.n) == (2, 4)
+    # An over-unlearned target is not like training data either: it counts as forgotten.
+    r = calibrated_otr(["over-unlearned", "inconclusive", "in-training", "out-of-training"])
     assert (r.k, r.n) == (2, 4)
     chk = reference_panel_check(np.arange(10, 20), np.arange(0, 10))
     assert chk.valid and chk.p_value == pytest.approx(
@@ -197,17 +208,72 @@ def test_calibrated_verdict_type_one_error_on_independent_null_data():
 
 
 def test_null_calibration_shows_split_level_false_positives():
-    """method §9 finding: the split-level U-test fires on subsets of one pool; the panel does
-    not."""
+    """method §9 finding: the split-level U-test fires on disjoint subsets of one pool; the
+    calibrated test, judged on subsets outside the panel, does not."""
     rng = np.random.default_rng(5)
     pool = rng.normal(size=(2000, 6))
     res = null_calibration(
         pool, subset_size=60, sigma=np.sqrt(6), n_pairs=30, panel_size=30, n_splits=100, seed=3
     )
     assert res.n_pairs == 30 and res.split_p_values.shape == (30,)
+    assert res.calibrated_p_in.shape == (60,) and res.calibrated_p_over.shape == (60,)
     assert res.split_test_fpr > 0.2  # far above its nominal 1%
     assert res.calibrated_fpr <= 0.15
     assert np.all((res.calibrated_p_in > 0) & (res.calibrated_p_in <= 1))
+
+
+def test_null_check_rate_is_near_alpha_on_exchangeable_data():
+    """Fresh subsets outside the panel, from the same pool: false "in-training" at ≈ α.
+
+    One panel per replicate (its own random position moves every verdict of that replicate),
+    so the rate is averaged over 80 independent replicates of 4 pairs each; the exact level of
+    ``p_in < 0.05`` with R = 20 is 1/21 ≈ 0.048.
+    """
+    rng = np.random.default_rng(21)
+    pool = rng.normal(size=(40_000, 4))
+    checks = [
+        null_calibration(pool, 24, 2.0, n_pairs=4, panel_size=20, n_splits=20, seed=s)
+        for s in range(80)
+    ]
+    pooled = pool_null_checks(checks)
+    assert pooled.n_pairs == 320
+    assert pooled.calibrated_fpr <= 0.05 + 0.03
+    assert pooled.over_unlearned_fpr <= 0.05 + 0.03
+    assert pooled.calibrated_fpr > 0.01  # and it is not vacuous
+
+
+def test_null_check_fails_on_a_non_exchangeable_panel():
+    """A panel that does not represent unseen data (it comes from a tighter part of the data
+    than the fresh subsets) must show up as a rate far above α — the old panel-internal check
+    could not (its rate was 1/21 for any data)."""
+    rng = np.random.default_rng(22)
+    tight = rng.normal(size=(20 * 24, 4))  # the panel's part of the data
+    wide = 1.3 * rng.normal(size=(40 * 24, 4))  # where the null pairs come from
+    panel_h = split_half_hsic_batch(tight, np.arange(tight.shape[0]).reshape(20, 24), 20, 2.0)
+    pair_h = split_half_hsic_batch(wide, np.arange(wide.shape[0]).reshape(40, 24), 20, 2.0, seed=1)
+    res = null_check(pair_h.reshape(20, 2, 20), subset_scores(panel_h))
+    assert res.n_pairs == 20
+    assert res.calibrated_fpr >= 0.5
+    # Reversed (the panel wider than the fresh subsets), the over-unlearned rate fires instead.
+    rev = null_check(panel_h.reshape(10, 2, 20), subset_scores(pair_h))
+    assert rev.over_unlearned_fpr >= 0.5 and rev.calibrated_fpr <= 0.05
+
+
+def test_over_unlearning_test_known_answers():
+    rng = np.random.default_rng(23)
+    panels = [rng.normal(size=20) for _ in range(5)]
+    below = [p.min() - 1 - rng.random(4) for p in panels]  # every target below its panel
+    res = over_unlearning_test(below, panels)
+    assert res.draw_p_values == pytest.approx((1 / 21,) * 5)
+    assert res.p_value == pytest.approx(stats.chi2.sf(-2 * 5 * np.log(1 / 21), 10))
+    assert res.p_value < 0.001
+    # Exchangeable targets: the combined test rarely fires (it is conservative).
+    fired = 0
+    for _ in range(300):
+        panels = [rng.normal(size=20) for _ in range(5)]
+        targets = [rng.normal(size=4) for _ in range(5)]
+        fired += over_unlearning_test(targets, panels).p_value < 0.05
+    assert fired / 300 <= 0.05 + 0.02
 
 
 # ---------------------------------------------------------------- bad input
@@ -236,8 +302,11 @@ GRID40 = np.arange(80.0).reshape(40, 2)
         (lambda: null_calibration(np.ones((10, 2)), 6, 1.0), "disjoint subsets"),
         (lambda: null_calibration(GRID40, 6, 1.0, n_pairs=0), "n_pairs"),
         (lambda: null_calibration(GRID40, 6, 1.0, panel_size=2), "panel_size"),
-        (lambda: null_calibration_from_panel(np.ones((2, 5))), "R ≥ 3"),
-        (lambda: null_calibration_from_panel(GRID40[:20].reshape(20, 2)), "by construction"),
+        (lambda: null_check(np.ones((2, 5)), np.arange(20.0)), "P, 2, K"),
+        (lambda: null_check(np.ones((2, 2, 5)), np.arange(10.0)), "never fail"),
+        (lambda: null_check(np.full((1, 2, 3), np.nan), np.arange(20.0)), "NaN"),
+        (lambda: over_unlearning_test([], []), "every draw"),
+        (lambda: pool_null_checks([]), "at least one"),
     ],
 )
 def test_bad_input_raises_sde_error(call, match):

@@ -1,4 +1,4 @@
-"""The evaluation engine on synthetic activations with known answers (method §3–5, §9)."""
+"""The evaluation engine on synthetic activations with known answers (method §3–5, §9, §12)."""
 
 from __future__ import annotations
 
@@ -36,16 +36,55 @@ def test_draw_subsets_respects_pools(forget, settings):
     plan = draw_subsets(N_TR, N_TE, forget, settings)
     f = set(forget.tolist())
     assert plan.targets.shape == (20, 60) and plan.f1_pos.shape == (10, 60)
+    assert len(plan.draws) == settings.draws == 5 and plan.notes == ()
     assert all(set(r) <= f for r in plan.targets) and all(set(r) <= f for r in plan.f1_neg_forget)
     for rows in (plan.it_ref, plan.it_panel, plan.f1_pos):
         assert not (set(rows.ravel().tolist()) & f)
     assert plan.oot_panel.max() < N_TE and plan.f1_neg_test.max() < N_TE
     assert all(np.unique(r).size == 60 for r in plan.targets)  # without replacement
-    # Panels are disjoint where the pool allows: 900 retained rows hold 15 subsets of 60.
-    assert np.unique(plan.it_panel[:15]).size == 15 * 60
-    assert np.unique(plan.oot_panel[:13]).size == 13 * 60
+    # The targets are partitioned among the draws (4 each), not shared.
+    assert np.array_equal(plan.target_draw, np.repeat(np.arange(5), 4))
+    for d in plan.draws:
+        # Panels are disjoint where their half of the pool allows: D_r's reference half has
+        # 450 rows (7 subsets of 60), D_te's 400 (6 subsets).
+        assert np.unique(d.it_panel[:7]).size == 7 * 60
+        assert np.unique(d.oot_panel[:6]).size == 6 * 60
     again = draw_subsets(N_TR, N_TE, forget, settings)
     np.testing.assert_array_equal(plan.targets, again.targets)
+    assert plan.fingerprint() == again.fingerprint()
+    other = draw_subsets(N_TR, N_TE, forget, settings.with_overrides(seed=1))
+    assert plan.fingerprint() != other.fingerprint()
+
+
+def test_controls_and_null_pairs_never_share_rows_with_what_they_are_compared_with(
+    forget, settings
+):
+    """method §12: F1 controls, baseline subsets and null pairs come from the control half of
+    their pool, the references and panels from the other half."""
+    plan = draw_subsets(N_TR, N_TE, forget, settings)
+    for d in plan.draws:
+        it_side = set(d.it_ref.tolist()) | set(d.it_panel.ravel().tolist())
+        oot_side = set(d.oot_ref.tolist()) | set(d.oot_panel.ravel().tolist())
+        assert not set(d.f1_pos.ravel().tolist()) & it_side
+        assert not set(d.f1_neg_test.ravel().tolist()) & oot_side
+        assert not set(d.null_pairs.ravel().tolist()) & oot_side
+        for a, b in d.null_pairs:
+            assert not set(a.tolist()) & set(b.tolist())
+        ref_half, control_half = d.retain_halves
+        assert not set(ref_half.tolist()) & set(control_half.tolist())
+        assert it_side <= set(ref_half.tolist())
+    assert sum(len(d.null_pairs) for d in plan.draws) == settings.null_pairs
+
+
+def test_small_pools_are_refused_or_reduced_with_the_numbers(forget, settings):
+    with pytest.raises(SettingsError, match=r"halves of at least 250 rows of the test set D_te"):
+        draw_subsets(N_TR, 400, forget, settings.with_overrides(subset_size=250))
+    # D_te's control half (400 rows) cannot hold a disjoint pair of 250: no null check.
+    plan = draw_subsets(N_TR, N_TE, forget, settings.with_overrides(subset_size=250))
+    assert any("no null check" in note and "n ≤ 200" in note for note in plan.notes)
+    assert all(len(d.null_pairs) == 0 for d in plan.draws)
+    few = draw_subsets(N_TR, N_TE, forget, settings.with_overrides(targets=4))
+    assert len(few.draws) == 2 and "2 draws instead of 5" in few.notes[0]
 
 
 def test_subset_larger_than_pool_is_a_settings_error(forget):
@@ -79,9 +118,14 @@ def test_known_answers(forget, settings, role, remembers, otr_range):
         assert s["calibrated_otr"] >= 0.5 and s["dependence_score"] < 0.3
     assert s["score_spread_corr"] > 0.95  # this synthetic effect is pure spread
     assert s["sigma"] == pytest.approx(np.sqrt(D))
-    assert ev.arrays["targets_h"].shape == (20, 40) and ev.arrays["panel_oot_h"].shape == (20, 40)
+    assert s["inconclusive_reason"] == "" and s["draws"] == 5
+    # Every draw judges its own targets against its own panel of R = 20 per side.
+    assert ev.arrays["targets_h"].shape == (20, 40) and ev.arrays["panel_oot_h"].shape == (100, 40)
+    assert ev.arrays["it_h_draws"].shape == (5, 40) and ev.arrays["null_h"].shape == (12, 40)
+    assert [d.draw for d in ev.draws] == list(range(5))
+    assert np.mean([d.otr for d in ev.draws]) == pytest.approx(s["otr"])
     kinds = {r["kind"] for r in ev.subsets}
-    assert kinds == {"target", "f1", "it_ref", "oot_ref", "it_panel", "oot_panel"}
+    assert kinds == {"target", "f1", "it_ref", "oot_ref", "it_panel", "oot_panel", "null"}
 
 
 def test_invalid_references_make_every_decision_inconclusive(forget, settings):
@@ -93,8 +137,87 @@ def test_invalid_references_make_every_decision_inconclusive(forget, settings):
     assert np.isnan(ev.summary["calibrated_otr"])
     targets = [r for r in ev.subsets if r["kind"] == "target"]
     assert all(r["verdict"] == "inconclusive" for r in targets)
-    if not ev.summary["references_valid"]:
-        assert all(r["decision"] == "inconclusive" for r in targets)
+    # method §12 gate: no headline number when the calibrated panels do not separate.
+    for key in ("otr", "otr_lo", "otr_hi", "f1", "dependence_score", "calibrated_otr_hi"):
+        assert np.isnan(ev.summary[key]), key
+    assert "panels do not separate" in ev.summary["inconclusive_reason"]
+    assert all(r["decision"] == "inconclusive" for r in targets)
+    assert ev.summary["n_inconclusive"] == settings.targets
+    assert np.isfinite(ev.summary["otr_raw"])  # the raw value is kept for diagnostics
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_pure_noise_gives_chance_f1_for_sde_and_both_baselines(forget, seed):
+    """Controls disjoint from the references (method §12): on Gaussian noise no method can tell
+    in- from out-of-training subsets. Before, controls shared rows with S_IT / S_OOT and the
+    MMD and W2 baselines scored F1 = 1.0 on noise."""
+    s = EvalSettings(
+        subset_size=60, targets=40, splits=20, panel_size=20, null_pairs=5, baseline_targets=40,
+        seed=seed,
+    )  # fmt: skip
+    plan = draw_subsets(N_TR, N_TE, forget, s)
+    rng = np.random.default_rng(100 + seed)
+    tr, te = rng.normal(size=(N_TR, D)), rng.normal(size=(N_TE, D))
+    f1 = evaluate_arrays(ModelInputs("noise", "unlearned", tr, te), plan, s).summary
+    for key in ("f1_raw", "mmd_f1", "w2_f1"):
+        assert 0.2 <= f1[key] <= 0.8, (key, f1[key])
+
+
+def test_noise_f1_averages_one_half():
+    """Averaged over seeds, the three methods' F1 on noise is 0.5 (balanced controls)."""
+    forget = np.random.default_rng(0).choice(N_TR, N_F, replace=False)
+    values: dict[str, list[float]] = {"f1_raw": [], "mmd_f1": [], "w2_f1": []}
+    for seed in range(6):
+        s = EvalSettings(
+            subset_size=40, targets=40, splits=10, panel_size=20, null_pairs=5,
+            baseline_targets=40, seed=seed,
+        )  # fmt: skip
+        rng = np.random.default_rng(200 + seed)
+        tr, te = rng.normal(size=(N_TR, D)), rng.normal(size=(N_TE, D))
+        plan = draw_subsets(N_TR, N_TE, forget, s)
+        summary = evaluate_arrays(ModelInputs("noise", "unlearned", tr, te), plan, s).summary
+        for key in values:
+            values[key].append(summary[key])
+    for key, v in values.items():
+        assert abs(np.mean(v) - 0.5) <= 0.1, (key, v)
+
+
+def test_over_unlearning_is_its_own_verdict(forget, settings):
+    """A forget set *less* dependent than unseen data (here: tighter than test rows) gets the
+    verdict over-unlearned, per target and for the model, with its p-values."""
+    plan = draw_subsets(N_TR, N_TE, forget, settings)
+    rng = np.random.default_rng(7)
+    tr = 1.8 * rng.normal(size=(N_TR, D))
+    tr[forget] = 0.5 * rng.normal(size=(forget.size, D))
+    te = rng.normal(size=(N_TE, D))
+    ev = evaluate_arrays(ModelInputs("rl", "unlearned", tr, te), plan, settings)
+    s = ev.summary
+    assert s["panel_valid"] and s["over_unlearned"]
+    assert s["over_unlearning_p"] < 1e-3
+    assert s["over_unlearned_rate"] >= 0.9 and s["n_over_unlearned"] >= 18
+    assert s["calibrated_otr"] >= 0.9  # over-unlearned targets are not like training data
+    assert s["dependence_score"] < 0
+    targets = [r for r in ev.subsets if r["kind"] == "target"]
+    assert all(r["p_over"] < 0.05 for r in targets if r["verdict"] == "over-unlearned")
+    # A model that forgot like retraining is not over-unlearned.
+    tr2, te2 = synthetic(forget, False, seed=1)
+    ok = evaluate_arrays(ModelInputs("re", "retrained", tr2, te2), plan, settings).summary
+    assert not ok["over_unlearned"] and ok["over_unlearning_p"] > 0.05
+
+
+def test_f1_negative_pool_is_an_explicit_parameter(forget, settings):
+    plan = draw_subsets(N_TR, N_TE, forget, settings)
+    tr, te = synthetic(forget, False, seed=1)
+    inputs = ModelInputs("m", "unlearned", tr, te)
+    by_role = evaluate_arrays(inputs, plan, settings)
+    forced = evaluate_arrays(inputs, plan, settings, f1_negatives="forget")
+    assert by_role.summary["f1_negatives"] == "test"
+    assert forced.summary["f1_negatives"] == "forget"
+    assert forced.summary["f1_raw"] != by_role.summary["f1_raw"] or not np.array_equal(
+        forced.arrays["f1_h"], by_role.arrays["f1_h"]
+    )
+    with pytest.raises(SettingsError, match="f1_negatives"):
+        evaluate_arrays(inputs, plan, settings, f1_negatives="train")  # type: ignore[arg-type]
 
 
 def test_classic_metrics_from_probabilities(forget, settings):
@@ -135,6 +258,7 @@ def test_classic_metrics_from_probabilities(forget, settings):
         ({"panel_size": 2}, "panel_size"),
         ({"panel_size": 10}, "no verdict is possible"),
         ({"layer": ""}, "layer"),
+        ({"draws": 0}, "draws"),
     ],
 )
 def test_bad_settings(kwargs, match):

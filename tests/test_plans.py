@@ -134,7 +134,9 @@ def test_a_table1_cell_runs_end_to_end(small_cell):
         48.0,
     )
     assert row["model"] == "retrained" and row["forget_ratio"] == 0.2 and row["checkpoint"] == 0.8
-    assert 0 <= row["f1"] <= 1 and row["sigma"] == pytest.approx(np.sqrt(10))
+    assert 0 <= row["f1_raw"] <= 1 and row["sigma"] == pytest.approx(np.sqrt(10))
+    # the gate (method §12) withholds F1 exactly when it gives a reason
+    assert np.isnan(row["f1"]) == bool(row["inconclusive_reason"])
     assert 0 <= row["acc_r"] <= 100 and np.isnan(row["asr"])
     assert {"score_spread_corr", "null_split_fpr", "calibrated_f1"} <= set(points.columns)
     assert models.iloc[0]["epochs"] == 4 and not models.iloc[0]["reused"]

@@ -18,20 +18,6 @@ from sde_core.common.fsio import atomic_write_json
 
 __all__ = ["register_evaluate", "write_json_atomic"]
 
-_SUMMARY_COLUMNS = [
-    "name",
-    "role",
-    "references_valid",
-    "otr",
-    "calibrated_otr",
-    "f1",
-    "dependence_score",
-    "acc_r",
-    "acc_f",
-    "acc_te",
-    "asr",
-]
-
 
 def write_json_atomic(path: str | Path, document: Any) -> Path:
     """Write ``document`` as indented JSON via a temporary file and an atomic rename."""
@@ -58,6 +44,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         bins=args.bins,
         device=args.device,
         baseline_targets=args.baseline_targets,
+        draws=args.draws,
+        null_pairs=args.null_pairs,
     )
     bars: dict[str, tuple[str, Any]] = {}
 
@@ -88,15 +76,28 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     for _, bar in bars.values():
         bar.close()
     if not args.quiet:
-        table = result.models[_SUMMARY_COLUMNS]
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-        if result.cached_models:
-            print(f"(from the results store: {', '.join(result.cached_models)})")
+        _print_table(result)
     if args.json:
         write_json_atomic(args.json, result.to_json_dict())
         if not args.quiet:
             print(f"wrote {args.json}")
     return 0
+
+
+def _print_table(result: Any) -> None:
+    """The summary table, then why numbers are withheld ("–") and what the plan reduced."""
+    from sde_core.pipeline.evaluate import CLI_COLUMNS
+
+    table = result.models[list(CLI_COLUMNS)]
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="–"))
+    for row in result.models.to_dict("records"):
+        if row["inconclusive_reason"]:
+            print(f"{row['name']}: inconclusive — {row['inconclusive_reason']}")
+    notes = {row["notes"] for row in result.models.to_dict("records") if row["notes"]}
+    for note in sorted(notes):
+        print(f"note: {note}")
+    if result.cached_models:
+        print(f"(from the results store: {', '.join(result.cached_models)})")
 
 
 def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
@@ -114,6 +115,10 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--targets", type=int, help="T, target subsets drawn from D_f")
     p.add_argument("--splits", type=int, help="K, random splits per subset")
     p.add_argument("--seed", type=int, help="seed of every subset draw and split")
+    p.add_argument(
+        "--draws", type=int, help="B, independent reference draws behind every interval (5)"
+    )
+    p.add_argument("--null-pairs", type=int, help="disjoint out-of-training pairs (null check)")
     p.add_argument("--panel-size", type=int, help="R, reference subsets per side (calibrated)")
     p.add_argument("--bins", type=int, help="histogram bins of the JSD decision")
     p.add_argument(

@@ -766,8 +766,10 @@ class AcceptanceCheck:
 def acceptance_checks(models: pd.DataFrame) -> list[AcceptanceCheck]:
     """method §11 acceptance on an evaluation's ``models`` table (one row per model).
 
-    Under the original and the retrained model the references are valid (p < α); the original's
-    OTR ≤ 0.2; the retrained model's OTR ≥ 0.8; controlled F1 ≥ 0.9 for both.
+    Under the original and the retrained model the references are valid — the paper's
+    split-level test (median p over the draws < α) and the calibrated panel test that gates every
+    headline number (method §12); the original's OTR ≤ 0.2 and the retrained model's ≥ 0.8;
+    controlled F1 ≥ 0.9 for both. A withheld (NaN) number fails.
 
     Raises:
         SettingsError: the table lacks a model with role ``original`` or ``retrained``.
@@ -783,9 +785,17 @@ def acceptance_checks(models: pd.DataFrame) -> list[AcceptanceCheck]:
         row = rows.iloc[0]
         name = str(row["name"])
         p, otr, f1 = float(row["reference_p"]), float(row["otr"]), float(row["f1"])
-        valid = bool(row["references_valid"])
         checks += [
-            AcceptanceCheck(name, "reference p", p, "references valid", valid),
+            AcceptanceCheck(
+                name, "reference p", p, "references valid", bool(row["references_valid"])
+            ),
+            AcceptanceCheck(
+                name,
+                "panel p",
+                float(row["panel_p"]),
+                "panels separate (the gate)",
+                bool(row["panel_valid"]),
+            ),
             AcceptanceCheck(name, "OTR", otr, otr_text, not math.isnan(otr) and otr_ok(otr)),
             AcceptanceCheck(
                 name, "controlled F1", f1, "F1 ≥ 0.9", not math.isnan(f1) and f1 >= 0.9

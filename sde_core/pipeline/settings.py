@@ -20,26 +20,34 @@ __all__ = ["ALGORITHM_VERSION", "EvalSettings"]
 
 #: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
 #: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
-ALGORITHM_VERSION = 3
+ALGORITHM_VERSION = 4
 
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """Evaluation settings (method §2–5, §9). Every default is visible and changeable.
+    """Evaluation settings (method §2–5, §9, §12). Every default is visible and changeable.
 
     Attributes:
         layer: layer alias (``output``, ``logits``, ``penultimate``, ``block1``…) or module name.
         sigma: ``"sqrt_dim"``, ``"median"`` or a positive float.
         subset_size: n, rows per subset (targets, references, panels).
-        targets: T, number of target subsets drawn from D_f (and of controlled F1 subsets).
+        targets: T, number of target subsets drawn from D_f (and of controlled F1 subsets),
+            shared out among the draws.
         splits: K, random splits per subset.
-        panel_size: R, reference subsets per side for the calibrated evidence.
+        panel_size: R, reference subsets per side for the calibrated evidence (per draw).
         seed: seed of every subset draw and split.
+        draws: B, independent reference draws (method §12): each draw has its own S_IT, S_OOT,
+            panels, splits and its share of the targets and controls; every headline number is
+            a point value over the draws with an interval from the spread between them. An
+            evaluation uses ``min(draws, targets // 2)`` draws (each needs a target and a control
+            of each class) and says so; one draw reproduces the paper's single reference draw,
+            whose interval cannot include the reference variance.
         bins: histogram bins of the JSD decision.
         alpha: level of the reference-validity U-tests (paper and panel).
         alpha_calibrated: level of the calibrated verdict.
         estimator: ``"biased"`` (paper) or ``"unbiased"`` HSIC.
-        null_pairs: pairs of the null-calibration diagnostic.
+        null_pairs: pairs of disjoint out-of-training subsets in the null check (shared out
+            among the draws).
         baseline_targets: controlled subsets (half in, half out) scored by the MMD/W2 baselines;
             0 switches the baselines off (exact W2 is O(n³) per subset).
         pool: global-average-pool 4-D activations.
@@ -61,6 +69,7 @@ class EvalSettings:
     baseline_targets: int = 20
     pool: bool = True
     device: str = "cpu"
+    draws: int = 5
 
     def __post_init__(self) -> None:
         def positive_int(name: str, minimum: int = 1, maximum: int | None = None) -> None:
@@ -79,6 +88,7 @@ class EvalSettings:
         positive_int("bins", 2, 1000)
         positive_int("null_pairs", 1, 10_000)
         positive_int("baseline_targets", 0, 10_000)
+        positive_int("draws", 1, 100)
         if not isinstance(self.layer, str) or not self.layer:
             raise SettingsError(f"layer must be a non-empty name; got {self.layer!r}")
         if isinstance(self.sigma, str):

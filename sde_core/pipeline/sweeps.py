@@ -62,6 +62,7 @@ SWEEP_COLUMNS = (
     "panel_valid",
     "sigma",
     "dependence_score",
+    "inconclusive_reason",
     "from_store",
 )
 
@@ -260,9 +261,9 @@ def sigma_markers(
 ) -> dict[str, float]:
     """The numeric σ of the ``sqrt_dim`` and ``median`` rules for ``model`` at ``settings.layer``.
 
-    Computed exactly as the evaluation does (on the pooled S_IT and S_OOT activations drawn with
-    ``settings.seed`` and ``settings.subset_size``), from the activation cache (extracting the
-    layer once when it is not cached).
+    Computed exactly as the evaluation does (on the pooled S_IT and S_OOT activations of every
+    draw of the plan drawn with ``settings``), from the activation cache (extracting the layer
+    once when it is not cached).
 
     Returns:
         ``{"sqrt_dim": √d, "median": median pairwise distance}`` in activation units.
@@ -278,7 +279,8 @@ def sigma_markers(
     plan = draw_subsets(len(bundle.train), len(bundle.test), forget, settings)
     cache = ActivationCache(cache_dir or ws.root / ".sde-cache" / "activations")
     inputs = load_model_inputs(entry, ws, bundle, settings, cache, None)
-    pooled = np.concatenate([inputs.train_acts[plan.it_ref[0]], inputs.test_acts[plan.oot_ref[0]]])
+    it_rows, oot_rows = plan.reference_rows()
+    pooled = np.concatenate([inputs.train_acts[it_rows], inputs.test_acts[oot_rows]])
     return {
         "sqrt_dim": resolve_sigma("sqrt_dim", pooled),
         "median": resolve_sigma("median", pooled, seed=settings.seed),

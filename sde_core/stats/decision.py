@@ -1,4 +1,4 @@
-"""Decisions and headline metrics of SDE (method §3–5) and the calibrated evidence of method §9.
+"""Decisions and headline metrics of SDE (method §3–5), calibrated evidence (method §9, §12).
 
 Two families of evidence live here, shown side by side by the dashboard and the CLI:
 
@@ -8,12 +8,14 @@ Two families of evidence live here, shown side by side by the dashboard and the 
   :func:`dependence_score`.
 * **Calibrated subset-level evidence** — a panel of R reference subsets per side, one score
   ``s(S) = mean H(S)`` per subset: :func:`reference_panel_check`, :func:`calibrated_verdict`
-  (rank p-values ``p_in``/``p_out``), :func:`null_calibration` (false-positive rates of both
-  tests on data known to be out-of-training) and the spread control
+  (rank p-values ``p_in``/``p_out``/``p_over`` and four verdicts), :func:`null_check` (false
+  positive rates of both tests on disjoint out-of-training subsets outside the panel — a check
+  that can fail), :func:`over_unlearning_test` (model level) and the spread control
   (:func:`sde_core.stats.hsic.kernel_spread`).
 
 The split-level U-test treats the K splits of one subset as independent samples, which they are
-not; :func:`null_calibration` measures how often it fires on two subsets of the *same* pool.
+not; :func:`null_check` measures how often it fires on two disjoint subsets of the *same* pool.
+Intervals over an evaluation's independent draws live in :mod:`sde_core.stats.replication`.
 """
 
 from __future__ import annotations
@@ -36,10 +38,13 @@ from sde_core.errors import InputError
 from sde_core.stats.hsic import Estimator, split_half_hsic_batch
 
 __all__ = [
+    "FORGOTTEN_VERDICTS",
+    "VERDICTS",
     "CalibratedVerdict",
     "Decision",
     "F1Result",
     "NullCalibration",
+    "OverUnlearningTest",
     "RateEstimate",
     "ReferenceCheck",
     "Verdict",
@@ -48,17 +53,25 @@ __all__ = [
     "controlled_f1",
     "decide",
     "dependence_score",
+    "disjoint_subsets",
     "histogram_edges",
     "jsd",
     "null_calibration",
+    "null_check",
     "out_of_training_rate",
+    "over_unlearning_test",
+    "pool_null_checks",
     "reference_check",
     "reference_panel_check",
     "subset_scores",
     "wilson_interval",
 ]
 
-Verdict = Literal["in-training", "out-of-training", "inconclusive"]
+Verdict = Literal["in-training", "out-of-training", "over-unlearned", "inconclusive"]
+#: The four calibrated verdicts (method §12), in display order.
+VERDICTS: tuple[str, ...] = ("in-training", "out-of-training", "over-unlearned", "inconclusive")
+#: Verdicts that count towards the calibrated OTR: the target is not like training data.
+FORGOTTEN_VERDICTS: tuple[str, ...] = ("out-of-training", "over-unlearned")
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,7 +377,7 @@ def dependence_score(target_h: object, it_h: object, oot_h: object) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# Calibrated subset-level evidence (method §9)
+# Calibrated subset-level evidence (method §9, §12)
 # --------------------------------------------------------------------------------------------
 
 
@@ -390,8 +403,8 @@ def reference_panel_check(
 ) -> ReferenceCheck:
     """Subset-level reference validity: one-sided Mann-Whitney U on panel scores (method §9).
 
-    Each panel subset contributes one score, so the test's samples are independent (unlike the
-    split-level :func:`reference_check`).
+    Each panel subset contributes one score, so the test's samples are far less dependent than
+    the split values of the split-level :func:`reference_check`.
     """
     return _mwu_greater(
         _sample(it_scores, "it_scores", min_size=2),
@@ -400,16 +413,28 @@ def reference_panel_check(
     )
 
 
+def _rank_p_values(score: float, it: np.ndarray, oot: np.ndarray) -> tuple[float, float, float]:
+    """``(p_in, p_out, p_over)`` of one score against the two panels (method §9, §12)."""
+    p_in = (1 + int(np.sum(oot >= score))) / (oot.size + 1)
+    p_out = (1 + int(np.sum(it <= score))) / (it.size + 1)
+    p_over = (1 + int(np.sum(oot <= score))) / (oot.size + 1)
+    return p_in, p_out, p_over
+
+
 @dataclass(frozen=True)
 class CalibratedVerdict:
-    """Calibrated verdict for one target (method §9).
+    """Calibrated verdict for one target (method §9, §12).
 
     Attributes:
         p_in: ``(1 + #{OOT_r ≥ s_t}) / (R_oot + 1)`` — small: more dependent than unseen data.
         p_out: ``(1 + #{IT_r ≤ s_t}) / (R_it + 1)`` — small: less dependent than training data.
-        verdict: ``"in-training"`` if p_in < α, else ``"out-of-training"`` if p_out < α, else
-            ``"inconclusive"``. (When both are small the verdict is in-training: the evaluation
-            never certifies forgetting on ambiguous evidence.)
+        p_over: ``(1 + #{OOT_r ≤ s_t}) / (R_oot + 1)`` — small: *less* dependent than unseen
+            data (the model treats the target as less familiar than data it never saw).
+        verdict: ``"in-training"`` if p_in < α; else ``"over-unlearned"`` if p_over < α; else
+            ``"out-of-training"`` if p_out < α; else ``"inconclusive"``. (p_in and p_over are
+            never both below α < 0.5: their sum is at least (R_oot + 2)/(R_oot + 1). When p_in
+            and p_out are both small the verdict is in-training: the evaluation never certifies
+            forgetting on ambiguous evidence.)
         score: the target's subset score s_t.
     """
 
@@ -417,6 +442,7 @@ class CalibratedVerdict:
     p_out: float
     verdict: Verdict
     score: float
+    p_over: float = float("nan")
 
 
 def calibrated_verdict(
@@ -425,64 +451,77 @@ def calibrated_verdict(
     """Rank-based, finite-sample valid verdict of a target against the reference panels.
 
     Under exchangeability of the target with the OOT panel (the target was never trained on),
-    ``P(p_in ≤ α) ≤ α``; likewise for p_out with the IT panel.
+    ``P(p_in ≤ α) ≤ α`` and ``P(p_over ≤ α) ≤ α``; likewise for p_out with the IT panel.
 
     Args:
         target_score: s_t = mean split-half HSIC of the target.
         it_scores: ``(R_it,)`` scores of in-training reference subsets.
         oot_scores: ``(R_oot,)`` scores of out-of-training reference subsets.
-        alpha: level of both one-sided tests (default 0.05).
+        alpha: level of the one-sided tests (default 0.05).
     """
     s = _sample([target_score], "target_score")[0]
     it = _sample(it_scores, "it_scores")
     oot = _sample(oot_scores, "oot_scores")
     a = _alpha(alpha)
-    p_in = (1 + int(np.sum(oot >= s))) / (oot.size + 1)
-    p_out = (1 + int(np.sum(it <= s))) / (it.size + 1)
+    p_in, p_out, p_over = _rank_p_values(float(s), it, oot)
     verdict: Verdict
     if p_in < a:
         verdict = "in-training"
+    elif p_over < a:
+        verdict = "over-unlearned"
     elif p_out < a:
         verdict = "out-of-training"
     else:
         verdict = "inconclusive"
-    return CalibratedVerdict(p_in=p_in, p_out=p_out, verdict=verdict, score=float(s))
+    return CalibratedVerdict(p_in=p_in, p_out=p_out, verdict=verdict, score=float(s), p_over=p_over)
 
 
 def calibrated_otr(verdicts: Sequence[str], confidence: float = 0.95) -> RateEstimate:
-    """Calibrated OTR: share of targets whose calibrated verdict is out-of-training."""
+    """Calibrated OTR: share of targets whose calibrated verdict says they are *not* like
+    training data — ``"out-of-training"`` or ``"over-unlearned"`` (method §12) — with a Wilson
+    interval (one draw; :mod:`sde_core.stats.replication` combines draws)."""
     if isinstance(verdicts, (str, bytes)) or not isinstance(verdicts, (Sequence, np.ndarray)):
         kind = type(verdicts).__name__
         raise InputError(f"verdicts must be a list of verdict strings; got {kind}")
     v = np.asarray(list(verdicts), dtype=object)
     if v.size == 0:
         raise InputError("calibrated_otr needs at least one verdict")
-    unknown = set(v.tolist()) - {"in-training", "out-of-training", "inconclusive"}
+    unknown = set(v.tolist()) - set(VERDICTS)
     if unknown:
-        raise InputError(f"unknown verdicts {sorted(unknown)}")
-    return _rate(v == "out-of-training", confidence)
+        raise InputError(f"unknown verdicts {sorted(unknown)}; known: {list(VERDICTS)}")
+    return _rate(np.isin(v, FORGOTTEN_VERDICTS), confidence)
 
 
 @dataclass(frozen=True)
 class NullCalibration:
-    """False-positive rates on pairs of disjoint out-of-training subsets (method §9).
+    """False-positive rates on genuinely disjoint out-of-training subsets (method §12).
+
+    The null subsets come in pairs (A, B) of disjoint subsets of out-of-training data that are
+    not in the reference panel and share no rows with it, so each is exchangeable with the
+    panel only if the panel really represents unseen data.
 
     Attributes:
-        split_test_fpr: share of pairs (A, B) where the paper's split-level U-test says
+        split_test_fpr: share of pairs where the paper's split-level U-test says
             ``H(A) > H(B)`` at ``alpha_split`` — ideally ≈ alpha_split.
-        calibrated_fpr: share of pairs whose A gets the calibrated verdict "in-training"
-            against an OOT panel drawn from the same pool — ideally ≤ alpha_calibrated.
+        calibrated_fpr: share of null subsets whose calibrated ``p_in`` against the OOT panel
+            is below ``alpha_calibrated`` (a false "in-training") — ideally ≤ alpha_calibrated.
+        over_unlearned_fpr: share of null subsets with ``p_over`` below ``alpha_calibrated`` (a
+            false "over-unlearned") — ideally ≤ alpha_calibrated.
         n_pairs: number of pairs. alpha_split, alpha_calibrated: levels used.
-        split_p_values: ``(n_pairs,)`` U-test p-values. calibrated_p_in: ``(n_pairs,)`` p_in.
+        split_p_values: ``(n_pairs,)`` U-test p-values.
+        calibrated_p_in, calibrated_p_over: ``(2·n_pairs,)`` rank p-values of A then B of each
+            pair.
     """
 
     split_test_fpr: float
     calibrated_fpr: float
+    over_unlearned_fpr: float
     n_pairs: int
     alpha_split: float
     alpha_calibrated: float
     split_p_values: np.ndarray
     calibrated_p_in: np.ndarray
+    calibrated_p_over: np.ndarray
 
 
 def disjoint_subsets(
@@ -517,59 +556,84 @@ def disjoint_subsets(
     return out
 
 
-def null_calibration_from_panel(
-    panel_h: object,
-    n_pairs: int = 20,
+def null_check(
+    pair_h: object,
+    oot_panel_scores: object,
     alpha_split: float = 0.01,
     alpha_calibrated: float = 0.05,
-    seed: int = 0,
 ) -> NullCalibration:
-    """Both tests' false-positive rates on a panel of out-of-training subsets.
-
-    ``n_pairs`` ordered pairs (A, B) of distinct panel subsets are drawn with the seed. For each
-    pair, the paper's split-level U-test of H(A) > H(B) is run at ``alpha_split``, and A's
-    calibrated ``p_in`` is taken against the *other* R − 1 panel scores (leave-one-out, so A is
-    exchangeable with its panel) at ``alpha_calibrated``.
+    """Both tests' false-positive rates on pairs of disjoint out-of-training subsets.
 
     Args:
-        panel_h: ``(R, K)`` split-half HSIC of R out-of-training subsets (disjoint where the
-            pool allows), e.g. S_OOT plus the OOT reference panel of an evaluation. The
-            leave-one-out p-value is at least ``1/R``, so R must exceed ``1/alpha_calibrated``
-            (21 subsets for α = 0.05) or the calibrated rate would be 0 by construction.
+        pair_h: ``(P, 2, K)`` split-half HSIC of P pairs (A, B) of disjoint subsets of
+            out-of-training data that are not panel members and share no rows with them.
+        oot_panel_scores: ``(R,)`` scores of the out-of-training reference panel the null
+            subsets are judged against (R ≥ 1/alpha_calibrated − 1, or no rank p-value could
+            fall below alpha_calibrated and the check could not fail).
+        alpha_split: level of the paper's split-level U-test of H(A) > H(B) (default 0.01).
+        alpha_calibrated: level of the calibrated verdict (default 0.05).
+
+    Returns:
+        A :class:`NullCalibration`. The check *can fail*: when the panel is not exchangeable
+        with fresh unseen subsets (e.g. it comes from a different part of the data), the
+        calibrated rate climbs far above ``alpha_calibrated``.
     """
-    h = as_float_array(panel_h, "panel_h")
-    if h.ndim != 2 or h.shape[0] < 3 or h.shape[1] < 2:
+    h = as_float_array(pair_h, "pair_h")
+    if h.ndim != 3 or h.shape[0] < 1 or h.shape[1] != 2 or h.shape[2] < 2:
         raise InputError(
-            f"panel_h must be (R, K) with R ≥ 3 subsets and K ≥ 2 splits; got shape {h.shape}"
+            f"pair_h must be (P, 2, K) with P ≥ 1 pairs and K ≥ 2 splits; got shape {h.shape}"
         )
-    n_pairs = check_int(n_pairs, "n_pairs", minimum=1)
+    if not np.all(np.isfinite(h)):
+        raise InputError("pair_h contains NaN/inf values: recompute it from finite activations")
+    panel = _sample(oot_panel_scores, "oot_panel_scores", min_size=2)
     a_split = _alpha(alpha_split, "alpha_split")
     a_cal = _alpha(alpha_calibrated, "alpha_calibrated")
-    seed = _seed(seed)
-    scores = subset_scores(h)
-    n_panel = h.shape[0]
-    if 1.0 / n_panel >= a_cal:
+    if 1.0 / (panel.size + 1) >= a_cal:
         raise InputError(
-            f"with {n_panel} panel subsets the smallest leave-one-out p-value is 1/{n_panel} ≥ "
-            f"alpha_calibrated={a_cal}, so the calibrated false-positive rate would be 0 by "
-            f"construction: give more than {int(np.ceil(1 / a_cal))} subsets"
+            f"with a panel of {panel.size} subsets the smallest rank p-value is "
+            f"1/{panel.size + 1} ≥ alpha_calibrated={a_cal}, so the calibrated check could "
+            f"never fail: use a panel of at least {int(np.ceil(1 / a_cal))} subsets"
         )
-    rng = np.random.default_rng(seed)
-    pairs = np.array([rng.choice(n_panel, 2, replace=False) for _ in range(n_pairs)])
     split_p = np.array(
-        [stats.mannwhitneyu(h[a], h[b], alternative="greater").pvalue for a, b in pairs]
+        [stats.mannwhitneyu(a, b, alternative="greater").pvalue for a, b in h], dtype=np.float64
     )
-    p_in = np.array(
-        [(1 + np.sum(np.delete(scores, a) >= scores[a])) / n_panel for a in pairs[:, 0]]
-    )
+    scores = h.mean(axis=2).ravel()  # A then B of each pair
+    p_in = (1 + (panel[None, :] >= scores[:, None]).sum(axis=1)) / (panel.size + 1)
+    p_over = (1 + (panel[None, :] <= scores[:, None]).sum(axis=1)) / (panel.size + 1)
     return NullCalibration(
         split_test_fpr=float(np.mean(split_p < a_split)),
         calibrated_fpr=float(np.mean(p_in < a_cal)),
-        n_pairs=int(n_pairs),
+        over_unlearned_fpr=float(np.mean(p_over < a_cal)),
+        n_pairs=int(h.shape[0]),
+        alpha_split=a_split,
+        alpha_calibrated=a_cal,
+        split_p_values=split_p,
+        calibrated_p_in=p_in.astype(np.float64),
+        calibrated_p_over=p_over.astype(np.float64),
+    )
+
+
+def pool_null_checks(checks: Sequence[NullCalibration]) -> NullCalibration:
+    """Pool the null checks of several independent draws into one set of rates."""
+    if not checks:
+        raise InputError("pool_null_checks needs at least one null check")
+    levels = {(c.alpha_split, c.alpha_calibrated) for c in checks}
+    if len(levels) != 1:
+        raise InputError(f"null checks with different levels cannot be pooled: {sorted(levels)}")
+    a_split, a_cal = levels.pop()
+    split_p = np.concatenate([c.split_p_values for c in checks])
+    p_in = np.concatenate([c.calibrated_p_in for c in checks])
+    p_over = np.concatenate([c.calibrated_p_over for c in checks])
+    return NullCalibration(
+        split_test_fpr=float(np.mean(split_p < a_split)),
+        calibrated_fpr=float(np.mean(p_in < a_cal)),
+        over_unlearned_fpr=float(np.mean(p_over < a_cal)),
+        n_pairs=int(split_p.size),
         alpha_split=a_split,
         alpha_calibrated=a_cal,
         split_p_values=split_p,
         calibrated_p_in=p_in,
+        calibrated_p_over=p_over,
     )
 
 
@@ -588,34 +652,81 @@ def null_calibration(
 ) -> NullCalibration:
     """Measure both tests' false-positive rates on data known to be out-of-training.
 
-    Draws ``panel_size + 1`` subsets of ``subset_size`` rows from the pool (e.g. D_te;
-    disjoint where it allows) — so each leave-one-out comparison has a panel of
-    ``panel_size``, as a calibrated verdict does — computes their split-half HSIC and applies
-    :func:`null_calibration_from_panel`.
+    The pool (e.g. D_te) is split at random into two halves, as an evaluation splits it: the
+    panel of ``panel_size`` subsets is drawn from the first half (disjoint where it allows),
+    the ``n_pairs`` pairs of disjoint subsets from the second; then :func:`null_check`.
 
     Args:
         oot_acts: ``(N, d)`` activations of the out-of-training pool. subset_size: n.
         sigma: numeric σ. n_pairs: number of pairs (default 20). panel_size: R ≥ 3.
         n_splits, estimator, seed, device: as in :func:`sde_core.stats.hsic.split_half_hsic_batch`.
+
+    Raises:
+        InputError: the pool cannot hold the panel and disjoint pairs outside it.
     """
     acts = as_float_matrix(oot_acts, "oot_acts")
     pool = acts.shape[0]
+    n_pairs = check_int(n_pairs, "n_pairs", minimum=1)
     panel_size = check_int(panel_size, "panel_size", minimum=3)
     subset_size = check_int(subset_size, "subset_size", minimum=1)
-    if 2 * subset_size > pool:
+    seed = _seed(seed)
+    half = pool // 2
+    if 2 * subset_size > half:
         raise InputError(
-            f"the null check needs disjoint subsets of {subset_size} rows but the pool has "
-            f"{pool}: lower the subset size to at most {pool // 2}"
+            f"the null check needs two disjoint subsets of {subset_size} rows outside the panel, "
+            f"i.e. 2 × {subset_size} rows in the half of the pool the panel does not use, but "
+            f"the pool has {pool} rows: lower the subset size to at most {max(1, half // 2)}"
         )
     rng = np.random.default_rng(seed)
-    subsets = disjoint_subsets(pool, subset_size, panel_size + 1, rng)
-    h = split_half_hsic_batch(
-        acts,
-        subsets,
-        n_splits=n_splits,
-        sigma=sigma,
-        estimator=estimator,
-        seed=seed,
-        device=device,
+    perm = rng.permutation(pool)
+    panel_rows, pair_rows = perm[: pool - half], perm[pool - half :]
+    panel = panel_rows[disjoint_subsets(panel_rows.size, subset_size, panel_size, rng)]
+    pairs = np.stack(
+        [pair_rows[rng.permutation(half)[: 2 * subset_size]] for _ in range(n_pairs)]
+    ).reshape(2 * n_pairs, subset_size)
+    panel_h = split_half_hsic_batch(acts, panel, n_splits, sigma, estimator, seed, device)
+    pair_h = split_half_hsic_batch(acts, pairs, n_splits, sigma, estimator, seed + 1, device)
+    return null_check(
+        pair_h.reshape(n_pairs, 2, -1), subset_scores(panel_h), alpha_split, alpha_calibrated
     )
-    return null_calibration_from_panel(h, n_pairs, alpha_split, alpha_calibrated, seed)
+
+
+@dataclass(frozen=True)
+class OverUnlearningTest:
+    """Model-level over-unlearning test (method §12).
+
+    Attributes:
+        p_value: Fisher's combination of the per-draw p-values (small: the targets are, as a
+            whole, less dependent than unseen data).
+        draw_p_values: per draw, ``(1 + #{r : s(OOT_r) ≤ median target score}) / (R + 1)``.
+    """
+
+    p_value: float
+    draw_p_values: tuple[float, ...]
+
+
+def over_unlearning_test(
+    target_scores: Sequence[object], oot_panel_scores: Sequence[object]
+) -> OverUnlearningTest:
+    """Are the targets, as a whole, significantly *less* dependent than unseen data?
+
+    For each independent draw b, the median score of its targets is ranked against its own OOT
+    panel: ``p_b = (1 + #{r : s(OOT_r) ≤ median_b}) / (R + 1)``. When the targets are
+    exchangeable with the panel the median of several targets concentrates near the panel's
+    centre, so ``p_b`` is conservative; the draws are independent, so Fisher's method combines
+    them: ``p = P(χ²_{2B} ≥ −2 Σ log p_b)``.
+
+    Args:
+        target_scores: per draw, the ``(t_b,)`` scores of its targets.
+        oot_panel_scores: per draw, the ``(R,)`` scores of its OOT panel.
+    """
+    if len(target_scores) == 0 or len(target_scores) != len(oot_panel_scores):
+        raise InputError("give the targets' and the OOT panel's scores of every draw (≥ 1)")
+    draw_p = []
+    for b, (t, oot) in enumerate(zip(target_scores, oot_panel_scores, strict=True)):
+        med = float(np.median(_sample(t, f"target scores of draw {b}")))
+        panel = _sample(oot, f"OOT panel scores of draw {b}")
+        draw_p.append((1 + int(np.sum(panel <= med))) / (panel.size + 1))
+    statistic = -2.0 * float(np.sum(np.log(draw_p)))
+    p = float(stats.chi2.sf(statistic, 2 * len(draw_p)))
+    return OverUnlearningTest(p_value=p, draw_p_values=tuple(draw_p))

@@ -169,22 +169,37 @@ def _run_unlearn(job: PlanJob, ctx: JobContext, original: PlanJob) -> JobResult:
 _POINT_COLUMNS = (
     "dim",
     "sigma",
+    "draws",
     "f1",
+    "f1_lo",
+    "f1_hi",
+    "f1_raw",
     "f1_precision",
     "f1_recall",
     "otr",
     "otr_lo",
     "otr_hi",
+    "otr_raw",
     "references_valid",
     "reference_p",
     "dependence_score",
+    "dependence_score_raw",
     "panel_valid",
     "panel_p",
     "calibrated_otr",
+    "calibrated_otr_lo",
+    "calibrated_otr_hi",
+    "calibrated_otr_raw",
     "calibrated_f1",
+    "calibrated_f1_raw",
+    "over_unlearned_rate",
+    "over_unlearning_p",
+    "inconclusive_reason",
+    "null_pairs",
     "null_split_fpr",
     "null_calibrated_fpr",
     "score_spread_corr",
+    "score_spread_corr_within",
     "mmd_f1",
     "w2_f1",
     "acc_r",
@@ -238,8 +253,7 @@ def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
     with_asr = sp["classic"] == "asr"
     inputs = ModelInputs(
         name=job.labels["model"],
-        # the F1 negatives: D_f for "retrained" (method §5, §4.1), D_te for every other role
-        role="retrained" if sp["f1_negatives"] == "forget" else "unlearned",
+        role=job.labels.get("role", ""),
         train_acts=train_acts,
         test_acts=test_acts,
         train_probs=acts["train"]["output"] if with_asr else None,
@@ -247,7 +261,8 @@ def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
         train_labels=bundle.train_labels if with_asr else None,
         test_labels=bundle.test_labels if with_asr else None,
     )
-    ev = evaluate_arrays(inputs, plan, settings)
+    # the F1 negatives: D_f for a model retrained without it (method §5, §4.1), D_te otherwise
+    ev = evaluate_arrays(inputs, plan, settings, f1_negatives=sp["f1_negatives"])
     row = {**job.labels, **{k: ev.summary[k] for k in _POINT_COLUMNS}}
     if not with_asr:
         p_tr, p_te = acts["train"]["output"], acts["test"]["output"]
@@ -259,7 +274,7 @@ def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
     tables: dict[str, list[dict[str, Any]]] = {"points": [row]}
     arrays: dict[str, np.ndarray] = {}
     if sp["histogram"]:
-        sets = {
+        sets = {  # draw 0's references and its first target (judged against them)
             "S_IT": ev.arrays["it_h"],
             "S_OOT": ev.arrays["oot_h"],
             "S_target": ev.arrays["targets_h"][0],

@@ -1,0 +1,654 @@
+"""One model's evaluation, stage by stage, with partial results after each stage (method §12).
+
+:class:`ModelRun` evaluates one model from its activations (:class:`ModelInputs`) in the order a
+page shows things:
+
+1. per draw b = 0, 1, …: S_IT, S_OOT and the draw's targets (``"references"``: the first
+   histogram and JSD decisions), then the draw's reference panels (``"panels"``: calibrated
+   verdicts and the gate);
+2. the controlled F1 subsets of every draw (``"controls"``);
+3. the null check's pairs (``"null"``);
+4. the classic metrics (``"classic"``: accuracies and the MIA attack, σ-independent);
+5. the MMD baseline (``"mmd"``), then the exact Wasserstein-2 baseline (``"w2"``, O(n³) per
+   pair, last so it never delays anything else).
+
+:meth:`ModelRun.steps` yields a :class:`PartialEvaluation` after every step; its
+:meth:`~PartialEvaluation.evaluation` builds the :class:`ModelEvaluation` of everything finished
+so far (numbers of unfinished parts are NaN, and the gate withholds the headline numbers until the
+first panel is known). Stopping the iteration (or a ``cancelled()`` that returns True in
+:func:`run_model`) keeps every finished stage in the :class:`~.stages.StageCache`, so running
+again resumes where it stopped. The final result is identical, number for number, to a one-shot
+evaluation with the same settings: both run the same stages on the same batches and seeds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any, cast
+
+import numpy as np
+
+from sde_core.common.hashing import array_sha256
+from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.plan import (
+    F1_NEGATIVE_POOLS,
+    F1Negatives,
+    HGroup,
+    SubsetPlan,
+    default_f1_negatives,
+)
+from sde_core.pipeline.evaluation.stages import (
+    StageCache,
+    classic_key,
+    compute_h,
+    distance_key,
+    h_key,
+    mmd_key,
+    w2_key,
+)
+from sde_core.pipeline.evaluation.statistics import (
+    DrawState,
+    control_statistics,
+    core_statistics,
+    draw_null_check,
+    panel_statistics,
+    summarize,
+)
+from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary
+from sde_core.pipeline.model_inputs import ModelInputs, Progress
+from sde_core.pipeline.settings import EvalSettings
+from sde_core.stats.baselines import nearest_reference_batch, wasserstein2
+from sde_core.stats.decision import controlled_f1
+from sde_core.stats.hsic import SigmaRule, resolve_sigma
+
+__all__ = [
+    "STAGES",
+    "EvaluationCancelled",
+    "ModelEvaluation",
+    "ModelRun",
+    "PartialEvaluation",
+    "evaluate_arrays",
+    "run_model",
+]
+
+#: The stages of a model's evaluation, in the order they run.
+STAGES: tuple[str, ...] = ("references", "panels", "controls", "null", "classic", "mmd", "w2")
+
+_NAN = float("nan")
+
+
+@dataclass
+class ModelEvaluation:
+    """Everything computed for one model.
+
+    Attributes:
+        model: the headline result (:class:`ModelSummary`); ``summary`` is its table row.
+        draws: each draw's own statistics (:class:`DrawSummary`).
+        subsets: one row per scored subset: ``model, kind, draw, index, score, h_median,
+            spread`` and, for targets and controls (``kind`` ``"target"``/``"f1"``), ``d_it,
+            d_oot, decision, in_training_raw, p_in, p_out, p_over, verdict,
+            label_in_training``; kinds ``it_ref``, ``oot_ref``, ``it_panel``, ``oot_panel`` and
+            ``null`` (the null check's subsets, A then B of each pair).
+        arrays: raw H arrays: ``it_h``/``oot_h`` ``(K,)`` (draw 0's references), ``it_h_draws``
+            / ``oot_h_draws`` ``(B, K)``, ``targets_h`` ``(T, K)`` (draw by draw; the draw of
+            each row is ``target_draw`` ``(T,)``), ``f1_h`` ``(T, K)`` (positives of every draw,
+            then negatives), ``panel_it_h``/``panel_oot_h`` ``(B·R, K)``, ``null_h``
+            ``(2P, K)``.
+        complete: whether every requested stage finished.
+    """
+
+    model: ModelSummary
+    draws: list[DrawSummary]
+    subsets: list[dict[str, Any]]
+    arrays: dict[str, np.ndarray]
+    complete: bool = True
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The ``models`` table row (:meth:`ModelSummary.to_row`)."""
+        return self.model.to_row()
+
+
+class EvaluationCancelled(Exception):
+    """Raised by :func:`run_model` when ``cancelled()`` returned True between two stages.
+
+    Attributes:
+        partial: the last :class:`PartialEvaluation` (its finished stages are cached).
+    """
+
+    def __init__(self, partial: PartialEvaluation | None) -> None:
+        super().__init__("evaluation stopped; finished stages are kept and a rerun resumes")
+        self.partial = partial
+
+
+@dataclass
+class PartialEvaluation:
+    """Progress of a :class:`ModelRun` after one step.
+
+    Attributes:
+        model: the model's name. stage: one of :data:`STAGES`. label: what just finished, in
+            words (``"draw 1 of 5: references and targets"``). done, total: steps finished and
+            planned. complete: True after the last step.
+    """
+
+    model: str
+    stage: str
+    label: str
+    done: int
+    total: int
+    complete: bool
+    _run: ModelRun = field(repr=False)
+    _state: _Snapshot = field(repr=False)
+    _cached: ModelEvaluation | None = field(default=None, repr=False)
+
+    def evaluation(self) -> ModelEvaluation:
+        """The :class:`ModelEvaluation` of everything finished at this step (built on first
+        call from a snapshot taken at the step, so later steps do not change it; cheap — no
+        HSIC is recomputed)."""
+        if self._cached is None:
+            self._cached = self._run.evaluation(complete=self.complete, state=self._state)
+        return self._cached
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What a :class:`ModelRun` had finished at one step (shallow copies)."""
+
+    draws: tuple[DrawState, ...]
+    extras: dict[str, Any]
+    elapsed: float
+
+
+class ModelRun:
+    """The staged evaluation of one model (see the module docstring).
+
+    Args:
+        inputs: the model's activations, probabilities and labels.
+        plan: the subsets (:func:`~.plan.draw_subsets`, shared by all models).
+        settings: evaluation settings.
+        f1_negatives: pool of the controlled F1's negatives (``"forget"`` or ``"test"``;
+            default: method §5's choice for ``inputs.role``).
+        cache: the stage cache (default: none — a one-shot evaluation).
+        stages: the stages to run (default all of :data:`STAGES`; ``"references"`` always runs).
+
+    Raises:
+        SettingsError: malformed activations, an unknown stage or F1 pool.
+    """
+
+    def __init__(
+        self,
+        inputs: ModelInputs,
+        plan: SubsetPlan,
+        settings: EvalSettings,
+        *,
+        f1_negatives: F1Negatives | None = None,
+        cache: StageCache | None = None,
+        stages: Collection[str] = STAGES,
+    ) -> None:
+        tr, te = inputs.train_acts, inputs.test_acts
+        if tr.ndim != 2 or te.ndim != 2 or tr.shape[1] != te.shape[1]:
+            raise SettingsError(
+                f"train/test activations must be (n, d) with the same d; got {tr.shape} and "
+                f"{te.shape}"
+            )
+        unknown = sorted(set(stages) - set(STAGES))
+        if unknown:
+            raise SettingsError(f"unknown stages {unknown}; stages are {list(STAGES)}")
+        pool = f1_negatives or default_f1_negatives(inputs.role)
+        if pool not in F1_NEGATIVE_POOLS:
+            raise SettingsError(
+                f"f1_negatives must be one of {list(F1_NEGATIVE_POOLS)}; got {pool!r}"
+            )
+        self.inputs, self.plan, self.settings = inputs, plan, settings
+        self.f1_negatives: F1Negatives = pool
+        self.cache = cache or StageCache(None, memory_items=0)
+        self.stages = frozenset(stages) | {"references"}
+        self.draws = [DrawState(d.index) for d in plan.draws]
+        self.extras: dict[str, Any] = {
+            "seconds": _NAN if inputs.seconds is None else float(inputs.seconds)
+        }
+        self._groups = [d.groups(settings.seed, pool) for d in plan.draws]
+        self._digests: dict[str, str] = {}
+        self._elapsed = 0.0
+        rule = cast(SigmaRule, settings.sigma)
+        self.sigma = resolve_sigma(rule, self._reference_activations(), seed=settings.seed)
+
+    # ------------------------------------------------------------------ inputs
+
+    def _reference_activations(self) -> np.ndarray:
+        it_rows, oot_rows = self.plan.reference_rows()
+        return np.concatenate([self.inputs.train_acts[it_rows], self.inputs.test_acts[oot_rows]])
+
+    def _acts(self, side: str) -> np.ndarray:
+        return self.inputs.train_acts if side == "train" else self.inputs.test_acts
+
+    def _digest(self, name: str) -> str:
+        """Content hash of one of the inputs' arrays (computed once)."""
+        if name not in self._digests:
+            value = {
+                "train": self.inputs.train_acts,
+                "test": self.inputs.test_acts,
+                "train_probs": self.inputs.train_probs,
+                "test_probs": self.inputs.test_probs,
+                "train_labels": self.inputs.train_labels,
+                "test_labels": self.inputs.test_labels,
+            }[name]
+            assert value is not None
+            self._digests[name] = array_sha256(np.asarray(value))
+        return self._digests[name]
+
+    # ------------------------------------------------------------------ stages
+
+    def _h(self, group: HGroup) -> dict[str, np.ndarray]:
+        acts = self._acts(group.side)
+        key = ""
+        if self.cache.enabled:
+            dist = distance_key(self._digest(group.side), group.rows)
+            key = h_key(dist, self.sigma, self.settings, group.seed)
+            found = self.cache.get("h", key)
+            if found is not None:
+                return found
+        out = compute_h(acts, group, self.sigma, self.settings)
+        if self.cache.enabled:
+            self.cache.put("h", key, out)
+        return out
+
+    def _core(self, b: int) -> None:
+        st, groups = self.draws[b], self._groups[b]
+        tr, te = self._h(groups["core_train"]), self._h(groups["core_test"])
+        st.arrays.update(it_h=tr["h"][0], targets_h=tr["h"][1:], oot_h=te["h"][0])
+        st.spreads.update(it_ref=tr["spread"][:1], targets=tr["spread"][1:], oot_ref=te["spread"])
+        st.core = core_statistics(
+            st.arrays["it_h"], st.arrays["oot_h"], st.arrays["targets_h"], self.settings
+        )
+
+    def _panel(self, b: int) -> None:
+        st, groups = self.draws[b], self._groups[b]
+        it, oot = self._h(groups["panel_train"]), self._h(groups["panel_test"])
+        st.arrays.update(panel_it_h=it["h"], panel_oot_h=oot["h"])
+        st.spreads.update(panel_it=it["spread"], panel_oot=oot["spread"])
+        assert st.core is not None
+        st.panel = panel_statistics(st.core, it["h"], oot["h"], self.settings)
+        if st.controls is not None:  # controls finished first (stage subset): add verdicts
+            self._control_stats(b)
+        if "null_h" in st.arrays:
+            st.null = draw_null_check(st, self.settings)
+
+    def _controls(self, b: int) -> None:
+        st, groups = self.draws[b], self._groups[b]
+        pos, neg = self._h(groups["controls_pos"]), self._h(groups["controls_neg"])
+        st.arrays.update(pos_h=pos["h"], neg_h=neg["h"])
+        st.spreads.update(pos=pos["spread"], neg=neg["spread"])
+        self._control_stats(b)
+
+    def _control_stats(self, b: int) -> None:
+        st = self.draws[b]
+        st.controls = control_statistics(
+            st.arrays["it_h"], st.arrays["oot_h"], st.arrays["pos_h"], st.arrays["neg_h"],
+            st.panel, self.settings,
+        )  # fmt: skip
+
+    def _null(self, b: int) -> None:
+        st = self.draws[b]
+        out = self._h(self._groups[b]["null"])
+        st.arrays["null_h"] = out["h"]
+        st.spreads["null"] = out["spread"]
+        st.null = draw_null_check(st, self.settings)
+
+    def _classic(self) -> None:
+        inp = self.inputs
+        if inp.train_probs is None or inp.test_probs is None or inp.train_labels is None:
+            return
+        from sde_core.learning.metrics import metrics_from_probs
+
+        key = ""
+        if self.cache.enabled:
+            digests = {
+                name: self._digest(name)
+                for name in ("train_probs", "test_probs", "train_labels", "test_labels")
+            }
+            digests["forget"] = array_sha256(self.plan.forget)
+            digests["retain"] = array_sha256(self.plan.retain)
+            key = classic_key(digests, self.settings.seed)
+            found = self.cache.get("classic", key)
+            if found is not None:
+                self.extras.update({k: float(v) for k, v in found.items()})
+                return
+        m = metrics_from_probs(
+            inp.train_probs, inp.train_labels, inp.test_probs, inp.test_labels,
+            self.plan.forget, self.plan.retain, seed=self.settings.seed,
+        )  # fmt: skip
+        values = {"acc_r": m.acc_r, "acc_f": m.acc_f, "acc_te": m.acc_te, "asr": m.asr}
+        if self.cache.enabled:
+            self.cache.put(
+                "classic", key, {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
+            )
+        self.extras.update(values)
+
+    def _baseline_clouds(self, b: int) -> tuple[list[np.ndarray], list[object]]:
+        """``(rows, activations)`` of draw b's baseline controls: positives then negatives."""
+        d = self.plan.draws[b]
+        k = d.baseline_controls
+        neg_acts = self._acts("train" if self.f1_negatives == "forget" else "test")
+        rows = list(d.f1_pos[:k]) + list(d.f1_negatives(self.f1_negatives)[:k])
+        acts: list[object] = [self.inputs.train_acts[r] for r in d.f1_pos[:k]]
+        acts += [neg_acts[r] for r in d.f1_negatives(self.f1_negatives)[:k]]
+        return rows, acts
+
+    def _reference_digests(self, b: int) -> dict[str, str]:
+        d = self.plan.draws[b]
+        return {
+            "train": self._digest("train"),
+            "test": self._digest("test"),
+            "it": array_sha256(d.it_ref),
+            "oot": array_sha256(d.oot_ref),
+            "negatives": self.f1_negatives,
+        }
+
+    def _mmd(self) -> None:
+        for b, d in enumerate(self.plan.draws):
+            if d.baseline_controls == 0:
+                continue
+            rows, clouds = self._baseline_clouds(b)
+            key = ""
+            if self.cache.enabled:
+                parts = {**self._reference_digests(b), "controls": array_sha256(np.stack(rows))}
+                key = mmd_key(parts, self.sigma)
+                found = self.cache.get("mmd", key)
+                if found is not None:
+                    self.draws[b].mmd = found["d"]
+                    continue
+            it = self.inputs.train_acts[d.it_ref]
+            oot = self.inputs.test_acts[d.oot_ref]
+            dec = nearest_reference_batch(clouds, it, oot, "mmd", self.sigma)
+            out = np.array([[x.d_it, x.d_oot] for x in dec])
+            if self.cache.enabled:
+                self.cache.put("mmd", key, {"d": out})
+            self.draws[b].mmd = out
+
+    def _w2_pair(self, b: int, i: int) -> np.ndarray:
+        """Exact W2 of draw b's baseline control i to its S_IT and S_OOT (cached per control)."""
+        d = self.plan.draws[b]
+        rows, clouds = self._baseline_clouds(b)
+        key = ""
+        if self.cache.enabled:
+            key = w2_key({**self._reference_digests(b), "control": array_sha256(rows[i])})
+            found = self.cache.get("w2", key)
+            if found is not None:
+                return found["d"]
+        it = self.inputs.train_acts[d.it_ref]
+        oot = self.inputs.test_acts[d.oot_ref]
+        out = np.array([wasserstein2(clouds[i], it), wasserstein2(clouds[i], oot)])
+        if self.cache.enabled:
+            self.cache.put("w2", key, {"d": out})
+        return out
+
+    # ------------------------------------------------------------------ schedule
+
+    def _schedule(self) -> list[tuple[str, str, Callable[[], None]]]:
+        """``(stage, label, action)`` of every step, in order."""
+        n_draws = len(self.plan.draws)
+        steps: list[tuple[str, str, Callable[[], None]]] = []
+        for b in range(n_draws):
+            of = f"draw {b + 1} of {n_draws}"
+            steps.append(("references", f"{of}: references and targets", partial(self._core, b)))
+            if "panels" in self.stages:
+                steps.append(("panels", f"{of}: reference panels", partial(self._panel, b)))
+        if "controls" in self.stages:
+            for b in range(n_draws):
+                label = f"controlled F1: draw {b + 1} of {n_draws}"
+                steps.append(("controls", label, partial(self._controls, b)))
+        if "null" in self.stages:
+            for b in range(n_draws):
+                if "null" in self._groups[b]:
+                    label = f"null check: draw {b + 1} of {n_draws}"
+                    steps.append(("null", label, partial(self._null, b)))
+        if "classic" in self.stages:
+            steps.append(("classic", "accuracies and membership attack", self._classic))
+        baseline = self.settings.baseline_targets > 0 and "controls" in self.stages
+        if baseline and "mmd" in self.stages:
+            steps.append(("mmd", "MMD baseline", self._mmd))
+        if baseline and "w2" in self.stages:
+            for b, d in enumerate(self.plan.draws):
+                for i in range(2 * d.baseline_controls):
+                    label = f"Wasserstein-2 baseline: draw {b + 1}, subset {i + 1}"
+                    steps.append(("w2", label, partial(self._w2_step, b, i)))
+        return steps
+
+    def _w2_step(self, b: int, i: int) -> None:
+        st = self.draws[b]
+        k2 = 2 * self.plan.draws[b].baseline_controls
+        if st.w2 is None:
+            st.w2 = np.full((k2, 2), np.nan)
+        st.w2[i] = self._w2_pair(b, i)
+
+    def _snapshot(self) -> _Snapshot:
+        draws = tuple(
+            replace(
+                st,
+                arrays=dict(st.arrays),
+                spreads=dict(st.spreads),
+                w2=None if st.w2 is None else st.w2.copy(),
+            )
+            for st in self.draws
+        )
+        return _Snapshot(draws=draws, extras=dict(self.extras), elapsed=self._elapsed)
+
+    def steps(self) -> Iterator[PartialEvaluation]:
+        """Run every step, yielding a :class:`PartialEvaluation` after each."""
+        schedule = self._schedule()
+        for done, (stage, label, action) in enumerate(schedule, start=1):
+            t0 = time.perf_counter()
+            action()
+            self._elapsed += time.perf_counter() - t0
+            yield PartialEvaluation(
+                model=self.inputs.name, stage=stage, label=label, done=done,
+                total=len(schedule), complete=done == len(schedule), _run=self,
+                _state=self._snapshot(),
+            )  # fmt: skip
+
+    # ------------------------------------------------------------------ results
+
+    def _baseline_f1(self, draws: tuple[DrawState, ...], attr: str) -> float:
+        truth: list[bool] = []
+        pred: list[bool] = []
+        for b, d in enumerate(self.plan.draws):
+            values = getattr(draws[b], attr)
+            k = d.baseline_controls
+            if values is None or k == 0 or np.isnan(values).any():
+                continue
+            truth += [True] * k + [False] * k
+            pred += [bool(x) for x in values[:, 0] <= values[:, 1]]
+        return controlled_f1(truth, pred).f1 if truth else _NAN
+
+    def evaluation(self, complete: bool = True, state: _Snapshot | None = None) -> ModelEvaluation:
+        """The :class:`ModelEvaluation` of everything finished so far (or at ``state``)."""
+        snap = state or self._snapshot()
+        inp, s = self.inputs, self.settings
+        identity = {
+            "name": inp.name,
+            "role": inp.role,
+            "method": inp.method,
+            "layer": s.layer,
+            "dim": int(inp.train_acts.shape[1]),
+            "sigma": float(self.sigma),
+            "f1_negatives": self.f1_negatives,
+        }
+        extras = dict(snap.extras)
+        extras["mmd_f1"] = self._baseline_f1(snap.draws, "mmd")
+        extras["w2_f1"] = self._baseline_f1(snap.draws, "w2")
+        extras["baseline_controls"] = 2 * sum(d.baseline_controls for d in self.plan.draws)
+        extras["eval_seconds"] = snap.elapsed
+        summary, draws = summarize(identity, snap.draws, s, extras, self.plan.notes)
+        return ModelEvaluation(
+            model=summary,
+            draws=draws,
+            subsets=self._subset_rows(snap.draws, summary),
+            arrays=self._arrays(snap.draws),
+            complete=complete,
+        )
+
+    def _subset_rows(
+        self, states: tuple[DrawState, ...], summary: ModelSummary
+    ) -> list[dict[str, Any]]:
+        name = self.inputs.name
+        paper_ok = summary.references_valid and summary.panel_valid
+        cal_ok = summary.panel_valid
+        rows: list[dict[str, Any]] = []
+
+        def plain(kind: str, draw: int, index: int, h: np.ndarray, spread: float) -> None:
+            rows.append(
+                {"model": name, "kind": kind, "draw": draw, "index": index,
+                 "score": float(h.mean()), "h_median": float(np.median(h)), "spread": float(spread)}
+            )  # fmt: skip
+
+        def judged(kind, draw, index, h, spread, decision, verdict, label) -> None:  # type: ignore[no-untyped-def]
+            plain(kind, draw, index, h, spread)
+            rows[-1].update(
+                {
+                    "d_it": decision.d_it,
+                    "d_oot": decision.d_oot,
+                    "decision": decision.label if paper_ok else "inconclusive",
+                    "in_training_raw": decision.in_training,
+                    "p_in": _NAN if verdict is None else verdict.p_in,
+                    "p_out": _NAN if verdict is None else verdict.p_out,
+                    "p_over": _NAN if verdict is None else verdict.p_over,
+                    "verdict": verdict.verdict
+                    if verdict is not None and cal_ok
+                    else "inconclusive",
+                    "label_in_training": label,
+                }
+            )
+
+        for st, d in zip(states, self.plan.draws, strict=True):
+            if st.core is None:
+                continue
+            plain("it_ref", d.index, d.index, st.arrays["it_h"], st.spreads["it_ref"][0])
+            plain("oot_ref", d.index, d.index, st.arrays["oot_h"], st.spreads["oot_ref"][0])
+            verdicts = st.panel.verdicts if st.panel is not None else [None] * len(d.targets)
+            for j, (h, sp, dec, ver) in enumerate(
+                zip(
+                    st.arrays["targets_h"],
+                    st.spreads["targets"],
+                    st.core.decisions,
+                    verdicts,
+                    strict=True,
+                )
+            ):
+                judged("target", d.index, int(d.target_index[j]), h, sp, dec, ver, None)
+            if st.panel is not None:
+                for kind, key in (("it_panel", "panel_it"), ("oot_panel", "panel_oot")):
+                    for j, (h, sp) in enumerate(
+                        zip(st.arrays[f"{key}_h"], st.spreads[key], strict=True)
+                    ):
+                        plain(kind, d.index, d.index * self.settings.panel_size + j, h, sp)
+            if "null_h" in st.arrays:
+                for j, (h, sp) in enumerate(
+                    zip(st.arrays["null_h"], st.spreads["null"], strict=True)
+                ):
+                    plain("null", d.index, j, h, sp)
+        index = 0
+        for sign, key in ((True, "pos"), (False, "neg")):
+            for st in states:
+                if st.controls is None:
+                    continue
+                offset = 0 if sign else len(st.arrays["pos_h"])
+                control_verdicts = st.controls.verdicts
+                for j, (h, sp) in enumerate(
+                    zip(st.arrays[f"{key}_h"], st.spreads[key], strict=True)
+                ):
+                    ver = None if control_verdicts is None else control_verdicts[offset + j]
+                    judged(
+                        "f1", st.index, index, h, sp, st.controls.decisions[offset + j], ver, sign
+                    )
+                    index += 1
+        return rows
+
+    def _arrays(self, states: tuple[DrawState, ...]) -> dict[str, np.ndarray]:
+        done = [st for st in states if st.core is not None]
+        if not done:
+            return {}
+        out: dict[str, np.ndarray] = {
+            "it_h": done[0].arrays["it_h"],
+            "oot_h": done[0].arrays["oot_h"],
+            "it_h_draws": np.stack([st.arrays["it_h"] for st in done]),
+            "oot_h_draws": np.stack([st.arrays["oot_h"] for st in done]),
+            "targets_h": np.vstack([st.arrays["targets_h"] for st in done]),
+            "target_draw": np.concatenate(
+                [np.full(len(st.arrays["targets_h"]), st.index, dtype=np.int64) for st in done]
+            ),
+        }
+        for key in ("panel_it_h", "panel_oot_h", "null_h"):
+            parts = [st.arrays[key] for st in done if key in st.arrays]
+            if parts:
+                out[key] = np.vstack(parts)
+        pos = [st.arrays["pos_h"] for st in done if "pos_h" in st.arrays]
+        if pos:
+            out["f1_h"] = np.vstack(
+                pos + [st.arrays["neg_h"] for st in done if "neg_h" in st.arrays]
+            )
+        return out
+
+
+def run_model(
+    run: ModelRun,
+    *,
+    on_update: Callable[[PartialEvaluation], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    progress: Progress | None = None,
+) -> ModelEvaluation:
+    """Run every step of ``run`` and return the final :class:`ModelEvaluation`.
+
+    Args:
+        run: the :class:`ModelRun`.
+        on_update: called with each :class:`PartialEvaluation` (e.g. to redraw a page).
+        cancelled: checked before every step; when it returns True,
+            :class:`EvaluationCancelled` is raised (finished stages stay cached).
+        progress: ``progress(stage, done, total)`` callback (labels prefixed by the model).
+
+    Raises:
+        EvaluationCancelled: ``cancelled()`` returned True.
+    """
+    last: PartialEvaluation | None = None
+    steps = run.steps()
+    while True:
+        if cancelled is not None and cancelled():
+            raise EvaluationCancelled(last)
+        try:
+            last = next(steps)
+        except StopIteration:
+            break
+        if progress is not None:
+            progress(f"{last.model}: {last.label}", last.done, last.total)
+        if on_update is not None:
+            on_update(last)
+    return run.evaluation(complete=True)
+
+
+def evaluate_arrays(
+    inputs: ModelInputs,
+    plan: SubsetPlan,
+    settings: EvalSettings,
+    progress: Progress | None = None,
+    *,
+    f1_negatives: F1Negatives | None = None,
+    cache: StageCache | None = None,
+    stages: Collection[str] = STAGES,
+) -> ModelEvaluation:
+    """Evaluate one model from its activations (a pure function of its arguments).
+
+    Args:
+        inputs: the model's activations, probabilities and labels.
+        plan: the subsets from :func:`~.plan.draw_subsets` (shared by all models).
+        settings: the evaluation settings.
+        progress: optional ``progress(stage, done, total)`` callback.
+        f1_negatives: the controlled F1's negative pool (default: method §5's choice for the
+            role: D_f for ``"retrained"``, D_te otherwise).
+        cache: a :class:`~.stages.StageCache` to read and fill (default: none).
+        stages: the stages to run (default all).
+    """
+    run = ModelRun(inputs, plan, settings, f1_negatives=f1_negatives, cache=cache, stages=stages)
+    return run_model(run, progress=progress)

@@ -1,0 +1,307 @@
+"""One model's result as typed records: the ``models`` row, the per-draw rows, the JSON document.
+
+:class:`ModelSummary` is the one schema from which the results store's ``models`` columns, the
+CLI table and the JSON document of method §10 derive; :class:`DrawSummary` is one row of the
+``draws`` table (each draw's own, ungated statistics). NaN marks a number that is not available:
+withheld by the gate (``inconclusive_reason`` says why), not computed (baselines off, no
+probabilities) or not yet computed (a partial, staged evaluation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = ["CLI_COLUMNS", "DrawSummary", "ModelSummary", "json_number"]
+
+_NAN = float("nan")
+
+
+def json_number(x: Any) -> Any:
+    """A JSON-safe scalar: None for None/NaN/inf, bool for booleans, int for integers, float
+    for other numbers."""
+    if x is None:
+        return None
+    if isinstance(x, bool) or type(x).__name__ == "bool_":
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    value = float(x)
+    return value if math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """The headline result of one model (one row of the ``models`` table).
+
+    Point values over the evaluation's B draws, with 95% intervals ``*_lo``/``*_hi``
+    (method §12): rates and F1 pool the draws (Korn–Graubard interval), the dependence score is
+    the ratio of the draws' mean numerator and denominator (Fieller's interval; ±inf when it is
+    unbounded), p-values are the median over draws (``*_lo``/``*_hi`` = the range of the
+    draws). ``*_raw`` columns hold the point value before the gate.
+
+    Attributes:
+        name, role, method, layer: the model and the evaluated layer. dim: d. sigma: σ used.
+        f1_negatives: pool of the controlled F1's negatives (``"forget"`` or ``"test"``).
+        draws: draws used (those finished, in a partial result).
+        reference_p…references_valid_draws: the paper's split-level reference test (median p,
+            range, ``references_valid`` = median p < α, how many draws were valid).
+        null_split_fpr: that test's measured false-positive rate on disjoint null pairs.
+        otr…otr_raw: OTR (paper's JSD rule). f1…f1_recall: controlled F1 (precision and recall
+            pooled over draws). dependence_score…: the graded score.
+        panel_p…panel_valid_draws: the calibrated panel test (the gate).
+        calibrated_otr…: share of targets out-of-training or over-unlearned (calibrated).
+        calibrated_f1…: F1 of the calibrated "in-training" verdicts on the controls.
+        over_unlearned_rate…over_unlearned: share of targets over-unlearned; the model-level
+            test's p-value and outcome (p < alpha_calibrated).
+        n_in_training, n_out_of_training, n_over_unlearned, n_inconclusive: verdict counts
+            over all targets (all inconclusive when the gate withholds them).
+        null_pairs, null_calibrated_fpr, null_over_unlearned_fpr: the null check.
+        inconclusive_reason: why numbers are withheld ("" when none is).
+        notes: what the plan reduced (fewer draws, no null check, ...).
+        score_spread_corr: correlation of subset score and spread over every panel and target
+            subset; ``score_spread_corr_within`` (``_lo``/``_hi``): median (range) of the
+            correlations within each group (IT panel, OOT panel, targets of one draw).
+        mmd_f1, w2_f1, baseline_controls: distribution baselines and the controls they scored.
+        acc_r, acc_f, acc_te, asr: classic metrics. seconds: the method's time;
+            eval_seconds: this evaluation's.
+    """
+
+    name: str
+    role: str
+    method: str
+    layer: str
+    dim: int
+    sigma: float
+    f1_negatives: str
+    draws: int
+    reference_p: float
+    reference_p_lo: float
+    reference_p_hi: float
+    references_valid: bool
+    references_valid_draws: int
+    null_split_fpr: float
+    otr: float
+    otr_lo: float
+    otr_hi: float
+    otr_raw: float
+    f1: float
+    f1_lo: float
+    f1_hi: float
+    f1_raw: float
+    f1_precision: float
+    f1_recall: float
+    dependence_score: float
+    dependence_score_lo: float
+    dependence_score_hi: float
+    dependence_score_raw: float
+    panel_p: float
+    panel_p_lo: float
+    panel_p_hi: float
+    panel_valid: bool
+    panel_valid_draws: int
+    calibrated_otr: float
+    calibrated_otr_lo: float
+    calibrated_otr_hi: float
+    calibrated_otr_raw: float
+    calibrated_f1: float
+    calibrated_f1_lo: float
+    calibrated_f1_hi: float
+    calibrated_f1_raw: float
+    over_unlearned_rate: float
+    over_unlearned_lo: float
+    over_unlearned_hi: float
+    over_unlearning_p: float
+    over_unlearned: bool
+    n_in_training: int
+    n_out_of_training: int
+    n_over_unlearned: int
+    n_inconclusive: int
+    null_pairs: int
+    null_calibrated_fpr: float
+    null_over_unlearned_fpr: float
+    inconclusive_reason: str
+    notes: str
+    score_spread_corr: float
+    score_spread_corr_within: float
+    score_spread_corr_within_lo: float
+    score_spread_corr_within_hi: float
+    mmd_f1: float = _NAN
+    w2_f1: float = _NAN
+    baseline_controls: int = 0
+    acc_r: float = _NAN
+    acc_f: float = _NAN
+    acc_te: float = _NAN
+    asr: float = _NAN
+    seconds: float = _NAN
+    eval_seconds: float = _NAN
+
+    #: Fields filled from outside the per-draw statistics (baselines, classic metrics, times).
+    EXTRA_FIELDS: ClassVar[tuple[str, ...]] = (
+        "mmd_f1",
+        "w2_f1",
+        "baseline_controls",
+        "acc_r",
+        "acc_f",
+        "acc_te",
+        "asr",
+        "seconds",
+        "eval_seconds",
+    )
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``models`` table row (store columns, in field order)."""
+        return asdict(self)
+
+    @classmethod
+    def columns(cls) -> list[str]:
+        """The ``models`` table's columns, in order."""
+        return [f.name for f in fields(cls)]
+
+    def to_json(self, draws: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """This model's entry of the method §10 JSON document (see :func:`model_json`)."""
+        return model_json(self.to_row(), draws)
+
+
+@dataclass(frozen=True)
+class DrawSummary:
+    """One draw's own statistics (one row of the ``draws`` table; not gated).
+
+    Attributes:
+        model, draw: which model and draw. targets, controls: how many it judged.
+        reference_p, references_valid: its split-level reference test.
+        panel_p, panel_valid: its panel test.
+        otr, calibrated_otr, over_unlearned_rate, f1, calibrated_f1, dependence_score: its
+            statistics; dependence_num, dependence_den: the dependence score's numerator and
+            denominator (the model's score is their ratio of means over the draws).
+            over_unlearning_p: its median target ranked against its OOT panel.
+        null_pairs, null_split_fpr, null_calibrated_fpr: its null check.
+    """
+
+    model: str
+    draw: int
+    targets: int
+    controls: int
+    reference_p: float
+    references_valid: bool
+    panel_p: float
+    panel_valid: bool
+    otr: float
+    calibrated_otr: float
+    over_unlearned_rate: float
+    over_unlearning_p: float
+    f1: float
+    calibrated_f1: float
+    dependence_score: float
+    dependence_num: float
+    dependence_den: float
+    null_pairs: int
+    null_split_fpr: float
+    null_calibrated_fpr: float
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``draws`` table row."""
+        return asdict(self)
+
+
+#: Columns of the CLI's summary table (a view of :class:`ModelSummary`).
+CLI_COLUMNS: tuple[str, ...] = (
+    "name",
+    "role",
+    "references_valid",
+    "panel_valid",
+    "otr",
+    "otr_lo",
+    "otr_hi",
+    "calibrated_otr",
+    "f1",
+    "dependence_score",
+    "over_unlearned",
+    "acc_r",
+    "acc_f",
+    "acc_te",
+    "asr",
+)
+
+#: Interval keys of the JSON document: key -> (point, lo, hi) columns.
+_INTERVALS = {
+    "otr": ("otr", "otr_lo", "otr_hi"),
+    "calibrated_otr": ("calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi"),
+    "f1": ("f1", "f1_lo", "f1_hi"),
+    "calibrated_f1": ("calibrated_f1", "calibrated_f1_lo", "calibrated_f1_hi"),
+    "dependence_score": ("dependence_score", "dependence_score_lo", "dependence_score_hi"),
+    "over_unlearned": ("over_unlearned_rate", "over_unlearned_lo", "over_unlearned_hi"),
+}
+#: Per-draw lists of the JSON document: key -> (draws column, the gated point column).
+_PER_DRAW = {
+    "otr_draws": ("otr", "otr"),
+    "calibrated_otr_draws": ("calibrated_otr", "calibrated_otr"),
+    "f1_draws": ("f1", "f1"),
+    "dependence_score_draws": ("dependence_score", "dependence_score"),
+    "over_unlearned_draws": ("over_unlearned_rate", "over_unlearned_rate"),
+    "reference_p_draws": ("reference_p", "reference_p"),
+    "panel_p_draws": ("panel_p", "panel_p"),
+}
+
+
+def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """One model's entry of the JSON document (method §10, §12) from its ``models`` row and
+    its ``draws`` rows (in draw order).
+
+    Every interval is ``[lo, hi]``; withheld numbers (and their intervals and per-draw lists)
+    are ``null`` and ``inconclusive_reason`` says why (``null`` when nothing is withheld).
+    """
+    out: dict[str, Any] = {
+        "role": row["role"],
+        "method": row["method"],
+        "layer": row["layer"],
+        "dim": json_number(row["dim"]),
+        "sigma": json_number(row["sigma"]),
+        "draws": json_number(row["draws"]),
+        "f1_negatives": row["f1_negatives"],
+        "reference_p": json_number(row["reference_p"]),
+        "reference_p_range": [
+            json_number(row["reference_p_lo"]),
+            json_number(row["reference_p_hi"]),
+        ],
+        "references_valid": bool(row["references_valid"]),
+        "references_valid_draws": json_number(row["references_valid_draws"]),
+        "null_split_fpr": json_number(row["null_split_fpr"]),
+        "panel_p": json_number(row["panel_p"]),
+        "panel_p_range": [json_number(row["panel_p_lo"]), json_number(row["panel_p_hi"])],
+        "panel_valid": bool(row["panel_valid"]),
+        "panel_valid_draws": json_number(row["panel_valid_draws"]),
+        "inconclusive_reason": row["inconclusive_reason"] or None,
+    }
+    for key, (point, lo, hi) in _INTERVALS.items():
+        name = "over_unlearned_rate" if key == "over_unlearned" else key
+        out[name] = json_number(row[point])
+        out[f"{key}_ci"] = [json_number(row[lo]), json_number(row[hi])]
+    for key, (column, gate) in _PER_DRAW.items():
+        withheld = not math.isfinite(float(row[gate])) and bool(row["inconclusive_reason"])
+        out[key] = None if withheld else [json_number(d[column]) for d in draws]
+    out.update(
+        {
+            "over_unlearning_p": json_number(row["over_unlearning_p"]),
+            "over_unlearned": bool(row["over_unlearned"]),
+            "verdict_counts": {
+                "in-training": json_number(row["n_in_training"]),
+                "out-of-training": json_number(row["n_out_of_training"]),
+                "over-unlearned": json_number(row["n_over_unlearned"]),
+                "inconclusive": json_number(row["n_inconclusive"]),
+            },
+            "null_pairs": json_number(row["null_pairs"]),
+            "null_calibrated_fpr": json_number(row["null_calibrated_fpr"]),
+            "null_over_unlearned_fpr": json_number(row["null_over_unlearned_fpr"]),
+            "score_spread_corr": json_number(row["score_spread_corr"]),
+            "score_spread_corr_within": json_number(row["score_spread_corr_within"]),
+            "notes": row["notes"] or None,
+        }
+    )
+    for key in ("mmd_f1", "w2_f1", "acc_r", "acc_f", "acc_te", "asr", "seconds"):
+        out[key] = json_number(row[key])
+    return out

@@ -1,0 +1,290 @@
+"""Whole workspaces: :func:`evaluate_workspace` (one job per model, optionally stored) and its
+result, :class:`EvaluationResult` (tables, raw arrays, the method §10 JSON document)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.caveats import Caveats, caveat_numbers
+from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
+from sde_core.pipeline.evaluation.run import STAGES, ModelEvaluation, ModelRun, run_model
+from sde_core.pipeline.evaluation.stages import StageCache
+from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary, model_json
+from sde_core.pipeline.model_inputs import Progress, load_model_inputs
+from sde_core.pipeline.settings import EvalSettings
+
+__all__ = [
+    "INTERVAL_METHODS",
+    "EvaluationResult",
+    "evaluate_model_job",
+    "evaluate_workspace",
+    "stage_cache_dir",
+]
+
+#: How each headline number's point value and interval are formed (method §12); also in JSON.
+INTERVAL_METHODS = {
+    "otr, calibrated_otr, over_unlearned_rate": (
+        "pooled over draws; 95% Korn-Graubard interval (Clopper-Pearson on the effective number "
+        "of trials from the between-draw variance, capped at the trials, df = draws - 1)"
+    ),
+    "f1, calibrated_f1": "control-weighted mean over draws; the same Korn-Graubard interval",
+    "dependence_score": (
+        "ratio of the draws' mean numerator and denominator; 95% Fieller interval (Student t, "
+        "df = draws - 1; unbounded - null bounds - when the denominator is not significant)"
+    ),
+    "reference_p, panel_p": "median over draws; the range of the draws",
+}
+
+
+def stage_cache_dir(workspace_root: str | Path) -> Path:
+    """The default stage cache of a workspace: ``<root>/.sde-cache/stages``."""
+    return Path(workspace_root) / ".sde-cache" / "stages"
+
+
+@dataclass
+class EvaluationResult:
+    """The result of :func:`evaluate_workspace` (or of an
+    :class:`~sde_core.pipeline.evaluation.session.EvaluationSession`).
+
+    Attributes:
+        settings: the settings used. workspace_hash: content hash of the workspace.
+        models: one row per model (columns of :class:`ModelSummary`, ``name`` first).
+        subsets: one row per scored subset (see :class:`ModelEvaluation`).
+        arrays: ``{"<model>/<name>": array}`` raw H arrays (see :class:`ModelEvaluation`).
+        run_id: the store's run id (None without a store). cached_models: models read back.
+        draws: one row per (model, draw) (columns of :class:`DrawSummary`).
+    """
+
+    settings: EvalSettings
+    workspace_hash: str
+    models: pd.DataFrame
+    subsets: pd.DataFrame
+    arrays: dict[str, np.ndarray]
+    run_id: int | None = None
+    cached_models: list[str] = field(default_factory=list)
+    draws: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def model_arrays(self, name: str) -> dict[str, np.ndarray]:
+        """The raw H arrays of one model, keyed without the model prefix."""
+        prefix = f"{name}/"
+        return {k[len(prefix) :]: v for k, v in self.arrays.items() if k.startswith(prefix)}
+
+    def model_draws(self, name: str) -> pd.DataFrame:
+        """The ``draws`` rows of one model, in draw order."""
+        if self.draws.empty:
+            return self.draws
+        return self.draws[self.draws["model"] == name].sort_values("draw")
+
+    def caveats(self) -> Caveats:
+        """The measured caveats of this evaluation (:func:`~.caveats.caveat_numbers`)."""
+        return caveat_numbers(self.models, self.settings)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The CLI's JSON document (method §10, §12)."""
+        models = {
+            row["name"]: model_json(row, self.model_draws(row["name"]).to_dict("records"))
+            for row in self.models.to_dict("records")
+        }
+        return {
+            "settings": self.settings.result_key(),
+            "workspace_hash": self.workspace_hash,
+            "intervals": INTERVAL_METHODS,
+            "caveats": self.caveats().to_dict() if len(self.models) else None,
+            "models": models,
+        }
+
+
+def evaluate_model_job(
+    workspace: Any,
+    bundle: Any,
+    plan: SubsetPlan,
+    model: str,
+    settings: EvalSettings,
+    cache_dir: str,
+    progress: Progress | None = None,
+    stage_dir: str | None = None,
+    stages: Sequence[str] = STAGES,
+) -> ModelEvaluation:
+    """One model's evaluation as a self-contained job (run by an :mod:`sde_core.pipeline.engine`).
+
+    Args:
+        workspace: the :class:`~sde_core.pipeline.workspace.Workspace` (its files on storage
+            every worker can read). bundle: the loaded dataset. plan: the shared subsets.
+        model: the model entry's name. settings: evaluation settings.
+        cache_dir: the activation cache folder (shared storage on a cluster).
+        progress: optional callback (local engine only; not sent to remote workers).
+        stage_dir: the stage cache folder (None: no stage cache).
+        stages: the stages to run (default all).
+    """
+    from sde_core.inputs.activations import ActivationCache
+
+    entry = next(m for m in workspace.models if m.name == model)
+    inputs = load_model_inputs(
+        entry, workspace, bundle, settings, ActivationCache(cache_dir), progress
+    )
+    cache = StageCache(stage_dir, memory_items=256) if stage_dir else None
+    return run_model(
+        ModelRun(inputs, plan, settings, cache=cache, stages=stages), progress=progress
+    )
+
+
+def result_tables(
+    evaluations: Sequence[ModelEvaluation],
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """``(models, subsets, draws)`` tables of several models' evaluations."""
+    models = pd.DataFrame([ev.summary for ev in evaluations], columns=ModelSummary.columns())
+    subsets = pd.DataFrame([row for ev in evaluations for row in ev.subsets])
+    draws = pd.DataFrame(
+        [d.to_row() for ev in evaluations for d in ev.draws],
+        columns=list(DrawSummary.__dataclass_fields__),
+    )
+    return models, subsets, draws
+
+
+def evaluate_workspace(
+    workspace: Any,
+    settings: EvalSettings | None = None,
+    *,
+    models: Sequence[str] | None = None,
+    store: Any = None,
+    cache_dir: str | Path | None = None,
+    progress: Progress | None = None,
+    engine: Any = None,
+    stage_dir: str | Path | bool | None = None,
+) -> EvaluationResult:
+    """Evaluate every (or the named) model of a workspace.
+
+    Args:
+        workspace: a :class:`sde_core.pipeline.workspace.Workspace` or the path of its folder/toml.
+        settings: evaluation settings (default: the workspace's ``[defaults]``).
+        models: names of the models to evaluate (default: all, in workspace order).
+        store: a :class:`sde_core.pipeline.store.ResultsStore`; finished models are read back,
+            new ones written as they finish.
+        cache_dir: activation cache folder (default ``<workspace>/.sde-cache/activations``).
+        progress: ``progress(stage, done, total)`` callback.
+        engine: an :class:`sde_core.pipeline.engine.Engine` that runs one job per model (default:
+            the in-process :class:`~sde_core.pipeline.engine.LocalEngine`). Results always come
+            back to this process, which alone writes the store.
+        stage_dir: the stage cache folder (default ``<workspace>/.sde-cache/stages``; False:
+            no stage cache).
+
+    Raises:
+        SettingsError, WorkspaceError, DataError, CheckpointError, ActivationError.
+    """
+    from sde_core.inputs.data import DatasetSpec, load_dataset, load_index_file
+    from sde_core.pipeline.engine import Job, LocalEngine, Resources
+    from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash
+
+    ws = workspace if isinstance(workspace, Workspace) else load_workspace(workspace)
+    if settings is None:
+        settings = EvalSettings.from_mapping(asdict(ws.defaults))
+    bundle = load_dataset(DatasetSpec.from_dict(ws.dataset, base_dir=ws.root))
+    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
+    entries = list(ws.models)
+    if models is not None:
+        names = {m.name for m in entries}
+        missing = sorted(set(models) - names)
+        if missing:
+            raise SettingsError(f"unknown models {missing}; the workspace has {sorted(names)}")
+        entries = [m for m in entries if m.name in set(models)]
+    plan = draw_subsets(len(bundle.train), len(bundle.test), forget, settings)
+    ws_hash = workspace_hash(ws, data_fingerprint=bundle.fingerprint)
+    cache = str(cache_dir or ws.root / ".sde-cache" / "activations")
+    stages_at = None
+    if stage_dir is not False:
+        stages_at = str(stage_dir if stage_dir not in (None, True) else stage_cache_dir(ws.root))
+    run = store.open_run(ws_hash, settings.result_key()) if store is not None else None
+    done = store.finished_units(run.id) if run is not None else set()
+    engine = engine or LocalEngine()
+    local = isinstance(engine, LocalEngine)
+    gpus = 0.0 if settings.device == "cpu" else 1.0
+    jobs = [
+        Job(
+            key=entry.name,
+            fn=evaluate_model_job,
+            kwargs={
+                "workspace": ws,
+                "bundle": bundle,
+                "plan": plan,
+                "model": entry.name,
+                "settings": settings,
+                "cache_dir": cache,
+                "progress": progress if local else None,
+                "stage_dir": stages_at,
+            },
+            resources=Resources(cpus=1.0, gpus=gpus),
+            label=f"evaluate {entry.name}",
+        )
+        for entry in entries
+        if entry.name not in done
+    ]
+    cached = [e.name for e in entries if e.name in done]
+    finished: list[ModelEvaluation] = []
+
+    def on_result(job: Job, ev: ModelEvaluation) -> None:
+        if run is not None:
+            named = {f"{job.key}/{k}": v for k, v in ev.arrays.items()}
+            tables = {
+                "models": [ev.summary],
+                "subsets": ev.subsets,
+                "draws": [d.to_row() for d in ev.draws],
+            }
+            store.put_unit(run.id, job.key, tables, named)
+        else:
+            finished.append(ev)
+
+    def job_progress(n_finished: int, total: int) -> None:
+        if progress:
+            progress("models", len(cached) + n_finished, len(entries))
+
+    engine.run(jobs, on_result=on_result, progress=job_progress)
+    if progress:
+        progress("models", len(entries), len(entries))
+    wanted = [m.name for m in entries]
+    if run is not None:
+        if set(wanted) >= {m.name for m in ws.models}:
+            store.mark_complete(run.id)
+        model_df = store.rows(run.id, "models")
+        model_df = model_df[model_df["name"].isin(wanted)]
+        subset_df = store.rows(run.id, "subsets")
+        subset_df = subset_df[subset_df["model"].isin(wanted)].reset_index(drop=True)
+        draw_df = (
+            store.rows(run.id, "draws")
+            if "draws" in store.tables(run.id)
+            else pd.DataFrame(columns=list(DrawSummary.__dataclass_fields__))
+        )
+        draw_df = draw_df[draw_df["model"].isin(wanted)]
+        arrays = {
+            k: store.array(run.id, k)
+            for k in store.array_names(run.id)
+            if k.split("/", 1)[0] in set(wanted)
+        }
+    else:
+        model_df, subset_df, draw_df = result_tables(finished)
+        arrays = {f"{ev.model.name}/{k}": v for ev in finished for k, v in ev.arrays.items()}
+    return EvaluationResult(
+        settings=settings,
+        workspace_hash=ws_hash,
+        models=_in_order(model_df, "name", wanted),
+        subsets=_in_order(subset_df, "model", wanted),
+        arrays=arrays,
+        run_id=None if run is None else run.id,
+        cached_models=cached,
+        draws=_in_order(draw_df, "model", wanted),
+    )
+
+
+def _in_order(table: pd.DataFrame, column: str, names: Sequence[str]) -> pd.DataFrame:
+    """Rows of ``table`` in the order of ``names`` (stable within a name), whatever order the
+    engine finished the models in."""
+    if table.empty:
+        return table.reset_index(drop=True)
+    rank = table[column].map({name: i for i, name in enumerate(names)})
+    return table.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
