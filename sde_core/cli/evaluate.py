@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +27,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from sde_core.pipeline.engine import make_engine
-    from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+    from sde_core.pipeline.evaluate import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore, workspace_store_path
     from sde_core.pipeline.workspace import load_workspace
 
     ws = load_workspace(args.workspace)
-    settings = EvalSettings.from_mapping(asdict(ws.defaults)).with_overrides(
+    settings = ws.defaults.with_overrides(
         layer=args.layer,
         sigma=None if args.sigma is None else parse_sigma(args.sigma),
         subset_size=args.subset_size,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 
 from sde_core.cli._args import parse_sigma
 
@@ -23,12 +22,11 @@ __all__ = ["register_verify"]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from sde_core.pipeline.evaluate import EvalSettings
     from sde_core.pipeline.workspace import load_workspace
     from sde_core.services.audit import create_report
 
     ws = load_workspace(args.workspace)
-    settings = EvalSettings.from_mapping(asdict(ws.defaults)).with_overrides(
+    settings = ws.defaults.with_overrides(
         layer=args.layer,
         sigma=None if args.sigma is None else parse_sigma(args.sigma),
         subset_size=args.subset_size,

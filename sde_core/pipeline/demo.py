@@ -23,7 +23,6 @@ skipped, and the original's training resumes from its ``resume.pt``.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import math
 import os
@@ -707,7 +706,7 @@ def _fill_store(ws: Workspace, path: Path) -> Path:
     from sde_core.pipeline.evaluate import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore
 
-    settings = EvalSettings.from_mapping(dataclasses.asdict(ws.defaults))
+    settings = ws.defaults
     bar = tqdm(total=len(ws.models), desc="evaluate", leave=False, file=sys.stderr)
 
     def progress(stage: str, done: int, total: int) -> None:

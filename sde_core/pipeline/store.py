@@ -102,6 +102,7 @@ from sde_core.pipeline.store_integrity import (
     unit_checksum,
     upgrade_v1,
 )
+from sde_core.pipeline.workspace import cache_path
 
 __all__ = [
     "APPLICATION_ID",
@@ -1297,7 +1298,7 @@ def workspace_store_path(workspace_root: str | Path) -> Path:
     the shipped file itself is never written to.
     """
     root = Path(workspace_root)
-    path = root / ".sde-cache" / "results.sqlite"
+    path = cache_path(root, "results")
     shipped = root / SHIPPED_STORE
     if not path.exists() and shipped.is_file():
         atomic_write(path, lambda tmp: shutil.copyfile(shipped, tmp))

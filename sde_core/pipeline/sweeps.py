@@ -27,7 +27,7 @@ import pandas as pd
 
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluate import EvalSettings, Progress, draw_subsets, evaluate_workspace
-from sde_core.pipeline.workspace import ModelEntry, Workspace, load_workspace
+from sde_core.pipeline.workspace import ModelEntry, Workspace, cache_path, load_workspace
 from sde_core.stats.hsic import resolve_sigma
 
 __all__ = [
@@ -277,7 +277,7 @@ def sigma_markers(
     bundle = load_dataset(ws.dataset_spec())
     forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
     plan = draw_subsets(len(bundle.train), len(bundle.test), forget, settings)
-    cache = ActivationCache(cache_dir or ws.root / ".sde-cache" / "activations")
+    cache = ActivationCache(cache_dir or cache_path(ws.root, "activations"))
     inputs = load_model_inputs(entry, ws, bundle, settings, cache, None)
     it_rows, oot_rows = plan.reference_rows()
     pooled = np.concatenate([inputs.train_acts[it_rows], inputs.test_acts[oot_rows]])

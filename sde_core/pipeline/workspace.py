@@ -102,7 +102,12 @@ SIGMA_RULES = ("sqrt_dim", "median")
 PRECOMPUTED = "precomputed"
 #: Folder of every cache of a workspace (activations, results store, staging).
 CACHE_FOLDER = ".sde-cache"
-_CACHE_KINDS = {"activations": "activations", "results": "results.sqlite", "staging": "staging"}
+_CACHE_KINDS = {
+    "activations": "activations",
+    "results": "results.sqlite",
+    "stages": "stages",
+    "staging": "staging",
+}
 _VERSION = 1
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 #: What a model name may hold (it becomes a key in the results store and a file name).
@@ -117,8 +122,8 @@ _ADD_HINT = (
 
 def cache_path(ws_root: str | Path, kind: str) -> Path:
     """Where a workspace keeps a cache: ``activations`` (a folder), ``results`` (the results
-    store, ``results.sqlite``) or ``staging`` (a folder for files not yet committed), all under
-    ``<ws_root>/.sde-cache/``.
+    store, ``results.sqlite``), ``stages`` (the evaluation's stage cache, a folder) or
+    ``staging`` (a folder for files not yet committed), all under ``<ws_root>/.sde-cache/``.
 
     Raises:
         WorkspaceError: an unknown kind.

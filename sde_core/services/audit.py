@@ -26,7 +26,6 @@ identical or what differs: which fields, which files' hashes.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import importlib.metadata
 import json
@@ -319,7 +318,7 @@ def create_report(
     """
     ws = workspace if isinstance(workspace, Workspace) else load_workspace(workspace)
     if settings is None:
-        settings = EvalSettings.from_mapping(dataclasses.asdict(ws.defaults))
+        settings = ws.defaults
     bundle = load_dataset(ws.dataset_spec())
     t0 = time.perf_counter()
     if use_store:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,7 @@ from sde_core.pipeline.evaluation.workspace_run import (
 )
 from sde_core.pipeline.model_inputs import ModelInputs, Progress, load_model_inputs
 from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.workspace import cache_path
 
 __all__ = ["COMPARE_STAGES", "EXPLORE_STAGES", "EvaluationSession"]
 
@@ -105,7 +105,7 @@ class EvaluationSession:
         self.bundle = load_dataset(ws.dataset_spec())
         self.forget = load_index_file(ws.path(ws.forget_indices), len(self.bundle.train))
         self.workspace_hash = workspace_hash(ws, data_fingerprint=self.bundle.fingerprint)
-        self.activations = ActivationCache(cache_dir or ws.root / ".sde-cache" / "activations")
+        self.activations = ActivationCache(cache_dir or cache_path(ws.root, "activations"))
         folder = stage_cache_dir(ws.root) if stage_dir is True else (stage_dir or None)
         self.cache = StageCache(folder, memory_items=memory_items)
         self._plans: OrderedDict[tuple[Any, ...], SubsetPlan] = OrderedDict()
@@ -116,7 +116,7 @@ class EvaluationSession:
 
     def defaults(self) -> EvalSettings:
         """The workspace's ``[defaults]`` as settings."""
-        return EvalSettings.from_mapping(asdict(self.workspace.defaults))
+        return self.workspace.defaults
 
     def plan(self, settings: EvalSettings) -> SubsetPlan:
         """The subsets for ``settings`` (drawn once per plan-relevant settings)."""

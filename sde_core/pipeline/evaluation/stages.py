@@ -186,6 +186,6 @@ def compute_h(acts: np.ndarray, group: HGroup, sigma: float, settings: EvalSetti
         sigma=sigma,
         estimator=settings.estimator,  # type: ignore[arg-type]
         seed=group.seed,
-        device=None if settings.device == "cpu" else settings.device,
+        device=settings.device,
     )
     return {"h": stats.h, "spread": stats.spread}

@@ -4,7 +4,7 @@ result, :class:`EvaluationResult` (tables, raw arrays, the method §10 JSON docu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary, model_json
 from sde_core.pipeline.model_inputs import Progress, load_model_inputs
 from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.workspace import cache_path
 
 __all__ = [
     "INTERVAL_METHODS",
@@ -45,7 +46,7 @@ INTERVAL_METHODS = {
 
 def stage_cache_dir(workspace_root: str | Path) -> Path:
     """The default stage cache of a workspace: ``<root>/.sde-cache/stages``."""
-    return Path(workspace_root) / ".sde-cache" / "stages"
+    return cache_path(workspace_root, "stages")
 
 
 @dataclass
@@ -184,7 +185,7 @@ def evaluate_workspace(
 
     ws = workspace if isinstance(workspace, Workspace) else load_workspace(workspace)
     if settings is None:
-        settings = EvalSettings.from_mapping(asdict(ws.defaults))
+        settings = ws.defaults
     bundle = load_dataset(DatasetSpec.from_dict(ws.dataset, base_dir=ws.root))
     forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
     entries = list(ws.models)
@@ -196,7 +197,7 @@ def evaluate_workspace(
         entries = [m for m in entries if m.name in set(models)]
     plan = draw_subsets(len(bundle.train), len(bundle.test), forget, settings)
     ws_hash = workspace_hash(ws, data_fingerprint=bundle.fingerprint)
-    cache = str(cache_dir or ws.root / ".sde-cache" / "activations")
+    cache = str(cache_dir or cache_path(ws.root, "activations"))
     stages_at = None
     if stage_dir is not False:
         stages_at = str(stage_dir if stage_dir not in (None, True) else stage_cache_dir(ws.root))
