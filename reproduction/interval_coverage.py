@@ -11,8 +11,12 @@ the share of seeds whose 95% interval covers it (only seeds where the number is 
 gate withholds it when the reference panels do not separate; how often is in the table), and
 writes ``reproduction/results/coverage.md``.
 
-    nohup nice -n 10 .venv/bin/python reproduction/coverage.py --seeds 30 > coverage.log 2>&1 &
-    .venv/bin/python reproduction/coverage.py --seeds 30 --report
+    nohup nice -n 10 .venv/bin/python reproduction/interval_coverage.py --seeds 30 \
+        > coverage.log 2>&1 &
+    .venv/bin/python reproduction/interval_coverage.py --seeds 30 --report
+
+(Named ``interval_coverage`` rather than ``coverage``: a script called ``coverage.py`` would
+shadow the coverage package that numba imports.)
 """
 
 from __future__ import annotations
@@ -157,7 +161,8 @@ def report(seeds: int, store_path: Path, out: Path, demos: list[str]) -> pd.Data
     lines = [
         "# Interval coverage across seeds (method §12)",
         "",
-        f"`reproduction/coverage.py --seeds {seeds}`: every model of each demo at its `[defaults]` "
+        f"`reproduction/interval_coverage.py --seeds {seeds}`: every model of each demo at its "
+        "`[defaults]` "
         "(layer `output`, n = 400, T = 100, K = 200, R = 20, B = 5 draws), seeds 0–"
         f"{seeds - 1}. 'mean' is the {seeds}-seed mean of the point value; 'cov.' the share of "
         "seeds whose 95% interval contains it; 'SD' the SD of the point value across seeds; "
