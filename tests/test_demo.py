@@ -179,3 +179,28 @@ def test_demo_build_bad_source_is_one_error_line(tmp_path, capsys):
 def test_demo_build_unknown_dataset_is_a_usage_error(capsys):
     assert main(["demo", "build", "--dataset", "cifar10"]) == 2
     assert capsys.readouterr().err.startswith("error:")
+
+
+@pytest.mark.parametrize("model", ["random", "rl"])
+def test_shipped_store_equals_a_fresh_run(model, tmp_path):
+    """The shipped Fashion-MNIST results equal an evaluation from scratch (fresh activations,
+    no stage cache), for the random-init negative control (flat activations, H ~1e-15: the case
+    where a cancelling kernel once disagreed with its own store) and for a model the gate lets
+    through."""
+    ws = load_workspace(_copy_demo("fashion-mnist", tmp_path / "copy"))
+    settings = ws.defaults
+    with ResultsStore(ws.root / "results.sqlite", read_only=True) as store:
+        shipped = evaluate_workspace(ws, settings, models=[model], store=store)
+    assert shipped.cached_models == [model]
+    fresh = evaluate_workspace(
+        ws, settings, models=[model], cache_dir=tmp_path / "acts", stage_dir=False
+    )
+    assert fresh.cached_models == []
+    a, b = shipped.models.iloc[0], fresh.models.iloc[0]
+    same = [c for c in fresh.models.columns if c in shipped.models.columns and c != "seconds"]
+    for column in same:
+        x, y = a[column], b[column]
+        if isinstance(y, (float, np.floating)) and not isinstance(x, str):
+            assert x == pytest.approx(y, rel=1e-9, abs=1e-12, nan_ok=True), column
+        elif not isinstance(y, (list, dict, np.ndarray)):
+            assert x == y, column
