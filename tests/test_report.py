@@ -67,7 +67,7 @@ def test_remembered_sentence_names_test_p_value_interval_and_limits():
     assert explained.evidence == (
         "Under the paper's test (split-half HSIC with the Jensen–Shannon rule; "
         "references valid, U-test p = 1.0e-6), 97 of 100 subsets of the forget set still look "
-        "like training data (OTR 3%, 95% Wilson interval 1–8%): the model has NOT forgotten them."
+        "like training data (OTR 3%, 95% interval over the draws 1–8%): the model has NOT forgotten them."
     )
     assert "97 training-like" in explained.calibrated
     assert "panel U-test p = 1.0e-4" in explained.calibrated
@@ -83,7 +83,7 @@ def test_forgotten_sentence_compares_with_retrain_and_says_no_trace_is_no_proof(
     explained = explain_verdict(row("salun", "unlearned", 91), 100, RETRAIN)
     assert explained.text.startswith("Consistent with forgetting. Under the paper's test")
     assert "91 of 100 subsets of the forget set look like unseen data" in explained.evidence
-    assert "(OTR 91%, 95% Wilson interval 84–95%)" in explained.evidence
+    assert "(OTR 91%, 95% interval over the draws 84–95%)" in explained.evidence
     assert "within the uncertainty" in explained.comparison
     assert "that the forget set was erased" in explained.limits
     assert verdict_label(row("salun", "unlearned", 91)) == "consistent with forgetting"
