@@ -67,7 +67,8 @@ def test_remembered_sentence_names_test_p_value_interval_and_limits():
     assert explained.evidence == (
         "Under the paper's test (split-half HSIC with the Jensen–Shannon rule; "
         "references valid, U-test p = 1.0e-6), 97 of 100 subsets of the forget set still look "
-        "like training data (OTR 3%, 95% interval over the draws 1–8%): the model has NOT forgotten them."
+        "like training data (OTR 3%, 95% interval over the draws 1–8%): the model has NOT "
+        "forgotten them."
     )
     assert "97 training-like" in explained.calibrated
     assert "panel U-test p = 1.0e-4" in explained.calibrated
