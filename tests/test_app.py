@@ -525,13 +525,21 @@ def test_withheld_numbers_show_as_withheld_with_the_reason(ws, monkeypatch):
 
 
 def _traces(at: AppTest, name: str) -> list[dict]:
-    """Traces called ``name`` in every plotly chart of the page."""
+    """Traces called ``name`` in every plotly chart of the page (typed arrays decoded)."""
+    import base64
     import json
+
+    def decode(value):
+        if isinstance(value, dict) and "bdata" in value:
+            return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        return value
 
     found = []
     for chart in at.get("plotly_chart"):
         spec = json.loads(chart.proto.spec)
-        found += [t for t in spec["data"] if t.get("name") == name]
+        found += [
+            {k: decode(v) for k, v in t.items()} for t in spec["data"] if t.get("name") == name
+        ]
     return found
 
 
@@ -564,14 +572,18 @@ def test_over_unlearned_is_its_own_verdict_with_its_p_value(ws, monkeypatch):
         models = result.models.copy()
         models["over_unlearned"] = True
         models["over_unlearning_p"] = 1.5e-4
+        models["references_valid"] = True  # a model whose evidence is not withheld
+        models["inconclusive_reason"] = ""
+        for key in ("otr", "otr_lo", "otr_hi"):
+            models[key] = models["otr_raw"]
         return dataclasses.replace(result, models=models)
 
     monkeypatch.setattr(services, "session_result", over)
     at = app("explore", seed="12")
     no_exception(at)
     assert metrics(at)["Over-unlearned (model test)"] == "yes"
-    assert any("**Over-unlearned** (p = 1.5e-04)" in w.value for w in at.warning)
-    assert any("Over-unlearned.** " in m.value and "p = 1.5e-04" in m.value for m in at.markdown)
+    assert any("**Over-unlearned** (p = 1.5e-" in w.value for w in at.warning)
+    assert any("Over-unlearned.** " in m.value and "(p = 1.5e-" in m.value for m in at.markdown)
 
 
 def test_stop_leaves_a_partial_result_and_resume_completes(ws, monkeypatch):
@@ -584,9 +596,9 @@ def test_stop_leaves_a_partial_result_and_resume_completes(ws, monkeypatch):
 
     def stop_after_two(self, *args, **kwargs):
         for i, part in enumerate(real(self, *args, **kwargs)):
-            yield part
             if i == 1:  # draw 1's references and panels are done: the user presses Stop
                 st.session_state["stop_requested"] = True
+            yield part
 
     monkeypatch.setattr(session_module.EvaluationSession, "stream", stop_after_two)
     at = app("explore", seed="13")
