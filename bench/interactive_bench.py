@@ -22,7 +22,15 @@ the ratios "σ change / first evaluation" and "bins change / first evaluation" o
 and the ratios within one run are the numbers to compare. Appends a section to
 ``bench/RESULTS.md`` (``--no-append`` to skip).
 
-Usage: ``python bench/interactive_bench.py [--workspace assets/demo] [--model rl] [--no-append]``
+With ``--apptest`` (or ``--apptest-only``) it also runs each dashboard action once through
+Streamlit's ``AppTest`` (the real pages, in this process): open Explore, σ change, bins change,
+open Compare, Compare again, open Report — ``cold`` the first time in a fresh process (empty
+``st.cache_resource``, empty stage cache: the workspace is copied without its ``.sde-cache``;
+the activations are extracted on this first visit), ``warm`` when the same sequence is repeated
+in a new browser session of the same process.
+
+Usage: ``python bench/interactive_bench.py [--workspace assets/demo] [--model rl] [--no-append]
+[--apptest | --apptest-only]``
 """
 
 from __future__ import annotations
@@ -94,12 +102,68 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
+#: The dashboard actions of :func:`apptest_actions`, in order.
+APP_ACTIONS = ("open Explore", "σ change (median rule)", "bins change (→ 20)", "open Compare",
+               "open Report")  # fmt: skip
+
+
+def apptest_actions(workspace: str, model: str) -> list[tuple[str, str, float]]:
+    """Each dashboard action through ``AppTest``, cold then warm: ``(action, cache, seconds)``.
+
+    The workspace is copied (without ``.sde-cache``) so that the cold pass starts from nothing.
+    """
+    import shutil
+
+    from streamlit.testing.v1 import AppTest
+
+    app = Path(__file__).resolve().parents[1] / "app.py"
+    rows: list[tuple[str, str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / Path(workspace).name
+        skip = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
+        shutil.copytree(workspace, folder, ignore=skip)
+        os.environ["SDE_WORKSPACE"] = str(folder)
+        os.environ["SDE_DATA_ROOTS"] = str(folder.parent)
+        for cache in ("cold", "warm"):
+            at = AppTest.from_file(str(app), default_timeout=3600)
+            at.query_params["model"] = model
+            steps: list[Callable[[], object]] = [
+                at.run,
+                lambda at=at: at.radio(key="w_s_sigma_rule").set_value("median rule").run(),
+                lambda at=at: at.number_input(key="w_s_bins").set_value(20).run(),
+                lambda at=at: at.switch_page("pages/compare.py").run(),
+                lambda at=at: at.switch_page("pages/report.py").run(),
+            ]
+            for name, step in zip(APP_ACTIONS, steps, strict=True):
+                seconds = timed(step)
+                if at.exception:
+                    raise RuntimeError(f"{name}: {[e.value for e in at.exception]}")
+                rows.append((f"AppTest: {name}", cache, seconds))
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workspace", default="assets/demo")
     p.add_argument("--model", default="rl", help="the model of the Explore actions")
     p.add_argument("--no-append", action="store_true")
+    p.add_argument("--apptest", action="store_true", help="also time the pages (AppTest)")
+    p.add_argument("--apptest-only", action="store_true", help="only time the pages (AppTest)")
     args = p.parse_args()
+    if args.apptest_only:
+        rows = apptest_actions(args.workspace, args.model)
+        text = "\n".join(
+            [f"## Dashboard actions through AppTest — {dt.datetime.now():%Y-%m-%d %H:%M}", "",
+             f"`bench/interactive_bench.py --apptest-only`, {args.workspace}, model "
+             f"`{args.model}`; load average {os.getloadavg()[0]:.1f}.", "",
+             "| action | cache | seconds |", "|---|---|---|"]
+            + [f"| {n} | {c} | {s:.2f} |" for n, c, s in rows] + [""]
+        )  # fmt: skip
+        print(text)
+        if not args.no_append:
+            with RESULTS.open("a", encoding="utf-8") as fh:
+                fh.write("\n" + text)
+        return
 
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as stages:
@@ -136,6 +200,8 @@ def main() -> None:
         session.evaluate([args.model], base, stages=("references", "controls", "mmd", "w2"))
         rows.append(("baselines of one model (MMD + exact W2, n = 400)", "cold",
                      time.perf_counter() - t0))  # fmt: skip
+    if args.apptest:
+        rows += apptest_actions(args.workspace, args.model)
     load_end = os.getloadavg()[0]
     ratios = {
         "σ change / first evaluation": rows[3][2] / first_full,

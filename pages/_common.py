@@ -34,10 +34,17 @@ from sde_core.errors import SDEError
 from sde_core.inputs.activations import LayerInfo
 from sde_core.inputs.data import DatasetBundle, load_dataset
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
+from sde_core.pipeline.evaluation import COMPARE_STAGES, EvaluationCancelled, EvaluationSession
 from sde_core.pipeline.model_inputs import entry_layer_infos
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash
-from sde_core.services.evaluation import LayerCost, Throughput, layer_costs, measure_throughput
+from sde_core.services.evaluation import (
+    LayerCost,
+    Throughput,
+    layer_costs,
+    measure_throughput,
+    stored_models,
+)
 from sde_core.viz.figures import PLOTLY_CONFIG
 from sde_core.viz.formatting import Notation, format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
@@ -77,13 +84,10 @@ SHARE_HELP = (
 VERDICT_ICONS = {
     "not forgotten": ":material/memory:",
     "consistent with forgetting": ":material/check_circle:",
+    "over-unlearned": ":material/warning:",
     "mixed": ":material/contrast:",
     "inconclusive": ":material/help:",
 }
-
-
-class EvaluationCancelled(Exception):
-    """Raised by the progress callback when the user pressed Stop."""
 
 
 def default_workspace() -> str:
@@ -391,7 +395,7 @@ def run_with_progress(work: Callable[[Callable[[str, int, int], None]], Any], wh
 
     def progress(stage: str, done: int, total: int) -> None:
         if st.session_state.get(STOP_KEY):
-            raise EvaluationCancelled(stage)
+            raise EvaluationCancelled(None)
         bar.progress(min(1.0, done / total) if total else 1.0, text=f"{stage}: {done}/{total}")
 
     try:
@@ -440,6 +444,77 @@ def evaluate(
         return None
     if result is not None:
         shared_cache().put(key, result)
+    return result
+
+
+@st.cache_resource(show_spinner="Opening the workspace for interactive evaluation…",
+                   max_entries=4)  # fmt: skip
+def _session(root: str, ws_hash: str, _ws: Workspace) -> EvaluationSession:
+    return EvaluationSession(_ws)
+
+
+def evaluation_session(ws: Workspace) -> EvaluationSession:
+    """The workspace's :class:`EvaluationSession` (one per folder and content hash): it keeps
+    the activations and the stage cache between reruns, so a σ, bins or α change recomputes
+    only what it changes (method §12)."""
+    return _session(str(ws.root), workspace_key(ws), ws)
+
+
+def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult | None:
+    """Every model at ``settings`` for the Compare page, with per-model progress and Stop.
+
+    Answered, in order, from this process's result cache, from the results store (when every
+    model is stored: the complete results) or by the workspace's :class:`EvaluationSession`
+    (:data:`COMPARE_STAGES` only; a second visit is answered from its memory). Errors are shown
+    inline.
+
+    Returns:
+        The result, or None when evaluation failed (error shown) or was stopped.
+    """
+    try:
+        ws_hash = workspace_key(ws)
+    except SDEError as exc:
+        st.error(f"Cannot evaluate this workspace: {exc}")
+        return None
+    names = [m.name for m in ws.models]
+    key = ("compare", ws_hash, stable_hash(settings.result_key()), tuple(names))
+    cached = shared_cache().get(key)
+    if cached is not None:
+        return cached
+    if set(names) <= stored_models(ws, ws_hash, settings):
+        result = evaluate(ws, settings, names)
+        if result is not None:
+            shared_cache().put(key, result)
+        return result
+    if st.session_state.get(STOP_KEY):
+        _show_stopped()
+        return None
+    slot = st.empty()
+    box = slot.container(border=True)
+    box.caption(f"Evaluating {len(names)} models at layer {settings.layer!r}…")
+    overall = box.progress(0.0, text=f"model 1 of {len(names)}")
+    bar = box.progress(0.0, text="loading the activations…")
+    box.button("Stop", on_click=_request_stop, key=f"stop_compare_{settings.layer}")
+
+    def on_update(part: Any) -> None:
+        i = names.index(part.model)
+        overall.progress(i / len(names), text=f"model {i + 1} of {len(names)}: {part.model}")
+        bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
+
+    try:
+        result = evaluation_session(ws).evaluate(
+            names, settings, stages=COMPARE_STAGES, on_update=on_update,
+            cancelled=lambda: bool(st.session_state.get(STOP_KEY)),
+        )  # fmt: skip
+    except EvaluationCancelled:
+        _show_stopped()
+        return None
+    except SDEError as exc:
+        st.error(f"Evaluation failed: {exc}")
+        return None
+    finally:
+        slot.empty()
+    shared_cache().put(key, result)
     return result
 
 
@@ -520,13 +595,13 @@ def pct(value: Any) -> str:
 
 
 def headline_value(row: Mapping[str, Any], key: str, show: Callable[[Any], str]) -> str:
-    """A headline number as text; ``"inconclusive"`` when it is withheld with a reason
+    """A headline number as text; ``"withheld"`` when the gate withholds it with a reason
     (``inconclusive_reason``, method §12), ``"n/a"`` when it is missing."""
     value = row.get(key)
     reason = row.get("inconclusive_reason")
     withheld = value is None or (isinstance(value, float) and value != value)
     if withheld and isinstance(reason, str) and reason.strip():
-        return "inconclusive"
+        return "withheld"
     return show(value)
 
 

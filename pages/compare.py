@@ -20,9 +20,9 @@ from pages._common import (
     affordable_layers,
     begin_page,
     bound,
+    compare_evaluate,
     current_settings,
     current_workspace,
-    evaluate,
     guarded,
     model_layers,
     plot,
@@ -32,9 +32,10 @@ from pages._common import (
 )
 from sde_core.pipeline.evaluate import EvaluationResult
 from sde_core.pipeline.workspace import Workspace
-from sde_core.viz.figures import METRICS, comparison_bars, target_overlay
+from sde_core.viz.figures import METRICS, comparison_bars, draw_strip, target_overlay
 from sde_core.viz.links import decode_list, encode_list
-from sde_core.viz.ui_support import comparison_table
+from sde_core.viz.report import to_csv_bytes
+from sde_core.viz.ui_support import comparison_display, comparison_table
 from sde_core.viz.verdicts import retrain_row
 
 BAR_METRICS = ("otr", "calibrated_otr", "f1", "asr", "acc_f", "dependence_score")
@@ -92,6 +93,17 @@ def charts(results: dict[str, EvaluationResult]) -> str:
     result = results[layer]
     plot(comparison_bars(result.models, metric), "c_bars")
     names = result.models["name"].tolist()
+    if st.session_state.get("c_strip") not in names:
+        st.session_state["c_strip"] = names[0]
+    strip = st.selectbox(
+        "Per-draw values of",
+        names,
+        key="c_strip",
+        help="Each headline number over the B independent reference draws (method §12): the "
+        "dots are the draws, the bar the 95% interval.",
+    )
+    if not result.model_draws(strip).empty:
+        plot(draw_strip(result, strip), "c_strip_chart")
     if "c_overlay" not in st.session_state:
         st.session_state["c_overlay"] = [n for n in names if n in ("original", "retrained")][
             :4
@@ -117,11 +129,12 @@ def verdicts(result: EvaluationResult) -> None:
 
 def column_help(table_columns: list[str]) -> dict[str, Any]:
     """Glossary keys of the comparison table's columns (``"OTR [output]"`` → ``otr``)."""
-    keys = {"OTR": "otr", "OTR lo": "otr_lo", "OTR hi": "otr_hi", "cal. OTR": "calibrated_otr",
+    keys = {"OTR": "otr_ci", "cal. OTR": "calibrated_otr",
             "F1": "f1", "dependence": "dependence_score", "refs valid": "references_valid",
             "verdict": "verdict", "Acc_r (%)": "acc_r", "Acc_f (%)": "acc_f",
             "Acc_te (%)": "acc_te", "ASR (%)": "asr", "time (s)": "seconds",
-            "why inconclusive": "inconclusive_reason"}  # fmt: skip
+            "why inconclusive": "inconclusive_reason",
+            "over-unlearned": "over_unlearned"}  # fmt: skip
     return {c: keys[c.split(" [")[0]] for c in table_columns if c.split(" [")[0] in keys}
 
 
@@ -139,13 +152,15 @@ with guarded("Cannot compare the models"):
     ready = affordable_layers(ws, current_settings(ws), layers, "c") if layers else []
     results: dict[str, EvaluationResult] = {}
     for layer in ready:
-        result = evaluate(ws, current_settings(ws, layer=layer))
+        result = compare_evaluate(ws, current_settings(ws, layer=layer))
         if result is None:
             break
         results[layer] = result
     if results and len(results) == len(ready):
-        shown = comparison_table({layer: r.models for layer, r in results.items()})
-        shown = shown.sort_values("role", key=lambda r: r != "retrained", kind="stable")
+        by_layer = {layer: r.models for layer, r in results.items()}
+        retrain_first = {"key": lambda r: r != "retrained", "kind": "stable"}
+        shown = comparison_display(by_layer).sort_values("role", **retrain_first)
+        numbers = comparison_table(by_layer).sort_values("role", **retrain_first)
         retrained = shown.loc[shown["role"] == "retrained", "name"].tolist()
         st.caption(
             f"Reference: the retrained model {retrained[0]!r} (first row); click a column "
@@ -155,6 +170,17 @@ with guarded("Cannot compare the models"):
             else "This workspace has no retrained model to compare with."
         )
         table(shown, "c_table", columns=column_help(list(shown.columns)))
+        draws = sorted({int(d) for r in results.values() for d in r.models["draws"]})
+        st.caption(
+            f"Each value: the point value over B = {'/'.join(map(str, draws))} independent "
+            "reference draws with its 95% interval (OTR, calibrated OTR, F1: Korn–Graubard; "
+            "dependence score: Fieller, ∞ when unbounded; method §12). 'withheld': the gate "
+            "found that the references do not separate — see 'why inconclusive'."
+        )
+        st.download_button(
+            "Download the numbers (CSV)", to_csv_bytes(numbers), "sde-compare.csv", "text/csv",
+            key="c_csv", help="Every number of the table with its interval bounds, NaN = withheld.",
+        )  # fmt: skip
         shown_layer = charts(results)
         verdicts(results[shown_layer])
 view.publish(

@@ -1,5 +1,12 @@
 """Explore page: one model at one layer — verdict, histograms, decisions, calibrated panel.
 
+Progressive: the workspace's :class:`~sde_core.pipeline.evaluation.EvaluationSession` streams
+the evaluation stage by stage (method §12), so the first histogram (draw 1's references and
+targets) appears before the other draws, the controls and the null check; a progress bar and a
+Stop button follow it. Stop keeps what finished (shown with "stopped after k of B draws");
+Resume continues from the stage cache. A σ, bins or α change reuses the cached activations
+and stages (bins/α: no HSIC is recomputed).
+
 Link parameters (besides the settings): ``model``, ``target`` (one target subset in the
 histogram), ``control=1`` (the random-init negative control).
 """
@@ -10,13 +17,14 @@ import pandas as pd
 import streamlit as st
 
 from pages._common import (
+    STOP_KEY,
     View,
     begin_page,
     bound,
     current_settings,
     current_workspace,
     dataset_bundle,
-    evaluate,
+    evaluation_session,
     fmt,
     fmt_p,
     guarded,
@@ -27,17 +35,25 @@ from pages._common import (
     pct,
     plot,
     settings_sidebar,
+    shared_cache,
     show_verdict,
     table,
+    workspace_key,
 )
+from sde_core.common.hashing import stable_hash
+from sde_core.errors import SDEError
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult
+from sde_core.pipeline.evaluation import EXPLORE_STAGES, PartialEvaluation
 from sde_core.pipeline.workspace import Workspace
-from sde_core.services.evaluation import thumbnails
-from sde_core.viz.figures import hsic_histogram, panel_figure, spread_figure
-from sde_core.viz.formatting import format_interval
+from sde_core.services.evaluation import progress_note, session_result, thumbnails
+from sde_core.viz.figures import draw_strip, hsic_histogram, panel_figure, spread_figure
+from sde_core.viz.formatting import format_estimate
 from sde_core.viz.links import decode_bool, decode_int
+from sde_core.viz.verdicts import null_check_readings
 
 THUMBNAILS = 16
+#: Session key of the evaluation in progress: ``(key, {model: PartialEvaluation})``.
+PARTIAL_KEY = "x_partial"
 #: Verdict counts of the calibrated test (the ones a result has are shown).
 COUNTS = {
     "n_in_training": "in-training",
@@ -99,7 +115,7 @@ def pick_model_and_layer(ws: Workspace) -> str:
     return model
 
 
-def headline(result: EvaluationResult, model: str) -> None:
+def headline(result: EvaluationResult, model: str, tag: str) -> None:
     """The verdict in words, then the reference check, OTR with interval, F1, score and σ."""
     row = result.models.set_index("name").loc[model]
     record = {"name": model, **row.to_dict()}
@@ -113,39 +129,54 @@ def headline(result: EvaluationResult, model: str) -> None:
             color="green" if valid else "red",
             icon=":material/check:" if valid else ":material/close:",
         )
-    metric(cols[1], "OTR (out-of-training rate)", headline_value(row, "otr", pct), "otr")
-    cols[1].caption(f"95% Wilson interval {format_interval(row['otr_lo'], row['otr_hi'])}")
-    metric(cols[2], "Controlled F1", headline_value(row, "f1", fmt), "f1")
-    metric(cols[3], "Dependence score", headline_value(row, "dependence_score", fmt),
-           "dependence_score")  # fmt: skip
+    draws = int(row["draws"])
+    for col, label, key, show, pct_ in (
+        (cols[1], "OTR (out-of-training rate)", "otr", pct, True),
+        (cols[2], "Controlled F1", "f1", fmt, False),
+        (cols[3], "Dependence score", "dependence_score", fmt, False),
+    ):
+        metric(col, label, headline_value(row, key, show), key)
+        if row[key] == row[key]:
+            shown = format_estimate(row[key], row[f"{key}_lo"], row[f"{key}_hi"], percent=pct_)
+            col.caption(f"95% interval over B = {draws} draws: {shown.split(' ', 1)[-1]}")
     metric(cols[4], "σ used", fmt(row["sigma"], 4), "sigma")
     cols[4].caption(f"layer {row['layer']}, d = {int(row['dim'])}")
     reason = row.get("inconclusive_reason")
     if isinstance(reason, str) and reason.strip():
-        st.warning(f"**Inconclusive**: {reason.strip()} (method §12); the headline numbers are "
-                   "withheld.")  # fmt: skip
+        st.warning(f"**Withheld**: {reason.strip()} (method §12): OTR, calibrated OTR, F1, the "
+                   "dependence score and the verdict counts are not shown as numbers.")  # fmt: skip
     if not valid:
         st.warning(
-            f"The references are invalid at this layer (p = {fmt_p(row['reference_p'])} ≥ α = "
-            f"{result.settings.alpha}): H does not separate retained from unseen data, so every "
-            "decision below is **inconclusive**. Try another layer (the softmax `output` is "
+            f"The paper's split-level reference test does not separate at this layer (median p "
+            f"= {fmt_p(row['reference_p'])} ≥ α = {result.settings.alpha}), so every decision "
+            "of the paper's rule is **inconclusive**. Try another layer (the softmax `output` is "
             "usually strongest), another σ, a larger subset size n or more splits K."
         )
+    if not result.model_draws(model).empty:
+        plot(draw_strip(result, model), f"x_strip{tag}")
 
 
-def decisions(result: EvaluationResult, model: str) -> int | None:
-    """Histograms of H and the JSD decision of every target subset; returns the shown target."""
+def hist_controls(settings: EvalSettings) -> int | None:
+    """The histogram's target selector (drawn once, before the evaluation streams)."""
+    shown = st.radio("Targets in the histogram", HIST_MODES, horizontal=True, key="x_hist_mode")
+    if shown != HIST_MODES[1]:
+        return None
+    if int(st.session_state.get("x_target") or 0) >= settings.targets:
+        st.session_state["x_target"] = 0
+    pick = st.number_input(
+        "Target subset", min_value=0, max_value=settings.targets - 1, key="x_target"
+    )
+    return int(pick)
+
+
+def decisions(result: EvaluationResult, model: str, pick: int | None, tag: str) -> None:
+    """Histograms of H and the JSD decision of every target subset evaluated so far."""
     sub = result.subsets
     targets = sub[(sub["model"] == model) & (sub["kind"] == "target")]
-    shown = st.radio("Targets in the histogram", HIST_MODES, horizontal=True, key="x_hist_mode")
-    pick = None
-    if shown == HIST_MODES[1]:
-        if int(st.session_state.get("x_target") or 0) >= len(targets):
-            st.session_state["x_target"] = 0
-        pick = st.number_input(
-            "Target subset", min_value=0, max_value=len(targets) - 1, key="x_target"
-        )
-    plot(hsic_histogram(result, model, "pooled" if pick is None else [int(pick)]), "x_hist")
+    if pick is not None and pick >= len(targets):
+        st.info(f"Target subset {pick} is not evaluated yet: showing all targets pooled.")
+        pick = None
+    plot(hsic_histogram(result, model, "pooled" if pick is None else [pick]), f"x_hist{tag}")
     st.markdown("**JSD decision per target subset** (D = Jensen–Shannon divergence, base 2)")
     shown_table = targets[["index", "d_it", "d_oot", "decision", "h_median", "score", "spread"]]
     table(
@@ -158,35 +189,49 @@ def decisions(result: EvaluationResult, model: str) -> int | None:
                 "score": "score s(S)",
             }
         ),
-        "x_decisions",
+        f"x_decisions{tag}",
         columns=DECISION_HELP,
         height=240,
     )
-    return None if pick is None else int(pick)
 
 
-def calibrated(result: EvaluationResult, model: str) -> None:
-    """The reference panel, calibrated p-values and verdict counts, and the spread control."""
+def calibrated(result: EvaluationResult, model: str, tag: str) -> None:
+    """The reference panel, calibrated p-values and verdict counts, the over-unlearning test,
+    the spread control and the null check."""
     row = result.models.set_index("name").loc[model]
+    if "panel_it_h" not in result.model_arrays(model):
+        st.info("The calibrated panels of draw 1 are being computed…")
+        return
+    reason = row.get("inconclusive_reason")
+    gated = isinstance(reason, str) and bool(reason.strip())
     counts = [k for k in COUNTS if k in row.index and row[k] == row[k]]
-    cols = st.columns(2 + len(counts))
+    cols = st.columns(3 + len(counts))
     metric(cols[0], "Panel U-test p", fmt_p(row["panel_p"]), "panel_p")
     metric(cols[1], "Calibrated OTR", headline_value(row, "calibrated_otr", pct),
            "calibrated_otr")  # fmt: skip
-    for col, key in zip(cols[2:], counts, strict=True):
-        metric(col, COUNTS[key], str(int(row[key])), key)
+    over = "withheld" if gated else ("yes" if bool(row["over_unlearned"]) else "no")
+    metric(cols[2], "Over-unlearned (model test)", over, "over_unlearned")
+    if not gated:
+        cols[2].caption(f"p = {fmt_p(row['over_unlearning_p'])}")
+    for col, key in zip(cols[3:], counts, strict=True):
+        metric(col, COUNTS[key], "withheld" if gated else str(int(row[key])), key)
+    if bool(row["over_unlearned"]) and not gated:
+        st.warning(
+            f"**Over-unlearned** (p = {fmt_p(row['over_unlearning_p'])}): the forget set looks "
+            "significantly LESS familiar to the model than data it never saw — the unlearning "
+            "overshot, which can itself reveal what was forgotten."
+        )
     left, right = st.columns(2)
     with left:
-        plot(panel_figure(result, model), "x_panel")
+        plot(panel_figure(result, model), f"x_panel{tag}")
     with right:
-        plot(spread_figure(result, model), "x_spread")
+        plot(spread_figure(result, model), f"x_spread{tag}")
         st.caption(
             f"Score–spread correlation r = {fmt(row['score_spread_corr'])}: near 1, the score "
             "tracks how spread out the activations are (method §9) rather than a dependence "
-            "between the halves. Null check: the paper's U-test flagged "
-            f"{pct(row['null_split_fpr'])} of same-pool pairs, the calibrated test "
-            f"{pct(row['null_calibrated_fpr'])}."
+            "between the halves."
         )
+    null_check(result, row)
     sub = result.subsets
     targets = sub[(sub["model"] == model) & (sub["kind"] == "target")]
     with st.expander("Calibrated p-values per target"):
@@ -194,12 +239,29 @@ def calibrated(result: EvaluationResult, model: str) -> None:
             targets[["index", "score", "spread", "p_in", "p_out", "verdict"]].rename(
                 columns={"index": "target"}
             ),
-            "x_calibrated",
+            f"x_calibrated{tag}",
             notations={"p_in": "scientific", "p_out": "scientific"},
         )
 
 
-def negative_control(result: EvaluationResult, model: str, control: str) -> None:
+def null_check(result: EvaluationResult, row: pd.Series) -> None:
+    """Both tests' false-positive rates on disjoint unseen subsets, with α and pass/fail."""
+    s = result.settings
+    if int(row["null_pairs"]) == 0:
+        st.caption("Null check: not run yet (or too few unseen rows for disjoint pairs).")
+        return
+    st.markdown(f"**Null check** ({int(row['null_pairs'])} pairs of disjoint unseen subsets, "
+                "outside the panels; method §12)")  # fmt: skip
+    for reading in null_check_readings(row.to_dict(), s.alpha, s.alpha_calibrated):
+        icon = ":material/check_circle:" if reading.passed else ":material/error:"
+        st.markdown(f"{icon} {reading.text}")
+    st.caption(
+        "The paper's split-level U-test is shown beside the calibrated evidence as the paper "
+        "defines it; the rate above is its measured level on this workspace."
+    )
+
+
+def negative_control(result: EvaluationResult, model: str, control: str, tag: str) -> None:
     """The same evaluation under the randomly initialised model, side by side."""
     rows = result.models.set_index("name")
     shown = pd.DataFrame(
@@ -207,15 +269,15 @@ def negative_control(result: EvaluationResult, model: str, control: str) -> None
             name: {
                 "references valid": "yes" if bool(rows.loc[name, "references_valid"]) else "no",
                 "reference p": fmt_p(rows.loc[name, "reference_p"]),
-                "OTR": pct(rows.loc[name, "otr"]),
-                "calibrated OTR": pct(rows.loc[name, "calibrated_otr"]),
-                "F1": fmt(rows.loc[name, "f1"]),
+                "OTR": headline_value(rows.loc[name], "otr", pct),
+                "calibrated OTR": headline_value(rows.loc[name], "calibrated_otr", pct),
+                "F1": headline_value(rows.loc[name], "f1", fmt),
             }
             for name in (model, control)
         }
     )
-    st.dataframe(shown.astype(str), key="x_control_table")
-    plot(hsic_histogram(result, control), "x_control_hist")
+    st.dataframe(shown.astype(str), key=f"x_control_table{tag}")
+    plot(hsic_histogram(result, control), f"x_control_hist{tag}")
 
 
 def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: int) -> None:
@@ -228,6 +290,127 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
         f"predictions** ({sum(strip.correct)} of {len(strip.correct)} right)"
     )
     st.image(list(strip.images), caption=strip.captions, width=72, clamp=True)
+
+
+def show(result: EvaluationResult, model: str, control: str | None, pick: int | None,
+         tag: str) -> None:  # fmt: skip
+    """Everything the page shows of a (possibly partial) result; ``tag`` makes element keys
+    unique when the streaming evaluation redraws it."""
+    headline(result, model, tag)
+    st.subheader("Split-half HSIC: references and targets")
+    decisions(result, model, pick, tag)
+    st.subheader("Calibrated evidence, spread control and null check")
+    calibrated(result, model, tag)
+    if control and control in set(result.models["name"]):
+        st.subheader(f"Negative control: {control}")
+        negative_control(result, model, control, tag)
+
+
+def _milestone(part: PartialEvaluation) -> bool:
+    """Redraw after the first step, after each draw's panels, at the end of a stage's draws
+    and when a model completes (the progress bar moves at every step)."""
+    return (
+        part.done == 1
+        or part.complete
+        or part.stage in ("panels", "classic")
+        or (part.stage in ("controls", "null") and part.label.endswith(_last_draw(part)))
+    )
+
+
+def _last_draw(part: PartialEvaluation) -> str:
+    total = part.label.rsplit(" of ", 1)[-1]
+    return f"draw {total} of {total}"
+
+
+def _request_stop() -> None:
+    st.session_state[STOP_KEY] = True
+
+
+def _resume() -> None:
+    st.session_state[STOP_KEY] = False
+
+
+def progressive(
+    ws: Workspace, settings: EvalSettings, names: list[str], model: str, control: str | None,
+    pick: int | None,
+) -> EvaluationResult | None:  # fmt: skip
+    """Evaluate ``names`` stage by stage, redrawing the page as stages finish.
+
+    Returns:
+        The complete result (cached for reruns), the partial result when stopped (with the
+        note shown), or None on an error (shown inline).
+    """
+    try:
+        ws_hash = workspace_key(ws)
+        session = evaluation_session(ws)
+    except SDEError as exc:
+        st.error(f"Cannot evaluate this workspace: {exc}")
+        return None
+    key = ("explore", ws_hash, stable_hash(settings.result_key()), tuple(names))
+    done = shared_cache().get(key)
+    if done is not None:
+        show(done, model, control, pick, "")
+        return done
+    saved = st.session_state.get(PARTIAL_KEY)
+    parts: dict[str, PartialEvaluation] = dict(saved[1]) if saved and saved[0] == key else {}
+    if st.session_state.get(STOP_KEY):
+        return stopped(ws_hash, settings, names, parts, model, control, pick)
+    box = st.container(border=True)
+    box.caption(f"Evaluating {', '.join(names)} at layer {settings.layer!r}, stage by stage…")
+    bar = box.progress(0.0, text="loading the activations…")
+    box.button("Stop", on_click=_request_stop, key="x_stop")
+    live = st.empty()
+    parts = {}
+    try:
+        for i, part in enumerate(session.stream(names, settings, stages=EXPLORE_STAGES)):
+            parts[part.model] = part
+            st.session_state[PARTIAL_KEY] = (key, dict(parts))
+            bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
+            if part.model == model and _milestone(part):
+                partial = session_result(
+                    ws_hash, settings, [p.evaluation() for p in parts.values()]
+                )
+                with live.container():
+                    show(partial, model, control, pick, f"_live{i}")
+            if st.session_state.get(STOP_KEY):
+                break
+    except SDEError as exc:
+        st.error(f"Evaluation failed: {exc}")
+        return None
+    if (
+        st.session_state.get(STOP_KEY)
+        or len(parts) < len(names)
+        or not all(p.complete for p in parts.values())
+    ):
+        live.empty()
+        bar.empty()
+        return stopped(ws_hash, settings, names, parts, model, control, pick)
+    live.empty()
+    bar.empty()
+    result = session_result(ws_hash, settings, [parts[n].evaluation() for n in names])
+    shared_cache().put(key, result)
+    st.session_state.pop(PARTIAL_KEY, None)
+    show(result, model, control, pick, "")
+    return result
+
+
+def stopped(
+    ws_hash: str, settings: EvalSettings, names: list[str],
+    parts: dict[str, PartialEvaluation], model: str, control: str | None, pick: int | None,
+) -> EvaluationResult | None:  # fmt: skip
+    """The stopped evaluation: its note, a Resume button and the partial result."""
+    notes = [progress_note(p.evaluation(), settings, EXPLORE_STAGES) for p in parts.values()]
+    missing = [n for n in names if n not in parts]
+    text = " ".join(n for n in notes if n) or "Stopped before the first draw finished."
+    if missing:
+        text += f" Not started: {', '.join(missing)}."
+    st.info(f"**Stopped.** {text}")
+    st.button("Resume", on_click=_resume, type="primary", key="resume_button")
+    if model not in parts:
+        return None
+    result = session_result(ws_hash, settings, [p.evaluation() for p in parts.values()])
+    show(result, model, control, pick, "")
+    return result
 
 
 view = begin_page("explore")
@@ -244,17 +427,9 @@ if controls and st.toggle(
 ):
     control = controls[0]
 settings = current_settings(ws)
-result = evaluate(ws, settings, [model] + ([control] if control else []))
-target = None
+target = hist_controls(settings)
+result = progressive(ws, settings, [model] + ([control] if control else []), model, control, target)
 if result is not None:
-    headline(result, model)
-    st.subheader("Split-half HSIC: references and targets")
-    target = decisions(result, model)
-    st.subheader("Calibrated evidence and spread control")
-    calibrated(result, model)
-    if control:
-        st.subheader(f"Negative control: {control}")
-        negative_control(result, model, control)
     with guarded("Cannot show the target inputs"):
         show_thumbnails(ws, settings, model, target or 0)
 view.publish(

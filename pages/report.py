@@ -32,9 +32,10 @@ from sde_core.services.audit import build_manifest, report_file_stem
 from sde_core.viz.figures import figure_to_image, plotly_config
 from sde_core.viz.pdf import html_to_pdf
 from sde_core.viz.report import (
-    CAVEATS,
     build_html_report,
+    draws_table,
     manifest_tables,
+    measured_caveats,
     null_calibration_text,
     report_document,
     report_figures,
@@ -206,9 +207,18 @@ if result is not None:
     st.subheader("Settings")
     st.dataframe(settings_table(result.settings), hide_index=True, key="r_settings")
     st.subheader("Caveats")
-    for title, text in CAVEATS.items():
+    st.caption("Measured on this evaluation (method §12), not quoted from the paper.")
+    for title, text in measured_caveats(result).items():
         st.markdown(f"**{title}.** {text}")
     st.markdown(null_calibration_text(result))
+    per_draw = draws_table(result)
+    if not per_draw.empty:
+        st.subheader("Per-draw values")
+        st.caption(
+            "Each of the B independent reference draws on its own (method §12); the headline "
+            "numbers combine them with the intervals named in the comparison."
+        )
+        st.dataframe(per_draw, hide_index=True, key="r_draws")
     st.subheader("Tables")
     table_downloads(result, name)
     st.subheader("Charts")

@@ -20,7 +20,7 @@ from ui_fixtures import shared_tiny_workspace
 from sde_core.errors import InputError
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
 from sde_core.pipeline.workspace import load_workspace
-from sde_core.viz.formatting import format_interval, format_number
+from sde_core.viz.formatting import format_estimate, format_number
 from sde_core.viz.ui_support import (
     allowed_roots,
     check_upload,
@@ -91,6 +91,13 @@ def pct(x: float) -> str:
     return f"{100 * x:.0f}%" if x == x else "n/a"
 
 
+def rate(row: pd.Series) -> str:
+    """The OTR as the pages show it: 'withheld' when the gate withholds it (method §12)."""
+    return (
+        "withheld" if row["otr"] != row["otr"] and row["inconclusive_reason"] else pct(row["otr"])
+    )
+
+
 def p_value(x: float) -> str:
     return format_number(x, digits=2, notation="scientific")
 
@@ -134,7 +141,8 @@ def test_explore_shows_the_library_numbers(ws, expected):
     np.testing.assert_allclose(decisions["D(S, S_IT)"], targets["d_it"])
     assert list(decisions["decision"]) == list(targets["decision"])
     captions = [c.value for c in at.caption]
-    assert any(format_interval(row["otr_lo"], row["otr_hi"]) in c for c in captions)
+    interval = format_estimate(row["otr"], row["otr_lo"], row["otr_hi"], percent=True)
+    assert any(interval.split(" ", 1)[1] in c and "B = 5 draws" in c for c in captions)
     verdict = explain_verdict({"name": "original", **row.to_dict()}, 10, None, compare=False)
     assert any(verdict.body in m.value for m in at.markdown), "the verdict with its evidence"
     assert at.get("image"), "image data: a thumbnail strip of the target inputs"
@@ -152,7 +160,7 @@ def test_a_link_reproduces_a_non_default_view(ws, defaults):
     assert shown["OTR (out-of-training rate)"] == pct(row["otr"])
     assert shown["Controlled F1"] == format_number(row["f1"])
     assert at.session_state["x_target"] == 3
-    assert frame(at, "random").loc["OTR", "random"] == pct(lib.models.iloc[1]["otr"])
+    assert frame(at, "random").loc["OTR", "random"] == rate(lib.models.iloc[1])
     link = shared_link(at)
     assert link.startswith("./explore?") and "model=FT" in link and "sigma=0.5" in link
     assert "target=3" in link and "control=1" in link
@@ -179,7 +187,7 @@ def test_explore_negative_control_and_other_layer(ws, defaults):
     no_exception(at)
     control = frame(at, "random")
     ref = evaluate_workspace(ws, defaults, models=["random"]).models.iloc[0]
-    assert control.loc["OTR", "random"] == pct(ref["otr"])
+    assert control.loc["OTR", "random"] == rate(ref)
     at.selectbox(key="w_s_layer").set_value("penultimate").run()
     no_exception(at)
     pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate"), models=["original"])
@@ -236,17 +244,24 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
     assert table.index[0] == "retrained", "the Retrain reference comes first"
     lib = expected.models.set_index("name")
     for name in lib.index:
-        # a number the gate withholds (method §12) is NaN on the page and in the library
-        assert table.loc[name, "OTR [output]"] == pytest.approx(lib.loc[name, "otr"], nan_ok=True)
-        assert table.loc[name, "Acc_f (%)"] == pytest.approx(lib.loc[name, "acc_f"])
-        assert table.loc[name, "ASR (%)"] == pytest.approx(100 * lib.loc[name, "asr"])
-        assert table.loc[name, "F1 [output]"] == pytest.approx(lib.loc[name, "f1"], nan_ok=True)
-        assert table.loc[name, "verdict [output]"] == verdict_label(lib.loc[name])
+        r = lib.loc[name]
+        # "value [lo, hi]" over the draws, or "withheld" when the gate withholds it (method §12)
+        for column, key in (("OTR", "otr"), ("F1", "f1"), ("dependence", "dependence_score")):
+            shown = format_estimate(
+                r[key], r[f"{key}_lo"], r[f"{key}_hi"], reason=r["inconclusive_reason"]
+            )
+            assert table.loc[name, f"{column} [output]"] == shown
+        assert table.loc[name, "Acc_f (%)"] == pytest.approx(r["acc_f"])
+        assert table.loc[name, "ASR (%)"] == pytest.approx(100 * r["asr"])
+        assert table.loc[name, "verdict [output]"] == verdict_label(r)
+        assert table.loc[name, "over-unlearned [output]"].split(" ")[0] in ("yes", "no", "withheld")
     pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate")).models
-    np.testing.assert_allclose(
-        table.loc[pen["name"], "cal. OTR [penultimate]"], pen["calibrated_otr"]
-    )
-    assert len(at.get("plotly_chart")) == 2  # bars with the Retrain line, target overlay
+    for row in pen.to_dict("records"):
+        cal = [row[k] for k in ("calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi")]
+        shown = format_estimate(*cal, reason=row["inconclusive_reason"])
+        assert table.loc[row["name"], "cal. OTR [penultimate]"] == shown
+    assert len(at.get("plotly_chart")) == 3  # bars with the Retrain line, dot strip, overlay
+    assert len(_traces(at, "OTR: per-draw values")) <= 1
     text = " ".join(m.value for m in at.markdown)
     for row in expected.models.to_dict("records"):
         assert f"**{row['name']} ({row['role']}) — " in text  # each verdict, with its evidence
@@ -462,33 +477,167 @@ def test_demo_tables_never_show_runs_of_identical_rounded_numbers(demo, monkeypa
         assert displayed(at.dataframe[0]) is not None and median_h["median H"].max() < 1e-3
 
 
-def test_withheld_numbers_show_as_inconclusive_with_the_reason(ws, monkeypatch):
-    """Method §12's gate: NaN headline numbers with a reason are shown as 'inconclusive'."""
-    import pages._common as common
+def _gate(models: pd.DataFrame, reason: str) -> pd.DataFrame:
+    """The models table as the gate (method §12) leaves it: headline numbers NaN, a reason."""
+    models = models.copy()
+    for column in ("otr", "otr_lo", "otr_hi", "calibrated_otr", "f1", "f1_lo", "f1_hi",
+                   "dependence_score", "over_unlearning_p"):  # fmt: skip
+        models[column] = float("nan")
+    models["inconclusive_reason"] = reason
+    models["over_unlearned"] = False
+    return models
 
-    real = common.evaluate_workspace
+
+def test_withheld_numbers_show_as_withheld_with_the_reason(ws, monkeypatch):
+    """Method §12's gate: NaN headline numbers with a reason are 'withheld', never a number."""
+    import sde_core.pipeline.evaluation.session as session_module
+    import sde_core.services.evaluation as services
+
     reason = "the calibrated panels do not separate S_IT from S_OOT (p = 0.41)"
+    real_result, real_evaluate = services.session_result, session_module.EvaluationSession.evaluate
 
-    def gated(*args, **kwargs):
-        result = real(*args, **kwargs)
-        models = result.models.copy()
-        for column in ("otr", "otr_lo", "otr_hi", "calibrated_otr", "f1", "dependence_score"):
-            models[column] = float("nan")
-        models["inconclusive_reason"] = reason
-        models["n_over_unlearned"] = 0
-        return dataclasses.replace(result, models=models)
+    def gated_result(*args, **kwargs):
+        result = real_result(*args, **kwargs)
+        return dataclasses.replace(result, models=_gate(result.models, reason))
 
-    monkeypatch.setattr(common, "evaluate_workspace", gated)
+    def gated_evaluate(self, *args, **kwargs):
+        result = real_evaluate(self, *args, **kwargs)
+        return dataclasses.replace(result, models=_gate(result.models, reason))
+
+    monkeypatch.setattr(services, "session_result", gated_result)
+    monkeypatch.setattr(session_module.EvaluationSession, "evaluate", gated_evaluate)
     at = app("explore", seed="11")  # a seed no other test evaluates: not in the result cache
     no_exception(at)
     shown = metrics(at)
-    assert shown["OTR (out-of-training rate)"] == "inconclusive"
-    assert shown["Controlled F1"] == "inconclusive" and shown["Calibrated OTR"] == "inconclusive"
-    assert shown["over-unlearned"] == "0"
+    assert shown["OTR (out-of-training rate)"] == "withheld"
+    assert shown["Controlled F1"] == "withheld" and shown["Calibrated OTR"] == "withheld"
+    assert shown["over-unlearned"] == "withheld" and shown["in-training"] == "withheld"
     assert any(reason in w.value for w in at.warning)
     assert any("Inconclusive.** The calibrated panels" in m.value for m in at.markdown)
+    strip = _traces(at, "OTR: point value and 95% interval")
+    assert strip == [], "a withheld number draws no point value"
     at = app("compare", seed="11")
     no_exception(at)
     table = frame(at, "why inconclusive [output]")
     assert set(table["why inconclusive [output]"]) == {reason}
     assert set(table["verdict [output]"]) == {"inconclusive"}
+    assert set(table["OTR [output]"]) == {"withheld"} and set(table["F1 [output]"]) == {"withheld"}
+
+
+def _traces(at: AppTest, name: str) -> list[dict]:
+    """Traces called ``name`` in every plotly chart of the page (typed arrays decoded)."""
+    import base64
+    import json
+
+    def decode(value):
+        if isinstance(value, dict) and "bdata" in value:
+            return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        return value
+
+    found = []
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        found += [
+            {k: decode(v) for k, v in t.items()} for t in spec["data"] if t.get("name") == name
+        ]
+    return found
+
+
+def test_explore_dot_strip_shows_each_draw(ws, expected):
+    at = app()
+    no_exception(at)
+    draws = expected.model_draws("original")
+    assert len(draws) == 5
+    for label, column in (("OTR", "otr"), ("controlled F1", "f1"),
+                          ("dependence score", "dependence_score")):  # fmt: skip
+        (dots,) = _traces(at, f"{label}: per-draw values")
+        np.testing.assert_allclose(dots["x"], draws[column].to_numpy(float))
+    (point,) = _traces(at, "OTR: point value and 95% interval")
+    row = expected.models.set_index("name").loc["original"]
+    assert point["x"][1] == pytest.approx(row["otr"])
+    assert any("B = 5 independent reference draws" in json_text(c) for c in at.get("plotly_chart"))
+
+
+def json_text(chart) -> str:
+    return chart.proto.spec
+
+
+def test_over_unlearned_is_its_own_verdict_with_its_p_value(ws, monkeypatch):
+    import sde_core.services.evaluation as services
+
+    real = services.session_result
+
+    def over(*args, **kwargs):
+        result = real(*args, **kwargs)
+        models = result.models.copy()
+        models["over_unlearned"] = True
+        models["over_unlearning_p"] = 1.5e-4
+        models["references_valid"] = True  # a model whose evidence is not withheld
+        models["inconclusive_reason"] = ""
+        for key in ("otr", "otr_lo", "otr_hi"):
+            models[key] = models["otr_raw"]
+        return dataclasses.replace(result, models=models)
+
+    monkeypatch.setattr(services, "session_result", over)
+    at = app("explore", seed="12")
+    no_exception(at)
+    assert metrics(at)["Over-unlearned (model test)"] == "yes"
+    assert any("**Over-unlearned** (p = 1.5e-" in w.value for w in at.warning)
+    assert any("Over-unlearned.** " in m.value and "(p = 1.5e-" in m.value for m in at.markdown)
+
+
+def test_stop_leaves_a_partial_result_and_resume_completes(ws, monkeypatch):
+    """Stop after draw 1's references: the first histogram and a 'stopped after' note stay."""
+    import streamlit as st
+
+    import sde_core.pipeline.evaluation.session as session_module
+
+    real = session_module.EvaluationSession.stream
+
+    def stop_after_two(self, *args, **kwargs):
+        for i, part in enumerate(real(self, *args, **kwargs)):
+            if i == 1:  # draw 1's references and panels are done: the user presses Stop
+                st.session_state["stop_requested"] = True
+            yield part
+
+    monkeypatch.setattr(session_module.EvaluationSession, "stream", stop_after_two)
+    at = app("explore", seed="13")
+    no_exception(at)
+    notes = [i.value for i in at.info if "Stopped" in i.value]
+    assert notes and "original: stopped after 1 of 5 draws" in notes[0], notes
+    assert "the controlled F1, the null check and the accuracies" in notes[0]
+    assert len(_traces(at, "OTR: per-draw values")[0]["x"]) == 1  # one draw so far
+    assert frame(at, "D(S, S_IT)").shape[0] == 2  # draw 1's share of the T = 10 targets
+    monkeypatch.setattr(session_module.EvaluationSession, "stream", real)
+    at.button(key="resume_button").click().run()
+    no_exception(at)
+    assert not [i for i in at.info if "Stopped" in i.value]
+    assert len(_traces(at, "OTR: per-draw values")[0]["x"]) == 5
+
+
+def test_bins_change_recomputes_no_hsic(ws, monkeypatch):
+    at = app("explore", seed="14")
+    no_exception(at)
+
+    def no_hsic(*args, **kwargs):
+        raise AssertionError("H was recomputed for a bins change")
+
+    monkeypatch.setattr("sde_core.pipeline.evaluation.run.compute_h", no_hsic)
+    at.number_input(key="w_s_bins").set_value(9).run()
+    no_exception(at)
+    assert "OTR (out-of-training rate)" in metrics(at)
+
+
+def test_compare_second_visit_is_served_without_recomputation(ws, monkeypatch):
+    at = app("compare", seed="15")
+    no_exception(at)
+    first = frame(at, "OTR [output]")
+
+    def no_hsic(*args, **kwargs):
+        raise AssertionError("H was recomputed on a second visit")
+
+    monkeypatch.setattr("sde_core.pipeline.evaluation.run.compute_h", no_hsic)
+    again = app("compare", seed="15")  # a new browser session, the same server process
+    no_exception(again)
+    pd.testing.assert_frame_equal(frame(again, "OTR [output]"), first)
+    assert frame(again, "name")["name"].iloc[0] == "retrained"

@@ -51,7 +51,7 @@ def synthetic_result() -> EvaluationResult:
     plan = draw_subsets(N_TR, N_TE, forget, settings)
     rng = np.random.default_rng(1)
     y_tr, y_te = rng.integers(0, 3, N_TR), rng.integers(0, 3, N_TE)
-    summaries, subsets, arrays = [], [], {}
+    summaries, subsets, draws, arrays = [], [], [], {}
     for name, role, spread_train, spread_forget in (
         ("original", "original", 1.8, 1.8),
         ("retrain", "retrained", 1.8, 1.0),
@@ -77,6 +77,7 @@ def synthetic_result() -> EvaluationResult:
         ev = evaluate_arrays(inputs, plan, settings)
         summaries.append(ev.summary)
         subsets.extend(ev.subsets)
+        draws.extend(d.to_row() for d in ev.draws)
         arrays.update({f"{name}/{k}": v for k, v in ev.arrays.items()})
     return EvaluationResult(
         settings=settings,
@@ -84,6 +85,7 @@ def synthetic_result() -> EvaluationResult:
         models=pd.DataFrame(summaries),
         subsets=pd.DataFrame(subsets),
         arrays=arrays,
+        draws=pd.DataFrame(draws),
     )
 
 
@@ -316,6 +318,7 @@ def test_panel_figure_draws_every_verdict_present(result):
     """Method §12's fourth verdict gets its own colour; an unknown one is drawn grey."""
     subsets = result.subsets.copy()
     targets = subsets.index[(subsets["model"] == "ga") & (subsets["kind"] == "target")]
+    subsets.loc[targets, "verdict"] = "out-of-training"
     subsets.loc[targets[:3], "verdict"] = "over-unlearned"
     subsets.loc[targets[3:5], "verdict"] = "something new"
     changed = dataclasses.replace(result, subsets=subsets)

@@ -15,6 +15,7 @@ from test_figures import synthetic_result
 from sde_core import __version__
 from sde_core.errors import SettingsError
 from sde_core.stats.decision import wilson_interval
+from sde_core.viz.formatting import format_interval
 from sde_core.viz.report import (
     CAVEATS,
     REPORT_SECTIONS,
@@ -66,7 +67,8 @@ def test_remembered_sentence_names_test_p_value_interval_and_limits():
     assert explained.evidence == (
         "Under the paper's test (split-half HSIC with the Jensen–Shannon rule; "
         "references valid, U-test p = 1.0e-6), 97 of 100 subsets of the forget set still look "
-        "like training data (OTR 3%, 95% Wilson interval 1–8%): the model has NOT forgotten them."
+        "like training data (OTR 3%, 95% interval over the draws 1–8%): the model has NOT "
+        "forgotten them."
     )
     assert "97 training-like" in explained.calibrated
     assert "panel U-test p = 1.0e-4" in explained.calibrated
@@ -82,7 +84,7 @@ def test_forgotten_sentence_compares_with_retrain_and_says_no_trace_is_no_proof(
     explained = explain_verdict(row("salun", "unlearned", 91), 100, RETRAIN)
     assert explained.text.startswith("Consistent with forgetting. Under the paper's test")
     assert "91 of 100 subsets of the forget set look like unseen data" in explained.evidence
-    assert "(OTR 91%, 95% Wilson interval 84–95%)" in explained.evidence
+    assert "(OTR 91%, 95% interval over the draws 84–95%)" in explained.evidence
     assert "within the uncertainty" in explained.comparison
     assert "that the forget set was erased" in explained.limits
     assert verdict_label(row("salun", "unlearned", 91)) == "consistent with forgetting"
@@ -214,7 +216,10 @@ def test_verdict_and_comparison_tables(result):
     assert verdicts.loc["retrain", "verdict"] == "consistent with forgetting"
     assert "20 of 20 subsets of the forget set" in verdicts.loc["original", "explanation"]
     table = comparison_table(result.models).set_index("model")
-    assert table.loc["original", "OTR (95% CI)"] == "0% (0–16%)"
+    original = result.models.set_index("name").loc["original"]
+    assert original["otr"] == 0.0 and original["otr_hi"] > 0.1  # Korn–Graubard over draws
+    interval = format_interval(original["otr_lo"], original["otr_hi"])
+    assert table.loc["original", "OTR (95% CI)"] == f"0% ({interval})"
     assert table.loc["rand", "calibrated OTR (95% CI)"] == "n/a (panels invalid)"
     assert "6 pairs" in null_calibration_text(result)
 
@@ -227,7 +232,8 @@ def test_export_tables_round_trip_through_csv_and_json(result):
     tables = tables_for_export(result, include_h=True)
     assert set(tables) == {"models", "subsets", "verdicts", "settings", "h_values"}
     for name, df in tables.items():
-        back = pd.read_csv(io.BytesIO(to_csv_bytes(df)))
+        # only empty fields are missing (a subset kind "null" is a word, not a missing value)
+        back = pd.read_csv(io.BytesIO(to_csv_bytes(df)), keep_default_na=False, na_values=[""])
         assert list(back.columns) == list(df.columns) and len(back) == len(df)
         for col in df.columns:
             if pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col]):

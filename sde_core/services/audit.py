@@ -470,8 +470,13 @@ def _show(value: Any) -> str:
 
 
 def _difference(a: Any, b: Any) -> float:
-    """``|a − b| / max(1, |a|, |b|)`` of two numbers, the largest over equal-length lists; 0 for
+    """``|a − b| / max(1, |a|, |b|)`` of two numbers, the largest over equal-length lists and
+    over the values of dicts with the same keys; 0 for
     non-numbers, ``inf`` when only one of them is missing/NaN or the lists differ in length."""
+    if isinstance(a, dict) or isinstance(b, dict):  # e.g. verdict_counts
+        if not (isinstance(a, dict) and isinstance(b, dict)) or set(a) != set(b):
+            return math.inf
+        return max((_difference(a[k], b[k]) for k in a), default=0.0)
     if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         if not (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple))) or len(a) != len(b):
             return math.inf

@@ -6,7 +6,10 @@
 - :func:`layer_costs` — per layer, which models' results are already stored, whose activations
   are cached, and how many rows would have to go through which models (with an estimated time
   from :func:`measure_throughput`) before an evaluation starts;
-- :func:`activation_cache` — the workspace's activation cache (one place spells its folder).
+- :func:`activation_cache` — the workspace's activation cache (one place spells its folder);
+- :func:`session_result` / :func:`progress_note` — a (possibly partial) staged evaluation of an
+  :class:`~sde_core.pipeline.evaluation.EvaluationSession` as an
+  :class:`~sde_core.pipeline.evaluation.EvaluationResult`, and what it still lacks in words.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from sde_core.common.hashing import stable_hash
 from sde_core.errors import SettingsError
 from sde_core.inputs.activations import ActivationCache
 from sde_core.inputs.data import DatasetBundle, load_index_file
-from sde_core.pipeline.evaluate import EvalSettings, draw_subsets
+from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, draw_subsets
+from sde_core.pipeline.evaluation.run import ModelEvaluation
+from sde_core.pipeline.evaluation.workspace_run import result_tables
 from sde_core.pipeline.model_inputs import entry_activations, entry_cached_layers
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, cache_path
@@ -33,6 +38,8 @@ __all__ = [
     "activation_cache",
     "layer_costs",
     "measure_throughput",
+    "progress_note",
+    "session_result",
     "stored_models",
     "target_subsets",
     "thumbnails",
@@ -272,3 +279,65 @@ def layer_costs(
         ordered = [n for n in names if n in stored]
         out.append(LayerCost(layer, ordered, cached, extract, rows, seconds if known else None))
     return out
+
+
+def session_result(
+    workspace_hash: str, settings: EvalSettings, evaluations: Sequence[ModelEvaluation]
+) -> EvaluationResult:
+    """An :class:`EvaluationResult` of (possibly partial) model evaluations, for display.
+
+    Args:
+        workspace_hash: the workspace's content hash (the session's ``workspace_hash``).
+        settings: the settings evaluated.
+        evaluations: one :class:`ModelEvaluation` per model, finished or partial (a partial one
+            has NaN where a stage has not run and covers ``model.draws`` draws).
+    """
+    models, subsets, draws = result_tables(list(evaluations))
+    arrays = {f"{ev.model.name}/{k}": v for ev in evaluations for k, v in ev.arrays.items()}
+    return EvaluationResult(
+        settings=settings, workspace_hash=workspace_hash, models=models, subsets=subsets,
+        arrays=arrays, draws=draws,
+    )  # fmt: skip
+
+
+#: What each stage adds, in words (for :func:`progress_note`).
+_STAGE_WORDS = {
+    "panels": "the calibrated panels",
+    "controls": "the controlled F1",
+    "null": "the null check",
+    "classic": "the accuracies and the membership attack",
+}
+
+
+def progress_note(
+    evaluation: ModelEvaluation, settings: EvalSettings, stages: Sequence[str]
+) -> str:
+    """What a stopped (partial) evaluation covers, in one sentence ("" when it is complete).
+
+    Args:
+        evaluation: the model's partial :class:`ModelEvaluation`.
+        settings: the settings (``draws`` = B planned).
+        stages: the stages that were requested.
+
+    Returns:
+        e.g. ``"original: stopped after 2 of 5 draws; the controlled F1 and the null check
+        have not run. Intervals and the gate use the finished draws only."``
+    """
+    if evaluation.complete:
+        return ""
+    m = evaluation.model
+    done = int(m.draws)
+    planned = int(settings.draws)
+    missing = []
+    if "controls" in stages and not np.isfinite(m.f1_raw):
+        missing.append(_STAGE_WORDS["controls"])
+    if "null" in stages and int(m.null_pairs) == 0:
+        missing.append(_STAGE_WORDS["null"])
+    if "classic" in stages and not np.isfinite(m.acc_r):
+        missing.append(_STAGE_WORDS["classic"])
+    text = f"{m.name}: stopped after {done} of {planned} draws"
+    if missing:
+        verb = "has" if len(missing) == 1 else "have"
+        text += f"; {', '.join(missing[:-1])}{' and ' if len(missing) > 1 else ''}{missing[-1]}"
+        text += f" {verb} not run"
+    return text + ". Intervals and the gate use the finished draws only; Resume continues."

@@ -11,6 +11,8 @@ Builders:
 - :func:`target_overlay` — the pooled target H of 2–4 models on common bins;
 - :func:`panel_figure` — subset scores of the reference panels and the targets with verdicts;
 - :func:`spread_figure` — subset score vs kernel spread (the spread control of method §9);
+- :func:`draw_strip` — each headline number's per-draw values as dots, with the point value and
+  its 95% interval (method §12);
 - :func:`comparison_bars` — one metric per model with error bars and the Retrain reference line;
 - :func:`sweep_figure` — a metric vs σ / layer / subset size / checkpoint (from
   :func:`sde_core.pipeline.sweeps.run_sweep`), with the σ rules marked.
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from sde_core.errors import ExportError, SettingsError
 from sde_core.stats.decision import histogram_edges
@@ -41,14 +44,17 @@ from sde_core.viz.formatting import D3_SI, column_formatter
 
 __all__ = [
     "COLORS",
+    "DRAW_STRIP_METRICS",
     "METRICS",
     "MODEL_COLORS",
     "PLOTLY_CONFIG",
     "ROLE_COLORS",
     "VERDICT_COLORS",
+    "DrawMetric",
     "ExportError",
     "MetricSpec",
     "comparison_bars",
+    "draw_strip",
     "figure_to_image",
     "find_chromium",
     "hsic_histogram",
@@ -173,6 +179,8 @@ METRICS: dict[str, MetricSpec] = {
     "f1": MetricSpec(
         "F1",
         "controlled F1 (0–1, in-training positive)",
+        lo="f1_lo",
+        hi="f1_hi",
         bounds=(0.0, 1.0),
         valid="references_valid",
     ),
@@ -182,6 +190,8 @@ METRICS: dict[str, MetricSpec] = {
     "dependence_score": MetricSpec(
         "dependence score",
         "dependence score (0 = unseen level, 1 = training level)",
+        lo="dependence_score_lo",
+        hi="dependence_score_hi",
         valid="references_valid",
     ),
 }
@@ -448,6 +458,11 @@ def _reference_value(models: pd.DataFrame, column: str, role: str) -> tuple[str,
     return (str(ref.iloc[0]["name"]), value) if np.isfinite(value) else None
 
 
+def _withheld(value: float, reason: Any) -> bool:
+    """Whether a NaN value is withheld by the gate (its row gives a reason, method §12)."""
+    return not np.isfinite(value) and isinstance(reason, str) and bool(reason.strip())
+
+
 def _validity(table: pd.DataFrame, spec: MetricSpec) -> list[bool]:
     """Per row, whether the metric is a valid verdict (always True without a validity column)."""
     if spec.valid is None or spec.valid not in table:
@@ -462,8 +477,9 @@ def comparison_bars(
 
     Args:
         models: the ``models`` table of an evaluation (``name``, ``role`` and the metric columns).
-        metric: a key of :data:`METRICS` (``"otr"`` and ``"calibrated_otr"`` get 95% Wilson
-            intervals as error bars).
+        metric: a key of :data:`METRICS` (OTR, calibrated OTR, F1 and the dependence score get
+            their 95% intervals over the draws as error bars, method §12; an unbounded side of a
+            Fieller interval draws no bar).
         reference_role: the role whose value is drawn as a dashed horizontal line (the first
             such model; none when absent or NaN).
 
@@ -477,10 +493,16 @@ def comparison_bars(
         raise SettingsError(f"the table has no column {metric!r}")
     values = models[metric].astype(float).to_numpy() * spec.scale
     valid = _validity(models, spec)
+    reasons = (
+        models["inconclusive_reason"].tolist()
+        if "inconclusive_reason" in models
+        else [None] * len(models)
+    )
     bar: dict[str, Any] = {}
     if spec.lo and spec.hi:
         lo = models[spec.lo].astype(float).to_numpy() * spec.scale
         hi = models[spec.hi].astype(float).to_numpy() * spec.scale
+        lo, hi = np.where(np.isfinite(lo), lo, np.nan), np.where(np.isfinite(hi), hi, np.nan)
         finite = np.isfinite(values)
         bar["error_y"] = {
             "type": "data",
@@ -490,7 +512,8 @@ def comparison_bars(
             "color": "#444444",
         }
         bar["customdata"] = np.c_[lo, hi]
-        extra = "<br>95% CI %{customdata[0]:.0f}–%{customdata[1]:.0f}" + spec.unit
+        f = ".0f" if spec.unit == "%" else ".3g"
+        extra = f"<br>95% CI %{{customdata[0]:{f}}}–%{{customdata[1]:{f}}}" + spec.unit
     else:
         extra = ""
     fig = go.Figure(
@@ -502,8 +525,9 @@ def comparison_bars(
                 "pattern": {"shape": ["" if ok else "/" for ok in valid]},
             },
             text=[
-                spec.fmt(v) + ("" if ok else " (invalid refs)")
-                for v, ok in zip(models[metric].astype(float), valid, strict=True)
+                ("withheld" if _withheld(v, why) else spec.fmt(v))
+                + ("" if ok else " (invalid refs)")
+                for v, ok, why in zip(models[metric].astype(float), valid, reasons, strict=True)
             ],
             textposition="outside",
             hovertemplate=f"%{{x}}<br>{spec.label} = %{{y:.3g}}{spec.unit}{extra}<extra></extra>",
@@ -524,6 +548,181 @@ def comparison_bars(
     if spec.bounds is not None:
         fig.update_yaxes(range=[spec.bounds[0], spec.bounds[1] * 1.12])
     return _layout(fig, f"{spec.label} per model", "model", spec.axis, showlegend=False)
+
+
+@dataclass(frozen=True)
+class DrawMetric:
+    """One row of :func:`draw_strip`: a headline number and how its interval is formed.
+
+    Attributes:
+        label: the number's name. point, lo, hi: its columns in the ``models`` table; the
+            per-draw values are the ``point`` column of the ``draws`` table. interval: the
+            interval method of method §12. percent: shown as a percentage. gated: withheld by
+            the gate (method §12) when its point value is NaN and the row gives a reason.
+        log: a logarithmic axis (p-values).
+    """
+
+    label: str
+    point: str
+    lo: str
+    hi: str
+    interval: str
+    percent: bool = False
+    gated: bool = True
+    log: bool = False
+
+
+#: The rows of :func:`draw_strip`, in order.
+DRAW_STRIP_METRICS: tuple[DrawMetric, ...] = (
+    DrawMetric("OTR", "otr", "otr_lo", "otr_hi", "Korn–Graubard", percent=True),
+    DrawMetric(
+        "calibrated OTR",
+        "calibrated_otr",
+        "calibrated_otr_lo",
+        "calibrated_otr_hi",
+        "Korn–Graubard",
+        percent=True,
+    ),
+    DrawMetric("controlled F1", "f1", "f1_lo", "f1_hi", "Korn–Graubard, controls as trials"),
+    DrawMetric(
+        "dependence score",
+        "dependence_score",
+        "dependence_score_lo",
+        "dependence_score_hi",
+        "Fieller, t with B − 1 df",
+    ),
+    DrawMetric(
+        "reference p (paper's U-test)",
+        "reference_p",
+        "reference_p_lo",
+        "reference_p_hi",
+        "median; range of the draws",
+        gated=False,
+        log=True,
+    ),
+)
+
+
+def _strip_text(x: float, metric: DrawMetric) -> str:
+    if not np.isfinite(x):
+        return "∞" if x > 0 else ("−∞" if x < 0 else "n/a")
+    if metric.percent:
+        return f"{100 * x:.0f}%"
+    if metric.log:
+        return f"{x:.2e}"
+    return f"{x:.3g}"
+
+
+def draw_strip(result: Any, model: str) -> go.Figure:
+    """Each headline number of one model over the evaluation's B draws (method §12).
+
+    One row per :data:`DRAW_STRIP_METRICS` entry: the per-draw values as dots (hover: the
+    draw), the point value as a diamond and its 95% interval as a bar; the row title names the
+    interval method. A number the gate withholds shows no dots and no value, only
+    "withheld" and the reason; an unbounded (Fieller) side of an interval is drawn to the edge
+    of the row and labelled.
+
+    Args:
+        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult` with its ``draws``
+            table (a partial result shows the draws finished so far).
+        model: the model's name.
+
+    Returns:
+        A Figure with, per shown row, a trace ``"<label>: per-draw values"`` (B points) and a
+        trace ``"<label>: point value and 95% interval"``.
+
+    Raises:
+        SettingsError: no such model, or the result has no per-draw table.
+    """
+    row = _model_row(result, model)
+    draws = result.model_draws(model) if hasattr(result, "model_draws") else pd.DataFrame()
+    if draws is None or draws.empty:
+        raise SettingsError(
+            f"the result has no per-draw values for {model!r}: evaluate it with this version "
+            "(method §12 draws)"
+        )
+    reason = row.get("inconclusive_reason")
+    reason = reason.strip() if isinstance(reason, str) else ""
+    n = len(draws)
+    planned = int(getattr(result.settings, "draws", n))
+    metrics = DRAW_STRIP_METRICS
+    titles = []
+    for m in metrics:
+        lo, hi = float(row[m.lo]), float(row[m.hi])
+        unbounded = " — interval unbounded" if (np.isinf(lo) or np.isinf(hi)) else ""
+        titles.append(f"{m.label} · 95% interval: {m.interval}{unbounded}")
+    fig = make_subplots(rows=len(metrics), cols=1, subplot_titles=titles, vertical_spacing=0.09)
+    for i, m in enumerate(metrics, start=1):
+        value = float(row[m.point])
+        if m.gated and not np.isfinite(value) and reason:
+            axis = "" if i == 1 else str(i)
+            fig.add_annotation(
+                text=f"withheld: {reason}", xref=f"x{axis} domain", yref=f"y{axis} domain",
+                x=0.0, y=0.5, showarrow=False, xanchor="left", font={"color": "#555555"},
+            )  # fmt: skip
+            fig.update_xaxes(visible=False, row=i, col=1)
+            fig.update_yaxes(visible=False, row=i, col=1)
+            continue
+        per_draw = draws[m.point].astype(float).to_numpy()
+        shown = np.isfinite(per_draw)
+        labels = [f"draw {int(d) + 1}" for d in draws["draw"]]
+        fig.add_trace(
+            go.Scatter(
+                x=per_draw[shown], y=np.full(int(shown.sum()), 0.3),
+                mode="markers", name=f"{m.label}: per-draw values",
+                marker={"color": COLORS["target"], "size": 10, "opacity": 0.8},
+                text=[t for t, ok in zip(labels, shown, strict=True) if ok],
+                hovertemplate="%{text}: %{x:.3g}<extra></extra>", showlegend=False,
+            ),
+            row=i, col=1,
+        )  # fmt: skip
+        finite = per_draw[shown]
+        lo, hi = float(row[m.lo]), float(row[m.hi])
+        span = [x for x in (*finite, value, lo, hi) if np.isfinite(x)]
+        if span:
+            a, b = min(span), max(span)
+            pad = (b - a) * 0.15 or (abs(a) * 0.1 or 0.05)
+            edge_lo, edge_hi = a - pad, b + pad
+        else:
+            edge_lo, edge_hi = 0.0, 1.0
+        if m.log:
+            edge_lo, edge_hi = max(edge_lo, min(span) / 3 if span else 1e-6), edge_hi
+        bar_lo = lo if np.isfinite(lo) else edge_lo
+        bar_hi = hi if np.isfinite(hi) else edge_hi
+        text = (
+            f"{m.label} = {_strip_text(value, m)}, 95% interval "
+            f"[{_strip_text(lo, m)}, {_strip_text(hi, m)}] over {n} draws"
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=[bar_lo, value, bar_hi] if np.isfinite(value) else [],
+                y=[-0.3, -0.3, -0.3] if np.isfinite(value) else [],
+                mode="lines+markers", name=f"{m.label}: point value and 95% interval",
+                line={"color": "#333333", "width": 3},
+                marker={"symbol": ["line-ns", "diamond", "line-ns"], "size": [14, 13, 14],
+                        "color": "#333333", "line": {"width": 2, "color": "#333333"}},
+                hovertemplate=f"{text}<extra></extra>", showlegend=False,
+            ),
+            row=i, col=1,
+        )  # fmt: skip
+        axis: dict[str, Any] = {"zeroline": False}
+        if m.log and span and min(span) > 0:
+            axis["type"] = "log"
+        elif m.percent:
+            axis["tickformat"] = ".0%"
+        fig.update_xaxes(row=i, col=1, **axis)
+        fig.update_yaxes(visible=False, range=[-0.8, 0.8], row=i, col=1)
+    of = "" if n >= planned else f" (of {planned} planned)"
+    title = (
+        f"{model}: B = {n} independent reference draws{of} — dots: each draw; "
+        "◆ and bar: point value and 95% interval"
+    )
+    fig.update_layout(
+        title={"text": title, "y": 0.99, "yanchor": "top", "font": {"size": 14}},
+        template=_TEMPLATE, height=110 * len(metrics) + 110, margin={"t": 90, "b": 30},
+        showlegend=False,
+    )  # fmt: skip
+    return fig
 
 
 _RULE_LABELS = {"sqrt_dim": "√d", "median": "median"}

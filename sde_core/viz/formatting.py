@@ -31,6 +31,7 @@ __all__ = [
     "D3_SI",
     "Notation",
     "column_formatter",
+    "format_estimate",
     "format_interval",
     "format_number",
     "format_percent",
@@ -151,6 +152,33 @@ def format_interval(lo: Any, hi: Any, *, percent: bool = True) -> str:
     if percent:
         return f"{100 * a:.0f}–{100 * b:.0f}%"
     return f"{format_number(a)}–{format_number(b)}"
+
+
+def _bound(x: float, percent: bool) -> str:
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    return f"{100 * x:.0f}%" if percent else format_number(x, digits=2)
+
+
+def format_estimate(
+    value: Any, lo: Any = None, hi: Any = None, *, percent: bool = False, reason: Any = None
+) -> str:
+    """A point value with its 95% interval, as the tables show it (method §12).
+
+    ``"0.62 [0.48, 0.77]"`` (``percent``: ``"62% [48%, 77%]"``); an unbounded interval shows
+    ``∞``; without finite bounds only the value. A missing value is ``"withheld"`` when
+    ``reason`` (the row's ``inconclusive_reason``) says why, ``"n/a"`` otherwise — never a
+    number.
+    """
+    x = _as_float(value)
+    if x is None or not math.isfinite(x):
+        withheld = isinstance(reason, str) and reason.strip()
+        return "withheld" if withheld else "n/a"
+    point = f"{100 * x:.0f}%" if percent else format_number(x, digits=2)
+    a, b = _as_float(lo), _as_float(hi)
+    if a is None or b is None or math.isnan(a) or math.isnan(b):
+        return point
+    return f"{point} [{_bound(a, percent)}, {_bound(b, percent)}]"
 
 
 def column_formatter(

@@ -123,11 +123,29 @@ GLOSSARY: dict[str, Term] = {
     ),
     "otr_ci": Term(
         "OTR 95% CI",
-        "95% Wilson interval of the OTR: the range the rate is compatible with, given T subsets.",
-        5,
+        "95% Korn–Graubard interval of the OTR over the B independent reference draws: the "
+        "range the rate is compatible with, reference variance included.",
+        12,
     ),
-    "otr_lo": Term("OTR lo", "Lower end of the OTR's 95% Wilson interval.", 5),
-    "otr_hi": Term("OTR hi", "Upper end of the OTR's 95% Wilson interval.", 5),
+    "otr_lo": Term("OTR lo", "Lower end of the OTR's 95% Korn–Graubard interval.", 12),
+    "otr_hi": Term("OTR hi", "Upper end of the OTR's 95% Korn–Graubard interval.", 12),
+    "draws": Term(
+        "draws",
+        "B independent reference draws: each has its own S_IT, S_OOT, panels, share of the "
+        "targets and controls; the spread between draws gives every interval.",
+        12,
+    ),
+    "over_unlearned": Term(
+        "over-unlearned",
+        "The model-level over-unlearning test: the targets look significantly LESS familiar "
+        "than unseen data (its p-value is over_unlearning_p).",
+        12,
+    ),
+    "over_unlearning_p": Term(
+        "over-unlearning p",
+        "p-value of the model-level over-unlearning test (the draws combined).",
+        12,
+    ),
     "f1": Term(
         "F1",
         "Controlled F1 (0–1): how well the paper's rule tells known training subsets from known "

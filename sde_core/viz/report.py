@@ -35,12 +35,18 @@ import plotly.graph_objects as go
 from sde_core import __version__
 from sde_core.errors import SettingsError
 from sde_core.viz.figures import PLOTLY_CONFIG, comparison_bars, hsic_histogram
-from sde_core.viz.formatting import format_interval, format_number, format_percent
+from sde_core.viz.formatting import (
+    format_estimate,
+    format_interval,
+    format_number,
+    format_percent,
+)
 from sde_core.viz.glossary import glossary_table
 from sde_core.viz.verdicts import (
     CAN_CERTIFY,
     CANNOT_CERTIFY,
     explain_verdict,
+    null_check_readings,
     retrain_row,
     verdict_label,
     verdict_sentence,
@@ -57,7 +63,9 @@ __all__ = [
     "build_html_report",
     "comparison_table",
     "dataset_table",
+    "draws_table",
     "manifest_tables",
+    "measured_caveats",
     "null_calibration_text",
     "report_document",
     "report_figures",
@@ -84,6 +92,7 @@ REPORT_SECTIONS = (
     "Verdicts",
     "What SDE can and cannot certify",
     "Comparison",
+    "Per-draw values",
     "Null calibration",
     "Charts",
     "What was evaluated",
@@ -146,18 +155,35 @@ def _rate_with_interval(row: Mapping[str, Any], key: str) -> str:
     value = _float(_get(row, key))
     if math.isnan(value):
         reason = _get(row, "inconclusive_reason")
-        return "inconclusive" if reason else "n/a"
+        return "withheld" if reason else "n/a"
     interval = format_interval(_get(row, f"{key}_lo"), _get(row, f"{key}_hi"))
     return f"{format_percent(value)} ({interval})"
+
+
+def _estimate(row: Mapping[str, Any], key: str) -> str:
+    return format_estimate(
+        _get(row, key), _get(row, f"{key}_lo"), _get(row, f"{key}_hi"),
+        reason=_get(row, "inconclusive_reason"),
+    )  # fmt: skip
+
+
+def _over_unlearning(row: Mapping[str, Any]) -> str:
+    p = _float(_get(row, "over_unlearning_p"))
+    if math.isnan(p):
+        return "withheld" if _get(row, "inconclusive_reason") else "n/a"
+    shown = format_number(p, digits=2, notation="scientific")
+    return f"{'yes' if bool(_get(row, 'over_unlearned')) else 'no'} (p = {shown})"
 
 
 def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
     """The ``models`` table formatted for reading (strings; rates in %, intervals inline).
 
-    Columns: model, role, method, layer, σ, reference p, OTR (95% CI), calibrated OTR (95% CI),
-    F1, calibrated F1, dependence score, Acc_r/Acc_f/Acc_te (%), MIA ASR, MMD F1, W2 F1, null
-    FPR of both tests, score–spread correlation, method time (s). Columns the table lacks are
-    shown as ``n/a``; a withheld headline number (method §12) as ``inconclusive``.
+    Columns: model, role, method, layer, σ, draws, reference p, OTR (95% CI), calibrated OTR
+    (95% CI), F1, calibrated F1, dependence score (each ``value [lo, hi]`` over the draws),
+    over-unlearned (the model-level test with its p), Acc_r/Acc_f/Acc_te (%), MIA ASR, MMD F1,
+    W2 F1, null FPR of both tests, score–spread correlation, method time (s), and why numbers
+    are withheld. Columns the table lacks are shown as ``n/a``; a withheld headline number
+    (method §12) as ``withheld``.
     """
     out = []
     for r in models.to_dict("records"):
@@ -170,6 +196,7 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
                 "method": _get(r, "method"),
                 "layer": _get(r, "layer"),
                 "σ": format_number(_get(r, "sigma")),
+                "draws": format_number(_get(r, "draws")),
                 "reference p": format_number(
                     _get(r, "reference_p"), digits=2, notation="scientific"
                 ),
@@ -177,9 +204,10 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
                 "calibrated OTR (95% CI)": "n/a (panels invalid)"
                 if panel_invalid and math.isnan(cal)
                 else _rate_with_interval(r, "calibrated_otr"),
-                "F1": format_number(_get(r, "f1")),
-                "calibrated F1": format_number(_get(r, "calibrated_f1")),
-                "dependence score": format_number(_get(r, "dependence_score")),
+                "F1": _estimate(r, "f1"),
+                "calibrated F1": _estimate(r, "calibrated_f1"),
+                "dependence score": _estimate(r, "dependence_score"),
+                "over-unlearned": _over_unlearning(r),
                 "Acc_r (%)": format_number(_get(r, "acc_r")),
                 "Acc_f (%)": format_number(_get(r, "acc_f")),
                 "Acc_te (%)": format_number(_get(r, "acc_te")),
@@ -190,6 +218,7 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
                 "null FPR, calibrated": format_percent(_get(r, "null_calibrated_fpr")),
                 "score–spread r": format_number(_get(r, "score_spread_corr"), digits=2),
                 "method time (s)": format_number(_get(r, "seconds")),
+                "why withheld": _get(r, "inconclusive_reason") or "",
             }
         )
     return pd.DataFrame(out)
@@ -219,14 +248,122 @@ def null_calibration_text(result: Any) -> str:
         lo, hi = format_percent(float(x.min())), format_percent(float(x.max()))
         return lo if lo == hi else f"{lo}–{hi}"
 
+    failed = {
+        reading.test: [
+            str(r["name"])
+            for r in models.to_dict("records")
+            for x in null_check_readings(r, s.alpha, s.alpha_calibrated)
+            if x.test == reading.test and x.passed is False
+        ]
+        for reading in null_check_readings({}, s.alpha, s.alpha_calibrated)
+    }
+    verdicts = " ".join(
+        f"The {test} fails its null check (significantly more false alarms than its level, "
+        f"one-sided binomial p < 0.05) for: {', '.join(names)}."
+        if names
+        else f"The {test} passes its null check for every model."
+        for test, names in failed.items()
+    )
     return (
         f"For every model, {s.null_pairs} pairs of disjoint subsets of the test "
-        "data — which by construction do not differ — were put through both tests. The paper's "
-        f"split-level U-test declared a difference in {span(split)} of pairs (a well-calibrated "
-        f"test would do so in about {format_percent(s.alpha)}); the calibrated test in "
-        f"{span(cal)} (it should stay at or below {format_percent(s.alpha_calibrated)}). The "
+        "data outside the reference panels — which by construction do not differ — were put "
+        "through both tests (method §12). The paper's split-level U-test declared a difference "
+        f"in {span(split)} of pairs (at α = {format_percent(s.alpha)}); the calibrated test in "
+        f"{span(cal)} of subsets (at α = {format_percent(s.alpha_calibrated)}). {verdicts} The "
         "per-model rates are in the comparison table."
     )
+
+
+def draws_table(result: Any) -> pd.DataFrame:
+    """Every model's per-draw statistics (method §12), formatted: model, draw, targets,
+    controls, reference p, panel p, OTR, calibrated OTR, over-unlearned share, F1, calibrated
+    F1, dependence score, null FPR of both tests. Each draw's own (ungated) values; the
+    headline numbers combine them. Empty when the result has no ``draws`` table."""
+    draws = getattr(result, "draws", None)
+    if draws is None or draws.empty:
+        return pd.DataFrame()
+    gated = {
+        str(r["name"]): bool(r.get("inconclusive_reason")) for r in result.models.to_dict("records")
+    }
+    rows = []
+    for d in draws.to_dict("records"):
+        withheld = gated.get(str(d["model"]), False)
+
+        def num(
+            key: str, percent: bool = False, d: Mapping[str, Any] = d, withheld: bool = withheld
+        ) -> str:
+            if withheld and key not in ("reference_p", "panel_p"):
+                return "withheld"
+            return format_percent(d[key]) if percent else format_number(d[key], digits=3)
+
+        rows.append(
+            {
+                "model": d["model"],
+                "draw": int(d["draw"]) + 1,
+                "targets": int(d["targets"]),
+                "controls": int(d["controls"]),
+                "reference p": format_number(d["reference_p"], digits=2, notation="scientific"),
+                "panel p": format_number(d["panel_p"], digits=2, notation="scientific"),
+                "OTR": num("otr", True),
+                "calibrated OTR": num("calibrated_otr", True),
+                "over-unlearned": num("over_unlearned_rate", True),
+                "F1": num("f1"),
+                "calibrated F1": num("calibrated_f1"),
+                "dependence score": num("dependence_score"),
+                "null FPR, split U-test": format_percent(d["null_split_fpr"]),
+                "null FPR, calibrated": format_percent(d["null_calibrated_fpr"]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def measured_caveats(result: Any) -> dict[str, str]:
+    """:data:`CAVEATS` with the numbers measured on this evaluation (method §12's caveats:
+    the split-level test's false-alarm rate and the score–spread correlation), so a report
+    quotes the open workspace, not constants. Falls back to :data:`CAVEATS` for a result
+    without the measurements."""
+    try:
+        c = result.caveats()
+    except (KeyError, AttributeError):
+        return dict(CAVEATS)
+    out = dict(CAVEATS)
+
+    def span(lo: float, hi: float) -> str:
+        if math.isnan(lo):
+            return "n/a (no null check ran)"
+        a, b = format_percent(lo), format_percent(hi)
+        return a if a == b else f"{a}–{b}"
+
+    out["The paper's reference check is over-confident"] = (
+        f"The paper's check compares {c.splits} random splits of ONE subset of training data "
+        f"with {c.splits} splits of ONE subset of unseen data, as if the splits were "
+        "independent. They are not. On this evaluation, pairs of disjoint subsets of the same "
+        f"unseen data ({c.null_pairs} pairs per model), where no difference exists, made it "
+        f"declare a difference in {span(c.split_fpr_min, c.split_fpr_max)} of pairs (nominal "
+        f"level {format_percent(c.alpha)}). The calibrated test, which ranks whole subsets "
+        f"against panels of reference subsets, declared one in "
+        f"{span(c.calibrated_fpr_min, c.calibrated_fpr_max)} (nominal "
+        f"{format_percent(c.alpha_calibrated)}). {c.references_valid} of {c.models} models "
+        f"pass the paper's test and {c.panel_valid} the calibrated gate."
+    )
+    corr = (
+        "n/a"
+        if math.isnan(c.spread_corr_median)
+        else f"{format_number(c.spread_corr_median, digits=3)} (median over models; range "
+        f"{format_number(c.spread_corr_min, digits=3)}–"
+        f"{format_number(c.spread_corr_max, digits=3)}; within a group of subsets "
+        f"{format_number(c.spread_corr_within_min, digits=2)}–"
+        f"{format_number(c.spread_corr_within_max, digits=2)})"
+    )
+    out["The score mostly measures spread"] = (
+        "The split-half HSIC of a subset follows how spread out the model's outputs on that "
+        f"subset are: on this evaluation the correlation of score and spread is {corr}. "
+        "Training data often get more confident, more spread-out outputs than unseen data, and "
+        "that is what the test detects. The 'score vs spread' chart shows this for your model: "
+        "when all points lie on one line, a verdict means 'spread like training data' — a useful "
+        "trace of training, but not proof of a deeper statistical dependence."
+    )
+    return out
 
 
 def report_figures(result: Any) -> dict[str, go.Figure]:
@@ -398,6 +535,7 @@ code { font-family: ui-monospace, monospace; background: #f3f3f3; padding: 0 0.2
 .wide { overflow-x: auto; }
 .verdict-not-forgotten { color: #b24000; font-weight: bold; }
 .verdict-consistent-with-forgetting { color: #00795a; font-weight: bold; }
+.verdict-over-unlearned { color: #8a5a00; font-weight: bold; }
 .verdict-mixed, .verdict-inconclusive { color: #555; font-weight: bold; }
 @media print {
   body { max-width: none; margin: 0; font-size: 10pt; }
@@ -499,7 +637,16 @@ def build_html_report(
         charts.append(f"<figure>{body}{caption}</figure>")
     caveats = "".join(
         f"<li><strong>{html.escape(t)}.</strong> {html.escape(text)}</li>"
-        for t, text in CAVEATS.items()
+        for t, text in measured_caveats(result).items()
+    )
+    per_draw = draws_table(result)
+    draws_html = (
+        "<p>Each draw's own statistics (method §12: independent references, panels, targets "
+        "and controls per draw; the headline numbers combine them — rates and F1 with a "
+        "Korn–Graubard interval, the dependence score with Fieller's, p-values as the median "
+        "and range). Numbers the gate withholds are withheld here too.</p>" + _table_html(per_draw)
+        if not per_draw.empty
+        else "<p>This result has no per-draw values.</p>"
     )
     notes_html = ""
     if notes and notes.strip():
@@ -516,6 +663,7 @@ def build_html_report(
                 _verdicts_html(verdict_table(result)),
                 _certify_html(),
                 _table_html(comparison_table(result.models)),
+                draws_html,
                 f"<p>{html.escape(null_calibration_text(result))}</p>",
                 "".join(charts) or "<p>No charts.</p>",
                 _manifest_html(manifest, file_hint)

@@ -31,6 +31,7 @@ from sde_core.services.uploads import (
     guess_role,
     safe_name,
 )
+from sde_core.viz.formatting import format_estimate, format_number
 from sde_core.viz.verdicts import verdict_label
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "ResultCache",
     "allowed_roots",
     "check_upload",
+    "comparison_display",
     "comparison_table",
     "guess_role",
     "parse_int_values",
@@ -111,9 +113,25 @@ _PER_LAYER = (
     ("otr_lo", "OTR lo"),
     ("otr_hi", "OTR hi"),
     ("calibrated_otr", "cal. OTR"),
+    ("calibrated_otr_lo", "cal. OTR lo"),
+    ("calibrated_otr_hi", "cal. OTR hi"),
     ("f1", "F1"),
+    ("f1_lo", "F1 lo"),
+    ("f1_hi", "F1 hi"),
     ("dependence_score", "dependence"),
+    ("dependence_score_lo", "dependence lo"),
+    ("dependence_score_hi", "dependence hi"),
+    ("over_unlearning_p", "over-unlearning p"),
     ("references_valid", "refs valid"),
+    ("panel_valid", "panels valid"),
+    ("draws", "draws"),
+)
+#: Headline numbers shown as "value [lo, hi]" by :func:`comparison_display`.
+_ESTIMATES = (
+    ("OTR", "otr"),
+    ("cal. OTR", "calibrated_otr"),
+    ("F1", "f1"),
+    ("dependence", "dependence_score"),
 )
 
 
@@ -150,6 +168,43 @@ def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFram
             table[f"why inconclusive [{layer}]"] = by_name["inconclusive_reason"].to_numpy()
     table["time (s)"] = column(first, "seconds")
     return table.reset_index(drop=True)
+
+
+def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """The comparison as the page shows it: :func:`comparison_table`'s rows with each headline
+    number as ``"0.62 [0.48, 0.77]"`` (value and 95% interval over the draws, method §12),
+    ``"withheld"`` when the gate withholds it (the ``why inconclusive`` column says why) and
+    the over-unlearning test as ``"yes (p = 1.2e-04)"``. Accuracies, ASR and time stay numbers;
+    the numeric table (for CSV export) is :func:`comparison_table`.
+    """
+    table = comparison_table(models_by_layer)
+    out = table[["name", "role", "method", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)", "ASR (%)"]]
+    out = out.copy()
+    for layer, models in models_by_layer.items():
+        rows = models.set_index("name").loc[table["name"]].reset_index().to_dict("records")
+        for label, key in _ESTIMATES:
+            out[f"{label} [{layer}]"] = [
+                format_estimate(r.get(key), r.get(f"{key}_lo"), r.get(f"{key}_hi"),
+                                reason=r.get("inconclusive_reason"))
+                for r in rows
+            ]  # fmt: skip
+        out[f"over-unlearned [{layer}]"] = [_over(r) for r in rows]
+        for name in ("refs valid", "verdict", "why inconclusive"):
+            column = f"{name} [{layer}]"
+            if column in table:
+                out[column] = table[column].to_numpy()
+    out["time (s)"] = table["time (s)"].to_numpy()
+    return out
+
+
+def _over(row: Mapping[str, Any]) -> str:
+    """The model-level over-unlearning test as ``"yes (p = …)"`` / ``"no (p = …)"``."""
+    p = row.get("over_unlearning_p")
+    reason = row.get("inconclusive_reason")
+    if p is None or not np.isfinite(float(p)):
+        return "withheld" if isinstance(reason, str) and reason.strip() else "n/a"
+    shown = format_number(p, digits=2, notation="scientific")
+    return f"{'yes' if bool(row.get('over_unlearned')) else 'no'} (p = {shown})"
 
 
 class ResultCache:

@@ -22,14 +22,21 @@ import numpy as np
 import pandas as pd
 
 from sde_core.errors import SettingsError
-from sde_core.viz.formatting import format_interval, format_number, format_percent
+from sde_core.viz.formatting import (
+    format_estimate,
+    format_interval,
+    format_number,
+    format_percent,
+)
 
 __all__ = [
     "CANNOT_CERTIFY",
     "CAN_CERTIFY",
     "VERDICT_LABELS",
+    "NullCheckReading",
     "VerdictExplanation",
     "explain_verdict",
+    "null_check_readings",
     "retrain_row",
     "verdict_label",
     "verdict_sentence",
@@ -37,7 +44,13 @@ __all__ = [
 ]
 
 #: The model-level verdicts of :func:`verdict_label`.
-VERDICT_LABELS = ("not forgotten", "consistent with forgetting", "mixed", "inconclusive")
+VERDICT_LABELS = (
+    "not forgotten",
+    "consistent with forgetting",
+    "over-unlearned",
+    "mixed",
+    "inconclusive",
+)
 
 #: What an SDE verdict can establish, for the report's "What SDE can and cannot certify".
 CAN_CERTIFY = (
@@ -103,13 +116,17 @@ def verdict_label(row: Mapping[str, Any]) -> str:
 
     Returns:
         ``"inconclusive"`` (invalid references, or the OTR withheld/not computed),
-        ``"not forgotten"`` (OTR's 95% interval below 50%), ``"consistent with forgetting"``
-        (interval above 50%) or ``"mixed"``.
+        ``"over-unlearned"`` (the model-level over-unlearning test, method §12: the targets
+        look significantly *less* familiar than unseen data), ``"not forgotten"`` (OTR's 95%
+        interval below 50%), ``"consistent with forgetting"`` (interval above 50%) or
+        ``"mixed"``.
     """
     lo, hi = _number(row, "otr_lo"), _number(row, "otr_hi")
     otr = _number(row, "otr")
     if not _flag(row, "references_valid") or math.isnan(otr) or _reason(row):
         return "inconclusive"
+    if _flag(row, "over_unlearned"):
+        return "over-unlearned"
     if math.isnan(lo) or math.isnan(hi):
         return "mixed"
     if hi < 0.5:
@@ -163,8 +180,8 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
     if reason is not None:
         return (
             f"{reason[:1].upper()}{reason[1:].rstrip('.')}: the headline numbers are "
-            f"withheld. (The paper's split-level reference test gives p = {_p(p_ref)}, but its "
-            "false-alarm rate is far above its nominal level; see the null check.)"
+            f"withheld. (The paper's split-level reference test gives p = {_p(p_ref)}; "
+            f"{_split_level(row)}.)"
         )
     if label == "inconclusive":
         if math.isnan(otr):
@@ -181,7 +198,19 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
         f"Under the paper's test (split-half HSIC with the Jensen–Shannon rule; references "
         f"valid, U-test p = {_p(p_ref)})"
     )
-    stats = f"(OTR {format_percent(otr)}, 95% Wilson interval {interval})"
+    stats = f"(OTR {format_percent(otr)}, 95% interval over the draws {interval})"
+    if label == "over-unlearned":
+        share = format_estimate(
+            _number(row, "over_unlearned_rate"), _number(row, "over_unlearned_lo"),
+            _number(row, "over_unlearned_hi"), percent=True,
+        )  # fmt: skip
+        return (
+            f"{test}, {k_out} of {targets} subsets of the forget set look unseen {stats}, and "
+            f"the model-level over-unlearning test finds them significantly LESS familiar to "
+            f"the model than data it never saw (p = {_p(_number(row, 'over_unlearning_p'))}; "
+            f"share over-unlearned {share}): the unlearning overshot, which can itself "
+            "reveal what was forgotten."
+        )
     if label == "not forgotten":
         return (
             f"{test}, {k_in} of {targets} subsets of the forget set still look "
@@ -194,6 +223,18 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
     return (
         f"{test}, {k_out} of {targets} subsets of the forget set look like unseen data "
         f"and {k_in} like training data {stats}: partial forgetting or a weak signal."
+    )
+
+
+def _split_level(row: Mapping[str, Any]) -> str:
+    """The paper's split-level test's false-alarm rate as the null check measured it."""
+    fpr = _number(row, "null_split_fpr")
+    pairs = _count(row, "null_pairs")
+    if math.isnan(fpr) or not pairs:
+        return "its false-alarm rate was not measured (no null check)"
+    return (
+        f"on {pairs} pairs of disjoint unseen subsets, where no difference exists, it declared "
+        f"one in {format_percent(fpr)} (its measured level)"
     )
 
 
@@ -281,6 +322,10 @@ _LIMITS = {
         "What this cannot certify: that the forget set was erased — this test found no trace, "
         "other attacks, layers or larger subsets might."
     ),
+    "over-unlearned": (
+        "What this cannot certify: that the model is safe — an over-unlearned forget set stands "
+        "out from unseen data, so an attacker may still tell it apart."
+    ),
     "mixed": "What this cannot certify: neither forgetting nor memory is established here.",
     "inconclusive": (
         "What this cannot certify: anything about forgetting at these settings — inconclusive "
@@ -318,6 +363,75 @@ def explain_verdict(
         comparison=_comparison(row, retrain) if compare else "",
         limits=_LIMITS[label],
     )
+
+
+@dataclass(frozen=True)
+class NullCheckReading:
+    """One test's false-positive rate on the null check's disjoint unseen subsets (method §12).
+
+    Attributes:
+        test: ``"paper's split-level U-test"`` or ``"calibrated test"``.
+        rate: the measured false-positive rate. trials: pairs (split-level test) or subsets
+            (calibrated test) it was measured on. alpha: the test's nominal level.
+        p_value: one-sided exact binomial p of ``rate·trials`` false positives at level
+            ``alpha`` (small: the rate is significantly above the nominal level).
+        passed: False when ``p_value < 0.05`` (the test fails its null check), True otherwise;
+            None when the check did not run.
+        text: one plain sentence.
+    """
+
+    test: str
+    rate: float
+    trials: int
+    alpha: float
+    p_value: float
+    passed: bool | None
+    text: str
+
+
+def _reading(test: str, rate: float, trials: int, alpha: float) -> NullCheckReading:
+    from scipy.stats import binomtest
+
+    if math.isnan(rate) or trials < 1:
+        text = f"The {test} has no null check at these settings (too few unseen rows)."
+        return NullCheckReading(test, rate, trials, alpha, _NAN, None, text)
+    hits = round(rate * trials)
+    p = float(binomtest(hits, trials, alpha, alternative="greater").pvalue)
+    passed = p >= 0.05
+    level = format_percent(alpha, decimals=0 if alpha >= 0.01 else 1)
+    verdict = (
+        "passes: its false alarms are consistent with its nominal level"
+        if passed
+        else "FAILS: its false alarms are significantly above its nominal level"
+    )
+    text = (
+        f"The {test} declared a difference in {hits} of {trials} ({format_percent(rate)}) "
+        f"where none exists, at α = {level} — it {verdict} (binomial p = {_p(p)})."
+    )
+    return NullCheckReading(test, rate, trials, alpha, p, passed, text)
+
+
+def null_check_readings(
+    row: Mapping[str, Any], alpha: float, alpha_calibrated: float
+) -> list[NullCheckReading]:
+    """Both tests' null-check rates of one ``models`` row, each with a pass/fail.
+
+    Args:
+        row: the model's row (``null_pairs``, ``null_split_fpr``, ``null_calibrated_fpr``).
+        alpha: the split-level test's level (settings ``alpha``).
+        alpha_calibrated: the calibrated test's level (settings ``alpha_calibrated``).
+
+    Returns:
+        ``[split-level reading, calibrated reading]``: the split-level test is measured on the
+        ``null_pairs`` pairs, the calibrated one on both subsets of every pair.
+    """
+    pairs = _count(row, "null_pairs") or 0
+    return [
+        _reading("paper's split-level U-test", _number(row, "null_split_fpr"), pairs, alpha),
+        _reading(
+            "calibrated test", _number(row, "null_calibrated_fpr"), 2 * pairs, alpha_calibrated
+        ),
+    ]
 
 
 def verdict_sentence(
