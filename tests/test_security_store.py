@@ -118,8 +118,11 @@ def _corrupt(path: Path, kind: str, rng: np.random.Generator, ev: dict[str, Any]
         what = f"page {page + 1}: {len(offsets)} random bytes"
     else:
         pool = {"blob": ev["blobs"], "payload": ev["payloads"], "field": ev["fields"]}[kind]
-        target = pool[int(rng.integers(len(pool)))]
-        needle = target if isinstance(target, bytes) else target.encode()
+        # A value longer than a page continues on overflow pages, so its bytes are not
+        # contiguous in the file; those are damaged by the "page" kind instead.
+        values = [v if isinstance(v, bytes) else v.encode() for v in pool]
+        values = [v for v in values if len(v) <= 1000]
+        needle = values[int(rng.integers(len(values)))]
         start = raw.find(needle)
         assert start >= 0, "the stored value is not in the file"
         off = start + int(rng.integers(len(needle)))

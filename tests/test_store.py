@@ -585,12 +585,20 @@ def test_workspace_store_path_seeds_from_a_shipped_store(tmp_path):
 
 
 def _legacy_copy(tmp_path: Path, name: str = "demo") -> Path:
-    """A copy of a shipped schema-1 store (as workspace_store_path makes one)."""
+    """A schema-1 copy of a shipped store (as workspace_store_path makes one): the shipped
+    stores are schema 2 now, and schema 1 is schema 2 without the checksum columns, so the
+    copy is taken back to the layout that earlier releases shipped."""
     path = tmp_path / name / "results.sqlite"
     path.parent.mkdir(parents=True)
     shutil.copyfile(ROOT / "assets" / name / "results.sqlite", path)
-    with sqlite3.connect(path) as conn:
+    conn = sqlite3.connect(path)
+    with conn:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 2:
+            for table in ("runs", "units", "run_tables", "arrays"):
+                conn.execute(f"ALTER TABLE {table} DROP COLUMN checksum")
+            conn.execute("PRAGMA user_version=1")
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    conn.execute("VACUUM")
     conn.close()
     return path
 

@@ -250,7 +250,8 @@ def evaluate_workspace(
         progress("models", len(entries), len(entries))
     wanted = [m.name for m in entries]
     if run is not None:
-        if set(wanted) >= {m.name for m in ws.models}:
+        complete = set(wanted) >= {m.name for m in ws.models}
+        if complete and run.status != "complete" and not store.read_only:
             store.mark_complete(run.id)
         model_df = store.rows(run.id, "models")
         model_df = model_df[model_df["name"].isin(wanted)]
