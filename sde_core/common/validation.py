@@ -365,7 +365,7 @@ def as_index_vector(
     if idx.dtype.kind not in "iu":
         what = _KIND_HINTS.get(idx.dtype.kind, f"dtype {idx.dtype}")
         raise error(
-            f"{name} must hold integer row indices; got {what}"
+            f"{name} must hold integers (row indices); got {what}"
             + ("" if idx.dtype.kind in _KIND_HINTS else " (convert a mask with np.flatnonzero)")
         )
     if idx.dtype.kind == "u" and int(idx.max()) > np.iinfo(np.int64).max:
@@ -377,8 +377,13 @@ def as_index_vector(
             f"{name} has {bad.size} indices outside [0, {rows}) (e.g. {bad[:5].tolist()}): "
             f"indices must point into the {rows} rows"
         )
-    if unique and np.unique(out).size != out.size:
-        raise error(f"{name} repeats row indices; each row may appear once")
+    if unique:
+        values, counts = np.unique(out, return_counts=True)
+        if values.size != out.size:
+            raise error(
+                f"{name} has duplicate row indices (e.g. {values[counts > 1][:5].tolist()}); "
+                "each row may appear once"
+            )
     return out
 
 
