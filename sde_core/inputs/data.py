@@ -44,6 +44,7 @@ from torch.utils.data import Dataset
 
 from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
+from sde_core.common.validation import check_int
 from sde_core.errors import DataError
 from sde_core.inputs.indices import (
     INDEX_SUFFIXES,
@@ -166,18 +167,9 @@ class DatasetSpec:
             raise DataError(f"dataset root must be a path string, got {type(self.root).__name__}")
         for key in ("train_size", "test_size"):
             value = getattr(self, key)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1
-            ):
-                raise DataError(f"dataset {key} must be a positive integer, got {excerpt(value)}")
-        if (
-            isinstance(self.seed, bool)
-            or not isinstance(self.seed, int | np.integer)
-            or not 0 <= self.seed < 2**63
-        ):
-            raise DataError(
-                f"dataset seed must be an integer in [0, 2**63), got {excerpt(self.seed)}"
-            )
+            if value is not None:
+                check_int(value, f"dataset {key}", minimum=1, error=DataError)
+        check_int(self.seed, "dataset seed", minimum=0, maximum=2**63 - 1, error=DataError)
         if not isinstance(self.options, Mapping):
             raise DataError(f"dataset options must be a table, got {type(self.options).__name__}")
         unknown = sorted(str(k) for k in set(self.options) - set(_OPTIONS))

@@ -41,6 +41,7 @@ import numpy as np
 
 from sde_core.common.fsio import atomic_write_bytes
 from sde_core.common.hashing import file_sha256, stable_hash
+from sde_core.common.validation import check_int
 from sde_core.errors import DataError, SDEError, SettingsError
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (
@@ -228,10 +229,8 @@ def demo_recipe(
         ("source_samples", source_samples),
         ("subset_size", subset_size),
     ):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise SettingsError(f"{name}={value!r} must be a positive integer")
+        if value is not None:
+            check_int(value, name, minimum=1, error=SettingsError)
     fractions = (0.1, 0.2, 0.4, 0.8, 1.0)
     if dataset == "fashion-mnist":
         config = TrainConfig(

@@ -348,11 +348,9 @@ def draw_batch_splits(
     Row t equals ``split_permutations(n, n_splits, subset_seeds(seed, n_subsets)[t])``.
     """
     n_splits = _check_splits(n_splits)
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
-        raise InputError(f"n must be an integer ≥ 2 (rows per subset); got {n!r}")
-    if isinstance(n_subsets, bool) or not isinstance(n_subsets, (int, np.integer)) or n_subsets < 1:
-        raise InputError(f"n_subsets must be a positive integer; got {n_subsets!r}")
-    seeds = subset_seeds(seed, int(n_subsets))
+    n = check_int(n, "n", minimum=2)
+    n_subsets = check_int(n_subsets, "n_subsets", minimum=1)
+    seeds = subset_seeds(seed, n_subsets)
     dtype = np.uint16 if n <= 2**16 else np.int32
     index = np.empty((int(n_subsets), n_splits, n - n % 2), dtype=dtype)
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from sde_core.common.validation import check_number
 from sde_core.errors import InputError
 
 __all__ = [
@@ -69,9 +70,7 @@ class ReplicateEstimate:
 
 
 def _confidence(confidence: float) -> float:
-    if not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
-        raise InputError(f"confidence must lie in (0, 1); got {confidence!r}")
-    return float(confidence)
+    return check_number(confidence, "confidence", gt=0.0, lt=1.0)
 
 
 def _per_draw(values: object, name: str) -> np.ndarray:
