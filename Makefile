@@ -1,6 +1,6 @@
 # SDE Explorer — two commands do everything:
 #   make run   set up .venv (if needed) and open the dashboard on the bundled demo workspace
-#   make test  set up .venv with the dev tools (if needed) and run the test suite
+#   make test  set up .venv with the dev tools (if needed), lint (ruff, mypy) and run the tests
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -28,13 +28,15 @@ $(TEST_STAMP): $(RUN_STAMP) requirements-dev.txt
 run: $(RUN_STAMP)
 	$(BIN)/streamlit run app.py
 
-test: $(TEST_STAMP) browser-setup
-	$(BIN)/ruff check .
+test: lint browser-setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# Style and types: ruff (lint + format) and mypy on sde_core ([tool.mypy] in pyproject.toml;
+# its incremental cache lives in .mypy_cache).
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m mypy
 
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/hsic_bench.py

@@ -117,7 +117,7 @@ def test_unknown_method_param_is_one_line(folder, capsys):
         (["unlearn", "{ws}", "--method", "magic", "--name", "x"], 1, "unknown unlearning method"),
         (["unlearn", "{ws}", "--method", "ft", "--name", "x", "--param", "lr"], 1, "key=value"),
         (["train", "{ws}", "--name", "o", "--arch", "vgg99"], 1, "unknown architecture"),
-        (["train", "{ws}", "--name", "o", *MLP, "--epochs", "0"], 1, "epochs=0"),
+        (["train", "{ws}", "--name", "o", *MLP, "--epochs", "0"], 1, "epochs must be an integer"),
         (["train", "{ws}", "--name", "o", *MLP, "--arch-kwarg", "colour=1"], 1, "cannot build"),
         (["train", "{ws}", "--name", "o", "--arch", "mlp", "--optimizer", "rmsprop"], 2, "invalid"),
         (

@@ -139,5 +139,5 @@ def test_bad_indices():
     p, y = dirichlet_probs(10, 2, seed=0, sharp=1.0)
     with pytest.raises(InputError, match="outside"):
         mia_asr_from_probs(p, y, p, y, np.array([10]), np.arange(5))
-    with pytest.raises(InputError, match="non-empty"):
+    with pytest.raises(InputError, match="empty"):
         mia_asr_from_probs(p, y, p, y, np.array([], dtype=int), np.arange(5))

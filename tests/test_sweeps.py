@@ -268,8 +268,8 @@ def test_missing_checkpoint_is_a_clear_settings_error(workspace, extractions):
         ("bins", [10], "cannot sweep"),
         ("sigma", [], "at least one value"),
         ("sigma", [1.0, 1.0], "repeat"),
-        ("sigma", [-1.0], "positive"),
-        ("subset_size", [2], "at least 4"),
+        ("sigma", [-1.0], "> 0"),
+        ("subset_size", [2], "integer ≥ 4"),
         ("checkpoint", ["final"], "fractions"),
     ],
 )

@@ -278,10 +278,10 @@ def test_generated_dataset_cache_need_not_exist_yet(ws):
     ("lines", "expected"),
     [
         ('sigma = "silverman"', {"defaults.sigma": "sigma must be"}),
-        ("sigma = -1.0", {"defaults.sigma": "positive"}),
-        ("alpha = 2.0", {"defaults.alpha": r"\(0, 1\)"}),
+        ("sigma = -1.0", {"defaults.sigma": "> 0"}),
+        ("alpha = 2.0", {"defaults.alpha": "> 0 and < 1"}),
         ('estimator = "debiased"', {"defaults.estimator": "'biased'"}),
-        ("subset_size = 2", {"defaults.subset_size": "at least 4"}),
+        ("subset_size = 2", {"defaults.subset_size": "integer ≥ 4"}),
         ('layer = ""', {"defaults.layer": "non-empty"}),
         ("panel_size = 5", {"defaults.panel_size": "panel_size"}),
         ("pool = 1", {"defaults.pool": "expected bool"}),
@@ -291,7 +291,7 @@ def test_generated_dataset_cache_need_not_exist_yet(ws):
             {
                 "defaults.targets": "targets",
                 "defaults.splits": "splits",
-                "defaults.alpha_calibrated": r"\(0, 1\)",
+                "defaults.alpha_calibrated": "> 0 and < 1",
             },
         ),
     ],

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sde_core.cli._args import add_engine_arguments, literal, parse_pairs
 from sde_core.errors import SettingsError
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = ["register_train", "register_unlearn"]
 
@@ -22,15 +25,17 @@ class _EpochBar:
     (so an error raised before training starts prints nothing but its one line)."""
 
     def __init__(self, desc: str) -> None:
-        self.desc, self.bar = desc, None
+        self.desc = desc
+        self.bar: tqdm[Any] | None = None
 
     def __call__(self, epoch: int, total_epochs: int, loss: float) -> None:
         from tqdm import tqdm
 
-        if self.bar is None:
-            self.bar = tqdm(total=total_epochs, desc=self.desc, unit="epoch", file=sys.stderr)
-        self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
-        self.bar.update(epoch - self.bar.n)
+        bar = self.bar
+        if bar is None:
+            bar = self.bar = tqdm(total=total_epochs, desc=self.desc, unit="epoch", file=sys.stderr)
+        bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        bar.update(epoch - bar.n)
 
     def close(self) -> None:
         if self.bar is not None:

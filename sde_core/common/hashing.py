@@ -32,7 +32,7 @@ def array_sha256(arr: np.ndarray) -> str:
     arr = np.ascontiguousarray(arr)
     digest = hashlib.sha256()
     digest.update(f"{arr.dtype.str}|{arr.shape}|".encode())
-    digest.update(memoryview(arr).cast("B"))
+    digest.update(arr.data.cast("B"))
     return digest.hexdigest()
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from sde_core.common.validation import check_int
 from sde_core.errors import InputError
 
 __all__ = ["resolve_threads", "run_tasks", "usable_cpus"]
@@ -56,10 +57,7 @@ def resolve_threads(threads: int | None) -> int:
     """The number of worker threads: ``threads``, or :func:`usable_cpus` when None."""
     if threads is None:
         return usable_cpus()
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise InputError(
-            f"threads must be a positive integer or None (all usable CPUs); got {threads!r}"
-        )
+    threads = check_int(threads, "threads (None: all usable CPUs)", minimum=1)
     if threads > MAX_THREADS:
         raise InputError(f"threads={threads} is more than sensible (max {MAX_THREADS})")
     return threads

@@ -94,6 +94,14 @@ def check_int(
 
     Raises:
         error: not an integer, or out of bounds.
+
+    Examples:
+        >>> check_int(np.int64(3), "epochs", minimum=1)
+        3
+        >>> check_int(True, "epochs")
+        Traceback (most recent call last):
+        ...
+        sde_core.errors.InputError: epochs must be an integer; got True (bool)
     """
     bounds = _bounds_text(minimum, maximum)
     if not _is_integer(value):
@@ -125,6 +133,14 @@ def check_number(
 
     Raises:
         error: not a finite real number, or out of bounds.
+
+    Examples:
+        >>> check_number(2, "lr", gt=0)
+        2.0
+        >>> check_number(float("nan"), "lr", gt=0)
+        Traceback (most recent call last):
+        ...
+        sde_core.errors.InputError: lr must be a finite real number > 0; got nan
     """
     parts = [
         f"{op} {bound:g}"
@@ -304,6 +320,10 @@ def check_sigma(sigma: object, name: str = "sigma") -> float:
     Raises:
         InputError: not a real number (``bool``, complex, text and ``None`` refused), NaN/inf,
             non-positive, or outside the range where Gaussian kernels stay finite in float64.
+
+    Examples:
+        >>> check_sigma(2)
+        2.0
     """
     if isinstance(sigma, (bool, np.bool_)) or not isinstance(sigma, numbers.Real):
         raise InputError(
@@ -344,6 +364,14 @@ def as_index_vector(
 
     Raises:
         error: wrong type/shape, empty (unless allowed), out of range or repeated (if unique).
+
+    Examples:
+        >>> print(as_index_vector([2, 0], 3, "forget"))
+        [2 0]
+        >>> as_index_vector([0, 3], 3, "forget")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        sde_core.errors.InputError: forget has 1 indices outside [0, 3) (e.g. [3]): ...
     """
     rows = check_int(n, "the number of rows", minimum=0, error=error)
     if is_torch_tensor(values):
@@ -365,7 +393,7 @@ def as_index_vector(
     if idx.dtype.kind not in "iu":
         what = _KIND_HINTS.get(idx.dtype.kind, f"dtype {idx.dtype}")
         raise error(
-            f"{name} must hold integer row indices; got {what}"
+            f"{name} must hold integers (row indices); got {what}"
             + ("" if idx.dtype.kind in _KIND_HINTS else " (convert a mask with np.flatnonzero)")
         )
     if idx.dtype.kind == "u" and int(idx.max()) > np.iinfo(np.int64).max:
@@ -377,8 +405,13 @@ def as_index_vector(
             f"{name} has {bad.size} indices outside [0, {rows}) (e.g. {bad[:5].tolist()}): "
             f"indices must point into the {rows} rows"
         )
-    if unique and np.unique(out).size != out.size:
-        raise error(f"{name} repeats row indices; each row may appear once")
+    if unique:
+        values, counts = np.unique(out, return_counts=True)
+        if values.size != out.size:
+            raise error(
+                f"{name} has duplicate row indices (e.g. {values[counts > 1][:5].tolist()}); "
+                "each row may appear once"
+            )
     return out
 
 

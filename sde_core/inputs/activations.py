@@ -485,7 +485,7 @@ def _precomputed_activations(
     path: Path, bundle: DatasetBundle, split: str, names: list[str], indices: np.ndarray | None
 ) -> dict[str, np.ndarray]:
     pre = load_precomputed(path)
-    n_split = len(bundle.split(split))  # type: ignore[arg-type]
+    n_split = len(bundle.split(split))
     out = {}
     for name in names:
         try:
@@ -594,7 +594,7 @@ def get_activations(
         raise ActivationError(f"layers must be non-empty names such as 'output', got {layers!r}")
     if split not in ("train", "test"):
         raise ActivationError(f"unknown split {split!r}; use 'train' or 'test'")
-    n_split = len(bundle.split(split))  # type: ignore[arg-type]
+    n_split = len(bundle.split(split))
     idx = None if indices is None else _row_indices(indices, n_split)
     path = Path(checkpoint_path)
     if path.suffix in _PRECOMPUTED_SUFFIXES:
@@ -765,4 +765,4 @@ def checkpoint_layers(
         time_limit=check_time_limit(time_limit),
         label=f"the trusted model in {path.name}",
     ) as worker:
-        return worker.request(("layers", shape), "a dry forward pass")  # type: ignore[no-any-return]
+        return worker.request(("layers", shape), "a dry forward pass")

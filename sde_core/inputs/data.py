@@ -38,11 +38,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch.utils.data import Dataset
 
 from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
+from sde_core.common.validation import check_int
 from sde_core.errors import DataError
 from sde_core.inputs.indices import (
     INDEX_SUFFIXES,
@@ -165,18 +167,9 @@ class DatasetSpec:
             raise DataError(f"dataset root must be a path string, got {type(self.root).__name__}")
         for key in ("train_size", "test_size"):
             value = getattr(self, key)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1
-            ):
-                raise DataError(f"dataset {key} must be a positive integer, got {excerpt(value)}")
-        if (
-            isinstance(self.seed, bool)
-            or not isinstance(self.seed, int | np.integer)
-            or not 0 <= self.seed < 2**63
-        ):
-            raise DataError(
-                f"dataset seed must be an integer in [0, 2**63), got {excerpt(self.seed)}"
-            )
+            if value is not None:
+                check_int(value, f"dataset {key}", minimum=1, error=DataError)
+        check_int(self.seed, "dataset seed", minimum=0, maximum=2**63 - 1, error=DataError)
         if not isinstance(self.options, Mapping):
             raise DataError(f"dataset options must be a table, got {type(self.options).__name__}")
         unknown = sorted(str(k) for k in set(self.options) - set(_OPTIONS))
@@ -283,8 +276,8 @@ class DatasetBundle:
     """
 
     spec: DatasetSpec
-    train: Dataset
-    test: Dataset
+    train: BundleDataset
+    test: BundleDataset
     train_labels: np.ndarray
     test_labels: np.ndarray
     num_classes: int
@@ -295,7 +288,7 @@ class DatasetBundle:
     source_indices: dict[str, np.ndarray]
     precomputed: PrecomputedActivations | None = None
 
-    def split(self, split: str) -> Dataset:
+    def split(self, split: str) -> BundleDataset:
         """The ``train`` or ``test`` Dataset.
 
         Raises:
@@ -400,10 +393,10 @@ class ImageFileDataset(Dataset):
         for row, i in enumerate(indices):
             try:
                 with Image.open(self.paths[int(i)]) as img:
-                    img = img.convert("RGB")
-                    if img.size != (self.size, self.size):
-                        img = img.resize((self.size, self.size), Image.BILINEAR)
-                    out[row] = np.asarray(img)
+                    rgb = img.convert("RGB")
+                    if rgb.size != (self.size, self.size):
+                        rgb = rgb.resize((self.size, self.size), Image.Resampling.BILINEAR)
+                    out[row] = np.asarray(rgb)
             except OSError as exc:
                 raise DataError(
                     f"cannot read image {self.paths[int(i)]}: {exc}; replace or remove it"
@@ -421,11 +414,22 @@ class ImageFileDataset(Dataset):
         return xb[0], int(yb[0])
 
 
+#: What a :class:`DatasetBundle` split holds: a sized Dataset with ``get_batch``/``raw_images``.
+BundleDataset = ArrayDataset | ImageFileDataset
+
+
 # ----------------------------------------------------------------------------------------------
 # Readers
 # ----------------------------------------------------------------------------------------------
 
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_DTYPES: dict[int, npt.DTypeLike] = {
+    0x08: np.uint8,
+    0x09: np.int8,
+    0x0B: ">i2",
+    0x0C: ">i4",
+    0x0D: ">f4",
+    0x0E: ">f8",
+}
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -506,16 +510,14 @@ def _read_cifar(root: Path, hundred: bool) -> dict[str, Any]:
     folder_name = "cifar-100-python" if hundred else "cifar-10-batches-py"
     folder = root / folder_name if (root / folder_name).is_dir() else root
     if hundred:
-        files = {"train": ["train"], "test": ["test"], "meta": "meta"}
+        split_files = {"train": ["train"], "test": ["test"]}
+        meta_file = "meta"
         label_key, names_key = "fine_labels", "fine_label_names"
     else:
-        files = {
-            "train": [f"data_batch_{i}" for i in range(1, 6)],
-            "test": ["test_batch"],
-            "meta": "batches.meta",
-        }
+        split_files = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
+        meta_file = "batches.meta"
         label_key, names_key = "labels", "label_names"
-    needed = [*files["train"], *files["test"]]
+    needed = [*split_files["train"], *split_files["test"]]
     missing = [f for f in needed if not (folder / f).is_file()]
     if missing:
         url = "cifar-100-python.tar.gz" if hundred else "cifar-10-python.tar.gz"
@@ -528,7 +530,7 @@ def _read_cifar(root: Path, hundred: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"files": [folder / f for f in needed]}
     for split in _SPLITS:
         xs, ys = [], []
-        for name in files[split]:
+        for name in split_files[split]:
             batch = _load_cifar_pickle(folder / name)
             if "data" not in batch or label_key not in batch:
                 raise DataError(
@@ -543,12 +545,12 @@ def _read_cifar(root: Path, hundred: bool) -> dict[str, Any]:
         out[split] = (np.concatenate(xs), np.concatenate(ys))
     n_classes = 100 if hundred else 10
     names = [str(i) for i in range(n_classes)]
-    if (folder / files["meta"]).is_file():
-        meta = _load_cifar_pickle(folder / files["meta"])
+    if (folder / meta_file).is_file():
+        meta = _load_cifar_pickle(folder / meta_file)
         raw_names = meta.get(names_key, [])
         if len(raw_names) == n_classes:
             names = [n.decode() if isinstance(n, bytes) else str(n) for n in raw_names]
-        out["files"].append(folder / files["meta"])
+        out["files"].append(folder / meta_file)
     out["class_names"] = names
     return out
 
@@ -671,12 +673,9 @@ def _read_npz(root: Path, options: Mapping[str, Any]) -> dict[str, Any]:
         classes = arrays.get("classes")
         if "test_path" in options:
             test = npz_arrays(Path(options["test_path"]))
-            arrays = {
-                "x_train": arrays.get("x"),
-                "y_train": arrays.get("y"),
-                "x_test": test.get("x"),
-                "y_test": test.get("y"),
-            }
+            renamed = {"x_train": arrays.get("x"), "y_train": arrays.get("y")}
+            renamed |= {"x_test": test.get("x"), "y_test": test.get("y")}
+            arrays = {k: v for k, v in renamed.items() if v is not None}
             files = [root, Path(options["test_path"])]
         else:
             files = [root]
@@ -763,7 +762,7 @@ def _read_mnist1d(root: Path | None, options: Mapping[str, Any]) -> dict[str, An
             )
     else:
         arrays = _generate_mnist1d(params)
-        atomic_write(cache, lambda tmp: np.savez(tmp, **arrays))
+        atomic_write(cache, lambda tmp: np.savez(tmp, allow_pickle=False, **arrays))
     out: dict[str, Any] = {"files": [cache], "class_names": [str(i) for i in range(10)]}
     for split, (xk, yk) in zip(_SPLITS, (("x", "y"), ("x_test", "y_test")), strict=True):
         x = arrays[xk]
@@ -875,48 +874,54 @@ def _load(spec: DatasetSpec, root: Path | None) -> DatasetBundle:
     options = dict(spec.options)
     normalize = _normalize_option(options)
     precomputed = None
-    assert root is not None or spec.kind == "mnist1d"
-    if spec.kind in ("cifar10", "cifar100"):
-        raw = _read_cifar(root, spec.kind == "cifar100")  # type: ignore[arg-type]
-    elif spec.kind == "svhn":
-        raw = _read_svhn(root)  # type: ignore[arg-type]
-    elif spec.kind == "fashion-mnist":
-        raw = _read_fashion(root)  # type: ignore[arg-type]
-    elif spec.kind == "imagefolder":
-        raw = _read_imagefolder(root)  # type: ignore[arg-type]
-    elif spec.kind == "npz":
-        raw = _read_npz(root, options)  # type: ignore[arg-type]
-    elif spec.kind == "mnist1d":
+    if spec.kind == "mnist1d":
         raw = _read_mnist1d(root, options)
+    elif root is None:
+        raise DataError(f"a {spec.kind!r} dataset needs a root (its folder or file); set root")
+    elif spec.kind in ("cifar10", "cifar100"):
+        raw = _read_cifar(root, spec.kind == "cifar100")
+    elif spec.kind == "svhn":
+        raw = _read_svhn(root)
+    elif spec.kind == "fashion-mnist":
+        raw = _read_fashion(root)
+    elif spec.kind == "imagefolder":
+        raw = _read_imagefolder(root)
+    elif spec.kind == "npz":
+        raw = _read_npz(root, options)
     else:
-        precomputed = load_precomputed(root)  # type: ignore[arg-type]
+        precomputed = load_precomputed(root)
         raw = _precomputed_raw(precomputed)
 
     indices = {s: _subset(spec, s, len(raw[s][0])) for s in _SPLITS}
     if precomputed is not None:
         precomputed = _subset_precomputed(precomputed, indices)
-    datasets: dict[str, Dataset] = {}
+    datasets: dict[str, BundleDataset] = {}
     labels: dict[str, np.ndarray] = {}
     if spec.kind == "imagefolder":
+        assert root is not None  # refused above: only mnist1d has no root
         size = int(options.get("image_size", 64))
+        image_sets: dict[str, ImageFileDataset] = {}
         for s in _SPLITS:
             paths, y = raw[s]
             labels[s] = y[indices[s]]
-            datasets[s] = ImageFileDataset(
+            image_sets[s] = ImageFileDataset(
                 [paths[i] for i in indices[s]], labels[s], size, normalize
             )
+        datasets.update(image_sets)
         is_image, input_shape = True, (3, size, size)
-        files = [p for s in _SPLITS for p in datasets[s].paths]
-        content = [(str(p.relative_to(root)), p.stat().st_size, file_sha256(p)) for p in files]  # type: ignore[arg-type]
+        files = [p for s in _SPLITS for p in image_sets[s].paths]
+        content = [(str(p.relative_to(root)), p.stat().st_size, file_sha256(p)) for p in files]
     else:
+        array_sets: dict[str, ArrayDataset] = {}
         for s in _SPLITS:
             x, y = raw[s]
             labels[s] = y[indices[s]]
             x_sub = x[indices[s]]
-            datasets[s] = ArrayDataset(x_sub, labels[s], _is_image_array(x_sub), normalize)
-        sample = datasets["train"]
-        is_image = sample.is_image  # type: ignore[attr-defined]
-        shape = sample.x.shape[1:]  # type: ignore[attr-defined]
+            array_sets[s] = ArrayDataset(x_sub, labels[s], _is_image_array(x_sub), normalize)
+        datasets.update(array_sets)
+        sample = array_sets["train"]
+        is_image = sample.is_image
+        shape = sample.x.shape[1:]
         input_shape = (
             ((1, *shape) if len(shape) == 2 else (shape[2], shape[0], shape[1]))
             if is_image

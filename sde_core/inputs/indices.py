@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from sde_core.common.fsio import atomic_write_bytes
+from sde_core.common.validation import check_int
 from sde_core.errors import DataError
 
 __all__ = [
@@ -319,11 +320,7 @@ def load_index_file(path: str | Path, n_train: int) -> np.ndarray:
             mask of the wrong length or an empty set (the message names a few offending values).
     """
     path = Path(path)
-    if isinstance(n_train, bool) or not isinstance(n_train, int | np.integer) or n_train <= 0:
-        raise DataError(
-            f"n_train must be a positive integer (the training-set size), got {n_train!r}"
-        )
-    n = int(n_train)
+    n = check_int(n_train, "n_train (the training-set size)", minimum=1, error=DataError)
     suffix = path.suffix.lower()
     if suffix not in INDEX_SUFFIXES:
         raise DataError(f"index file {path} must end in {', '.join(INDEX_SUFFIXES)}")

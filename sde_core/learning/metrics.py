@@ -10,6 +10,7 @@ model form that runs one forward pass (:func:`predict_probs`).
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ from sklearn.svm import SVC
 from torch import nn
 from torch.utils.data import Dataset, Subset
 
+from sde_core.common.validation import as_index_vector, check_int
 from sde_core.errors import InputError
 from sde_core.learning.training import make_loader, resolve_device
 
@@ -76,15 +78,6 @@ def _check_probs(
     return p, y.astype(np.int64)
 
 
-def _check_indices(name: str, idx: object, n: int) -> np.ndarray:
-    arr = np.asarray(idx)
-    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
-        raise InputError(f"{name} must be a non-empty 1-D array of integer indices")
-    if arr.min() < 0 or arr.max() >= n:
-        raise InputError(f"{name} has indices outside [0, {n}): it does not match these rows")
-    return arr.astype(np.int64)
-
-
 def predict_probs(
     model: nn.Module,
     dataset: Dataset,
@@ -102,10 +95,11 @@ def predict_probs(
     """
     if not isinstance(model, nn.Module):
         raise InputError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size={batch_size!r} must be a positive integer")
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    if not isinstance(dataset, Sized):
+        raise InputError(f"dataset must be a sized torch Dataset, got {type(dataset).__name__}")
     if indices is not None:
-        dataset = Subset(dataset, _check_indices("indices", indices, len(dataset)).tolist())
+        dataset = Subset(dataset, as_index_vector(indices, len(dataset), "indices").tolist())
     if len(dataset) == 0:
         raise InputError("dataset is empty: nothing to predict")
     if device is None:
@@ -212,8 +206,8 @@ def mia_asr_from_probs(
     """
     f_train = mia_feature(probs_train, y_train, feature)
     f_test = mia_feature(probs_test, y_test, feature)
-    forget = _check_indices("forget_idx", forget_idx, f_train.size)
-    retain = _check_indices("retain_idx", retain_idx, f_train.size)
+    forget = as_index_vector(forget_idx, f_train.size, "forget_idx")
+    retain = as_index_vector(retain_idx, f_train.size, "retain_idx")
     if f_test.size == 0:
         raise InputError("the test set is empty: the attack needs non-member examples")
     rng = np.random.default_rng(seed)
@@ -259,8 +253,8 @@ def metrics_from_probs(
 ) -> ClassicMetrics:
     """All classic metrics from precomputed softmax outputs (shapes: :func:`mia_asr_from_probs`)."""
     p_tr, y_tr = _check_probs(probs_train, y_train, "probs_train")
-    forget = _check_indices("forget_idx", forget_idx, y_tr.size)
-    retain = _check_indices("retain_idx", retain_idx, y_tr.size)
+    forget = as_index_vector(forget_idx, y_tr.size, "forget_idx")
+    retain = as_index_vector(retain_idx, y_tr.size, "retain_idx")
     return ClassicMetrics(
         acc_r=accuracy_from_probs(p_tr[retain], y_tr[retain]),
         acc_f=accuracy_from_probs(p_tr[forget], y_tr[forget]),
@@ -289,10 +283,10 @@ def classic_metrics(
     """
     p_tr, y_tr = predict_probs(model, train_dataset, batch_size=batch_size, device=device)
     p_te, y_te = predict_probs(model, test_dataset, batch_size=batch_size, device=device)
-    forget = _check_indices("forget_idx", forget_idx, y_tr.size)
+    forget = as_index_vector(forget_idx, y_tr.size, "forget_idx")
     retain = (
         np.setdiff1d(np.arange(y_tr.size), forget)
         if retain_idx is None
-        else _check_indices("retain_idx", retain_idx, y_tr.size)
+        else as_index_vector(retain_idx, y_tr.size, "retain_idx")
     )
     return metrics_from_probs(p_tr, y_tr, p_te, y_te, forget, retain, seed=seed, feature=feature)

@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import stable_hash
+from sde_core.common.validation import check_int, check_number
 from sde_core.errors import TrainingError
 from sde_core.inputs.models import save_checkpoint
 
@@ -107,10 +108,10 @@ class TrainConfig:
         _check_choice("optimizer", self.optimizer, OPTIMIZERS)
         _check_choice("schedule", self.schedule, SCHEDULES)
         _check_choice("augmentation", self.augmentation, AUGMENTATIONS)
-        _check_int("seed", self.seed, minimum=0)
-        _check_int("epochs", self.epochs, minimum=1)
-        _check_int("batch_size", self.batch_size, minimum=1)
-        _check_positive("lr", self.lr)
+        for name, minimum in (("seed", 0), ("epochs", 1), ("batch_size", 1)):
+            value = check_int(getattr(self, name), name, minimum=minimum, error=TrainingError)
+            object.__setattr__(self, name, value)
+        check_number(self.lr, "lr", gt=0.0, error=TrainingError)
         if not 0.0 <= float(self.momentum) < 1.0:
             raise TrainingError(f"momentum={self.momentum} is outside [0, 1): use e.g. 0.9")
         if not float(self.weight_decay) >= 0.0:
@@ -182,18 +183,6 @@ class TrainResult:
 def _check_choice(name: str, value: object, choices: Sequence[str]) -> None:
     if value not in choices:
         raise TrainingError(f"{name}={value!r} is not supported; choose one of {list(choices)}")
-
-
-def _check_int(name: str, value: object, *, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise TrainingError(f"{name}={value!r} must be an integer >= {minimum}")
-
-
-def _check_positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise TrainingError(f"{name}={value!r} must be a positive number")
-    if not math.isfinite(float(value)):
-        raise TrainingError(f"{name}={value!r} must be finite")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -421,7 +410,7 @@ def train(
         raise TrainingError(f"config must be a TrainConfig, got {type(config).__name__}")
     _check_model_and_data(model, train_dataset)
     if stop_after_epoch is not None:
-        _check_int("stop_after_epoch", stop_after_epoch, minimum=1)
+        check_int(stop_after_epoch, "stop_after_epoch", minimum=1, error=TrainingError)
     device = resolve_device(config.device)
     loss_fn = loss_fn or nn.functional.cross_entropy
     out = Path(out_dir) if out_dir is not None else None

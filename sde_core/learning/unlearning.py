@@ -38,6 +38,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset, Subset
 
+from sde_core.common.validation import as_index_vector, check_int, check_number
 from sde_core.errors import TrainingError
 from sde_core.learning.training import (
     TrainConfig,
@@ -74,23 +75,6 @@ __all__ = [
 ]
 
 
-def _as_index_array(name: str, values: object, n: int) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise TrainingError(f"{name} must be a 1-D array of integer indices, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise TrainingError(f"{name} must hold integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
-    if arr.size and (arr.min() < 0 or arr.max() >= n):
-        raise TrainingError(
-            f"{name} has indices outside [0, {n}) (min {arr.min()}, max {arr.max()}): "
-            "the index file does not match this training set"
-        )
-    if np.unique(arr).size != arr.size:
-        raise TrainingError(f"{name} contains duplicate indices: remove them")
-    return arr
-
-
 @dataclass
 class UnlearnData:
     """The data an unlearning method may use.
@@ -123,8 +107,12 @@ class UnlearnData:
             raise TrainingError(
                 f"train must be a sized torch Dataset, got {type(self.train).__name__}"
             ) from exc
-        self.forget_idx = _as_index_array("forget_idx", self.forget_idx, n)
-        self.retain_idx = _as_index_array("retain_idx", self.retain_idx, n)
+        self.forget_idx = as_index_vector(
+            self.forget_idx, n, "forget_idx", allow_empty=True, unique=True, error=TrainingError
+        )
+        self.retain_idx = as_index_vector(
+            self.retain_idx, n, "retain_idx", allow_empty=True, unique=True, error=TrainingError
+        )
         if self.forget_idx.size == 0:
             raise TrainingError("the forget set is empty: give at least one index to forget")
         if self.retain_idx.size == 0:
@@ -144,7 +132,9 @@ class UnlearnData:
     def from_forget(cls, train: Dataset, forget_idx: object, **kwargs: Any) -> UnlearnData:
         """Build the splits from the forget indices; ``D_r`` is every other index of ``train``."""
         n = len(train)  # type: ignore[arg-type]
-        forget = _as_index_array("forget_idx", forget_idx, n)
+        forget = as_index_vector(
+            forget_idx, n, "forget_idx", allow_empty=True, unique=True, error=TrainingError
+        )
         retain = np.setdiff1d(np.arange(n, dtype=np.int64), forget)
         return cls(train=train, forget_idx=forget, retain_idx=retain, **kwargs)
 
@@ -173,16 +163,17 @@ class UnlearnResult:
 
 
 def _check_number(name: str, value: object, *, minimum: float, strict: bool) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    ok = ok and np.isfinite(value) and (value > minimum if strict else value >= minimum)
-    if not ok:
-        relation = ">" if strict else ">="
-        raise TrainingError(f"{name}={value!r} must be a finite number {relation} {minimum}")
+    if strict:
+        check_number(value, name, gt=minimum, error=TrainingError)
+    else:
+        check_number(value, name, ge=minimum, error=TrainingError)
 
 
-def _check_count(name: str, value: object, *, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise TrainingError(f"{name}={value!r} must be an integer >= {minimum}")
+def _check_counts(params: object, minimums: Mapping[str, int]) -> None:
+    """Check integer fields of a frozen dataclass and store them as Python ``int``."""
+    for name, minimum in minimums.items():
+        value = check_int(getattr(params, name), name, minimum=minimum, error=TrainingError)
+        object.__setattr__(params, name, value)
 
 
 @dataclass(frozen=True)
@@ -207,10 +198,8 @@ class SGDParams:
 
     def __post_init__(self) -> None:
         _check_number("lr", self.lr, minimum=0.0, strict=True)
-        _check_count("epochs", self.epochs)
-        _check_count("batch_size", self.batch_size)
+        _check_counts(self, {"epochs": 1, "batch_size": 1, "seed": 0})
         _check_number("weight_decay", self.weight_decay, minimum=0.0, strict=False)
-        _check_count("seed", self.seed, minimum=0)
         if not (isinstance(self.momentum, (int, float)) and 0.0 <= self.momentum < 1.0):
             raise TrainingError(f"momentum={self.momentum!r} must be in [0, 1), e.g. 0.9")
 
@@ -279,9 +268,9 @@ class UnrollParams:
     def __post_init__(self) -> None:
         if self.lr is not None:
             _check_number("lr", self.lr, minimum=0.0, strict=True)
+        _check_counts(self, {"batch_size": 1})
         if self.epochs_seen is not None:
-            _check_count("epochs_seen", self.epochs_seen)
-        _check_count("batch_size", self.batch_size)
+            _check_counts(self, {"epochs_seen": 1})
 
 
 @dataclass(frozen=True)
@@ -570,8 +559,9 @@ def retrain(
     else:
         model, _ = _prepare(original, data)
         for module in model.modules():
-            if hasattr(module, "reset_parameters"):
-                module.reset_parameters()
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
     model.to(device)
     retain = Subset(data.train, data.retain_idx.tolist())
     out = train(model, retain, config)

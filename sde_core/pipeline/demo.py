@@ -41,6 +41,7 @@ import numpy as np
 
 from sde_core.common.fsio import atomic_write_bytes
 from sde_core.common.hashing import file_sha256, stable_hash
+from sde_core.common.validation import check_int
 from sde_core.errors import DataError, SDEError, SettingsError
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (
@@ -228,18 +229,18 @@ def demo_recipe(
         ("source_samples", source_samples),
         ("subset_size", subset_size),
     ):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise SettingsError(f"{name}={value!r} must be a positive integer")
+        if value is not None:
+            check_int(value, name, minimum=1, error=SettingsError)
     fractions = (0.1, 0.2, 0.4, 0.8, 1.0)
     if dataset == "fashion-mnist":
         config = TrainConfig(
             seed=seed, optimizer="adam", lr=1e-3, weight_decay=0.0, epochs=epochs or 30,
             batch_size=128, checkpoint_fractions=fractions,
         )  # fmt: skip
-        n_train, n_test = train_size or 6000, test_size or 4000
-        arch, arch_kwargs = "fmnist_cnn", {"hidden": 32}
+        n_train: int | None = train_size or 6000
+        n_test: int | None = test_size or 4000
+        arch = "fmnist_cnn"
+        arch_kwargs: dict[str, Any] = {"hidden": 32}
         source: dict[str, Any] = {}
         description = (
             "Fashion-MNIST demo (method §11): 6,000 training images with a random 20% forget set, "
@@ -253,7 +254,8 @@ def demo_recipe(
         )  # fmt: skip
         source = {"num_samples": source_samples or 10_000, "train_split": 0.6, "data_seed": 42}
         n_train, n_test = train_size, test_size
-        arch, arch_kwargs = "mlp", {"input_dim": 40, "hidden": [256, 256], "num_classes": 10}
+        arch = "mlp"
+        arch_kwargs = {"input_dim": 40, "hidden": [256, 256], "num_classes": 10}
         description = (
             "mnist1d demo (method §11, fast): 6,000 training samples with a random 20% forget set, "
             "4,000 test samples; MLP 40→256→256→10, Adam lr 1e-3, batch 64, 100 epochs "
@@ -323,7 +325,7 @@ def _seeded_subset(n: int, size: int | None, seed: int, stream: int, what: str) 
 
 def _source_arrays(recipe: DemoRecipe, source: Path | None) -> tuple[dict[str, np.ndarray], str]:
     """The full source splits (``x_train, y_train, x_test, y_test``) and the licence text."""
-    from sde_core.inputs.data import DatasetSpec, load_dataset, read_idx
+    from sde_core.inputs.data import ArrayDataset, DatasetSpec, load_dataset, read_idx
 
     if recipe.dataset == "fashion-mnist":
         root = source or FASHION_SOURCE
@@ -342,10 +344,12 @@ def _source_arrays(recipe: DemoRecipe, source: Path | None) -> tuple[dict[str, n
     cache = source or (Path(os.environ.get("TMPDIR", "/tmp")) / "sde-demo-mnist1d")
     options = dict(recipe.source_options)
     bundle = load_dataset(DatasetSpec(kind="mnist1d", root=cache, options=options))
+    train, test = bundle.train, bundle.test
+    assert isinstance(train, ArrayDataset) and isinstance(test, ArrayDataset)  # mnist1d: in memory
     arrays = {
-        "x_train": np.asarray(bundle.train.x, dtype=np.float32),  # type: ignore[attr-defined]
+        "x_train": np.asarray(train.x, dtype=np.float32),
         "y_train": bundle.train_labels,
-        "x_test": np.asarray(bundle.test.x, dtype=np.float32),  # type: ignore[attr-defined]
+        "x_test": np.asarray(test.x, dtype=np.float32),
         "y_test": bundle.test_labels,
     }
     licence = _MNIST1D_HEADER.replace("{version}", importlib_metadata.version("mnist1d")).replace(
@@ -453,6 +457,11 @@ def _reusable(old: Workspace | None, name: str, key: str) -> ModelEntry | None:
     return None
 
 
+def _arch_kwargs(model: torch.nn.Module) -> dict[str, Any]:
+    """The architecture arguments ``build_model`` recorded on ``model`` (``sde_arch_kwargs``)."""
+    return dict(vars(model)["sde_arch_kwargs"])
+
+
 def _save_half(model: torch.nn.Module, path: Path, recipe: DemoRecipe, key: str) -> str:
     """Save ``model`` as float16 safetensors tagged with ``key``; return the file's SHA-256."""
     from sde_core.inputs.models import save_checkpoint
@@ -508,7 +517,7 @@ def _train_original(
     return ModelEntry(
         name="original", role="original", arch=recipe.arch,
         checkpoint=relative_to_workspace(ws, folder / checkpoint_name(1.0)), method="train",
-        arch_kwargs=model.sde_arch_kwargs, hyperparameters=recipe_dict, seed=recipe.train.seed,
+        arch_kwargs=_arch_kwargs(model), hyperparameters=recipe_dict, seed=recipe.train.seed,
         seconds=round(result.seconds, 3), sha256=digest,
         init_checkpoint=relative_to_workspace(ws, init), checkpoints=refs,
     )  # fmt: skip
@@ -528,7 +537,7 @@ def _random_model(ws: Workspace, recipe: DemoRecipe, key: str) -> ModelEntry:
     return ModelEntry(
         name="random", role="random", arch=recipe.arch,
         checkpoint=relative_to_workspace(ws, path), method="init",
-        arch_kwargs=model.sde_arch_kwargs, hyperparameters={"init_seed": recipe.random_seed},
+        arch_kwargs=_arch_kwargs(model), hyperparameters={"init_seed": recipe.random_seed},
         seed=recipe.random_seed, seconds=round(time.perf_counter() - t0, 3), sha256=digest,
     )  # fmt: skip
 
@@ -550,7 +559,7 @@ def _unlearned_model(
     return ModelEntry(
         name=name, role="retrained" if method == "retrain" else "unlearned", arch=recipe.arch,
         checkpoint=relative_to_workspace(ws, path), method=method,
-        arch_kwargs=original.sde_arch_kwargs, hyperparameters=hyper,
+        arch_kwargs=_arch_kwargs(original), hyperparameters=hyper,
         seed=int(hyper.get("seed", recipe.seed)), seconds=round(result.seconds, 3),
         sha256=digest,
     )  # fmt: skip

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from sde_core.common.validation import check_int, check_number
 from sde_core.errors import SettingsError
 from sde_core.stats.hsic import MAX_SPLITS
 
@@ -73,12 +74,9 @@ class EvalSettings:
 
     def __post_init__(self) -> None:
         def positive_int(name: str, minimum: int = 1, maximum: int | None = None) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise SettingsError(f"{name} must be an integer; got {value!r}")
-            if value < minimum or (maximum is not None and value > maximum):
-                bound = f"between {minimum} and {maximum}" if maximum else f"at least {minimum}"
-                raise SettingsError(f"{name} must be {bound}; got {value}")
+            check_int(
+                getattr(self, name), name, minimum=minimum, maximum=maximum, error=SettingsError
+            )
 
         positive_int("subset_size", 4)
         positive_int("targets", 2, 10_000)
@@ -96,14 +94,10 @@ class EvalSettings:
                 raise SettingsError(
                     f"sigma must be 'sqrt_dim', 'median' or a positive number; got {self.sigma!r}"
                 )
-        elif isinstance(self.sigma, bool) or not (
-            isinstance(self.sigma, (int, float)) and np.isfinite(self.sigma) and self.sigma > 0
-        ):
-            raise SettingsError(f"sigma must be a positive number; got {self.sigma!r}")
+        else:
+            check_number(self.sigma, "sigma", gt=0.0, error=SettingsError)
         for name in ("alpha", "alpha_calibrated"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0 < value < 1:
-                raise SettingsError(f"{name} must lie in (0, 1); got {value!r}")
+            check_number(getattr(self, name), name, gt=0.0, lt=1.0, error=SettingsError)
         if 1.0 / (self.panel_size + 1) >= self.alpha_calibrated:
             need = int(np.ceil(1.0 / self.alpha_calibrated))
             raise SettingsError(

@@ -123,6 +123,10 @@ def histogram_edges(*samples: object, bins: int = 30) -> np.ndarray:
     """Common histogram edges spanning the min..max of all samples (``bins + 1`` edges).
 
     A zero range (all values equal) gets a unit-width bin around the value.
+
+    Examples:
+        >>> print(histogram_edges([0.0, 1.0], [2.0], bins=4))
+        [0.  0.5 1.  1.5 2. ]
     """
     nb = _bins(bins)
     if not samples:
@@ -161,6 +165,12 @@ def jsd(a: object, b: object, bins: int | Sequence[float] | np.ndarray = 30) -> 
 
     Returns:
         JSD in bits: 0 for identical histograms, 1 for disjoint support.
+
+    Examples:
+        >>> jsd([0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0], bins=2)  # same histogram
+        0.0
+        >>> jsd([0.0, 0.1], [0.9, 1.0], bins=2)  # disjoint histograms
+        1.0
     """
     xa, xb = _sample(a, "a"), _sample(b, "b")
     if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
@@ -204,6 +214,11 @@ def decide(target_h: object, it_h: object, oot_h: object, bins: int = 30) -> Dec
     Args:
         target_h, it_h, oot_h: ``(K,)`` split-half HSIC vectors of the target and references.
         bins: number of histogram bins (default 30).
+
+    Examples:
+        >>> it, oot = [0.9, 1.0, 1.1, 1.0], [0.1, 0.2, 0.15, 0.2]
+        >>> decide([0.95, 1.05, 1.0, 0.98], it, oot, bins=5)
+        Decision(in_training=True, d_it=0.0, d_oot=1.0)
     """
     t = _sample(target_h, "target_h")
     it = _sample(it_h, "it_h")
@@ -282,7 +297,14 @@ class RateEstimate:
 
 
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion (k successes out of n)."""
+    """Wilson score interval for a binomial proportion (k successes out of n).
+
+    Examples:
+        >>> tuple(round(v, 4) for v in wilson_interval(8, 10))
+        (0.4902, 0.9433)
+        >>> wilson_interval(0, 0)  # no trials: the whole unit interval
+        (0.0, 1.0)
+    """
     n, k = check_int(n, "n", minimum=0), check_int(k, "k", minimum=0)
     if k > n:
         raise InputError(f"need 0 ≤ k ≤ n for a proportion; got k={k}, n={n}")
@@ -366,6 +388,10 @@ def dependence_score(target_h: object, it_h: object, oot_h: object) -> float:
     ``(median(target H) − median H(S_OOT)) / (median H(S_IT) − median H(S_OOT))`` where the
     target median pools every split of every target (``target_h`` may be ``(T, K)``).
     Returns NaN when the reference medians coincide (the scale is undefined).
+
+    Examples:
+        >>> round(dependence_score([0.5, 0.6], [1.0, 1.0], [0.0, 0.2]), 6)  # halfway between
+        0.5
     """
     t = _sample(as_float_array(target_h, "target_h").ravel(), "target_h")
     med_it = float(np.median(_sample(it_h, "it_h")))
@@ -389,6 +415,10 @@ def subset_scores(h: object) -> np.ndarray:
 
     Returns:
         ``(T,)`` float64 array (``(1,)`` for a single vector).
+
+    Examples:
+        >>> print(subset_scores([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0]]).round(4))
+        [2.     0.3333]
     """
     arr = as_float_array(h, "h")
     if arr.ndim == 1:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from sde_core.common.validation import check_number
 from sde_core.errors import InputError
 
 __all__ = [
@@ -69,9 +70,7 @@ class ReplicateEstimate:
 
 
 def _confidence(confidence: float) -> float:
-    if not isinstance(confidence, (int, float)) or not 0.0 < float(confidence) < 1.0:
-        raise InputError(f"confidence must lie in (0, 1); got {confidence!r}")
-    return float(confidence)
+    return check_number(confidence, "confidence", gt=0.0, lt=1.0)
 
 
 def _per_draw(values: object, name: str) -> np.ndarray:
@@ -98,6 +97,11 @@ def replicate_proportion(
     Returns:
         ``value`` = Σ m_b·v_b / Σ m_b (for proportions: all successes over all trials), the
         interval, and ``n_eff`` the effective number of trials used for it.
+
+    Examples:
+        >>> r = replicate_proportion([0.2, 0.3, 0.25], [20, 20, 20])
+        >>> r.value, round(r.lo, 3), round(r.hi, 3), r.method
+        (0.25, 0.06, 0.558, 'korn-graubard')
     """
     conf = _confidence(confidence)
     v = _per_draw(values, "values")
@@ -138,6 +142,11 @@ def replicate_mean(
     """Mean over draws with a Student-t interval on B − 1 degrees of freedom.
 
     With one draw the interval is undefined (NaN bounds).
+
+    Examples:
+        >>> r = replicate_mean([1.0, 2.0, 3.0])
+        >>> r.value, round(r.lo, 3), round(r.hi, 3)
+        (2.0, -0.484, 4.484)
     """
     conf = _confidence(confidence)
     v = _per_draw(values, "values")
@@ -161,7 +170,13 @@ def replicate_mean(
 
 
 def replicate_range(values: Sequence[float] | np.ndarray) -> ReplicateEstimate:
-    """Median over draws with the range (min, max) of the draws, e.g. for p-values."""
+    """Median over draws with the range (min, max) of the draws, e.g. for p-values.
+
+    Examples:
+        >>> r = replicate_range([0.01, 0.2, 0.05])
+        >>> r.value, r.lo, r.hi
+        (0.05, 0.01, 0.2)
+    """
     v = _per_draw(values, "values")
     return ReplicateEstimate(
         value=float(np.median(v)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -89,9 +89,13 @@ class EvaluationResult:
 
     def to_json_dict(self) -> dict[str, Any]:
         """The CLI's JSON document (method §10, §12)."""
+
+        def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+            return cast("list[dict[str, Any]]", frame.to_dict("records"))  # column-name keys
+
         models = {
-            row["name"]: model_json(row, self.model_draws(row["name"]).to_dict("records"))
-            for row in self.models.to_dict("records")
+            row["name"]: model_json(row, records(self.model_draws(row["name"])))
+            for row in records(self.models)
         }
         return {
             "settings": self.settings.result_key(),

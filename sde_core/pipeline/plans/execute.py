@@ -7,7 +7,7 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from sde_core.pipeline.plans.graph import (
     forget_indices,
 )
 from sde_core.pipeline.plans.spec import Setup
+
+if TYPE_CHECKING:
+    from sde_core.stats.hsic import SigmaRule
 
 
 @functools.lru_cache(maxsize=4)
@@ -210,11 +213,15 @@ _POINT_COLUMNS = (
 )
 
 
-def _resolve_sigma_entry(entry: str | float, dim: int) -> str | float:
-    """``"<f>*sqrt_dim"`` -> f·√d; other entries unchanged (EvalSettings resolves them)."""
+def _resolve_sigma_entry(entry: str | float, dim: int) -> SigmaRule:
+    """``"<f>*sqrt_dim"`` -> f·√d; other entries unchanged (EvalSettings resolves them).
+
+    The plan schema (``params._check_sigma``) admits only ``"sqrt_dim"``, ``"median"``,
+    ``"<f>*sqrt_dim"`` and positive numbers, so what is left is a :data:`SigmaRule`.
+    """
     if isinstance(entry, str) and entry.endswith("*sqrt_dim"):
         return float(entry.split("*")[0]) * math.sqrt(dim)
-    return entry
+    return cast("SigmaRule", entry)
 
 
 def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:

@@ -232,7 +232,8 @@ def _model_jobs(v: PlanVariant, p: MethodsParams | HistogramParams) -> list[Plan
         }
         if isinstance(p, HistogramParams):
             models = [known[m] for m in p.models]
-            layers, classic = (p.layer,), "accuracy"
+            layers: tuple[str, ...] = (p.layer,)
+            classic = "accuracy"
         else:
             models = [known["original"]] if p.include_original else []
             models.append(known["retrained"])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from sde_core.common.validation import check_int, check_number
 from sde_core.errors import PlanError
 
 _REQUIRED = object()
@@ -16,14 +18,6 @@ _REQUIRED = object()
 def _fail(where: str, message: str) -> PlanError:
     """A :class:`PlanError` whose message starts with the offending field."""
     return PlanError(f"{where}: {message}")
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 @dataclass(frozen=True)
@@ -46,29 +40,35 @@ class _Field:
     example: str = ""
 
 
-def _check_number(where: str, v: object, f: _Field, integer: bool) -> Any:
-    ok = _is_int(v) if integer else _is_num(v)
-    if ok and f.lo is not None:
-        ok = v > f.lo if f.lo_open else v >= f.lo  # type: ignore[operator]
-    if ok and f.hi is not None:
-        ok = v <= f.hi  # type: ignore[operator]
-    if not ok:
-        bounds = []
-        if f.lo is not None:
-            bounds.append(f"{'>' if f.lo_open else '≥'} {f.lo:g}")
-        if f.hi is not None:
-            bounds.append(f"≤ {f.hi:g}")
-        what = ("an integer" if integer else "a number") + (
-            " " + " and ".join(bounds) if bounds else ""
+def _check_number(where: str, v: object, f: _Field, integer: bool) -> int | float:
+    """An ``int``/``float`` field within the schema's bounds (:mod:`sde_core.common.validation`)."""
+    lo_open = f.lo_open and f.lo is not None
+    try:
+        if integer:
+            return check_int(
+                v,
+                where,
+                minimum=None if f.lo is None else math.floor(f.lo) + int(lo_open),
+                maximum=None if f.hi is None else math.floor(f.hi),
+                error=PlanError,
+            )
+        return check_number(
+            v,
+            where,
+            gt=f.lo if lo_open else None,
+            ge=None if lo_open else f.lo,
+            le=f.hi,
+            error=PlanError,
         )
-        raise _fail(where, f"must be {what}; got {v!r} (e.g. {f.example or '1'})")
-    return float(v) if not integer else int(v)  # type: ignore[arg-type]
+    except PlanError as exc:
+        raise PlanError(f"{exc} (e.g. {f.example or '1'})") from None
 
 
 def _check_sigma(where: str, v: object, example: str) -> str | float:
     """A σ entry: "sqrt_dim", "median", "<f>*sqrt_dim" or a positive number."""
-    if _is_num(v) and v > 0:  # type: ignore[operator]
-        return float(v)  # type: ignore[arg-type]
+    if not isinstance(v, str):
+        with contextlib.suppress(PlanError):
+            return check_number(v, where, gt=0, error=PlanError)
     if isinstance(v, str):
         if v in ("sqrt_dim", "median"):
             return v
@@ -308,7 +308,7 @@ class ToyParams:
     SWEEPS: ClassVar[tuple[str, ...]] = ("step",)
 
 
-_PARAMS: dict[str, type] = {
+_PARAMS: dict[str, type[Params]] = {
     "retrained": RetrainedParams,
     "methods": MethodsParams,
     "histograms": HistogramParams,

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from sde_core.common.hashing import stable_hash
-from sde_core.errors import SDEError
+from sde_core.common.validation import check_number
+from sde_core.errors import PlanError, SDEError
 from sde_core.pipeline.plans.params import (
     _PARAMS,
     HistogramParams,
@@ -21,7 +22,6 @@ from sde_core.pipeline.plans.params import (
     RetrainedParams,
     ToyParams,
     _fail,
-    _is_num,
     _read_params,
 )
 
@@ -226,12 +226,10 @@ def _check_resources(where: str, table: object) -> dict[str, dict[str, float]]:
             )
         if not isinstance(request, dict) or set(request) - {"cpus", "gpus", "memory_mb"}:
             raise _fail(f"{where} resources.{kind}", "a table with cpus, gpus and/or memory_mb")
-        for name, value in request.items():
-            if not _is_num(value) or value < 0:
-                raise _fail(
-                    f"{where} resources.{kind}.{name}", f"must be a number ≥ 0; got {value!r}"
-                )
-        out[kind] = {k: float(v) for k, v in request.items()}
+        out[kind] = {
+            name: check_number(value, f"{where} resources.{kind}.{name}", ge=0, error=PlanError)
+            for name, value in request.items()
+        }
     return out
 
 
@@ -256,14 +254,14 @@ def _resolve_variant(plan: Plan, variant: str, overrides: tuple[str, ...]) -> Pl
     params = cls(**_read_params(f"{where} params", config.get("params", {}), cls.SCHEMA))
     eval_table = _check_eval(f"{where} eval", config.get("eval", {}))
     setup = None
-    if experiment == "toy":
+    if isinstance(params, ToyParams):
         extra = [k for k in ("dataset", "model", "train", "eval") if k in config]
         if extra:
             raise _fail(
                 f"{where} {extra[0]}",
                 "the toy experiment defines its data, model and training in params; remove it",
             )
-        _check_toy(where, params)  # type: ignore[arg-type]
+        _check_toy(where, params)
     else:
         setup = _check_setup(where, config)
         _check_experiment(where, params, setup)
@@ -466,7 +464,7 @@ def load_plan(plan: str | Path) -> Plan:
             f"{path.name} experiment",
             f"unknown experiment {raw['experiment']!r}; use one of {', '.join(EXPERIMENTS)}",
         )
-    sweeps = _PARAMS[raw["experiment"]].SWEEPS  # type: ignore[attr-defined]
+    sweeps = _PARAMS[raw["experiment"]].SWEEPS
     if raw["sweep"] not in sweeps:
         raise _fail(
             f"{path.name} sweep",
