@@ -655,9 +655,9 @@ def draw_strip(result: Any, model: str) -> go.Figure:
     for i, m in enumerate(metrics, start=1):
         value = float(row[m.point])
         if m.gated and not np.isfinite(value) and reason:
-            axis = "" if i == 1 else str(i)
+            suffix = "" if i == 1 else str(i)
             fig.add_annotation(
-                text=f"withheld: {reason}", xref=f"x{axis} domain", yref=f"y{axis} domain",
+                text=f"withheld: {reason}", xref=f"x{suffix} domain", yref=f"y{suffix} domain",
                 x=0.0, y=0.5, showarrow=False, xanchor="left", font={"color": "#555555"},
             )  # fmt: skip
             fig.update_xaxes(visible=False, row=i, col=1)

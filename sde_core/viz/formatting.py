@@ -35,6 +35,7 @@ __all__ = [
     "format_interval",
     "format_number",
     "format_percent",
+    "records",
     "style_table",
 ]
 
@@ -63,6 +64,12 @@ _PREFIXES = {
 }
 _PLAIN_LOW, _PLAIN_HIGH = 1e-3, 1e5
 _MAX_DIGITS = 8
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of a result table as dicts keyed by column name (result tables have string
+    column names; pandas types the keys as ``Hashable``)."""
+    return [{str(k): v for k, v in row.items()} for row in df.to_dict("records")]
 
 
 def _as_float(value: Any) -> float | None:
@@ -238,4 +245,5 @@ def style_table(df: pd.DataFrame, notations: Mapping[str, Notation] | None = Non
         for column in df.columns
         if pd.api.types.is_float_dtype(df[column])
     }
-    return df.style.format(formats, na_rep="n/a")
+    # pandas-stubs declare the formatter dict's values as Callable[[object], str]; ours take Any
+    return df.style.format(formats, na_rep="n/a")  # type: ignore[arg-type]

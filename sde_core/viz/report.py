@@ -40,6 +40,7 @@ from sde_core.viz.formatting import (
     format_interval,
     format_number,
     format_percent,
+    records,
 )
 from sde_core.viz.glossary import glossary_table
 from sde_core.viz.verdicts import (
@@ -186,7 +187,7 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
     (method §12) as ``withheld``.
     """
     out = []
-    for r in models.to_dict("records"):
+    for r in records(models):
         cal = _float(_get(r, "calibrated_otr"))
         panel_invalid = _get(r, "panel_valid") is not None and not bool(r["panel_valid"])
         out.append(
@@ -251,7 +252,7 @@ def null_calibration_text(result: Any) -> str:
     failed = {
         reading.test: [
             str(r["name"])
-            for r in models.to_dict("records")
+            for r in records(models)
             for x in null_check_readings(r, s.alpha, s.alpha_calibrated)
             if x.test == reading.test and x.passed is False
         ]
@@ -282,11 +283,9 @@ def draws_table(result: Any) -> pd.DataFrame:
     draws = getattr(result, "draws", None)
     if draws is None or draws.empty:
         return pd.DataFrame()
-    gated = {
-        str(r["name"]): bool(r.get("inconclusive_reason")) for r in result.models.to_dict("records")
-    }
+    gated = {str(r["name"]): bool(r.get("inconclusive_reason")) for r in records(result.models)}
     rows = []
-    for d in draws.to_dict("records"):
+    for d in records(draws):
         withheld = gated.get(str(d["model"]), False)
 
         def num(
@@ -480,7 +479,7 @@ def report_document(result: Any, manifest: Mapping[str, Any] | None = None) -> d
     """
     doc = result.to_json_dict()
     retrain = retrain_row(result.models)
-    by_name = {row["name"]: row for row in result.models.to_dict("records")}
+    by_name = {row["name"]: row for row in records(result.models)}
     for name, entry in doc["models"].items():
         explained = explain_verdict(by_name[name], result.settings.targets, retrain)
         entry["verdict"] = explained.label
@@ -569,7 +568,7 @@ def _verdicts_html(table: pd.DataFrame) -> str:
         f"<tr><td>{html.escape(str(r['name']))}</td><td>{html.escape(str(r['role']))}</td>"
         f'<td class="verdict-{r["verdict"].replace(" ", "-")}">{html.escape(r["verdict"])}</td>'
         f"<td>{html.escape(r['explanation'])}</td></tr>"
-        for r in table.to_dict("records")
+        for r in records(table)
     )
     return (
         "<table><thead><tr><th>model</th><th>role</th><th>verdict</th><th>explanation</th>"
@@ -758,11 +757,11 @@ def _json_cell(value: Any) -> Any:
 
 def to_json_bytes(df: pd.DataFrame) -> bytes:
     """UTF-8 JSON of a table: a list of row objects (floats exact, NaN/inf/missing as null)."""
-    records = [
+    rows = [
         {str(k): _json_cell(v) for k, v in zip(df.columns, values, strict=True)}
         for values in df.itertuples(index=False, name=None)
     ]
-    return json.dumps(records, ensure_ascii=False).encode("utf-8")
+    return json.dumps(rows, ensure_ascii=False).encode("utf-8")
 
 
 def tables_to_zip(tables: Mapping[str, pd.DataFrame], fmt: str = "csv") -> bytes:

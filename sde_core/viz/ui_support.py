@@ -31,7 +31,7 @@ from sde_core.services.uploads import (
     guess_role,
     safe_name,
 )
-from sde_core.viz.formatting import format_estimate, format_number
+from sde_core.viz.formatting import format_estimate, format_number, records
 from sde_core.viz.verdicts import verdict_label
 
 __all__ = [
@@ -161,9 +161,7 @@ def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFram
         by_name: Any = models.set_index("name").loc[table["name"]]
         for col, label in _PER_LAYER:
             table[f"{label} [{layer}]"] = column(by_name, col)
-        table[f"verdict [{layer}]"] = [
-            verdict_label(row) for row in by_name.reset_index().to_dict("records")
-        ]
+        table[f"verdict [{layer}]"] = [verdict_label(row) for row in records(by_name.reset_index())]
         if "inconclusive_reason" in by_name:  # method §12: why the numbers are withheld
             table[f"why inconclusive [{layer}]"] = by_name["inconclusive_reason"].to_numpy()
     table["time (s)"] = column(first, "seconds")
@@ -181,7 +179,7 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
     out = table[["name", "role", "method", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)", "ASR (%)"]]
     out = out.copy()
     for layer, models in models_by_layer.items():
-        rows = models.set_index("name").loc[table["name"]].reset_index().to_dict("records")
+        rows = records(models.set_index("name").loc[table["name"]].reset_index())
         for label, key in _ESTIMATES:
             out[f"{label} [{layer}]"] = [
                 format_estimate(r.get(key), r.get(f"{key}_lo"), r.get(f"{key}_hi"),

@@ -446,7 +446,7 @@ def retrain_row(models: pd.DataFrame) -> dict[str, Any] | None:
     if "role" not in models:
         return None
     found = models[models["role"] == "retrained"]
-    return None if found.empty else found.iloc[0].to_dict()
+    return None if found.empty else {str(k): v for k, v in found.iloc[0].items()}
 
 
 def verdict_table(result: Any) -> pd.DataFrame:
