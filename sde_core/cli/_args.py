@@ -66,3 +66,47 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="Ray cluster: 'auto' (ray start on this machine) or ray://HOST:PORT; default: a "
         "new local Ray instance",
     )
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """The evaluation settings a command may override (each defaults to the workspace's
+    ``[defaults]``); read them back with :func:`settings_overrides`."""
+    parser.add_argument(
+        "--layer", help="layer alias (output, logits, penultimate, block1..) or name"
+    )
+    parser.add_argument("--sigma", help="'sqrt_dim', 'median' or a positive number")
+    parser.add_argument("--subset-size", type=int, help="n, rows per subset")
+    parser.add_argument("--targets", type=int, help="T, target subsets drawn from D_f")
+    parser.add_argument("--splits", type=int, help="K, random splits per subset")
+    parser.add_argument("--seed", type=int, help="seed of every subset draw and split")
+    parser.add_argument(
+        "--draws", type=int, help="B, independent reference draws behind every interval (5)"
+    )
+    parser.add_argument(
+        "--null-pairs", type=int, help="disjoint out-of-training pairs (null check)"
+    )
+    parser.add_argument("--panel-size", type=int, help="R, reference subsets per side (calibrated)")
+    parser.add_argument("--bins", type=int, help="histogram bins of the JSD decision")
+    parser.add_argument(
+        "--baseline-targets", type=int, help="controlled subsets scored by MMD/W2 (0 = off)"
+    )
+    parser.add_argument("--device", help="cpu (default) or cuda")
+
+
+def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line by :func:`add_settings_arguments` (None: keep the
+    workspace's default), for ``EvalSettings.with_overrides``."""
+    return {
+        "layer": args.layer,
+        "sigma": None if args.sigma is None else parse_sigma(args.sigma),
+        "subset_size": args.subset_size,
+        "targets": args.targets,
+        "splits": args.splits,
+        "seed": args.seed,
+        "draws": args.draws,
+        "null_pairs": args.null_pairs,
+        "panel_size": args.panel_size,
+        "bins": args.bins,
+        "baseline_targets": args.baseline_targets,
+        "device": args.device,
+    }

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sde_core.cli._args import add_engine_arguments, parse_sigma
+from sde_core.cli._args import add_engine_arguments, add_settings_arguments, settings_overrides
 from sde_core.common.fsio import atomic_write_json
 
 __all__ = ["register_evaluate", "write_json_atomic"]
@@ -32,20 +32,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from sde_core.pipeline.workspace import load_workspace
 
     ws = load_workspace(args.workspace)
-    settings = ws.defaults.with_overrides(
-        layer=args.layer,
-        sigma=None if args.sigma is None else parse_sigma(args.sigma),
-        subset_size=args.subset_size,
-        targets=args.targets,
-        splits=args.splits,
-        seed=args.seed,
-        panel_size=args.panel_size,
-        bins=args.bins,
-        device=args.device,
-        baseline_targets=args.baseline_targets,
-        draws=args.draws,
-        null_pairs=args.null_pairs,
-    )
+    settings = ws.defaults.with_overrides(**settings_overrides(args))
     bars: dict[str, tuple[str, Any]] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -108,22 +95,7 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("workspace", help="workspace folder or its workspace.toml")
     p.add_argument("--json", metavar="OUT.json", help="write the method §10 JSON document here")
-    p.add_argument("--layer", help="layer alias (output, logits, penultimate, block1..) or name")
-    p.add_argument("--sigma", help="'sqrt_dim', 'median' or a positive number")
-    p.add_argument("--subset-size", type=int, help="n, rows per subset")
-    p.add_argument("--targets", type=int, help="T, target subsets drawn from D_f")
-    p.add_argument("--splits", type=int, help="K, random splits per subset")
-    p.add_argument("--seed", type=int, help="seed of every subset draw and split")
-    p.add_argument(
-        "--draws", type=int, help="B, independent reference draws behind every interval (5)"
-    )
-    p.add_argument("--null-pairs", type=int, help="disjoint out-of-training pairs (null check)")
-    p.add_argument("--panel-size", type=int, help="R, reference subsets per side (calibrated)")
-    p.add_argument("--bins", type=int, help="histogram bins of the JSD decision")
-    p.add_argument(
-        "--baseline-targets", type=int, help="controlled subsets scored by MMD/W2 (0 = off)"
-    )
-    p.add_argument("--device", help="cpu (default) or cuda")
+    add_settings_arguments(p)
     p.add_argument("--models", help="comma-separated model names (default: all)")
     p.add_argument("--store", help="results store path (default <workspace>/.sde-cache/...)")
     p.add_argument("--no-store", action="store_true", help="do not read or write the store")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sde_core.cli._args import parse_sigma
+from sde_core.cli._args import add_settings_arguments, settings_overrides
 
 __all__ = ["register_verify"]
 
@@ -26,17 +26,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from sde_core.services.audit import create_report
 
     ws = load_workspace(args.workspace)
-    settings = ws.defaults.with_overrides(
-        layer=args.layer,
-        sigma=None if args.sigma is None else parse_sigma(args.sigma),
-        subset_size=args.subset_size,
-        targets=args.targets,
-        splits=args.splits,
-        seed=args.seed,
-        panel_size=args.panel_size,
-        bins=args.bins,
-        baseline_targets=args.baseline_targets,
-    )
+    settings = ws.defaults.with_overrides(**settings_overrides(args))
 
     def progress(stage: str, done: int, total: int) -> None:
         if stage == "models" and not args.quiet:
@@ -93,17 +83,7 @@ def register_verify(subparsers: argparse._SubParsersAction) -> None:
     )
     r.add_argument("workspace", help="workspace folder or its workspace.toml")
     r.add_argument("--out", required=True, help="folder for the report files")
-    r.add_argument("--layer", help="layer alias (output, logits, penultimate, block1..) or name")
-    r.add_argument("--sigma", help="'sqrt_dim', 'median' or a positive number")
-    r.add_argument("--subset-size", type=int, help="n, rows per subset")
-    r.add_argument("--targets", type=int, help="T, target subsets drawn from D_f")
-    r.add_argument("--splits", type=int, help="K, random splits per subset")
-    r.add_argument("--seed", type=int, help="seed of every subset draw and split")
-    r.add_argument("--panel-size", type=int, help="R, reference subsets per side (calibrated)")
-    r.add_argument("--bins", type=int, help="histogram bins of the JSD decision")
-    r.add_argument(
-        "--baseline-targets", type=int, help="controlled subsets scored by MMD/W2 (0 = off)"
-    )
+    add_settings_arguments(r)
     r.add_argument("--models", help="comma-separated model names (default: all)")
     r.add_argument("--notes", help="free text included in the report")
     r.add_argument("--no-store", action="store_true", help="do not read or write the store")
