@@ -9,7 +9,15 @@ from typing import Any, NoReturn
 
 from sde_core.errors import SettingsError
 
-__all__ = ["Parser", "add_engine_arguments", "literal", "parse_pairs", "parse_sigma"]
+__all__ = [
+    "Parser",
+    "add_engine_arguments",
+    "add_settings_arguments",
+    "literal",
+    "parse_pairs",
+    "parse_sigma",
+    "settings_overrides",
+]
 
 
 class Parser(argparse.ArgumentParser):
