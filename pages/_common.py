@@ -71,6 +71,7 @@ SETTING_KEYS = (
     "s_targets",
     "s_splits",
     "s_seed",
+    "s_draws",
     "s_bins",
     "s_panel_size",
 )
@@ -255,6 +256,7 @@ def _init_settings(ws: Workspace) -> None:
             "s_targets": int(d.targets),
             "s_splits": int(d.splits),
             "s_seed": int(d.seed),
+            "s_draws": int(d.draws),
             "s_bins": int(d.bins),
             "s_panel_size": int(d.panel_size),
         }
@@ -269,7 +271,7 @@ def _apply_linked_settings(view: View) -> None:
     for problem in problems:
         st.warning(f"The link's {problem}: kept the current value.")
     keys = {"layer": "s_layer", "subset_size": "s_subset_size", "targets": "s_targets",
-            "splits": "s_splits", "seed": "s_seed", "bins": "s_bins",
+            "splits": "s_splits", "seed": "s_seed", "draws": "s_draws", "bins": "s_bins",
             "panel_size": "s_panel_size"}  # fmt: skip
     for name, value in values.items():
         if name == "sigma":
@@ -294,6 +296,7 @@ def _session_settings() -> dict[str, Any]:
         "targets": int(s["s_targets"]),
         "splits": int(s["s_splits"]),
         "seed": int(s["s_seed"]),
+        "draws": int(s["s_draws"]),
         "bins": int(s["s_bins"]),
         "panel_size": int(s["s_panel_size"]),
     }
@@ -322,6 +325,8 @@ def settings_sidebar(ws: Workspace, view: View | None = None) -> EvalSettings:
         st.number_input("Splits per subset K", min_value=2, step=50, help=help_text("splits"),
                         **bound("s_splits"))  # fmt: skip
         st.number_input("Seed", min_value=0, step=1, help=help_text("seed"), **bound("s_seed"))
+        st.number_input("Reference draws B", min_value=1, max_value=100, step=1,
+                        help=help_text("draws"), **bound("s_draws"))  # fmt: skip
         with st.expander("More settings"):
             st.number_input("Histogram bins (JSD)", min_value=2, max_value=1000,
                             help=help_text("bins"), **bound("s_bins"))  # fmt: skip

@@ -34,7 +34,7 @@ from ui_fixtures import shared_tiny_workspace
 
 from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
 from sde_core.pipeline.workspace import load_workspace
-from sde_core.viz.formatting import format_number, format_percent
+from sde_core.viz.formatting import format_estimate, format_number, format_percent
 from sde_core.viz.report import REPORT_SECTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -220,17 +220,23 @@ def test_a_shared_link_reproduces_the_view_and_the_pages_walk_through(ws: Path) 
         expect(page.get_by_text("Reference: the retrained model 'retrained'")).to_be_visible()
         table = page.locator("[data-testid='stDataFrame']").first
         table.hover()
-        with page.expect_download() as csv:
+        with page.expect_download() as csv:  # the table as shown: estimates with intervals
             table.get_by_role("button", name="Download as CSV").click()
         shown = pd.read_csv(csv.value.path()).set_index("name")
-        assert shown.index[0] == "retrained", "the Retrain reference row comes first"
+        with page.expect_download() as numbers_csv:  # the same table's numbers
+            page.get_by_role("button", name="Download the numbers (CSV)").click()
+        numbers = pd.read_csv(numbers_csv.value.path()).set_index("name")
+        assert shown.index[0] == numbers.index[0] == "retrained", "the Retrain row comes first"
         defaults = expected_models(ws).set_index("name")
-        assert sorted(shown.index) == sorted(defaults.index)
-        for name in defaults.index:  # exports keep full precision
-            # a number the gate withholds (method §12) is NaN on the page and in the library
-            otr, f1 = defaults.loc[name, "otr"], defaults.loc[name, "f1"]
-            assert shown.loc[name, "OTR [output]"] == pytest.approx(otr, nan_ok=True)
-            assert shown.loc[name, "F1 [output]"] == pytest.approx(f1, nan_ok=True)
+        assert sorted(shown.index) == sorted(numbers.index) == sorted(defaults.index)
+        for name in defaults.index:  # the numbers export keeps full precision
+            row = defaults.loc[name]
+            # a number the gate withholds (method §12) is NaN in the export and in the library
+            assert numbers.loc[name, "OTR [output]"] == pytest.approx(row["otr"], nan_ok=True)
+            assert numbers.loc[name, "F1 [output]"] == pytest.approx(row["f1"], nan_ok=True)
+            reason = row["inconclusive_reason"]
+            want = format_estimate(row["otr"], row["otr_lo"], row["otr_hi"], reason=reason)
+            assert shown.loc[name, "OTR [output]"] == want
         shot(page, "2-compare")
 
         nav.get_by_role("link", name="Report").click()

@@ -116,3 +116,16 @@ def test_glossary_table():
     table = glossary_table(["otr", "spread", "unknown"])
     assert list(table["term"]) == ["OTR", "spread"]
     assert list(table["defined in"]) == ["method §5", "method §9"]
+
+
+def test_estimates_keep_the_unit_scale_of_rates():
+    """OTR/F1/dependence estimates use two decimals: a bound next to zero never reads as an SI
+    micro-value, a tiny negative is not '-0.00', an unbounded side is ∞ and a withheld value is
+    a word, not a number."""
+    from sde_core.viz.formatting import format_estimate
+
+    assert format_estimate(0.1, 0.00028, 0.58) == "0.10 [0.00, 0.58]"
+    assert format_estimate(-0.0004, -0.5, float("inf")) == "0.00 [−0.50, ∞]"
+    assert format_estimate(0.62, 0.48, 0.77, percent=True) == "62% [48%, 77%]"
+    assert format_estimate(float("nan"), reason="panels do not separate") == "withheld"
+    assert format_estimate(None) == "n/a"

@@ -161,10 +161,14 @@ def format_interval(lo: Any, hi: Any, *, percent: bool = True) -> str:
     return f"{format_number(a)}–{format_number(b)}"
 
 
-def _bound(x: float, percent: bool) -> str:
+def _unit_scale(x: float, percent: bool) -> str:
+    """An estimate or bound on the unit scale of OTR, F1 and the dependence score: two
+    decimals (``0.62``, ``0.00``; never ``280 µ`` for a bound next to zero), or whole percent."""
     if math.isinf(x):
         return "∞" if x > 0 else "−∞"
-    return f"{100 * x:.0f}%" if percent else format_number(x, digits=2)
+    if percent:
+        return f"{round(100 * x) + 0:.0f}%"
+    return f"{round(x, 2) + 0.0:.2f}".replace("-", "−")
 
 
 def format_estimate(
@@ -181,11 +185,11 @@ def format_estimate(
     if x is None or not math.isfinite(x):
         withheld = isinstance(reason, str) and reason.strip()
         return "withheld" if withheld else "n/a"
-    point = f"{100 * x:.0f}%" if percent else format_number(x, digits=2)
+    point = _unit_scale(x, percent)
     a, b = _as_float(lo), _as_float(hi)
     if a is None or b is None or math.isnan(a) or math.isnan(b):
         return point
-    return f"{point} [{_bound(a, percent)}, {_bound(b, percent)}]"
+    return f"{point} [{_unit_scale(a, percent)}, {_unit_scale(b, percent)}]"
 
 
 def column_formatter(

@@ -32,10 +32,11 @@ SETTING_PARAMS: dict[str, str] = {
     "T": "targets",
     "K": "splits",
     "seed": "seed",
+    "B": "draws",
     "bins": "bins",
     "R": "panel_size",
 }
-_INT_SETTINGS = ("subset_size", "targets", "splits", "seed", "bins", "panel_size")
+_INT_SETTINGS = ("subset_size", "targets", "splits", "seed", "draws", "bins", "panel_size")
 _SIGMA_RULES = ("sqrt_dim", "median")
 
 
