@@ -130,16 +130,17 @@ class Recorder:
 
 def evaluate_recorded(engine: str, workspace: Path, cache: Path) -> tuple[Recorder, float]:
     """``evaluate_workspace`` on every model with the batch call recorded; (recorder, seconds)."""
-    import sde_core.pipeline.evaluate as ev
+    import sde_core.pipeline.evaluation.stages as stages
+    from sde_core.pipeline.evaluate import evaluate_workspace
 
-    rec = Recorder(engine, ev.split_half_batch_stats)
-    ev.split_half_batch_stats = rec
+    rec = Recorder(engine, stages.split_half_batch_stats)  # the evaluation's one kernel call
+    stages.split_half_batch_stats = rec
     try:
         t0 = time.perf_counter()
-        ev.evaluate_workspace(workspace, cache_dir=cache)
+        evaluate_workspace(workspace, cache_dir=cache, stage_dir=False)  # no stage cache
         return rec, time.perf_counter() - t0
     finally:
-        ev.split_half_batch_stats = rec.real
+        stages.split_half_batch_stats = rec.real
 
 
 class BusyCore:
@@ -217,17 +218,18 @@ def sigma_change(workspace: Path, cache: Path, n_subsets: int, quick: bool) -> d
 
 def first_evaluation_share(workspace: Path, model: str) -> dict[str, float]:
     """A first evaluation of one model (cold activation cache) vs its HSIC at a new σ."""
-    import sde_core.pipeline.evaluate as ev
+    import sde_core.pipeline.evaluation.stages as stages
+    from sde_core.pipeline.evaluate import evaluate_workspace
 
     with tempfile.TemporaryDirectory() as tmp:
-        rec = Recorder("current", ev.split_half_batch_stats)
-        ev.split_half_batch_stats = rec
+        rec = Recorder("current", stages.split_half_batch_stats)
+        stages.split_half_batch_stats = rec
         try:
             t0 = time.perf_counter()
-            ev.evaluate_workspace(workspace, models=[model], cache_dir=Path(tmp))
+            evaluate_workspace(workspace, models=[model], cache_dir=Path(tmp), stage_dir=False)
             first = time.perf_counter() - t0
         finally:
-            ev.split_half_batch_stats = rec.real
+            stages.split_half_batch_stats = rec.real
     calls = rec.calls
     return {"first evaluation s": first, "HSIC in it s": sum(t for t, _ in calls)}
 
