@@ -114,15 +114,21 @@ def test_plan_runs_and_points(tmp_path):
 
 
 def test_settings_round_trip_through_a_link():
-    settings = EvalSettings(layer="penultimate", sigma=0.25, subset_size=300, seed=7)
+    settings = EvalSettings(layer="penultimate", sigma=0.25, subset_size=300, seed=7, draws=3)
     params = encode_settings(dataclasses.asdict(settings))
     assert params == {"layer": "penultimate", "sigma": "0.25", "n": "300", "T": "100",
-                      "K": "200", "seed": "7", "bins": "30", "R": "20"}  # fmt: skip
+                      "K": "200", "seed": "7", "B": "3", "bins": "30", "R": "20"}  # fmt: skip
     values, problems = decode_settings(params)
     assert not problems and settings.with_overrides(**values) == settings
-    values, problems = decode_settings({"sigma": "median", "n": "ten", "K": "-3", "seed": "0"})
+    values, problems = decode_settings(
+        {"sigma": "median", "n": "ten", "K": "-3", "seed": "0", "B": "0"}
+    )
     assert values == {"sigma": "median", "seed": 0}
-    assert problems == ["n='ten' is not a whole number ≥ 1", "K='-3' is not a whole number ≥ 1"]
+    assert problems == [
+        "n='ten' is not a whole number ≥ 1",
+        "K='-3' is not a whole number ≥ 1",
+        "B='0' is not a whole number ≥ 1",
+    ]
     assert decode_settings({"sigma": "wide"})[1][0].startswith("sigma='wide' is neither")
 
 
