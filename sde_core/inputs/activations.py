@@ -40,6 +40,7 @@ __all__ = [
     "ActivationCache",
     "CacheStats",
     "LayerInfo",
+    "align_to_dataset",
     "cached_layers",
     "checkpoint_layers",
     "extract_activations",
@@ -481,25 +482,40 @@ class ActivationCache:
         return removed
 
 
+def align_to_dataset(
+    arr: np.ndarray, bundle: DatasetBundle, split: str, file: str | Path
+) -> np.ndarray:
+    """Rows of exported activations ``arr`` ``(N, d)`` in the order of the dataset's ``split``.
+
+    An export with one row per dataset row is taken as it is; an export of the whole source
+    dataset (the dataset being a subsample of it) is indexed by ``bundle.source_indices``.
+
+    Raises:
+        ActivationError: ``file`` holds too few rows for either reading.
+    """
+    n_split = len(bundle.split(split))
+    if arr.shape[0] == n_split:
+        return arr
+    source = bundle.source_indices[split]
+    if source.size == 0 or arr.shape[0] <= int(source.max()):
+        raise ActivationError(
+            f"{file} has {arr.shape[0]} {split} rows but the dataset has {n_split}; "
+            "export activations for the same samples, in the dataset's order"
+        )
+    return arr[source]
+
+
 def _precomputed_activations(
     path: Path, bundle: DatasetBundle, split: str, names: list[str], indices: np.ndarray | None
 ) -> dict[str, np.ndarray]:
     pre = load_precomputed(path)
-    n_split = len(bundle.split(split))
     out = {}
     for name in names:
         try:
             arr = pre.get(split, name if name in pre.layers else _single_layer(pre, name))
         except DataError as exc:
             raise ActivationError(str(exc)) from exc
-        if arr.shape[0] != n_split:
-            source = bundle.source_indices[split]
-            if arr.shape[0] <= int(source.max()):
-                raise ActivationError(
-                    f"{path} has {arr.shape[0]} {split} rows but the dataset has {n_split}; "
-                    "export activations for the same samples"
-                )
-            arr = arr[source]
+        arr = align_to_dataset(arr, bundle, split, path)
         out[name] = arr if indices is None else arr[indices]
     return out
 

@@ -181,6 +181,7 @@ def entry_layer_infos(ws: Any, entry: Any, input_shape: Sequence[int]) -> list[A
 def _precomputed(
     ws: Any, entry: Any, bundle: Any, split: str, names: Sequence[str], indices: np.ndarray | None
 ) -> dict[str, np.ndarray]:
+    from sde_core.inputs.activations import align_to_dataset
     from sde_core.inputs.data import load_precomputed
 
     file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
@@ -188,8 +189,6 @@ def _precomputed(
         pre = load_precomputed(file, model=entry.name)
     except DataError as exc:
         raise ActivationError(str(exc)) from None
-    n_split = len(bundle.split(split))
-    source = bundle.source_indices[split]
     out = {}
     for name in names:
         if name not in pre.layers:
@@ -197,14 +196,7 @@ def _precomputed(
                 f"layer {name!r} is not in {file} (model {entry.name!r}); it holds "
                 f"{', '.join(pre.layers)}: choose one of those layers"
             )
-        arr = pre.get(split, name)
-        if arr.shape[0] != n_split:
-            if source.size == 0 or arr.shape[0] <= int(source.max()):
-                raise ActivationError(
-                    f"{file} has {arr.shape[0]} {split} rows but the dataset has {n_split}; "
-                    "export activations for the same samples, in the dataset's order"
-                )
-            arr = arr[source]
+        arr = align_to_dataset(pre.get(split, name), bundle, split, file)
         out[name] = arr if indices is None else arr[indices]
     return out
 
