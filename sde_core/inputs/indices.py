@@ -42,6 +42,13 @@ _EXCERPT = 12
 _INT64_MAX = np.iinfo(np.int64).max
 
 
+def _not_whole(arr: np.ndarray) -> np.ndarray:
+    """Mask of the entries of a float array that are not whole numbers (NaN/inf included)."""
+    finite = np.isfinite(arr)
+    values = np.where(finite, arr, 0)
+    return ~finite | (values != np.round(values))
+
+
 def excerpt(value: object, limit: int = _EXCERPT) -> str:
     """A short rendering of an offending value for an error message: numbers in full (up to 40
     digits), text cut to ``limit`` characters and escaped (``ascii``), never a whole line."""
@@ -99,8 +106,7 @@ def as_index_array(values: Any, n: int, what: str) -> np.ndarray:
             raise _out_of_range(what, n, bad.tolist())
         return arr.astype(np.int64)
     if kind == "f":
-        finite = np.isfinite(arr)
-        fractional = ~finite | (np.where(finite, arr, 0) != np.round(np.where(finite, arr, 0)))
+        fractional = _not_whole(arr)
         if fractional.any():
             raise DataError(
                 f"{what} must be integers; offending values: {_excerpts(arr[fractional].tolist())}"
@@ -162,8 +168,7 @@ def as_labels(values: Any, what: str, rows: int | None = None) -> np.ndarray:
     if kind == "b":
         return arr.astype(np.int64)
     if kind == "f":
-        finite = np.isfinite(arr)
-        frac = ~finite | (np.where(finite, arr, 0) != np.round(np.where(finite, arr, 0)))
+        frac = _not_whole(arr)
         if frac.any():
             raise DataError(
                 f"{what} must be whole numbers (class ids); offending values: "
