@@ -62,19 +62,10 @@ STOP_KEY = "stop_requested"
 SETTINGS_OWNER = "settings_workspace"
 URL_KEY = "url_published"
 CONFIRMED_KEY = "costs_confirmed"
+#: Integer evaluation settings with a sidebar widget; each lives in session key ``s_<name>``.
+INT_SETTINGS = ("subset_size", "targets", "splits", "seed", "draws", "bins", "panel_size")
 #: Session keys of the evaluation settings (plain keys: they survive page switches).
-SETTING_KEYS = (
-    "s_layer",
-    "s_sigma_rule",
-    "s_sigma_value",
-    "s_subset_size",
-    "s_targets",
-    "s_splits",
-    "s_seed",
-    "s_draws",
-    "s_bins",
-    "s_panel_size",
-)
+SETTING_KEYS = ("s_layer", "s_sigma_rule", "s_sigma_value", *(f"s_{n}" for n in INT_SETTINGS))
 SIGMA_RULES = {"√d rule (sqrt_dim)": "sqrt_dim", "median rule": "median", "value": "value"}
 #: Page name -> script (for ``st.page_link``).
 PAGES = {name: script for name, (script, _, _) in NAV_PAGES.items()}
@@ -252,13 +243,7 @@ def _init_settings(ws: Workspace) -> None:
             if numeric
             else next(k for k, v in SIGMA_RULES.items() if v == d.sigma),
             "s_sigma_value": float(d.sigma) if numeric else 1.0,
-            "s_subset_size": int(d.subset_size),
-            "s_targets": int(d.targets),
-            "s_splits": int(d.splits),
-            "s_seed": int(d.seed),
-            "s_draws": int(d.draws),
-            "s_bins": int(d.bins),
-            "s_panel_size": int(d.panel_size),
+            **{f"s_{name}": int(getattr(d, name)) for name in INT_SETTINGS},
         }
     )
     st.session_state.pop("compare_layers", None)
@@ -270,9 +255,6 @@ def _apply_linked_settings(view: View) -> None:
     values, problems = decode_settings(view.incoming)
     for problem in problems:
         st.warning(f"The link's {problem}: kept the current value.")
-    keys = {"layer": "s_layer", "subset_size": "s_subset_size", "targets": "s_targets",
-            "splits": "s_splits", "seed": "s_seed", "draws": "s_draws", "bins": "s_bins",
-            "panel_size": "s_panel_size"}  # fmt: skip
     for name, value in values.items():
         if name == "sigma":
             if isinstance(value, str):
@@ -282,7 +264,7 @@ def _apply_linked_settings(view: View) -> None:
                 st.session_state["s_sigma_rule"] = "value"
                 st.session_state["s_sigma_value"] = float(value)
         else:
-            st.session_state[keys[name]] = value
+            st.session_state[f"s_{name}"] = value  # the layer or an integer setting
 
 
 def _session_settings() -> dict[str, Any]:
@@ -292,13 +274,7 @@ def _session_settings() -> dict[str, Any]:
     return {
         "layer": s["s_layer"],
         "sigma": float(s["s_sigma_value"]) if rule == "value" else rule,
-        "subset_size": int(s["s_subset_size"]),
-        "targets": int(s["s_targets"]),
-        "splits": int(s["s_splits"]),
-        "seed": int(s["s_seed"]),
-        "draws": int(s["s_draws"]),
-        "bins": int(s["s_bins"]),
-        "panel_size": int(s["s_panel_size"]),
+        **{name: int(s[f"s_{name}"]) for name in INT_SETTINGS},
     }
 
 

@@ -153,7 +153,7 @@ def h_key(dist_key: str, sigma: float, settings: EvalSettings, seed: int) -> str
         estimator=settings.estimator,
         splits=settings.splits,
         seed=int(seed),
-        device="cpu" if settings.device == "cpu" else str(settings.device),
+        device=str(settings.device),
     )
 
 
