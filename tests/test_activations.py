@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# Float tolerances in this file compare float32 activations computed twice in one process by
+# the same torch kernels (through the hooks, and directly): they differ only by float32
+# summation order, ~1e-6 relative. Results that cross machines are compared by
+# sde_core.pipeline.reproduce (docs/method.md §13).
 from pathlib import Path
 
 import numpy as np

@@ -22,6 +22,7 @@ from sde_core.pipeline.demo import (
     npz_bytes,
 )
 from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.pipeline.reproduce import compare_model
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.workspace import load_workspace, validate_workspace, workspace_hash
 
@@ -186,9 +187,11 @@ def test_demo_build_unknown_dataset_is_a_usage_error(capsys):
 
 @pytest.mark.parametrize("model", ["random", "rl"])
 def test_shipped_store_equals_a_fresh_run(model, tmp_path):
-    """The shipped Fashion-MNIST results equal an evaluation from scratch (fresh activations,
-    no stage cache), for the random-init negative control (flat activations, H ~1e-15: the case
-    where a cancelling kernel once disagreed with its own store) and for a model the gate lets
+    """The shipped Fashion-MNIST results are reproduced by an evaluation from scratch (fresh
+    activations, no stage cache) on this machine, which need not be the one that built the
+    store: identical or equivalent in the sense of method §13, never differing. Checked for the
+    random-init negative control (flat activations, H ~1e-15: its dependence score is a ratio
+    of differences that another CPU moves in the fifth digit) and for a model the gate lets
     through."""
     ws = load_workspace(_copy_demo("fashion-mnist", tmp_path / "copy"))
     settings = ws.defaults
@@ -199,11 +202,16 @@ def test_shipped_store_equals_a_fresh_run(model, tmp_path):
         ws, settings, models=[model], cache_dir=tmp_path / "acts", stage_dir=False
     )
     assert fresh.cached_models == []
-    a, b = shipped.models.iloc[0], fresh.models.iloc[0]
-    same = [c for c in fresh.models.columns if c in shipped.models.columns and "seconds" not in c]
-    for column in same:
-        x, y = a[column], b[column]
-        if isinstance(y, (float, np.floating)) and not isinstance(x, str):
-            assert x == pytest.approx(y, rel=1e-9, abs=1e-12, nan_ok=True), column
-        elif not isinstance(y, (list, dict, np.ndarray)):
-            assert x == y, column
+    a, b = shipped.models.iloc[0].to_dict(), fresh.models.iloc[0].to_dict()
+    n_forget = int(np.load(ws.path(ws.forget_indices)).size)
+    bundle = load_dataset(ws.dataset_spec())
+    rows = {
+        "acc_r": len(bundle.train) - n_forget,
+        "acc_f": n_forget,
+        "acc_te": len(bundle.test),
+        "asr": n_forget,
+    }
+    ties = [shipped.near_ties(model), fresh.near_ties(model)]
+    comparison = compare_model(a, b, ties, rows)
+    assert comparison.outcome in ("identical", "equivalent"), "\n".join(comparison.lines())
+    assert set(a) == set(b)

@@ -12,6 +12,7 @@ from torch.utils.data import TensorDataset
 
 from sde_core.errors import InputError
 from sde_core.learning.metrics import (
+    ATTACK_TIE_BAND,
     ClassicMetrics,
     accuracy,
     accuracy_from_probs,
@@ -20,10 +21,13 @@ from sde_core.learning.metrics import (
     metrics_from_probs,
     mia_asr,
     mia_asr_from_probs,
+    mia_decisions_from_probs,
     modified_entropy,
     predict_probs,
+    top1_near_ties,
     true_label_confidence,
 )
+from sde_core.stats.near_ties import ACTIVATION_RTOL
 
 
 def dirichlet_probs(n: int, c: int, seed: int, sharp: float) -> tuple[np.ndarray, np.ndarray]:
@@ -116,7 +120,21 @@ def test_metrics_from_probs_and_model_paths_agree():
     assert mia_asr(model, train_set, test_set, forget, np.arange(30, 150), seed=1) == result.asr
     probs, labels = predict_probs(model, train_set, forget)
     assert probs.shape == (30, 3) and labels.dtype == np.int64
-    assert set(result.to_dict()) == {"acc_r", "acc_f", "acc_te", "asr"}
+    metrics = {"acc_r", "acc_f", "acc_te", "asr"}
+    assert set(result.to_dict()) == metrics | {f"{m}_ties" for m in metrics}
+    decisions = mia_decisions_from_probs(
+        p_tr, y_tr.numpy(), p_te, y_te.numpy(), forget, np.arange(30, 150), seed=1
+    )
+    assert result.asr == float(np.mean(decisions > 0))
+    assert result.asr_ties == int(np.sum(np.abs(decisions) <= ATTACK_TIE_BAND))
+    margins = np.diff(np.sort(p_tr[:30], axis=1)[:, -2:], axis=1)[:, 0]
+    assert result.acc_f_ties == int(np.sum(margins <= 2 * ACTIVATION_RTOL))
+
+
+def test_near_tie_counts_see_a_top1_tie_and_attack_values_on_the_boundary():
+    probs = np.array([[0.5, 0.5, 0.0], [0.5 + 1e-6, 0.5 - 1e-6, 0.0], [0.9, 0.05, 0.05]])
+    assert top1_near_ties(probs) == 2
+    assert top1_near_ties(np.zeros((0, 3))) == 0
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,11 @@ by simulated coverage."""
 
 from __future__ import annotations
 
+# Float tolerances in this file compare two float64 computations of the same inputs in one
+# process (an implementation against a textbook or a second route): no float32 activation or
+# machine-specific kernel lies between them, so their agreement is limited only by float64
+# summation order and a tight relative tolerance is the conditioning. Results that cross
+# machines are compared by sde_core.pipeline.reproduce (docs/method.md §13).
 import numpy as np
 import pytest
 from scipy import stats

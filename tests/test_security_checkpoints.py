@@ -8,6 +8,10 @@ writable), reads ``/etc/hostname``, or loops forever.
 
 from __future__ import annotations
 
+# Float tolerances in this file compare float32 activations computed twice in one process by
+# the same torch kernels (through the hooks, and directly): they differ only by float32
+# summation order, ~1e-6 relative. Results that cross machines are compared by
+# sde_core.pipeline.reproduce (docs/method.md §13).
 import json
 import time
 import warnings

@@ -7,8 +7,9 @@ software) and, with Chromium, ``.pdf``.
 
 ``python -m sde_core verify REPORT.json [--workspace WS]`` re-hashes every file the manifest
 names and recomputes every model from the workspace (never from a results store), then prints,
-per model, ``identical`` or what differs (fields, file hashes). Exit status 0 when everything
-is identical, 1 when anything differs.
+per model, ``identical``, ``equivalent`` (numbers moved only within what their near-ties and
+conditioning allow on another machine, each moved field named; method §13) or what differs
+(fields, file hashes). Exit status 0 when identical or equivalent, 1 when anything differs.
 """
 
 from __future__ import annotations
@@ -97,7 +98,11 @@ def register_verify(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Re-hash every file a report's manifest names (checkpoints, data, forget set) and "
             "recompute every model from the workspace, never from a results store; print per "
-            "model 'identical' or what differs. Exit status 0 only when everything is identical."
+            "model 'identical', 'equivalent' (moved only within the tolerance another machine "
+            "allows: near-tie decisions and conditioning, method §13; every moved field named) "
+            "or what differs. Exit status 0 when identical or equivalent, 1 when anything "
+            "differs (a file hash, a decision that is not a near-tie, a number beyond its "
+            "tolerance)."
         ),
     )
     v.add_argument("report", help="the report's .json (or .html) file")

@@ -22,8 +22,10 @@ from torch.utils.data import Dataset, Subset
 from sde_core.common.validation import as_index_vector, check_int
 from sde_core.errors import InputError
 from sde_core.learning.training import make_loader, resolve_device
+from sde_core.stats.near_ties import ACTIVATION_RTOL, boundary_near_ties
 
 __all__ = [
+    "ATTACK_TIE_BAND",
     "MIA_FEATURES",
     "ClassicMetrics",
     "accuracy",
@@ -33,24 +35,42 @@ __all__ = [
     "metrics_from_probs",
     "mia_asr",
     "mia_asr_from_probs",
+    "mia_decisions_from_probs",
     "mia_feature",
     "modified_entropy",
     "predict_probs",
+    "top1_near_ties",
     "true_label_confidence",
 ]
 
 MIA_FEATURES = ("confidence", "entropy", "modified_entropy")
 _EPS = 1e-30  # clip inside logs, as in Song & Mittal (2021)
+#: Attack decisions with ``|decision_function| ≤`` this are near-ties (method §13). The SVC is
+#: solved to libsvm's stopping tolerance (``tol = 1e-3`` on the KKT gap), not to float
+#: precision: a 4e-7 change of its inputs (another CPU's softmax) moved the Fashion-MNIST demo's
+#: decision values by up to 6e-3 (its intercept by 1.6e-2) and flipped 1 of 1,200 decisions
+#: whose value was 5e-4. The band is 4× the largest measured change.
+ATTACK_TIE_BAND = 0.025
 
 
 @dataclass(frozen=True)
 class ClassicMetrics:
-    """Accuracies (top-1, %) on D_r, D_f, D_te and the MIA attack success rate on D_f (fraction)."""
+    """Accuracies (top-1, %) on D_r, D_f, D_te and the MIA attack success rate on D_f (fraction).
+
+    ``*_ties`` count the rows of each number whose decision is a near-tie (method §13): a top-1
+    margin within float tolerance (the accuracies) or an attack decision value within
+    :data:`ATTACK_TIE_BAND` of the SVC's boundary (``asr``). Another machine may flip those
+    decisions, so the number may move by up to ``ties / rows``.
+    """
 
     acc_r: float
     acc_f: float
     acc_te: float
     asr: float
+    acc_r_ties: int = 0
+    acc_f_ties: int = 0
+    acc_te_ties: int = 0
+    asr_ties: int = 0
 
     def to_dict(self) -> dict[str, float]:
         """The metrics as a plain dict with the method §10 keys."""
@@ -140,6 +160,16 @@ def accuracy(
     return accuracy_from_probs(probs, labels)
 
 
+def top1_near_ties(probs: object) -> int:
+    """Rows of ``probs`` (n, C) whose top-1 class can change when each probability moves by
+    :data:`~sde_core.stats.near_ties.ACTIVATION_RTOL` (top-1 minus top-2 within twice that)."""
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 2 or p.shape[0] == 0 or p.shape[1] < 2:
+        return 0
+    top = np.sort(p, axis=1)[:, -2:]
+    return boundary_near_ties(top[:, 1] - top[:, 0], 2 * ACTIVATION_RTOL)
+
+
 def true_label_confidence(probs: object, labels: object) -> np.ndarray:
     """Softmax probability of the true label, ``p_y``: shape ``(n,)``, values in [0, 1]."""
     p, y = _check_probs(probs, labels)
@@ -178,7 +208,7 @@ def mia_feature(probs: object, labels: object, feature: str = "confidence") -> n
     raise InputError(f"unknown MIA feature {feature!r}; choose one of {list(MIA_FEATURES)}")
 
 
-def mia_asr_from_probs(
+def mia_decisions_from_probs(
     probs_train: object,
     y_train: object,
     probs_test: object,
@@ -188,13 +218,13 @@ def mia_asr_from_probs(
     *,
     seed: int = 0,
     feature: str = "confidence",
-) -> float:
-    """Confidence-based MIA attack success rate on ``D_f`` (method §6), as a fraction in [0, 1].
+) -> np.ndarray:
+    """The confidence-based MIA's decision values on ``D_f`` (method §6), shape ``(|D_f|,)``.
 
     Shadow members: ``m = min(|D_r|, |D_te|)`` rows of ``D_r`` drawn without replacement with
     ``seed`` (label 1); shadow non-members: ``D_te`` (label 0; subsampled to m with the same RNG
     only when ``|D_te| > |D_r|``). Attack: ``SVC(C=3, gamma="auto", kernel="rbf")`` on the 1-D
-    feature; ASR = fraction of ``D_f`` rows predicted member.
+    feature; a row is predicted "member" when its decision value is positive.
 
     Args:
         probs_train: softmax outputs on ``D_tr``, shape ``(n_train, C)``.
@@ -217,7 +247,27 @@ def mia_asr_from_probs(
     x = np.concatenate([members, non_members]).reshape(-1, 1)
     target = np.concatenate([np.ones(m, dtype=np.int64), np.zeros(m, dtype=np.int64)])
     attack = SVC(C=3, gamma="auto", kernel="rbf").fit(x, target)
-    return float(np.mean(attack.predict(f_train[forget].reshape(-1, 1)) == 1))
+    return np.asarray(attack.decision_function(f_train[forget].reshape(-1, 1)), dtype=np.float64)
+
+
+def mia_asr_from_probs(
+    probs_train: object,
+    y_train: object,
+    probs_test: object,
+    y_test: object,
+    forget_idx: object,
+    retain_idx: object,
+    *,
+    seed: int = 0,
+    feature: str = "confidence",
+) -> float:
+    """Confidence-based MIA attack success rate on ``D_f`` (method §6), as a fraction in [0, 1]:
+    the share of :func:`mia_decisions_from_probs` that are positive ("member")."""
+    values = mia_decisions_from_probs(
+        probs_train, y_train, probs_test, y_test, forget_idx, retain_idx, seed=seed,
+        feature=feature,
+    )  # fmt: skip
+    return float(np.mean(values > 0))
 
 
 def mia_asr(
@@ -255,13 +305,18 @@ def metrics_from_probs(
     p_tr, y_tr = _check_probs(probs_train, y_train, "probs_train")
     forget = as_index_vector(forget_idx, y_tr.size, "forget_idx")
     retain = as_index_vector(retain_idx, y_tr.size, "retain_idx")
+    attack = mia_decisions_from_probs(
+        p_tr, y_tr, probs_test, y_test, forget, retain, seed=seed, feature=feature
+    )
     return ClassicMetrics(
         acc_r=accuracy_from_probs(p_tr[retain], y_tr[retain]),
         acc_f=accuracy_from_probs(p_tr[forget], y_tr[forget]),
         acc_te=accuracy_from_probs(probs_test, y_test),
-        asr=mia_asr_from_probs(
-            p_tr, y_tr, probs_test, y_test, forget, retain, seed=seed, feature=feature
-        ),
+        asr=float(np.mean(attack > 0)),
+        acc_r_ties=top1_near_ties(p_tr[retain]),
+        acc_f_ties=top1_near_ties(p_tr[forget]),
+        acc_te_ties=top1_near_ties(probs_test),
+        asr_ties=boundary_near_ties(attack, ATTACK_TIE_BAND),
     )
 
 

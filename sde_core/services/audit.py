@@ -21,7 +21,8 @@
 :func:`~sde_core.viz.report.report_document` embedded), the JSON document and, with Chromium,
 the PDF. :func:`verify_report` re-hashes every file the manifest names, recomputes every model's
 numbers from the workspace (never from a results store) and says, per model, whether it is
-identical or what differs: which fields, which files' hashes.
+identical, equivalent (moved only within what another machine may move it: method §13,
+:mod:`sde_core.pipeline.reproduce`) or what differs: which fields, which files' hashes.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ from sde_core.pipeline.evaluate import (
     Progress,
     evaluate_workspace,
 )
+from sde_core.pipeline.evaluation.near_ties import ModelNearTies
+from sde_core.pipeline.reproduce import Comparison, Outcome, compare_model, worst_outcome
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, load_workspace
 from sde_core.viz.pdf import html_to_pdf
@@ -67,7 +70,6 @@ from sde_core.viz.report import (
 
 __all__ = [
     "PACKAGES",
-    "TOLERANCE",
     "ModelCheck",
     "ReportFiles",
     "Verification",
@@ -94,16 +96,6 @@ PACKAGES = (
     "plotly",
     "pyarrow",
 )
-#: Tolerance of "identical" numbers: 5 significant digits (5 decimal places below 1).
-#: Activations are extracted in float32, whose last digits vary with the machine's batch layout
-#: and thread count (relative ~1e-7), and a ratio of small differences such as the dependence
-#: score amplifies that (up to 7e-7 measured between the demo's shipped results and a fresh
-#: extraction). Booleans, strings and verdicts are compared exactly, and a rate that moves by
-#: one subset moves by 1/T, far beyond this tolerance; file changes are caught by their hashes.
-#: The criterion is ``|a − b| ≤ TOLERANCE · max(1, |a|, |b|)``.
-TOLERANCE = 1e-5
-#: Result fields ``verify`` does not compare (prose derived from the compared numbers).
-_NOT_COMPARED = {"explanation"}
 
 
 def _now() -> str:
@@ -380,40 +372,42 @@ class ModelCheck:
     """The verification of one model.
 
     Attributes:
-        name: the model. status: ``"identical"`` or ``"differs"``.
+        name: the model. status: ``"identical"``, ``"equivalent"`` or ``"differs"``.
         files: files whose SHA-256 differs from the manifest (or that are missing).
-        fields: result fields whose recomputed value differs, as
-            ``(field, reported, recomputed)``.
+        comparison: the recomputed fields against the reported ones (method §13).
         problems: other differences (entry changed, cannot recompute, …).
-        largest_difference: the largest scaled difference ``|a − b| / max(1, |a|, |b|)`` among
-            the fields that match (at most :data:`TOLERANCE`).
     """
 
     name: str
     files: list[str] = field(default_factory=list)
-    fields: list[tuple[str, Any, Any]] = field(default_factory=list)
+    comparison: Comparison = field(default_factory=Comparison)
     problems: list[str] = field(default_factory=list)
-    largest_difference: float = 0.0
 
     @property
-    def status(self) -> str:
-        """``"identical"`` when nothing differs, else ``"differs"``."""
-        return "differs" if self.files or self.fields or self.problems else "identical"
+    def status(self) -> Outcome:
+        """``"differs"`` when a file, the entry or a number beyond tolerance differs;
+        ``"equivalent"`` when numbers moved only within what the near-ties allow; else
+        ``"identical"``."""
+        if self.files or self.problems:
+            return "differs"
+        return self.comparison.outcome
 
     def lines(self) -> list[str]:
         """Human-readable lines: the status, then one line per difference."""
+        largest = self.comparison.largest_relative
         if self.status == "identical":
+            out = [f"{self.name}: identical"]
+        elif self.status == "equivalent":
+            n = len(self.comparison.differences)
             out = [
-                f"{self.name}: identical (largest difference {self.largest_difference:.1e}, "
-                f"tolerance {TOLERANCE:.0e})"
+                f"{self.name}: equivalent (largest relative change {largest:.1e}; {n} fields "
+                "moved within what their near-ties allow)"
             ]
         else:
             out = [f"{self.name}: DIFFERS"]
         out += [f"  file hash differs: {f}" for f in self.files]
-        out += [
-            f"  {name}: reported {_show(a)}, recomputed {_show(b)}" for name, a, b in self.fields
-        ]
         out += [f"  {p}" for p in self.problems]
+        out += [f"  {line}" for line in self.comparison.lines()]
         return out
 
 
@@ -437,14 +431,22 @@ class Verification:
     seconds: float = 0.0
 
     @property
+    def outcome(self) -> Outcome:
+        """``"differs"`` if anything shared or any model differs, ``"equivalent"`` if any
+        model is equivalent, else ``"identical"`` (method §13)."""
+        if self.shared:
+            return "differs"
+        return worst_outcome(m.status for m in self.models)
+
+    @property
     def ok(self) -> bool:
-        """Whether every model is identical and nothing shared differs."""
-        return not self.shared and all(m.status == "identical" for m in self.models)
+        """Whether the report is reproduced: identical or equivalent (exit status 0)."""
+        return self.outcome != "differs"
 
     @property
     def differing(self) -> list[str]:
         """Names of the models that differ."""
-        return [m.name for m in self.models if m.status != "identical"]
+        return [m.name for m in self.models if m.status == "differs"]
 
     def lines(self) -> list[str]:
         """The verification as text lines (shared differences, per model, notes, verdict)."""
@@ -454,70 +456,20 @@ class Verification:
             out += m.lines()
         out += [f"note: {n}" for n in self.notes]
         n_diff = len(self.differing)
-        verdict = (
-            f"identical: all {len(self.models)} models recomputed to the reported values"
-            if self.ok
-            else f"DIFFERS: {n_diff} of {len(self.models)} models differ"
-            + (f" ({', '.join(self.differing)})" if n_diff else "")
-        )
-        return [*out, f"{verdict} [{self.seconds:.1f} s]"]
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, float):
-        return repr(value)
-    return json.dumps(value) if not isinstance(value, str) else repr(value)
-
-
-def _difference(a: Any, b: Any) -> float:
-    """``|a − b| / max(1, |a|, |b|)`` of two numbers, the largest over equal-length lists and
-    over the values of dicts with the same keys; 0 for
-    non-numbers, ``inf`` when only one of them is missing/NaN or the lists differ in length."""
-    if isinstance(a, dict) or isinstance(b, dict):  # e.g. verdict_counts
-        if not (isinstance(a, dict) and isinstance(b, dict)) or set(a) != set(b):
-            return math.inf
-        return max((_difference(a[k], b[k]) for k in a), default=0.0)
-    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-        if not (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple))) or len(a) != len(b):
-            return math.inf
-        return max((_difference(x, y) for x, y in zip(a, b, strict=True)), default=0.0)
-    if isinstance(a, (bool, str)) or isinstance(b, (bool, str)):
-        return 0.0
-    fa = math.nan if a is None else float(a)
-    fb = math.nan if b is None else float(b)
-    if math.isnan(fa) or math.isnan(fb):
-        return 0.0 if math.isnan(fa) and math.isnan(fb) else math.inf
-    if math.isinf(fa) or math.isinf(fb):
-        return 0.0 if fa == fb else math.inf
-    return abs(fa - fb) / max(1.0, abs(fa), abs(fb))
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal values: numbers within :data:`TOLERANCE` (None equals NaN), booleans and text
-    exactly (a boolean never equals a number)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    numeric = (int, float, list, tuple, type(None))
-    if isinstance(a, numeric) and isinstance(b, numeric):
-        return _difference(a, b) <= TOLERANCE
-    return bool(a == b)
-
-
-def _compare_fields(
-    reported: Mapping[str, Any], recomputed: Mapping[str, Any]
-) -> tuple[list[tuple[str, Any, Any]], float]:
-    """The differing fields and the largest :func:`_difference` among the matching ones."""
-    out = []
-    largest = 0.0
-    for key in sorted(set(reported) | set(recomputed)):
-        if key in _NOT_COMPARED:
-            continue
-        a, b = reported.get(key), recomputed.get(key)
-        if not _same(a, b):
-            out.append((key, a, b))
+        n = len(self.models)
+        if self.outcome == "identical":
+            verdict = f"identical: all {n} models recomputed to the reported values"
+        elif self.outcome == "equivalent":
+            n_eq = sum(m.status == "equivalent" for m in self.models)
+            verdict = (
+                f"equivalent: all {n} models reproduced; {n_eq} moved only within the "
+                "tolerance of their near-ties (method §13)"
+            )
         else:
-            largest = max(largest, _difference(a, b))
-    return out, largest
+            verdict = f"DIFFERS: {n_diff} of {n} models differ" + (
+                f" ({', '.join(self.differing)})" if n_diff else ""
+            )
+        return [*out, f"{verdict} [{self.seconds:.1f} s]"]
 
 
 def _recompute(
@@ -568,8 +520,10 @@ def _check_model(
     reported: Mapping[str, Any],
     recorded: Mapping[str, Any] | None,
     cache_dir: str | None,
+    rows: Mapping[str, int],
 ) -> ModelCheck:
-    """One model: its files against the manifest, its recomputed fields against the report."""
+    """One model: its files against the manifest, its recomputed fields against the report
+    (:func:`~sde_core.pipeline.reproduce.compare_model`)."""
     if name not in {m.name for m in ws.models}:
         return ModelCheck(name, problems=["the workspace has no model of this name"])
     check = _check_files(ws, name, recorded)
@@ -579,8 +533,12 @@ def _check_model(
         what = "" if isinstance(exc, SDEError) else f"{type(exc).__name__}: "
         check.problems.append(f"cannot recompute: {what}{' '.join(str(exc).split())}")
         return check
-    differing, check.largest_difference = _compare_fields(reported, recomputed)
-    check.fields.extend(differing)
+    ties = [
+        ModelNearTies.from_json(doc["near_ties"])
+        for doc in (reported, recomputed)
+        if isinstance(doc.get("near_ties"), Mapping)
+    ]
+    check.comparison = compare_model(reported, recomputed, ties, rows)
     return check
 
 
@@ -657,6 +615,13 @@ def verify_report(
                 f"{package} {recorded_packages[package]} made the report; this is {version}"
             )
 
+    n_forget = int(forget_doc.get("size") or 0)
+    classic_rows = {
+        "acc_r": int(data.get("n_train") or 0) - n_forget,
+        "acc_f": n_forget,
+        "acc_te": int(data.get("n_test") or 0),
+        "asr": n_forget,
+    }
     checks: list[ModelCheck] = []
     with tempfile.TemporaryDirectory(prefix="sde-verify-") as tmp:
         for name, reported in doc.get("models", {}).items():
@@ -664,7 +629,9 @@ def verify_report(
                 progress(f"recomputing {name}")
             recorded = manifest.get("models", {}).get(name)
             cache_dir = tmp if fresh_activations else None
-            checks.append(_check_model(ws, settings, name, reported, recorded, cache_dir))
+            checks.append(
+                _check_model(ws, settings, name, reported, recorded, cache_dir, classic_rows)
+            )
     return Verification(
         report=path,
         workspace=ws.root,

@@ -63,6 +63,13 @@ from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.baselines import nearest_reference_batch, wasserstein2
 from sde_core.stats.decision import controlled_f1
 from sde_core.stats.hsic import SigmaRule, resolve_sigma
+from sde_core.stats.near_ties import h_relative_tolerance
+
+#: The classic metrics (and their near-tie counts, method §13) a model row takes from
+#: :class:`~sde_core.learning.metrics.ClassicMetrics`.
+CLASSIC_FIELDS = (
+    "acc_r", "acc_f", "acc_te", "asr", "acc_r_ties", "acc_f_ties", "acc_te_ties", "asr_ties",
+)  # fmt: skip
 
 __all__ = [
     "STAGES",
@@ -214,7 +221,9 @@ class ModelRun:
         self._digests: dict[str, str] = {}
         self._elapsed = 0.0
         rule = cast(SigmaRule, settings.sigma)
-        self.sigma = resolve_sigma(rule, self._reference_activations(), seed=settings.seed)
+        references = self._reference_activations()
+        self.sigma = resolve_sigma(rule, references, seed=settings.seed)
+        self.extras["h_rtol"] = h_relative_tolerance(references, seed=settings.seed)
 
     # ------------------------------------------------------------------ inputs
 
@@ -314,14 +323,14 @@ class ModelRun:
             digests["retain"] = array_sha256(self.plan.retain)
             key = classic_key(digests, self.settings.seed)
             found = self.cache.get("classic", key)
-            if found is not None:
-                self.extras.update({k: float(v) for k, v in found.items()})
+            if found is not None and set(CLASSIC_FIELDS) <= set(found):
+                self.extras.update({k: float(found[k]) for k in CLASSIC_FIELDS})
                 return
         m = metrics_from_probs(
             inp.train_probs, inp.train_labels, inp.test_probs, inp.test_labels,
             self.plan.forget, self.plan.retain, seed=self.settings.seed,
         )  # fmt: skip
-        values = {"acc_r": m.acc_r, "acc_f": m.acc_f, "acc_te": m.acc_te, "asr": m.asr}
+        values = {k: float(getattr(m, k)) for k in CLASSIC_FIELDS}
         if self.cache.enabled:
             self.cache.put(
                 "classic", key, {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}

@@ -67,7 +67,11 @@ class ModelSummary:
             subset; ``score_spread_corr_within`` (``_lo``/``_hi``): median (range) of the
             correlations within each group (IT panel, OOT panel, targets of one draw).
         mmd_f1, w2_f1, baseline_controls: distribution baselines and the controls they scored.
-        acc_r, acc_f, acc_te, asr: classic metrics. seconds: the method's time;
+        acc_r, acc_f, acc_te, asr: classic metrics. acc_r_ties…asr_ties: how many of each
+            classic metric's decisions are near-ties (method §13; NaN: not recorded, a store
+            written before they were). h_rtol: how far (relative) another machine may move
+            this model's H values, from its activations' conditioning (method §13).
+            seconds: the method's time;
             eval_seconds: this evaluation's.
     """
 
@@ -137,6 +141,11 @@ class ModelSummary:
     acc_f: float = _NAN
     acc_te: float = _NAN
     asr: float = _NAN
+    acc_r_ties: float = _NAN
+    acc_f_ties: float = _NAN
+    acc_te_ties: float = _NAN
+    asr_ties: float = _NAN
+    h_rtol: float = _NAN
     seconds: float = _NAN
     eval_seconds: float = _NAN
 
@@ -149,6 +158,11 @@ class ModelSummary:
         "acc_f",
         "acc_te",
         "asr",
+        "acc_r_ties",
+        "acc_f_ties",
+        "acc_te_ties",
+        "asr_ties",
+        "h_rtol",
         "seconds",
         "eval_seconds",
     )

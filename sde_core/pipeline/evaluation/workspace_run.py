@@ -13,6 +13,7 @@ import pandas as pd
 
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.caveats import Caveats, caveat_numbers
+from sde_core.pipeline.evaluation.near_ties import ModelNearTies, model_near_ties
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
 from sde_core.pipeline.evaluation.run import STAGES, ModelEvaluation, ModelRun, run_model
 from sde_core.pipeline.evaluation.stages import StageCache
@@ -87,16 +88,27 @@ class EvaluationResult:
         """The measured caveats of this evaluation (:func:`~.caveats.caveat_numbers`)."""
         return caveat_numbers(self.models, self.settings)
 
+    def near_ties(self, name: str) -> ModelNearTies:
+        """The near-ties of one model's decisions (method §13)."""
+        row = {str(k): v for k, v in self.models[self.models["name"] == name].iloc[0].items()}
+        subsets = self.subsets[self.subsets["model"] == name] if len(self.subsets) else self.subsets
+        if subsets.empty or "kind" not in subsets:
+            subsets = pd.DataFrame({"kind": [], "draw": [], "score": []})
+        return model_near_ties(
+            self.settings, row, subsets, self.model_arrays(name), self.model_draws(name)
+        )
+
     def to_json_dict(self) -> dict[str, Any]:
         """The CLI's JSON document (method §10, §12)."""
 
         def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
             return cast("list[dict[str, Any]]", frame.to_dict("records"))  # column-name keys
 
-        models = {
-            row["name"]: model_json(row, records(self.model_draws(row["name"])))
-            for row in records(self.models)
-        }
+        models = {}
+        for row in records(self.models):
+            entry = model_json(row, records(self.model_draws(row["name"])))
+            entry["near_ties"] = self.near_ties(row["name"]).to_json()
+            models[row["name"]] = entry
         return {
             "settings": self.settings.result_key(),
             "workspace_hash": self.workspace_hash,
