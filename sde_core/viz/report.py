@@ -67,6 +67,7 @@ __all__ = [
     "draws_table",
     "manifest_tables",
     "measured_caveats",
+    "near_ties_table",
     "null_calibration_text",
     "report_document",
     "report_figures",
@@ -223,6 +224,33 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out)
+
+
+def near_ties_table(result: Any) -> pd.DataFrame:
+    """Per model, the decisions another machine could flip (method §13): target and control
+    decisions, gates, top-1 and attack decisions, with the H tolerance they were found with."""
+    rows = []
+    for name in result.models["name"]:
+        t = result.near_ties(name)
+
+        def classic(key: str, ties: Any = t) -> str:
+            v = ties.classic.get(key, math.nan)
+            return "not recorded" if not math.isfinite(v) else str(int(v))
+
+        rows.append(
+            {
+                "model": name,
+                "targets": f"{t.targets} of {t.targets_total}",
+                "controls": f"{t.controls} of {t.controls_total}",
+                "gates": "; ".join(t.gates) or "none",
+                "top-1 (D_r, D_f, D_te)": ", ".join(
+                    classic(k) for k in ("acc_r", "acc_f", "acc_te")
+                ),
+                "attack": classic("asr"),
+                "H tolerance (relative)": format_number(t.h_rtol, digits=2, notation="scientific"),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def settings_table(settings: Any) -> pd.DataFrame:
@@ -594,7 +622,10 @@ def _manifest_html(manifest: Mapping[str, Any] | None, file_hint: str) -> str:
         "<p>Everything below pins what was evaluated. To re-check this report against the "
         f"workspace, run <code>python -m sde_core verify {html.escape(file_hint)}</code>: it "
         "re-hashes every file, recomputes every number and says, per model, whether it is "
-        "identical or what differs.</p>"
+        "<em>identical</em>; <em>equivalent</em> — numbers moved only as far as another "
+        "machine's last-bit differences allow (a decision that is a near-tie, a number within "
+        "its conditioning; each moved field is named; method §13); or what <em>differs</em> "
+        "(a file hash, a decision that is not a near-tie, a number beyond its tolerance).</p>"
     ]
     for title, table in manifest_tables(manifest).items():
         parts.append(f"<h3>{html.escape(title)}</h3>")
@@ -666,7 +697,10 @@ def build_html_report(
                 f"<p>{html.escape(null_calibration_text(result))}</p>",
                 "".join(charts) or "<p>No charts.</p>",
                 _manifest_html(manifest, file_hint)
-                + f"<h3>Settings</h3>{_table_html(settings_table(result.settings))}",
+                + f"<h3>Settings</h3>{_table_html(settings_table(result.settings))}"
+                + "<h3>Near-ties</h3><p>Decisions whose inputs lie within float tolerance of "
+                "their boundary: another machine may flip them, and the numbers built on them "
+                "may move accordingly (method §13).</p>" + _table_html(near_ties_table(result)),
                 _table_html(glossary_table(_REPORT_TERMS)),
                 f"<ul>{caveats}</ul>",
             ),
