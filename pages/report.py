@@ -131,7 +131,11 @@ def report_downloads(result: EvaluationResult, name: str, manifest: dict) -> Non
                                mime="application/pdf", key="r_pdf")  # fmt: skip
     st.caption(
         f"Re-check a saved report against the workspace: `python -m sde_core verify "
-        f"{stem}.json` (or the .html) — it re-hashes every file and recomputes every number."
+        f"{stem}.json` (or the .html) — it re-hashes every file and recomputes every number, "
+        "then answers **identical**; **equivalent** (exit 0: numbers moved only as far as "
+        "another machine's last-bit differences allow — near-tie decisions and numbers within "
+        "their conditioning, each named); or **differs** (exit 1: a file hash, a decision that "
+        "is not a near-tie, or a number beyond its tolerance). Method §13."
     )
 
 
