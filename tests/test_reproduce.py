@@ -101,6 +101,15 @@ def test_a_gate_or_verdict_change_needs_a_near_tie_gate():
     assert compare_model(ENTRY, flipped, [gate]).outcome == "equivalent"
 
 
+def test_each_draws_p_value_moves_within_its_own_draws_range():
+    ties = _ties(reference_p_draws=((0.0513, 0.0516), (0.97, 0.97)))
+    entry = {**ENTRY, "reference_p_draws": [0.05137, 0.97]}
+    inside = {**ENTRY, "reference_p_draws": [0.05146, 0.97]}
+    assert compare_model(entry, inside, [ties]).outcome == "equivalent"
+    outside = {**ENTRY, "reference_p_draws": [0.05137, 0.9701]}
+    assert compare_model(entry, outside, [ties]).outcome == "differs"
+
+
 def test_what_was_evaluated_must_match_exactly():
     c = compare_model(ENTRY, _moved(role="original", draws=4), [_ties(targets=50)])
     assert c.outcome == "differs"

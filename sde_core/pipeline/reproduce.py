@@ -249,8 +249,7 @@ def _classify(
         return "differs", "a gate decision changed, and no gate is a near-tie"
     if key.startswith(("reference_p", "panel_p")):
         which = "reference" if key.startswith("reference_p") else "panel"
-        ranges = [getattr(t, f"{which}_p_range") for t in allow.ties]
-        if numbers is not None and _within_range(numbers[0] + numbers[1], ranges):
+        if numbers is not None and _p_within(key, which, numbers, allow.ties):
             return "equivalent", f"within the {which} test's near-tie p range"
         return "differs", f"outside the {which} test's near-tie p range"
     if numbers is None:
@@ -304,6 +303,27 @@ def _classify_decision(
     # A rate over one draw's n / B decisions moves by k / (n / B); F1 by up to twice that.
     limit = min(1.0, factor * k * allow.per_draw / max(n, 1))
     return _limit(absolute, limit, f"{k} near-tie {what} of {n}")
+
+
+def _p_within(
+    key: str,
+    which: str,
+    numbers: tuple[list[float], list[float]],
+    ties: Iterable[ModelNearTies],
+) -> bool:
+    """Whether a gate's p-values lie in what their near-tie pairs allow: the median p in the
+    median's range, each draw's p in its own draw's range, a range of draws in their union."""
+    ties = list(ties)
+    if key.endswith("_draws"):
+        per = [t.p_ranges(which, per_draw=True) for t in ties]
+        for i, (x, y) in enumerate(zip(*numbers, strict=True)):
+            spans = [r[i] for r in per if i < len(r)]
+            if not _within_range([x, y], spans):
+                return False
+        return True
+    per_draw = key.endswith(("_range", "_lo", "_hi"))
+    spans = [span for t in ties for span in t.p_ranges(which, per_draw=per_draw)]
+    return _within_range(numbers[0] + numbers[1], spans)
 
 
 def compare_model(

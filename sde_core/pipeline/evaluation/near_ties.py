@@ -43,6 +43,7 @@ class ModelNearTies:
             (α = 0.01) may be 0.0094–0.0103"``.
         reference_p_range, panel_p_range: the smallest and largest median-over-draws p-value
             of the two gates that movements within tolerance give ``(lo, hi)``.
+        reference_p_draws, panel_p_draws: the same ``(lo, hi)`` for each draw's own p-value.
         dependence_tolerance: how far the dependence score may move (absolute; NaN when its
             denominator is within tolerance of zero: then only its numerator and denominator
             are compared).
@@ -61,6 +62,15 @@ class ModelNearTies:
     dependence_tolerance: float
     classic: dict[str, float] = field(default_factory=dict)
     h_rtol: float = H_RTOL
+    reference_p_draws: tuple[tuple[float, float], ...] = ()
+    panel_p_draws: tuple[tuple[float, float], ...] = ()
+
+    def p_ranges(self, which: str, per_draw: bool) -> list[tuple[float, float]]:
+        """The p-value ranges of the ``"reference"`` or ``"panel"`` test: one per draw, or the
+        median over draws' alone."""
+        if per_draw:
+            return list(getattr(self, f"{which}_p_draws"))
+        return [getattr(self, f"{which}_p_range")]
 
     @property
     def total(self) -> int:
@@ -76,6 +86,8 @@ class ModelNearTies:
         out["panel_p_range"] = [_finite(x) for x in self.panel_p_range]
         out["dependence_tolerance"] = _finite(self.dependence_tolerance)
         out["h_rtol"] = _finite(self.h_rtol)
+        for key in ("reference_p_draws", "panel_p_draws"):
+            out[key] = [[_finite(lo), _finite(hi)] for lo, hi in getattr(self, key)]
         out["classic"] = {
             k: (int(v) if math.isfinite(v) else None) for k, v in self.classic.items()
         }
@@ -110,6 +122,8 @@ class ModelNearTies:
             dependence_tolerance=num(doc.get("dependence_tolerance")),
             classic={k: num(v) for k, v in dict(doc.get("classic") or {}).items()},
             h_rtol=num(doc.get("h_rtol", H_RTOL)),
+            reference_p_draws=tuple(pair(x) for x in doc.get("reference_p_draws") or ()),
+            panel_p_draws=tuple(pair(x) for x in doc.get("panel_p_draws") or ()),
         )
 
 
@@ -230,6 +244,8 @@ def model_near_ties(
         dependence_tolerance=_dependence_tolerance(draws, it_draws, oot_draws, order, rtol),
         classic={k: float(row.get(f"{k}_ties", math.nan)) for k in _CLASSIC},
         h_rtol=rtol,
+        reference_p_draws=tuple(zip(ref_lo, ref_hi, strict=True)),
+        panel_p_draws=tuple(zip(pan_lo, pan_hi, strict=True)),
     )
 
 
