@@ -62,6 +62,7 @@ __all__ = [
     "probe_trusted_checkpoint",
     "resolve_layer",
     "torch_device",
+    "trusted_weights",
 ]
 
 Progress = Callable[[int, int], None]
@@ -719,6 +720,7 @@ def _serve_checkpoint(
     """Child-process side: load the trusted checkpoint and answer extraction requests.
 
     Requests: ``("probe", x)`` -> :class:`TrustedProbe` (one forward pass of a float32 batch);
+    ``("state",)`` -> ``(arch, arch_kwargs, {name: array})`` (the weights, as NumPy arrays);
     ``("resolve", names)`` -> None (raises on unknown layers);
     ``("batch", names, pool, device, x)`` -> ``{name: float32 (N, d)}`` for a float32 batch;
     ``("layers", input_shape)`` -> ``list[LayerInfo]``.
@@ -731,6 +733,10 @@ def _serve_checkpoint(
         op = message[0]
         if op == "probe":
             return _probe(model, loaded.arch, loaded.notes, message[1])
+        if op == "state":
+            kwargs = dict(getattr(model, "sde_arch_kwargs", None) or {})
+            state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+            return getattr(model, "sde_arch", None) or loaded.arch, kwargs, state
         if op == "resolve":
             for name in message[1]:
                 resolve_layer(model, name)
@@ -822,6 +828,50 @@ def probe_trusted_checkpoint(
             ("probe", np.ascontiguousarray(x, dtype=np.float32)), "a forward pass of 2 samples"
         )
     return probe
+
+
+def trusted_weights(
+    path: str | Path,
+    *,
+    arch: str | None = None,
+    arch_kwargs: Mapping[str, Any] | None = None,
+    time_limit: float | None = None,
+) -> nn.Module:
+    """The model of a trusted code checkpoint rebuilt in this process from its weights alone.
+
+    The file is loaded in a child process (under ``time_limit`` seconds and the memory cap);
+    only its architecture name, kwargs and weights come back, and the model is built here
+    from the registry, so none of the file's code runs in this process (used to unlearn from
+    or train on such a model).
+
+    Raises:
+        CheckpointError: the file's model is not a registry architecture (e.g. TorchScript),
+            or cannot be loaded.
+        ActivationError: the time or memory limit was exceeded, or the child crashed.
+    """
+    from sde_core.inputs.models import build_model
+
+    file = Path(path)
+    with IsolatedWorker(
+        _serve_checkpoint,
+        (str(file), arch, dict(arch_kwargs or {})),
+        time_limit=check_time_limit(time_limit),
+        memory_limit=DEFAULT_MEMORY_LIMIT,
+        label=f"the trusted model in {file.name}",
+    ) as worker:
+        name, kwargs, state = worker.request(("state",), "reading its weights")
+    if name is None:
+        raise CheckpointError(
+            f"{file.name} is {inspect_checkpoint(file).describe()} without a registry "
+            "architecture: it can be evaluated (in its own process) but not rebuilt from its "
+            "weights; save its weights as a state dict of a registry architecture"
+        )
+    model = build_model(name, **{**kwargs, **dict(arch_kwargs or {})})
+    try:
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{file.name}: its weights do not fit {name!r} ({exc})") from None
+    return model.eval()
 
 
 def _extract_isolated(

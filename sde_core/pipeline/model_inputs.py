@@ -103,14 +103,20 @@ def checkpoint_metadata(path: str | Path) -> tuple[str | None, dict[str, Any] | 
     return arch, kwargs
 
 
-def load_entry_model(ws: Any, entry: Any, path: str | None = None) -> Any:
+def load_entry_model(
+    ws: Any, entry: Any, path: str | None = None, time_limit: float | None = None
+) -> Any:
     """Build a workspace model: its checkpoint (or ``path``, e.g. its ``init_checkpoint``)
-    loaded with the entry's architecture, ``arch_kwargs`` and ``trusted`` flag.
+    loaded with the entry's architecture, ``arch_kwargs`` and ``trusted`` flag. A trusted code
+    checkpoint is loaded in a child process (within ``time_limit`` seconds) and only its
+    weights come back (:func:`~sde_core.inputs.activations.trusted_weights`).
 
     Raises:
         WorkspaceError: the file leaves the allowed folders or is missing.
         CheckpointError: the file cannot be loaded or does not fit the architecture.
     """
+    from sde_core.inputs.activations import trusted_weights
+    from sde_core.inputs.checkpoint_files import inspect_checkpoint
     from sde_core.inputs.models import load_checkpoint
 
     if entry.precomputed:
@@ -121,6 +127,11 @@ def load_entry_model(ws: Any, entry: Any, path: str | None = None) -> Any:
         path or entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True
     )
     checkpoint_metadata(file)  # refuses malformed metadata before the loader reads it
+    if entry.trusted and inspect_checkpoint(file).is_code:
+        return trusted_weights(
+            file, arch=entry.arch or None, arch_kwargs=dict(entry.arch_kwargs),
+            time_limit=time_limit,
+        )  # fmt: skip
     return load_checkpoint(
         file, arch=entry.arch or None, trusted=bool(entry.trusted), **dict(entry.arch_kwargs)
     )

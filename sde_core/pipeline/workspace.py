@@ -739,6 +739,13 @@ def _model_problems(ws: Workspace) -> list[Problem]:
                         "warning",
                     )
                 )
+        if m.init_checkpoint is not None and not m.init_checkpoint.strip():
+            out.append(
+                Problem(
+                    f"{where}.init_checkpoint",
+                    "is empty: give the file of the initial weights, or remove the key",
+                )
+            )
         for j, ref in enumerate(m.checkpoints):
             if not 0.0 < ref.fraction <= 1.0:
                 out.append(
@@ -776,7 +783,20 @@ def validate_workspace(ws: Workspace, *, check_data: bool = False) -> list[Probl
     problems += _model_problems(ws)
     if not isinstance(ws.defaults, EvalSettings):
         problems.append(Problem("defaults", f"must be EvalSettings, got {_type_name(ws.defaults)}"))
+    elif ws.defaults.device != "cpu":
+        problems += _device_problems(ws.defaults.device)
     return problems
+
+
+def _device_problems(device: str) -> list[Problem]:
+    """Whether this machine has the device ``evaluate`` will compute on (extraction, HSIC)."""
+    from sde_core.inputs.activations import torch_device
+
+    try:
+        torch_device(device)
+    except SDEError as exc:
+        return [Problem("defaults.device", str(exc))]
+    return []
 
 
 def check_workspace(ws: Workspace, *, check_data: bool = False) -> list[Problem]:
