@@ -161,6 +161,14 @@ def _context() -> Any:
     return mp.get_context("spawn")  # pragma: no cover - platforms without fork
 
 
+def _error_reply(exc: BaseException) -> tuple[str, str, str]:
+    """The child's report of an exception; running out of memory is named as such even when
+    a loader wrapped it in its own error."""
+    if isinstance(exc.__cause__, MemoryError):
+        exc = exc.__cause__
+    return ("error", type(exc).__name__, str(exc))
+
+
 def _child_main(
     conn: Connection,
     setup: Callable[..., Handler],
@@ -174,7 +182,7 @@ def _child_main(
     try:
         handler = setup(*args)
     except BaseException as exc:  # report everything: the parent decides what it means
-        conn.send(("error", type(exc).__name__, str(exc)))
+        conn.send(_error_reply(exc))
         return
     conn.send(("ok", None))
     while True:
@@ -187,7 +195,7 @@ def _child_main(
         try:
             conn.send(("ok", handler(message)))
         except BaseException as exc:
-            conn.send(("error", type(exc).__name__, str(exc)))
+            conn.send(_error_reply(exc))
 
 
 class IsolatedWorker:
