@@ -350,15 +350,15 @@ def _npy_header(path: Path, limit: int, exact: int | None) -> None:
             "is a 1-D list of indices or a boolean mask"
         )
     count = int(shape[0])
-    if count > limit:
-        raise DataError(
-            f"index file {path} declares {count} entries but a forget set of this training set "
-            f"holds at most {limit}: check that the file belongs to this dataset"
-        )
     if exact is not None and dtype.kind == "b" and count != exact:
         raise DataError(
             f"index file {path} is a boolean mask of {count} entries; a mask needs exactly one "
             f"entry per training row ({exact}), or give integer indices instead"
+        )
+    if count > limit:
+        raise DataError(
+            f"index file {path} declares {count} entries but a forget set of this training set "
+            f"holds at most {limit}: check that the file belongs to this dataset"
         )
     if dtype.hasobject:
         raise DataError(f"index file {path} holds Python objects: save integers (numpy int64)")
