@@ -120,7 +120,7 @@ def test_cli_add_model_stops_a_looping_torchscript(ws_root, capsys):
     assert "did not finish a forward pass of 2 samples within 2 s" in err, err
     assert "--time-limit" in err and "Traceback" not in err
     assert time.monotonic() - start < 60
-    assert "name = \"x\"" not in (ws_root / "workspace.toml").read_text()  # nothing written
+    assert 'name = "x"' not in (ws_root / "workspace.toml").read_text()  # nothing written
     assert main([*args, "--trusted", "--time-limit", "0"]) == 2  # a usage error, not a hang
     assert "positive number of seconds" in capsys.readouterr().err
 
@@ -173,7 +173,7 @@ def test_evaluate_layers_and_unlearn_keep_the_limit(ws_root, capsys, tmp_path):
     assert not out.exists()
     with pytest.raises(ActivationError, match="did not finish a dry forward pass within 2 s"):
         entry_layer_infos(ws, entry, (4,), time_limit=2.0)
-    with pytest.raises(SDEError, match="not be rebuilt from its weights|TorchScript"):
+    with pytest.raises(SDEError, match=r"not be rebuilt from its weights|TorchScript"):
         load_entry_model(ws, entry, time_limit=2.0)  # unlearn: never loaded in this process
     assert time.monotonic() - start < 90
     assert process_tree(os.getpid())[0] == os.getpid()

@@ -70,9 +70,7 @@ def _error(capsys: pytest.CaptureFixture) -> str:
 # ------------------------------------------------------------------ store and cache path policy
 
 
-def test_a_dangling_store_link_outside_is_refused_with_and_without_repair(
-    ws_root, outside, capsys
-):
+def test_a_dangling_store_link_outside_is_refused_with_and_without_repair(ws_root, outside, capsys):
     (ws_root / ".sde-cache").mkdir()
     (ws_root / ".sde-cache" / "results.sqlite").symlink_to(outside / "results.sqlite")
     for extra in ([], ["--repair"]):
@@ -109,7 +107,7 @@ def test_a_valid_store_outside_is_neither_read_nor_extended(ws_root, outside):
 def test_sqlite_side_files_linked_outside_are_refused(ws_root, outside):
     (ws_root / ".sde-cache").mkdir()
     (ws_root / ".sde-cache" / "results.sqlite-wal").symlink_to(outside / "wal")
-    with pytest.raises(WorkspaceError, match="results cache .*outside"):
+    with pytest.raises(WorkspaceError, match=r"results cache .*outside"):
         workspace_store_path(ws_root)
     assert cache_path(ws_root, "activations").name == "activations"  # others are unaffected
 
@@ -339,7 +337,7 @@ def test_complex_weights_are_refused(tmp_path):
     state = {k: v.to(torch.complex64) for k, v in model.state_dict().items()}
     kwargs = {"input_dim": 4, "hidden": [5], "num_classes": 3}
     torch.save({"state_dict": state, "arch": "mlp", "arch_kwargs": kwargs}, tmp_path / "c.pt")
-    with pytest.raises(CheckpointError, match="complex-valued .* imaginary part"):
+    with pytest.raises(CheckpointError, match=r"complex-valued .* imaginary part"):
         load_checkpoint(tmp_path / "c.pt")
 
 
