@@ -132,9 +132,8 @@ def load_entry_model(
             file, arch=entry.arch or None, arch_kwargs=dict(entry.arch_kwargs),
             time_limit=time_limit,
         )  # fmt: skip
-    return load_checkpoint(
-        file, arch=entry.arch or None, trusted=bool(entry.trusted), **dict(entry.arch_kwargs)
-    )
+    # weights only in this process: a code file that is not trusted is refused here
+    return load_checkpoint(file, arch=entry.arch or None, **dict(entry.arch_kwargs))
 
 
 def _build_arguments(file: Path, entry: Any) -> tuple[str | None, dict[str, Any]]:
