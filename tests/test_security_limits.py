@@ -343,3 +343,19 @@ def test_complex_weights_are_refused(tmp_path):
 
 def test_no_file_appeared_outside(outside):
     assert not os.listdir(outside)
+
+
+@pytest.mark.parametrize("page", ["compare", "explore"])
+def test_links_with_odd_numbers_show_a_problem_not_an_exception(ws_root, monkeypatch, page):
+    from streamlit.testing.v1 import AppTest
+
+    app = Path(__file__).resolve().parent.parent / "app.py"
+    monkeypatch.setenv("SDE_WORKSPACE", str(ws_root))
+    monkeypatch.setenv("SDE_DATA_ROOTS", str(ws_root))
+    at = AppTest.from_file(str(app), default_timeout=120)
+    at.switch_page(f"pages/{page}.py")
+    at.query_params.update({"n": "²", "seed": "9" * 5000, "target": "٣"})
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = " ".join(str(w.value) for w in at.warning)
+    assert "n=" in shown and "seed has 5000 characters" in shown, shown
