@@ -10,6 +10,7 @@ they started, and report a clean error. Limits are 2 s so the tests stay fast.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -177,3 +178,13 @@ def test_evaluate_layers_and_unlearn_keep_the_limit(ws_root, capsys, tmp_path):
         load_entry_model(ws, entry, time_limit=2.0)  # unlearn: never loaded in this process
     assert time.monotonic() - start < 90
     assert process_tree(os.getpid())[0] == os.getpid()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["workspace", "add-model"], ["evaluate"], ["report"], ["verify"], ["unlearn"]],
+)
+def test_every_command_that_loads_a_model_has_a_time_limit(command, capsys):
+    with contextlib.suppress(SystemExit):  # argparse's --help exits
+        main([*command, "--help"])
+    assert "--time-limit SECONDS" in capsys.readouterr().out

@@ -302,6 +302,7 @@ def create_report(
     pdf: bool = True,
     notes: str | None = None,
     progress: Progress | None = None,
+    time_limit: float | None = None,
 ) -> ReportFiles:
     """Evaluate a workspace and write its report files (see :func:`write_report_files`).
 
@@ -315,6 +316,7 @@ def create_report(
         pdf: also print the PDF (needs Chromium).
         notes: free text included in the report.
         progress: ``progress(stage, done, total)`` callback of the evaluation.
+        time_limit: seconds each step of a trusted code model may take in its child process.
     """
     ws = workspace if isinstance(workspace, Workspace) else load_workspace(workspace)
     if settings is None:
@@ -323,9 +325,14 @@ def create_report(
     t0 = time.perf_counter()
     if use_store:
         with ResultsStore(workspace_store_path(ws.root)) as store:
-            result = evaluate_workspace(ws, settings, models=models, store=store, progress=progress)
+            result = evaluate_workspace(
+                ws, settings, models=models, store=store, progress=progress,
+                time_limit=time_limit,
+            )  # fmt: skip
     else:
-        result = evaluate_workspace(ws, settings, models=models, progress=progress)
+        result = evaluate_workspace(
+            ws, settings, models=models, progress=progress, time_limit=time_limit
+        )
     elapsed = time.perf_counter() - t0
     t1 = time.perf_counter()
     manifest = build_manifest(
@@ -526,8 +533,12 @@ def _recompute(
     name: str,
     cache_dir: str | None,
     progress: Progress | None,
+    time_limit: float | None = None,
 ) -> dict[str, Any]:
-    result = evaluate_workspace(ws, settings, models=[name], cache_dir=cache_dir, progress=progress)
+    result = evaluate_workspace(
+        ws, settings, models=[name], cache_dir=cache_dir, progress=progress,
+        time_limit=time_limit,
+    )  # fmt: skip
     return report_document(result)["models"][name]
 
 
@@ -568,13 +579,14 @@ def _check_model(
     reported: Mapping[str, Any],
     recorded: Mapping[str, Any] | None,
     cache_dir: str | None,
+    time_limit: float | None = None,
 ) -> ModelCheck:
     """One model: its files against the manifest, its recomputed fields against the report."""
     if name not in {m.name for m in ws.models}:
         return ModelCheck(name, problems=["the workspace has no model of this name"])
     check = _check_files(ws, name, recorded)
     try:
-        recomputed = _recompute(ws, settings, name, cache_dir, None)
+        recomputed = _recompute(ws, settings, name, cache_dir, None, time_limit)
     except Exception as exc:  # a damaged file may fail anywhere: report it, check the rest
         what = "" if isinstance(exc, SDEError) else f"{type(exc).__name__}: "
         check.problems.append(f"cannot recompute: {what}{' '.join(str(exc).split())}")
@@ -590,6 +602,7 @@ def verify_report(
     *,
     fresh_activations: bool = False,
     progress: Callable[[str], None] | None = None,
+    time_limit: float | None = None,
 ) -> Verification:
     """Re-hash and recompute a report from its workspace; say per model what differs.
 
@@ -600,6 +613,7 @@ def verify_report(
             reading the workspace's activation cache (whose entries are keyed by checkpoint and
             data hashes and checked against their own SHA-256).
         progress: called with a line of text as each model starts.
+        time_limit: seconds each step of a trusted code model may take in its child process.
 
     Returns:
         The :class:`Verification`; nothing is written to the workspace's results store.
@@ -664,7 +678,9 @@ def verify_report(
                 progress(f"recomputing {name}")
             recorded = manifest.get("models", {}).get(name)
             cache_dir = tmp if fresh_activations else None
-            checks.append(_check_model(ws, settings, name, reported, recorded, cache_dir))
+            checks.append(
+                _check_model(ws, settings, name, reported, recorded, cache_dir, time_limit)
+            )
     return Verification(
         report=path,
         workspace=ws.root,
