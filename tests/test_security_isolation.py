@@ -188,3 +188,17 @@ def test_every_command_that_loads_a_model_has_a_time_limit(command, capsys):
     with contextlib.suppress(SystemExit):  # argparse's --help exits
         main([*command, "--help"])
     assert "--time-limit SECONDS" in capsys.readouterr().out
+
+
+class _WrongWidth(nn.Module):
+    """A well-behaved model with 5 outputs, for a dataset of 3 classes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, x[:, :1]], dim=1)
+
+
+def test_a_trusted_model_is_checked_against_the_data_in_the_child(ws_root):
+    wrong = _script(_WrongWidth(), ws_root / "wrong.pt")
+    spec = ModelSpec(name="x", role="unlearned", trusted=True, time_limit=30.0)
+    with pytest.raises(SDEError, match="has 5 outputs but the dataset has 3 classes"):
+        add_model(ws_root, spec, checkpoint=wrong)

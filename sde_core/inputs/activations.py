@@ -767,15 +767,16 @@ class TrustedProbe:
         notes: the loader's notes for the user.
         output: the model's output for the probe batch (the first element of a tuple output),
             float32 ``(batch, ...)``; ``None`` when it failed or was not a tensor.
-        problem: why there is no output (the exception's type and first line, or the type of
-            what the model returned); ``""`` when there is one.
+        error: the exception the forward pass raised (its type and first line), else ``""``.
+        returned: the type of what the model returned when it was not a tensor, else ``""``.
     """
 
     arch: str | None
     arch_kwargs: dict[str, Any]
     notes: tuple[str, ...]
     output: np.ndarray | None
-    problem: str = ""
+    error: str = ""
+    returned: str = ""
 
 
 def _probe(model: nn.Module, arch: str | None, notes: tuple[str, ...], x: Any) -> TrustedProbe:
@@ -787,11 +788,11 @@ def _probe(model: nn.Module, arch: str | None, notes: tuple[str, ...], x: Any) -
             out = model(torch.from_numpy(x))
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:
         first = str(exc).strip().split("\n")[0][:200]
-        return TrustedProbe(arch, kwargs, notes, None, f"{type(exc).__name__}: {first}")
+        return TrustedProbe(arch, kwargs, notes, None, error=f"{type(exc).__name__}: {first}")
     if isinstance(out, tuple | list) and out:
         out = out[0]
     if not isinstance(out, torch.Tensor):
-        return TrustedProbe(arch, kwargs, notes, None, type(out).__name__)
+        return TrustedProbe(arch, kwargs, notes, None, returned=type(out).__name__)
     return TrustedProbe(arch, kwargs, notes, out.detach().float().cpu().numpy())
 
 

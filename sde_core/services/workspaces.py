@@ -374,9 +374,9 @@ def _describe(
                 checkpoint, _fit_inputs(bundle).numpy(), arch=arch or None, arch_kwargs=kwargs,
                 time_limit=spec.time_limit,
             )  # fmt: skip
-            if probe.output is None and ":" in probe.problem:
-                raise _fit_failure(bundle, probe.problem)
-            shape = probe.problem if probe.output is None else tuple(probe.output.shape)
+            if probe.error:
+                raise _fit_failure(bundle, probe.error)
+            shape = probe.returned if probe.output is None else tuple(probe.output.shape)
             outputs = check_outputs(shape, bundle)
             arch, kwargs, load_notes = probe.arch or arch, probe.arch_kwargs or kwargs, probe.notes
         else:
