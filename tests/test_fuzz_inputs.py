@@ -267,7 +267,7 @@ def test_workspace_toml_from_garbage(scratch: Path, raw: bytes):
 # ------------------------------------------------------------------------------- issue 20
 
 
-@settings(SETTINGS, max_examples=200)
+@settings(SETTINGS, max_examples=100)
 @given(
     arr=arrays(max_dims=2, max_side=8),
     position=st.integers(0, 127),
@@ -299,7 +299,7 @@ def test_npy_headers_declaring_more_entries_than_the_training_set(scratch, shape
         load_index_file(path, n)
 
 
-@settings(SETTINGS, max_examples=150)
+@settings(SETTINGS, max_examples=100)
 @given(
     params=st.dictionaries(
         st.sampled_from(["n", "T", "K", "seed", "B", "bins", "R", "sigma", "layer"]),
@@ -319,7 +319,7 @@ def test_link_parameters_never_raise(params):
     assert all(len(p) < 200 for p in problems)
 
 
-@settings(SETTINGS, max_examples=300)
+@settings(SETTINGS, max_examples=200)
 @given(value=st.text(max_size=20) | st.floats() | st.integers())
 def test_csv_cells_never_start_a_formula(value):
     from sde_core.common.csv_cells import FORMULA_STARTS, neutralise_formula
@@ -336,7 +336,7 @@ def test_csv_cells_never_start_a_formula(value):
 KEYS = st.text(alphabet="abc", min_size=1, max_size=3)
 
 
-@settings(SETTINGS, max_examples=150)
+@settings(SETTINGS, max_examples=80)
 @given(
     parts=st.lists(KEYS, min_size=1, max_size=60),
     brackets=st.integers(0, 60),
