@@ -139,7 +139,7 @@ def begin_page(page: str) -> View:
         try:
             path = resolve_in_roots(linked, allowed_roots(), what="workspace folder")
             load_workspace(path, validate=False)
-            st.session_state[WS_KEY] = linked
+            st.session_state[WS_KEY] = str(path)  # the folder checked, as "Open folder" keeps
         except SDEError as exc:
             st.error(f"The link's workspace cannot be opened: {exc}")
     return view

@@ -16,6 +16,7 @@ from pages._common import PAGES, WS_KEY, app_root, default_workspace, guarded
 from sde_core.common.paths import ROOTS_ENV, allowed_roots, env_roots, resolve_in_roots
 from sde_core.errors import InputError, SDEError
 from sde_core.inputs.data import DATASET_KINDS
+from sde_core.inputs.isolation import DEFAULT_TIME_LIMIT
 from sde_core.inputs.models import ARCHITECTURES
 from sde_core.pipeline.workspace import (
     ROLES,
@@ -161,6 +162,18 @@ def model_widgets(upload: UploadedFile, prefix: str, suffix: str = "") -> None:
         help="Allows a TorchScript archive or a full pickle, which can run code while it "
         "loads; recorded as trusted = true on this model.",
     )
+    if st.session_state.get(f"{prefix}_trusted{suffix}"):
+        st.number_input(
+            "Time limit for this trusted file (seconds)",
+            min_value=1.0,
+            value=DEFAULT_TIME_LIMIT,
+            step=10.0,
+            key=f"{prefix}_limit{suffix}",
+            help="A trusted file is loaded and run on two samples in a separate process, never "
+            "in this server. A step that takes longer than this is stopped, together with every "
+            "process the file started; its memory is capped too. Evaluations use the same "
+            f"default ({DEFAULT_TIME_LIMIT:g} s per step; `--time-limit` on the command line).",
+        )
     if info.needs_trust and not st.session_state.get(f"{prefix}_trusted{suffix}"):
         st.warning(
             f"{upload.name} is a TorchScript archive: loading it runs the code inside. It will "
@@ -179,6 +192,7 @@ def model_spec(prefix: str, suffix: str = "") -> ModelSpec:
         arch=None if arch == AUTO_ARCH else arch,
         arch_kwargs=_kwargs(f"{prefix}_kwargs{suffix}"),
         trusted=bool(s.get(f"{prefix}_trusted{suffix}")),
+        time_limit=s.get(f"{prefix}_limit{suffix}"),
     )
 
 

@@ -18,6 +18,7 @@ MODULES = {
     "sde_core.stats.baselines": 3,
     "sde_core.stats.replication": 6,
     "sde_core.common.validation": 7,
+    "sde_core.common.csv_cells": 2,
 }
 
 

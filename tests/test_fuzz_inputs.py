@@ -262,3 +262,100 @@ def test_workspace_toml_from_garbage(scratch: Path, raw: bytes):
     folder.mkdir(exist_ok=True)
     (folder / "workspace.toml").write_bytes(raw)
     assert expect_sde(load_workspace, folder) is None  # no dataset, no models: always refused
+
+
+# ------------------------------------------------------------------------------- issue 20
+
+
+@settings(SETTINGS, max_examples=100)
+@given(
+    arr=arrays(max_dims=2, max_side=8),
+    position=st.integers(0, 127),
+    byte=st.integers(0, 255),
+    n=st.one_of(st.none(), st.integers(1, 8)),
+)
+def test_npy_index_files_with_a_damaged_header(scratch, arr, position, byte, n):
+    """Any byte of an .npy header changed (a shape of 10**12, a broken literal, another
+    dtype): an index array or an SDEError, never a tokenizer error or a huge allocation."""
+    path = scratch / "damaged.npy"
+    np.save(path, arr)
+    raw = bytearray(path.read_bytes())
+    header_end = 10 + int.from_bytes(raw[8:10], "little")
+    raw[position % header_end] = byte
+    path.write_bytes(bytes(raw))
+    _check_index(expect_sde(load_index_file, path, n), n or 20_000_000)
+
+
+@settings(SETTINGS, max_examples=60)
+@given(shape=st.integers(9, 10**15), n=st.integers(1, 8))
+def test_npy_headers_declaring_more_entries_than_the_training_set(scratch, shape, n):
+    path = scratch / "declared.npy"
+    with open(path, "wb") as fh:
+        np.lib.format.write_array_header_1_0(
+            fh, {"descr": "<i8", "fortran_order": False, "shape": (shape,)}
+        )
+        fh.write(np.arange(1, dtype=np.int64).tobytes())
+    with pytest.raises(SDEError, match="declares"):
+        load_index_file(path, n)
+
+
+@settings(SETTINGS, max_examples=100)
+@given(
+    params=st.dictionaries(
+        st.sampled_from(["n", "T", "K", "seed", "B", "bins", "R", "sigma", "layer"]),
+        st.text(max_size=40) | st.integers(0, 10**60).map(str) | st.just("9" * 5000),
+        max_size=5,
+    )
+)
+def test_link_parameters_never_raise(params):
+    """Whatever a link carries (non-ASCII digits, thousands of digits): values in range or a
+    short problem per parameter, never an exception."""
+    from sde_core.viz.links import decode_settings
+
+    values, problems = decode_settings(params)
+    assert len(values) + len(problems) == len(params)
+    for key in ("subset_size", "targets", "splits", "seed", "draws", "bins", "panel_size"):
+        assert key not in values or 0 <= values[key] < 2**63
+    assert all(len(p) < 200 for p in problems)
+
+
+@settings(SETTINGS, max_examples=200)
+@given(value=st.text(max_size=20) | st.floats() | st.integers())
+def test_csv_cells_never_start_a_formula(value):
+    from sde_core.common.csv_cells import FORMULA_STARTS, neutralise_formula
+
+    out = neutralise_formula(value)
+    if not isinstance(value, str):
+        assert out is value
+    elif isinstance(out, str) and out.startswith(FORMULA_STARTS):
+        float(out)  # only text that reads as a number is left as it is
+    else:
+        assert out in (value, "'" + value)
+
+
+KEYS = st.text(alphabet="abc", min_size=1, max_size=3)
+
+
+@settings(SETTINGS, max_examples=80)
+@given(
+    parts=st.lists(KEYS, min_size=1, max_size=60),
+    brackets=st.integers(0, 60),
+    quoted=st.booleans(),
+)
+def test_toml_nesting_is_bounded_before_parsing(scratch, parts, brackets, quoted):
+    """Deep dotted keys and nested arrays (also inside strings, which do not count): a clean
+    refusal above the depth cap, the parser's answer below it."""
+    from sde_core.common.toml_limits import nesting_depth, read_toml
+
+    value = "[" * brackets + "1" + "]" * brackets
+    key = ".".join(parts)
+    text = f'{key} = {value}\ns = "{"[" * 100 if quoted else ""}"\n'
+    path = scratch / "deep.toml"
+    path.write_text(text)
+    assert nesting_depth(text) == max(len(parts), brackets + 1)
+    try:
+        doc = read_toml(path, max_bytes=2**20, max_depth=32, what="t", error=SDEError)
+    except SDEError as exc:
+        assert nesting_depth(text) > 32 or "not valid TOML" in str(exc)
+    else:
+        assert nesting_depth(text) <= 32 and "s" in doc

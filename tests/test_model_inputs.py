@@ -102,16 +102,27 @@ def test_malformed_arch_kwargs_metadata_is_a_checkpoint_error(ws, meta):
         load_entry_model(ws, entry)
 
 
-def test_trusted_is_passed_to_the_loader(ws, monkeypatch):
+def test_trusted_code_is_read_only_in_the_child(ws, monkeypatch):
+    """A weights file loads here (no code can run, trusted or not); a trusted code file only in
+    the isolated child, which sends back its weights (issue 20)."""
     seen = {}
 
-    def fake(path, arch=None, trusted=False, **kwargs):
+    def loader(path, arch=None, trusted=False, **kwargs):
         seen.update(trusted=trusted, kwargs=kwargs, arch=arch)
         return build_model("mlp", **MLP_KWARGS)
 
-    monkeypatch.setattr("sde_core.inputs.models.load_checkpoint", fake)
+    def child(path, *, arch=None, arch_kwargs=None, time_limit=None):
+        seen.update(child=(Path(path).name, arch, arch_kwargs, time_limit))
+        return build_model("mlp", **MLP_KWARGS)
+
+    monkeypatch.setattr("sde_core.inputs.models.load_checkpoint", loader)
+    monkeypatch.setattr("sde_core.inputs.activations.trusted_weights", child)
     entry = ws.original()
     entry.trusted = True
     load_entry_model(ws, entry)
-    assert seen == {"trusted": True, "kwargs": MLP_KWARGS, "arch": "mlp"}
+    assert seen == {"trusted": False, "kwargs": MLP_KWARGS, "arch": "mlp"}
+    torch.save(build_model("mlp", **MLP_KWARGS), ws.root / "models" / "full.pt")  # a full pickle
+    entry.checkpoint = "models/full.pt"
+    load_entry_model(ws, entry, time_limit=5.0)
+    assert seen["child"] == ("full.pt", "mlp", MLP_KWARGS, 5.0)
     assert json.dumps(seen["kwargs"])  # plain, serialisable kwargs

@@ -203,3 +203,23 @@ def test_dashboard_refuses_and_shows_no_content(fixture, page, request, monkeypa
     assert "outside the allowed folders" in shown
     no_leak(shown + " ".join(str(m.value) for m in at.markdown))
     assert not at.metric  # nothing was evaluated
+
+
+def test_a_linked_workspace_opens_the_folder_the_check_approved(tmp_path, monkeypatch):
+    """``?ws=twin`` with ``twin`` both in $SDE_DATA_ROOTS and in the working directory: the
+    session keeps the resolved folder inside the roots, as the "Open folder" button does."""
+    roots, cwd = tmp_path / "roots", tmp_path / "cwd"
+    for folder, name in ((roots / "twin", "inside"), (cwd / "twin", "outside")):
+        folder.mkdir(parents=True)
+        ws = make_workspace(folder)
+        ws.name = name
+        write_workspace(ws)
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("SDE_DATA_ROOTS", str(roots))
+    monkeypatch.setenv("SDE_WORKSPACE", str(roots / "twin"))
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.switch_page("pages/compare.py")
+    at.query_params.update({"ws": "twin"})
+    at.run()
+    assert at.session_state["ws_path"] == str((roots / "twin").resolve())
+    assert not at.exception, [e.value for e in at.exception]

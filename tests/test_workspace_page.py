@@ -99,11 +99,12 @@ def test_torchscript_is_loaded_only_when_trusted(base: Path, monkeypatch: pytest
     assert any("TorchScript archive" in e.value and "not loaded" in e.value for e in at.error)
     assert calls == [] and not (base.parent / "scripted").exists()
     at.checkbox(key="b_model_trusted_0").check().run()
+    assert at.number_input(key="b_model_limit_0").value == 600.0  # the limit is shown
     at.button(key="b_save").click().run()
     assert not at.exception and any("Saved" in s.value for s in at.success), [
         e.value for e in at.error
     ]
-    assert calls, "a trusted TorchScript file is loaded"
+    assert calls == [], "a trusted file is loaded only in the isolated child, not the server"
     entry = load_workspace(base.parent / "scripted").models[0]
     assert entry.trusted and entry.checkpoint == "models/scripted.pt"
     assert "trusted = true" in (base.parent / "scripted" / "workspace.toml").read_text()

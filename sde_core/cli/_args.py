@@ -7,12 +7,13 @@ import json
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from sde_core.errors import SettingsError
+from sde_core.errors import SDEError, SettingsError
 
 __all__ = [
     "Parser",
     "add_engine_arguments",
     "add_settings_arguments",
+    "add_time_limit_argument",
     "literal",
     "parse_pairs",
     "parse_sigma",
@@ -73,6 +74,33 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "--address",
         help="Ray cluster: 'auto' (ray start on this machine) or ray://HOST:PORT; default: a "
         "new local Ray instance",
+    )
+
+
+def _seconds(text: str) -> float:
+    """A ``--time-limit`` value: a positive, finite number of seconds."""
+    from sde_core.inputs.isolation import check_time_limit
+
+    try:
+        return check_time_limit(float(text))
+    except (ValueError, SDEError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive number of seconds (e.g. 600)"
+        ) from None
+
+
+def add_time_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """``--time-limit SECONDS``: how long each step of a trusted model may run in its child
+    process (default :data:`~sde_core.inputs.isolation.DEFAULT_TIME_LIMIT`)."""
+    from sde_core.inputs.isolation import DEFAULT_TIME_LIMIT
+
+    parser.add_argument(
+        "--time-limit",
+        type=_seconds,
+        metavar="SECONDS",
+        help="a trusted model (TorchScript, full pickle) is loaded and run in a separate "
+        "process; each step (loading, one batch) that takes longer is stopped, with every "
+        f"process it started (default {DEFAULT_TIME_LIMIT:g})",
     )
 
 

@@ -12,7 +12,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sde_core.cli._args import add_engine_arguments, add_settings_arguments, settings_overrides
+from sde_core.cli._args import (
+    add_engine_arguments,
+    add_settings_arguments,
+    add_time_limit_argument,
+    settings_overrides,
+)
 from sde_core.common.fsio import atomic_write_json
 
 __all__ = ["register_evaluate", "write_json_atomic"]
@@ -26,6 +31,7 @@ def write_json_atomic(path: str | Path, document: Any) -> Path:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from sde_core.inputs.activations import torch_device as check_device
     from sde_core.pipeline.engine import make_engine
     from sde_core.pipeline.evaluate import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore, workspace_store_path
@@ -33,6 +39,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     ws = load_workspace(args.workspace)
     settings = ws.defaults.with_overrides(**settings_overrides(args))
+    check_device(settings.device)  # before anything is computed
     bars: dict[str, tuple[str, Any]] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -51,14 +58,18 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     report = None if args.quiet else progress
     engine = make_engine(args.engine, args.address)
     if store_path is None:
-        result = evaluate_workspace(ws, settings, models=models, progress=report, engine=engine)
+        result = evaluate_workspace(
+            ws, settings, models=models, progress=report, engine=engine,
+            time_limit=args.time_limit,
+        )  # fmt: skip
     else:
         with ResultsStore(store_path, repair=args.repair) as store:
             if store.repair_report is not None:
                 print(store.repair_report.summary(), file=sys.stderr)
             result = evaluate_workspace(
-                ws, settings, models=models, store=store, progress=report, engine=engine
-            )
+                ws, settings, models=models, store=store, progress=report, engine=engine,
+                time_limit=args.time_limit,
+            )  # fmt: skip
     for _, bar in bars.values():
         bar.close()
     if not args.quiet:
@@ -105,5 +116,6 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
         help="drop damaged results from the store (a damaged file is kept aside) and recompute",
     )
     add_engine_arguments(p)
+    add_time_limit_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars or table")
     p.set_defaults(func=_cmd_evaluate)

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from sde_core.cli._args import add_engine_arguments, literal, parse_pairs
+from sde_core.cli._args import add_engine_arguments, add_time_limit_argument, literal, parse_pairs
 from sde_core.errors import SettingsError
 
 if TYPE_CHECKING:
@@ -137,7 +137,8 @@ def _cmd_unlearn(args: argparse.Namespace) -> int:
     job = Job(
         args.name, unlearn_model_job,
         {"workspace_root": str(ws.root), "method": args.method, "name": args.name,
-         "params": params, "original": source.name, "device": args.device, "out": args.out},
+         "params": params, "original": source.name, "device": args.device, "out": args.out,
+         "time_limit": args.time_limit},
         resources=Resources(cpus=1.0, gpus=0.0 if args.device == "cpu" else 1.0),
     )  # fmt: skip
     entry = _run_job(args, job)
@@ -161,4 +162,5 @@ def register_unlearn(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="checkpoint path relative to the workspace")
     p.add_argument("--replace", action="store_true", help="replace a model of the same name")
     add_engine_arguments(p)
+    add_time_limit_argument(p)
     p.set_defaults(func=_cmd_unlearn)

@@ -17,7 +17,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sde_core.cli._args import add_settings_arguments, settings_overrides
+from sde_core.cli._args import (
+    add_settings_arguments,
+    add_time_limit_argument,
+    settings_overrides,
+)
 
 __all__ = ["register_verify"]
 
@@ -42,6 +46,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         pdf=not args.no_pdf,
         notes=args.notes,
         progress=progress,
+        time_limit=args.time_limit,
     )
     print(f"wrote {files.html}")
     print(f"wrote {files.json}")
@@ -65,6 +70,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         args.workspace,
         fresh_activations=args.fresh_activations,
         progress=progress,
+        time_limit=args.time_limit,
     )
     for line in result.lines():
         print(line)
@@ -90,6 +96,7 @@ def register_verify(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--no-store", action="store_true", help="do not read or write the store")
     r.add_argument("--no-pdf", action="store_true", help="skip the PDF (needs Chromium)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_time_limit_argument(r)
     r.set_defaults(func=_cmd_report)
 
     v = subparsers.add_parser(
@@ -116,4 +123,5 @@ def register_verify(subparsers: argparse._SubParsersAction) -> None:
         "workspace's hash-checked activation cache)",
     )
     v.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_time_limit_argument(v)
     v.set_defaults(func=_cmd_verify)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sde_core.cli._args import Parser, literal, parse_pairs
+from sde_core.cli._args import Parser, add_time_limit_argument, literal, parse_pairs
 
 __all__ = ["register_workspace"]
 
@@ -71,7 +71,7 @@ def _cmd_workspace_add_model(args: argparse.Namespace) -> int:
     kwargs = {k: literal(v) for k, v in parse_pairs(args.arch_kwarg, "--arch-kwarg").items()}
     spec = ModelSpec(
         name=args.name, role=args.role or "", method=args.method, arch=args.arch,
-        arch_kwargs=kwargs, trusted=args.trusted,
+        arch_kwargs=kwargs, trusted=args.trusted, time_limit=args.time_limit,
     )  # fmt: skip
     added = add_model(
         args.workspace, spec, checkpoint=args.checkpoint, activations=args.activations,
@@ -210,6 +210,7 @@ def register_workspace(subparsers: argparse._SubParsersAction) -> None:
         help="I vouch for this file: allow TorchScript archives and full pickles (they can run "
         "code); recorded as trusted = true",
     )  # fmt: skip
+    add_time_limit_argument(add)
     add.add_argument("--copy", action="store_true", help="copy the files into the workspace")
     add.add_argument("--replace", action="store_true", help="replace a model of the same name")
     add.set_defaults(func=_cmd_workspace_add_model)

@@ -108,7 +108,8 @@ def check_int(
         raise error(f"{name} must be an integer{bounds}; got {_show(value)}")
     number = int(value)  # type: ignore[call-overload]
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
-        raise error(f"{name} must be an integer{bounds}; got {number}")
+        shown = str(number) if abs(number) < 10**40 else f"an integer of {number.bit_length()} bits"
+        raise error(f"{name} must be an integer{bounds}; got {shown}")
     return number
 
 
@@ -173,7 +174,10 @@ def _bounds_text(minimum: int | None, maximum: int | None) -> str:
 
 
 def _show(value: object) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python converts to text
+        text = f"<{type(value).__name__} too large to print>"
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({type(value).__name__})"

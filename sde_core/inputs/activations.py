@@ -15,6 +15,7 @@ built from the registered architectures and run in this process.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,21 +33,36 @@ from sde_core.common.validation import as_index_vector, check_int
 from sde_core.errors import ActivationError, CheckpointError, DataError
 from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
 from sde_core.inputs.data import DatasetBundle, load_precomputed
-from sde_core.inputs.isolation import DEFAULT_TIME_LIMIT, IsolatedWorker, check_time_limit
-from sde_core.inputs.models import ALIASES, LayerRef, load_checkpoint, model_layer_refs
+from sde_core.inputs.isolation import (
+    DEFAULT_MEMORY_LIMIT,
+    DEFAULT_TIME_LIMIT,
+    IsolatedWorker,
+    check_time_limit,
+)
+from sde_core.inputs.models import (
+    ALIASES,
+    LayerRef,
+    load_checkpoint,
+    load_checkpoint_details,
+    model_layer_refs,
+)
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",
     "ActivationCache",
     "CacheStats",
     "LayerInfo",
+    "TrustedProbe",
     "align_to_dataset",
     "cached_layers",
     "checkpoint_layers",
     "extract_activations",
     "get_activations",
     "list_layers",
+    "probe_trusted_checkpoint",
     "resolve_layer",
+    "torch_device",
+    "trusted_weights",
 ]
 
 Progress = Callable[[int, int], None]
@@ -173,16 +189,40 @@ class _Capture:
         self.handles = []
 
 
-def _device(device: str | torch.device) -> torch.device:
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ActivationError(f"invalid device {device!r}; use 'cpu' or 'cuda'") from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
+def torch_device(device: object) -> torch.device:
+    """The torch device named ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``), after
+    checking that this machine has it.
+
+    Raises:
+        ActivationError: another name (e.g. ``"meta"``, which holds no data, or ``""``), or a
+            device this machine does not have (the message says which it has).
+    """
+    if isinstance(device, torch.device):
+        device = str(device)
+    if not isinstance(device, str) or not _DEVICE_NAME.fullmatch(device.strip()):
         raise ActivationError(
-            f"device {device!r} requested but CUDA is not available; use device='cpu'"
+            f"device {str(device)[:40]!r} is not a compute device: use 'cpu', 'cuda', 'cuda:N' "
+            "or 'mps'"
         )
+    dev = torch.device(device.strip())
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ActivationError(
+                f"device {device!r} requested but CUDA is not available on this machine; use "
+                "device 'cpu'"
+            )
+        if dev.index is not None and dev.index >= count:
+            raise ActivationError(
+                f"device {device!r} does not exist: this machine has {count} CUDA device(s), "
+                f"cuda:0 to cuda:{count - 1}"
+            )
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ActivationError(f"device {device!r} (Apple MPS) is not available; use 'cpu'")
     return dev
+
+
+_DEVICE_NAME = re.compile(r"cpu|cuda(:[0-9]{1,3})?|mps")
 
 
 def _model_dtype(model: nn.Module) -> torch.dtype:
@@ -327,7 +367,7 @@ def extract_activations(
     if idx.size == 0:
         raise ActivationError("the dataset is empty; nothing to extract")
     refs = {name: resolve_layer(model, name) for name in dict.fromkeys(names)}
-    dev = _device(device)
+    dev = torch_device(device)
     model.to(dev)
     was_training = model.training
     model.eval()
@@ -679,15 +719,24 @@ def _serve_checkpoint(
 ) -> Callable[[tuple[Any, ...]], Any]:
     """Child-process side: load the trusted checkpoint and answer extraction requests.
 
-    Requests: ``("resolve", names)`` -> None (raises on unknown layers);
+    Requests: ``("probe", x)`` -> :class:`TrustedProbe` (one forward pass of a float32 batch);
+    ``("state",)`` -> ``(arch, arch_kwargs, {name: array})`` (the weights, as NumPy arrays);
+    ``("resolve", names)`` -> None (raises on unknown layers);
     ``("batch", names, pool, device, x)`` -> ``{name: float32 (N, d)}`` for a float32 batch;
     ``("layers", input_shape)`` -> ``list[LayerInfo]``.
     """
-    model = load_checkpoint(path, arch=arch, trusted=True, **arch_kwargs).eval()
+    loaded = load_checkpoint_details(path, arch=arch, trusted=True, **arch_kwargs)
+    model = loaded.model.eval()
     captures: dict[tuple[tuple[str, ...], bool], _Capture] = {}
 
     def handle(message: tuple[Any, ...]) -> Any:
         op = message[0]
+        if op == "probe":
+            return _probe(model, loaded.arch, loaded.notes, message[1])
+        if op == "state":
+            kwargs = dict(getattr(model, "sde_arch_kwargs", None) or {})
+            state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+            return getattr(model, "sde_arch", None) or loaded.arch, kwargs, state
         if op == "resolve":
             for name in message[1]:
                 resolve_layer(model, name)
@@ -698,7 +747,7 @@ def _serve_checkpoint(
         key = (tuple(names), bool(pool))
         if key not in captures:
             captures[key] = _Capture(model, {n: resolve_layer(model, n) for n in names}, pool)
-        dev = _device(device)
+        dev = torch_device(device)
         model.to(dev)
         batch = torch.from_numpy(x).to(dev, dtype=_model_dtype(model))
         with torch.inference_mode():
@@ -706,6 +755,124 @@ def _serve_checkpoint(
         return {n: v.cpu().numpy() for n, v in values.items()}
 
     return handle
+
+
+@dataclass(frozen=True)
+class TrustedProbe:
+    """What a trusted code checkpoint is, found in the child process that loaded it.
+
+    Attributes:
+        arch: the registry architecture its model declares (``None``: TorchScript or unknown).
+        arch_kwargs: the builder kwargs it was built with.
+        notes: the loader's notes for the user.
+        output: the model's output for the probe batch (the first element of a tuple output),
+            float32 ``(batch, ...)``; ``None`` when it failed or was not a tensor.
+        error: the exception the forward pass raised (its type and first line), else ``""``.
+        returned: the type of what the model returned when it was not a tensor, else ``""``.
+    """
+
+    arch: str | None
+    arch_kwargs: dict[str, Any]
+    notes: tuple[str, ...]
+    output: np.ndarray | None
+    error: str = ""
+    returned: str = ""
+
+
+def _probe(model: nn.Module, arch: str | None, notes: tuple[str, ...], x: Any) -> TrustedProbe:
+    """Child-process side of :func:`probe_trusted_checkpoint`."""
+    kwargs = dict(getattr(model, "sde_arch_kwargs", None) or {})
+    arch = getattr(model, "sde_arch", None) or arch
+    try:
+        with torch.inference_mode():
+            out = model(torch.from_numpy(x))
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        first = str(exc).strip().split("\n")[0][:200]
+        return TrustedProbe(arch, kwargs, notes, None, error=f"{type(exc).__name__}: {first}")
+    if isinstance(out, tuple | list) and out:
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        return TrustedProbe(arch, kwargs, notes, None, returned=type(out).__name__)
+    return TrustedProbe(arch, kwargs, notes, out.detach().float().cpu().numpy())
+
+
+def probe_trusted_checkpoint(
+    path: str | Path,
+    x: np.ndarray,
+    *,
+    arch: str | None = None,
+    arch_kwargs: Mapping[str, Any] | None = None,
+    time_limit: float | None = None,
+) -> TrustedProbe:
+    """Load a trusted code checkpoint in a child process and run it once on ``x``.
+
+    Used to add a trusted model to a workspace: the file's code runs only in the child, under
+    ``time_limit`` seconds per step (default :data:`DEFAULT_TIME_LIMIT`) and
+    :data:`~sde_core.inputs.isolation.DEFAULT_MEMORY_LIMIT`; its process tree is killed after.
+
+    Args:
+        x: a float32 batch of dataset inputs ``(batch, *input_shape)``.
+
+    Raises:
+        CheckpointError: the file cannot be loaded (re-raised from the child).
+        ActivationError: the time or memory limit was exceeded, or the child crashed.
+    """
+    file = Path(path)
+    with IsolatedWorker(
+        _serve_checkpoint,
+        (str(file), arch, dict(arch_kwargs or {})),
+        time_limit=check_time_limit(time_limit),
+        memory_limit=DEFAULT_MEMORY_LIMIT,
+        label=f"the trusted model in {file.name}",
+    ) as worker:
+        probe: TrustedProbe = worker.request(
+            ("probe", np.ascontiguousarray(x, dtype=np.float32)), "a forward pass of 2 samples"
+        )
+    return probe
+
+
+def trusted_weights(
+    path: str | Path,
+    *,
+    arch: str | None = None,
+    arch_kwargs: Mapping[str, Any] | None = None,
+    time_limit: float | None = None,
+) -> nn.Module:
+    """The model of a trusted code checkpoint rebuilt in this process from its weights alone.
+
+    The file is loaded in a child process (under ``time_limit`` seconds and the memory cap);
+    only its architecture name, kwargs and weights come back, and the model is built here
+    from the registry, so none of the file's code runs in this process (used to unlearn from
+    or train on such a model).
+
+    Raises:
+        CheckpointError: the file's model is not a registry architecture (e.g. TorchScript),
+            or cannot be loaded.
+        ActivationError: the time or memory limit was exceeded, or the child crashed.
+    """
+    from sde_core.inputs.models import build_model
+
+    file = Path(path)
+    with IsolatedWorker(
+        _serve_checkpoint,
+        (str(file), arch, dict(arch_kwargs or {})),
+        time_limit=check_time_limit(time_limit),
+        memory_limit=DEFAULT_MEMORY_LIMIT,
+        label=f"the trusted model in {file.name}",
+    ) as worker:
+        name, kwargs, state = worker.request(("state",), "reading its weights")
+    if name is None:
+        raise CheckpointError(
+            f"{file.name} is {inspect_checkpoint(file).describe()} without a registry "
+            "architecture: it can be evaluated (in its own process) but not rebuilt from its "
+            "weights; save its weights as a state dict of a registry architecture"
+        )
+    model = build_model(name, **{**kwargs, **dict(arch_kwargs or {})})
+    try:
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{file.name}: its weights do not fit {name!r} ({exc})") from None
+    return model.eval()
 
 
 def _extract_isolated(
@@ -731,8 +898,13 @@ def _extract_isolated(
     label = f"the trusted model in {path.name}"
     outputs: dict[str, np.ndarray] = {}
     done = 0
+    on_cpu = torch_device(device).type == "cpu"
     with IsolatedWorker(
-        _serve_checkpoint, (str(path), arch, arch_kwargs), time_limit=time_limit, label=label
+        _serve_checkpoint,
+        (str(path), arch, arch_kwargs),
+        time_limit=time_limit,
+        memory_limit=DEFAULT_MEMORY_LIMIT if on_cpu else None,  # CUDA reserves more
+        label=label,
     ) as worker:
         worker.request(("resolve", names), "checking the layer names")
         for xb in _batches(dataset, idx, batch_size):
@@ -779,6 +951,7 @@ def checkpoint_layers(
         _serve_checkpoint,
         (str(path), arch, kwargs),
         time_limit=check_time_limit(time_limit),
+        memory_limit=DEFAULT_MEMORY_LIMIT,
         label=f"the trusted model in {path.name}",
     ) as worker:
         return worker.request(("layers", shape), "a dry forward pass")

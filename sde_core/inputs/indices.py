@@ -5,6 +5,11 @@ from ``.npy``, ``.txt``, ``.json`` or ``.pt``/``.pth`` (a tensor or a list, read
 code), as integers or as a boolean mask with one entry per training row. Every check raises
 :class:`~sde_core.errors.DataError` naming the problem and the fix; messages quote at most a few
 short, escaped excerpts of offending values, never a file's content.
+
+A file is sized up before it is read: a forget set has at most one entry per training row, so
+an ``.npy`` header declaring more entries (or more than its bytes hold), or a text, JSON or
+``.pt`` file larger than that many entries can take (:data:`TEXT_BYTES_PER_ENTRY`,
+:data:`PT_BYTES_PER_ENTRY`), is refused before its data are read.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from sde_core.errors import DataError
 __all__ = [
     "INDEX_SUFFIXES",
     "MAX_CLASSES",
+    "MAX_INDEX_ENTRIES",
+    "PT_BYTES_PER_ENTRY",
+    "TEXT_BYTES_PER_ENTRY",
     "as_index_array",
     "as_labels",
     "check_unique",
@@ -38,6 +46,16 @@ INDEX_SUFFIXES = (".npy", ".txt", ".json", ".pt", ".pth")
 #: Largest number of classes a dataset may have (labels are checked against it before any
 #: per-class list is allocated).
 MAX_CLASSES = 100_000
+#: Most entries an index file may hold when the training-set size is not known yet (e.g.
+#: ``workspace validate`` without ``--check-data``); with it, the training-set size.
+MAX_INDEX_ENTRIES = 20_000_000
+#: Bytes a ``.txt``/``.json`` index file may use per allowed entry (digits, separators,
+#: comments), plus :data:`_SLACK_BYTES`.
+TEXT_BYTES_PER_ENTRY = 32
+#: Bytes a ``.pt``/``.pth`` index file may use per allowed entry (an int64 tensor takes 8, a
+#: pickled list of Python ints up to 10), plus :data:`_SLACK_BYTES`.
+PT_BYTES_PER_ENTRY = 16
+_SLACK_BYTES = 64 * 1024
 _EXCERPT = 12
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -308,7 +326,62 @@ def _read_torch(path: Path) -> Any:
     )
 
 
-def load_index_file(path: str | Path, n_train: int) -> np.ndarray:
+def _npy_header(path: Path, limit: int, exact: int | None) -> None:
+    """Check an ``.npy`` file's header before its data are read: a parsable header, a 1-D
+    array of at most ``limit`` entries, and as many data bytes as the header declares."""
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, _, dtype = read(fh)
+            offset = fh.tell()
+    except Exception as exc:  # a damaged header fails in the parser's own ways
+        raise DataError(
+            f"cannot read index file {path}: its .npy header is damaged "
+            f"({type(exc).__name__}); re-save it with numpy.save"
+        ) from None
+    if not isinstance(shape, tuple) or len(shape) != 1:
+        raise DataError(
+            f"index file {path} holds an array of shape {excerpt(str(shape), 40)}; a forget set "
+            "is a 1-D list of indices or a boolean mask"
+        )
+    count = int(shape[0])
+    if exact is not None and dtype.kind == "b" and count != exact:
+        raise DataError(
+            f"index file {path} is a boolean mask of {count} entries; a mask needs exactly one "
+            f"entry per training row ({exact}), or give integer indices instead"
+        )
+    if count > limit:
+        raise DataError(
+            f"index file {path} declares {count} entries but a forget set of this training set "
+            f"holds at most {limit}: check that the file belongs to this dataset"
+        )
+    if dtype.hasobject:
+        raise DataError(f"index file {path} holds Python objects: save integers (numpy int64)")
+    if path.stat().st_size - offset < count * dtype.itemsize:
+        raise DataError(
+            f"index file {path} is truncated: its header declares {count} entries but the file "
+            "holds fewer; re-save it"
+        )
+
+
+def _check_file_size(path: Path, suffix: str, limit: int) -> None:
+    """Refuse a text/JSON/.pt index file larger than ``limit`` entries can take."""
+    per_entry = TEXT_BYTES_PER_ENTRY if suffix in (".txt", ".json") else PT_BYTES_PER_ENTRY
+    allowed = per_entry * limit + _SLACK_BYTES
+    size = path.stat().st_size
+    if size > allowed:
+        raise DataError(
+            f"index file {path} has {size} bytes, more than a forget set of at most {limit} "
+            f"entries takes ({allowed} bytes): check that the file belongs to this dataset"
+        )
+
+
+def load_index_file(path: str | Path, n_train: int | None) -> np.ndarray:
     """Read a forget set (indices into the training split).
 
     Formats: ``.npy`` (integers or a boolean mask), ``.txt`` (integers separated by whitespace
@@ -317,15 +390,28 @@ def load_index_file(path: str | Path, n_train: int) -> np.ndarray:
     dict with ``indices``/``forget``/``mask``; read with ``weights_only``). A boolean mask must
     have one entry per training row.
 
+    ``n_train`` ``None`` means the training-set size is not known yet (checking a workspace
+    without loading its data): indices are then checked against :data:`MAX_INDEX_ENTRIES` and
+    a mask of any length is accepted (its length is checked once the data are loaded).
+
+    The file's size (an ``.npy`` header's shape) is checked against ``n_train`` before its
+    data are read.
+
     Returns:
         int64 array ``(k,)``, in file order (a mask gives increasing order).
 
     Raises:
-        DataError: missing/unreadable file, non-integers, out-of-range values, duplicates, a
-            mask of the wrong length or an empty set (the message names a few offending values).
+        DataError: missing/unreadable/oversized file, non-integers, out-of-range values,
+            duplicates, a mask of the wrong length or an empty set (the message names a few
+            offending values).
     """
     path = Path(path)
-    n = check_int(n_train, "n_train (the training-set size)", minimum=1, error=DataError)
+    known = n_train is not None
+    n = (
+        check_int(n_train, "n_train (the training-set size)", minimum=1, error=DataError)
+        if known
+        else MAX_INDEX_ENTRIES
+    )
     suffix = path.suffix.lower()
     if suffix not in INDEX_SUFFIXES:
         raise DataError(f"index file {path} must end in {', '.join(INDEX_SUFFIXES)}")
@@ -333,13 +419,12 @@ def load_index_file(path: str | Path, n_train: int) -> np.ndarray:
         raise DataError(f"index file {path} does not exist; check the path")
     try:
         if suffix == ".npy":
+            _npy_header(path, n, n if known else None)
             values: Any = np.load(path, allow_pickle=False)
-        elif suffix == ".json":
-            values = _read_json(path)
-        elif suffix == ".txt":
-            values = _read_txt(path)
         else:
-            values = _read_torch(path)
+            _check_file_size(path, suffix, n)
+            read = {".json": _read_json, ".txt": _read_txt}.get(suffix, _read_torch)
+            values = read(path)
     except DataError:
         raise
     except (OSError, ValueError, EOFError) as exc:
@@ -350,7 +435,7 @@ def load_index_file(path: str | Path, n_train: int) -> np.ndarray:
     if isinstance(values, list) and not values:
         raise DataError(f"index file {path} is empty; a forget set needs at least one index")
     if isinstance(values, np.ndarray) and values.dtype.kind == "b":
-        return _from_mask(values, n, f"index file {path}")
+        return _from_mask(values, n if known else values.size, f"index file {path}")
     idx = as_index_array(values, n, f"index file {path}")
     check_unique(idx, f"index file {path}")
     return idx

@@ -429,6 +429,11 @@ def _load_into(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     cast = {}
     for key, value in state.items():
         target = expected[key]
+        if value.is_complex() and not target.is_complex():
+            raise CheckpointError(
+                f"weight {key} is complex-valued ({value.dtype}) but the architecture's is "
+                f"{target.dtype}: casting would drop the imaginary part; save real weights"
+            )
         if value.shape != target.shape:  # normalize buffers stored in another layout
             value = value.reshape(target.shape)
         if value.is_floating_point() and target.is_floating_point():
@@ -491,6 +496,8 @@ def load_checkpoint_details(
     assert raw.tensors is not None
     try:
         _load_into(model, raw.tensors())
+    except CheckpointError:
+        raise
     except (RuntimeError, ValueError, OSError) as exc:
         raise CheckpointError(
             f"cannot read the weights of {file.name} ({plain_text(str(exc), 200)}); the file "

@@ -119,11 +119,13 @@ def unlearn_model_job(
     original: str | None = None,
     device: str = "cpu",
     out: str | None = None,
+    time_limit: float | None = None,
 ) -> ModelEntry:
     """Unlearn D_f from the workspace's original (or named) model with a registered method.
 
     Retrain reuses the original's recorded training recipe; Unroll takes θ_0 from the
-    original's ``init_checkpoint`` when the workspace has it.
+    original's ``init_checkpoint`` when the workspace has it. A trusted code checkpoint is read
+    in a child process within ``time_limit`` seconds; only its weights come back.
     """
     from sde_core.common.hashing import file_sha256
     from sde_core.errors import TrainingError
@@ -142,7 +144,7 @@ def unlearn_model_job(
         ws.path(ws.forget_indices, what="forget_indices", must_exist=True),
         len(bundle.train_labels),
     )
-    model = load_entry_model(ws, source)
+    model = load_entry_model(ws, source, time_limit=time_limit)
     arch = getattr(model, "sde_arch", None)
     if arch is None:
         raise TrainingError(
@@ -153,7 +155,7 @@ def unlearn_model_job(
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     recipe = {k: v for k, v in source.hyperparameters.items() if k in fields}
     init = source.init_checkpoint
-    init_state = load_entry_model(ws, source, init).state_dict() if init else None
+    init_state = load_entry_model(ws, source, init, time_limit).state_dict() if init else None
     data = UnlearnData.from_forget(
         bundle.train, forget, num_classes=bundle.num_classes or None,
         train_config=TrainConfig.from_dict({**recipe, "device": device}) if recipe else None,

@@ -103,14 +103,20 @@ def checkpoint_metadata(path: str | Path) -> tuple[str | None, dict[str, Any] | 
     return arch, kwargs
 
 
-def load_entry_model(ws: Any, entry: Any, path: str | None = None) -> Any:
+def load_entry_model(
+    ws: Any, entry: Any, path: str | None = None, time_limit: float | None = None
+) -> Any:
     """Build a workspace model: its checkpoint (or ``path``, e.g. its ``init_checkpoint``)
-    loaded with the entry's architecture, ``arch_kwargs`` and ``trusted`` flag.
+    loaded with the entry's architecture, ``arch_kwargs`` and ``trusted`` flag. A trusted code
+    checkpoint is loaded in a child process (within ``time_limit`` seconds) and only its
+    weights come back (:func:`~sde_core.inputs.activations.trusted_weights`).
 
     Raises:
         WorkspaceError: the file leaves the allowed folders or is missing.
         CheckpointError: the file cannot be loaded or does not fit the architecture.
     """
+    from sde_core.inputs.activations import trusted_weights
+    from sde_core.inputs.checkpoint_files import inspect_checkpoint
     from sde_core.inputs.models import load_checkpoint
 
     if entry.precomputed:
@@ -121,9 +127,13 @@ def load_entry_model(ws: Any, entry: Any, path: str | None = None) -> Any:
         path or entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True
     )
     checkpoint_metadata(file)  # refuses malformed metadata before the loader reads it
-    return load_checkpoint(
-        file, arch=entry.arch or None, trusted=bool(entry.trusted), **dict(entry.arch_kwargs)
-    )
+    if entry.trusted and inspect_checkpoint(file).is_code:
+        return trusted_weights(
+            file, arch=entry.arch or None, arch_kwargs=dict(entry.arch_kwargs),
+            time_limit=time_limit,
+        )  # fmt: skip
+    # weights only in this process: a code file that is not trusted is refused here
+    return load_checkpoint(file, arch=entry.arch or None, **dict(entry.arch_kwargs))
 
 
 def _build_arguments(file: Path, entry: Any) -> tuple[str | None, dict[str, Any]]:
@@ -153,11 +163,13 @@ def entry_layers(ws: Any, entry: Any) -> list[str] | None:
     return load_precomputed(file, model=entry.name).layers
 
 
-def entry_layer_infos(ws: Any, entry: Any, input_shape: Sequence[int]) -> list[Any]:
+def entry_layer_infos(
+    ws: Any, entry: Any, input_shape: Sequence[int], time_limit: float | None = None
+) -> list[Any]:
     """The layers a workspace model offers, as
     :class:`~sde_core.inputs.activations.LayerInfo`: the layers of its activations file, or
     those of its checkpoint for inputs of ``input_shape`` (a trusted code checkpoint runs in a
-    child process under a time limit).
+    child process, within ``time_limit`` seconds).
     """
     from sde_core.inputs.activations import LayerInfo, checkpoint_layers
 
@@ -165,8 +177,9 @@ def entry_layer_infos(ws: Any, entry: Any, input_shape: Sequence[int]) -> list[A
         file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
         arch, kwargs = _build_arguments(file, entry)
         return checkpoint_layers(
-            file, input_shape, arch=arch, arch_kwargs=kwargs, trusted=bool(entry.trusted)
-        )
+            file, input_shape, arch=arch, arch_kwargs=kwargs, trusted=bool(entry.trusted),
+            time_limit=time_limit,
+        )  # fmt: skip
     from sde_core.inputs.data import load_precomputed
 
     file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
@@ -279,13 +292,20 @@ def entry_cached_layers(
 
 
 def load_model_inputs(
-    entry: Any, ws: Any, bundle: Any, settings: EvalSettings, cache: Any, progress: Progress | None
+    entry: Any,
+    ws: Any,
+    bundle: Any,
+    settings: EvalSettings,
+    cache: Any,
+    progress: Progress | None,
+    time_limit: float | None = None,
 ) -> ModelInputs:
     """Load (or read from the activation cache) one model's activations and probabilities.
 
     ``output`` probabilities (for Acc_r, Acc_f, Acc_te and ASR) come along when the model has
     them: always for a checkpoint, when its file holds an ``output`` layer for a precomputed
-    model.
+    model. A trusted code checkpoint runs in a child process, each step within ``time_limit``
+    seconds (None: the default of :mod:`sde_core.inputs.isolation`).
     """
     layers = [settings.layer]
     available = entry_layers(ws, entry)
@@ -301,7 +321,7 @@ def load_model_inputs(
 
         acts[sp] = entry_activations(
             ws, entry, bundle, sp, layers, cache, device=settings.device, pool=settings.pool,
-            progress=cb,
+            progress=cb, time_limit=time_limit,
         )  # fmt: skip
     has_probs = "output" in acts["train"] and bundle.num_classes >= 2
     labelled = has_probs and bool((bundle.train_labels >= 0).all())

@@ -7,6 +7,7 @@ orchestration both build on it without importing each other.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -22,6 +23,9 @@ __all__ = ["ALGORITHM_VERSION", "EvalSettings"]
 #: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
 #: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
 ALGORITHM_VERSION = 4
+#: Device names a setting may hold (whether this machine has the device is checked where the
+#: device is used, and by ``workspace validate``).
+_DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,3})?|mps")
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,11 @@ class EvalSettings:
                 f"with panel_size={self.panel_size} the smallest calibrated p-value is "
                 f"1/{self.panel_size + 1} ≥ alpha_calibrated={self.alpha_calibrated}, so no "
                 f"verdict is possible: use panel_size ≥ {need} or a larger alpha_calibrated"
+            )
+        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
+            raise SettingsError(
+                f"device {str(self.device)[:40]!r} is not a compute device: use 'cpu', 'cuda', "
+                "'cuda:N' or 'mps'"
             )
         if self.estimator not in ("biased", "unbiased"):
             raise SettingsError(f"estimator must be 'biased' or 'unbiased'; got {self.estimator!r}")

@@ -80,6 +80,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sde_core.common.csv_cells import neutralise_formula
 from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import StoreError
@@ -1277,8 +1278,10 @@ def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:
-    """``frame`` as CSV without its index."""
-    frame.to_csv(path, index=False)
+    """``frame`` as CSV without its index; text a spreadsheet would run as a formula gets a
+    leading apostrophe (:func:`~sde_core.common.csv_cells.neutralise_formula`)."""
+    safe = frame.map(neutralise_formula).rename(columns=neutralise_formula)
+    safe.to_csv(path, index=False)
 
 
 def _write_parquet(table: pa.Table, path: Path) -> None:

@@ -52,7 +52,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import tomllib
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -65,15 +64,22 @@ from sde_core.common.fsio import atomic_write_text
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.common.paths import check_path_text, env_roots, resolve_in_roots
 from sde_core.common.staging import Staging
+from sde_core.common.toml_limits import nesting_depth, read_toml
 from sde_core.errors import SDEError, SettingsError, WorkspaceError
 from sde_core.pipeline.settings import EvalSettings
 
 __all__ = [
     "CACHE_FOLDER",
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_MODELS",
+    "MAX_TABLE_KEYS",
+    "MAX_TOML_BYTES",
+    "MAX_TOML_DEPTH",
     "MODEL_NAME_RULE",
     "PRECOMPUTED",
     "ROLES",
     "SIGMA_RULES",
+    "SQLITE_SIDE_FILES",
     "WORKSPACE_FILE",
     "CheckpointRef",
     "ModelEntry",
@@ -109,6 +115,16 @@ _CACHE_KINDS = {
     "staging": "staging",
 }
 _VERSION = 1
+#: Largest ``workspace.toml`` read, in bytes (a workspace of 1,000 models takes ~0.5 MB).
+MAX_TOML_BYTES = 4 * 2**20
+#: Deepest nesting read (dotted key parts plus open brackets; a workspace needs about 4).
+MAX_TOML_DEPTH = 32
+#: Most ``[[models]]`` entries in a workspace.
+MAX_MODELS = 1000
+#: Longest workspace description, in characters.
+MAX_DESCRIPTION_CHARS = 20_000
+#: Most keys of one model's ``hyperparameters`` or ``arch_kwargs`` table.
+MAX_TABLE_KEYS = 256
 _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 #: What a model name may hold (it becomes a key in the results store and a file name).
 MODEL_NAME_RULE = (
@@ -120,17 +136,44 @@ _ADD_HINT = (
 )
 
 
-def cache_path(ws_root: str | Path, kind: str) -> Path:
+#: Files SQLite keeps beside a database (write-ahead log, shared memory, rollback journal).
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def cache_path(ws_root: str | Path, kind: str, roots: Iterable[str | Path] | None = None) -> Path:
     """Where a workspace keeps a cache: ``activations`` (a folder), ``results`` (the results
     store, ``results.sqlite``), ``stages`` (the evaluation's stage cache, a folder) or
     ``staging`` (a folder for files not yet committed), all under ``<ws_root>/.sde-cache/``.
 
+    The path is checked under the path policy whether it exists yet or not: with symlinks
+    followed (a dangling link counts where it points; so does a ``.sde-cache`` that is itself
+    a link) it must lie inside the workspace folder or an allowed root (``roots``, default
+    ``$SDE_DATA_ROOTS``); for the results store so must its SQLite side files
+    (:data:`SQLITE_SIDE_FILES`), so nothing — not even ``--repair`` — writes outside.
+
+    Returns:
+        The path below ``ws_root`` as spelled (not resolved).
+
     Raises:
-        WorkspaceError: an unknown kind.
+        WorkspaceError: an unknown kind, or a cache that resolves outside the allowed folders.
     """
     if kind not in _CACHE_KINDS:
         raise WorkspaceError(f"unknown cache kind {kind!r}; use one of {sorted(_CACHE_KINDS)}")
-    return Path(ws_root) / CACHE_FOLDER / _CACHE_KINDS[kind]
+    path = Path(ws_root) / CACHE_FOLDER / _CACHE_KINDS[kind]
+    allowed = [Path(ws_root).resolve()]
+    allowed += [Path(r).resolve() for r in roots] if roots is not None else env_roots()
+    names = [path.name] + ([path.name + s for s in SQLITE_SIDE_FILES] if kind == "results" else [])
+    for name in names:
+        try:
+            resolve_in_roots(path.with_name(name), allowed, what=f"the {kind} cache",
+                             must_exist=False)  # fmt: skip
+        except SDEError as exc:
+            raise WorkspaceError(
+                f"{exc}. The workspace's caches must stay inside its folder: remove the link "
+                f"{path.parent if path.parent.is_symlink() else path.with_name(name)} (it is "
+                "re-created empty)"
+            ) from None
+    return path
 
 
 def check_model_name(name: object) -> str:
@@ -465,6 +508,31 @@ def defaults_from_table(table: object) -> tuple[EvalSettings, list[Problem]]:
     return EvalSettings(**good), problems
 
 
+def _check_caps(file: Path, raw: Mapping[str, Any]) -> None:
+    """Refuse a parsed ``workspace.toml`` above the caps (:data:`MAX_MODELS`,
+    :data:`MAX_DESCRIPTION_CHARS`, :data:`MAX_TABLE_KEYS` per model table)."""
+    text = raw.get("description", "")
+    if isinstance(text, str) and len(text) > MAX_DESCRIPTION_CHARS:
+        raise WorkspaceError(
+            f"{file}: the description has {len(text)} characters; at most "
+            f"{MAX_DESCRIPTION_CHARS} are kept: shorten it"
+        )
+    models = raw.get("models", [])
+    if isinstance(models, list) and len(models) > MAX_MODELS:
+        raise WorkspaceError(
+            f"{file} has {len(models)} [[models]]; a workspace holds at most {MAX_MODELS}: "
+            "split it into several workspaces"
+        )
+    for i, table in enumerate(models if isinstance(models, list) else []):
+        for key in ("hyperparameters", "arch_kwargs"):
+            value = table.get(key) if isinstance(table, dict) else None
+            if isinstance(value, dict) and len(value) > MAX_TABLE_KEYS:
+                raise WorkspaceError(
+                    f"{file}: models[{i}].{key} has {len(value)} keys; at most "
+                    f"{MAX_TABLE_KEYS} are read: keep the ones that describe the model"
+                )
+
+
 def _toml_file(path: str | Path) -> Path:
     p = Path(path)
     return p / WORKSPACE_FILE if p.is_dir() or p.suffix != ".toml" else p
@@ -506,16 +574,11 @@ def load_workspace(
         resolve_in_roots(file, [folder, *extra], what="workspace.toml")
     except SDEError as exc:
         raise WorkspaceError(str(exc)) from None
-    try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise WorkspaceError(f"{file} is not valid TOML ({exc}): fix the syntax") from None
-    except RecursionError:
-        raise WorkspaceError(f"{file} is nested too deeply to be a workspace.toml") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkspaceError(
-            f"cannot read {file} ({type(exc).__name__}): it must be UTF-8 text"
-        ) from None
+    raw = read_toml(
+        file, max_bytes=MAX_TOML_BYTES, max_depth=MAX_TOML_DEPTH, what=WORKSPACE_FILE,
+        error=WorkspaceError,
+    )  # fmt: skip
+    _check_caps(file, raw)
     allowed = {"version", "name", "description", "dataset", "forget_indices", "models", "defaults"}
     unknown = sorted(set(raw) - allowed)
     if unknown:
@@ -676,6 +739,13 @@ def _model_problems(ws: Workspace) -> list[Problem]:
                         "warning",
                     )
                 )
+        if m.init_checkpoint is not None and not m.init_checkpoint.strip():
+            out.append(
+                Problem(
+                    f"{where}.init_checkpoint",
+                    "is empty: give the file of the initial weights, or remove the key",
+                )
+            )
         for j, ref in enumerate(m.checkpoints):
             if not 0.0 < ref.fraction <= 1.0:
                 out.append(
@@ -707,13 +777,26 @@ def validate_workspace(ws: Workspace, *, check_data: bool = False) -> list[Probl
         problems.append(missing)
     else:
         try:
-            load_index_file(ws.path(ws.forget_indices), n_train if n_train else 2**62)
+            load_index_file(ws.path(ws.forget_indices), n_train or None)
         except SDEError as exc:
             problems.append(Problem("forget_indices", str(exc)))
     problems += _model_problems(ws)
     if not isinstance(ws.defaults, EvalSettings):
         problems.append(Problem("defaults", f"must be EvalSettings, got {_type_name(ws.defaults)}"))
+    elif ws.defaults.device != "cpu":
+        problems += _device_problems(ws.defaults.device)
     return problems
+
+
+def _device_problems(device: str) -> list[Problem]:
+    """Whether this machine has the device ``evaluate`` will compute on (extraction, HSIC)."""
+    from sde_core.inputs.activations import torch_device
+
+    try:
+        torch_device(device)
+    except SDEError as exc:
+        return [Problem("defaults.device", str(exc))]
+    return []
 
 
 def check_workspace(ws: Workspace, *, check_data: bool = False) -> list[Problem]:
@@ -763,13 +846,22 @@ def workspace_toml(ws: Workspace) -> str:
     doc["dataset"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in ws.dataset.items()}
     doc["defaults"] = dataclasses.asdict(ws.defaults)
     doc["models"] = [_model_table(m) for m in ws.models]
+    file = Path(ws.root) / WORKSPACE_FILE
+    _check_caps(file, doc)  # never write what load_workspace would refuse
     try:
-        return tomli_w.dumps(_drop_none(doc))
+        text = tomli_w.dumps(_drop_none(doc))
     except (TypeError, ValueError) as exc:
         raise WorkspaceError(
             f"workspace holds a value TOML cannot store ({exc}): use strings, numbers, "
             "booleans, lists and tables only"
         ) from None
+    size, depth = len(text.encode()), nesting_depth(text)
+    if size > MAX_TOML_BYTES or depth > MAX_TOML_DEPTH:
+        raise WorkspaceError(
+            f"{file} would have {size} bytes and {depth} levels of nesting; at most "
+            f"{MAX_TOML_BYTES} bytes and {MAX_TOML_DEPTH} levels are read back: store less"
+        )
+    return text
 
 
 def write_workspace(ws: Workspace, path: str | Path | None = None) -> Path:

@@ -294,6 +294,7 @@ def create_report(
     pdf: bool = True,
     notes: str | None = None,
     progress: Progress | None = None,
+    time_limit: float | None = None,
 ) -> ReportFiles:
     """Evaluate a workspace and write its report files (see :func:`write_report_files`).
 
@@ -307,6 +308,7 @@ def create_report(
         pdf: also print the PDF (needs Chromium).
         notes: free text included in the report.
         progress: ``progress(stage, done, total)`` callback of the evaluation.
+        time_limit: seconds each step of a trusted code model may take in its child process.
     """
     ws = workspace if isinstance(workspace, Workspace) else load_workspace(workspace)
     if settings is None:
@@ -315,9 +317,14 @@ def create_report(
     t0 = time.perf_counter()
     if use_store:
         with ResultsStore(workspace_store_path(ws.root)) as store:
-            result = evaluate_workspace(ws, settings, models=models, store=store, progress=progress)
+            result = evaluate_workspace(
+                ws, settings, models=models, store=store, progress=progress,
+                time_limit=time_limit,
+            )  # fmt: skip
     else:
-        result = evaluate_workspace(ws, settings, models=models, progress=progress)
+        result = evaluate_workspace(
+            ws, settings, models=models, progress=progress, time_limit=time_limit
+        )
     elapsed = time.perf_counter() - t0
     t1 = time.perf_counter()
     manifest = build_manifest(
@@ -478,8 +485,12 @@ def _recompute(
     name: str,
     cache_dir: str | None,
     progress: Progress | None,
+    time_limit: float | None = None,
 ) -> dict[str, Any]:
-    result = evaluate_workspace(ws, settings, models=[name], cache_dir=cache_dir, progress=progress)
+    result = evaluate_workspace(
+        ws, settings, models=[name], cache_dir=cache_dir, progress=progress,
+        time_limit=time_limit,
+    )  # fmt: skip
     return report_document(result)["models"][name]
 
 
@@ -521,6 +532,7 @@ def _check_model(
     recorded: Mapping[str, Any] | None,
     cache_dir: str | None,
     rows: Mapping[str, int],
+    time_limit: float | None = None,
 ) -> ModelCheck:
     """One model: its files against the manifest, its recomputed fields against the report
     (:func:`~sde_core.pipeline.reproduce.compare_model`)."""
@@ -528,7 +540,7 @@ def _check_model(
         return ModelCheck(name, problems=["the workspace has no model of this name"])
     check = _check_files(ws, name, recorded)
     try:
-        recomputed = _recompute(ws, settings, name, cache_dir, None)
+        recomputed = _recompute(ws, settings, name, cache_dir, None, time_limit)
     except Exception as exc:  # a damaged file may fail anywhere: report it, check the rest
         what = "" if isinstance(exc, SDEError) else f"{type(exc).__name__}: "
         check.problems.append(f"cannot recompute: {what}{' '.join(str(exc).split())}")
@@ -548,6 +560,7 @@ def verify_report(
     *,
     fresh_activations: bool = False,
     progress: Callable[[str], None] | None = None,
+    time_limit: float | None = None,
 ) -> Verification:
     """Re-hash and recompute a report from its workspace; say per model what differs.
 
@@ -558,6 +571,7 @@ def verify_report(
             reading the workspace's activation cache (whose entries are keyed by checkpoint and
             data hashes and checked against their own SHA-256).
         progress: called with a line of text as each model starts.
+        time_limit: seconds each step of a trusted code model may take in its child process.
 
     Returns:
         The :class:`Verification`; nothing is written to the workspace's results store.
@@ -630,7 +644,9 @@ def verify_report(
             recorded = manifest.get("models", {}).get(name)
             cache_dir = tmp if fresh_activations else None
             checks.append(
-                _check_model(ws, settings, name, reported, recorded, cache_dir, classic_rows)
+                _check_model(
+                    ws, settings, name, reported, recorded, cache_dir, classic_rows, time_limit
+                )
             )
     return Verification(
         report=path,

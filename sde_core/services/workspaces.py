@@ -53,7 +53,6 @@ from sde_core.services.uploads import (
     check_upload,
     file_suffix,
     guess_role,
-    inspect_checkpoint,
 )
 
 __all__ = [
@@ -67,12 +66,26 @@ __all__ = [
     "add_uploaded_model",
     "build_from_uploads",
     "check_fits",
+    "check_outputs",
     "create_workspace",
     "suggest_subset_size",
 ]
 
 
 # ------------------------------------------------------------------------------- checks
+
+
+def _fit_inputs(bundle: Any) -> Any:
+    """The first (at most) two training samples, the batch :func:`check_fits` runs."""
+    x, _ = bundle.train.get_batch(np.arange(min(2, len(bundle.train))))
+    return x
+
+
+def _fit_failure(bundle: Any, problem: str) -> CheckpointError:
+    return CheckpointError(
+        f"the model cannot process the dataset's inputs of shape {tuple(bundle.input_shape)} "
+        f"({problem}): check the architecture, its kwargs and the dataset"
+    )
 
 
 def check_fits(model: Any, bundle: Any) -> int:
@@ -87,24 +100,31 @@ def check_fits(model: Any, bundle: Any) -> int:
     """
     import torch
 
-    x, _ = bundle.train.get_batch(np.arange(min(2, len(bundle.train))))
     try:
         with torch.inference_mode():
-            out = model(x)
+            out = model(_fit_inputs(bundle))
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:
         first = str(exc).strip().split("\n")[0][:200]
-        raise CheckpointError(
-            f"the model cannot process the dataset's inputs of shape {tuple(bundle.input_shape)} "
-            f"({type(exc).__name__}: {first}): check the architecture, its kwargs and the dataset"
-        ) from None
+        raise _fit_failure(bundle, f"{type(exc).__name__}: {first}") from None
     if isinstance(out, tuple | list):
         out = out[0]
-    if not isinstance(out, torch.Tensor) or out.ndim != 2:
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    if not isinstance(out, torch.Tensor):
+        return check_outputs(type(out).__name__, bundle)
+    return check_outputs(tuple(out.shape), bundle)
+
+
+def check_outputs(shape: tuple[int, ...] | str, bundle: Any) -> int:
+    """The number of outputs per sample of a model whose output for a batch has ``shape``
+    (the type's name when it is not a tensor), checked against the dataset's classes.
+
+    Raises:
+        CheckpointError: not ``(batch, classes)``, or another number of classes.
+    """
+    if isinstance(shape, str) or len(shape) != 2:
         raise CheckpointError(
             f"the model returns {shape} for a batch; a classifier returns (batch, classes)"
         )
-    outputs = int(out.shape[1])
+    outputs = int(shape[1])
     if bundle.num_classes >= 2 and outputs != bundle.num_classes:
         raise CheckpointError(
             f"the model has {outputs} outputs but the dataset has {bundle.num_classes} classes: "
@@ -293,7 +313,11 @@ class ModelSpec:
             (default: guessed from the name). method: how it was produced (free text).
         arch: architecture (default: read from the checkpoint or inferred;
             ``"precomputed"`` for an activations file alone). arch_kwargs: builder kwargs.
-        trusted: the user vouches for the file (TorchScript, full pickles).
+        trusted: the user vouches for the file (TorchScript, full pickles); it is then loaded
+            and run only in a child process (:mod:`sde_core.inputs.isolation`).
+        time_limit: seconds a trusted file may take to load and to run on two samples (None:
+            :data:`~sde_core.inputs.isolation.DEFAULT_TIME_LIMIT`); its process tree is
+            killed after.
     """
 
     name: str
@@ -302,6 +326,7 @@ class ModelSpec:
     arch: str | None = None
     arch_kwargs: dict[str, Any] = field(default_factory=dict)
     trusted: bool = False
+    time_limit: float | None = None
 
 
 @dataclass
@@ -320,7 +345,10 @@ def _describe(
     activations: Path | None,
 ) -> tuple[ModelEntry, list[str], list[str] | None]:
     """Load and check the files of a model: its entry (paths still to fill in), notes for the
-    user and the layers of its activations file (None without one)."""
+    user and the layers of its activations file (None without one). A trusted code checkpoint
+    is loaded and run only in a child process under ``spec.time_limit``."""
+    from sde_core.inputs.activations import probe_trusted_checkpoint
+    from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
     from sde_core.inputs.models import load_checkpoint_details
 
     check_model_name(spec.name)
@@ -338,23 +366,29 @@ def _describe(
     if checkpoint is not None:
         if arch == PRECOMPUTED:
             raise WorkspaceError(f"arch {PRECOMPUTED!r} is for a model without a checkpoint")
-        info = inspect_checkpoint(checkpoint)
-        if info.needs_trust and not spec.trusted:
-            raise CheckpointError(
-                f"{checkpoint.name} is a TorchScript archive: loading it runs the code inside. "
-                "It was not loaded; mark this file as trusted (--trusted, or the page's trusted "
-                "box) only if you know where it comes from"
-            )
-        loaded = load_checkpoint_details(
-            checkpoint, arch=arch or None, trusted=spec.trusted, **kwargs
-        )
-        model = loaded.model
-        outputs = check_fits(model, bundle)
-        arch = getattr(model, "sde_arch", None) or arch
-        kwargs = dict(getattr(model, "sde_arch_kwargs", None) or kwargs)
+        code = inspect_checkpoint(checkpoint)
+        if code.is_code and not spec.trusted:
+            raise CheckpointError(untrusted_message(code))
+        if code.is_code:  # trusted code runs only in the isolated child, under its limits
+            probe = probe_trusted_checkpoint(
+                checkpoint, _fit_inputs(bundle).numpy(), arch=arch or None, arch_kwargs=kwargs,
+                time_limit=spec.time_limit,
+            )  # fmt: skip
+            if probe.error:
+                raise _fit_failure(bundle, probe.error)
+            shape = probe.returned if probe.output is None else tuple(probe.output.shape)
+            outputs = check_outputs(shape, bundle)
+            arch, kwargs, load_notes = probe.arch or arch, probe.arch_kwargs or kwargs, probe.notes
+        else:
+            loaded = load_checkpoint_details(checkpoint, arch=arch or None, **kwargs)
+            model = loaded.model
+            outputs = check_fits(model, bundle)
+            arch = getattr(model, "sde_arch", None) or arch
+            kwargs = dict(getattr(model, "sde_arch_kwargs", None) or kwargs)
+            load_notes = loaded.notes
         digest = file_sha256(checkpoint)
         notes.append(f"architecture {arch or '(TorchScript)'} with {outputs} outputs")
-        notes.extend(loaded.notes)  # e.g. pruning masks folded into the weights
+        notes.extend(load_notes)  # e.g. pruning masks folded into the weights
     elif arch and arch != PRECOMPUTED:
         raise WorkspaceError(f"a model without a checkpoint has arch {PRECOMPUTED!r}, not {arch!r}")
     else:

@@ -296,6 +296,9 @@ class RateEstimate:
     confidence: float = 0.95
 
 
+_MAX_TRIALS = 2**53
+
+
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (k successes out of n).
 
@@ -305,7 +308,9 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
         >>> wilson_interval(0, 0)  # no trials: the whole unit interval
         (0.0, 1.0)
     """
-    n, k = check_int(n, "n", minimum=0), check_int(k, "k", minimum=0)
+    # at most 2**53 trials: every count is then exact in float64 (larger ones overflow)
+    n = check_int(n, "n", minimum=0, maximum=_MAX_TRIALS)
+    k = check_int(k, "k", minimum=0, maximum=_MAX_TRIALS)
     if k > n:
         raise InputError(f"need 0 ≤ k ≤ n for a proportion; got k={k}, n={n}")
     confidence = _alpha(confidence, "confidence")
@@ -513,7 +518,14 @@ def calibrated_otr(verdicts: Sequence[str], confidence: float = 0.95) -> RateEst
     if isinstance(verdicts, (str, bytes)) or not isinstance(verdicts, (Sequence, np.ndarray)):
         kind = type(verdicts).__name__
         raise InputError(f"verdicts must be a list of verdict strings; got {kind}")
-    v = np.asarray(list(verdicts), dtype=object)
+    items = list(verdicts)
+    wrong = [x for x in items if not isinstance(x, str)]
+    if wrong:
+        raise InputError(
+            f"verdicts must be verdict strings ({', '.join(VERDICTS)}); got "
+            f"{type(wrong[0]).__name__} {str(wrong[0])[:40]!r}"
+        )
+    v = np.asarray(items, dtype=object)
     if v.size == 0:
         raise InputError("calibrated_otr needs at least one verdict")
     unknown = set(v.tolist()) - set(VERDICTS)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "MAX_NUMBER_CHARS",
     "SETTING_PARAMS",
     "decode_bool",
     "decode_int",
@@ -37,6 +38,10 @@ SETTING_PARAMS: dict[str, str] = {
     "R": "panel_size",
 }
 _INT_SETTINGS = ("subset_size", "targets", "splits", "seed", "draws", "bins", "panel_size")
+#: Most characters a numeric link parameter may have (an int64 has 19 digits): longer values
+#: are refused before they are converted.
+MAX_NUMBER_CHARS = 32
+_ASCII_DIGITS = frozenset("0123456789")
 _SIGMA_RULES = ("sqrt_dim", "median")
 
 
@@ -60,9 +65,12 @@ def encode_settings(settings: Mapping[str, Any]) -> dict[str, str]:
 
 
 def decode_int(text: str, name: str, minimum: int = 0) -> tuple[int | None, str | None]:
-    """``(value, None)`` for a whole number ≥ ``minimum``, else ``(None, problem)``."""
+    """``(value, None)`` for a whole number ≥ ``minimum`` written in ASCII digits (at most
+    19 of them, below 2**63), else ``(None, problem)``."""
     stripped = text.strip()
-    if stripped.isdigit() and int(stripped) >= minimum:
+    if len(stripped) > MAX_NUMBER_CHARS:
+        return None, f"{name} has {len(stripped)} characters: not a whole number ≥ {minimum}"
+    if stripped and set(stripped) <= _ASCII_DIGITS and minimum <= int(stripped) < 2**63:
         return int(stripped), None
     return None, f"{name}={text!r} is not a whole number ≥ {minimum}"
 
@@ -106,13 +114,16 @@ def decode_settings(params: Mapping[str, str]) -> tuple[dict[str, Any], list[str
                 values[key] = text
                 continue
             try:
-                sigma = float(text)
+                sigma = (
+                    float(text) if len(text) <= MAX_NUMBER_CHARS and text.isascii() else math.nan
+                )
             except ValueError:
                 sigma = math.nan
             if math.isfinite(sigma) and sigma > 0:
                 values[key] = sigma
             else:
-                problems.append(f"sigma={text!r} is neither sqrt_dim, median nor a positive number")
+                shown = repr(text) if len(text) <= MAX_NUMBER_CHARS else f"({len(text)} characters)"
+                problems.append(f"sigma={shown} is neither sqrt_dim, median nor a positive number")
         else:
             number, problem = decode_int(text, name, minimum=0 if key == "seed" else 1)
             if problem is None:

@@ -33,6 +33,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from sde_core import __version__
+from sde_core.common.csv_cells import neutralise_formula
 from sde_core.errors import SettingsError
 from sde_core.viz.figures import PLOTLY_CONFIG, comparison_bars, hsic_histogram
 from sde_core.viz.formatting import (
@@ -774,8 +775,11 @@ def tables_for_export(result: Any, *, include_h: bool = False) -> dict[str, pd.D
 
 
 def to_csv_bytes(df: pd.DataFrame) -> bytes:
-    """UTF-8 CSV of a table (no index; floats at full precision, NaN as an empty field)."""
-    return df.to_csv(index=False).encode("utf-8")
+    """UTF-8 CSV of a table (no index; floats at full precision, NaN as an empty field; text
+    a spreadsheet would run as a formula gets a leading apostrophe, see
+    :func:`~sde_core.common.csv_cells.neutralise_formula`)."""
+    safe = df.map(neutralise_formula).rename(columns=neutralise_formula)
+    return safe.to_csv(index=False).encode("utf-8")
 
 
 def _json_cell(value: Any) -> Any:

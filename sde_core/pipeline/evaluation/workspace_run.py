@@ -128,6 +128,7 @@ def evaluate_model_job(
     progress: Progress | None = None,
     stage_dir: str | None = None,
     stages: Sequence[str] = STAGES,
+    time_limit: float | None = None,
 ) -> ModelEvaluation:
     """One model's evaluation as a self-contained job (run by an :mod:`sde_core.pipeline.engine`).
 
@@ -139,12 +140,13 @@ def evaluate_model_job(
         progress: optional callback (local engine only; not sent to remote workers).
         stage_dir: the stage cache folder (None: no stage cache).
         stages: the stages to run (default all).
+        time_limit: seconds each step of a trusted code model may take (None: the default).
     """
     from sde_core.inputs.activations import ActivationCache
 
     entry = next(m for m in workspace.models if m.name == model)
     inputs = load_model_inputs(
-        entry, workspace, bundle, settings, ActivationCache(cache_dir), progress
+        entry, workspace, bundle, settings, ActivationCache(cache_dir), progress, time_limit
     )
     cache = StageCache(stage_dir, memory_items=256) if stage_dir else None
     return run_model(
@@ -175,6 +177,7 @@ def evaluate_workspace(
     progress: Progress | None = None,
     engine: Any = None,
     stage_dir: str | Path | bool | None = None,
+    time_limit: float | None = None,
 ) -> EvaluationResult:
     """Evaluate every (or the named) model of a workspace.
 
@@ -191,6 +194,8 @@ def evaluate_workspace(
             back to this process, which alone writes the store.
         stage_dir: the stage cache folder (default ``<workspace>/.sde-cache/stages``; False:
             no stage cache).
+        time_limit: seconds each step (loading, one batch) of a trusted code model may take
+            in its child process (None: :data:`~sde_core.inputs.isolation.DEFAULT_TIME_LIMIT`).
 
     Raises:
         SettingsError, WorkspaceError, DataError, CheckpointError, ActivationError.
@@ -235,6 +240,7 @@ def evaluate_workspace(
                 "cache_dir": cache,
                 "progress": progress if local else None,
                 "stage_dir": stages_at,
+                "time_limit": time_limit,
             },
             resources=Resources(cpus=1.0, gpus=gpus),
             label=f"evaluate {entry.name}",
