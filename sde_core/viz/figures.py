@@ -470,6 +470,23 @@ def _validity(table: pd.DataFrame, spec: MetricSpec) -> list[bool]:
     return [bool(v) for v in table[spec.valid]]
 
 
+def _flags(models: pd.DataFrame, column: str) -> list[bool]:
+    """A boolean column as a list (False where the column or a value is missing)."""
+    if column not in models:
+        return [False] * len(models)
+    return [bool(v) if isinstance(v, (bool, np.bool_)) else False for v in models[column]]
+
+
+def _bar_pattern(valid: bool, over_unlearned: bool, conflict: bool) -> str:
+    """A bar's fill pattern: ``/`` invalid references, ``x`` over-unlearned, ``.`` evidence
+    conflict, none otherwise (so an over-unlearned 100% bar never looks like the retrained one)."""
+    if not valid:
+        return "/"
+    if over_unlearned:
+        return "x"
+    return "." if conflict else ""
+
+
 def comparison_bars(
     models: pd.DataFrame, metric: str = "otr", *, reference_role: str = "retrained"
 ) -> go.Figure:
@@ -485,8 +502,11 @@ def comparison_bars(
 
     Returns:
         A Figure with one Bar trace (y = value × scale, NaN bars missing; bars of models whose
-        references are invalid are hatched and labelled, as their verdicts are inconclusive)
-        and, with a reference, one horizontal line shape at the reference model's value.
+        references are invalid are hatched ``/`` and labelled, as their verdicts are
+        inconclusive; over-unlearned models are cross-hatched ``x`` and labelled, a row with an
+        ``evidence_conflict`` dotted and labelled), a text trace with each bar's label above its
+        error bar, and, with a reference, one horizontal line shape at the reference model's
+        value.
     """
     spec = _metric(metric)
     if metric not in models.columns:
@@ -516,34 +536,69 @@ def comparison_bars(
         extra = f"<br>95% CI %{{customdata[0]:{f}}}–%{{customdata[1]:{f}}}" + spec.unit
     else:
         extra = ""
+    over = _flags(models, "over_unlearned")
+    conflicts = [
+        isinstance(c, str) and bool(c.strip())
+        for c in (
+            models["evidence_conflict"] if "evidence_conflict" in models else [None] * len(models)
+        )
+    ]
+    labels = [
+        ("withheld" if _withheld(v, why) else spec.fmt(v))
+        + ("" if ok else " (invalid refs)")
+        + (" over-unlearned" if o and ok else "")
+        + (" conflict" if c else "")
+        for v, ok, why, o, c in zip(
+            models[metric].astype(float), valid, reasons, over, conflicts, strict=True
+        )
+    ]
     fig = go.Figure(
         go.Bar(
             x=models["name"],
             y=values,
             marker={
                 "color": [ROLE_COLORS.get(r, COLORS["inconclusive"]) for r in models["role"]],
-                "pattern": {"shape": ["" if ok else "/" for ok in valid]},
+                "pattern": {
+                    "shape": [
+                        _bar_pattern(ok, o, c)
+                        for ok, o, c in zip(valid, over, conflicts, strict=True)
+                    ]
+                },
+                "line": {"color": "#333333", "width": 1},
             },
-            text=[
-                ("withheld" if _withheld(v, why) else spec.fmt(v))
-                + ("" if ok else " (invalid refs)")
-                for v, ok, why in zip(models[metric].astype(float), valid, reasons, strict=True)
-            ],
-            textposition="outside",
+            text=labels,
+            textposition="none",  # drawn above the error bar by the text trace below
             hovertemplate=f"%{{x}}<br>{spec.label} = %{{y:.3g}}{spec.unit}{extra}<extra></extra>",
             name=spec.label,
             **bar,
         )
     )
+    top = values.copy()
+    if "error_y" in bar:
+        top = np.fmax(top, values + np.nan_to_num(bar["error_y"]["array"], nan=0.0))
+    fig.add_trace(
+        go.Scatter(
+            x=models["name"],
+            y=np.nan_to_num(top, nan=0.0),
+            text=labels,
+            mode="text",
+            textposition="top center",
+            hoverinfo="skip",
+            showlegend=False,
+            cliponaxis=False,
+        )
+    )
     ref = _reference_value(models, metric, reference_role)
     if ref is not None:
         name, value = ref
+        who = name if name == reference_role else f"{name} ({reference_role})"
         fig.add_hline(
             y=value * spec.scale,
             line_dash="dash",
             line_color=ROLE_COLORS.get(reference_role, "#000000"),
-            annotation_text=f"{name} ({reference_role}): {spec.fmt(value)}",
-            annotation_position="top left",
+            annotation_text=f"{who}: {spec.fmt(value)}",
+            annotation_position="top right",
+            annotation_bgcolor="rgba(255,255,255,0.8)",
         )
     if spec.bounds is not None:
         fig.update_yaxes(range=[spec.bounds[0], spec.bounds[1] * 1.12])
