@@ -172,6 +172,55 @@ def test_a_link_reproduces_a_non_default_view(ws, defaults):
     assert dict(at.query_params)["sigma"] == "0.5"
 
 
+def _workspace_copy(ws: Path, name: str) -> Path:
+    """A copy of the tiny workspace beside it, named ``name``, whose forget set lacks one row
+    (so its content hash differs)."""
+    from sde_core.inputs.data import save_index_file
+
+    other = ws.parent / name
+    if not other.exists():
+        shutil.copytree(ws, other, ignore=shutil.ignore_patterns("results.sqlite*"))
+        toml = other / "workspace.toml"
+        toml.write_text(toml.read_text().replace('name = "tiny"', f'name = "{name}"', 1))
+        forget = np.load(other / "forget.npy")
+        save_index_file(other / "forget.npy", np.asarray(forget)[1:])
+    return other
+
+
+def _content_hash(folder: Path) -> str:
+    from sde_core.inputs.data import load_dataset
+    from sde_core.pipeline.workspace import workspace_hash
+
+    loaded = load_workspace(folder)
+    return workspace_hash(loaded, data_fingerprint=load_dataset(loaded.dataset_spec()).fingerprint)
+
+
+def test_a_link_names_its_workspace_and_a_changed_one_is_flagged(ws):
+    """A link made on a non-default workspace opens it on a server whose default differs; a
+    link whose content hash is not the workspace's says so and offers the one that matches."""
+    other = _workspace_copy(ws, "tiny-other")
+    other_hash, tiny_hash = _content_hash(other), _content_hash(ws)
+    assert other_hash != tiny_hash
+    at = app("explore", ws=str(other), wsh=other_hash[:16], model="FT")
+    no_exception(at)
+    assert at.session_state["ws_path"] == str(other)
+    assert not [w for w in at.warning if "content hash" in w.value]
+    assert any("**tiny-other**" in c.value for c in at.caption)
+    params = dict(at.query_params)  # the view's own link names the workspace and its hash
+    assert params["ws"] == str(other) and params["wsh"] == other_hash[:16]
+    # the same folder now holds other files than the link was made on (here: tiny's hash)
+    at = app("explore", ws=str(other), wsh=tiny_hash[:16], model="FT")
+    no_exception(at)
+    (warning,) = [w.value for w in at.warning if "content hash" in w.value]
+    assert tiny_hash[:16] in warning and other_hash[:16] in warning and "NOT" in warning
+    at.button(key="open_matching_workspace").click().run()
+    no_exception(at)
+    assert at.session_state["ws_path"] == str(ws)  # the server's workspace that matches
+    assert not [w for w in at.warning if "content hash" in w.value]
+    assert dict(at.query_params)["wsh"] == tiny_hash[:16]
+    assert dict(at.query_params)["model"] == "FT"
+
+
 def test_bad_link_values_are_named_not_fatal(ws):
     at = app("explore", model="nope", n="ten", sigma="wide", target="x")
     no_exception(at)

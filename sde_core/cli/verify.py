@@ -85,11 +85,10 @@ def _check_signature(args: argparse.Namespace) -> bool | None:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from sde_core.services.audit import verify_report
-
     signed = _check_signature(args)
     if args.signature_only:
         return 0 if signed else 1
+    from sde_core.services.audit import verify_report  # heavy: torch, the evaluation
 
     def progress(line: str) -> None:
         if not args.quiet:

@@ -874,11 +874,11 @@ def build_html_report(
 <p class="meta">Generated {now} by sde_core {html.escape(__version__)}
  · workspace hash {html.escape(str(result.workspace_hash))}
  · {len(result.models)} models · layer {html.escape(str(s.layer))}</p>
-<p class="intro">Split-half Dependence Evaluation (SDE) asks whether subsets of the forget set still look like
-the model's training data (in-training) or like data it never saw (out-of-training). The
-out-of-training rate (OTR) is the share of {s.targets} random forget-set subsets of
-{s.subset_size} rows that look unseen: higher means more forgetting; the retrained model, which
-never saw the forget set, is the yardstick.</p>
+<p class="intro">Split-half Dependence Evaluation (SDE) asks whether subsets of the forget set
+still look like the model's training data (in-training) or like data it never saw
+(out-of-training). The out-of-training rate (OTR) is the share of {s.targets} random
+forget-set subsets of {s.subset_size} rows that look unseen: higher means more forgetting;
+the retrained model, which never saw the forget set, is the yardstick.</p>
 {body}
 {notes_html}
 <script type="application/json" id="{REPORT_DATA_ID}">{document}</script>
