@@ -395,6 +395,12 @@ def test_report_verdicts_manifest_and_downloads(ws, expected):
     assert sorted(hashes["model"]) == sorted(expected.models["name"])
     assert all(len(h) == 64 for h in hashes["SHA-256"])
     assert "python -m sde_core verify" in " ".join(c.value for c in at.caption)
+    for row in expected.models.to_dict("records"):  # the answers come first, one per model
+        assert f"**{row['name']}** ({row['role']}) — **{verdict_label(row)}**" in text
+    at.text_input(key="r_purpose").set_value("erasure request #17").run()
+    at.text_input(key="r_operator").set_value("the audit team").run()
+    no_exception(at)  # the report files are rebuilt with the fields (printed: test_report.py)
+    assert "r_html" in {b.key for b in at.get("download_button")}
 
 
 # ----------------------------------------------------------------------------------- Workspace
