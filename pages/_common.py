@@ -46,7 +46,7 @@ from sde_core.services.evaluation import (
     stored_models,
 )
 from sde_core.viz.figures import PLOTLY_CONFIG
-from sde_core.viz.formatting import Notation, format_number, format_percent, style_table
+from sde_core.viz.formatting import format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
 from sde_core.viz.links import (
     HASH_PARAM,
@@ -678,8 +678,8 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 
 def fmt_p(value: Any) -> str:
-    """A p-value for display (scientific below 10⁻³)."""
-    return format_number(value, digits=2, notation="scientific")
+    """A p-value for display (scientific below 10⁻³, 2 significant digits)."""
+    return format_number(value, digits=2)
 
 
 def pct(value: Any) -> str:
@@ -708,7 +708,7 @@ def table(
     key: str,
     *,
     columns: Mapping[str, str] | None = None,
-    notations: Mapping[str, Notation] | None = None,
+    pinned: Sequence[str] = (),
     **kwargs: Any,
 ) -> None:
     """A table with readable numbers and the glossary definitions on its column headers.
@@ -718,18 +718,19 @@ def table(
         key: the element key.
         columns: displayed column name -> glossary key, for the header tooltips (columns whose
             name is itself a glossary key need no entry).
-        notations: per-column number notation (``"scientific"`` for p-values).
+        pinned: columns kept in view while the table scrolls sideways (e.g. model, verdict).
     """
     config: dict[str, Any] = {}
     glossary_keys = dict(columns or {})
     for column in df.columns:
         name = str(column)
         entry = glossary_keys.get(name, name if name in GLOSSARY else None)
-        if entry is not None:
-            config[name] = st.column_config.Column(help=help_text(entry, link=None))
-    st.dataframe(
-        style_table(df, notations), key=key, column_config=config, hide_index=True, **kwargs
-    )
+        if entry is not None or name in pinned:
+            config[name] = st.column_config.Column(
+                help=help_text(entry, link=None) if entry is not None else None,
+                pinned=True if name in pinned else None,
+            )
+    st.dataframe(style_table(df), key=key, column_config=config, hide_index=True, **kwargs)
 
 
 def show_verdict(

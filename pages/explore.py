@@ -240,7 +240,6 @@ def calibrated(result: EvaluationResult, model: str, tag: str) -> None:
                 columns={"index": "target"}
             ),
             f"x_calibrated{tag}",
-            notations={"p_in": "scientific", "p_out": "scientific"},
         )
 
 

@@ -99,7 +99,7 @@ def rate(row: pd.Series) -> str:
 
 
 def p_value(x: float) -> str:
-    return format_number(x, digits=2, notation="scientific")
+    return format_number(x, digits=2)
 
 
 def displayed(element) -> pd.DataFrame | None:
@@ -295,10 +295,12 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
     for name in lib.index:
         r = lib.loc[name]
         # "value [lo, hi]" over the draws, or "withheld" when the gate withholds it (method §12)
-        for column, key in (("OTR", "otr"), ("F1", "f1"), ("dependence", "dependence_score")):
+        for column, key, percent in (("OTR", "otr", True), ("F1", "f1", False),
+                                     ("dependence", "dependence_score", False)):  # fmt: skip
             shown = format_estimate(
-                r[key], r[f"{key}_lo"], r[f"{key}_hi"], reason=r["inconclusive_reason"]
-            )
+                r[key], r[f"{key}_lo"], r[f"{key}_hi"], percent=percent,
+                reason=r["inconclusive_reason"],
+            )  # fmt: skip
             assert table.loc[name, f"{column} [output]"] == shown
         assert table.loc[name, "Acc_f (%)"] == pytest.approx(r["acc_f"])
         assert table.loc[name, "ASR (%)"] == pytest.approx(100 * r["asr"])
@@ -307,7 +309,7 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
     pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate")).models
     for row in pen.to_dict("records"):
         cal = [row[k] for k in ("calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi")]
-        shown = format_estimate(*cal, reason=row["inconclusive_reason"])
+        shown = format_estimate(*cal, percent=True, reason=row["inconclusive_reason"])
         assert table.loc[row["name"], "cal. OTR [penultimate]"] == shown
     assert len(at.get("plotly_chart")) == 3  # bars with the Retrain line, dot strip, overlay
     assert len(_traces(at, "OTR: per-draw values")) <= 1

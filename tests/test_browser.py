@@ -235,7 +235,9 @@ def test_a_shared_link_reproduces_the_view_and_the_pages_walk_through(ws: Path) 
             assert numbers.loc[name, "OTR [output]"] == pytest.approx(row["otr"], nan_ok=True)
             assert numbers.loc[name, "F1 [output]"] == pytest.approx(row["f1"], nan_ok=True)
             reason = row["inconclusive_reason"]
-            want = format_estimate(row["otr"], row["otr_lo"], row["otr_hi"], reason=reason)
+            want = format_estimate(
+                row["otr"], row["otr_lo"], row["otr_hi"], percent=True, reason=reason
+            )
             assert shown.loc[name, "OTR [output]"] == want
         shot(page, "2-compare")
 

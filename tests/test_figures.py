@@ -300,7 +300,7 @@ def test_figure_to_image_renders_or_explains():
 
 
 def test_hover_text_and_axes_use_the_one_number_format(result):
-    from sde_core.viz.formatting import D3_SI, column_formatter
+    from sde_core.viz.formatting import column_formatter
 
     sub = result.subsets[result.subsets["model"] == "original"]
     fmt = column_formatter(sub["score"])
@@ -309,9 +309,13 @@ def test_hover_text_and_axes_use_the_one_number_format(result):
     assert list(panel.data[0].customdata[:, 1]) == [fmt(v) for v in it["score"]]
     assert "%{customdata[1]}" in panel.data[0].hovertemplate
     spread = spread_figure(result, "original")
-    assert spread.layout.xaxis.tickformat == D3_SI == spread.layout.yaxis.tickformat
-    hist = hsic_histogram(result, "original")
-    assert hist.layout.xaxis.tickformat == D3_SI and hist.layout.xaxis.hoverformat == D3_SI
+    for axis in (
+        spread.layout.xaxis,
+        spread.layout.yaxis,
+        hsic_histogram(result, "original").layout.xaxis,
+    ):
+        assert axis.exponentformat == "power" and axis.tickformat is None  # 2×10⁻⁵, never 20µ
+    assert hsic_histogram(result, "original").layout.xaxis.hoverformat == ".3~g"
 
 
 def test_panel_figure_draws_every_verdict_present(result):

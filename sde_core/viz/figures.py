@@ -27,6 +27,7 @@ Export: :data:`PLOTLY_CONFIG` (client-side PNG download from the chart's camera 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -40,7 +41,7 @@ from plotly.subplots import make_subplots
 
 from sde_core.errors import ExportError, SettingsError
 from sde_core.stats.decision import histogram_edges
-from sde_core.viz.formatting import D3_SI, column_formatter
+from sde_core.viz.formatting import AXIS_NUMBERS, UNBOUNDED, column_formatter
 
 __all__ = [
     "COLORS",
@@ -299,7 +300,7 @@ def hsic_histogram(
         fig.add_trace(_hist(h, name, COLORS["target"], edges, "splits", pattern))
     row = _model_row(result, model)
     title = f"{model}: split-half HSIC of references and targets (σ = {row['sigma']:.3g})"
-    fig.update_xaxes(tickformat=D3_SI, hoverformat=D3_SI)
+    fig.update_xaxes(**AXIS_NUMBERS)
     return _layout(fig, title, _H_AXIS, "share of splits", barmode="overlay")
 
 
@@ -322,7 +323,7 @@ def target_overlay(result: Any, models: Sequence[str], *, bins: int | None = Non
     fig = go.Figure()
     for name, h, color in zip(names, series, MODEL_COLORS, strict=False):
         fig.add_trace(_hist(h, name, color, edges, "target splits"))
-    fig.update_xaxes(tickformat=D3_SI, hoverformat=D3_SI)
+    fig.update_xaxes(**AXIS_NUMBERS)
     return _layout(
         fig,
         "Target subsets of the forget set under several models",
@@ -397,7 +398,7 @@ def panel_figure(result: Any, model: str) -> go.Figure:
     fig.update_yaxes(
         tickvals=[0, 1, 2], ticktext=["targets (D_f)", "OOT panel", "IT panel"], range=[-0.6, 2.6]
     )
-    fig.update_xaxes(tickformat=D3_SI)
+    fig.update_xaxes(**AXIS_NUMBERS)
     return _layout(
         fig,
         f"{model}: calibrated evidence (panels {validity}, p = {row['panel_p']:.2g})",
@@ -440,8 +441,8 @@ def spread_figure(result: Any, model: str) -> go.Figure:
                 f"score = %{{customdata[2]}}<extra>{name}</extra>",
             )
         )
-    fig.update_xaxes(tickformat=D3_SI)
-    fig.update_yaxes(tickformat=D3_SI)
+    fig.update_xaxes(**AXIS_NUMBERS)
+    fig.update_yaxes(**AXIS_NUMBERS)
     return _layout(
         fig,
         f"{model}: score vs spread (correlation r = {row['score_spread_corr']:.2f})",
@@ -660,7 +661,7 @@ DRAW_STRIP_METRICS: tuple[DrawMetric, ...] = (
 
 def _strip_text(x: float, metric: DrawMetric) -> str:
     if not np.isfinite(x):
-        return "∞" if x > 0 else ("−∞" if x < 0 else "n/a")
+        return UNBOUNDED if math.isinf(x) else "n/a"
     if metric.percent:
         return f"{100 * x:.0f}%"
     if metric.log:
@@ -762,7 +763,7 @@ def draw_strip(result: Any, model: str) -> go.Figure:
         )  # fmt: skip
         axis: dict[str, Any] = {"zeroline": False}
         if m.log and span and min(span) > 0:
-            axis["type"] = "log"
+            axis.update(type="log", **AXIS_NUMBERS)  # p-values as 10⁻¹⁸, never 1f
         elif m.percent:
             axis["tickformat"] = ".0%"
         fig.update_xaxes(row=i, col=1, **axis)
@@ -875,7 +876,7 @@ def sweep_figure(
     if param == "sigma":
         xs = np.r_[x_col.to_numpy(dtype=float), [float(s) for s in (markers or {}).values()]]
         if xs.size and xs.min() > 0 and xs.max() / xs.min() >= 10:
-            fig.update_xaxes(type="log")
+            fig.update_xaxes(type="log", **AXIS_NUMBERS)
     elif param == "layer":
         fig.update_xaxes(type="category")
     return _layout(fig, f"{spec.label} vs {_SWEEP_AXES[param]}", _SWEEP_AXES[param], spec.axis)

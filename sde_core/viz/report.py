@@ -36,6 +36,7 @@ from sde_core import __version__
 from sde_core.errors import SettingsError
 from sde_core.viz.figures import PLOTLY_CONFIG, comparison_bars, hsic_histogram
 from sde_core.viz.formatting import (
+    format_count,
     format_estimate,
     format_interval,
     format_number,
@@ -216,7 +217,7 @@ def _over_unlearning(row: Mapping[str, Any]) -> str:
     p = _float(_get(row, "over_unlearning_p"))
     if math.isnan(p):
         return "withheld" if _get(row, "inconclusive_reason") else "n/a"
-    shown = format_number(p, digits=2, notation="scientific")
+    shown = format_number(p, digits=2)
     return f"{'yes' if bool(_get(row, 'over_unlearned')) else 'no'} (p = {shown})"
 
 
@@ -241,10 +242,8 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
                 "method": _get(r, "method"),
                 "layer": _get(r, "layer"),
                 "σ": format_number(_get(r, "sigma")),
-                "draws": format_number(_get(r, "draws")),
-                "reference p": format_number(
-                    _get(r, "reference_p"), digits=2, notation="scientific"
-                ),
+                "draws": format_count(_get(r, "draws")),
+                "reference p": format_number(_get(r, "reference_p"), digits=2),
                 "OTR (95% CI)": _rate_with_interval(r, "otr"),
                 "calibrated OTR (95% CI)": "n/a (panels invalid)"
                 if panel_invalid and math.isnan(cal)
@@ -345,8 +344,8 @@ def draws_table(result: Any) -> pd.DataFrame:
                 "draw": int(d["draw"]) + 1,
                 "targets": int(d["targets"]),
                 "controls": int(d["controls"]),
-                "reference p": format_number(d["reference_p"], digits=2, notation="scientific"),
-                "panel p": format_number(d["panel_p"], digits=2, notation="scientific"),
+                "reference p": format_number(d["reference_p"], digits=2),
+                "panel p": format_number(d["panel_p"], digits=2),
                 "OTR": num("otr", True),
                 "calibrated OTR": num("calibrated_otr", True),
                 "over-unlearned": num("over_unlearned_rate", True),

@@ -111,7 +111,7 @@ def _reason(row: Mapping[str, Any]) -> str | None:
 
 
 def _p(value: float) -> str:
-    return format_number(value, digits=2, notation="scientific")
+    return format_number(value, digits=2)
 
 
 def verdict_label(row: Mapping[str, Any]) -> str:
