@@ -49,7 +49,7 @@ from sde_core.services.evaluation import progress_note, session_result, thumbnai
 from sde_core.viz.figures import draw_strip, hsic_histogram, panel_figure, spread_figure
 from sde_core.viz.formatting import format_estimate
 from sde_core.viz.links import decode_bool, decode_int
-from sde_core.viz.verdicts import null_check_readings
+from sde_core.viz.verdicts import null_check_readings, over_unlearning_meaning
 
 THUMBNAILS = 16
 #: Session key of the evaluation in progress: ``(key, {model: PartialEvaluation})``.
@@ -143,14 +143,25 @@ def headline(result: EvaluationResult, model: str, tag: str) -> None:
     cols[4].caption(f"layer {row['layer']}, d = {int(row['dim'])}")
     reason = row.get("inconclusive_reason")
     if isinstance(reason, str) and reason.strip():
-        st.warning(f"**Withheld**: {reason.strip()} (method §12): OTR, calibrated OTR, F1, the "
-                   "dependence score and the verdict counts are not shown as numbers.")  # fmt: skip
+        names = {"otr": "OTR", "calibrated_otr": "calibrated OTR", "f1": "F1",
+                 "dependence_score": "the dependence score"}  # fmt: skip
+        hidden = [label for key, label in names.items() if row.get(key) != row.get(key)]
+        if hidden:
+            st.warning(f"**Withheld**: {reason.strip()} (method §12): {', '.join(hidden)} "
+                       "are not shown as numbers.")  # fmt: skip
     if not valid:
+        layer = str(row["layer"])
+        where = (
+            "Try another σ, a larger subset size n or more splits K (this layer, the softmax "
+            "`output`, is usually the strongest)."
+            if layer == "output"
+            else "Try another layer (the softmax `output` is usually strongest), another σ, a "
+            "larger subset size n or more splits K."
+        )
         st.warning(
             f"The paper's split-level reference test does not separate at this layer (median p "
             f"= {fmt_p(row['reference_p'])} ≥ α = {result.settings.alpha}), so every decision "
-            "of the paper's rule is **inconclusive**. Try another layer (the softmax `output` is "
-            "usually strongest), another σ, a larger subset size n or more splits K."
+            f"of the paper's rule is **inconclusive**. {where}"
         )
     if not result.model_draws(model).empty:
         plot(draw_strip(result, model), f"x_strip{tag}")
@@ -218,8 +229,8 @@ def calibrated(result: EvaluationResult, model: str, tag: str) -> None:
     if bool(row["over_unlearned"]) and not gated:
         st.warning(
             f"**Over-unlearned** (p = {fmt_p(row['over_unlearning_p'])}): the forget set looks "
-            "significantly LESS familiar to the model than data it never saw — the unlearning "
-            "overshot, which can itself reveal what was forgotten."
+            "significantly LESS familiar to the model than data it never saw — "
+            + over_unlearning_meaning(str(row.get("role", "")))
         )
     left, right = st.columns(2)
     with left:

@@ -395,3 +395,16 @@ def test_written_report_prints_the_sha256_of_its_json_and_signs_every_file(resul
     check = verify_signature(files.signature)
     assert check.ok and check.fingerprint == files.fingerprint
     assert sorted(name for name, _ in check.files) == ["sde-report-syn.html", "sde-report-syn.json"]
+
+
+def test_messages_do_not_contradict_the_model_they_describe():
+    """The retrained model is never said to have 'overshot' an unlearning, and its name is not
+    repeated as 'The retrained model retrained'."""
+    over = {"over_unlearned": True, "over_unlearning_p": 1e-5, "n_over_unlearned": 30}
+    retrained = row("retrained", "retrained", 100, **over)
+    text = explain_verdict(retrained, 100).text
+    assert "overshot" not in text and "never saw the forget set" in text
+    unlearned = explain_verdict(row("rl", "unlearned", 100, **over), 100, retrained).text
+    assert "overshot" in unlearned
+    assert "The retrained model retrained" not in unlearned
+    assert "The retrained model (the gold standard)" in unlearned

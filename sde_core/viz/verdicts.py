@@ -38,6 +38,7 @@ __all__ = [
     "VerdictSummary",
     "explain_verdict",
     "null_check_readings",
+    "over_unlearning_meaning",
     "retrain_row",
     "summarize_verdict",
     "summary_order",
@@ -112,6 +113,20 @@ def _reason(row: Mapping[str, Any]) -> str | None:
 
 def _p(value: float) -> str:
     return format_number(value, digits=2)
+
+
+def over_unlearning_meaning(role: str) -> str:
+    """What an over-unlearned forget set means for a model of ``role`` (completes a sentence).
+
+    A model that never saw the forget set (retrained, random) cannot have overshot an
+    unlearning: for it the finding says the forget set differs from the unseen data.
+    """
+    if role in ("retrained", "random"):
+        return (
+            "this model never saw the forget set, so the forget set itself differs from the "
+            "unseen reference data; other models' over-unlearning findings may reflect that too."
+        )
+    return "the unlearning overshot, which can itself reveal what was forgotten."
 
 
 def verdict_label(row: Mapping[str, Any]) -> str:
@@ -211,8 +226,7 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
             f"{test}, {k_out} of {targets} subsets of the forget set look unseen {stats}, and "
             f"the model-level over-unlearning test finds them significantly LESS familiar to "
             f"the model than data it never saw (p = {_p(_number(row, 'over_unlearning_p'))}; "
-            f"share over-unlearned {share}): the unlearning overshot, which can itself "
-            "reveal what was forgotten."
+            f"share over-unlearned {share}): {over_unlearning_meaning(str(_value(row, 'role')))}"
         )
     if label == "not forgotten":
         return (
@@ -277,7 +291,7 @@ def _calibrated(row: Mapping[str, Any], targets: int, label: str) -> str:
     if over:
         text += (
             " Over-unlearned subsets look less familiar to the model than data it never saw — "
-            "a sign the unlearning overshot, which can itself reveal what was forgotten."
+            + over_unlearning_meaning(str(_value(row, "role")))
         )
     return text
 
@@ -296,12 +310,13 @@ def _comparison(row: Mapping[str, Any], retrain: Mapping[str, Any] | None) -> st
             "There is no retrained model to compare with: add one (role 'retrained'), the gold "
             "standard of unlearning."
         )
-    name = _value(retrain, "name")
+    name = str(_value(retrain, "name"))
+    who = "The retrained model" if name == "retrained" else f"The retrained model {name}"
     if verdict_label(retrain) == "inconclusive":
-        return f"The retrained model {name} gives no reference OTR (its result is inconclusive)."
+        return f"{who} gives no reference OTR (its result is inconclusive)."
     re_otr, re_lo, re_hi = (_number(retrain, k) for k in ("otr", "otr_lo", "otr_hi"))
     ref = (
-        f"The retrained model {name} (the gold standard) has OTR {format_percent(re_otr)} "
+        f"{who} (the gold standard) has OTR {format_percent(re_otr)} "
         f"(95% interval {format_interval(re_lo, re_hi)})"
     )
     if verdict_label(row) == "inconclusive":
