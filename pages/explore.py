@@ -13,6 +13,9 @@ histogram), ``control=1`` (the random-init negative control).
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -52,6 +55,8 @@ from sde_core.viz.links import decode_bool, decode_int
 from sde_core.viz.verdicts import null_check_readings, over_unlearning_meaning
 
 THUMBNAILS = 16
+#: An evaluation that finishes within this many seconds shows no progress box and no redraws.
+QUIET_SECONDS = 0.5
 #: Session key of the evaluation in progress: ``(key, {model: PartialEvaluation})``.
 PARTIAL_KEY = "x_partial"
 #: Verdict counts of the calibrated test (the ones a result has are shown).
@@ -316,20 +321,12 @@ def show(result: EvaluationResult, model: str, control: str | None, pick: int | 
         negative_control(result, model, control, tag)
 
 
-def _milestone(part: PartialEvaluation) -> bool:
-    """Redraw after the first step, after each draw's panels, at the end of a stage's draws
-    and when a model completes (the progress bar moves at every step)."""
-    return (
-        part.done == 1
-        or part.complete
-        or part.stage in ("panels", "classic")
-        or (part.stage in ("controls", "null") and part.label.endswith(_last_draw(part)))
-    )
-
-
-def _last_draw(part: PartialEvaluation) -> str:
-    total = part.label.rsplit(" of ", 1)[-1]
-    return f"draw {total} of {total}"
+def _milestone(part: PartialEvaluation, previous: PartialEvaluation | None) -> bool:
+    """Redraw after the first step, when a stage ends and when a model completes — a handful
+    of redraws per evaluation, not one per draw (the progress bar moves at every step)."""
+    if previous is None or previous.model != part.model:
+        return True
+    return part.complete or part.stage != previous.stage
 
 
 def _request_stop() -> None:
@@ -365,38 +362,49 @@ def progressive(
     parts: dict[str, PartialEvaluation] = dict(saved[1]) if saved and saved[0] == key else {}
     if st.session_state.get(STOP_KEY):
         return stopped(ws_hash, settings, names, parts, model, control, pick)
-    box = st.container(border=True)
-    box.caption(f"Evaluating {', '.join(names)} at layer {settings.layer!r}, stage by stage…")
-    bar = box.progress(0.0, text="loading the activations…")
-    box.button("Stop", on_click=_request_stop, key="x_stop")
+    # Nothing is shown for an evaluation the stage cache answers at once (a bins or α change
+    # recomputes no HSIC, method §12): the progress box and the live redraws start only once
+    # it has run for QUIET_SECONDS, and the box is removed when it ends.
+    slot = st.empty()
     live = st.empty()
+    bar: Any = None
+    start = time.perf_counter()
+    previous: PartialEvaluation | None = None
     parts = {}
     try:
         for i, part in enumerate(session.stream(names, settings, stages=EXPLORE_STAGES)):
             parts[part.model] = part
             st.session_state[PARTIAL_KEY] = (key, dict(parts))
-            bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
-            if part.model == model and _milestone(part):
-                partial = session_result(
-                    ws_hash, settings, [p.evaluation() for p in parts.values()]
-                )
-                with live.container():
-                    show(partial, model, control, pick, f"_live{i}")
+            first = bar is None and time.perf_counter() - start > QUIET_SECONDS
+            if first:
+                box = slot.container(border=True)
+                box.caption(f"Evaluating {', '.join(names)} at layer {settings.layer!r}, "
+                            "stage by stage…")  # fmt: skip
+                bar = box.progress(0.0)
+                box.button("Stop", on_click=_request_stop, key="x_stop")
+            if bar is not None:
+                bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
+                if part.model == model and (first or _milestone(part, previous)):
+                    partial = session_result(
+                        ws_hash, settings, [p.evaluation() for p in parts.values()]
+                    )
+                    with live.container():
+                        show(partial, model, control, pick, f"_live{i}")
+            previous = part
             if st.session_state.get(STOP_KEY):
                 break
     except SDEError as exc:
+        slot.empty()
         st.error(f"Evaluation failed: {exc}")
         return None
+    slot.empty()
+    live.empty()
     if (
         st.session_state.get(STOP_KEY)
         or len(parts) < len(names)
         or not all(p.complete for p in parts.values())
     ):
-        live.empty()
-        bar.empty()
         return stopped(ws_hash, settings, names, parts, model, control, pick)
-    live.empty()
-    bar.empty()
     result = session_result(ws_hash, settings, [parts[n].evaluation() for n in names])
     shared_cache().put(key, result)
     st.session_state.pop(PARTIAL_KEY, None)

@@ -683,6 +683,9 @@ def test_bins_change_recomputes_no_hsic(ws, monkeypatch):
     at.number_input(key="w_s_bins").set_value(9).run()
     no_exception(at)
     assert "OTR (out-of-training rate)" in metrics(at)
+    # the progress box (its caption, bar and Stop button) is gone once the evaluation is done
+    assert not [b for b in at.button if b.key == "x_stop"] and not at.get("progress")
+    assert not [c for c in at.caption if c.value.startswith("Evaluating ")]
 
 
 def test_compare_second_visit_is_served_without_recomputation(ws, monkeypatch):
