@@ -162,6 +162,24 @@ def test_target_overlay(result):
         target_overlay(result, ["original"])
 
 
+def test_every_model_keeps_its_colour_and_traces_read_apart_in_grayscale(result):
+    """One colour per model in every chart (the overlay's order does not change it), and the
+    histogram's three traces differ by fill pattern, not only by hue."""
+    from sde_core.viz.figures import ROLE_COLORS, model_styles
+
+    styles = model_styles(result.models)
+    assert styles["original"][0] == ROLE_COLORS["original"]
+    assert styles["retrain"][0] == ROLE_COLORS["retrained"]
+    bars = comparison_bars(result.models, "otr").data[0]
+    by_bar = dict(zip(bars.x, bars.marker.color, strict=True))
+    for order in (["original", "retrain", "ga"], ["ga", "retrain", "original"]):
+        overlay = target_overlay(result, order)
+        assert {t.name: t.marker.color for t in overlay.data} == {n: by_bar[n] for n in order}
+    hist = hsic_histogram(result, "original")
+    shapes = [t.marker.pattern.shape or "" for t in hist.data]
+    assert len(set(shapes)) == 3  # S_IT plain fill, S_OOT hatched, targets dotted
+
+
 def test_panel_figure_colours_targets_by_verdict(result):
     fig = panel_figure(result, "original")
     sub = result.subsets[result.subsets["model"] == "original"]

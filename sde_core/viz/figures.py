@@ -59,6 +59,7 @@ __all__ = [
     "figure_to_image",
     "find_chromium",
     "hsic_histogram",
+    "model_styles",
     "panel_figure",
     "plotly_config",
     "spread_figure",
@@ -80,7 +81,7 @@ VERDICT_COLORS: dict[str, str] = {
     "over-unlearned": "#009E73",  # bluish green: below the out-of-training panel (method §12)
     "inconclusive": COLORS["inconclusive"],
 }
-#: Bar colours by model role.
+#: Colours of the roles (the colour of each original, retrained and random model; model_styles).
 ROLE_COLORS: dict[str, str] = {
     "original": "#D55E00",
     "retrained": "#009E73",
@@ -89,9 +90,15 @@ ROLE_COLORS: dict[str, str] = {
 }
 #: Colours of several models (or several selected targets) in one chart.
 MODEL_COLORS: tuple[str, ...] = ("#009E73", "#D55E00", "#56B4E9", "#000000", "#CC79A7", "#F0E442")
+#: Colours of the unlearned models, in workspace order (the roles' colours are kept for the
+#: original, retrained and random models).
+_UNLEARNED_COLORS = ("#56B4E9", "#CC79A7", "#0072B2", "#E69F00", "#000000", "#F0E442")
+#: Line dashes that tell models apart without colour (grayscale print), in the same order.
+_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
-#: Fill patterns that tell several selected targets apart (all in the target colour).
-_TARGET_PATTERNS = ("", "/", "\\", "x", ".", "+")
+#: Fill patterns that tell several selected targets apart (all in the target colour; "/" is
+#: S_OOT's hatch and a plain fill S_IT's, so each of the three reads apart in grayscale).
+_TARGET_PATTERNS = (".", "\\", "x", "+", "-", "|")
 _H_AXIS = "split-half HSIC H(S, h) (unitless)"
 _TEMPLATE = "plotly_white"
 _IMAGE_FORMATS = ("png", "svg")
@@ -237,17 +244,40 @@ def _model_row(result: Any, model: str) -> pd.Series:
 def _hist(
     x: np.ndarray, name: str, color: str, edges: np.ndarray, what: str, pattern: str = ""
 ) -> go.Histogram:
+    """One histogram trace, legible where traces overlap and in grayscale: a plain translucent
+    fill without ``pattern``; with one, only the pattern's lines in ``color`` on a transparent
+    ground (overlaps never mix into colours the legend lacks), with a solid outline."""
     size = float(edges[1] - edges[0])
     return go.Histogram(
         x=x,
         name=name,
-        marker={"color": color, "pattern": {"shape": pattern}},
-        opacity=0.6,
+        marker={
+            "color": color,
+            "pattern": {"shape": pattern, "fillmode": "replace", "solidity": 0.45},
+            "line": {"color": color, "width": 1.5 if pattern else 0.5},
+        },
+        opacity=0.5 if not pattern else 0.95,
         histnorm="probability",
         # The end is nudged past the last edge so the maximum falls in the last bin.
         xbins={"start": float(edges[0]), "end": float(edges[-1]) + 1e-9 * size, "size": size},
         hovertemplate=f"H in %{{x}}<br>%{{y:.1%}} of {what}<extra>{name}</extra>",
     )
+
+
+def model_styles(models: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """A fixed ``(colour, dash)`` per model of a ``models`` table, the same in every chart:
+    the original, retrained and random models keep their role's colour, unlearned models get
+    distinct colours in table order; the dash tells them apart in grayscale."""
+    out: dict[str, tuple[str, str]] = {}
+    unlearned = 0
+    for i, (name, role) in enumerate(zip(models["name"], models["role"], strict=True)):
+        if role in ROLE_COLORS and role != "unlearned":
+            color = ROLE_COLORS[role]
+        else:
+            color = _UNLEARNED_COLORS[unlearned % len(_UNLEARNED_COLORS)]
+            unlearned += 1
+        out[str(name)] = (color, _DASHES[i % len(_DASHES)])
+    return out
 
 
 def hsic_histogram(
@@ -295,7 +325,7 @@ def hsic_histogram(
     edges = histogram_edges(it_h, oot_h, *(h for _, h in shown), bins=nb)
     fig = go.Figure()
     fig.add_trace(_hist(it_h, "S_IT (retained data)", COLORS["it"], edges, "splits"))
-    fig.add_trace(_hist(oot_h, "S_OOT (test data)", COLORS["oot"], edges, "splits"))
+    fig.add_trace(_hist(oot_h, "S_OOT (test data)", COLORS["oot"], edges, "splits", "/"))
     for (name, h), pattern in zip(shown, _TARGET_PATTERNS, strict=False):
         fig.add_trace(_hist(h, name, COLORS["target"], edges, "splits", pattern))
     row = _model_row(result, model)
@@ -313,16 +343,20 @@ def target_overlay(result: Any, models: Sequence[str], *, bins: int | None = Non
         bins: number of bins (default the evaluation's ``bins``).
 
     Returns:
-        A Figure with one histogram trace per model (its ``(T·K,)`` pooled target H).
+        A Figure with one histogram trace per model (its ``(T·K,)`` pooled target H) in the
+        model's fixed colour (:func:`model_styles`): the first filled, the others hatched with
+        distinct patterns, so they read apart where they overlap and in grayscale.
     """
     names = list(models)
     if not 2 <= len(names) <= 4:
         raise SettingsError(f"overlay 2 to 4 models; got {len(names)}")
     series = [_model_arrays(result, m)["targets_h"].ravel() for m in names]
     edges = histogram_edges(*series, bins=int(bins if bins is not None else result.settings.bins))
+    styles = model_styles(result.models)
     fig = go.Figure()
-    for name, h, color in zip(names, series, MODEL_COLORS, strict=False):
-        fig.add_trace(_hist(h, name, color, edges, "target splits"))
+    for i, (name, h) in enumerate(zip(names, series, strict=True)):
+        pattern = "" if i == 0 else _TARGET_PATTERNS[(i - 1) % len(_TARGET_PATTERNS)]
+        fig.add_trace(_hist(h, name, styles[name][0], edges, "target splits", pattern))
     fig.update_xaxes(**AXIS_NUMBERS)
     return _layout(
         fig,
@@ -558,7 +592,7 @@ def comparison_bars(
             x=models["name"],
             y=values,
             marker={
-                "color": [ROLE_COLORS.get(r, COLORS["inconclusive"]) for r in models["role"]],
+                "color": [model_styles(models)[str(n)][0] for n in models["name"]],
                 "pattern": {
                     "shape": [
                         _bar_pattern(ok, o, c)
