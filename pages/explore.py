@@ -49,7 +49,13 @@ from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult
 from sde_core.pipeline.evaluation import EXPLORE_STAGES, PartialEvaluation
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.evaluation import progress_note, session_result, thumbnails
-from sde_core.viz.figures import draw_strip, hsic_histogram, panel_figure, spread_figure
+from sde_core.viz.figures import (
+    draw_strip,
+    hsic_histogram,
+    panel_figure,
+    signal_grid,
+    spread_figure,
+)
 from sde_core.viz.formatting import format_estimate
 from sde_core.viz.links import decode_bool, decode_int
 from sde_core.viz.verdicts import null_check_readings, over_unlearning_meaning
@@ -296,7 +302,8 @@ def negative_control(result: EvaluationResult, model: str, control: str, tag: st
 
 
 def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: int) -> None:
-    """Inputs of one target subset with the model's predictions (image data only)."""
+    """Inputs of one target subset with the model's predictions (images, or 1-D signals drawn
+    as curves)."""
     strip = thumbnails(ws, dataset_bundle(ws), settings, model, target, THUMBNAILS)
     if strip is None:
         return
@@ -304,7 +311,10 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
         f"**Target subset {strip.target}: first {len(strip.indices)} inputs, {model}'s "
         f"predictions** ({sum(strip.correct)} of {len(strip.correct)} right)"
     )
-    st.image(list(strip.images), caption=strip.captions, width=72, clamp=True)
+    if strip.signal:  # 1-D inputs (mnist1d): the signals as curves, wrong ones dashed
+        plot(signal_grid(strip.images, strip.captions, strip.correct), "x_signals")
+    else:
+        st.image(list(strip.images), caption=strip.captions, width=72, clamp=True)
 
 
 def show(result: EvaluationResult, model: str, control: str | None, pick: int | None,

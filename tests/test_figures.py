@@ -350,3 +350,16 @@ def test_panel_figure_draws_every_verdict_present(result):
     assert by_name["over-unlearned"].marker.color == VERDICT_COLORS["over-unlearned"]
     assert by_name["something new"].marker.color == COLORS["inconclusive"]
     assert sum(len(t.x) for t in fig.data[2:]) == result.settings.targets
+
+
+def test_signal_grid_draws_each_1d_input_as_a_curve():
+    from sde_core.viz.figures import signal_grid
+
+    signals = np.sin(np.linspace(0, 6, 40))[None, :] * np.arange(1, 6)[:, None]
+    fig = signal_grid(signals, [f"✓ {i}" for i in range(4)] + ["✗ 1 (is 7)"], [True] * 4 + [False])
+    assert len(fig.data) == 5
+    np.testing.assert_array_equal(fig.data[4].y, signals[4])
+    assert fig.data[4].line.dash == "dash" and fig.data[0].line.dash == "solid"
+    assert [a.text for a in fig.layout.annotations][-1] == "✗ 1 (is 7)"
+    with pytest.raises(SettingsError, match="one caption"):
+        signal_grid(signals, ["x"], [True])

@@ -62,6 +62,7 @@ __all__ = [
     "model_styles",
     "panel_figure",
     "plotly_config",
+    "signal_grid",
     "spread_figure",
     "sweep_figure",
     "target_overlay",
@@ -365,6 +366,54 @@ def target_overlay(result: Any, models: Sequence[str], *, bins: int | None = Non
         "share of target splits",
         barmode="overlay",
     )
+
+
+def signal_grid(
+    signals: np.ndarray, captions: Sequence[str], correct: Sequence[bool], *, columns: int = 4
+) -> go.Figure:
+    """1-D inputs (mnist1d's 40-point signals) as small curves, one panel per input.
+
+    Args:
+        signals: ``(k, d)`` inputs as the model sees them.
+        captions: one title per input (``"✓ 7"`` / ``"✗ 1 (is 7)"``).
+        correct: whether each prediction is right (wrong ones are drawn in the original
+            model's vermilion and dashed, so they read apart in grayscale too).
+        columns: panels per row.
+
+    Returns:
+        A Figure with one line trace per input, in a grid of ``columns`` columns.
+    """
+    x = np.asarray(signals, dtype=np.float64)
+    if x.ndim != 2 or len(x) != len(captions) or len(x) != len(correct) or len(x) == 0:
+        raise SettingsError(
+            f"signals must be (k, d) with one caption and one flag per row; got {x.shape}, "
+            f"{len(captions)} captions, {len(correct)} flags"
+        )
+    rows = -(-len(x) // columns)
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=list(captions),
+                        horizontal_spacing=0.03, vertical_spacing=0.12)  # fmt: skip
+    for i, (signal, right) in enumerate(zip(x, correct, strict=True)):
+        fig.add_trace(
+            go.Scatter(
+                y=signal,
+                mode="lines",
+                line={
+                    "color": "#0072B2" if right else ROLE_COLORS["original"],
+                    "dash": "solid" if right else "dash",
+                    "width": 1.5,
+                },
+                name=captions[i],
+                showlegend=False,
+                hovertemplate="position %{x}<br>value %{y:.3~g}<extra></extra>",
+            ),
+            row=i // columns + 1,
+            col=i % columns + 1,
+        )
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(template=_TEMPLATE, height=130 * rows + 40, margin={"t": 40, "b": 10})
+    return fig
 
 
 def _jitter(n: int) -> np.ndarray:
