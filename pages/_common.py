@@ -192,7 +192,9 @@ def _check_link_hash(linked_hash: str, linked_path: str | None) -> None:
 
 
 def _open_matching(path: str) -> None:
-    """Open the workspace that matches the link, keeping the link's settings."""
+    """Open the workspace that matches the link, keeping the link's settings (the link counts
+    as applied, so its ``ws`` does not reopen the other workspace on the rerun)."""
+    st.session_state[URL_KEY] = {k: str(v) for k, v in st.query_params.to_dict().items()}
     st.session_state[WS_KEY] = path
     st.session_state[SETTINGS_OWNER] = str(load_workspace(path, validate=False).root)
     st.session_state.pop(MISMATCH_KEY, None)
