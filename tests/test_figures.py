@@ -267,6 +267,14 @@ def test_sweep_figure_marks_the_sigma_rules():
     assert list(lines[0].marker.symbol) == ["circle"] * 3 + ["circle-open"]  # invalid refs
     assert fig.layout.xaxis.type == "log"  # σ spans 64×
     assert "σ" in fig.layout.xaxis.title.text
+    gated = sweep.copy()  # the gate withholds one σ of the original: marked, not dropped
+    gated["inconclusive_reason"] = None
+    first = gated.index[gated["model"] == "original"][1]
+    gated.loc[first, ["otr", "otr_lo", "otr_hi"]] = np.nan
+    gated.loc[first, "inconclusive_reason"] = "panels do not separate"
+    (mark,) = [t for t in sweep_figure(gated, "otr").data if t.name == "original: withheld"]
+    assert list(mark.x) == [gated.loc[first, "sigma"]]
+    assert mark.customdata[0][0] == "panels do not separate"
 
 
 def test_sweep_figure_for_checkpoints_and_layers():

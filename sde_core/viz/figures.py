@@ -886,7 +886,9 @@ def sweep_figure(
 
     Returns:
         A Figure with one line per model (x = numeric σ for σ sweeps, the layer name, n, or the
-        checkpoint in % of training; open markers where the references are invalid) and one
+        checkpoint in % of training; open markers where the references are invalid), one
+        ``"<model>: withheld"`` trace of ✕ markers on the axis floor where the gate withholds
+        the number (method §12; the reason on hover) and one
         vertical dotted line trace per marker, named ``"<rule> rule: σ = …"`` (e.g.
         ``"√d rule: σ = 6.32"``). σ axes are logarithmic when the values span ≥ 10×.
     """
@@ -904,11 +906,21 @@ def sweep_figure(
     else:
         x_col = sweep["value"]
     fig = go.Figure()
+    withheld: list[tuple[int, str, pd.Series, list[str]]] = []
     for i, (model, part) in enumerate(sweep.groupby("model", sort=False)):
         order = np.argsort(x_col[part.index].to_numpy()) if param != "layer" else None
         rows = part if order is None else part.iloc[order]
         x = x_col[rows.index]
         y = rows[metric].astype(float).to_numpy() * spec.scale
+        reasons = (
+            rows["inconclusive_reason"].tolist()
+            if "inconclusive_reason" in rows
+            else [None] * len(rows)
+        )
+        gated = [_withheld(v, why) for v, why in zip(y, reasons, strict=True)]
+        if any(gated):
+            why = [str(w) for w, g in zip(reasons, gated, strict=True) if g]
+            withheld.append((i, str(model), x[gated], why))
         trace: dict[str, Any] = {}
         if spec.lo and spec.hi and spec.lo in rows:
             trace["error_y"] = {
@@ -942,6 +954,24 @@ def sweep_figure(
         y_span = (float(finite.min()), float(finite.max()))
     else:
         y_span = (0.0, 1.0)
+    for i, model, x, why in withheld:  # a withheld point is marked, never silently dropped
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[y_span[0]] * len(x),
+                mode="markers",
+                name=f"{model}: withheld",
+                marker={
+                    "symbol": "x-thin-open",
+                    "size": 12,
+                    "line": {"width": 2},
+                    "color": MODEL_COLORS[i % len(MODEL_COLORS)],
+                },
+                customdata=np.array(why, dtype=object)[:, None],
+                hovertemplate=f"{model}<br>{param} = %{{x}}<br>withheld: %{{customdata[0]}}"
+                "<extra></extra>",
+            )
+        )
     for (rule, sigma), dash in zip(
         (markers or {}).items(), ("dot", "dashdot", "dash"), strict=False
     ):
