@@ -29,8 +29,15 @@ open Compare, Compare again, open Report — ``cold`` the first time in a fresh 
 the activations are extracted on this first visit), ``warm`` when the same sequence is repeated
 in a new browser session of the same process.
 
+With ``--browser`` it times the real dashboard in Chromium instead (:func:`browser_actions`):
+``streamlit run app.py`` on a fresh copy of the workspace (shipped results store, no
+``.sde-cache``), driven by Playwright with the system Chromium: the cold first page (frame:
+the page title shown; first chart; page complete), a σ change, a bins change, Compare (first
+visit), returning to Explore with nothing changed and Compare's second visit. "Complete" is the
+end of the script run (the view's link written into the URL, no running indicator).
+
 Usage: ``python bench/interactive_bench.py [--workspace assets/demo] [--model rl] [--no-append]
-[--apptest | --apptest-only]``
+[--apptest | --apptest-only | --browser]``
 """
 
 from __future__ import annotations
@@ -142,6 +149,114 @@ def apptest_actions(workspace: str, model: str) -> list[tuple[str, str, float]]:
     return rows
 
 
+#: Acceptance targets of the Chromium actions (seconds, quiet machine).
+BROWSER_TARGETS = {
+    "cold first page: frame": 1.0,
+    "cold first page: first chart": 3.0,
+    "σ change (median rule): complete": 2.0,
+    "bins change (→ 20): complete": 0.5,
+    "back to Explore, nothing changed: complete": 1.0,
+    "Compare, second visit: complete": 1.0,
+}
+
+
+def _target(value: float | None) -> str:
+    return "" if value is None else f"≤ {value:g}"
+
+
+def browser_actions(workspace: str, model: str) -> list[tuple[str, float]]:
+    """The dashboard in Chromium: ``(action, seconds)`` per action (see the module docstring)."""
+    import re
+    import shutil
+    import socket
+    import subprocess
+    import urllib.request
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from sde_core.viz.figures import find_chromium
+
+    chromium = find_chromium()
+    if chromium is None:
+        raise SystemExit("--browser needs Chromium (apt-get install chromium)")
+    root = Path(__file__).resolve().parents[1]
+    rows: list[tuple[str, float]] = []
+    with tempfile.TemporaryDirectory() as tmp, socket.socket() as sock:
+        folder = Path(tmp) / Path(workspace).name
+        skip = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
+        shutil.copytree(workspace, folder, ignore=skip)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        env = {**os.environ, "SDE_WORKSPACE": str(folder), "SDE_DATA_ROOTS": str(folder.parent)}
+        cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+               "--server.address", "127.0.0.1", "--server.headless", "true",
+               "--browser.gatherUsageStats", "false",
+               "--server.fileWatcherType", "none"]  # fmt: skip
+        server = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(600):
+                try:
+                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                        break
+                except OSError:
+                    time.sleep(0.2)
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=chromium,
+                                             args=["--headless", "--no-sandbox"])  # fmt: skip
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.set_default_timeout(600_000)
+                expect.set_options(timeout=600_000)
+                running = page.get_by_test_id("stStatusWidget")
+
+                def complete(t0: float, url: str) -> float:
+                    """Seconds from ``t0`` to the end of the page's run: the view's link (the
+                    URL pattern ``url``) is written by the run's last call (View.publish)."""
+                    expect(page).to_have_url(re.compile(url))
+                    expect(running).to_have_count(0)
+                    return time.perf_counter() - t0
+
+                t0 = time.perf_counter()
+                page.goto(f"{url}/explore?model={model}", wait_until="commit")
+                expect(page.get_by_role("heading", name="Explore one model")).to_be_visible()
+                rows.append(("cold first page: frame", time.perf_counter() - t0))
+                expect(page.locator(".js-plotly-plot").first).to_be_visible()
+                rows.append(("cold first page: first chart", time.perf_counter() - t0))
+                first = complete(t0, r"/explore\?.*layer=")
+                rows.append(("cold first page: complete", first))
+                t0 = time.perf_counter()
+                page.get_by_text("median rule").click()
+                rows.append(("σ change (median rule): complete", complete(t0, r"sigma=median")))
+                page.get_by_text("More settings").click()
+                bins = page.get_by_role("spinbutton", name="Histogram bins (JSD)")
+                bins.fill("20")
+                t0 = time.perf_counter()
+                bins.press("Enter")
+                rows.append(("bins change (→ 20): complete", complete(t0, r"bins=20")))
+                nav = page.get_by_test_id("stTopNavLinkContainer")
+                t0 = time.perf_counter()
+                nav.get_by_role("link", name="Compare").click()
+                expect(page.get_by_role("heading", name="Compare models")).to_be_visible()
+                compare_done = r"/compare\?.*layers="
+                rows.append(("Compare, first visit: complete", complete(t0, compare_done)))
+                t0 = time.perf_counter()
+                nav.get_by_role("link", name="Explore").click()
+                expect(page.get_by_role("heading", name="Explore one model")).to_be_visible()
+                back = complete(t0, r"/explore\?.*model=")
+                rows.append(("back to Explore, nothing changed: complete", back))
+                t0 = time.perf_counter()
+                nav.get_by_role("link", name="Compare").click()
+                expect(page.get_by_role("heading", name="Compare models")).to_be_visible()
+                rows.append(("Compare, second visit: complete", complete(t0, compare_done)))
+                browser.close()
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workspace", default="assets/demo")
@@ -149,7 +264,25 @@ def main() -> None:
     p.add_argument("--no-append", action="store_true")
     p.add_argument("--apptest", action="store_true", help="also time the pages (AppTest)")
     p.add_argument("--apptest-only", action="store_true", help="only time the pages (AppTest)")
+    p.add_argument("--browser", action="store_true", help="only time the pages in Chromium")
     args = p.parse_args()
+    if args.browser:
+        load = os.getloadavg()[0]
+        found = browser_actions(args.workspace, args.model)
+        text = "\n".join(
+            [f"## Dashboard actions in Chromium — {dt.datetime.now():%Y-%m-%d %H:%M}", "",
+             f"`bench/interactive_bench.py --browser`, a fresh copy of {args.workspace} (shipped "
+             f"results store, no .sde-cache), model `{args.model}`; {os.cpu_count()} cores, load "
+             f"average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.", "",
+             "| action | seconds | target (quiet machine) |", "|---|---|---|"]
+            + [f"| {n} | {s:.2f} | {_target(BROWSER_TARGETS.get(n))} |" for n, s in found]
+            + [""]
+        )  # fmt: skip
+        print(text)
+        if not args.no_append:
+            with RESULTS.open("a", encoding="utf-8") as fh:
+                fh.write("\n" + text)
+        return
     if args.apptest_only:
         rows = apptest_actions(args.workspace, args.model)
         text = "\n".join(

@@ -46,9 +46,19 @@ from sde_core.services.evaluation import (
     stored_models,
 )
 from sde_core.viz.figures import PLOTLY_CONFIG
-from sde_core.viz.formatting import Notation, format_number, format_percent, style_table
+from sde_core.viz.formatting import format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
-from sde_core.viz.links import decode_settings, encode_settings, view_link
+from sde_core.viz.links import (
+    HASH_PARAM,
+    PUBLIC_URL_ENV,
+    WORKSPACE_PARAM,
+    decode_settings,
+    encode_settings,
+    hash_matches,
+    link_hash,
+    public_base_url,
+    view_link,
+)
 from sde_core.viz.ui_support import ResultCache
 from sde_core.viz.verdicts import explain_verdict
 
@@ -62,6 +72,8 @@ STOP_KEY = "stop_requested"
 SETTINGS_OWNER = "settings_workspace"
 URL_KEY = "url_published"
 CONFIRMED_KEY = "costs_confirmed"
+#: Session key of a link whose workspace hash differs from the open workspace's.
+MISMATCH_KEY = "link_mismatch"
 #: Integer evaluation settings with a sidebar widget; each lives in session key ``s_<name>``.
 INT_SETTINGS = ("subset_size", "targets", "splits", "seed", "draws", "bins", "panel_size")
 #: Session keys of the evaluation settings (plain keys: they survive page switches).
@@ -71,7 +83,9 @@ SIGMA_RULES = {"√d rule (sqrt_dim)": "sqrt_dim", "median rule": "median", "val
 PAGES = {name: script for name, (script, _, _) in NAV_PAGES.items()}
 SHARE_HELP = (
     "Copy it (button at the right of the box) to share exactly this page, workspace, settings "
-    "and selection."
+    "and selection. The link names the workspace folder and its content hash: a server whose "
+    "folder holds other files says so instead of showing other numbers. Others can open it "
+    f"only where this server is reachable (set ${PUBLIC_URL_ENV} to its public address)."
 )
 VERDICT_ICONS = {
     "not forgotten": ":material/memory:",
@@ -108,40 +122,140 @@ class View:
         return self.incoming.get(name)
 
     def publish(self, params: Mapping[str, str] | None = None) -> None:
-        """Write the settings, the workspace and ``params`` into the URL and show the link."""
-        query: dict[str, str] = {}
-        workspace = st.session_state.get(WS_KEY)
-        if workspace and workspace != default_workspace():
-            query["ws"] = str(workspace)
+        """Write the workspace (folder and content hash), the settings and ``params`` into the
+        URL and show the link."""
+        workspace = str(st.session_state.get(WS_KEY) or default_workspace())
+        query: dict[str, str] = {WORKSPACE_PARAM: workspace}
+        digest = workspace_digest(workspace)
+        if digest is not None:
+            query[HASH_PARAM] = link_hash(digest)
         if all(k in st.session_state for k in SETTING_KEYS):
             query.update(encode_settings(_session_settings()))
         query.update({k: str(v) for k, v in (params or {}).items() if v not in (None, "")})
         st.query_params.from_dict(query)
         st.session_state[URL_KEY] = dict(query)
+        base = public_base_url(st.context.url)
         with st.sidebar:
             st.markdown("**Link to this view**", help=SHARE_HELP)
-            link = view_link(st.context.url, self.page, query, pages=NAV_PAGES)
+            link = view_link(base, self.page, query, pages=NAV_PAGES)
             st.code(link, language=None, wrap_lines=True)
+            configured = os.environ.get(PUBLIC_URL_ENV, "").strip()
+            if configured and base != configured:
+                st.caption(f"${PUBLIC_URL_ENV} = {configured!r} is not an http(s) address: "
+                           "the link uses this browser's address.")  # fmt: skip
+
+
+def workspace_digest(path: str) -> str | None:
+    """The content hash of the workspace at ``path`` (:func:`workspace_key`), or None when it
+    cannot be opened or has no models."""
+    try:
+        return workspace_key(load_workspace(path))
+    except SDEError:
+        return None
+
+
+def _candidate_workspaces(*extra: str) -> list[str]:
+    """Workspaces this server can offer for a link: ``extra``, the default, the bundled demos."""
+    demos = sorted(str(p.parent) for p in (app_root() / "assets").glob("*/workspace.toml"))
+    found = []
+    for path in dict.fromkeys([*extra, default_workspace(), *demos]):
+        try:
+            resolve_in_roots(path, allowed_roots(), what="workspace folder")
+        except SDEError:
+            continue
+        found.append(path)
+    return found
+
+
+def _check_link_hash(linked_hash: str, linked_path: str | None) -> None:
+    """Compare a link's workspace hash with the open workspace; remember a mismatch (and a
+    workspace of this server that matches the link, if any) for :func:`_show_link_mismatch`."""
+    path = str(st.session_state.get(WS_KEY) or default_workspace())
+    digest = workspace_digest(path)
+    if digest is not None and hash_matches(linked_hash, digest):
+        st.session_state.pop(MISMATCH_KEY, None)
+        return
+    match = next(
+        (
+            p
+            for p in _candidate_workspaces(*([linked_path] if linked_path else []))
+            if p != path and hash_matches(linked_hash, workspace_digest(p) or "")
+        ),
+        None,
+    )
+    st.session_state[MISMATCH_KEY] = {
+        "path": path,
+        "linked": linked_hash,
+        "open": digest,
+        "match": match,
+    }
+
+
+def _open_matching(path: str) -> None:
+    """Open the workspace that matches the link, keeping the link's settings (the link counts
+    as applied, so its ``ws`` does not reopen the other workspace on the rerun)."""
+    st.session_state[URL_KEY] = {k: str(v) for k, v in st.query_params.to_dict().items()}
+    st.session_state[WS_KEY] = path
+    st.session_state[SETTINGS_OWNER] = str(load_workspace(path, validate=False).root)
+    st.session_state.pop(MISMATCH_KEY, None)
+
+
+def _show_link_mismatch() -> None:
+    """The mismatch between the link and the open workspace, while that workspace is open."""
+    mismatch = st.session_state.get(MISMATCH_KEY)
+    if not mismatch or mismatch["path"] != str(st.session_state.get(WS_KEY)):
+        return
+    now = f"`{mismatch['open'][:16]}`" if mismatch["open"] else "no hash (it cannot be opened)"
+    st.warning(
+        f"This link was made on a workspace with content hash `{mismatch['linked']}`, but the "
+        f"workspace open here, `{mismatch['path']}`, has {now}: the numbers below are NOT the "
+        "ones the link's sender saw.",
+        icon=":material/link_off:",
+    )
+    if mismatch["match"]:
+        st.button(
+            f"Open {mismatch['match']}, which matches the link",
+            on_click=_open_matching,
+            args=(mismatch["match"],),
+            type="primary",
+            key="open_matching_workspace",
+        )
+    else:
+        st.caption(
+            "No workspace on this server has the link's hash: ask the sender for the workspace "
+            "folder, or for the report, whose manifest pins every file."
+        )
 
 
 def begin_page(page: str) -> View:
     """Start a page: route it through ``app.py`` if needed and read the link that opened it.
 
-    A link's ``ws`` parameter opens that workspace (inside the allowed folders); its other
-    parameters are applied by the page (:meth:`View.get`) and by :func:`settings_sidebar`.
+    A link's ``ws`` parameter opens that workspace (inside the allowed folders) and its ``wsh``
+    (the content hash of the workspace it was made on) is checked against the workspace then
+    open: on a difference the page says so above everything else and offers a workspace of
+    this server that matches, if one does. The link's other parameters are applied by the page
+    (:meth:`View.get`) and by :func:`settings_sidebar`.
     """
     enter_through_app()
     incoming = {k: str(v) for k, v in st.query_params.to_dict().items()}
     fresh = bool(incoming) and incoming != st.session_state.get(URL_KEY)
     view = View(page, incoming if fresh else {})
-    linked = view.get("ws")
+    linked = view.get(WORKSPACE_PARAM)
     if linked:
         try:
             path = resolve_in_roots(linked, allowed_roots(), what="workspace folder")
             load_workspace(path, validate=False)
             st.session_state[WS_KEY] = str(path)  # the folder checked, as "Open folder" keeps
         except SDEError as exc:
-            st.error(f"The link's workspace cannot be opened: {exc}")
+            shown = st.session_state.get(WS_KEY) or default_workspace()
+            st.error(
+                f"The link's workspace cannot be opened: {exc}. Showing the workspace "
+                f"{shown} instead — its numbers are not the link's."
+            )
+    linked_hash = view.get(HASH_PARAM)
+    if linked_hash is not None:
+        _check_link_hash(linked_hash, linked)
+    _show_link_mismatch()
     return view
 
 
@@ -566,8 +680,8 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 
 def fmt_p(value: Any) -> str:
-    """A p-value for display (scientific below 10⁻³)."""
-    return format_number(value, digits=2, notation="scientific")
+    """A p-value for display (scientific below 10⁻³, 2 significant digits)."""
+    return format_number(value, digits=2)
 
 
 def pct(value: Any) -> str:
@@ -596,7 +710,7 @@ def table(
     key: str,
     *,
     columns: Mapping[str, str] | None = None,
-    notations: Mapping[str, Notation] | None = None,
+    pinned: Sequence[str] = (),
     **kwargs: Any,
 ) -> None:
     """A table with readable numbers and the glossary definitions on its column headers.
@@ -606,18 +720,19 @@ def table(
         key: the element key.
         columns: displayed column name -> glossary key, for the header tooltips (columns whose
             name is itself a glossary key need no entry).
-        notations: per-column number notation (``"scientific"`` for p-values).
+        pinned: columns kept in view while the table scrolls sideways (e.g. model, verdict).
     """
     config: dict[str, Any] = {}
     glossary_keys = dict(columns or {})
     for column in df.columns:
         name = str(column)
         entry = glossary_keys.get(name, name if name in GLOSSARY else None)
-        if entry is not None:
-            config[name] = st.column_config.Column(help=help_text(entry, link=None))
-    st.dataframe(
-        style_table(df, notations), key=key, column_config=config, hide_index=True, **kwargs
-    )
+        if entry is not None or name in pinned:
+            config[name] = st.column_config.Column(
+                help=help_text(entry, link=None) if entry is not None else None,
+                pinned=True if name in pinned else None,
+            )
+    st.dataframe(style_table(df), key=key, column_config=config, hide_index=True, **kwargs)
 
 
 def show_verdict(

@@ -164,17 +164,20 @@ with guarded("Cannot compare the models"):
         retrained = shown.loc[shown["role"] == "retrained", "name"].tolist()
         st.caption(
             f"Reference: the retrained model {retrained[0]!r} (first row); click a column "
-            "header to sort, hover it for its definition. Accuracies and ASR in %, rates in "
-            "[0, 1], time in seconds."
+            "header to sort, hover it for its definition; the model and its verdict stay in "
+            "view while the table scrolls. OTR, accuracies and ASR in % (as in the charts), "
+            "F1 and the dependence score on their own scale, time in seconds."
             if retrained
             else "This workspace has no retrained model to compare with."
         )
-        table(shown, "c_table", columns=column_help(list(shown.columns)))
+        pinned = ["name", *(c for c in shown.columns if c.startswith("verdict ["))]
+        table(shown, "c_table", columns=column_help(list(shown.columns)), pinned=pinned)
         draws = sorted({int(d) for r in results.values() for d in r.models["draws"]})
         st.caption(
             f"Each value: the point value over B = {'/'.join(map(str, draws))} independent "
             "reference draws with its 95% interval (OTR, calibrated OTR, F1: Korn–Graubard; "
-            "dependence score: Fieller, ∞ when unbounded; method §12). 'withheld': the gate "
+            "dependence score: Fieller, 'unbounded' when it has no bound; method §12). "
+            "'withheld': the gate "
             "found that the references do not separate — see 'why inconclusive'."
         )
         st.download_button(

@@ -13,6 +13,9 @@ histogram), ``control=1`` (the random-init negative control).
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
@@ -46,12 +49,20 @@ from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult
 from sde_core.pipeline.evaluation import EXPLORE_STAGES, PartialEvaluation
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.evaluation import progress_note, session_result, thumbnails
-from sde_core.viz.figures import draw_strip, hsic_histogram, panel_figure, spread_figure
+from sde_core.viz.figures import (
+    draw_strip,
+    hsic_histogram,
+    panel_figure,
+    signal_grid,
+    spread_figure,
+)
 from sde_core.viz.formatting import format_estimate
 from sde_core.viz.links import decode_bool, decode_int
-from sde_core.viz.verdicts import null_check_readings
+from sde_core.viz.verdicts import null_check_readings, over_unlearning_meaning
 
 THUMBNAILS = 16
+#: An evaluation that finishes within this many seconds shows no progress box and no redraws.
+QUIET_SECONDS = 0.5
 #: Session key of the evaluation in progress: ``(key, {model: PartialEvaluation})``.
 PARTIAL_KEY = "x_partial"
 #: Verdict counts of the calibrated test (the ones a result has are shown).
@@ -143,14 +154,25 @@ def headline(result: EvaluationResult, model: str, tag: str) -> None:
     cols[4].caption(f"layer {row['layer']}, d = {int(row['dim'])}")
     reason = row.get("inconclusive_reason")
     if isinstance(reason, str) and reason.strip():
-        st.warning(f"**Withheld**: {reason.strip()} (method §12): OTR, calibrated OTR, F1, the "
-                   "dependence score and the verdict counts are not shown as numbers.")  # fmt: skip
+        names = {"otr": "OTR", "calibrated_otr": "calibrated OTR", "f1": "F1",
+                 "dependence_score": "the dependence score"}  # fmt: skip
+        hidden = [label for key, label in names.items() if row.get(key) != row.get(key)]
+        if hidden:
+            st.warning(f"**Withheld**: {reason.strip()} (method §12): {', '.join(hidden)} "
+                       "are not shown as numbers.")  # fmt: skip
     if not valid:
+        layer = str(row["layer"])
+        where = (
+            "Try another σ, a larger subset size n or more splits K (this layer, the softmax "
+            "`output`, is usually the strongest)."
+            if layer == "output"
+            else "Try another layer (the softmax `output` is usually strongest), another σ, a "
+            "larger subset size n or more splits K."
+        )
         st.warning(
             f"The paper's split-level reference test does not separate at this layer (median p "
             f"= {fmt_p(row['reference_p'])} ≥ α = {result.settings.alpha}), so every decision "
-            "of the paper's rule is **inconclusive**. Try another layer (the softmax `output` is "
-            "usually strongest), another σ, a larger subset size n or more splits K."
+            f"of the paper's rule is **inconclusive**. {where}"
         )
     if not result.model_draws(model).empty:
         plot(draw_strip(result, model), f"x_strip{tag}")
@@ -218,8 +240,8 @@ def calibrated(result: EvaluationResult, model: str, tag: str) -> None:
     if bool(row["over_unlearned"]) and not gated:
         st.warning(
             f"**Over-unlearned** (p = {fmt_p(row['over_unlearning_p'])}): the forget set looks "
-            "significantly LESS familiar to the model than data it never saw — the unlearning "
-            "overshot, which can itself reveal what was forgotten."
+            "significantly LESS familiar to the model than data it never saw — "
+            + over_unlearning_meaning(str(row.get("role", "")))
         )
     left, right = st.columns(2)
     with left:
@@ -240,7 +262,6 @@ def calibrated(result: EvaluationResult, model: str, tag: str) -> None:
                 columns={"index": "target"}
             ),
             f"x_calibrated{tag}",
-            notations={"p_in": "scientific", "p_out": "scientific"},
         )
 
 
@@ -281,7 +302,8 @@ def negative_control(result: EvaluationResult, model: str, control: str, tag: st
 
 
 def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: int) -> None:
-    """Inputs of one target subset with the model's predictions (image data only)."""
+    """Inputs of one target subset with the model's predictions (images, or 1-D signals drawn
+    as curves)."""
     strip = thumbnails(ws, dataset_bundle(ws), settings, model, target, THUMBNAILS)
     if strip is None:
         return
@@ -289,7 +311,10 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
         f"**Target subset {strip.target}: first {len(strip.indices)} inputs, {model}'s "
         f"predictions** ({sum(strip.correct)} of {len(strip.correct)} right)"
     )
-    st.image(list(strip.images), caption=strip.captions, width=72, clamp=True)
+    if strip.signal:  # 1-D inputs (mnist1d): the signals as curves, wrong ones dashed
+        plot(signal_grid(strip.images, strip.captions, strip.correct), "x_signals")
+    else:
+        st.image(list(strip.images), caption=strip.captions, width=72, clamp=True)
 
 
 def show(result: EvaluationResult, model: str, control: str | None, pick: int | None,
@@ -306,20 +331,12 @@ def show(result: EvaluationResult, model: str, control: str | None, pick: int | 
         negative_control(result, model, control, tag)
 
 
-def _milestone(part: PartialEvaluation) -> bool:
-    """Redraw after the first step, after each draw's panels, at the end of a stage's draws
-    and when a model completes (the progress bar moves at every step)."""
-    return (
-        part.done == 1
-        or part.complete
-        or part.stage in ("panels", "classic")
-        or (part.stage in ("controls", "null") and part.label.endswith(_last_draw(part)))
-    )
-
-
-def _last_draw(part: PartialEvaluation) -> str:
-    total = part.label.rsplit(" of ", 1)[-1]
-    return f"draw {total} of {total}"
+def _milestone(part: PartialEvaluation, previous: PartialEvaluation | None) -> bool:
+    """Redraw after the first step, when a stage ends and when a model completes — a handful
+    of redraws per evaluation, not one per draw (the progress bar moves at every step)."""
+    if previous is None or previous.model != part.model:
+        return True
+    return part.complete or part.stage != previous.stage
 
 
 def _request_stop() -> None:
@@ -355,38 +372,49 @@ def progressive(
     parts: dict[str, PartialEvaluation] = dict(saved[1]) if saved and saved[0] == key else {}
     if st.session_state.get(STOP_KEY):
         return stopped(ws_hash, settings, names, parts, model, control, pick)
-    box = st.container(border=True)
-    box.caption(f"Evaluating {', '.join(names)} at layer {settings.layer!r}, stage by stage…")
-    bar = box.progress(0.0, text="loading the activations…")
-    box.button("Stop", on_click=_request_stop, key="x_stop")
+    # Nothing is shown for an evaluation the stage cache answers at once (a bins or α change
+    # recomputes no HSIC, method §12): the progress box and the live redraws start only once
+    # it has run for QUIET_SECONDS, and the box is removed when it ends.
+    slot = st.empty()
     live = st.empty()
+    bar: Any = None
+    start = time.perf_counter()
+    previous: PartialEvaluation | None = None
     parts = {}
     try:
         for i, part in enumerate(session.stream(names, settings, stages=EXPLORE_STAGES)):
             parts[part.model] = part
             st.session_state[PARTIAL_KEY] = (key, dict(parts))
-            bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
-            if part.model == model and _milestone(part):
-                partial = session_result(
-                    ws_hash, settings, [p.evaluation() for p in parts.values()]
-                )
-                with live.container():
-                    show(partial, model, control, pick, f"_live{i}")
+            first = bar is None and time.perf_counter() - start > QUIET_SECONDS
+            if first:
+                box = slot.container(border=True)
+                box.caption(f"Evaluating {', '.join(names)} at layer {settings.layer!r}, "
+                            "stage by stage…")  # fmt: skip
+                bar = box.progress(0.0)
+                box.button("Stop", on_click=_request_stop, key="x_stop")
+            if bar is not None:
+                bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
+                if part.model == model and (first or _milestone(part, previous)):
+                    partial = session_result(
+                        ws_hash, settings, [p.evaluation() for p in parts.values()]
+                    )
+                    with live.container():
+                        show(partial, model, control, pick, f"_live{i}")
+            previous = part
             if st.session_state.get(STOP_KEY):
                 break
     except SDEError as exc:
+        slot.empty()
         st.error(f"Evaluation failed: {exc}")
         return None
+    slot.empty()
+    live.empty()
     if (
         st.session_state.get(STOP_KEY)
         or len(parts) < len(names)
         or not all(p.complete for p in parts.values())
     ):
-        live.empty()
-        bar.empty()
         return stopped(ws_hash, settings, names, parts, model, control, pick)
-    live.empty()
-    bar.empty()
     result = session_result(ws_hash, settings, [parts[n].evaluation() for n in names])
     shared_cache().put(key, result)
     st.session_state.pop(PARTIAL_KEY, None)

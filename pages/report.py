@@ -6,7 +6,7 @@ seeds, software) and embeds its JSON document; ``python -m sde_core verify`` re-
 
 from __future__ import annotations
 
-import json
+import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -28,10 +28,11 @@ from pages._common import (
 from sde_core.common.hashing import stable_hash
 from sde_core.pipeline.evaluate import EvaluationResult
 from sde_core.pipeline.workspace import Workspace
-from sde_core.services.audit import build_manifest, report_file_stem
+from sde_core.services.audit import build_manifest, report_file_stem, report_json_bytes
 from sde_core.viz.figures import figure_to_image, plotly_config
 from sde_core.viz.pdf import html_to_pdf
 from sde_core.viz.report import (
+    AuditContext,
     build_html_report,
     draws_table,
     manifest_tables,
@@ -45,7 +46,13 @@ from sde_core.viz.report import (
     to_csv_bytes,
     to_json_bytes,
 )
-from sde_core.viz.verdicts import CAN_CERTIFY, CANNOT_CERTIFY, retrain_row
+from sde_core.viz.verdicts import (
+    CAN_CERTIFY,
+    CANNOT_CERTIFY,
+    retrain_row,
+    summarize_verdict,
+    summary_order,
+)
 
 
 def _key(result: EvaluationResult, *extra: Any) -> tuple:
@@ -62,9 +69,12 @@ def manifest_of(ws: Workspace, result: EvaluationResult) -> dict[str, Any]:
     return manifest
 
 
-def html_report(result: EvaluationResult, name: str, notes: str, manifest: dict) -> str:
-    """The self-contained HTML report (built once per result and notes)."""
-    key = ("report", *_key(result, notes))
+def html_report(
+    result: EvaluationResult, name: str, notes: str, manifest: dict, context: AuditContext
+) -> str:
+    """The self-contained HTML report (built once per result, notes and context); its first
+    page prints the SHA-256 of the JSON report the page offers next to it."""
+    key = ("report", *_key(result, notes, context))
     page = shared_cache().get(key)
     if page is None:
         page = build_html_report(
@@ -73,9 +83,28 @@ def html_report(result: EvaluationResult, name: str, notes: str, manifest: dict)
             notes=notes or None,
             manifest=manifest,
             file_hint=f"{report_file_stem(name)}.html",
+            context=context,
+            document_sha256=hashlib.sha256(to_json_document(result, manifest, context)).hexdigest(),
         )
         shared_cache().put(key, page)
     return page
+
+
+def answers(result: EvaluationResult) -> None:
+    """One box per model (audited models first): the verdict in a sentence, its interval, the
+    cross-check and the caveat that matters for it — the report's first page."""
+    s = result.settings
+    rows = summary_order(result.models)
+    for start in range(0, len(rows), 3):
+        for column, row in zip(st.columns(3), rows[start : start + 3], strict=False):
+            a = summarize_verdict(
+                row, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated
+            )
+            box = column.container(border=True)
+            box.markdown(f"**{a.name}** ({a.role}) — **{a.label}**")
+            box.markdown(f"{a.sentence} {a.interval}.")
+            (box.error if a.conflict else box.caption)(a.cross_check)
+            box.caption(f"Caveat: {a.caveat}")
 
 
 def verdicts(result: EvaluationResult) -> None:
@@ -94,8 +123,15 @@ def certify() -> None:
 
 def report_downloads(result: EvaluationResult, name: str, manifest: dict) -> None:
     """The HTML, JSON and PDF report."""
+    left, middle, right = st.columns(3)
+    context = AuditContext(
+        purpose=left.text_input("Purpose (optional)", key="r_purpose",
+                                placeholder="e.g. erasure request #17"),
+        requester=middle.text_input("Requested by (optional)", key="r_requester"),
+        operator=right.text_input("Operated by (optional)", key="r_operator"),
+    )  # fmt: skip
     notes = st.text_area("Notes to include in the report (optional)", key="r_notes")
-    page = html_report(result, name, notes, manifest)
+    page = html_report(result, name, notes, manifest, context)
     stem = report_file_stem(name)
     left, middle, right = st.columns(3)
     left.download_button(
@@ -109,7 +145,7 @@ def report_downloads(result: EvaluationResult, name: str, manifest: dict) -> Non
     )
     middle.download_button(
         "Download the JSON report",
-        to_json_document(result, manifest),
+        to_json_document(result, manifest, context),
         file_name=f"{stem}.json",
         mime="application/json",
         icon=":material/data_object:",
@@ -117,7 +153,7 @@ def report_downloads(result: EvaluationResult, name: str, manifest: dict) -> Non
         help="The numbers, verdicts and manifest that `python -m sde_core verify` re-checks.",
     )
     with right:
-        pdf_key = ("pdf", *_key(result, notes))
+        pdf_key = ("pdf", *_key(result, notes, context))
         pdf = shared_cache().get(pdf_key)
         if pdf is None and st.button("Print the PDF (Chromium)", key="r_pdf_make"):
             with guarded("No PDF"), st.spinner("Printing the report with Chromium…"):
@@ -135,13 +171,15 @@ def report_downloads(result: EvaluationResult, name: str, manifest: dict) -> Non
         "then answers **identical**; **equivalent** (exit 0: numbers moved only as far as "
         "another machine's last-bit differences allow — near-tie decisions and numbers within "
         "their conditioning, each named); or **differs** (exit 1: a file hash, a decision that "
-        "is not a near-tie, or a number beyond its tolerance). Method §13."
+        "is not a near-tie, or a number beyond its tolerance). Method §13. "
+        "To sign the report with your Ed25519 key, write it with `python -m sde_core report "
+        "WORKSPACE --out DIR --sign-key KEY` (keys stay on your machine, never uploaded here)."
     )
 
 
-def to_json_document(result: EvaluationResult, manifest: dict) -> bytes:
-    """The report's JSON document as UTF-8 bytes."""
-    return json.dumps(report_document(result, manifest), indent=2, allow_nan=False).encode()
+def to_json_document(result: EvaluationResult, manifest: dict, context: AuditContext) -> bytes:
+    """The report's JSON file as bytes (the same bytes ``python -m sde_core report`` writes)."""
+    return report_json_bytes(report_document(result, manifest, context))
 
 
 def table_downloads(result: EvaluationResult, name: str) -> None:
@@ -199,6 +237,8 @@ if result is not None:
     manifest = None
     with guarded("Cannot pin what was evaluated"):
         manifest = manifest_of(ws, result)
+    st.subheader("The answer, per model")
+    answers(result)
     st.subheader("Verdicts")
     verdicts(result)
     st.subheader("What SDE can and cannot certify")

@@ -19,6 +19,7 @@ __all__ = [
     "PlanError",
     "SDEError",
     "SettingsError",
+    "SigningError",
     "StoreError",
     "TrainingError",
     "WorkspaceError",
@@ -75,3 +76,7 @@ class EngineError(SDEError):
 
 class ExportError(SDEError):
     """A figure cannot be rendered to an image file on the server."""
+
+
+class SigningError(SDEError):
+    """A signing key cannot be read, or a report's signature file is missing or malformed."""

@@ -99,7 +99,7 @@ def rate(row: pd.Series) -> str:
 
 
 def p_value(x: float) -> str:
-    return format_number(x, digits=2, notation="scientific")
+    return format_number(x, digits=2)
 
 
 def displayed(element) -> pd.DataFrame | None:
@@ -170,6 +170,55 @@ def test_a_link_reproduces_a_non_default_view(ws, defaults):
     at.selectbox(key="x_model").set_value("retrained").run()
     assert dict(at.query_params)["model"] == "retrained"
     assert dict(at.query_params)["sigma"] == "0.5"
+
+
+def _workspace_copy(ws: Path, name: str) -> Path:
+    """A copy of the tiny workspace beside it, named ``name``, whose forget set lacks one row
+    (so its content hash differs)."""
+    from sde_core.inputs.data import save_index_file
+
+    other = ws.parent / name
+    if not other.exists():
+        shutil.copytree(ws, other, ignore=shutil.ignore_patterns("results.sqlite*"))
+        toml = other / "workspace.toml"
+        toml.write_text(toml.read_text().replace('name = "tiny"', f'name = "{name}"', 1))
+        forget = np.load(other / "forget.npy")
+        save_index_file(other / "forget.npy", np.asarray(forget)[1:])
+    return other
+
+
+def _content_hash(folder: Path) -> str:
+    from sde_core.inputs.data import load_dataset
+    from sde_core.pipeline.workspace import workspace_hash
+
+    loaded = load_workspace(folder)
+    return workspace_hash(loaded, data_fingerprint=load_dataset(loaded.dataset_spec()).fingerprint)
+
+
+def test_a_link_names_its_workspace_and_a_changed_one_is_flagged(ws):
+    """A link made on a non-default workspace opens it on a server whose default differs; a
+    link whose content hash is not the workspace's says so and offers the one that matches."""
+    other = _workspace_copy(ws, "tiny-other")
+    other_hash, tiny_hash = _content_hash(other), _content_hash(ws)
+    assert other_hash != tiny_hash
+    at = app("explore", ws=str(other), wsh=other_hash[:16], model="FT")
+    no_exception(at)
+    assert at.session_state["ws_path"] == str(other)
+    assert not [w for w in at.warning if "content hash" in w.value]
+    assert any("**tiny-other**" in c.value for c in at.caption)
+    params = dict(at.query_params)  # the view's own link names the workspace and its hash
+    assert params["ws"] == str(other) and params["wsh"] == other_hash[:16]
+    # the same folder now holds other files than the link was made on (here: tiny's hash)
+    at = app("explore", ws=str(other), wsh=tiny_hash[:16], model="FT")
+    no_exception(at)
+    (warning,) = [w.value for w in at.warning if "content hash" in w.value]
+    assert tiny_hash[:16] in warning and other_hash[:16] in warning and "NOT" in warning
+    at.button(key="open_matching_workspace").click().run()
+    no_exception(at)
+    assert at.session_state["ws_path"] == str(ws)  # the server's workspace that matches
+    assert not [w for w in at.warning if "content hash" in w.value]
+    assert dict(at.query_params)["wsh"] == tiny_hash[:16]
+    assert dict(at.query_params)["model"] == "FT"
 
 
 def test_bad_link_values_are_named_not_fatal(ws):
@@ -246,10 +295,12 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
     for name in lib.index:
         r = lib.loc[name]
         # "value [lo, hi]" over the draws, or "withheld" when the gate withholds it (method §12)
-        for column, key in (("OTR", "otr"), ("F1", "f1"), ("dependence", "dependence_score")):
+        for column, key, percent in (("OTR", "otr", True), ("F1", "f1", False),
+                                     ("dependence", "dependence_score", False)):  # fmt: skip
             shown = format_estimate(
-                r[key], r[f"{key}_lo"], r[f"{key}_hi"], reason=r["inconclusive_reason"]
-            )
+                r[key], r[f"{key}_lo"], r[f"{key}_hi"], percent=percent,
+                reason=r["inconclusive_reason"],
+            )  # fmt: skip
             assert table.loc[name, f"{column} [output]"] == shown
         assert table.loc[name, "Acc_f (%)"] == pytest.approx(r["acc_f"])
         assert table.loc[name, "ASR (%)"] == pytest.approx(100 * r["asr"])
@@ -258,7 +309,7 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
     pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate")).models
     for row in pen.to_dict("records"):
         cal = [row[k] for k in ("calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi")]
-        shown = format_estimate(*cal, reason=row["inconclusive_reason"])
+        shown = format_estimate(*cal, percent=True, reason=row["inconclusive_reason"])
         assert table.loc[row["name"], "cal. OTR [penultimate]"] == shown
     assert len(at.get("plotly_chart")) == 3  # bars with the Retrain line, dot strip, overlay
     assert len(_traces(at, "OTR: per-draw values")) <= 1
@@ -346,6 +397,12 @@ def test_report_verdicts_manifest_and_downloads(ws, expected):
     assert sorted(hashes["model"]) == sorted(expected.models["name"])
     assert all(len(h) == 64 for h in hashes["SHA-256"])
     assert "python -m sde_core verify" in " ".join(c.value for c in at.caption)
+    for row in expected.models.to_dict("records"):  # the answers come first, one per model
+        assert f"**{row['name']}** ({row['role']}) — **{verdict_label(row)}**" in text
+    at.text_input(key="r_purpose").set_value("erasure request #17").run()
+    at.text_input(key="r_operator").set_value("the audit team").run()
+    no_exception(at)  # the report files are rebuilt with the fields (printed: test_report.py)
+    assert "r_html" in {b.key for b in at.get("download_button")}
 
 
 # ----------------------------------------------------------------------------------- Workspace
@@ -626,6 +683,9 @@ def test_bins_change_recomputes_no_hsic(ws, monkeypatch):
     at.number_input(key="w_s_bins").set_value(9).run()
     no_exception(at)
     assert "OTR (out-of-training rate)" in metrics(at)
+    # the progress box (its caption, bar and Stop button) is gone once the evaluation is done
+    assert not [b for b in at.button if b.key == "x_stop"] and not at.get("progress")
+    assert not [c for c in at.caption if c.value.startswith("Evaluating ")]
 
 
 def test_compare_second_visit_is_served_without_recomputation(ws, monkeypatch):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -28,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from ui_fixtures import shared_tiny_workspace
@@ -235,7 +237,9 @@ def test_a_shared_link_reproduces_the_view_and_the_pages_walk_through(ws: Path) 
             assert numbers.loc[name, "OTR [output]"] == pytest.approx(row["otr"], nan_ok=True)
             assert numbers.loc[name, "F1 [output]"] == pytest.approx(row["f1"], nan_ok=True)
             reason = row["inconclusive_reason"]
-            want = format_estimate(row["otr"], row["otr_lo"], row["otr_hi"], reason=reason)
+            want = format_estimate(
+                row["otr"], row["otr_lo"], row["otr_hi"], percent=True, reason=reason
+            )
             assert shown.loc[name, "OTR [output]"] == want
         shot(page, "2-compare")
 
@@ -280,3 +284,59 @@ def test_html_report_opens_offline_and_its_pdf_has_every_section(ws: Path, tmp_p
     for name in ("original", "retrained", "FT", "random"):
         assert name in flat
     assert files.manifest["models"]["FT"]["sha256"][:16] in flat.replace(" ", "")
+
+
+def test_a_link_opens_its_own_workspace_and_the_page_settles_without_progress(ws: Path) -> None:
+    """A link made on another workspace than the server's default opens that workspace; one
+    whose content hash differs says so and offers the matching one; once the evaluation is done
+    no progress box (or Stop button) is left, and a bins change shows no progress bar."""
+    from playwright.sync_api import expect
+
+    from sde_core.inputs.data import load_dataset, save_index_file
+    from sde_core.pipeline.workspace import workspace_hash
+
+    other = ws.parent / "tiny-browser-other"
+    if not other.exists():  # the tiny workspace with one forget row less: another content hash
+        shutil.copytree(ws, other, ignore=shutil.ignore_patterns(".sde-cache", "*.sqlite*"))
+        toml = other / "workspace.toml"
+        toml.write_text(toml.read_text().replace('name = "tiny"', 'name = "tiny-other"', 1))
+        save_index_file(other / "forget.npy", np.load(other / "forget.npy")[1:])
+
+    def content_hash(folder: Path) -> str:
+        loaded = load_workspace(folder)
+        data = load_dataset(loaded.dataset_spec())
+        return workspace_hash(loaded, data_fingerprint=data.fingerprint)[:16]
+
+    with dashboards(ws) as (url,), browser_page() as page:
+        page.goto(f"{url}/explore?ws={other}&wsh={content_hash(other)}&model=FT")
+        expect(page.get_by_text("OTR (out-of-training rate)")).to_be_visible()
+        settle(page)
+        expect(page.get_by_text("Workspace: tiny-other")).to_be_visible()
+        assert page.get_by_text("NOT the ones the link's sender saw").count() == 0
+        expect(page.get_by_test_id("stProgress")).to_have_count(0)  # the box goes when done
+        expect(page.get_by_role("button", name="Stop")).to_have_count(0)
+        settle(page)
+        assert f"wsh={content_hash(other)}" in page.url
+        page.evaluate(
+            """() => { window.sawProgress = false;
+              new MutationObserver(() => {
+                if (document.querySelector('[data-testid="stProgress"]')) window.sawProgress = true;
+              }).observe(document.body, {subtree: true, childList: true}); }"""
+        )
+        page.get_by_text("More settings").click()
+        bins = page.get_by_role("spinbutton", name="Histogram bins (JSD)")
+        bins.fill("12")
+        bins.press("Enter")
+        expect(page).to_have_url(re.compile(r"bins=12"))  # the rerun with the new bins ran
+        settle(page)
+        assert page.evaluate("window.sawProgress") is False  # answered from the stage cache
+        shot(page, "5-link-other-workspace")
+
+        page.goto(f"{url}/explore?ws={other}&wsh={content_hash(ws)}")  # the wrong content
+        expect(page.get_by_text("NOT the ones the link's sender saw")).to_be_visible()
+        page.get_by_role("button", name="which matches the link").click()
+        expect(page.get_by_text("Workspace: tiny", exact=False)).to_be_visible()
+        settle(page)
+        assert page.get_by_text("NOT the ones the link's sender saw").count() == 0
+        assert f"wsh={content_hash(ws)}" in page.url
+        shot(page, "6-link-matching-workspace")

@@ -284,6 +284,19 @@ def test_npz_float_labels_with_whole_values_and_class_names(tmp_path: Path):
         load_dataset(DatasetSpec("npz", _npz(tmp_path / "e.npz", **too_few)))
 
 
+def test_class_names_option_names_the_classes_without_changing_the_fingerprint(tmp_path: Path):
+    path = _npz(tmp_path / "d.npz", **{**_xy(), "y_train": np.array([0, 1] * 3)})
+    plain = load_dataset(DatasetSpec("npz", path))
+    named = load_dataset(DatasetSpec("npz", path, options={"class_names": ["cat", " dog "]}))
+    assert plain.class_names == ["0", "1"] and named.class_names == ["cat", "dog"]
+    assert named.fingerprint == plain.fingerprint  # a name changes no number
+    with pytest.raises(DataError, match="3 names but the data have 2 classes"):
+        load_dataset(DatasetSpec("npz", path, options={"class_names": ["a", "b", "c"]}))
+    for bad in ("cat,dog", [], ["cat", ""], ["cat", 3], ["x" * 101, "y"]):
+        with pytest.raises(DataError, match=r"options\.class_names must be"):
+            DatasetSpec("npz", path, options={"class_names": bad})
+
+
 def test_npz_member_that_is_not_an_array(tmp_path: Path):
     import zipfile
 

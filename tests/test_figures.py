@@ -162,6 +162,24 @@ def test_target_overlay(result):
         target_overlay(result, ["original"])
 
 
+def test_every_model_keeps_its_colour_and_traces_read_apart_in_grayscale(result):
+    """One colour per model in every chart (the overlay's order does not change it), and the
+    histogram's three traces differ by fill pattern, not only by hue."""
+    from sde_core.viz.figures import ROLE_COLORS, model_styles
+
+    styles = model_styles(result.models)
+    assert styles["original"][0] == ROLE_COLORS["original"]
+    assert styles["retrain"][0] == ROLE_COLORS["retrained"]
+    bars = comparison_bars(result.models, "otr").data[0]
+    by_bar = dict(zip(bars.x, bars.marker.color, strict=True))
+    for order in (["original", "retrain", "ga"], ["ga", "retrain", "original"]):
+        overlay = target_overlay(result, order)
+        assert {t.name: t.marker.color for t in overlay.data} == {n: by_bar[n] for n in order}
+    hist = hsic_histogram(result, "original")
+    shapes = [t.marker.pattern.shape or "" for t in hist.data]
+    assert len(set(shapes)) == 3  # S_IT plain fill, S_OOT hatched, targets dotted
+
+
 def test_panel_figure_colours_targets_by_verdict(result):
     fig = panel_figure(result, "original")
     sub = result.subsets[result.subsets["model"] == "original"]
@@ -249,6 +267,14 @@ def test_sweep_figure_marks_the_sigma_rules():
     assert list(lines[0].marker.symbol) == ["circle"] * 3 + ["circle-open"]  # invalid refs
     assert fig.layout.xaxis.type == "log"  # σ spans 64×
     assert "σ" in fig.layout.xaxis.title.text
+    gated = sweep.copy()  # the gate withholds one σ of the original: marked, not dropped
+    gated["inconclusive_reason"] = None
+    first = gated.index[gated["model"] == "original"][1]
+    gated.loc[first, ["otr", "otr_lo", "otr_hi"]] = np.nan
+    gated.loc[first, "inconclusive_reason"] = "panels do not separate"
+    (mark,) = [t for t in sweep_figure(gated, "otr").data if t.name == "original: withheld"]
+    assert list(mark.x) == [gated.loc[first, "sigma"]]
+    assert mark.customdata[0][0] == "panels do not separate"
 
 
 def test_sweep_figure_for_checkpoints_and_layers():
@@ -300,7 +326,7 @@ def test_figure_to_image_renders_or_explains():
 
 
 def test_hover_text_and_axes_use_the_one_number_format(result):
-    from sde_core.viz.formatting import D3_SI, column_formatter
+    from sde_core.viz.formatting import column_formatter
 
     sub = result.subsets[result.subsets["model"] == "original"]
     fmt = column_formatter(sub["score"])
@@ -309,9 +335,13 @@ def test_hover_text_and_axes_use_the_one_number_format(result):
     assert list(panel.data[0].customdata[:, 1]) == [fmt(v) for v in it["score"]]
     assert "%{customdata[1]}" in panel.data[0].hovertemplate
     spread = spread_figure(result, "original")
-    assert spread.layout.xaxis.tickformat == D3_SI == spread.layout.yaxis.tickformat
-    hist = hsic_histogram(result, "original")
-    assert hist.layout.xaxis.tickformat == D3_SI and hist.layout.xaxis.hoverformat == D3_SI
+    for axis in (
+        spread.layout.xaxis,
+        spread.layout.yaxis,
+        hsic_histogram(result, "original").layout.xaxis,
+    ):
+        assert axis.exponentformat == "power" and axis.tickformat is None  # 2×10⁻⁵, never 20µ
+    assert hsic_histogram(result, "original").layout.xaxis.hoverformat == ".3~g"
 
 
 def test_panel_figure_draws_every_verdict_present(result):
@@ -328,3 +358,16 @@ def test_panel_figure_draws_every_verdict_present(result):
     assert by_name["over-unlearned"].marker.color == VERDICT_COLORS["over-unlearned"]
     assert by_name["something new"].marker.color == COLORS["inconclusive"]
     assert sum(len(t.x) for t in fig.data[2:]) == result.settings.targets
+
+
+def test_signal_grid_draws_each_1d_input_as_a_curve():
+    from sde_core.viz.figures import signal_grid
+
+    signals = np.sin(np.linspace(0, 6, 40))[None, :] * np.arange(1, 6)[:, None]
+    fig = signal_grid(signals, [f"✓ {i}" for i in range(4)] + ["✗ 1 (is 7)"], [True] * 4 + [False])
+    assert len(fig.data) == 5
+    np.testing.assert_array_equal(fig.data[4].y, signals[4])
+    assert fig.data[4].line.dash == "dash" and fig.data[0].line.dash == "solid"
+    assert [a.text for a in fig.layout.annotations][-1] == "✗ 1 (is 7)"
+    with pytest.raises(SettingsError, match="one caption"):
+        signal_grid(signals, ["x"], [True])

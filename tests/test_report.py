@@ -303,3 +303,108 @@ def test_pdf_without_chromium_says_what_to_do(tmp_path, monkeypatch):
     assert not (tmp_path / "r.pdf").exists()
     with pytest.raises(ExportError, match="does not exist"):
         pdf.html_to_pdf(tmp_path / "missing.html", tmp_path / "r.pdf")
+
+
+# ----------------------------------------------------------------- the answer on page 1
+
+
+def test_summary_answers_in_one_sentence_with_interval_cross_check_and_caveat():
+    from sde_core.viz.verdicts import summarize_verdict
+
+    kept = summarize_verdict(row("ft", "unlearned", 3, score_spread_corr=0.98), 100)
+    assert kept.label == "not forgotten" and kept.sentence.count(".") == 1
+    assert kept.sentence.startswith("ft has NOT forgotten") and "97 of 100" in kept.sentence
+    lo, hi = wilson_interval(3, 100)
+    assert kept.interval == f"OTR 3% (95% interval {format_interval(lo, hi)})"
+    assert kept.cross_check.startswith("Calibrated cross-check agrees") and not kept.conflict
+    assert "r = 0.98" in kept.caveat  # the caveat that matters for a "remembered" verdict
+    # the calibrated test sees the opposite: the cross-check says so
+    torn = summarize_verdict(row("x", "unlearned", 3, n_in_training=10, n_out_of_training=90), 100)
+    assert torn.conflict and "DISAGREES" in torn.cross_check
+    # a conflict reason from the evidence cross-check is shown on one line as given
+    flagged = summarize_verdict(
+        row("y", "unlearned", 95, evidence_conflict="MIA finds the forget set (ASR 80%)"), 100
+    )
+    assert flagged.conflict and flagged.cross_check == (
+        "Evidence conflict: MIA finds the forget set (ASR 80%)."
+    )
+    assert "not proof of erasure" in flagged.caveat
+    # the paper's test fails its null check: that is the caveat (no spread correlation here)
+    noisy = summarize_verdict(
+        row("z", "unlearned", 3, null_split_fpr=0.2, null_pairs=20), 100, alpha=0.01
+    )
+    assert "20% of no-difference checks at nominal 1%" in noisy.caveat
+    gated = summarize_verdict(
+        row("r", "random", 50, otr=float("nan"), inconclusive_reason="panels invalid"), 100
+    )
+    assert gated.label == "inconclusive" and gated.sentence == "No verdict for r: panels invalid."
+    assert gated.interval == "OTR withheld"
+    retrained = summarize_verdict(RETRAIN, 100)
+    assert "retrained yardstick" in retrained.sentence and "retrained retrained" not in (
+        retrained.sentence
+    )
+
+
+def test_report_page_one_answers_for_every_model_and_names_who_asked(result):
+    from sde_core.viz.report import AuditContext
+
+    context = AuditContext("Erasure request #17", "the regulator", "  ")
+    doc = build_html_report(
+        result, "syn", figures=[], context=context, document_sha256="ab" * 32, signed_by="SHA256:x"
+    )
+    first = doc[: doc.index("<h2>Verdicts</h2>")]  # printed: page 1 (a page break follows)
+    assert first.endswith('<div class="page-break"></div>')
+    assert first.count('class="answer ') == len(result.models)
+    for name in result.models["name"]:
+        assert f"{name} <span" in first
+    assert first.index(">ga <") < first.index(">retrain <")  # audited models first
+    assert "Erasure request #17" in first and "the regulator" in first
+    assert "Operated by" not in first  # a blank field is not printed
+    assert "ab" * 32 in first and "SHA256:x" in first and "verify" in first
+    assert "counter(page)" in doc  # printed pages are numbered
+    assert "the caveat that matters for it" in doc
+    document = report_from_html(doc)
+    assert document["audit"] == {"purpose": "Erasure request #17", "requester": "the regulator"}
+    assert set(document["models"]["ga"]["summary"]) >= {"sentence", "interval", "caveat"}
+    assert "audit" not in report_document(result)  # no context, no empty block
+
+
+def test_written_report_prints_the_sha256_of_its_json_and_signs_every_file(result, tmp_path):
+    import hashlib
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from sde_core.services.audit import write_report_files
+    from sde_core.services.signing import verify_signature
+
+    key = tmp_path / "op.pem"
+    key.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    files = write_report_files(
+        result, {"models": {}}, tmp_path / "out", "syn", pdf=False, sign_key=key
+    )
+    assert files.sha256 == hashlib.sha256(files.json.read_bytes()).hexdigest()
+    assert files.sha256 in files.html.read_text(encoding="utf-8")
+    assert files.signature is not None and files.fingerprint is not None
+    check = verify_signature(files.signature)
+    assert check.ok and check.fingerprint == files.fingerprint
+    assert sorted(name for name, _ in check.files) == ["sde-report-syn.html", "sde-report-syn.json"]
+
+
+def test_messages_do_not_contradict_the_model_they_describe():
+    """The retrained model is never said to have 'overshot' an unlearning, and its name is not
+    repeated as 'The retrained model retrained'."""
+    over = {"over_unlearned": True, "over_unlearning_p": 1e-5, "n_over_unlearned": 30}
+    retrained = row("retrained", "retrained", 100, **over)
+    text = explain_verdict(retrained, 100).text
+    assert "overshot" not in text and "never saw the forget set" in text
+    unlearned = explain_verdict(row("rl", "unlearned", 100, **over), 100, retrained).text
+    assert "overshot" in unlearned
+    assert "The retrained model retrained" not in unlearned
+    assert "The retrained model (the gold standard)" in unlearned

@@ -73,6 +73,19 @@ def test_thumbnails_name_the_classes(tiny):
         thumbnails(ws, bundle, settings, "original", settings.targets)
 
 
+def test_1d_inputs_come_as_signals_with_named_predictions(tmp_path):
+    """mnist1d's 40-point inputs are returned as the signals the model sees (drawn as curves)."""
+    demo = Path(__file__).resolve().parents[1] / "assets" / "demo-mnist1d"
+    skip = shutil.ignore_patterns(".sde-cache", "*.sqlite*")
+    ws = load_workspace(shutil.copytree(demo, tmp_path / "demo", ignore=skip))
+    bundle = load_dataset(ws.dataset_spec())
+    strip = thumbnails(ws, bundle, ws.defaults, "original", 1, count=6)
+    assert strip is not None and strip.signal and strip.images.shape == (6, 40)
+    train = bundle.split("train")
+    np.testing.assert_allclose(strip.images[0], np.asarray(train[int(strip.indices[0])][0]))
+    assert all(c.split()[1] in bundle.class_names for c in strip.captions)
+
+
 def test_layer_costs_follow_the_caches(tiny, tmp_path):
     ws, bundle, settings = tiny
     ws = dataclasses.replace(ws, root=tmp_path)  # a fresh, empty cache folder

@@ -10,12 +10,19 @@ names and recomputes every model from the workspace (never from a results store)
 per model, ``identical``, ``equivalent`` (numbers moved only within what their near-ties and
 conditioning allow on another machine, each moved field named; method §13) or what differs
 (fields, file hashes). Exit status 0 when identical or equivalent, 1 when anything differs.
+
+``report --sign-key KEY`` signs every report file with the operator's Ed25519 key
+(``<stem>.sig.json``); ``verify`` then checks that signature first (every listed file
+unchanged, the key's fingerprint named; ``--expect-key`` pins the key) and fails on one changed
+byte. ``verify --signature-only`` checks only the signature (no workspace needed; any of the
+report's files may be given, the PDF included).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from sde_core.cli._args import (
     add_settings_arguments,
@@ -29,6 +36,7 @@ __all__ = ["register_verify"]
 def _cmd_report(args: argparse.Namespace) -> int:
     from sde_core.pipeline.workspace import load_workspace
     from sde_core.services.audit import create_report
+    from sde_core.viz.report import AuditContext
 
     ws = load_workspace(args.workspace)
     settings = ws.defaults.with_overrides(**settings_overrides(args))
@@ -45,21 +53,48 @@ def _cmd_report(args: argparse.Namespace) -> int:
         use_store=not args.no_store,
         pdf=not args.no_pdf,
         notes=args.notes,
+        context=AuditContext(args.purpose, args.requester, args.operator),
+        sign_key=args.sign_key,
         progress=progress,
         time_limit=args.time_limit,
     )
     print(f"wrote {files.html}")
-    print(f"wrote {files.json}")
+    print(f"wrote {files.json} (SHA-256 {files.sha256})")
     if files.pdf is not None:
         print(f"wrote {files.pdf}")
     elif not args.no_pdf:
         print(f"no PDF: {files.pdf_error}", file=sys.stderr)
+    if files.signature is not None:
+        print(f"wrote {files.signature} (Ed25519 key {files.fingerprint})")
     print(f"re-check it with: python -m sde_core verify {files.json}")
     return 0
 
 
+def _check_signature(args: argparse.Namespace) -> bool | None:
+    """Check the report's signature when it has one (or one is asked for); print the result.
+
+    Returns:
+        True/False for a signature that passes/fails, None for an unsigned report where no
+        signature was asked for.
+    """
+    from sde_core.services.signing import signature_path, verify_signature
+
+    path = args.signature or signature_path(args.report)
+    asked = bool(args.signature or args.expect_key or args.signature_only)
+    if not asked and not path.is_file():
+        print(f"not signed: no {path.name} beside the report")
+        return None
+    check = verify_signature(path, expect_key=args.expect_key)
+    for line in check.lines():
+        print(line)
+    return check.ok
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from sde_core.services.audit import verify_report
+    signed = _check_signature(args)
+    if args.signature_only:
+        return 0 if signed else 1
+    from sde_core.services.audit import verify_report  # heavy: torch, the evaluation
 
     def progress(line: str) -> None:
         if not args.quiet:
@@ -74,7 +109,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     )
     for line in result.lines():
         print(line)
-    return 0 if result.ok else 1
+    return 0 if result.ok and signed is not False else 1
 
 
 def register_verify(subparsers: argparse._SubParsersAction) -> None:
@@ -93,6 +128,14 @@ def register_verify(subparsers: argparse._SubParsersAction) -> None:
     add_settings_arguments(r)
     r.add_argument("--models", help="comma-separated model names (default: all)")
     r.add_argument("--notes", help="free text included in the report")
+    r.add_argument("--purpose", help="why the audit was run (printed on the first page)")
+    r.add_argument("--requester", help="who asked for the audit (printed on the first page)")
+    r.add_argument("--operator", help="who ran the audit (printed on the first page)")
+    r.add_argument(
+        "--sign-key",
+        help="the operator's Ed25519 private key (PEM or OpenSSH; password, if any, in "
+        "$SDE_SIGN_KEY_PASSWORD): writes <stem>.sig.json signing every report file",
+    )
     r.add_argument("--no-store", action="store_true", help="do not read or write the store")
     r.add_argument("--no-pdf", action="store_true", help="skip the PDF (needs Chromium)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -121,6 +164,21 @@ def register_verify(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="re-extract every activation in a temporary cache (slower; default: the "
         "workspace's hash-checked activation cache)",
+    )
+    v.add_argument(
+        "--signature",
+        type=Path,
+        help="the signature file (default: <stem>.sig.json beside the report)",
+    )
+    v.add_argument(
+        "--expect-key",
+        help="the operator's key: its fingerprint (SHA256:…) or public-key file; another "
+        "signing key fails",
+    )
+    v.add_argument(
+        "--signature-only",
+        action="store_true",
+        help="check only the signature (every signed file unchanged); needs no workspace",
     )
     v.add_argument("--quiet", action="store_true", help="no progress lines")
     add_time_limit_argument(v)

@@ -61,6 +61,7 @@ from sde_core.inputs.precomputed import PrecomputedActivations, load_precomputed
 
 __all__ = [
     "DATASET_KINDS",
+    "FASHION_CLASS_NAMES",
     "INDEX_SUFFIXES",
     "MAX_CLASSES",
     "MAX_GENERATED_SAMPLES",
@@ -101,12 +102,16 @@ _OPTIONS = {
     "train_split": "a number in (0, 1) (mnist1d)",
     "data_seed": "a non-negative integer (mnist1d)",
     "test_path": "the path of a separate test .npz (npz, activations)",
+    "class_names": "a list of names, one per class (any kind; overrides the files' names)",
 }
+#: Longest class name accepted (characters) in ``options.class_names``.
+MAX_CLASS_NAME = 100
 _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
-_FASHION_CLASSES = [
+#: Fashion-MNIST's class names, in label order.
+FASHION_CLASS_NAMES = (
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
-]  # fmt: skip
+)  # fmt: skip
 _FASHION_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
@@ -255,6 +260,18 @@ def _check_options(options: Mapping[str, Any]) -> None:
             )
     if "test_path" in options and not isinstance(options["test_path"], str):
         raise DataError(f"options.test_path must be {_OPTIONS['test_path']}")
+    if "class_names" in options:
+        names = options["class_names"]
+        if (
+            isinstance(names, str | bytes)
+            or not isinstance(names, Sequence)
+            or not names
+            or not all(isinstance(n, str) and 0 < len(n.strip()) <= MAX_CLASS_NAME for n in names)
+        ):
+            raise DataError(
+                f"options.class_names must be {_OPTIONS['class_names']} (each 1–"
+                f"{MAX_CLASS_NAME} characters), got {excerpt(names)}"
+            )
     _normalize_option(options)
 
 
@@ -588,7 +605,7 @@ def _find_idx(root: Path, stem: str) -> Path | None:
 
 
 def _read_fashion(root: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {"files": [], "class_names": list(_FASHION_CLASSES)}
+    out: dict[str, Any] = {"files": [], "class_names": list(FASHION_CLASS_NAMES)}
     stems = [s for pair in _FASHION_FILES.values() for s in pair]
     missing = [s for s in stems if _find_idx(root, s) is None]
     if missing:
@@ -929,6 +946,14 @@ def _load(spec: DatasetSpec, root: Path | None) -> DatasetBundle:
         )
         content = _files_fingerprint(raw["files"])
     class_names = raw.get("class_names") or [str(i) for i in range(_num_classes(labels))]
+    if "class_names" in options:  # names do not change a number: not in the fingerprint
+        given = [str(n).strip() for n in options["class_names"]]
+        if len(given) != len(class_names):
+            raise DataError(
+                f"options.class_names has {len(given)} names but the data have "
+                f"{len(class_names)} classes: give one name per class, in label order"
+            )
+        class_names = given
     fingerprint = stable_hash(
         {
             "kind": spec.kind,

@@ -625,7 +625,7 @@ def build_demo(
     """
     from tqdm import tqdm
 
-    from sde_core.inputs.data import load_dataset
+    from sde_core.inputs.data import FASHION_CLASS_NAMES, load_dataset
 
     t_start = time.perf_counter()
     say = log or (lambda _line: None)
@@ -634,8 +634,11 @@ def build_demo(
     report = BuildReport(folder=root.resolve())
     _write_data(recipe, root, Path(source) if source is not None else None)
     old = _previous(root)
+    dataset: dict[str, Any] = {"kind": "npz", "root": DATA_FILE}
+    if recipe.dataset == "fashion-mnist":  # data.npz holds labels only; the names are these
+        dataset["options"] = {"class_names": list(FASHION_CLASS_NAMES)}
     ws = Workspace(
-        root=root.resolve(), dataset={"kind": "npz", "root": DATA_FILE},
+        root=root.resolve(), dataset=dataset,
         forget_indices=FORGET_FILE, defaults=recipe.defaults, name=recipe.name,
         description=recipe.description,
     )  # fmt: skip

@@ -44,7 +44,7 @@ _RANK: dict[str, int] = {"identical": 0, "equivalent": 1, "differs": 2}
 EXACT_RTOL = 1e-12
 #: Fields not compared: wall-clock times, prose derived from compared numbers and the
 #: near-tie records themselves (a value at the edge of its band may count on one machine only).
-_SKIPPED = {"seconds", "eval_seconds", "explanation", "near_ties", "h_rtol"}
+_SKIPPED = {"seconds", "eval_seconds", "explanation", "summary", "near_ties", "h_rtol"}
 #: Fields that must match exactly whatever the near-ties (they describe what was evaluated).
 _IDENTITY = {
     "name", "role", "method", "layer", "dim", "draws", "f1_negatives", "null_pairs",

@@ -28,6 +28,7 @@ identical, equivalent (moved only within what another machine may move it: metho
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import importlib.metadata
 import json
 import math
@@ -44,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from sde_core import __version__
-from sde_core.common.fsio import atomic_write_json, atomic_write_text
+from sde_core.common.fsio import atomic_write_bytes, atomic_write_text
 from sde_core.common.hashing import array_sha256, file_sha256
 from sde_core.errors import ExportError, SDEError, SettingsError
 from sde_core.inputs.data import DatasetBundle, load_dataset, load_index_file
@@ -59,10 +60,17 @@ from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.pipeline.reproduce import Comparison, Outcome, compare_model, worst_outcome
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, load_workspace
+from sde_core.services.signing import (
+    load_private_key,
+    public_key_fingerprint,
+    sign_files,
+    signature_path,
+)
 from sde_core.viz.pdf import html_to_pdf
 from sde_core.viz.report import (
     REPORT_FORMAT,
     REPORT_FORMAT_VERSION,
+    AuditContext,
     build_html_report,
     report_document,
     report_from_html,
@@ -70,6 +78,7 @@ from sde_core.viz.report import (
 
 __all__ = [
     "PACKAGES",
+    "SIGN_KEY_PASSWORD_ENV",
     "ModelCheck",
     "ReportFiles",
     "Verification",
@@ -79,6 +88,7 @@ __all__ = [
     "environment",
     "load_report",
     "report_file_stem",
+    "report_json_bytes",
     "verify_report",
     "write_report_files",
 ]
@@ -96,6 +106,8 @@ PACKAGES = (
     "plotly",
     "pyarrow",
 )
+#: Environment variable holding the password of an encrypted signing key (never a flag).
+SIGN_KEY_PASSWORD_ENV = "SDE_SIGN_KEY_PASSWORD"
 
 
 def _now() -> str:
@@ -236,6 +248,9 @@ class ReportFiles:
         html, json: the written files. pdf: the PDF, or None when it was not made.
         pdf_error: why there is no PDF (e.g. Chromium missing), or None.
         result: the evaluation the report is about. manifest: its manifest.
+        sha256: the SHA-256 of the JSON file (printed on the report's first page).
+        signature: the ``.sig.json`` signing every written file, or None when unsigned.
+        fingerprint: the signing key's fingerprint, or None.
     """
 
     html: Path
@@ -244,12 +259,21 @@ class ReportFiles:
     pdf_error: str | None
     result: EvaluationResult
     manifest: dict[str, Any]
+    sha256: str = ""
+    signature: Path | None = None
+    fingerprint: str | None = None
 
 
 def report_file_stem(workspace_name: str) -> str:
     """``sde-report-<name>`` with the name reduced to safe file-name characters."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in workspace_name).strip("._")
     return f"sde-report-{safe or 'workspace'}"
+
+
+def report_json_bytes(document: Mapping[str, Any]) -> bytes:
+    """The bytes of a report's JSON file (strict JSON, 2-space indent, final newline): the
+    report's SHA-256 is the SHA-256 of exactly these bytes."""
+    return (json.dumps(document, indent=2, allow_nan=False) + "\n").encode("utf-8")
 
 
 def write_report_files(
@@ -260,20 +284,46 @@ def write_report_files(
     *,
     pdf: bool = True,
     notes: str | None = None,
+    context: AuditContext | None = None,
+    sign_key: str | Path | None = None,
 ) -> ReportFiles:
-    """Write ``<stem>.html``, ``<stem>.json`` and (with ``pdf`` and Chromium) ``<stem>.pdf``.
+    """Write ``<stem>.json``, ``<stem>.html``, (with ``pdf`` and Chromium) ``<stem>.pdf`` and,
+    with ``sign_key``, ``<stem>.sig.json`` signing all of them.
 
+    The JSON is written first: its SHA-256 is printed on the first page of the HTML and PDF.
     A missing Chromium is not fatal here: the HTML and JSON are written and ``pdf_error`` says
     why the PDF is missing.
+
+    Args:
+        context: purpose, requester and operator, printed on the first page.
+        sign_key: the operator's Ed25519 private key file (PEM or OpenSSH; an encrypted one
+            reads its password from ``$SDE_SIGN_KEY_PASSWORD``).
+
+    Raises:
+        SigningError: the key cannot be loaded (checked before anything is written).
     """
+    key = None
+    if sign_key is not None:
+        password = os.environ.get(SIGN_KEY_PASSWORD_ENV)
+        key = load_private_key(sign_key, password.encode() if password else None)
+    fingerprint = public_key_fingerprint(key) if key is not None else None
     folder = Path(out_dir)
     stem = report_file_stem(workspace_name)
     html_path, json_path = folder / f"{stem}.html", folder / f"{stem}.json"
+    payload = report_json_bytes(report_document(result, manifest, context))
+    digest = hashlib.sha256(payload).hexdigest()
+    atomic_write_bytes(json_path, payload)
     page = build_html_report(
-        result, workspace_name, notes=notes, manifest=manifest, file_hint=html_path.name
+        result,
+        workspace_name,
+        notes=notes,
+        manifest=manifest,
+        file_hint=html_path.name,
+        context=context,
+        document_sha256=digest,
+        signed_by=fingerprint,
     )
     atomic_write_text(html_path, page)
-    atomic_write_json(json_path, report_document(result, manifest))
     pdf_path: Path | None = None
     error: str | None = None
     if pdf:
@@ -281,7 +331,14 @@ def write_report_files(
             pdf_path = html_to_pdf(html_path, folder / f"{stem}.pdf")
         except ExportError as exc:
             error = str(exc)
-    return ReportFiles(html_path, json_path, pdf_path, error, result, dict(manifest))
+    signature = None
+    if key is not None:
+        written = [p for p in (json_path, html_path, pdf_path) if p is not None]
+        signature = sign_files(written, key, signature_path(json_path))
+    return ReportFiles(
+        html_path, json_path, pdf_path, error, result, dict(manifest),
+        sha256=digest, signature=signature, fingerprint=fingerprint,
+    )  # fmt: skip
 
 
 def create_report(
@@ -293,6 +350,8 @@ def create_report(
     use_store: bool = True,
     pdf: bool = True,
     notes: str | None = None,
+    context: AuditContext | None = None,
+    sign_key: str | Path | None = None,
     progress: Progress | None = None,
     time_limit: float | None = None,
 ) -> ReportFiles:
@@ -307,9 +366,14 @@ def create_report(
             recomputed; ``verify`` always recomputes).
         pdf: also print the PDF (needs Chromium).
         notes: free text included in the report.
+        context: purpose, requester and operator, printed on the first page.
+        sign_key: the operator's Ed25519 private key file; signs every written file.
         progress: ``progress(stage, done, total)`` callback of the evaluation.
         time_limit: seconds each step of a trusted code model may take in its child process.
     """
+    if sign_key is not None:  # a bad key fails before the evaluation, not after it
+        password = os.environ.get(SIGN_KEY_PASSWORD_ENV)
+        load_private_key(sign_key, password.encode() if password else None)
     ws = workspace if isinstance(workspace, Workspace) else load_workspace(workspace)
     if settings is None:
         settings = ws.defaults
@@ -332,7 +396,10 @@ def create_report(
     )
     manifest["timing"]["manifest_seconds"] = time.perf_counter() - t1
     name = ws.name or ws.root.name
-    return write_report_files(result, manifest, out_dir, name, pdf=pdf, notes=notes)
+    return write_report_files(
+        result, manifest, out_dir, name, pdf=pdf, notes=notes, context=context,
+        sign_key=sign_key,
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- verifying

@@ -68,9 +68,11 @@ class Thumbnails:
 
     Attributes:
         target: the target subset's index. indices: ``(k,)`` rows of D_tr.
-        images: uint8 ``(k, H, W)`` or ``(k, H, W, 3)``.
-        captions: ``"✓ Sneaker"`` or ``"✗ Shirt (is T-shirt/top)"`` per image.
+        images: uint8 ``(k, H, W)`` or ``(k, H, W, 3)`` images or, for 1-D data (``signal``),
+            float ``(k, d)`` signals as the model sees them.
+        captions: ``"✓ Sneaker"`` or ``"✗ Shirt (is T-shirt/top)"`` per input.
         correct: whether each prediction is right.
+        signal: whether the inputs are 1-D signals (drawn as curves) rather than images.
     """
 
     target: int
@@ -78,6 +80,7 @@ class Thumbnails:
     images: np.ndarray
     captions: list[str]
     correct: list[bool]
+    signal: bool = False
 
 
 def thumbnails(
@@ -92,20 +95,29 @@ def thumbnails(
 
     Predictions come from the model's softmax outputs (the activation cache, or one extraction
     of those rows); classes are named by ``bundle.class_names`` (their indices when the dataset
-    has no names).
+    has no names). Images come as images; 1-D inputs (mnist1d) as their signals.
 
     Returns:
-        None when the data are not images.
+        None when the inputs are neither images nor 1-D signals (e.g. precomputed activations).
 
     Raises:
         SettingsError: ``target`` is not a target index of these settings.
     """
-    if not bundle.is_image:
+    signal = not bundle.is_image and len(bundle.input_shape) == 1
+    if not bundle.is_image and not signal:
         return None
     targets = target_subsets(ws, bundle, settings)
     if not 0 <= int(target) < len(targets):
         raise SettingsError(f"target subset {target} does not exist: choose 0–{len(targets) - 1}")
     idx = targets[int(target)][:count]
+    if signal:
+        train = bundle.split("train")
+        inputs = np.stack([np.asarray(train[int(i)][0], dtype=np.float64) for i in idx])
+    else:
+        images = bundle.images("train", idx)
+        if images is None:
+            return None
+        inputs = images
     entry = ws.model(model)
     probs = entry_activations(
         ws, entry, bundle, "train", "output", activation_cache(ws), indices=idx,
@@ -118,9 +130,7 @@ def thumbnails(
         right = bool(p == y)
         correct.append(right)
         captions.append(f"✓ {names[p]}" if right else f"✗ {names[p]} (is {names[y]})")
-    images = bundle.images("train", idx)
-    assert images is not None  # is_image
-    return Thumbnails(int(target), idx, images, captions, correct)
+    return Thumbnails(int(target), idx, inputs, captions, correct, signal=signal)
 
 
 def stored_models(ws: Workspace, workspace_hash: str, settings: EvalSettings) -> set[str]:

@@ -27,6 +27,7 @@ Export: :data:`PLOTLY_CONFIG` (client-side PNG download from the chart's camera 
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -40,7 +41,7 @@ from plotly.subplots import make_subplots
 
 from sde_core.errors import ExportError, SettingsError
 from sde_core.stats.decision import histogram_edges
-from sde_core.viz.formatting import D3_SI, column_formatter
+from sde_core.viz.formatting import AXIS_NUMBERS, UNBOUNDED, column_formatter
 
 __all__ = [
     "COLORS",
@@ -58,8 +59,10 @@ __all__ = [
     "figure_to_image",
     "find_chromium",
     "hsic_histogram",
+    "model_styles",
     "panel_figure",
     "plotly_config",
+    "signal_grid",
     "spread_figure",
     "sweep_figure",
     "target_overlay",
@@ -79,7 +82,7 @@ VERDICT_COLORS: dict[str, str] = {
     "over-unlearned": "#009E73",  # bluish green: below the out-of-training panel (method §12)
     "inconclusive": COLORS["inconclusive"],
 }
-#: Bar colours by model role.
+#: Colours of the roles (the colour of each original, retrained and random model; model_styles).
 ROLE_COLORS: dict[str, str] = {
     "original": "#D55E00",
     "retrained": "#009E73",
@@ -88,9 +91,15 @@ ROLE_COLORS: dict[str, str] = {
 }
 #: Colours of several models (or several selected targets) in one chart.
 MODEL_COLORS: tuple[str, ...] = ("#009E73", "#D55E00", "#56B4E9", "#000000", "#CC79A7", "#F0E442")
+#: Colours of the unlearned models, in workspace order (the roles' colours are kept for the
+#: original, retrained and random models).
+_UNLEARNED_COLORS = ("#56B4E9", "#CC79A7", "#0072B2", "#E69F00", "#000000", "#F0E442")
+#: Line dashes that tell models apart without colour (grayscale print), in the same order.
+_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
-#: Fill patterns that tell several selected targets apart (all in the target colour).
-_TARGET_PATTERNS = ("", "/", "\\", "x", ".", "+")
+#: Fill patterns that tell several selected targets apart (all in the target colour; "/" is
+#: S_OOT's hatch and a plain fill S_IT's, so each of the three reads apart in grayscale).
+_TARGET_PATTERNS = (".", "\\", "x", "+", "-", "|")
 _H_AXIS = "split-half HSIC H(S, h) (unitless)"
 _TEMPLATE = "plotly_white"
 _IMAGE_FORMATS = ("png", "svg")
@@ -236,17 +245,40 @@ def _model_row(result: Any, model: str) -> pd.Series:
 def _hist(
     x: np.ndarray, name: str, color: str, edges: np.ndarray, what: str, pattern: str = ""
 ) -> go.Histogram:
+    """One histogram trace, legible where traces overlap and in grayscale: a plain translucent
+    fill without ``pattern``; with one, only the pattern's lines in ``color`` on a transparent
+    ground (overlaps never mix into colours the legend lacks), with a solid outline."""
     size = float(edges[1] - edges[0])
     return go.Histogram(
         x=x,
         name=name,
-        marker={"color": color, "pattern": {"shape": pattern}},
-        opacity=0.6,
+        marker={
+            "color": color,
+            "pattern": {"shape": pattern, "fillmode": "replace", "solidity": 0.45},
+            "line": {"color": color, "width": 1.5 if pattern else 0.5},
+        },
+        opacity=0.5 if not pattern else 0.95,
         histnorm="probability",
         # The end is nudged past the last edge so the maximum falls in the last bin.
         xbins={"start": float(edges[0]), "end": float(edges[-1]) + 1e-9 * size, "size": size},
         hovertemplate=f"H in %{{x}}<br>%{{y:.1%}} of {what}<extra>{name}</extra>",
     )
+
+
+def model_styles(models: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """A fixed ``(colour, dash)`` per model of a ``models`` table, the same in every chart:
+    the original, retrained and random models keep their role's colour, unlearned models get
+    distinct colours in table order; the dash tells them apart in grayscale."""
+    out: dict[str, tuple[str, str]] = {}
+    unlearned = 0
+    for i, (name, role) in enumerate(zip(models["name"], models["role"], strict=True)):
+        if role in ROLE_COLORS and role != "unlearned":
+            color = ROLE_COLORS[role]
+        else:
+            color = _UNLEARNED_COLORS[unlearned % len(_UNLEARNED_COLORS)]
+            unlearned += 1
+        out[str(name)] = (color, _DASHES[i % len(_DASHES)])
+    return out
 
 
 def hsic_histogram(
@@ -294,12 +326,12 @@ def hsic_histogram(
     edges = histogram_edges(it_h, oot_h, *(h for _, h in shown), bins=nb)
     fig = go.Figure()
     fig.add_trace(_hist(it_h, "S_IT (retained data)", COLORS["it"], edges, "splits"))
-    fig.add_trace(_hist(oot_h, "S_OOT (test data)", COLORS["oot"], edges, "splits"))
+    fig.add_trace(_hist(oot_h, "S_OOT (test data)", COLORS["oot"], edges, "splits", "/"))
     for (name, h), pattern in zip(shown, _TARGET_PATTERNS, strict=False):
         fig.add_trace(_hist(h, name, COLORS["target"], edges, "splits", pattern))
     row = _model_row(result, model)
     title = f"{model}: split-half HSIC of references and targets (σ = {row['sigma']:.3g})"
-    fig.update_xaxes(tickformat=D3_SI, hoverformat=D3_SI)
+    fig.update_xaxes(**AXIS_NUMBERS)
     return _layout(fig, title, _H_AXIS, "share of splits", barmode="overlay")
 
 
@@ -312,17 +344,21 @@ def target_overlay(result: Any, models: Sequence[str], *, bins: int | None = Non
         bins: number of bins (default the evaluation's ``bins``).
 
     Returns:
-        A Figure with one histogram trace per model (its ``(T·K,)`` pooled target H).
+        A Figure with one histogram trace per model (its ``(T·K,)`` pooled target H) in the
+        model's fixed colour (:func:`model_styles`): the first filled, the others hatched with
+        distinct patterns, so they read apart where they overlap and in grayscale.
     """
     names = list(models)
     if not 2 <= len(names) <= 4:
         raise SettingsError(f"overlay 2 to 4 models; got {len(names)}")
     series = [_model_arrays(result, m)["targets_h"].ravel() for m in names]
     edges = histogram_edges(*series, bins=int(bins if bins is not None else result.settings.bins))
+    styles = model_styles(result.models)
     fig = go.Figure()
-    for name, h, color in zip(names, series, MODEL_COLORS, strict=False):
-        fig.add_trace(_hist(h, name, color, edges, "target splits"))
-    fig.update_xaxes(tickformat=D3_SI, hoverformat=D3_SI)
+    for i, (name, h) in enumerate(zip(names, series, strict=True)):
+        pattern = "" if i == 0 else _TARGET_PATTERNS[(i - 1) % len(_TARGET_PATTERNS)]
+        fig.add_trace(_hist(h, name, styles[name][0], edges, "target splits", pattern))
+    fig.update_xaxes(**AXIS_NUMBERS)
     return _layout(
         fig,
         "Target subsets of the forget set under several models",
@@ -330,6 +366,54 @@ def target_overlay(result: Any, models: Sequence[str], *, bins: int | None = Non
         "share of target splits",
         barmode="overlay",
     )
+
+
+def signal_grid(
+    signals: np.ndarray, captions: Sequence[str], correct: Sequence[bool], *, columns: int = 4
+) -> go.Figure:
+    """1-D inputs (mnist1d's 40-point signals) as small curves, one panel per input.
+
+    Args:
+        signals: ``(k, d)`` inputs as the model sees them.
+        captions: one title per input (``"✓ 7"`` / ``"✗ 1 (is 7)"``).
+        correct: whether each prediction is right (wrong ones are drawn in the original
+            model's vermilion and dashed, so they read apart in grayscale too).
+        columns: panels per row.
+
+    Returns:
+        A Figure with one line trace per input, in a grid of ``columns`` columns.
+    """
+    x = np.asarray(signals, dtype=np.float64)
+    if x.ndim != 2 or len(x) != len(captions) or len(x) != len(correct) or len(x) == 0:
+        raise SettingsError(
+            f"signals must be (k, d) with one caption and one flag per row; got {x.shape}, "
+            f"{len(captions)} captions, {len(correct)} flags"
+        )
+    rows = -(-len(x) // columns)
+    fig = make_subplots(rows=rows, cols=columns, subplot_titles=list(captions),
+                        horizontal_spacing=0.03, vertical_spacing=0.12)  # fmt: skip
+    for i, (signal, right) in enumerate(zip(x, correct, strict=True)):
+        fig.add_trace(
+            go.Scatter(
+                y=signal,
+                mode="lines",
+                line={
+                    "color": "#0072B2" if right else ROLE_COLORS["original"],
+                    "dash": "solid" if right else "dash",
+                    "width": 1.5,
+                },
+                name=captions[i],
+                showlegend=False,
+                hovertemplate="position %{x}<br>value %{y:.3~g}<extra></extra>",
+            ),
+            row=i // columns + 1,
+            col=i % columns + 1,
+        )
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=False)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(template=_TEMPLATE, height=130 * rows + 40, margin={"t": 40, "b": 10})
+    return fig
 
 
 def _jitter(n: int) -> np.ndarray:
@@ -397,7 +481,7 @@ def panel_figure(result: Any, model: str) -> go.Figure:
     fig.update_yaxes(
         tickvals=[0, 1, 2], ticktext=["targets (D_f)", "OOT panel", "IT panel"], range=[-0.6, 2.6]
     )
-    fig.update_xaxes(tickformat=D3_SI)
+    fig.update_xaxes(**AXIS_NUMBERS)
     return _layout(
         fig,
         f"{model}: calibrated evidence (panels {validity}, p = {row['panel_p']:.2g})",
@@ -440,8 +524,8 @@ def spread_figure(result: Any, model: str) -> go.Figure:
                 f"score = %{{customdata[2]}}<extra>{name}</extra>",
             )
         )
-    fig.update_xaxes(tickformat=D3_SI)
-    fig.update_yaxes(tickformat=D3_SI)
+    fig.update_xaxes(**AXIS_NUMBERS)
+    fig.update_yaxes(**AXIS_NUMBERS)
     return _layout(
         fig,
         f"{model}: score vs spread (correlation r = {row['score_spread_corr']:.2f})",
@@ -470,6 +554,23 @@ def _validity(table: pd.DataFrame, spec: MetricSpec) -> list[bool]:
     return [bool(v) for v in table[spec.valid]]
 
 
+def _flags(models: pd.DataFrame, column: str) -> list[bool]:
+    """A boolean column as a list (False where the column or a value is missing)."""
+    if column not in models:
+        return [False] * len(models)
+    return [bool(v) if isinstance(v, (bool, np.bool_)) else False for v in models[column]]
+
+
+def _bar_pattern(valid: bool, over_unlearned: bool, conflict: bool) -> str:
+    """A bar's fill pattern: ``/`` invalid references, ``x`` over-unlearned, ``.`` evidence
+    conflict, none otherwise (so an over-unlearned 100% bar never looks like the retrained one)."""
+    if not valid:
+        return "/"
+    if over_unlearned:
+        return "x"
+    return "." if conflict else ""
+
+
 def comparison_bars(
     models: pd.DataFrame, metric: str = "otr", *, reference_role: str = "retrained"
 ) -> go.Figure:
@@ -485,8 +586,11 @@ def comparison_bars(
 
     Returns:
         A Figure with one Bar trace (y = value × scale, NaN bars missing; bars of models whose
-        references are invalid are hatched and labelled, as their verdicts are inconclusive)
-        and, with a reference, one horizontal line shape at the reference model's value.
+        references are invalid are hatched ``/`` and labelled, as their verdicts are
+        inconclusive; over-unlearned models are cross-hatched ``x`` and labelled, a row with an
+        ``evidence_conflict`` dotted and labelled), a text trace with each bar's label above its
+        error bar, and, with a reference, one horizontal line shape at the reference model's
+        value.
     """
     spec = _metric(metric)
     if metric not in models.columns:
@@ -516,34 +620,69 @@ def comparison_bars(
         extra = f"<br>95% CI %{{customdata[0]:{f}}}–%{{customdata[1]:{f}}}" + spec.unit
     else:
         extra = ""
+    over = _flags(models, "over_unlearned")
+    conflicts = [
+        isinstance(c, str) and bool(c.strip())
+        for c in (
+            models["evidence_conflict"] if "evidence_conflict" in models else [None] * len(models)
+        )
+    ]
+    labels = [
+        ("withheld" if _withheld(v, why) else spec.fmt(v))
+        + ("" if ok else " (invalid refs)")
+        + (" over-unlearned" if o and ok else "")
+        + (" conflict" if c else "")
+        for v, ok, why, o, c in zip(
+            models[metric].astype(float), valid, reasons, over, conflicts, strict=True
+        )
+    ]
     fig = go.Figure(
         go.Bar(
             x=models["name"],
             y=values,
             marker={
-                "color": [ROLE_COLORS.get(r, COLORS["inconclusive"]) for r in models["role"]],
-                "pattern": {"shape": ["" if ok else "/" for ok in valid]},
+                "color": [model_styles(models)[str(n)][0] for n in models["name"]],
+                "pattern": {
+                    "shape": [
+                        _bar_pattern(ok, o, c)
+                        for ok, o, c in zip(valid, over, conflicts, strict=True)
+                    ]
+                },
+                "line": {"color": "#333333", "width": 1},
             },
-            text=[
-                ("withheld" if _withheld(v, why) else spec.fmt(v))
-                + ("" if ok else " (invalid refs)")
-                for v, ok, why in zip(models[metric].astype(float), valid, reasons, strict=True)
-            ],
-            textposition="outside",
+            text=labels,
+            textposition="none",  # drawn above the error bar by the text trace below
             hovertemplate=f"%{{x}}<br>{spec.label} = %{{y:.3g}}{spec.unit}{extra}<extra></extra>",
             name=spec.label,
             **bar,
         )
     )
+    top = values.copy()
+    if "error_y" in bar:
+        top = np.fmax(top, values + np.nan_to_num(bar["error_y"]["array"], nan=0.0))
+    fig.add_trace(
+        go.Scatter(
+            x=models["name"],
+            y=np.nan_to_num(top, nan=0.0),
+            text=labels,
+            mode="text",
+            textposition="top center",
+            hoverinfo="skip",
+            showlegend=False,
+            cliponaxis=False,
+        )
+    )
     ref = _reference_value(models, metric, reference_role)
     if ref is not None:
         name, value = ref
+        who = name if name == reference_role else f"{name} ({reference_role})"
         fig.add_hline(
             y=value * spec.scale,
             line_dash="dash",
             line_color=ROLE_COLORS.get(reference_role, "#000000"),
-            annotation_text=f"{name} ({reference_role}): {spec.fmt(value)}",
-            annotation_position="top left",
+            annotation_text=f"{who}: {spec.fmt(value)}",
+            annotation_position="top right",
+            annotation_bgcolor="rgba(255,255,255,0.8)",
         )
     if spec.bounds is not None:
         fig.update_yaxes(range=[spec.bounds[0], spec.bounds[1] * 1.12])
@@ -605,7 +744,7 @@ DRAW_STRIP_METRICS: tuple[DrawMetric, ...] = (
 
 def _strip_text(x: float, metric: DrawMetric) -> str:
     if not np.isfinite(x):
-        return "∞" if x > 0 else ("−∞" if x < 0 else "n/a")
+        return UNBOUNDED if math.isinf(x) else "n/a"
     if metric.percent:
         return f"{100 * x:.0f}%"
     if metric.log:
@@ -707,7 +846,7 @@ def draw_strip(result: Any, model: str) -> go.Figure:
         )  # fmt: skip
         axis: dict[str, Any] = {"zeroline": False}
         if m.log and span and min(span) > 0:
-            axis["type"] = "log"
+            axis.update(type="log", **AXIS_NUMBERS)  # p-values as 10⁻¹⁸, never 1f
         elif m.percent:
             axis["tickformat"] = ".0%"
         fig.update_xaxes(row=i, col=1, **axis)
@@ -747,7 +886,9 @@ def sweep_figure(
 
     Returns:
         A Figure with one line per model (x = numeric σ for σ sweeps, the layer name, n, or the
-        checkpoint in % of training; open markers where the references are invalid) and one
+        checkpoint in % of training; open markers where the references are invalid), one
+        ``"<model>: withheld"`` trace of ✕ markers on the axis floor where the gate withholds
+        the number (method §12; the reason on hover) and one
         vertical dotted line trace per marker, named ``"<rule> rule: σ = …"`` (e.g.
         ``"√d rule: σ = 6.32"``). σ axes are logarithmic when the values span ≥ 10×.
     """
@@ -765,11 +906,21 @@ def sweep_figure(
     else:
         x_col = sweep["value"]
     fig = go.Figure()
+    withheld: list[tuple[int, str, pd.Series, list[str]]] = []
     for i, (model, part) in enumerate(sweep.groupby("model", sort=False)):
         order = np.argsort(x_col[part.index].to_numpy()) if param != "layer" else None
         rows = part if order is None else part.iloc[order]
         x = x_col[rows.index]
         y = rows[metric].astype(float).to_numpy() * spec.scale
+        reasons = (
+            rows["inconclusive_reason"].tolist()
+            if "inconclusive_reason" in rows
+            else [None] * len(rows)
+        )
+        gated = [_withheld(v, why) for v, why in zip(y, reasons, strict=True)]
+        if any(gated):
+            why = [str(w) for w, g in zip(reasons, gated, strict=True) if g]
+            withheld.append((i, str(model), x[gated], why))
         trace: dict[str, Any] = {}
         if spec.lo and spec.hi and spec.lo in rows:
             trace["error_y"] = {
@@ -803,6 +954,24 @@ def sweep_figure(
         y_span = (float(finite.min()), float(finite.max()))
     else:
         y_span = (0.0, 1.0)
+    for i, model, x, why in withheld:  # a withheld point is marked, never silently dropped
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[y_span[0]] * len(x),
+                mode="markers",
+                name=f"{model}: withheld",
+                marker={
+                    "symbol": "x-thin-open",
+                    "size": 12,
+                    "line": {"width": 2},
+                    "color": MODEL_COLORS[i % len(MODEL_COLORS)],
+                },
+                customdata=np.array(why, dtype=object)[:, None],
+                hovertemplate=f"{model}<br>{param} = %{{x}}<br>withheld: %{{customdata[0]}}"
+                "<extra></extra>",
+            )
+        )
     for (rule, sigma), dash in zip(
         (markers or {}).items(), ("dot", "dashdot", "dash"), strict=False
     ):
@@ -820,7 +989,7 @@ def sweep_figure(
     if param == "sigma":
         xs = np.r_[x_col.to_numpy(dtype=float), [float(s) for s in (markers or {}).values()]]
         if xs.size and xs.min() > 0 and xs.max() / xs.min() >= 10:
-            fig.update_xaxes(type="log")
+            fig.update_xaxes(type="log", **AXIS_NUMBERS)
     elif param == "layer":
         fig.update_xaxes(type="category")
     return _layout(fig, f"{spec.label} vs {_SWEEP_AXES[param]}", _SWEEP_AXES[param], spec.axis)

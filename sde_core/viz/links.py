@@ -9,21 +9,39 @@ cannot use) and builds the link; it knows nothing about Streamlit.
 from __future__ import annotations
 
 import math
+import os
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "HASH_PARAM",
+    "LINK_HASH_CHARS",
     "MAX_NUMBER_CHARS",
+    "PUBLIC_URL_ENV",
     "SETTING_PARAMS",
+    "WORKSPACE_PARAM",
     "decode_bool",
     "decode_int",
     "decode_list",
     "decode_settings",
     "encode_list",
     "encode_settings",
+    "hash_matches",
+    "link_hash",
+    "public_base_url",
     "view_link",
 ]
+
+#: URL parameter of the workspace folder (as the server resolves it inside its allowed folders).
+WORKSPACE_PARAM = "ws"
+#: URL parameter of the workspace's content hash (the first :data:`LINK_HASH_CHARS` hex digits).
+HASH_PARAM = "wsh"
+#: Hex digits of the content hash a link carries (64 bits: enough to tell workspaces apart).
+LINK_HASH_CHARS = 16
+#: Environment variable of the address people reach the dashboard at (``https://sde.example.org``);
+#: links shown for copying start with it instead of the address the browser used.
+PUBLIC_URL_ENV = "SDE_PUBLIC_URL"
 
 #: URL parameter -> evaluation setting.
 SETTING_PARAMS: dict[str, str] = {
@@ -131,6 +149,38 @@ def decode_settings(params: Mapping[str, str]) -> tuple[dict[str, Any], list[str
             else:
                 problems.append(problem)
     return values, problems
+
+
+def link_hash(workspace_hash: str) -> str:
+    """The part of a workspace's content hash (64 hex digits) that a link carries."""
+    return workspace_hash[:LINK_HASH_CHARS].lower()
+
+
+def hash_matches(linked: str, workspace_hash: str) -> bool:
+    """Whether a link's ``wsh`` value names the workspace with content hash ``workspace_hash``.
+
+    The link's value must be a prefix of at least 8 hex digits (case-insensitive); anything
+    else (empty, too short, not hex) matches nothing.
+    """
+    text = linked.strip().lower()
+    if len(text) < 8 or any(c not in "0123456789abcdef" for c in text):
+        return False
+    return workspace_hash.lower().startswith(text)
+
+
+def public_base_url(browser_url: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The address a shared link starts with: ``$SDE_PUBLIC_URL`` when it is an ``http(s)``
+    address, else ``browser_url`` (the address this browser used; None for a relative link).
+
+    A server bound to localhost shows ``http://127.0.0.1:8501`` to its own browser, which
+    nobody else can open; set :data:`PUBLIC_URL_ENV` to the address others reach it at.
+    """
+    configured = (os.environ if env is None else env).get(PUBLIC_URL_ENV, "").strip()
+    if configured:
+        parts = urllib.parse.urlsplit(configured)
+        if parts.scheme in ("http", "https") and parts.netloc:
+            return configured
+    return browser_url
 
 
 def view_link(

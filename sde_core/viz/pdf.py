@@ -31,6 +31,9 @@ CHROMIUM_PRINT_FLAGS = (
     "--disable-default-apps",
     "--no-pdf-header-footer",
     "--run-all-compositor-stages-before-draw",
+    # charts are drawn at the window's width before printing: the printable width of an A4
+    # landscape page (273 mm at 96 dpi), so they print full width
+    "--window-size=1032,1400",
     "--virtual-time-budget=20000",
 )
 

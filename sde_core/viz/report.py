@@ -25,7 +25,7 @@ import json
 import math
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ from sde_core.common.csv_cells import neutralise_formula
 from sde_core.errors import SettingsError
 from sde_core.viz.figures import PLOTLY_CONFIG, comparison_bars, hsic_histogram
 from sde_core.viz.formatting import (
+    format_count,
     format_estimate,
     format_interval,
     format_number,
@@ -50,6 +51,8 @@ from sde_core.viz.verdicts import (
     explain_verdict,
     null_check_readings,
     retrain_row,
+    summarize_verdict,
+    summary_order,
     verdict_label,
     verdict_sentence,
     verdict_table,
@@ -57,11 +60,13 @@ from sde_core.viz.verdicts import (
 
 __all__ = [
     "CAVEATS",
+    "COMPARISON_GROUPS",
     "EXPORT_TABLE_FORMATS",
     "REPORT_DATA_ID",
     "REPORT_FORMAT",
     "REPORT_FORMAT_VERSION",
     "REPORT_SECTIONS",
+    "AuditContext",
     "build_html_report",
     "comparison_table",
     "dataset_table",
@@ -74,6 +79,7 @@ __all__ = [
     "report_figures",
     "report_from_html",
     "settings_table",
+    "summary_html",
     "tables_for_export",
     "tables_to_zip",
     "to_csv_bytes",
@@ -92,6 +98,7 @@ REPORT_FORMAT_VERSION = 1
 REPORT_DATA_ID = "sde-report"
 #: The section titles of the HTML/PDF report, in order (the notes section only with notes).
 REPORT_SECTIONS = (
+    "The answer, per model",
     "Verdicts",
     "What SDE can and cannot certify",
     "Comparison",
@@ -102,6 +109,44 @@ REPORT_SECTIONS = (
     "Definitions",
     "Caveats",
 )
+
+#: The comparison table's columns, printed as two tables (one would squeeze 25 columns into a page).
+COMPARISON_GROUPS: dict[str, tuple[str, ...]] = {
+    "Headline numbers": (
+        "model", "role", "method", "OTR (95% CI)", "calibrated OTR (95% CI)", "F1",
+        "calibrated F1", "dependence score", "over-unlearned",
+    ),
+    "Diagnostics and classic metrics": (
+        "model", "layer", "σ", "draws", "reference p", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)",
+        "MIA ASR", "MMD F1", "W2 F1", "null FPR, split U-test", "null FPR, calibrated",
+        "score–spread r", "method time (s)",
+    ),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    """Who ran an audit, for whom and why; printed on the report's first page when given.
+
+    Attributes:
+        purpose: why the audit was run (e.g. "erasure request #123, Art. 17 GDPR").
+        requester: who asked for it. operator: who ran it (and signs it, with a key).
+    """
+
+    purpose: str | None = None
+    requester: str | None = None
+    operator: str | None = None
+
+    def items(self) -> list[tuple[str, str]]:
+        """The given fields as ``(label, text)`` in print order (blank ones left out)."""
+        fields = (("Purpose", self.purpose), ("Requested by", self.requester),
+                  ("Operated by", self.operator))  # fmt: skip
+        return [(label, text.strip()) for label, text in fields if text and text.strip()]
+
+    def to_dict(self) -> dict[str, str]:
+        """The given fields as ``{"purpose"|"requester"|"operator": text}``."""
+        return {k: v.strip() for k, v in asdict(self).items() if isinstance(v, str) and v.strip()}
+
 
 #: method §9's caveats for a non-expert, as ``{title: explanation}``.
 CAVEATS: dict[str, str] = {
@@ -174,7 +219,7 @@ def _over_unlearning(row: Mapping[str, Any]) -> str:
     p = _float(_get(row, "over_unlearning_p"))
     if math.isnan(p):
         return "withheld" if _get(row, "inconclusive_reason") else "n/a"
-    shown = format_number(p, digits=2, notation="scientific")
+    shown = format_number(p, digits=2)
     return f"{'yes' if bool(_get(row, 'over_unlearned')) else 'no'} (p = {shown})"
 
 
@@ -199,10 +244,8 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
                 "method": _get(r, "method"),
                 "layer": _get(r, "layer"),
                 "σ": format_number(_get(r, "sigma")),
-                "draws": format_number(_get(r, "draws")),
-                "reference p": format_number(
-                    _get(r, "reference_p"), digits=2, notation="scientific"
-                ),
+                "draws": format_count(_get(r, "draws")),
+                "reference p": format_number(_get(r, "reference_p"), digits=2),
                 "OTR (95% CI)": _rate_with_interval(r, "otr"),
                 "calibrated OTR (95% CI)": "n/a (panels invalid)"
                 if panel_invalid and math.isnan(cal)
@@ -248,7 +291,7 @@ def near_ties_table(result: Any) -> pd.DataFrame:
                     classic(k) for k in ("acc_r", "acc_f", "acc_te")
                 ),
                 "attack": classic("asr"),
-                "H tolerance (relative)": format_number(t.h_rtol, digits=2, notation="scientific"),
+                "H tolerance (relative)": format_number(t.h_rtol, digits=2),
             }
         )
     return pd.DataFrame(rows)
@@ -330,8 +373,8 @@ def draws_table(result: Any) -> pd.DataFrame:
                 "draw": int(d["draw"]) + 1,
                 "targets": int(d["targets"]),
                 "controls": int(d["controls"]),
-                "reference p": format_number(d["reference_p"], digits=2, notation="scientific"),
-                "panel p": format_number(d["panel_p"], digits=2, notation="scientific"),
+                "reference p": format_number(d["reference_p"], digits=2),
+                "panel p": format_number(d["panel_p"], digits=2),
                 "OTR": num("otr", True),
                 "calibrated OTR": num("calibrated_otr", True),
                 "over-unlearned": num("over_unlearned_rate", True),
@@ -498,25 +541,37 @@ def manifest_tables(manifest: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
     }
 
 
-def report_document(result: Any, manifest: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def report_document(
+    result: Any,
+    manifest: Mapping[str, Any] | None = None,
+    context: AuditContext | None = None,
+) -> dict[str, Any]:
     """The report as a JSON document (what ``verify`` recomputes).
 
     Returns:
         ``{"format": "sde-report", "format_version": 1, "manifest": …, "settings": …,
         "workspace_hash": …, "models": {name: {…the method §10 fields…, "verdict",
-        "explanation"}}}``; non-finite numbers are ``null``.
+        "explanation", "summary"}}}`` and, with a non-empty ``context``, ``"audit": {"purpose",
+        "requester", "operator"}``; non-finite numbers are ``null``.
     """
     doc = result.to_json_dict()
     retrain = retrain_row(result.models)
     by_name = {row["name"]: row for row in records(result.models)}
+    s = result.settings
     for name, entry in doc["models"].items():
-        explained = explain_verdict(by_name[name], result.settings.targets, retrain)
+        explained = explain_verdict(by_name[name], s.targets, retrain)
         entry["verdict"] = explained.label
         entry["explanation"] = explained.text
+        summary = summarize_verdict(
+            by_name[name], s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated
+        )
+        entry["summary"] = {k: v for k, v in asdict(summary).items() if k not in ("name", "role")}
+    audit = context.to_dict() if context is not None else {}
     return {
         "format": REPORT_FORMAT,
         "format_version": REPORT_FORMAT_VERSION,
         "manifest": dict(manifest) if manifest is not None else None,
+        **({"audit": audit} if audit else {}),
         **doc,
     }
 
@@ -565,14 +620,38 @@ code { font-family: ui-monospace, monospace; background: #f3f3f3; padding: 0 0.2
 .verdict-consistent-with-forgetting { color: #00795a; font-weight: bold; }
 .verdict-over-unlearned { color: #8a5a00; font-weight: bold; }
 .verdict-mixed, .verdict-inconclusive { color: #555; font-weight: bold; }
+.answers { display: grid; grid-template-columns: repeat(3, 1fr); gap: 0.6em; margin: 0.8em 0; }
+.answer { border: 1px solid #999; border-left: 5px solid #555; border-radius: 3px;
+          padding: 0.25em 0.5em; break-inside: avoid; font-size: 0.8em; line-height: 1.3; }
+.answer p { margin: 0.1em 0; }
+.intro, .meta { font-size: 0.8em; margin: 0.25em 0; }
+h1 { margin: 0 0 0.2em 0; }
+.answer .head { font-weight: bold; }
+.answer .caveat, .answer .check { color: #444; font-size: 0.92em; }
+.answer.conflict .check { color: #8a0000; font-weight: bold; }
+.answer.verdict-box-not-forgotten { border-left-color: #b24000; }
+.answer.verdict-box-consistent-with-forgetting { border-left-color: #00795a; }
+.answer.verdict-box-over-unlearned { border-left-color: #8a5a00; border-left-style: double;
+                                     border-left-width: 7px; }
+.audit { border-collapse: collapse; margin: 0.4em 0; }
+.audit th { background: none; border: none; padding: 0 1em 0 0; }
+.audit td { border: none; padding: 0; }
+.check-report { font-size: 0.78em; color: #333; border-top: 1px solid #ccc; padding-top: 0.3em; }
+.withheld-list { font-size: 0.85em; }
 @media print {
-  body { max-width: none; margin: 0; font-size: 10pt; }
+  body { max-width: none; margin: 0; font-size: 9.5pt; }
   table { font-size: 7.5pt; }
-  figure, tr { break-inside: avoid; }
-  h2 { break-after: avoid; }
+  figure, tr, .answer { break-inside: avoid; }
+  h2 { break-after: avoid; margin: 0.5em 0 0.3em 0; }
+  .page-break { break-before: page; }
   .wide { overflow: visible; }
+  .modebar-container, .modebar { display: none !important; }
 }
-@page { size: A4 landscape; margin: 12mm; }
+@page {
+  size: A4 landscape; margin: 12mm 12mm 14mm 12mm;
+  @bottom-right { content: "page " counter(page) " of " counter(pages); font-size: 8pt;
+                  color: #555; font-family: system-ui, sans-serif; }
+}
 """
 
 #: Glossary entries the report's tables and sentences use.
@@ -592,17 +671,99 @@ def _table_html(df: pd.DataFrame, *, hashes: bool = False) -> str:
     return f'<div class="wide{" hashes" if hashes else ""}">{table}</div>'
 
 
-def _verdicts_html(table: pd.DataFrame) -> str:
+def _verdicts_html(table: pd.DataFrame, caveats: Mapping[str, str]) -> str:
+    """The verdict table, each model's caveat beside its explanation."""
     rows = "".join(
         f"<tr><td>{html.escape(str(r['name']))}</td><td>{html.escape(str(r['role']))}</td>"
         f'<td class="verdict-{r["verdict"].replace(" ", "-")}">{html.escape(r["verdict"])}</td>'
-        f"<td>{html.escape(r['explanation'])}</td></tr>"
+        f"<td>{html.escape(r['explanation'])}</td>"
+        f"<td>{html.escape(caveats.get(str(r['name']), ''))}</td></tr>"
         for r in records(table)
     )
     return (
         "<table><thead><tr><th>model</th><th>role</th><th>verdict</th><th>explanation</th>"
+        '<th style="width: 22%">the caveat that matters for it</th>'
         f"</tr></thead><tbody>{rows}</tbody></table>"
     )
+
+
+def summary_html(result: Any) -> str:
+    """The first page's answers: one box per model (audited models first) with the verdict in a
+    sentence, its interval, the cross-check and the one caveat that matters for it."""
+    s = result.settings
+    boxes = []
+    for row in summary_order(result.models):
+        a = summarize_verdict(row, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated)
+        css = f"answer verdict-box-{a.label.replace(' ', '-')}" + (" conflict" * a.conflict)
+        boxes.append(
+            f'<div class="{css}"><p class="head">{html.escape(a.name)} '
+            f'<span class="meta">({html.escape(a.role)})</span> — '
+            f'<span class="verdict-{a.label.replace(" ", "-")}">{html.escape(a.label)}</span>'
+            f"</p><p>{html.escape(a.sentence)} {html.escape(a.interval)}.</p>"
+            f'<p class="check">{html.escape(a.cross_check)}</p>'
+            f'<p class="caveat">Caveat: {html.escape(a.caveat)}</p></div>'
+        )
+    return f'<div class="answers">{"".join(boxes)}</div>'
+
+
+def _comparison_html(models: pd.DataFrame) -> str:
+    """The comparison as two tables and the reasons numbers are withheld as a list below."""
+    table = comparison_table(models)
+    parts = [
+        f"<h3>{html.escape(title)}</h3>"
+        + _table_html(table[[c for c in columns if c in table.columns]])
+        for title, columns in COMPARISON_GROUPS.items()
+    ]
+    withheld = [(r["model"], r["why withheld"]) for r in records(table) if r["why withheld"]]
+    if withheld:
+        items = "".join(
+            f"<li><strong>{html.escape(str(m))}</strong>: {html.escape(str(why))}</li>"
+            for m, why in withheld
+        )
+        parts.append(f'<p>Why numbers are withheld (method §12):</p><ul class="withheld-list">'
+                     f"{items}</ul>")  # fmt: skip
+    return "".join(parts)
+
+
+def _audit_html(context: AuditContext | None) -> str:
+    rows = context.items() if context is not None else []
+    if not rows:
+        return ""
+    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f'<table class="audit">{cells}</table>'
+
+
+def _check_html(file_hint: str, document_sha256: str | None, signed_by: str | None) -> str:
+    digest = (
+        f"The report's data document (<code>{html.escape(_json_name(file_hint))}</code>) has "
+        f"SHA-256 <code>{html.escape(document_sha256)}</code>. "
+        if document_sha256
+        else ""
+    )
+    signed = (
+        f"It is signed with the operator's Ed25519 key <code>{html.escape(signed_by)}</code> "
+        f"(<code>{html.escape(_stem(file_hint))}.sig.json</code>); compare that fingerprint "
+        "with the one the operator published. "
+        if signed_by
+        else "This report is not signed. "
+    )
+    return (
+        f'<p class="check-report"><strong>Checking this report.</strong> {digest}{signed}'
+        f"<code>python -m sde_core verify {html.escape(file_hint)}</code> re-hashes every "
+        "file the manifest names, recomputes every number and checks the signature; "
+        "<code>--signature-only</code> checks only that no byte changed.</p>"
+    )
+
+
+def _stem(file_hint: str) -> str:
+    for suffix in (".html", ".htm", ".json", ".pdf"):
+        if file_hint.lower().endswith(suffix):
+            return file_hint[: -len(suffix)]
+    return file_hint
+
+
+def _json_name(file_hint: str) -> str:
+    return f"{_stem(file_hint)}.json"
 
 
 def _certify_html() -> str:
@@ -641,8 +802,16 @@ def build_html_report(
     notes: str | None = None,
     manifest: Mapping[str, Any] | None = None,
     file_hint: str = "REPORT.html",
+    *,
+    context: AuditContext | None = None,
+    document_sha256: str | None = None,
+    signed_by: str | None = None,
 ) -> str:
     """A self-contained HTML report of an evaluation (opens offline: plotly.js is inlined once).
+
+    The first page answers: who asked and why (``context``), one box per model with its verdict
+    in a sentence, its interval, the cross-check and its caveat (:func:`summary_html`), and how
+    to check the report. Printed, every page is numbered.
 
     Args:
         result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult`.
@@ -653,6 +822,9 @@ def build_html_report(
         manifest: what was evaluated (:func:`sde_core.services.audit.build_manifest`); without
             it the report says it cannot be verified.
         file_hint: the file name shown in the ``verify`` command.
+        context: purpose, requester and operator, printed when given.
+        document_sha256: the SHA-256 of the report's JSON file, printed on the first page.
+        signed_by: the fingerprint of the key that signs the report files, if any.
 
     Returns:
         The HTML document with the sections of :data:`REPORT_SECTIONS` (and the notes), and the
@@ -664,12 +836,21 @@ def build_html_report(
     charts = []
     for i, (title, fig) in enumerate(items):
         caption = f"<figcaption>{html.escape(title)}</figcaption>" if title else ""
-        body = fig.to_html(full_html=False, include_plotlyjs=i == 0, config=PLOTLY_CONFIG)
+        body = fig.to_html(
+            full_html=False, include_plotlyjs=i == 0, config=PLOTLY_CONFIG, default_width="100%"
+        )
         charts.append(f"<figure>{body}{caption}</figure>")
     caveats = "".join(
         f"<li><strong>{html.escape(t)}.</strong> {html.escape(text)}</li>"
         for t, text in measured_caveats(result).items()
     )
+    s = result.settings
+    model_caveats = {
+        str(r["name"]): summarize_verdict(
+            r, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated
+        ).caveat
+        for r in records(result.models)
+    }
     per_draw = draws_table(result)
     draws_html = (
         "<p>Each draw's own statistics (method §12: independent references, panels, targets "
@@ -685,15 +866,15 @@ def build_html_report(
         notes_html = "<h2>Notes</h2>" + "".join(f"<p>{html.escape(p)}</p>" for p in paragraphs)
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     title = f"SDE report: {workspace_name}"
-    document = _json_for_html(report_document(result, manifest))
-    s = result.settings
+    document = _json_for_html(report_document(result, manifest, context))
     sections = dict(
         zip(
             REPORT_SECTIONS,
             (
-                _verdicts_html(verdict_table(result)),
+                summary_html(result) + _check_html(file_hint, document_sha256, signed_by),
+                _verdicts_html(verdict_table(result), model_caveats),
                 _certify_html(),
-                _table_html(comparison_table(result.models)),
+                _comparison_html(result.models),
                 draws_html,
                 f"<p>{html.escape(null_calibration_text(result))}</p>",
                 "".join(charts) or "<p>No charts.</p>",
@@ -708,7 +889,11 @@ def build_html_report(
             strict=True,
         )
     )
-    body = "\n".join(f"<h2>{html.escape(t)}</h2>\n{content}" for t, content in sections.items())
+    page_break = '<div class="page-break"></div>'  # printed, the answers fill page 1
+    body = "\n".join(
+        f"{page_break if i == 1 else ''}<h2>{html.escape(t)}</h2>\n{content}"
+        for i, (t, content) in enumerate(sections.items())
+    )
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -719,14 +904,15 @@ def build_html_report(
 </head>
 <body>
 <h1>{html.escape(title)}</h1>
+{_audit_html(context)}
 <p class="meta">Generated {now} by sde_core {html.escape(__version__)}
  · workspace hash {html.escape(str(result.workspace_hash))}
  · {len(result.models)} models · layer {html.escape(str(s.layer))}</p>
-<p>Split-half Dependence Evaluation (SDE) asks whether subsets of the forget set still look like
-the model's training data (in-training) or like data it never saw (out-of-training). The
-out-of-training rate (OTR) is the share of {s.targets} random forget-set subsets of
-{s.subset_size} rows that look unseen: higher means more forgetting; the retrained model, which
-never saw the forget set, is the yardstick.</p>
+<p class="intro">Split-half Dependence Evaluation (SDE) asks whether subsets of the forget set
+still look like the model's training data (in-training) or like data it never saw
+(out-of-training). The out-of-training rate (OTR) is the share of {s.targets} random
+forget-set subsets of {s.subset_size} rows that look unseen: higher means more forgetting;
+the retrained model, which never saw the forget set, is the yardstick.</p>
 {body}
 {notes_html}
 <script type="application/json" id="{REPORT_DATA_ID}">{document}</script>

@@ -126,12 +126,13 @@ _PER_LAYER = (
     ("panel_valid", "panels valid"),
     ("draws", "draws"),
 )
-#: Headline numbers shown as "value [lo, hi]" by :func:`comparison_display`.
+#: Headline numbers shown as "value [lo, hi]" by :func:`comparison_display` (label, column,
+#: in percent: the rates in % as in the charts; F1 and the dependence score on their own scale).
 _ESTIMATES = (
-    ("OTR", "otr"),
-    ("cal. OTR", "calibrated_otr"),
-    ("F1", "f1"),
-    ("dependence", "dependence_score"),
+    ("OTR", "otr", True),
+    ("cal. OTR", "calibrated_otr", True),
+    ("F1", "f1", False),
+    ("dependence", "dependence_score", False),
 )
 
 
@@ -169,29 +170,32 @@ def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFram
 
 
 def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """The comparison as the page shows it: :func:`comparison_table`'s rows with each headline
-    number as ``"0.62 [0.48, 0.77]"`` (value and 95% interval over the draws, method §12),
-    ``"withheld"`` when the gate withholds it (the ``why inconclusive`` column says why) and
-    the over-unlearning test as ``"yes (p = 1.2e-04)"``. Accuracies, ASR and time stay numbers;
-    the numeric table (for CSV export) is :func:`comparison_table`.
+    """The comparison as the page shows it, the answer first: model, role, then per layer the
+    verdict and the over-unlearning test (``"yes (p = 1.2e-4)"``), then each headline number as
+    ``"62% [48%, 77%]"`` (OTR and calibrated OTR in %, as in the charts) or ``"0.62 [0.48,
+    0.77]"`` (F1, dependence score; value and 95% interval over the draws, method §12),
+    ``"withheld"`` when the gate withholds it (the ``why inconclusive`` column says why), then
+    the accuracies, ASR (%) and time, which stay numbers. The numeric table (for CSV export,
+    rates in [0, 1]) is :func:`comparison_table`.
     """
     table = comparison_table(models_by_layer)
-    out = table[["name", "role", "method", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)", "ASR (%)"]]
-    out = out.copy()
+    out = table[["name", "role"]].copy()
     for layer, models in models_by_layer.items():
         rows = records(models.set_index("name").loc[table["name"]].reset_index())
-        for label, key in _ESTIMATES:
+        out[f"verdict [{layer}]"] = table[f"verdict [{layer}]"].to_numpy()
+        out[f"over-unlearned [{layer}]"] = [_over(r) for r in rows]
+        for label, key, percent in _ESTIMATES:
             out[f"{label} [{layer}]"] = [
                 format_estimate(r.get(key), r.get(f"{key}_lo"), r.get(f"{key}_hi"),
-                                reason=r.get("inconclusive_reason"))
+                                percent=percent, reason=r.get("inconclusive_reason"))
                 for r in rows
             ]  # fmt: skip
-        out[f"over-unlearned [{layer}]"] = [_over(r) for r in rows]
-        for name in ("refs valid", "verdict", "why inconclusive"):
+        for name in ("refs valid", "why inconclusive"):
             column = f"{name} [{layer}]"
             if column in table:
                 out[column] = table[column].to_numpy()
-    out["time (s)"] = table["time (s)"].to_numpy()
+    for column in ("method", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)", "ASR (%)", "time (s)"):
+        out[column] = table[column].to_numpy()
     return out
 
 
@@ -201,7 +205,7 @@ def _over(row: Mapping[str, Any]) -> str:
     reason = row.get("inconclusive_reason")
     if p is None or not np.isfinite(float(p)):
         return "withheld" if isinstance(reason, str) and reason.strip() else "n/a"
-    shown = format_number(p, digits=2, notation="scientific")
+    shown = format_number(p, digits=2)
     return f"{'yes' if bool(row.get('over_unlearned')) else 'no'} (p = {shown})"
 
 

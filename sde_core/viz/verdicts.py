@@ -35,9 +35,13 @@ __all__ = [
     "VERDICT_LABELS",
     "NullCheckReading",
     "VerdictExplanation",
+    "VerdictSummary",
     "explain_verdict",
     "null_check_readings",
+    "over_unlearning_meaning",
     "retrain_row",
+    "summarize_verdict",
+    "summary_order",
     "verdict_label",
     "verdict_sentence",
     "verdict_table",
@@ -108,7 +112,21 @@ def _reason(row: Mapping[str, Any]) -> str | None:
 
 
 def _p(value: float) -> str:
-    return format_number(value, digits=2, notation="scientific")
+    return format_number(value, digits=2)
+
+
+def over_unlearning_meaning(role: str) -> str:
+    """What an over-unlearned forget set means for a model of ``role`` (completes a sentence).
+
+    A model that never saw the forget set (retrained, random) cannot have overshot an
+    unlearning: for it the finding says the forget set differs from the unseen data.
+    """
+    if role in ("retrained", "random"):
+        return (
+            "this model never saw the forget set, so the forget set itself differs from the "
+            "unseen reference data; other models' over-unlearning findings may reflect that too."
+        )
+    return "the unlearning overshot, which can itself reveal what was forgotten."
 
 
 def verdict_label(row: Mapping[str, Any]) -> str:
@@ -208,8 +226,7 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
             f"{test}, {k_out} of {targets} subsets of the forget set look unseen {stats}, and "
             f"the model-level over-unlearning test finds them significantly LESS familiar to "
             f"the model than data it never saw (p = {_p(_number(row, 'over_unlearning_p'))}; "
-            f"share over-unlearned {share}): the unlearning overshot, which can itself "
-            "reveal what was forgotten."
+            f"share over-unlearned {share}): {over_unlearning_meaning(str(_value(row, 'role')))}"
         )
     if label == "not forgotten":
         return (
@@ -274,7 +291,7 @@ def _calibrated(row: Mapping[str, Any], targets: int, label: str) -> str:
     if over:
         text += (
             " Over-unlearned subsets look less familiar to the model than data it never saw — "
-            "a sign the unlearning overshot, which can itself reveal what was forgotten."
+            + over_unlearning_meaning(str(_value(row, "role")))
         )
     return text
 
@@ -293,12 +310,13 @@ def _comparison(row: Mapping[str, Any], retrain: Mapping[str, Any] | None) -> st
             "There is no retrained model to compare with: add one (role 'retrained'), the gold "
             "standard of unlearning."
         )
-    name = _value(retrain, "name")
+    name = str(_value(retrain, "name"))
+    who = "The retrained model" if name == "retrained" else f"The retrained model {name}"
     if verdict_label(retrain) == "inconclusive":
-        return f"The retrained model {name} gives no reference OTR (its result is inconclusive)."
+        return f"{who} gives no reference OTR (its result is inconclusive)."
     re_otr, re_lo, re_hi = (_number(retrain, k) for k in ("otr", "otr_lo", "otr_hi"))
     ref = (
-        f"The retrained model {name} (the gold standard) has OTR {format_percent(re_otr)} "
+        f"{who} (the gold standard) has OTR {format_percent(re_otr)} "
         f"(95% interval {format_interval(re_lo, re_hi)})"
     )
     if verdict_label(row) == "inconclusive":
@@ -465,3 +483,183 @@ def verdict_table(result: Any) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=["name", "role", "method", "verdict", "explanation"])
+
+
+# --------------------------------------------------------------------------- the short answer
+
+#: Score–spread correlation from which "the score mostly measures spread" is the caveat.
+SPREAD_CAVEAT_CORR = 0.9
+#: The order of the report's answers: the audited (unlearned) models first, then the yardsticks.
+_ROLE_ORDER = ("unlearned", "retrained", "original", "random")
+
+
+@dataclass(frozen=True)
+class VerdictSummary:
+    """One model's answer in four lines, for the first page of a report.
+
+    Attributes:
+        name, role: the model.
+        label: :func:`verdict_label`.
+        sentence: the verdict as one sentence a non-expert can read.
+        interval: the OTR with its 95% interval over the draws (``"withheld"`` with the gate).
+        cross_check: what the second line of evidence says: the row's ``evidence_conflict``
+            reason when it has one, else whether the calibrated test agrees.
+        conflict: True when the cross-check contradicts the verdict.
+        caveat: the one caveat that matters most for this verdict.
+    """
+
+    name: str
+    role: str
+    label: str
+    sentence: str
+    interval: str
+    cross_check: str
+    conflict: bool
+    caveat: str
+
+
+def _sentence(row: Mapping[str, Any], targets: int, label: str) -> str:
+    name, role = str(_value(row, "name")), str(_value(row, "role") or "")
+    otr = _number(row, "otr")
+    k_out = 0 if math.isnan(otr) else round(otr * targets)
+    k_in = targets - k_out
+    if label == "inconclusive":
+        why = _reason(row) or (
+            "its references do not separate training from unseen data at these settings"
+        )
+        return f"No verdict for {name}: {why.rstrip('.')}."
+    if role == "retrained":
+        return (
+            f"{name} is the retrained yardstick (never trained on the forget set): {k_out} of "
+            f"{targets} forget-set subsets look unseen to it — the rate a perfect unlearning "
+            "should match."
+        )
+    if role == "random":
+        return (
+            f"{name} is the negative control (it saw no data): its verdict is "
+            f"'{label}', which can only reflect differences in the data themselves."
+        )
+    if label == "not forgotten":
+        return (
+            f"{name} has NOT forgotten the forget set: {k_in} of {targets} subsets still look "
+            "like its training data."
+        )
+    if label == "consistent with forgetting":
+        return (
+            f"{name} shows no trace of the forget set: {k_out} of {targets} subsets look like "
+            "data it never saw."
+        )
+    if label == "over-unlearned":
+        return (
+            f"{name} over-unlearned: the forget set looks LESS familiar to it than data it "
+            "never saw, which itself gives the forget set away."
+        )
+    return (
+        f"{name} forgot partly or the signal is weak: {k_out} of {targets} subsets look unseen "
+        f"and {k_in} like training data."
+    )
+
+
+def _interval(row: Mapping[str, Any]) -> str:
+    otr = _number(row, "otr")
+    if math.isnan(otr):
+        return "OTR withheld" if _reason(row) else "OTR not computed"
+    lo, hi = _number(row, "otr_lo"), _number(row, "otr_hi")
+    return f"OTR {format_percent(otr)} (95% interval {format_interval(lo, hi)})"
+
+
+def _cross_check(row: Mapping[str, Any], targets: int, label: str) -> tuple[str, bool]:
+    conflict = _value(row, "evidence_conflict")
+    if isinstance(conflict, str) and conflict.strip():
+        return f"Evidence conflict: {conflict.strip().rstrip('.')}.", True
+    if _value(row, "panel_valid") is None:
+        return "No calibrated cross-check in this evaluation.", False
+    if not _flag(row, "panel_valid"):
+        return "Calibrated cross-check: inconclusive (its reference panels do not separate).", False
+    cal = _number(row, "calibrated_otr")
+    if math.isnan(cal):
+        return "Calibrated cross-check: withheld with the verdict.", False
+    shown = format_percent(cal)
+    lo, hi = _number(row, "calibrated_otr_lo"), _number(row, "calibrated_otr_hi")
+    if not math.isnan(lo):
+        shown += f" (95% interval {format_interval(lo, hi)})"
+    n_in = _count(row, "n_in_training") or 0
+    n_out = _count(row, "n_out_of_training") or 0
+    disagrees = (label == "not forgotten" and n_out > n_in) or (
+        label == "consistent with forgetting" and n_in > n_out
+    )
+    if disagrees:
+        return f"Calibrated cross-check DISAGREES: calibrated OTR {shown}.", True
+    agrees = label in ("not forgotten", "consistent with forgetting", "over-unlearned")
+    verb = "agrees" if agrees else "reads"
+    return f"Calibrated cross-check {verb}: calibrated OTR {shown}.", False
+
+
+def _caveat(row: Mapping[str, Any], label: str, alpha: float, alpha_calibrated: float) -> str:
+    role = _value(row, "role")
+    if label == "inconclusive":
+        return "Inconclusive is not evidence of forgetting: try another layer, σ or a larger n."
+    if role == "random":
+        return (
+            "A negative control that looks like it 'remembers' means the forget set differs from "
+            "the unseen data, not memory."
+        )
+    corr = _number(row, "score_spread_corr")
+    if label != "consistent with forgetting" and corr >= SPREAD_CAVEAT_CORR:
+        return (
+            f"The score tracks the spread of the outputs (r = {format_number(corr, digits=2)}): "
+            "the verdict means 'spread like training data', a trace of training rather than "
+            "proof of a deeper dependence."
+        )
+    split = null_check_readings(row, alpha, alpha_calibrated)[0]
+    if split.passed is False:
+        return (
+            f"The paper's reference test declared a difference in {format_percent(split.rate)} "
+            f"of no-difference checks at nominal {format_percent(alpha)}: its 'references "
+            "valid' is weaker evidence than its p-value says."
+        )
+    if label == "over-unlearned":
+        return "An over-unlearned forget set stands out from unseen data: an attacker may see it."
+    if label == "consistent with forgetting":
+        return "No trace found is not proof of erasure: other attacks, layers or larger n might."
+    return "Neither forgetting nor memory is established at these settings."
+
+
+def summarize_verdict(
+    row: Mapping[str, Any],
+    targets: int,
+    *,
+    alpha: float = 0.01,
+    alpha_calibrated: float = 0.05,
+) -> VerdictSummary:
+    """One model's answer: the verdict in a sentence, its interval, the cross-check, the caveat.
+
+    Args:
+        row: the model's row of the ``models`` table.
+        targets: T (``result.settings.targets``).
+        alpha, alpha_calibrated: the evaluation's levels (for the null-check caveat).
+    """
+    label = verdict_label(row)
+    cross, conflict = _cross_check(row, int(targets), label)
+    return VerdictSummary(
+        name=str(_value(row, "name")),
+        role=str(_value(row, "role") or ""),
+        label=label,
+        sentence=_sentence(row, int(targets), label),
+        interval=_interval(row),
+        cross_check=cross,
+        conflict=conflict,
+        caveat=_caveat(row, label, alpha, alpha_calibrated),
+    )
+
+
+def summary_order(models: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of a ``models`` table in the order a report answers: unlearned models first,
+    then the retrained, original and random ones (each group in table order)."""
+    rows = [{str(k): v for k, v in r.items()} for r in models.to_dict("records")]
+
+    def rank(row: dict[str, Any]) -> int:
+        role = row.get("role")
+        return _ROLE_ORDER.index(role) if role in _ROLE_ORDER else len(_ROLE_ORDER)
+
+    return sorted(rows, key=rank)
