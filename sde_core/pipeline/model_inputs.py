@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from sde_core.errors import ActivationError, CheckpointError, DataError
-from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
 
 __all__ = [
     "ModelInputs",
@@ -157,7 +157,8 @@ def entry_layer_infos(ws: Any, entry: Any, input_shape: Sequence[int]) -> list[A
     """The layers a workspace model offers, as
     :class:`~sde_core.inputs.activations.LayerInfo`: the layers of its activations file, or
     those of its checkpoint for inputs of ``input_shape`` (a trusted code checkpoint runs in a
-    child process under a time limit).
+    child process under a time limit). A denoiser's layers are listed at each of the
+    :data:`~sde_core.pipeline.settings.NOISE_LEVELS` (method §13).
     """
     from sde_core.inputs.activations import LayerInfo, checkpoint_layers
 
@@ -165,8 +166,9 @@ def entry_layer_infos(ws: Any, entry: Any, input_shape: Sequence[int]) -> list[A
         file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
         arch, kwargs = _build_arguments(file, entry)
         return checkpoint_layers(
-            file, input_shape, arch=arch, arch_kwargs=kwargs, trusted=bool(entry.trusted)
-        )
+            file, input_shape, arch=arch, arch_kwargs=kwargs, trusted=bool(entry.trusted),
+            noise_levels=NOISE_LEVELS,
+        )  # fmt: skip
     from sde_core.inputs.data import load_precomputed
 
     file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
@@ -284,12 +286,16 @@ def load_model_inputs(
     """Load (or read from the activation cache) one model's activations and probabilities.
 
     ``output`` probabilities (for Acc_r, Acc_f, Acc_te and ASR) come along when the model has
-    them: always for a checkpoint, when its file holds an ``output`` layer for a precomputed
+    them: for a checkpoint unless the layer is a denoiser's (``@σ_t``, method §13: a denoiser
+    has no class probabilities), when its file holds an ``output`` layer for a precomputed
     model.
     """
+    from sde_core.inputs.denoisers import parse_noise_layer
+
     layers = [settings.layer]
     available = entry_layers(ws, entry)
-    if available is None or "output" in available:
+    denoiser_layer = parse_noise_layer(settings.layer)[1] is not None  # no class probabilities
+    if (available is None and not denoiser_layer) or (available and "output" in available):
         layers = list(dict.fromkeys([settings.layer, "output"]))
     acts: dict[str, Mapping[str, np.ndarray]] = {}
     for sp in ("train", "test"):

@@ -1,0 +1,284 @@
+"""The diffusion demo (method §13): an EDM denoiser on Fashion-MNIST, its unlearned models and
+the σ × noise-level study of the paper's Figure 6.
+
+``python -m sde_core demo build --dataset fashion-mnist-edm`` builds ``assets/demo-fashion-edm/``
+with :func:`build_diffusion_demo`: the data (a seeded subset of Debian's
+``dataset-fashion-mnist``, pixels scaled to [−1, 1]), a random 20% forget set, the models
+original, retrained, FT, GA, NegGrad+ and random (the shared, resumable builder of
+:mod:`sde_core.pipeline.demo`), a results store with the evaluation at the workspace's
+``[defaults]`` and the sweep of :data:`FIG6_SIGMA_FACTORS` × :data:`NOISE_LEVELS` for the
+original and the retrained model, and ``denoising_loss.json``: each model's denoising loss on
+D_f, D_r and D_te at every noise level — the behaviour the SDE numbers are cross-checked
+against (a denoiser that memorised D_f denoises it better than unseen images).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sde_core.common.fsio import atomic_write_text
+from sde_core.common.validation import check_int
+from sde_core.errors import SettingsError
+from sde_core.pipeline.demo import (
+    STORE_FILE,
+    BuildReport,
+    DemoRecipe,
+    build_demo,
+    compact_store,
+)
+from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
+from sde_core.pipeline.workspace import Workspace, load_workspace
+
+__all__ = [
+    "DIFFUSION_DEMOS",
+    "DIFFUSION_MODELS",
+    "FIG6_SIGMA_FACTORS",
+    "LOSS_FILE",
+    "DenoisingLossRow",
+    "build_diffusion_demo",
+    "diffusion_recipe",
+    "memorisation_rows",
+]
+
+DIFFUSION_DEMOS = {"fashion-mnist-edm": "demo-fashion-edm"}
+"""Name (``demo build --dataset``) -> folder under ``assets/`` of each diffusion demo."""
+
+DIFFUSION_MODELS = ("original", "retrained", "ft", "ga", "neggrad_plus", "random")
+"""The models of the diffusion demo, in workspace order (the unlearning methods that apply to a
+denoiser, method §13)."""
+
+FIG6_SIGMA_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+"""Kernel bandwidths of the Figure 6 sweep, as multiples of √d (plus the median rule)."""
+
+LOSS_FILE = "denoising_loss.json"
+_SWEEP_MODELS = ("original", "retrained")
+
+
+def diffusion_recipe(
+    name: str = "fashion-mnist-edm",
+    *,
+    seed: int = 0,
+    train_size: int | None = None,
+    test_size: int | None = None,
+    epochs: int | None = None,
+    method_epochs: int | None = None,
+    subset_size: int = 200,
+    channels: tuple[int, int] = (16, 32),
+) -> DemoRecipe:
+    """The diffusion demo's recipe, with optional reductions (for tests and quick looks).
+
+    Args:
+        name: a key of :data:`DIFFUSION_DEMOS`.
+        seed: base seed (subsets, forget set, original); retrained ``seed + 1``, random
+            ``seed + 2``.
+        train_size, test_size: D_tr / D_te sizes (default 2,000 / 2,000).
+        epochs: the original's (and Retrain's) epochs (default 60).
+        method_epochs: epochs of FT (default 5), GA and NegGrad+ (default 2).
+        subset_size: ``[defaults]`` subset size n.
+        channels: widths of the U-Net's two levels.
+
+    Raises:
+        SettingsError: an unknown name or a non-positive size.
+    """
+    from sde_core.learning.training import TrainConfig
+
+    if name not in DIFFUSION_DEMOS:
+        raise SettingsError(f"unknown diffusion demo {name!r}; use one of {list(DIFFUSION_DEMOS)}")
+    for what, value in (
+        ("train_size", train_size),
+        ("test_size", test_size),
+        ("epochs", epochs),
+        ("method_epochs", method_epochs),
+        ("subset_size", subset_size),
+    ):
+        if value is not None:
+            check_int(value, what, minimum=1, error=SettingsError)
+    n_epochs = epochs or 60
+    config = TrainConfig(
+        seed=seed, optimizer="adam", lr=2e-3, weight_decay=0.0, epochs=n_epochs, batch_size=64,
+        checkpoint_fractions=(0.1, 0.2, 0.4, 0.8, 1.0),
+    )  # fmt: skip
+    ft_epochs = method_epochs or 5
+    ga_epochs = method_epochs or 2
+    method_params: dict[str, dict[str, Any]] = {
+        "ft": {"epochs": ft_epochs, "lr": 1e-3, "batch_size": 64},
+        "ga": {"epochs": ga_epochs, "lr": 1e-4, "batch_size": 64},
+        "neggrad_plus": {"epochs": ga_epochs, "lr": 1e-3, "batch_size": 64, "beta": 0.9},
+    }
+    n_train, n_test = train_size or 2000, test_size or 2000
+    c1, c2 = (int(c) for c in channels)
+    description = (
+        f"Diffusion demo (method §13): an EDM denoiser (U-Net {c1}/{c2} channels, Karras et al. "
+        f"2022 preconditioning and loss) trained on {n_train:,} Fashion-MNIST images (pixels in "
+        f"[−1, 1]) with a random 20% forget set, {n_test:,} test images; Adam lr 2e-3, batch 64, "
+        f"{n_epochs} epochs. Layers are probed at a noise level: 'denoised@0.5' is the denoised "
+        "image of each sample plus fixed noise of level 0.5."
+    )
+    return DemoRecipe(
+        name=DIFFUSION_DEMOS[name],
+        dataset="fashion-mnist",
+        description=description,
+        train_size=n_train,
+        test_size=n_test,
+        forget_fraction=0.2,
+        arch="edm_unet",
+        arch_kwargs={"channels": [c1, c2], "emb_dim": 32},
+        train=config,
+        method_params=method_params,
+        defaults=EvalSettings(
+            layer="denoised@0.5",
+            sigma="sqrt_dim",
+            subset_size=subset_size,
+            targets=100,
+            splits=200,
+            seed=0,
+            bins=30,
+            panel_size=20,
+            alpha=0.01,
+        ),
+        seed=seed,
+        retrain_seed=seed + 1,
+        random_seed=seed + 2,
+        models=DIFFUSION_MODELS,
+        dataset_options={"normalize": [[0.5], [0.5]]},
+    )
+
+
+def default_diffusion_folder(name: str = "fashion-mnist-edm") -> Path:
+    """``assets/<folder>`` of a diffusion demo in this checkout."""
+    if name not in DIFFUSION_DEMOS:
+        raise SettingsError(f"unknown diffusion demo {name!r}; use one of {list(DIFFUSION_DEMOS)}")
+    return Path(__file__).resolve().parents[2] / "assets" / DIFFUSION_DEMOS[name]
+
+
+@dataclass(frozen=True)
+class DenoisingLossRow:
+    """One model's mean denoising loss at one noise level (method §13).
+
+    Attributes:
+        model: workspace model name.
+        noise_level: σ_t.
+        forget, retain, test: mean per-sample loss on D_f, on D_r and on D_te.
+        gap: ``(test − forget) / test``: how much better D_f is denoised than unseen images
+            (0: not at all; the memorisation the SDE numbers are cross-checked against).
+    """
+
+    model: str
+    noise_level: float
+    forget: float
+    retain: float
+    test: float
+    gap: float
+
+
+def memorisation_rows(
+    ws: Workspace, levels: Sequence[float] = NOISE_LEVELS
+) -> list[DenoisingLossRow]:
+    """Every model's denoising loss on D_f, D_r and D_te at each of ``levels``."""
+    from sde_core.inputs.data import load_dataset, load_index_file
+    from sde_core.learning.diffusion import denoising_losses
+    from sde_core.pipeline.model_inputs import load_entry_model
+
+    bundle = load_dataset(ws.dataset_spec())
+    n_train = len(bundle.train_labels)
+    forget = load_index_file(ws.path(ws.forget_indices), n_train)
+    retain = np.setdiff1d(np.arange(n_train), forget)
+    rows = []
+    for entry in ws.models:
+        model = load_entry_model(ws, entry)
+        train = denoising_losses(model, bundle.train, np.arange(n_train), levels)
+        test = denoising_losses(model, bundle.test, np.arange(len(bundle.test_labels)), levels)
+        for level in train:
+            f, r, t = (float(train[level][forget].mean()), float(train[level][retain].mean()),
+                       float(test[level].mean()))  # fmt: skip
+            rows.append(DenoisingLossRow(entry.name, level, f, r, t, (t - f) / t))
+    return rows
+
+
+def _write_losses(ws: Workspace, rows: Sequence[DenoisingLossRow]) -> Path:
+    path = ws.path(LOSS_FILE)
+    document = {
+        "what": "mean per-sample denoising loss mean_pixels (D(y + s*eps(y); s) - y)^2 on D_f, "
+        "D_r and D_te, with the fixed probe noise eps(y) of method §13; gap = (test - forget) "
+        "/ test",
+        "rows": [
+            {k: (round(v, 6) if isinstance(v, float) else v) for k, v in vars(r).items()}
+            for r in rows
+        ],
+    }
+    atomic_write_text(path, json.dumps(document, indent=1) + "\n")
+    return path
+
+
+def _fill_sweeps(ws: Workspace, path: Path, log: Callable[[str], None]) -> None:
+    """Add the Figure 6 sweep (σ factors and the median rule, at every noise level) of the
+    original and the retrained model to the store at ``path``."""
+    from sde_core.pipeline.store import ResultsStore
+    from sde_core.pipeline.sweeps import run_sweep
+
+    models = [m for m in _SWEEP_MODELS if any(e.name == m for e in ws.models)]
+    with ResultsStore(path) as st:
+        for level in NOISE_LEVELS:
+            settings = ws.defaults.with_overrides(layer=f"denoised@{level:g}")
+            dim = _layer_dim(ws, settings.layer)
+            values: list[Any] = [f * math.sqrt(dim) for f in FIG6_SIGMA_FACTORS] + ["median"]
+            t0 = time.perf_counter()
+            run_sweep(ws, settings, "sigma", values, models=models, store=st)
+            log(f"sweep σ at denoised@{level:g}: {time.perf_counter() - t0:.1f}s")
+    compact_store(path)
+
+
+def _layer_dim(ws: Workspace, layer: str) -> int:
+    from sde_core.pipeline.model_inputs import entry_layer_infos
+
+    infos = entry_layer_infos(ws, ws.original(), (1, 28, 28))
+    return next(i.dim for i in infos if i.name == layer)
+
+
+def build_diffusion_demo(
+    recipe: DemoRecipe,
+    folder: str | Path,
+    *,
+    source: str | Path | None = None,
+    store: bool = True,
+    sweeps: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> tuple[BuildReport, list[DenoisingLossRow]]:
+    """Build (or finish) the diffusion demo in ``folder``; see the module docstring.
+
+    Args:
+        recipe: :func:`diffusion_recipe`.
+        folder: the workspace folder.
+        source: the folder with the four Fashion-MNIST idx files (default: Debian's).
+        store: evaluate every model at ``[defaults]`` into ``results.sqlite``.
+        sweeps: also store the Figure 6 sweep (needs ``store``).
+        log: receives one line per finished step.
+
+    Returns:
+        The build report and the denoising losses (also written to ``denoising_loss.json``).
+    """
+    say = log or (lambda _line: None)
+    t0 = time.perf_counter()
+    report = build_demo(recipe, folder, source=source, store=store, log=say)
+    ws = load_workspace(folder, validate=False)
+    rows = memorisation_rows(ws)
+    say(f"denoising losses: {_write_losses(ws, rows)}")
+    if store and sweeps:
+        _fill_sweeps(ws, Path(folder) / STORE_FILE, say)
+    report.total_seconds = time.perf_counter() - t0
+    return report, rows
+
+
+def loss_summary(
+    rows: Sequence[DenoisingLossRow], model: str = "original"
+) -> Mapping[float, float]:
+    """``{σ_t: gap}`` of one model's rows (the memorisation at each noise level)."""
+    return {r.noise_level: r.gap for r in rows if r.model == model}
