@@ -6,10 +6,14 @@ with :func:`build_diffusion_demo`: the data (a seeded subset of Debian's
 ``dataset-fashion-mnist``, pixels scaled to [−1, 1]), a random 20% forget set, the models
 original, retrained, FT, GA, NegGrad+ and random (the shared, resumable builder of
 :mod:`sde_core.pipeline.demo`), a results store with the evaluation at the workspace's
-``[defaults]`` and the sweep of :data:`FIG6_SIGMA_FACTORS` × :data:`NOISE_LEVELS` for the
-original and the retrained model, and ``denoising_loss.json``: each model's denoising loss on
-D_f, D_r and D_te at every noise level — the behaviour the SDE numbers are cross-checked
-against (a denoiser that memorised D_f denoises it better than unseen images).
+``[defaults]``, ``denoising_loss.json``: each model's denoising loss on D_f, D_r and D_te at
+every noise level — the behaviour the SDE numbers are cross-checked against (a denoiser that
+memorised D_f denoises it better than unseen images) — and ``fig6_sweep.csv``: the Figure 6
+sweep (:data:`FIG6_SIGMA_FACTORS` × √d and the median rule, at every noise level of
+:data:`~sde_core.pipeline.settings.NOISE_LEVELS`) of the original and the retrained model, the
+table :func:`~sde_core.pipeline.sweeps.run_sweep` returns (a results store holding each point's
+H arrays would take ~1 MB per point; the Sweeps page recomputes any point from the cached
+activations).
 """
 
 from __future__ import annotations
@@ -17,34 +21,35 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sde_core.common.fsio import atomic_write_text
 from sde_core.common.validation import check_int
 from sde_core.errors import SettingsError
-from sde_core.pipeline.demo import (
-    STORE_FILE,
-    BuildReport,
-    DemoRecipe,
-    build_demo,
-    compact_store,
-)
+from sde_core.inputs.denoisers import DENOISED, noise_layer_name
+from sde_core.pipeline.demo import BuildReport, DemoRecipe, build_demo
 from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
 from sde_core.pipeline.workspace import Workspace, load_workspace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "DIFFUSION_DEMOS",
     "DIFFUSION_MODELS",
     "FIG6_SIGMA_FACTORS",
     "LOSS_FILE",
+    "SWEEP_FILE",
     "DenoisingLossRow",
     "build_diffusion_demo",
+    "default_diffusion_folder",
     "diffusion_recipe",
+    "fig6_sweep",
     "memorisation_rows",
 ]
 
@@ -59,6 +64,7 @@ FIG6_SIGMA_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 """Kernel bandwidths of the Figure 6 sweep, as multiples of √d (plus the median rule)."""
 
 LOSS_FILE = "denoising_loss.json"
+SWEEP_FILE = "fig6_sweep.csv"
 _SWEEP_MODELS = ("original", "retrained")
 
 
@@ -70,7 +76,7 @@ def diffusion_recipe(
     test_size: int | None = None,
     epochs: int | None = None,
     method_epochs: int | None = None,
-    subset_size: int = 200,
+    subset_size: int = 100,
     channels: tuple[int, int] = (16, 32),
 ) -> DemoRecipe:
     """The diffusion demo's recipe, with optional reductions (for tests and quick looks).
@@ -79,7 +85,7 @@ def diffusion_recipe(
         name: a key of :data:`DIFFUSION_DEMOS`.
         seed: base seed (subsets, forget set, original); retrained ``seed + 1``, random
             ``seed + 2``.
-        train_size, test_size: D_tr / D_te sizes (default 2,000 / 2,000).
+        train_size, test_size: D_tr / D_te sizes (default 1,000 / 1,000).
         epochs: the original's (and Retrain's) epochs (default 60).
         method_epochs: epochs of FT (default 5), GA and NegGrad+ (default 2).
         subset_size: ``[defaults]`` subset size n.
@@ -110,10 +116,10 @@ def diffusion_recipe(
     ga_epochs = method_epochs or 2
     method_params: dict[str, dict[str, Any]] = {
         "ft": {"epochs": ft_epochs, "lr": 1e-3, "batch_size": 64},
-        "ga": {"epochs": ga_epochs, "lr": 1e-4, "batch_size": 64},
-        "neggrad_plus": {"epochs": ga_epochs, "lr": 1e-3, "batch_size": 64, "beta": 0.9},
+        "ga": {"epochs": ga_epochs, "lr": 5e-3, "batch_size": 64},
+        "neggrad_plus": {"epochs": ga_epochs, "lr": 5e-3, "batch_size": 64, "beta": 0.9},
     }
-    n_train, n_test = train_size or 2000, test_size or 2000
+    n_train, n_test = train_size or 1000, test_size or 1000
     c1, c2 = (int(c) for c in channels)
     description = (
         f"Diffusion demo (method §13): an EDM denoiser (U-Net {c1}/{c2} channels, Karras et al. "
@@ -218,22 +224,39 @@ def _write_losses(ws: Workspace, rows: Sequence[DenoisingLossRow]) -> Path:
     return path
 
 
-def _fill_sweeps(ws: Workspace, path: Path, log: Callable[[str], None]) -> None:
-    """Add the Figure 6 sweep (σ factors and the median rule, at every noise level) of the
-    original and the retrained model to the store at ``path``."""
-    from sde_core.pipeline.store import ResultsStore
+def fig6_sweep(
+    ws: Workspace,
+    levels: Sequence[float] = NOISE_LEVELS,
+    factors: Sequence[float] = FIG6_SIGMA_FACTORS,
+    log: Callable[[str], None] | None = None,
+) -> pd.DataFrame:
+    """The Figure 6 sweep of the original and the retrained model: at every noise level, F1
+    and OTR for σ = f·√d (f in ``factors``) and the median rule.
+
+    Returns:
+        The rows of :func:`~sde_core.pipeline.sweeps.run_sweep` (param ``sigma``) of every
+        level, with a column ``noise_level`` (σ_t) and ``sigma_rule`` (``"0.5*sqrt_dim"``,
+        ``"sqrt_dim"`` or ``"median"``).
+    """
+    import pandas as pd
+
     from sde_core.pipeline.sweeps import run_sweep
 
+    say = log or (lambda _line: None)
     models = [m for m in _SWEEP_MODELS if any(e.name == m for e in ws.models)]
-    with ResultsStore(path) as st:
-        for level in NOISE_LEVELS:
-            settings = ws.defaults.with_overrides(layer=f"denoised@{level:g}")
-            dim = _layer_dim(ws, settings.layer)
-            values: list[Any] = [f * math.sqrt(dim) for f in FIG6_SIGMA_FACTORS] + ["median"]
-            t0 = time.perf_counter()
-            run_sweep(ws, settings, "sigma", values, models=models, store=st)
-            log(f"sweep σ at denoised@{level:g}: {time.perf_counter() - t0:.1f}s")
-    compact_store(path)
+    parts = []
+    for level in levels:
+        settings = ws.defaults.with_overrides(layer=noise_layer_name(DENOISED, level))
+        root = math.sqrt(_layer_dim(ws, settings.layer))
+        values: list[Any] = [f * root for f in factors] + ["median"]
+        rules = [("sqrt_dim" if f == 1 else f"{f:g}*sqrt_dim") for f in factors] + ["median"]
+        t0 = time.perf_counter()
+        table = run_sweep(ws, settings, "sigma", values, models=models)
+        table.insert(2, "noise_level", float(level))
+        table.insert(3, "sigma_rule", np.repeat(rules, len(models)))  # rows: value-major
+        parts.append(table)
+        say(f"sweep σ at {settings.layer}: {time.perf_counter() - t0:.1f}s")
+    return pd.concat(parts, ignore_index=True)
 
 
 def _layer_dim(ws: Workspace, layer: str) -> int:
@@ -250,6 +273,8 @@ def build_diffusion_demo(
     source: str | Path | None = None,
     store: bool = True,
     sweeps: bool = True,
+    sweep_levels: Sequence[float] = NOISE_LEVELS,
+    sweep_factors: Sequence[float] = FIG6_SIGMA_FACTORS,
     log: Callable[[str], None] | None = None,
 ) -> tuple[BuildReport, list[DenoisingLossRow]]:
     """Build (or finish) the diffusion demo in ``folder``; see the module docstring.
@@ -259,7 +284,8 @@ def build_diffusion_demo(
         folder: the workspace folder.
         source: the folder with the four Fashion-MNIST idx files (default: Debian's).
         store: evaluate every model at ``[defaults]`` into ``results.sqlite``.
-        sweeps: also store the Figure 6 sweep (needs ``store``).
+        sweeps: also write the Figure 6 sweep (:func:`fig6_sweep`) to ``fig6_sweep.csv``.
+        sweep_levels, sweep_factors: its noise levels and σ factors (reduced in tests).
         log: receives one line per finished step.
 
     Returns:
@@ -271,14 +297,10 @@ def build_diffusion_demo(
     ws = load_workspace(folder, validate=False)
     rows = memorisation_rows(ws)
     say(f"denoising losses: {_write_losses(ws, rows)}")
-    if store and sweeps:
-        _fill_sweeps(ws, Path(folder) / STORE_FILE, say)
+    if sweeps:
+        table = fig6_sweep(ws, sweep_levels, sweep_factors, say)
+        csv = table.drop(columns=["from_store"]).to_csv(index=False, float_format="%.6g")
+        atomic_write_text(ws.path(SWEEP_FILE), csv)
+        say(f"Figure 6 sweep: {ws.path(SWEEP_FILE)} ({len(table)} points)")
     report.total_seconds = time.perf_counter() - t0
     return report, rows
-
-
-def loss_summary(
-    rows: Sequence[DenoisingLossRow], model: str = "original"
-) -> Mapping[float, float]:
-    """``{σ_t: gap}`` of one model's rows (the memorisation at each noise level)."""
-    return {r.noise_level: r.gap for r in rows if r.model == model}
