@@ -216,8 +216,7 @@ def _write_losses(ws: Workspace, rows: Sequence[DenoisingLossRow]) -> Path:
         "D_r and D_te, with the fixed probe noise eps(y) of method §13; gap = (test - forget) "
         "/ test",
         "rows": [
-            {k: (round(v, 6) if isinstance(v, float) else v) for k, v in vars(r).items()}
-            for r in rows
+            vars(r) for r in rows
         ],
     }
     atomic_write_text(path, json.dumps(document, indent=1) + "\n")
