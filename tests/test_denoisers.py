@@ -33,14 +33,7 @@ from sde_core.learning.unlearning import UnlearnData, unlearn
 
 TINY = {"in_channels": 1, "channels": [4, 8], "emb_dim": 8, "image_size": 8}
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """8×8 images: a second thread only adds synchronisation (20× slower on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _tiny(seed: int = 0) -> EDMDenoiser:

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from conftest import write_idx
 from streamlit.testing.v1 import AppTest
 
@@ -33,14 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SMALL = EvalSettings(layer="denoised@0.5", subset_size=8, targets=4, splits=10, panel_size=20,
                      null_pairs=2, baseline_targets=0, draws=2)  # fmt: skip
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny nets: a second thread only adds synchronisation (20× slower on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +67,9 @@ def test_tiny_diffusion_build(source, tmp_path):
     losses = json.loads((report.folder / LOSS_FILE).read_text())["rows"]
     assert len(losses) == len(rows) == len(DIFFUSION_MODELS) * len(NOISE_LEVELS)
     first = losses[0]
-    assert first["gap"] == pytest.approx((first["test"] - first["forget"]) / first["test"], abs=1e-5)
+    assert first["gap"] == pytest.approx(
+        (first["test"] - first["forget"]) / first["test"], rel=1e-9
+    )
     sweep = pd.read_csv(report.folder / SWEEP_FILE)
     assert list(sweep["sigma_rule"]) == ["sqrt_dim", "sqrt_dim", "median", "median"]
     assert sweep.loc[0, "sigma"] == pytest.approx(28.0)  # √784

@@ -215,9 +215,7 @@ def _write_losses(ws: Workspace, rows: Sequence[DenoisingLossRow]) -> Path:
         "what": "mean per-sample denoising loss mean_pixels (D(y + s*eps(y); s) - y)^2 on D_f, "
         "D_r and D_te, with the fixed probe noise eps(y) of method §13; gap = (test - forget) "
         "/ test",
-        "rows": [
-            vars(r) for r in rows
-        ],
+        "rows": [vars(r) for r in rows],
     }
     atomic_write_text(path, json.dumps(document, indent=1) + "\n")
     return path
