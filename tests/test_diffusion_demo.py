@@ -77,6 +77,16 @@ def test_tiny_diffusion_build(source, tmp_path):
     again, _ = build_diffusion_demo(recipe, report.folder, source=source, store=False,
                                     sweeps=False)  # fmt: skip
     assert again.skipped == list(DIFFUSION_MODELS)
+    # the project's own `train` and `unlearn` commands train and unlearn a denoiser
+    folder = str(report.folder)
+    assert main(["train", folder, "--name", "cli", "--arch", "edm_unet", "--arch-kwarg",
+                 "channels=[4, 8]", "--optimizer", "adam", "--lr", "1e-3", "--epochs", "1",
+                 "--checkpoint-fractions", "1.0"]) == 0  # fmt: skip
+    assert main(["unlearn", folder, "--method", "ga", "--name", "cli_ga", "--original", "cli",
+                 "--param", "epochs=1"]) == 0  # fmt: skip
+    assert main(["unlearn", folder, "--method", "rl", "--name", "cli_rl"]) == 1
+    roles = {m.name: (m.role, m.arch) for m in load_workspace(folder, validate=False).models}
+    assert roles["cli"] == ("original", "edm_unet") and roles["cli_ga"][0] == "unlearned"
 
 
 def test_diffusion_demo_bad_source_is_one_error_line(tmp_path, capsys):
