@@ -70,6 +70,10 @@ def test_tiny_diffusion_build(source, tmp_path):
     assert first["gap"] == pytest.approx(
         (first["test"] - first["forget"]) / first["test"], rel=1e-9
     )
+    for row in rows:  # paired with the retrained model, image by image
+        assert (row.paired_forget == 0.0) == (row.model == "retrained")
+        assert (row.paired_forget_se > 0) == (row.model != "retrained")
+        assert np.isfinite(row.paired_test)
     sweep = pd.read_csv(report.folder / SWEEP_FILE)
     assert list(sweep["sigma_rule"]) == ["sqrt_dim", "sqrt_dim", "median", "median"]
     assert sweep.loc[0, "sigma"] == pytest.approx(28.0)  # √784

@@ -35,10 +35,13 @@ def _cmd_diffusion_build(args: argparse.Namespace) -> int:
         f"{len(report.skipped)} reused, workspace hash {report.workspace_hash[:16]}, "
         f"{report.total_seconds:.1f}s in all"
     )
-    print("denoising loss (D_f / D_r / D_te, gap = (D_te − D_f) / D_te):")
+    print("denoising loss D_f / D_r / D_te, gap = (D_te − D_f) / D_te; paired with the "
+          "retrained model on D_f and on D_te (± standard error):")  # fmt: skip
     for r in rows:
         print(f"  {r.model:<13} σ_t={r.noise_level:<5g} {r.forget:.5f} / {r.retain:.5f} / "
-              f"{r.test:.5f}  gap {r.gap:+.4f}")  # fmt: skip
+              f"{r.test:.5f}  gap {r.gap:+.4f}  paired D_f {r.paired_forget:+.4f} "
+              f"± {r.paired_forget_se:.4f}, D_te {r.paired_test:+.4f} "
+              f"± {r.paired_test_se:.4f}")  # fmt: skip
     return 0
 
 

@@ -174,7 +174,15 @@ class DenoisingLossRow:
         noise_level: σ_t.
         forget, retain, test: mean per-sample loss on D_f, on D_r and on D_te.
         gap: ``(test − forget) / test``: how much better D_f is denoised than unseen images
-            (0: not at all; the memorisation the SDE numbers are cross-checked against).
+            (0: not at all; the memorisation the SDE numbers are cross-checked against). D_f
+            and D_te hold different images, so image difficulty adds noise to it.
+        paired_forget, paired_forget_se: the paired comparison with the retrained model (which
+            never saw D_f), image by image: ``mean(L_re − L) / mean(L_re)`` over D_f and its
+            standard error; positive when this model denoises the forget images better.
+        paired_test, paired_test_se: the same over D_te (unseen by both models: what two
+            trainings differ by without memorisation). ``paired_forget − paired_test`` is the
+            memorisation of D_f that this model shows beyond a model that never saw it.
+            All four are NaN without a retrained model (0 for the retrained model itself).
     """
 
     model: str
@@ -183,12 +191,24 @@ class DenoisingLossRow:
     retain: float
     test: float
     gap: float
+    paired_forget: float = math.nan
+    paired_forget_se: float = math.nan
+    paired_test: float = math.nan
+    paired_test_se: float = math.nan
+
+
+def _paired(reference: np.ndarray, losses: np.ndarray) -> tuple[float, float]:
+    """``mean(reference − losses) / mean(reference)`` and its standard error (per-image pairs)."""
+    diff = (reference - losses) / float(reference.mean())
+    se = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else math.nan
+    return float(diff.mean()), se
 
 
 def memorisation_rows(
     ws: Workspace, levels: Sequence[float] = NOISE_LEVELS
 ) -> list[DenoisingLossRow]:
-    """Every model's denoising loss on D_f, D_r and D_te at each of ``levels``."""
+    """Every model's denoising loss on D_f, D_r and D_te at each of ``levels``, and its paired
+    comparison with the retrained model (see :class:`DenoisingLossRow`)."""
     from sde_core.inputs.data import load_dataset, load_index_file
     from sde_core.learning.diffusion import denoising_losses
     from sde_core.pipeline.model_inputs import load_entry_model
@@ -197,15 +217,25 @@ def memorisation_rows(
     n_train = len(bundle.train_labels)
     forget = load_index_file(ws.path(ws.forget_indices), n_train)
     retain = np.setdiff1d(np.arange(n_train), forget)
-    rows = []
+    losses = {}
     for entry in ws.models:
         model = load_entry_model(ws, entry)
-        train = denoising_losses(model, bundle.train, np.arange(n_train), levels)
-        test = denoising_losses(model, bundle.test, np.arange(len(bundle.test_labels)), levels)
+        losses[entry.name] = (
+            denoising_losses(model, bundle.train, np.arange(n_train), levels),
+            denoising_losses(model, bundle.test, np.arange(len(bundle.test_labels)), levels),
+        )
+    reference = next((m.name for m in ws.models if m.role == "retrained"), None)
+    rows = []
+    for name, (train, test) in losses.items():
         for level in train:
             f, r, t = (float(train[level][forget].mean()), float(train[level][retain].mean()),
                        float(test[level].mean()))  # fmt: skip
-            rows.append(DenoisingLossRow(entry.name, level, f, r, t, (t - f) / t))
+            paired: tuple[float, ...] = ()
+            if reference is not None:
+                ref_train, ref_test = losses[reference]
+                paired = (*_paired(ref_train[level][forget], train[level][forget]),
+                          *_paired(ref_test[level], test[level]))  # fmt: skip
+            rows.append(DenoisingLossRow(name, level, f, r, t, (t - f) / t, *paired))
     return rows
 
 
@@ -214,7 +244,8 @@ def _write_losses(ws: Workspace, rows: Sequence[DenoisingLossRow]) -> Path:
     document = {
         "what": "mean per-sample denoising loss mean_pixels (D(y + s*eps(y); s) - y)^2 on D_f, "
         "D_r and D_te, with the fixed probe noise eps(y) of method §13; gap = (test - forget) "
-        "/ test",
+        "/ test; paired_* = mean(L_retrained - L) / mean(L_retrained) image by image on D_f "
+        "and on D_te, with standard errors",
         "rows": [vars(r) for r in rows],
     }
     atomic_write_text(path, json.dumps(document, indent=1) + "\n")
