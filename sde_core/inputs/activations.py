@@ -374,7 +374,8 @@ def extract_activations(
         model: any ``nn.Module`` (left in its original train/eval mode afterwards).
         dataset: yields ``(x, y)`` or ``x``; datasets with ``get_batch(indices)`` are batched
             directly.
-        layers: names (aliases, module names, ``"module:input"``); a single string is allowed.
+        layers: names (aliases, module names, ``"module:input"``; a denoiser's with a noise
+            level, ``"denoised@0.5"``, one probe per level); a single string is allowed.
         batch_size: samples per forward pass.
         device: ``"cpu"`` or ``"cuda"``; the model is moved there.
         pool: global-average-pool 4-D and 3-D maps (so d is the channel count).

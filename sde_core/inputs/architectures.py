@@ -732,8 +732,10 @@ def model_layer_refs(model: nn.Module) -> dict[str, LayerRef]:
     """Alias -> :class:`LayerRef` valid for this model instance.
 
     Derives ``output``/``logits``/``penultimate`` from the last ``nn.Linear`` (or the whole
-    model's output when there is none), then applies the registered presets of the model's
-    architecture (built by :func:`build_model`) wherever their module exists. TorchScript
+    model's output when there is none; a denoiser's is ``denoised``, its flattened output
+    image, read at a noise level ``@σ_t`` by the extraction), then applies the registered
+    presets of the model's architecture (built by :func:`build_model`) wherever their module
+    exists. TorchScript
     models expose only ``output`` and ``logits`` (their own output): they do not support hooks.
     """
     modules = dict(model.named_modules())
