@@ -160,7 +160,7 @@ def test_shipped_diffusion_demo_is_complete(shipped):
 def test_every_page_works_on_the_shipped_diffusion_demo(shipped, page):
     at = _page(page)
     if page == "explore":  # clean, noisy and denoised images of a target subset
-        assert len(at.get("imgs")) == 3
+        assert len(at.get("image")) == 3
         assert "denoised@0.5" in [str(o) for o in at.selectbox(key="s_layer").options]
 
 
