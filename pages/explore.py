@@ -307,6 +307,16 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
     strip = thumbnails(ws, dataset_bundle(ws), settings, model, target, THUMBNAILS)
     if strip is None:
         return
+    if strip.denoised is not None and strip.noisy is not None:
+        st.markdown(
+            f"**Target subset {strip.target}: first {len(strip.indices)} images, the noisy "
+            f"inputs of the probe at σ_t = {strip.noise_level:g} and {model}'s denoised images** "
+            "(error: mean squared error against the clean image)"
+        )
+        st.image(list(strip.images), width=72, clamp=True)
+        st.image(list(strip.noisy), width=72, clamp=True)
+        st.image(list(strip.denoised), caption=strip.captions, width=72, clamp=True)
+        return
     st.markdown(
         f"**Target subset {strip.target}: first {len(strip.indices)} inputs, {model}'s "
         f"predictions** ({sum(strip.correct)} of {len(strip.correct)} right)"

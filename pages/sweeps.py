@@ -111,8 +111,10 @@ def sweep_values(ws: Workspace, settings: EvalSettings, param: str, original: st
         return parse_sigma_values(text)
     if param == "layer":
         names = [i.name for i in model_layers(ws, original)]
-        st.session_state.setdefault(key, [n for n in ("output", "logits", "penultimate")
-                                          if n in names])  # fmt: skip
+        preferred = [n for n in ("output", "logits", "penultimate") if n in names]
+        # a denoiser: its output at every listed noise level (method §14)
+        preferred = preferred or [n for n in names if n.startswith("denoised@")]
+        st.session_state.setdefault(key, preferred)
         st.session_state[key] = [n for n in st.session_state[key] if n in names]
         return st.multiselect("Layers", names, key=key)
     if param == "subset_size":
@@ -192,7 +194,11 @@ def plan_results() -> None:
             return
         metric = st.radio("Metric", ["f1", "otr", "calibrated_otr"], horizontal=True,
                           key="pl_metric")  # fmt: skip
-        plot(plan_figure(points, metric), "pl_fig")
+        by_layer = False
+        if str(points["param"].iloc[0]) == "sigma" and points["layer"].nunique() > 1:
+            by_layer = st.radio("Against", ["σ", "layer (a denoiser: its noise level)"],
+                                horizontal=True, key="pl_axis") != "σ"  # fmt: skip
+        plot(plan_figure(points, metric, by_layer=by_layer), "pl_fig")
         table(points, "pl_table")
 
 

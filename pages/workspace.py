@@ -102,11 +102,8 @@ def show_current(path: str) -> None:
 
 def open_section() -> None:
     """Buttons for the bundled demos and a folder field checked against the allowed roots."""
-    demos = [
-        app_root() / "assets" / name
-        for name in ("demo", "demo-mnist1d")
-        if (app_root() / "assets" / name / WORKSPACE_FILE).is_file()
-    ]
+    found = (app_root() / "assets").glob(f"*/{WORKSPACE_FILE}")
+    demos = sorted((p.parent for p in found), key=lambda d: (d.name != "demo", d.name))
     cols = st.columns(max(1, len(demos)))
     for col, folder in zip(cols, demos, strict=False):
         if col.button(f"Open the bundled {folder.name}", key=f"open_{folder.name}"):

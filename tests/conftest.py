@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
@@ -29,3 +30,13 @@ def fashion_root(tmp_path: Path) -> Path:
         write_idx(root / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)))
         write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n) % 10)
     return root
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Torch on one thread for a module of tiny nets: a second thread only adds synchronisation
+    (20× slower on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -2,9 +2,12 @@
 
 Layer names are qualified module names, aliases (``output``, ``logits``, ``penultimate``,
 ``block1``..``block4``; see :mod:`sde_core.inputs.models`) or explicit references such as
-``"fc:input"``.
+``"fc:input"``. A denoiser's layers carry the noise level of the probe they are read from,
+``"denoised@0.5"`` or ``"block2@0.5"`` (method §14, :mod:`sde_core.inputs.denoisers`); one
+forward pass runs per noise level.
 Activations are float32 ``(n, d)`` arrays: each sample's tensor flattened, after global average
-pooling of 4-D ``(N, C, H, W)`` and 3-D ``(N, C, L)`` maps when ``pool=True``.
+pooling of 4-D ``(N, C, H, W)`` and 3-D ``(N, C, L)`` maps when ``pool=True`` (never for a
+``":flat"`` reference such as a denoiser's ``denoised`` image).
 
 A checkpoint that is code (TorchScript, full pickle) is refused unless it is trusted; a trusted
 one is loaded and run in a child process, one forward pass per request, and stopped when a step
@@ -14,6 +17,7 @@ built from the registered architectures and run in this process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -33,6 +37,7 @@ from sde_core.common.validation import as_index_vector, check_int
 from sde_core.errors import ActivationError, CheckpointError, DataError
 from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
 from sde_core.inputs.data import DatasetBundle, load_precomputed
+from sde_core.inputs.denoisers import is_denoiser, noise_layer_name, parse_noise_layer
 from sde_core.inputs.isolation import (
     DEFAULT_MEMORY_LIMIT,
     DEFAULT_TIME_LIMIT,
@@ -100,6 +105,24 @@ def resolve_layer(model: nn.Module, name: str) -> LayerRef:
     """
     if not isinstance(name, str) or not name:
         raise ActivationError(f"layer name must be a non-empty string, got {name!r}")
+    base, level = parse_noise_layer(name)
+    denoiser = is_denoiser(model)
+    if denoiser and level is None:
+        raise ActivationError(
+            f"layer {name!r} has no noise level, which a denoiser's layers need (method §14): "
+            f"write '{noise_layer_name(base, 0.5)}' for its output at noise level 0.5"
+        )
+    if level is not None and not denoiser:
+        raise ActivationError(
+            f"layer {name!r} names a noise level, but only a denoiser is probed at noise "
+            f"levels; use {base!r}"
+        )
+    ref = _resolve_base(model, base, name)
+    return ref if level is None else dataclasses.replace(ref, noise=level)
+
+
+def _resolve_base(model: nn.Module, name: str, full: str) -> LayerRef:
+    """:func:`resolve_layer` of a name without a noise level (``full`` is the name as given)."""
     refs = model_layer_refs(model)
     if name in refs:
         return refs[name]
@@ -107,16 +130,20 @@ def resolve_layer(model: nn.Module, name: str) -> LayerRef:
     if _is_script(model):
         modules = set()
     module, sep, kind = name.partition(":")
-    if module in modules and (not sep or kind in ("output", "input", "softmax")):
+    if module in modules and (not sep or kind in ("output", "input", "softmax", "flat")):
         return LayerRef(module, kind if sep else "output")  # type: ignore[arg-type]
     valid = [a for a in ALIASES if a in refs] + sorted(modules)
+    if is_denoiser(model):
+        valid = [noise_layer_name(v, 0.5) for v in valid]
     shown = ", ".join(valid[:80]) + (f", ... ({len(valid)} in all)" if len(valid) > 80 else "")
     extra = " (TorchScript models expose only their output)" if _is_script(model) else ""
-    raise ActivationError(f"unknown layer {name!r}{extra}; valid names: {shown}")
+    raise ActivationError(f"unknown layer {full!r}{extra}; valid names: {shown}")
 
 
 def _process(t: torch.Tensor, kind: str, pool: bool) -> torch.Tensor:
     """Flatten a captured ``(N, ...)`` tensor to ``(N, d)`` float32 (pooled / softmaxed)."""
+    if kind == "flat":
+        pool = False
     if pool and t.dim() == 4:
         t = t.mean(dim=(2, 3))
     elif pool and t.dim() == 3:
@@ -140,10 +167,15 @@ def _first_tensor(obj: Any) -> torch.Tensor:
 
 
 class _Capture:
-    """Forward hooks that store each requested reference's processed batch tensor."""
+    """Forward hooks that store each requested reference's processed batch tensor.
+
+    A denoiser runs one probe per noise level among the references (method §14); a hook stores
+    its tensor only during the pass of its own level.
+    """
 
     def __init__(self, model: nn.Module, refs: dict[str, LayerRef], pool: bool) -> None:
         self.refs, self.pool = refs, pool
+        self.active: float | None = None
         self.values: dict[str, torch.Tensor] = {}
         self.handles: list[Any] = []
         modules = dict(model.named_modules())
@@ -163,23 +195,38 @@ class _Capture:
 
     def _pre_hook(self, key: str) -> Callable[..., None]:
         def hook(_module: nn.Module, args: tuple) -> None:
-            self.values[key] = _process(_first_tensor(args), "input", self.pool)
+            if self.refs[key].noise == self.active:
+                self.values[key] = _process(_first_tensor(args), "input", self.pool)
 
         return hook
 
     def _hook(self, key: str, kind: str) -> Callable[..., None]:
         def hook(_module: nn.Module, _args: tuple, output: Any) -> None:
-            self.values[key] = _process(_first_tensor(output), kind, self.pool)
+            if self.refs[key].noise == self.active:
+                self.values[key] = _process(_first_tensor(output), kind, self.pool)
 
         return hook
 
     def run(self, model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """One forward pass; returns ``{key: (N, d) tensor}`` for every reference."""
+        """One forward pass (a denoiser: one probe per noise level); returns
+        ``{key: (N, d) tensor}`` for every reference."""
         self.values = {}
-        out = model(x)
-        for key, ref in self.refs.items():
-            if ref.module == "":
-                self.values[key] = _process(_first_tensor(out), ref.kind, self.pool)
+        levels = sorted({ref.noise for ref in self.refs.values()}, key=lambda v: v or 0.0)
+        for level in levels:
+            self.active = level
+            if level is None:
+                out = model(x)
+            else:
+                probe = getattr(model, "probe", None)
+                if not callable(probe):
+                    raise ActivationError(
+                        "a layer names a noise level but the model is not a denoiser; drop '@…'"
+                    )
+                out = probe(x, level)
+            for key, ref in self.refs.items():
+                if ref.module == "" and ref.noise == level:
+                    self.values[key] = _process(_first_tensor(out), ref.kind, self.pool)
+        self.active = None
         return self.values
 
     def close(self) -> None:
@@ -232,12 +279,18 @@ def _model_dtype(model: nn.Module) -> torch.dtype:
     return torch.float32
 
 
-def list_layers(model: nn.Module, input_shape: Sequence[int]) -> list[LayerInfo]:
+def list_layers(
+    model: nn.Module, input_shape: Sequence[int], noise_levels: Sequence[float] = ()
+) -> list[LayerInfo]:
     """Aliases then every named module, with per-sample output shapes from ONE dry forward pass
     (a batch of two zero inputs of ``input_shape``, in eval mode, on CPU).
 
+    A denoiser's layers are listed once per noise level of ``noise_levels`` (``"denoised@0.5"``,
+    method §14); the shapes do not depend on the level.
+
     Raises:
-        ActivationError: invalid ``input_shape`` or a model that fails on it.
+        ActivationError: invalid ``input_shape``, a model that fails on it, or a denoiser without
+            noise levels.
     """
     if not isinstance(model, nn.Module):
         raise ActivationError(f"list_layers needs an nn.Module, got {type(model).__name__}")
@@ -247,6 +300,16 @@ def list_layers(model: nn.Module, input_shape: Sequence[int]) -> list[LayerInfo]
             f"input_shape must be positive sizes like (3, 32, 32), got {input_shape!r}"
         )
     aliases = model_layer_refs(model)
+    levels = [float(v) for v in noise_levels]
+    if is_denoiser(model):
+        if not levels or not all(np.isfinite(v) and v > 0 for v in levels):
+            raise ActivationError(
+                f"a denoiser's layers are listed at noise levels; pass positive noise_levels, "
+                f"got {list(noise_levels)!r}"
+            )
+        aliases = {k: dataclasses.replace(v, noise=levels[0]) for k, v in aliases.items()}
+    else:
+        levels = []
     script = _is_script(model)
     modules = [] if script else [(n, m) for n, m in model.named_modules() if n]
     raw: dict[str, tuple[int, ...]] = {}
@@ -297,10 +360,17 @@ def list_layers(model: nn.Module, input_shape: Sequence[int]) -> list[LayerInfo]
             infos.append(
                 LayerInfo(name, raw[name], type(module).__name__, n_params, _pooled_dim(raw[name]))
             )
+    if levels:
+        return [
+            dataclasses.replace(info, name=noise_layer_name(info.name, level))
+            for info in infos
+            for level in levels
+        ]
     return infos
 
 
 def _pooled_dim(shape: tuple[int, ...]) -> int:
+    """``d`` of a pooled per-sample shape: the channels of a 2-D/3-D map, else every entry."""
     if len(shape) in (2, 3):
         return int(shape[0])
     return int(np.prod(shape)) if shape else 1
@@ -344,7 +414,8 @@ def extract_activations(
         model: any ``nn.Module`` (left in its original train/eval mode afterwards).
         dataset: yields ``(x, y)`` or ``x``; datasets with ``get_batch(indices)`` are batched
             directly.
-        layers: names (aliases, module names, ``"module:input"``); a single string is allowed.
+        layers: names (aliases, module names, ``"module:input"``; a denoiser's with a noise
+            level, ``"denoised@0.5"``, one probe per level); a single string is allowed.
         batch_size: samples per forward pass.
         device: ``"cpu"`` or ``"cuda"``; the model is moved there.
         pool: global-average-pool 4-D and 3-D maps (so d is the channel count).
@@ -723,7 +794,7 @@ def _serve_checkpoint(
     ``("state",)`` -> ``(arch, arch_kwargs, {name: array})`` (the weights, as NumPy arrays);
     ``("resolve", names)`` -> None (raises on unknown layers);
     ``("batch", names, pool, device, x)`` -> ``{name: float32 (N, d)}`` for a float32 batch;
-    ``("layers", input_shape)`` -> ``list[LayerInfo]``.
+    ``("layers", input_shape, noise_levels)`` -> ``list[LayerInfo]``.
     """
     loaded = load_checkpoint_details(path, arch=arch, trusted=True, **arch_kwargs)
     model = loaded.model.eval()
@@ -742,7 +813,7 @@ def _serve_checkpoint(
                 resolve_layer(model, name)
             return None
         if op == "layers":
-            return list_layers(model, message[1])
+            return list_layers(model, message[1], message[2])
         _, names, pool, device, x = message
         key = (tuple(names), bool(pool))
         if key not in captures:
@@ -930,8 +1001,10 @@ def checkpoint_layers(
     arch_kwargs: Mapping[str, Any] | None = None,
     trusted: bool = False,
     time_limit: float | None = None,
+    noise_levels: Sequence[float] = (),
 ) -> list[LayerInfo]:
-    """:func:`list_layers` of a checkpoint file (a trusted code file runs in a child process).
+    """:func:`list_layers` of a checkpoint file (a trusted code file runs in a child process);
+    a denoiser's layers are listed at each of ``noise_levels``.
 
     Raises:
         CheckpointError: unreadable file, or code without ``trusted``.
@@ -941,7 +1014,7 @@ def checkpoint_layers(
     kwargs = dict(arch_kwargs or {})
     info = inspect_checkpoint(path)
     if not info.is_code:
-        return list_layers(load_checkpoint(path, arch=arch, **kwargs), input_shape)
+        return list_layers(load_checkpoint(path, arch=arch, **kwargs), input_shape, noise_levels)
     if not trusted:
         raise CheckpointError(untrusted_message(info))
     shape = tuple(
@@ -954,4 +1027,5 @@ def checkpoint_layers(
         memory_limit=DEFAULT_MEMORY_LIMIT,
         label=f"the trusted model in {path.name}",
     ) as worker:
-        return worker.request(("layers", shape), "a dry forward pass")
+        levels = tuple(float(v) for v in noise_levels)
+        return worker.request(("layers", shape, levels), "a dry forward pass")

@@ -34,8 +34,9 @@ import torchvision
 from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
-from sde_core.errors import CheckpointError
+from sde_core.errors import CheckpointError, SDEError
 from sde_core.inputs.cifar_resnets import CIFAR_RESNET_DEPTHS, CifarResNetS, Normalize
+from sde_core.inputs.denoisers import DENOISED, EDMDenoiser, is_denoiser, parse_noise_layer
 
 __all__ = [
     "ALIASES",
@@ -66,6 +67,7 @@ MAX_MODEL_BYTES = int(os.environ.get("SDE_MAX_MODEL_BYTES", 4 * 2**30))
 
 ALIASES: tuple[str, ...] = (
     "output",
+    DENOISED,
     "logits",
     "penultimate",
     "block1",
@@ -81,7 +83,8 @@ _CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
 Shapes = Mapping[str, tuple[int, ...]]
 
-RefKind = Literal["output", "input", "softmax"]
+RefKind = Literal["output", "input", "softmax", "flat"]
+_KINDS = ("output", "input", "softmax", "flat")
 
 
 @dataclass(frozen=True)
@@ -90,28 +93,38 @@ class LayerRef:
 
     Attributes:
         module: qualified module name (``""`` is the whole model).
-        kind: ``"output"`` (the module's output), ``"input"`` (its first positional input) or
-            ``"softmax"`` (softmax over the last dimension of its output).
+        kind: ``"output"`` (the module's output), ``"input"`` (its first positional input),
+            ``"softmax"`` (softmax over the last dimension of its output) or ``"flat"`` (its
+            output flattened, never pooled: a denoiser's image output).
+        noise: for a denoiser, the noise level σ_t of the probe the tensor is taken from
+            (method §14; written ``@σ_t``); None for every other model.
     """
 
     module: str
     kind: RefKind = "output"
+    noise: float | None = None
 
     def __str__(self) -> str:
-        return self.module if self.kind == "output" else f"{self.module}:{self.kind}"
+        text = self.module if self.kind == "output" else f"{self.module}:{self.kind}"
+        return text if self.noise is None else f"{text}@{self.noise:g}"
 
     @classmethod
     def parse(cls, text: str) -> LayerRef:
-        """Parse ``"fc"``, ``"fc:input"`` or ``"fc:softmax"`` (the :meth:`__str__` form)."""
-        module, sep, kind = text.partition(":")
+        """Parse ``"fc"``, ``"fc:input"``, ``"fc:softmax"``, ``":flat"`` or any of them with a
+        noise level ``"@σ_t"`` (the :meth:`__str__` form)."""
+        try:
+            base, noise = parse_noise_layer(text)
+        except SDEError as exc:
+            raise CheckpointError(str(exc)) from None
+        module, sep, kind = base.partition(":")
         if not sep:
-            return cls(module, "output")
-        if kind not in ("output", "input", "softmax"):
+            return cls(module, "output", noise)
+        if kind not in _KINDS:
             raise CheckpointError(
                 f"layer reference {text!r} has unknown kind {kind!r}; "
-                "use 'module', 'module:input' or 'module:softmax'"
+                "use 'module', 'module:input', 'module:softmax' or 'module:flat'"
             )
-        return cls(module, kind)  # type: ignore[arg-type]
+        return cls(module, kind, noise)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -421,6 +434,19 @@ def _infer_cifar_resnet(depth: int) -> Callable[[Shapes], dict[str, Any] | None]
 
 _RESNET_BLOCKS = {f"block{i}": f"layer{i}" for i in range(1, 5)}
 
+
+def _infer_edm_unet(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any] | None:
+    if "stem.weight" not in shapes or "enc2.conv1.weight" not in shapes:
+        return None
+    if "embed.mlp.0.weight" not in shapes:
+        return None
+    return {
+        "in_channels": shapes["stem.weight"][1],
+        "channels": [shapes["stem.weight"][0], shapes["enc2.conv1.weight"][0]],
+        "emb_dim": shapes["embed.mlp.0.weight"][0],
+    }
+
+
 ARCHITECTURES: dict[str, ArchSpec] = {}
 """Registry of named architectures; extend with :func:`register_architecture`."""
 
@@ -516,6 +542,30 @@ for _spec in (
         },
         description="Fashion-MNIST demo CNN: conv32-conv64 (BN, max-pool), linear 128, linear 10",
         infer_kwargs=_infer_fmnist_cnn,
+    ),
+    ArchSpec(
+        name="edm_unet",
+        builder=EDMDenoiser,
+        default_kwargs={
+            "in_channels": 1,
+            "channels": (32, 64),
+            "emb_dim": 64,
+            "sigma_data": 0.5,
+            "image_size": 28,
+        },
+        input_shape=(1, 28, 28),
+        layer_presets={
+            DENOISED: ":flat",
+            "block1": "enc1",
+            "block2": "enc2",
+            "block3": "mid",
+            "block4": "dec1",
+        },
+        description=(
+            "EDM denoiser (Karras et al. 2022 preconditioning) on a small two-level U-Net; "
+            "layers are probed at a noise level: 'denoised@0.5', 'block2@0.5' (method §14)"
+        ),
+        infer_kwargs=_infer_edm_unet,
     ),
     *(
         ArchSpec(
@@ -682,17 +732,22 @@ def model_layer_refs(model: nn.Module) -> dict[str, LayerRef]:
     """Alias -> :class:`LayerRef` valid for this model instance.
 
     Derives ``output``/``logits``/``penultimate`` from the last ``nn.Linear`` (or the whole
-    model's output when there is none), then applies the registered presets of the model's
-    architecture (built by :func:`build_model`) wherever their module exists. TorchScript
+    model's output when there is none; a denoiser's is ``denoised``, its flattened output
+    image, read at a noise level ``@σ_t`` by the extraction), then applies the registered
+    presets of the model's architecture (built by :func:`build_model`) wherever their module
+    exists. TorchScript
     models expose only ``output`` and ``logits`` (their own output): they do not support hooks.
     """
     modules = dict(model.named_modules())
     if isinstance(model, torch.jit.ScriptModule):  # no hooks: only the model's own output
         return {"output": LayerRef("", "softmax"), "logits": LayerRef("")}
     final = _last_linear(model)
-    derived = (
-        _classifier_presets(final) if final is not None else {"output": ":softmax", "logits": ""}
-    )
+    if is_denoiser(model):  # its linear layers embed the noise level: no classifier aliases
+        derived = {DENOISED: ":flat"}
+    elif final is not None:
+        derived = _classifier_presets(final)
+    else:
+        derived = {"output": ":softmax", "logits": ""}
     arch = getattr(model, "sde_arch", None)
     registered: dict[str, str] = {}
     if isinstance(arch, str):

@@ -1,4 +1,8 @@
-"""Reproducible, resumable supervised training of a classifier (the original model ``h_or``).
+"""Reproducible, resumable training of a classifier or a denoiser (the original model ``h_or``).
+
+A classifier trains with cross-entropy; an EDM denoiser (architecture ``edm_unet``) with the EDM
+loss of :func:`sde_core.learning.diffusion.edm_loss` (its labels are ignored); see
+:func:`batch_objective`.
 
 :func:`train` runs mini-batch training with a seeded recipe (:class:`TrainConfig`), saves the
 initial weights (``init.safetensors``) and checkpoints at fractions of training
@@ -32,7 +36,9 @@ from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import stable_hash
 from sde_core.common.validation import check_int, check_number
 from sde_core.errors import TrainingError
+from sde_core.inputs.denoisers import is_denoiser
 from sde_core.inputs.models import save_checkpoint
+from sde_core.learning.diffusion import edm_loss
 
 __all__ = [
     "AUGMENTATIONS",
@@ -42,6 +48,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "augment_batch",
+    "batch_objective",
     "check_forward",
     "checkpoint_epochs",
     "checkpoint_name",
@@ -58,6 +65,9 @@ AUGMENTATIONS = ("none", "flip_crop")
 
 INIT_NAME = "init.safetensors"
 RESUME_NAME = "resume.pt"
+
+Objective = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``objective(model, x, y) -> scalar loss`` of one mini-batch."""
 
 ProgressFn = Callable[[int, int, float], None]
 """``progress(epoch, total_epochs, mean_loss)``, called after each epoch (epoch is 1-based)."""
@@ -330,12 +340,30 @@ def _load_resume(path: Path, config: TrainConfig) -> dict[str, Any] | None:
     return state
 
 
+def batch_objective(
+    model: nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+) -> Objective:
+    """The mini-batch loss ``objective(model, x, y)`` that trains ``model``: the EDM loss for a
+    denoiser (labels ignored), else ``loss_fn(model(x), y)`` (default mean cross-entropy).
+
+    Raises:
+        TrainingError: a ``loss_fn`` for a denoiser (it trains with the EDM loss only).
+    """
+    if is_denoiser(model):
+        if loss_fn is not None:
+            raise TrainingError("a denoiser trains with the EDM loss: do not pass loss_fn")
+        return lambda m, x, _y: edm_loss(m, x)
+    fn = loss_fn or nn.functional.cross_entropy
+    return lambda m, x, y: fn(m(x), y)
+
+
 def check_forward(model: nn.Module, dataset: Dataset, device: torch.device, index: int = 0) -> int:
-    """Run ``model`` (eval mode, no grad) on sample ``index``; return the output width (classes).
+    """Run ``model`` (eval mode, no grad) on sample ``index``; return the output width (classes),
+    or 0 for a denoiser (which must return an image of its input's shape at σ = 1).
 
     Raises:
         TrainingError: the model cannot process the data's inputs (e.g. wrong ``input_dim``) or
-            does not output a ``(1, C)`` score vector.
+            does not output a ``(1, C)`` score vector (a denoiser: its input's shape).
     """
     x, _ = dataset[index]
     x = torch.as_tensor(x).unsqueeze(0).to(device)
@@ -343,7 +371,7 @@ def check_forward(model: nn.Module, dataset: Dataset, device: torch.device, inde
     model.eval()
     try:
         with torch.no_grad():
-            out = model(x)
+            out = model(x, 1.0) if is_denoiser(model) else model(x)
     except RuntimeError as exc:
         first = str(exc).strip().split("\n")[0]
         raise TrainingError(
@@ -352,6 +380,13 @@ def check_forward(model: nn.Module, dataset: Dataset, device: torch.device, inde
         ) from exc
     finally:
         model.train(was_training)
+    if is_denoiser(model):
+        if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+            raise TrainingError(
+                f"the denoiser must return images of its input's shape {tuple(x.shape[1:])}: "
+                "build it with in_channels and image_size that match the dataset"
+            )
+        return 0
     if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[1] < 2:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise TrainingError(f"the model must output class scores of shape (N, C>=2), got {shape}")
@@ -386,10 +421,11 @@ def train(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     stop_after_epoch: int | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place with cross-entropy on ``train_dataset`` following ``config``.
+    """Train ``model`` in place on ``train_dataset`` following ``config``: cross-entropy for a
+    classifier, the EDM loss for a denoiser (:func:`batch_objective`).
 
     Args:
-        model: a freshly initialised classifier; it is moved to ``config.device``.
+        model: a freshly initialised classifier or denoiser; it is moved to ``config.device``.
         train_dataset: a sized Dataset of ``(input, integer label)`` pairs.
         config: the recipe.
         out_dir: folder for ``init.safetensors``, the checkpoints and ``resume.pt``; None keeps
@@ -399,7 +435,8 @@ def train(
             the same recipe); False starts over and overwrites the files.
         arch, arch_kwargs: registry architecture of ``model``; when given, checkpoints carry it
             (see :func:`save_weights`).
-        loss_fn: ``loss_fn(logits, labels) -> scalar``; default mean cross-entropy.
+        loss_fn: ``loss_fn(logits, labels) -> scalar``; default mean cross-entropy (classifiers
+            only: a denoiser always trains with the EDM loss).
         stop_after_epoch: stop (as if interrupted) after this 1-based epoch, leaving the resume
             file in place; used to split long runs and to test resumption.
 
@@ -412,7 +449,7 @@ def train(
     if stop_after_epoch is not None:
         check_int(stop_after_epoch, "stop_after_epoch", minimum=1, error=TrainingError)
     device = resolve_device(config.device)
-    loss_fn = loss_fn or nn.functional.cross_entropy
+    objective = batch_objective(model, loss_fn)
     out = Path(out_dir) if out_dir is not None else None
     model.to(device)
     check_forward(model, train_dataset, device)
@@ -457,7 +494,7 @@ def train(
                 x = augment_batch(x, augment_gen)
             x, y = x.to(device), torch.as_tensor(y).to(device)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
+            loss = objective(model, x, y)
             if not torch.isfinite(loss):
                 raise TrainingError(
                     f"training diverged at epoch {epoch + 1} (loss {loss.item()}): lower lr"

@@ -1,4 +1,4 @@
-"""The seven unlearning methods of method §7 and a registry for user-defined ones.
+"""The unlearning methods of method §7 (and NegGrad+, §14) and a registry for user-defined ones.
 
 Every method is a function ``fn(original, data, params) -> UnlearnResult`` that never modifies
 ``original``: it works on a deep copy. ``data`` is an :class:`UnlearnData` (the training set and
@@ -20,6 +20,11 @@ the method default. :func:`unlearn` dispatches by name and rejects unknown param
 
 Optimiser for every iterative method: SGD, momentum 0.9, weight decay 5e-4 (parameters of the
 params dataclass). The model is in train mode during updates (batch-norm statistics update).
+
+Denoisers (method §14): Retrain, FT, GA, NegGrad+ and l1-Sparse use the model's own training
+loss (:func:`~sde_core.learning.training.batch_objective`: the EDM denoising loss for a
+denoiser, cross-entropy for a classifier) — FT fine-tunes on ``D_r``'s denoising loss, GA ascends
+``D_f``'s; RL, SalUn and Unroll need class labels or a deterministic loss and refuse a denoiser.
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ from torch.utils.data import Dataset, Subset
 
 from sde_core.common.validation import as_index_vector, check_int, check_number
 from sde_core.errors import TrainingError
+from sde_core.inputs.denoisers import is_denoiser
 from sde_core.learning.training import (
     TrainConfig,
+    batch_objective,
     check_forward,
     make_loader,
     resolve_device,
@@ -54,6 +61,7 @@ __all__ = [
     "GAParams",
     "L1SparseParams",
     "MethodSpec",
+    "NegGradPlusParams",
     "RLParams",
     "RetrainParams",
     "SGDParams",
@@ -64,6 +72,7 @@ __all__ = [
     "finetune",
     "gradient_ascent",
     "l1_sparse",
+    "neggrad_plus",
     "parse_params",
     "random_label",
     "register_method",
@@ -219,6 +228,22 @@ class GAParams(SGDParams):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_number("clip_grad_norm", self.clip_grad_norm, minimum=0.0, strict=True)
+
+
+@dataclass(frozen=True)
+class NegGradPlusParams(SGDParams):
+    """NegGrad+: per D_f batch, minimise β·L(D_r batch) − (1 − β)·L(D_f batch); lr 0.01,
+    5 epochs over D_f, β 0.9, gradient-norm clip 100."""
+
+    epochs: int = 5
+    beta: float = 0.9
+    clip_grad_norm: float = 100.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (isinstance(self.beta, (int, float)) and 0.0 <= self.beta <= 1.0):
+            raise TrainingError(f"beta={self.beta!r} must be in [0, 1], e.g. 0.9")
         _check_number("clip_grad_norm", self.clip_grad_norm, minimum=0.0, strict=True)
 
 
@@ -473,7 +498,16 @@ LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _ce(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(model(x), y)
+    """The model's own training loss: cross-entropy, or the EDM loss of a denoiser."""
+    return batch_objective(model)(model, x, y)
+
+
+def _refuse_denoiser(model: nn.Module, method: str, why: str) -> None:
+    if is_denoiser(model):
+        raise TrainingError(
+            f"{method} cannot unlearn a denoiser ({why}); use retrain, ft, ga, neggrad_plus or "
+            "l1_sparse (method §14)"
+        )
 
 
 def _run_epoch(
@@ -577,7 +611,7 @@ def _seeded_sgd(model: nn.Module, params: SGDParams) -> tuple[torch.Generator, t
 def finetune(
     original: nn.Module, data: UnlearnData, params: FTParams = FTParams()
 ) -> UnlearnResult:
-    """FT: continue training with cross-entropy on ``D_r`` only."""
+    """FT: continue training with cross-entropy (a denoiser: its denoising loss) on ``D_r`` only."""
     _check_params(params, FTParams)
     t0 = time.perf_counter()
     model, device = _prepare(original, data)
@@ -591,7 +625,8 @@ def finetune(
 def gradient_ascent(
     original: nn.Module, data: UnlearnData, params: GAParams = GAParams()
 ) -> UnlearnResult:
-    """GA: minimise −CE on ``D_f`` (gradient ascent on the forget loss), clipped gradients."""
+    """GA: minimise −CE on ``D_f`` (gradient ascent on the forget loss; a denoiser's: its
+    denoising loss), clipped gradients."""
     _check_params(params, GAParams)
     t0 = time.perf_counter()
     model, device = _prepare(original, data)
@@ -599,7 +634,7 @@ def gradient_ascent(
     forget = Subset(data.train, data.forget_idx.tolist())
 
     def neg_ce(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return -nn.functional.cross_entropy(m(x), y)
+        return -_ce(m, x, y)
 
     for _ in range(params.epochs):
         _run_epoch(
@@ -613,6 +648,7 @@ def random_label(
 ) -> UnlearnResult:
     """RL: each epoch one pass over ``D_f`` with uniform random labels, then one over ``D_r``."""
     _check_params(params, RLParams)
+    _refuse_denoiser(original, "RL", "it has no class labels to randomise")
     t0 = time.perf_counter()
     model, device = _prepare(original, data)
     _random_label_epochs(model, data, params, device, _sgd(model, params), None)
@@ -664,6 +700,7 @@ def salun(
     to ``h_or``. Batch-norm running statistics (buffers, not weights) still update.
     """
     _check_params(params, SalUnParams)
+    _refuse_denoiser(original, "SalUn", "its saliency and updates are random-label cross-entropy")
     t0 = time.perf_counter()
     model, device = _prepare(original, data)
     masks = salun_mask(model, data, params.mask_ratio, params.batch_size)
@@ -697,7 +734,7 @@ def l1_sparse(
             m: nn.Module, x: torch.Tensor, y: torch.Tensor, a: float = alpha_e
         ) -> torch.Tensor:
             l1 = sum(p.abs().sum() for p in m.parameters())
-            return nn.functional.cross_entropy(m(x), y) + a * l1
+            return _ce(m, x, y) + a * l1
 
         _run_epoch(model, retain, optimizer, params, gen, device, loss_fn)
     return _result("l1_sparse", model, params, t0)
@@ -712,6 +749,7 @@ def unroll(
     eval mode; only parameters change (buffers keep h_or's values).
     """
     _check_params(params, UnrollParams)
+    _refuse_denoiser(original, "Unroll", "its one step needs an exact, noise-free loss gradient")
     t0 = time.perf_counter()
     cfg = data.train_config
     lr = params.lr if params.lr is not None else (cfg.lr if cfg is not None else None)
@@ -748,6 +786,43 @@ def unroll(
     return _result("unroll", model, resolved, t0, gradient_at=where)
 
 
+def neggrad_plus(
+    original: nn.Module, data: UnlearnData, params: NegGradPlusParams = NegGradPlusParams()
+) -> UnlearnResult:
+    """NegGrad+ (Kurmanji et al. 2023): gradient ascent on ``D_f`` balanced by descent on ``D_r``.
+
+    Each step takes the next shuffled batch of ``D_f`` and the next of a shuffled, cycled ``D_r``
+    and minimises ``β·L(D_r batch) − (1 − β)·L(D_f batch)``, with L the model's own training loss
+    (cross-entropy, or a denoiser's EDM loss: the diffusion-unlearning baseline "GA with a
+    retain term"); gradients are clipped to norm ``clip_grad_norm``.
+    """
+    _check_params(params, NegGradPlusParams)
+    t0 = time.perf_counter()
+    model, device = _prepare(original, data)
+    gen, optimizer = _seeded_sgd(model, params)
+    forget = Subset(data.train, data.forget_idx.tolist())
+    retain = Subset(data.train, data.retain_idx.tolist())
+    retain_batches = iter(make_loader(retain, params.batch_size, gen))
+    model.train()
+    for _ in range(params.epochs):
+        for xf, yf in make_loader(forget, params.batch_size, gen):
+            try:
+                xr, yr = next(retain_batches)
+            except StopIteration:
+                retain_batches = iter(make_loader(retain, params.batch_size, gen))
+                xr, yr = next(retain_batches)
+            xf, yf = xf.to(device), torch.as_tensor(yf).to(device)
+            xr, yr = xr.to(device), torch.as_tensor(yr).to(device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = params.beta * _ce(model, xr, yr) - (1.0 - params.beta) * _ce(model, xf, yf)
+            if not torch.isfinite(loss):
+                raise TrainingError(f"unlearning diverged (loss {loss.item()}): lower lr")
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), params.clip_grad_norm)
+            optimizer.step()
+    return _result("neggrad_plus", model, params, t0)
+
+
 register_method("retrain", retrain, RetrainParams)
 register_method("ft", finetune, FTParams)
 register_method("ga", gradient_ascent, GAParams)
@@ -755,3 +830,4 @@ register_method("rl", random_label, RLParams)
 register_method("salun", salun, SalUnParams)
 register_method("l1_sparse", l1_sparse, L1SparseParams)
 register_method("unroll", unroll, UnrollParams)
+register_method("neggrad_plus", neggrad_plus, NegGradPlusParams)

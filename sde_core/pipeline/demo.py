@@ -170,6 +170,10 @@ class DemoRecipe:
         random_seed: seed of the randomly initialised model.
         source_options: mnist1d generation settings (``num_samples``, ``train_split``,
             ``data_seed``); empty for Fashion-MNIST.
+        models: the models to build, in workspace order (``original`` first); every name other
+            than ``original``, ``retrained`` and ``random`` is an unlearning method of
+            ``method_params``.
+        dataset_options: ``options`` of the workspace's ``npz`` dataset (e.g. ``normalize``).
     """
 
     name: str
@@ -187,6 +191,8 @@ class DemoRecipe:
     retrain_seed: int = 1
     random_seed: int = 2
     source_options: Mapping[str, Any] = field(default_factory=dict)
+    models: tuple[str, ...] = MODEL_NAMES
+    dataset_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def demo_recipe(
@@ -635,8 +641,11 @@ def build_demo(
     _write_data(recipe, root, Path(source) if source is not None else None)
     old = _previous(root)
     dataset: dict[str, Any] = {"kind": "npz", "root": DATA_FILE}
+    options = dict(recipe.dataset_options)
     if recipe.dataset == "fashion-mnist":  # data.npz holds labels only; the names are these
-        dataset["options"] = {"class_names": list(FASHION_CLASS_NAMES)}
+        options.setdefault("class_names", list(FASHION_CLASS_NAMES))
+    if options:
+        dataset["options"] = options
     ws = Workspace(
         root=root.resolve(), dataset=dataset,
         forget_indices=FORGET_FILE, defaults=recipe.defaults, name=recipe.name,
@@ -647,10 +656,10 @@ def build_demo(
     data_key = stable_hash([file_sha256(ws.path(DATA_FILE)), file_sha256(ws.path(FORGET_FILE))])
     keys = _model_keys(recipe, data_key)
     scratch = root / _BUILD_DIR / f"original-{keys['original'][:12]}"
-    bar = tqdm(total=len(MODEL_NAMES), desc=f"build {recipe.name}", file=sys.stderr)
+    bar = tqdm(total=len(recipe.models), desc=f"build {recipe.name}", file=sys.stderr)
     original_model, data = None, None
     try:
-        for name in MODEL_NAMES:
+        for name in recipe.models:
             bar.set_postfix(model=name, refresh=True)
             if name not in keys:  # unlearned models depend on the saved original's bytes
                 keys[name] = stable_hash(

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from sde_core.errors import ActivationError, CheckpointError, DataError
-from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
 
 __all__ = [
     "ModelInputs",
@@ -169,7 +169,8 @@ def entry_layer_infos(
     """The layers a workspace model offers, as
     :class:`~sde_core.inputs.activations.LayerInfo`: the layers of its activations file, or
     those of its checkpoint for inputs of ``input_shape`` (a trusted code checkpoint runs in a
-    child process, within ``time_limit`` seconds).
+    child process, within ``time_limit`` seconds). A denoiser's layers are listed at each of the
+    :data:`~sde_core.pipeline.settings.NOISE_LEVELS` (method §14).
     """
     from sde_core.inputs.activations import LayerInfo, checkpoint_layers
 
@@ -179,6 +180,7 @@ def entry_layer_infos(
         return checkpoint_layers(
             file, input_shape, arch=arch, arch_kwargs=kwargs, trusted=bool(entry.trusted),
             time_limit=time_limit,
+            noise_levels=NOISE_LEVELS,
         )  # fmt: skip
     from sde_core.inputs.data import load_precomputed
 
@@ -303,13 +305,17 @@ def load_model_inputs(
     """Load (or read from the activation cache) one model's activations and probabilities.
 
     ``output`` probabilities (for Acc_r, Acc_f, Acc_te and ASR) come along when the model has
-    them: always for a checkpoint, when its file holds an ``output`` layer for a precomputed
+    them: for a checkpoint unless the layer is a denoiser's (``@σ_t``, method §14: a denoiser
+    has no class probabilities), when its file holds an ``output`` layer for a precomputed
     model. A trusted code checkpoint runs in a child process, each step within ``time_limit``
     seconds (None: the default of :mod:`sde_core.inputs.isolation`).
     """
+    from sde_core.inputs.denoisers import parse_noise_layer
+
     layers = [settings.layer]
     available = entry_layers(ws, entry)
-    if available is None or "output" in available:
+    denoiser_layer = parse_noise_layer(settings.layer)[1] is not None  # no class probabilities
+    if (available is None and not denoiser_layer) or (available and "output" in available):
         layers = list(dict.fromkeys([settings.layer, "output"]))
     acts: dict[str, Mapping[str, np.ndarray]] = {}
     for sp in ("train", "test"):

@@ -18,7 +18,7 @@ from sde_core.common.validation import check_int, check_number
 from sde_core.errors import SettingsError
 from sde_core.stats.hsic import MAX_SPLITS
 
-__all__ = ["ALGORITHM_VERSION", "EvalSettings"]
+__all__ = ["ALGORITHM_VERSION", "NOISE_LEVELS", "EvalSettings"]
 
 #: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
 #: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
@@ -27,13 +27,20 @@ ALGORITHM_VERSION = 4
 #: device is used, and by ``workspace validate``).
 _DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,3})?|mps")
 
+#: Noise levels σ_t (in the units of the data: images in [−1, 1]) at which a denoiser's layers are
+#: offered (``denoised@0.5``, ``block2@0.5``; method §14). The noise level of an evaluation is
+#: part of its layer name, hence of ``EvalSettings.layer`` and of every cache and store key; any
+#: positive level can be named (``--layer denoised@0.3``), these are the ones listed.
+NOISE_LEVELS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
+
 
 @dataclass(frozen=True)
 class EvalSettings:
     """Evaluation settings (method §2–5, §9, §12). Every default is visible and changeable.
 
     Attributes:
-        layer: layer alias (``output``, ``logits``, ``penultimate``, ``block1``…) or module name.
+        layer: layer alias (``output``, ``logits``, ``penultimate``, ``block1``…) or module name;
+            a denoiser's layer carries its noise level (``denoised@0.5``, :data:`NOISE_LEVELS`).
         sigma: ``"sqrt_dim"``, ``"median"`` or a positive float.
         subset_size: n, rows per subset (targets, references, panels).
         targets: T, number of target subsets drawn from D_f (and of controlled F1 subsets),

@@ -2,7 +2,8 @@
 
 - :func:`target_subsets` — the evaluation's own target subsets (row indices into D_tr);
 - :func:`thumbnails` — the first inputs of one target subset with a model's predictions, named
-  by the dataset's class names;
+  by the dataset's class names (a denoiser's: the noisy inputs of its probe and its denoised
+  images, method §14);
 - :func:`layer_costs` — per layer, which models' results are already stored, whose activations
   are cached, and how many rows would have to go through which models (with an estimated time
   from :func:`measure_throughput`) before an evaluation starts;
@@ -24,6 +25,7 @@ from sde_core.common.hashing import stable_hash
 from sde_core.errors import SettingsError
 from sde_core.inputs.activations import ActivationCache
 from sde_core.inputs.data import DatasetBundle, load_index_file
+from sde_core.inputs.denoisers import DENOISED, noise_layer_name, parse_noise_layer, probe_noise
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, draw_subsets
 from sde_core.pipeline.evaluation.run import ModelEvaluation
 from sde_core.pipeline.evaluation.workspace_run import result_tables
@@ -70,9 +72,13 @@ class Thumbnails:
         target: the target subset's index. indices: ``(k,)`` rows of D_tr.
         images: uint8 ``(k, H, W)`` or ``(k, H, W, 3)`` images or, for 1-D data (``signal``),
             float ``(k, d)`` signals as the model sees them.
-        captions: ``"✓ Sneaker"`` or ``"✗ Shirt (is T-shirt/top)"`` per input.
-        correct: whether each prediction is right.
+        captions: ``"✓ Sneaker"`` or ``"✗ Shirt (is T-shirt/top)"`` per input (a denoiser:
+            ``"error 0.012"``, its denoising loss on the image).
+        correct: whether each prediction is right (empty for a denoiser).
         signal: whether the inputs are 1-D signals (drawn as curves) rather than images.
+        noise_level: a denoiser's probe level σ_t (None for a classifier).
+        noisy, denoised: a denoiser's probe inputs ``y + σ_t·ε(y)`` and its outputs, as uint8
+            images like ``images`` (None for a classifier).
     """
 
     target: int
@@ -81,6 +87,9 @@ class Thumbnails:
     captions: list[str]
     correct: list[bool]
     signal: bool = False
+    noise_level: float | None = None
+    noisy: np.ndarray | None = None
+    denoised: np.ndarray | None = None
 
 
 def thumbnails(
@@ -119,6 +128,9 @@ def thumbnails(
             return None
         inputs = images
     entry = ws.model(model)
+    level = parse_noise_layer(settings.layer)[1]
+    if level is not None:
+        return _denoiser_thumbnails(ws, bundle, settings, model, int(target), idx, level)
     probs = entry_activations(
         ws, entry, bundle, "train", "output", activation_cache(ws), indices=idx,
         device=settings.device, pool=settings.pool,
@@ -131,6 +143,49 @@ def thumbnails(
         correct.append(right)
         captions.append(f"✓ {names[p]}" if right else f"✗ {names[p]} (is {names[y]})")
     return Thumbnails(int(target), idx, inputs, captions, correct, signal=signal)
+
+
+def _as_uint8(chw: np.ndarray, normalize: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """Model-space images ``(k, C, H, W)`` (normalised like the dataset) as uint8 ``(k, H, W)``
+    (one channel) or ``(k, H, W, C)``."""
+    x = np.asarray(chw, dtype=np.float64)
+    if normalize is not None:
+        mean, std = (np.asarray(v, dtype=np.float64).reshape(1, -1, 1, 1) for v in normalize)
+        x = x * std + mean
+    out = np.clip(np.rint(x * 255.0), 0, 255).astype(np.uint8).transpose(0, 2, 3, 1)
+    return np.ascontiguousarray(out[..., 0] if out.shape[-1] == 1 else out)
+
+
+def _denoiser_thumbnails(
+    ws: Workspace,
+    bundle: DatasetBundle,
+    settings: EvalSettings,
+    model: str,
+    target: int,
+    idx: np.ndarray,
+    level: float,
+) -> Thumbnails:
+    """A denoiser's thumbnails: clean images, the probe's noisy inputs and the denoised images at
+    noise level ``level`` (method §14), with each image's denoising loss."""
+    import torch
+
+    dataset = bundle.split("train")
+    clean = torch.stack([torch.as_tensor(dataset[int(i)][0]) for i in idx]).float()
+    noisy = clean + level * probe_noise(clean)
+    layer = noise_layer_name(DENOISED, level)
+    flat = entry_activations(
+        ws, ws.model(model), bundle, "train", layer, activation_cache(ws), indices=idx,
+        device=settings.device, pool=settings.pool,
+    )[layer]  # fmt: skip
+    denoised = flat.reshape(clean.shape)
+    errors = ((denoised - clean.numpy()) ** 2).reshape(len(idx), -1).mean(axis=1)
+    normalize = getattr(dataset, "normalize", None)
+    images = bundle.images("train", idx)
+    assert images is not None  # is_image
+    return Thumbnails(
+        target, idx, images, [f"error {e:.3g}" for e in errors], [], noise_level=level,
+        noisy=_as_uint8(noisy.numpy(), normalize), denoised=_as_uint8(denoised, normalize),
+    )  # fmt: skip
 
 
 def stored_models(ws: Workspace, workspace_hash: str, settings: EvalSettings) -> set[str]:

@@ -1044,21 +1044,29 @@ def figure_to_image(fig: go.Figure, fmt: str = "png", *, scale: float = 2.0) -> 
         raise ExportError(f"{fmt.upper()} export failed ({exc}); {hint}") from exc
 
 
-def plan_figure(points: pd.DataFrame, metric: str = "f1") -> go.Figure:
+def plan_figure(points: pd.DataFrame, metric: str = "f1", *, by_layer: bool = False) -> go.Figure:
     """A metric of an experiment plan's ``points`` table against its sweep axis.
 
     One line per (model, layer), the mean over seeds (and forget ratios unless they are the
-    axis) with the across-seed standard deviation as error bars.
+    axis) with the across-seed standard deviation as error bars. A σ sweep marks the σ of its
+    ``sqrt_dim`` and ``median`` entries with vertical lines (one per distinct σ: the median rule
+    differs by layer) and has a logarithmic axis when σ spans ≥ 10×.
 
     Args:
         points: the ``points`` table of a :func:`sde_core.pipeline.plans.run_plan` run (columns
             ``param``, ``value``, ``x``, ``model``, ``layer``, ``seed`` and the metric).
         metric: a key of :data:`METRICS` that is a column of ``points``.
+        by_layer: plot a σ sweep against its layers instead (one line per model and σ entry),
+            e.g. F1 against a denoiser's noise level (``denoised@σ_t``, method §14).
     """
     spec = _metric(metric)
     if points.empty or metric not in points:
         raise SettingsError(f"the plan table has no {metric!r} values yet")
     param = str(points["param"].iloc[0])
+    if by_layer:
+        if param != "sigma":
+            raise SettingsError("only a σ sweep's points can be read against the layer")
+        return _plan_by_layer(points, spec, metric)
     fig = go.Figure()
     groups = points.groupby(["model", "layer"], sort=False)
     for i, ((model, layer), part) in enumerate(groups):
@@ -1081,4 +1089,52 @@ def plan_figure(points: pd.DataFrame, metric: str = "f1") -> go.Figure:
                 f"%{{y:.3g}}{spec.unit} (mean of %{{customdata[0]}})<extra></extra>",
             )
         )
+    if param == "sigma":
+        _plan_sigma_markers(fig, points)
     return _layout(fig, f"{spec.label} against {param}", param, f"{spec.label}{spec.unit}")
+
+
+def _plan_sigma_markers(fig: go.Figure, points: pd.DataFrame) -> None:
+    """Vertical lines at the σ of a plan's ``sqrt_dim`` and ``median`` entries; log σ axis."""
+    x = points["x"].astype(float)
+    for (rule, label), dash in zip(_RULE_LABELS.items(), ("dot", "dashdot"), strict=False):
+        rows = points[points["value"].astype(str) == rule]
+        for layer, part in rows.groupby("layer", sort=False):
+            sigma = float(part["x"].astype(float).mean())
+            if not math.isfinite(sigma):
+                continue
+            name = f"{label} rule: σ = {sigma:.3g}"
+            if rows["layer"].nunique() > 1 and rule != "sqrt_dim":
+                name += f" ({layer})"
+            fig.add_vline(x=sigma, line={"color": "#000000", "dash": dash, "width": 1})
+            fig.add_trace(
+                go.Scatter(x=[sigma], y=[None], mode="lines", name=name,
+                           line={"color": "#000000", "dash": dash, "width": 1})
+            )  # fmt: skip
+            if rule == "sqrt_dim":
+                break  # √d is one number per dimension: the layers of one plan share it
+    finite = x[np.isfinite(x)]
+    if finite.size and finite.min() > 0 and finite.max() / finite.min() >= 10:
+        fig.update_xaxes(type="log")
+
+
+def _plan_by_layer(points: pd.DataFrame, spec: Any, metric: str) -> go.Figure:
+    """A σ-sweep plan's metric against its layers: one line per (model, σ entry)."""
+    fig = go.Figure()
+    layers = list(dict.fromkeys(points["layer"].astype(str)))
+    for i, ((model, value), part) in enumerate(points.groupby(["model", "value"], sort=False)):
+        stats = part.groupby("layer", sort=False).agg(mean=(metric, "mean"), sd=(metric, "std"))
+        stats = stats.reindex([layer for layer in layers if layer in stats.index])
+        fig.add_trace(
+            go.Scatter(
+                x=list(stats.index),
+                y=stats["mean"].to_numpy(dtype=float) * spec.scale,
+                error_y={"type": "data",
+                         "array": np.nan_to_num(stats["sd"].to_numpy(dtype=float)) * spec.scale},
+                mode="lines+markers",
+                name=f"{model} · σ = {value}",
+                line={"color": MODEL_COLORS[i % len(MODEL_COLORS)]},
+            )
+        )  # fmt: skip
+    fig.update_xaxes(type="category")
+    return _layout(fig, f"{spec.label} against the layer", "layer", f"{spec.label}{spec.unit}")

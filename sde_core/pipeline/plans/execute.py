@@ -54,8 +54,12 @@ def _write_manifest(job: PlanJob, work: Path, info: Mapping[str, Any]) -> None:
 
 
 def _accuracy(model: Any, dataset: Any, device: str) -> float:
+    """Top-1 accuracy in %; NaN for a denoiser (it has no classes, method §14)."""
+    from sde_core.inputs.denoisers import is_denoiser
     from sde_core.learning.metrics import accuracy_from_probs, predict_probs
 
+    if is_denoiser(model):
+        return math.nan
     probs, labels = predict_probs(model, dataset, device=device)
     return accuracy_from_probs(probs, labels)
 
@@ -227,6 +231,7 @@ def _resolve_sigma_entry(entry: str | float, dim: int) -> SigmaRule:
 def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
     """Evaluate one model at one setting (:func:`sde_core.pipeline.evaluate.evaluate_arrays`)."""
     from sde_core.inputs.activations import ActivationCache, get_activations
+    from sde_core.inputs.denoisers import parse_noise_layer
     from sde_core.learning.metrics import accuracy_from_probs
     from sde_core.pipeline.evaluate import EvalSettings, ModelInputs, draw_subsets, evaluate_arrays
 
@@ -237,7 +242,8 @@ def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
     assert forget is not None
     retain = np.setdiff1d(np.arange(n_train), forget)
     ckpt = _checkpoint_file(source, ctx.work, sp["checkpoint"])
-    layers = list(dict.fromkeys([sp["layer"], "output"]))
+    denoiser = parse_noise_layer(sp["layer"])[1] is not None  # no class outputs (method §14)
+    layers = [sp["layer"]] if denoiser else list(dict.fromkeys([sp["layer"], "output"]))
     cache = ActivationCache(Path(ctx.work) / "activations")
     acts = {
         split: get_activations(
@@ -257,7 +263,7 @@ def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
         }
     )
     plan = draw_subsets(n_train, n_test, forget, settings)
-    with_asr = sp["classic"] == "asr"
+    with_asr = sp["classic"] == "asr" and not denoiser
     inputs = ModelInputs(
         name=job.labels["model"],
         role=job.labels.get("role", ""),
@@ -271,7 +277,9 @@ def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
     # the F1 negatives: D_f for a model retrained without it (method §5, §4.1), D_te otherwise
     ev = evaluate_arrays(inputs, plan, settings, f1_negatives=sp["f1_negatives"])
     row = {**job.labels, **{k: ev.summary[k] for k in _POINT_COLUMNS}}
-    if not with_asr:
+    if denoiser:
+        row.update(acc_r=math.nan, acc_f=math.nan, acc_te=math.nan)
+    elif not with_asr:
         p_tr, p_te = acts["train"]["output"], acts["test"]["output"]
         row["acc_r"] = accuracy_from_probs(p_tr[retain], bundle.train_labels[retain])
         row["acc_f"] = accuracy_from_probs(p_tr[forget], bundle.train_labels[forget])
