@@ -165,7 +165,8 @@ class HFHiddenStates(nn.Module):
         """``(batch, 2, length)`` → token ids and attention mask, both int64 ``(batch, length)``.
 
         A row without any real token (a dry run on zeros) gets its first position unmasked, so
-        attention and pooling stay finite.
+        attention and pooling stay finite; columns that are padding in every row are dropped
+        (they change no real token's state, and cost time).
 
         Raises:
             CheckpointError: a tensor of another shape.
@@ -179,7 +180,8 @@ class HFHiddenStates(nn.Module):
         mask = x[:, 1].round().long() if x.is_floating_point() else x[:, 1].long()
         mask = mask.clone()
         mask[mask.sum(dim=1) == 0, 0] = 1
-        return ids, mask
+        keep = mask.any(dim=0)  # drop the columns that are padding in every row
+        return ids[:, keep], mask[:, keep]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Run the model once; every tap sees its pooled ``(batch, d)`` state."""
