@@ -45,7 +45,7 @@ from sde_core.errors import SDEError
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult
 from sde_core.pipeline.evaluation import EXPLORE_STAGES, PartialEvaluation
 from sde_core.pipeline.workspace import Workspace
-from sde_core.services.evaluation import progress_note, session_result, thumbnails
+from sde_core.services.evaluation import progress_note, session_result, target_texts, thumbnails
 from sde_core.viz.figures import draw_strip, hsic_histogram, panel_figure, spread_figure
 from sde_core.viz.formatting import format_estimate
 from sde_core.viz.links import decode_bool, decode_int
@@ -281,9 +281,18 @@ def negative_control(result: EvaluationResult, model: str, control: str, tag: st
 
 
 def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: int) -> None:
-    """Inputs of one target subset with the model's predictions (image data only)."""
-    strip = thumbnails(ws, dataset_bundle(ws), settings, model, target, THUMBNAILS)
+    """Inputs of one target subset: images with the model's predictions, or texts."""
+    bundle = dataset_bundle(ws)
+    strip = thumbnails(ws, bundle, settings, model, target, THUMBNAILS)
     if strip is None:
+        samples = target_texts(ws, bundle, settings, target, THUMBNAILS)
+        if samples is not None:
+            st.markdown(
+                f"**Target subset {samples.target}: first {len(samples.indices)} texts** "
+                "(rows of the forget set D_f)"
+            )
+            table = pd.DataFrame({"row of D_tr": samples.indices, "text": samples.texts})
+            st.dataframe(table, hide_index=True, key="x_target_texts")
         return
     st.markdown(
         f"**Target subset {strip.target}: first {len(strip.indices)} inputs, {model}'s "

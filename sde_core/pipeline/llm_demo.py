@@ -309,7 +309,7 @@ def build_facts_demo(
 
     from sde_core.inputs.data import load_dataset
     from sde_core.inputs.hf_models import HFHiddenStates, load_hf_folder, transformers_module
-    from sde_core.inputs.text_data import forget_rows
+    from sde_core.inputs.text_data import TextDataset, forget_rows
     from sde_core.learning.llm_unlearning import LMTrainParams, causal_lm_losses, train_causal_lm
     from sde_core.learning.unlearning import UnlearnData, unlearn
 
@@ -355,6 +355,7 @@ def build_facts_demo(
         description=_DESCRIPTION,
     )  # fmt: skip
     bundle = load_dataset(ws.dataset_spec())
+    assert isinstance(bundle.train, TextDataset) and isinstance(bundle.test, TextDataset)
     longest = max(int(d.mask.sum(axis=1).max()) for d in (bundle.train, bundle.test))
     if longest >= recipe.max_length:
         raise SettingsError(f"a fact is longer than max_length={recipe.max_length} tokens")
