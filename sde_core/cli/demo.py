@@ -42,20 +42,13 @@ def _cmd_demo_build(args: argparse.Namespace) -> int:
 
 
 def _build_facts(args: argparse.Namespace) -> int:
-    """The language-model demo (``--dataset facts``), single-threaded like a shared CPU."""
-    import torch
-
+    """The language-model demo (``--dataset facts``)."""
     from sde_core.pipeline.llm_demo import FactsRecipe, build_facts_demo, default_facts_folder
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        report = build_facts_demo(
-            Path(args.out) if args.out else default_facts_folder(),
-            FactsRecipe(seed=args.seed), store=not args.no_store, log=print,
-        )  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
+    report = build_facts_demo(
+        Path(args.out) if args.out else default_facts_folder(),
+        FactsRecipe(seed=args.seed), store=not args.no_store, log=print,
+    )  # fmt: skip
     print(
         f"built {report.folder} in {report.total_seconds:.0f}s ("
         + ", ".join(f"{k} {v:.0f}s" for k, v in report.seconds.items())

@@ -302,9 +302,26 @@ def build_facts_demo(
 ) -> FactsReport:
     """Build the facts demo in ``folder`` (replacing its models); see the module docstring.
 
+    Training runs on one CPU thread (restored afterwards): these tiny models gain nothing from
+    more, and on a shared machine extra threads only contend.
+
     Raises:
         SDEError: a recipe whose corpus cannot be built, or an invalid result.
     """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _build(Path(folder), recipe or FactsRecipe(), store, log or (lambda _line: None))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build(
+    folder: Path, recipe: FactsRecipe, store: bool, say: Callable[[str], None]
+) -> FactsReport:
+    """:func:`build_facts_demo` on one thread."""
     import torch
 
     from sde_core.inputs.data import load_dataset
@@ -313,8 +330,6 @@ def build_facts_demo(
     from sde_core.learning.llm_unlearning import LMTrainParams, causal_lm_losses, train_causal_lm
     from sde_core.learning.unlearning import UnlearnData, unlearn
 
-    recipe = recipe or FactsRecipe()
-    say = log or (lambda _line: None)
     t_start = time.perf_counter()
     root = Path(folder).resolve()
     root.mkdir(parents=True, exist_ok=True)
