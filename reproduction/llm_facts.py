@@ -12,6 +12,11 @@ For each model, beside the loss gap and the loss-threshold MIA of ``metrics.json
 Usage (after ``python -m sde_core demo build --dataset facts``):
 
     python reproduction/llm_facts.py [--layer layer.3] [--pooling mean|last] [--out FILE.md]
+
+With ``--sweep A.json B.json …`` it instead tabulates evaluation JSONs written by
+``python -m sde_core evaluate assets/demo-facts --layer L --token-pooling P --json …``: per layer
+and pooling, each model's OTR with its interval, calibrated OTR and dependence score (– where
+the gate withholds them), and the null check's false-positive rates.
 """
 
 from __future__ import annotations
@@ -38,13 +43,57 @@ def spread(x: np.ndarray) -> float:
     return float(((x - x.mean(axis=0)) ** 2).sum(axis=1).mean())
 
 
+def _number(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def sweep_table(files: list[str]) -> str:
+    """Markdown tables of several evaluation JSONs (one row per layer and pooling)."""
+    docs = [json.loads(Path(f).read_text()) for f in files]
+    models = list(docs[0]["models"])
+    head = "| layer | pooling | " + " | ".join(models) + " | null FPR split / calibrated |"
+    lines = [
+        "OTR [95% interval] · calibrated OTR · dependence score per model; – : withheld by the "
+        "gate (the reference panels do not separate)",
+        "",
+        head,
+        "|" + "---|" * (len(models) + 3),
+    ]
+    for doc in docs:
+        settings, caveats = doc["settings"], doc["caveats"]
+        cells = []
+        for name in models:
+            m = doc["models"][name]
+            lo, hi = m["otr_ci"]
+            cells.append(
+                f"{_number(m['otr'])} [{_number(lo)}, {_number(hi)}] · "
+                f"{_number(m['calibrated_otr'])} · {_number(m['dependence_score'])}"
+                if m["otr"] is not None
+                else "–"
+            )
+        pooling = "mean" if settings["pool"] else "last"
+        lines.append(
+            f"| {settings['layer']} | {pooling} | "
+            + " | ".join(cells)
+            + f" | {caveats['split_fpr_mean']:.2f} / {caveats['calibrated_fpr_mean']:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workspace", default=str(ROOT / "assets" / "demo-facts"))
     parser.add_argument("--layer", default="layer.3")
     parser.add_argument("--pooling", choices=("mean", "last"), default="mean")
     parser.add_argument("--out", help="also write the table to this markdown file")
+    parser.add_argument("--sweep", nargs="+", metavar="JSON", help="tabulate evaluation JSONs")
     args = parser.parse_args()
+    if args.sweep:
+        text = sweep_table(args.sweep)
+        print(text)
+        if args.out:
+            Path(args.out).write_text(text, encoding="utf-8")
+        return
     ws = load_workspace(args.workspace)
     bundle = load_dataset(ws.dataset_spec())
     forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train_labels))

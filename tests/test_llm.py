@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from llm_artefacts import qa_records, save_model_folder, tiny_gpt2, tokenizer_for, write_jsonl
 
-from sde_core.errors import CheckpointError, DataError, TrainingError
+from sde_core.errors import CheckpointError, DataError, SettingsError, TrainingError
 from sde_core.inputs.activations import ActivationCache, get_activations
 from sde_core.inputs.data import DatasetSpec, load_dataset
 from sde_core.inputs.hf_models import HFHiddenStates, load_hf_folder
@@ -252,3 +252,26 @@ def test_language_model_methods_do_what_they_claim(lm: dict[str, Any]) -> None:
     torch.testing.assert_close(original.state_dict(), load_hf_folder(lm["folder"]).state_dict())
     with pytest.raises(TrainingError, match="Hugging Face model folder"):
         unlearn("llm_ga", torch.nn.Linear(2, 2), data)
+
+
+def test_a_model_folder_is_added_in_place_or_copied(lm: dict[str, Any], tmp_path: Path) -> None:
+    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.services.workspaces import ModelSpec, add_model, create_workspace
+
+    data = tmp_path / "ws"
+    for name in ("full.jsonl", "holdout.jsonl", "forget.json"):
+        (data / name).parent.mkdir(parents=True, exist_ok=True)
+        (data / name).write_bytes((lm["root"] / name).read_bytes())
+    options = {"test_path": "holdout.jsonl", "tokenizer": str(lm["folder"])}
+    dataset = {"kind": "text", "root": "full.jsonl", "options": options}
+    made = create_workspace(data, dataset, forget_split="forget.json", roots=[lm["root"]])
+    assert made.n_forget == 6
+    added = add_model(data, ModelSpec("original", role="original"), checkpoint=lm["folder"],
+                      copy=True, roots=[lm["root"]])  # fmt: skip
+    ws = load_workspace(data, roots=[lm["root"]])
+    copied = ws.path(added.entry.checkpoint)
+    assert copied.is_dir() and copied.is_relative_to(data)
+    assert {p.name for p in copied.iterdir()} == {p.name for p in lm["folder"].iterdir()}
+    assert added.entry.arch == "hf" and added.entry.sha256 == ws.model("original").sha256
+    with pytest.raises(SettingsError, match="exactly one forget set"):
+        create_workspace(tmp_path / "ws2", dataset, forget_split="f.json", forget_column="c")
