@@ -145,6 +145,9 @@ def test_pickled_weights_and_remote_code_need_the_trusted_opt_in(
     assert not marker.exists()
     with pytest.raises(CheckpointError, match="arch 'hf'"):
         load_checkpoint(lm["folder"] / "model.safetensors", arch="hf")
+    for too_big in (lm["folder"], folder):  # checked before transformers reads anything
+        with pytest.raises(CheckpointError, match="budget"):
+            load_hf_folder(too_big, trusted=True, max_bytes=1000)
 
 
 def _save_formats(rows: list[dict[str, Any]], folder: Path) -> dict[str, Path]:

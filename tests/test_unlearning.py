@@ -97,7 +97,7 @@ def test_every_builtin_leaves_the_original_untouched(setup):
         assert not states_equal(result.model, model)
         assert not result.model.training
     assert states_equal(before, model)
-    assert sorted(METHODS) >= ["ft", "ga", "l1_sparse", "retrain", "rl", "salun", "unroll"]
+    assert set(METHODS) >= {"ft", "ga", "l1_sparse", "retrain", "rl", "salun", "unroll"}
 
 
 def test_ga_raises_forget_loss(setup):

@@ -229,9 +229,12 @@ class HFHiddenStates(nn.Module):
 
 
 def _weights_bytes(folder: Path) -> int:
-    """float32 bytes of every tensor the folder's safetensors files describe (headers only)."""
+    """float32 bytes of every tensor the folder's safetensors files describe (headers only);
+    for pickled weights alone, twice their files' size (float16 files double in float32)."""
     from safetensors import safe_open
 
+    if not any(folder.glob("*.safetensors")):
+        return 2 * sum(p.stat().st_size for p in folder.glob("pytorch_model*.bin"))
     total = 0
     for file in sorted(folder.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as fh:
