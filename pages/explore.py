@@ -48,7 +48,7 @@ from sde_core.errors import SDEError
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult
 from sde_core.pipeline.evaluation import EXPLORE_STAGES, PartialEvaluation
 from sde_core.pipeline.workspace import Workspace
-from sde_core.services.evaluation import progress_note, session_result, thumbnails
+from sde_core.services.evaluation import progress_note, session_result, target_texts, thumbnails
 from sde_core.viz.figures import (
     draw_strip,
     hsic_histogram,
@@ -303,9 +303,18 @@ def negative_control(result: EvaluationResult, model: str, control: str, tag: st
 
 def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: int) -> None:
     """Inputs of one target subset with the model's predictions (images, or 1-D signals drawn
-    as curves)."""
-    strip = thumbnails(ws, dataset_bundle(ws), settings, model, target, THUMBNAILS)
+    as curves), or texts."""
+    bundle = dataset_bundle(ws)
+    strip = thumbnails(ws, bundle, settings, model, target, THUMBNAILS)
     if strip is None:
+        samples = target_texts(ws, bundle, settings, target, THUMBNAILS)
+        if samples is not None:
+            st.markdown(
+                f"**Target subset {samples.target}: first {len(samples.indices)} texts** "
+                "(rows of the forget set D_f)"
+            )
+            table = pd.DataFrame({"row of D_tr": samples.indices, "text": samples.texts})
+            st.dataframe(table, hide_index=True, key="x_target_texts")
         return
     if strip.denoised is not None and strip.noisy is not None:
         st.markdown(

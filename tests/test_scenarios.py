@@ -201,7 +201,7 @@ def sha256(path: Path) -> str:
 
 
 def test_the_page_recipes_are_all_run_here():
-    tested = {"salun", "sparse", "torchvision", "hidden-states", "torchscript"}
+    tested = {"salun", "sparse", "torchvision", "hidden-states", "torchscript", "hf-folder"}
     assert set(RECIPES) == tested and set(FILES) == {"salun_indices.py", "export_hidden.py"}
     compile(FILES["export_hidden.py"], "export_hidden.py", "exec")  # needs a real LM to run
     for block in RECIPES.values():
@@ -724,6 +724,69 @@ def test_hidden_states_of_three_models_in_three_layouts(language_model: Project)
     assert original["references_valid"] and retrained["references_valid"]
     assert original["otr"] < retrained["otr"]
     assert not npo["references_valid"]  # no in-training signal: inconclusive, said so
+
+
+# ------------------------------------------------------------------------------ HF folders
+
+
+def _fit_lm(model: Any, tokenizer: Any, texts: list[str], steps: int, lr: float) -> Any:
+    """A few steps of causal-LM training as a transformers user writes it (labels = ids, the
+    padding ignored); a negative ``lr`` ascends (a crude unlearning run)."""
+    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+    opt = torch.optim.AdamW(model.parameters(), lr=abs(lr))
+    model.train()
+    for _ in range(steps):
+        loss = model(**enc, labels=labels).loss
+        opt.zero_grad()
+        (loss if lr > 0 else -loss).backward()
+        opt.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def tofu(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """OpenUnlearning-style model folders (save_pretrained, a Trainer's training_args.bin, one
+    folder with pickled pytorch_model.bin weights only) and TOFU's JSON-lines files."""
+    import llm_artefacts as lm
+
+    project = _new_project(tmp_path_factory, "tofu")
+    data, saves = project.root / "data", project.root / "saves"
+    full, holdout = lm.qa_records(40), lm.qa_records(24, offset=40)
+    forget = full[::5]
+    for name, rows in (("full", full), ("holdout10", holdout), ("forget10", forget)):
+        lm.write_jsonl(data / f"{name}.json", rows)
+    texts = [f"Question: {r['question']}\nAnswer: {r['answer']}" for r in full]
+    tokenizer = lm.tokenizer_for(texts + [f"{r['question']} {r['answer']}" for r in holdout])
+    retain = [t for i, t in enumerate(texts) if i % 5]
+    original = _fit_lm(lm.tiny_gpt2(tokenizer, seed=0), tokenizer, texts, 12, 3e-2)
+    lm.save_model_folder(original, tokenizer, saves / "finetune" / "tofu_gpt2")
+    (saves / "finetune" / "tofu_gpt2" / "training_args.bin").write_bytes(b"\x80\x04N.")
+    retained = _fit_lm(lm.tiny_gpt2(tokenizer, seed=0), tokenizer, retain, 12, 3e-2)
+    lm.save_model_folder(retained, tokenizer, saves / "finetune" / "tofu_gpt2_retain90")
+    npo = _fit_lm(original, tokenizer, [texts[i] for i in range(0, 40, 5)], 3, -1e-3)
+    lm.save_model_folder(npo, tokenizer, saves / "unlearn" / "tofu_gpt2_NPO")
+    old = saves / "unlearn" / "old_bin"
+    lm.save_model_folder(npo, tokenizer, old)
+    (old / "model.safetensors").unlink()
+    torch.save(npo.state_dict(), old / "pytorch_model.bin")
+    return project
+
+
+def test_hugging_face_folders_and_a_tofu_forget_split(tofu: Project):
+    steps = tofu.run("hf-folder")
+    assert "|D_tr| = 40, |D_f| = 8, |D_te| = 24" in steps[0].out
+    assert all("architecture hf" in step.out for step in steps[1:4])
+    ws = tofu.workspace("WS-tofu")
+    assert [m.arch for m in ws.models] == ["hf"] * 3
+    assert load_dataset(ws.dataset_spec()).texts("train", [0]) == [
+        "Question: Where was author 0 born?\nAnswer: Author 0 was born in Varnholt."
+    ]
+    np.testing.assert_array_equal(np.load(ws.path(ws.forget_indices)), np.arange(0, 40, 5))
+    rows = tofu.results("tofu.json")
+    assert set(rows) == {"original", "retain90", "npo"}
+    assert all(r["layer"] == "layer.1" and r["acc_r"] is None for r in rows.values())
+    assert differ(rows["original"], rows["retain90"])
 
 
 def test_index_arrays_next_to_a_split_array(tmp_path: Path):

@@ -127,6 +127,11 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         "--baseline-targets", type=int, help="controlled subsets scored by MMD/W2 (0 = off)"
     )
     parser.add_argument("--device", help="cpu (default) or cuda")
+    parser.add_argument(
+        "--token-pooling", choices=("mean", "last"),
+        help="language models: a text's hidden state is the mean over its real tokens (mean, "
+        "the setting pool = true) or its last real token's (last, pool = false)",
+    )  # fmt: skip
 
 
 def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -145,4 +150,5 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "bins": args.bins,
         "baseline_targets": args.baseline_targets,
         "device": args.device,
+        "pool": None if args.token_pooling is None else args.token_pooling == "mean",
     }

@@ -51,7 +51,8 @@ def _cmd_workspace_init(args: argparse.Namespace) -> int:
     defaults = {} if args.subset_size is None else {"subset_size": args.subset_size}
     made = create_workspace(
         args.folder, dataset, forget=args.forget, random_forget=args.random_forget,
-        forget_classes=_classes(args.forget_class), seed=args.seed, name=args.name,
+        forget_classes=_classes(args.forget_class), forget_split=args.forget_split,
+        forget_column=args.forget_column, seed=args.seed, name=args.name,
         defaults=defaults, overwrite=args.overwrite,
     )  # fmt: skip
     ws = made.workspace
@@ -150,12 +151,12 @@ def register_workspace(subparsers: argparse._SubParsersAction) -> None:
         help="create FOLDER/workspace.toml (no models yet)",
         description="Create a workspace: the dataset, the forget set and evaluation defaults "
         "whose subset size fits the data. Give exactly one of --forget, --random-forget, "
-        f"--forget-class. {_ROOTS_HELP}",
+        f"--forget-class, --forget-split, --forget-column. {_ROOTS_HELP}",
     )
     init.add_argument("folder")
     init.add_argument(
         "--dataset-kind", required=True, help="e.g. fashion-mnist, cifar10, imagefolder, npz, "
-        "mnist1d, activations"
+        "mnist1d, activations, text"
     )  # fmt: skip
     init.add_argument("--dataset-root", help="data folder/file (relative to FOLDER or absolute)")
     init.add_argument("--dataset-option", action="append", metavar="K=V", help="repeatable")
@@ -175,6 +176,15 @@ def register_workspace(subparsers: argparse._SubParsersAction) -> None:
     init.add_argument(
         "--forget-class", action="append", metavar="C",
         help="forget every training row of class C (id or name; repeatable or comma-separated)",
+    )  # fmt: skip
+    init.add_argument(
+        "--forget-split", metavar="FILE",
+        help="text data: forget the training records this file of records holds (JSONL/JSON/"
+        "CSV/Parquet, e.g. TOFU's forget10.json; relative to FOLDER)",
+    )  # fmt: skip
+    init.add_argument(
+        "--forget-column", metavar="NAME",
+        help="text data: forget the training records whose column NAME is true/yes/1",
     )  # fmt: skip
     init.add_argument("--seed", type=int, default=0, help="seed of --random-forget")
     init.add_argument(
@@ -196,19 +206,25 @@ def register_workspace(subparsers: argparse._SubParsersAction) -> None:
     )
     add.add_argument("workspace")
     add.add_argument("--name", required=True, help="letters, digits, _ . + - (at most 64)")
-    add.add_argument("--checkpoint", help=".safetensors, .pt, .pth or .pth.tar file")
+    add.add_argument(
+        "--checkpoint", help=".safetensors, .pt, .pth or .pth.tar file, or a Hugging Face model "
+        "folder (config.json + model.safetensors, as save_pretrained writes it)"
+    )  # fmt: skip
     add.add_argument(
         "--activations", help="the model's precomputed activations (.npz or .parquet, one row "
         "per sample; see docs/bring-your-own.md)"
     )  # fmt: skip
     add.add_argument("--role", choices=ROLES, help="default: guessed from the name")
-    add.add_argument("--arch", help="registry name or torchvision:<name> (default: inferred)")
+    add.add_argument(
+        "--arch", help="registry name, torchvision:<name> or hf (a Hugging Face model folder) "
+        "(default: inferred)"
+    )  # fmt: skip
     add.add_argument("--arch-kwarg", action="append", metavar="K=V", help="repeatable, JSON values")
     add.add_argument("--method", default="", help="how the model was produced, e.g. salun")
     add.add_argument(
         "--trusted", action="store_true",
-        help="I vouch for this file: allow TorchScript archives and full pickles (they can run "
-        "code); recorded as trusted = true",
+        help="I vouch for this file: allow TorchScript archives, full pickles and model folders "
+        "with pickled .bin weights or custom code (they can run code); recorded as trusted = true",
     )  # fmt: skip
     add_time_limit_argument(add)
     add.add_argument("--copy", action="store_true", help="copy the files into the workspace")

@@ -19,9 +19,24 @@ _CHUNK = 1 << 20
 
 
 def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    """SHA-256 of a file's bytes, read in 1 MiB chunks.
+
+    A folder (a Hugging Face model folder, a ``datasets.save_to_disk`` folder) hashes as the
+    SHA-256 of its files' relative POSIX paths and SHA-256s, in sorted order, so renaming,
+    adding, removing or changing any file inside changes the hash; symbolic links are followed
+    like the loaders follow them.
+    """
+    target = Path(path)
+    if target.is_dir():
+        entries = sorted(
+            (p.relative_to(target).as_posix(), p) for p in target.rglob("*") if p.is_file()
+        )
+        digest = hashlib.sha256(b"folder\n")
+        for name, file in entries:
+            digest.update(f"{name}\0{file_sha256(file)}\n".encode())
+        return digest.hexdigest()
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open(target, "rb") as fh:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()

@@ -7,7 +7,9 @@ Layer names are qualified module names, aliases (``output``, ``logits``, ``penul
 forward pass runs per noise level.
 Activations are float32 ``(n, d)`` arrays: each sample's tensor flattened, after global average
 pooling of 4-D ``(N, C, H, W)`` and 3-D ``(N, C, L)`` maps when ``pool=True`` (never for a
-``":flat"`` reference such as a denoiser's ``denoised`` image).
+``":flat"`` reference such as a denoiser's ``denoised`` image). A Hugging Face
+model folder (:mod:`sde_core.inputs.hf_models`) offers its pooled hidden states as layers;
+``pool=True`` averages them over a text's real tokens, ``pool=False`` takes its last token.
 
 A checkpoint that is code (TorchScript, full pickle) is refused unless it is trusted; a trusted
 one is loaded and run in a child process, one forward pass per request, and stopped when a step
@@ -97,6 +99,27 @@ def _is_script(model: nn.Module) -> bool:
     return isinstance(model, torch.jit.ScriptModule)
 
 
+def _named_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The modules a model offers as layers: every named module, or only those a wrapper
+    exposes (``sde_exposed_modules``: a Hugging Face model's pooled hidden states)."""
+    if _is_script(model):
+        return []
+    exposed = getattr(model, "sde_exposed_modules", None)
+    named = [(n, m) for n, m in model.named_modules() if n]
+    if exposed is None:
+        return named
+    keep = set(exposed)
+    return [(n, m) for n, m in named if n in keep]
+
+
+def _set_pooling(model: nn.Module, pool: bool) -> None:
+    """Tell a language-model wrapper how to pool token states: ``pool`` true averages over
+    the real tokens, false takes the last real token (other models ignore it)."""
+    setter = getattr(model, "set_pooling", None)
+    if callable(setter):
+        setter("mean" if pool else "last")
+
+
 def resolve_layer(model: nn.Module, name: str) -> LayerRef:
     """Resolve an alias, a qualified module name or ``"module:input|softmax"`` to a LayerRef.
 
@@ -126,9 +149,7 @@ def _resolve_base(model: nn.Module, name: str, full: str) -> LayerRef:
     refs = model_layer_refs(model)
     if name in refs:
         return refs[name]
-    modules = {n for n, _ in model.named_modules() if n}
-    if _is_script(model):
-        modules = set()
+    modules = {n for n, _ in _named_layers(model)}
     module, sep, kind = name.partition(":")
     if module in modules and (not sep or kind in ("output", "input", "softmax", "flat")):
         return LayerRef(module, kind if sep else "output")  # type: ignore[arg-type]
@@ -176,6 +197,7 @@ class _Capture:
     def __init__(self, model: nn.Module, refs: dict[str, LayerRef], pool: bool) -> None:
         self.refs, self.pool = refs, pool
         self.active: float | None = None
+        _set_pooling(model, pool)
         self.values: dict[str, torch.Tensor] = {}
         self.handles: list[Any] = []
         modules = dict(model.named_modules())
@@ -310,8 +332,7 @@ def list_layers(
         aliases = {k: dataclasses.replace(v, noise=levels[0]) for k, v in aliases.items()}
     else:
         levels = []
-    script = _is_script(model)
-    modules = [] if script else [(n, m) for n, m in model.named_modules() if n]
+    modules = _named_layers(model)
     raw: dict[str, tuple[int, ...]] = {}
     handles = []
 
@@ -668,7 +689,7 @@ def cached_layers(
     path = Path(checkpoint_path)
     if path.suffix in _PRECOMPUTED_SUFFIXES:
         return set(layers)
-    if not path.is_file():
+    if not path.exists():
         return set()
     model_hash = _model_hash(path, arch, arch_kwargs)
     return {
@@ -726,7 +747,7 @@ def get_activations(
     path = Path(checkpoint_path)
     if path.suffix in _PRECOMPUTED_SUFFIXES:
         return _precomputed_activations(path, bundle, split, names, idx)
-    if not path.is_file():
+    if not path.exists():
         raise ActivationError(f"checkpoint {path} does not exist; check the path")
     kwargs = dict(arch_kwargs or {})
     limit = check_time_limit(time_limit)

@@ -738,6 +738,9 @@ def model_layer_refs(model: nn.Module) -> dict[str, LayerRef]:
     exists. TorchScript
     models expose only ``output`` and ``logits`` (their own output): they do not support hooks.
     """
+    own = getattr(model, "sde_layer_refs", None)
+    if isinstance(own, Mapping):  # a wrapper naming its aliases (a Hugging Face model folder)
+        return {str(alias): LayerRef.parse(str(text)) for alias, text in own.items()}
     modules = dict(model.named_modules())
     if isinstance(model, torch.jit.ScriptModule):  # no hooks: only the model's own output
         return {"output": LayerRef("", "softmax"), "logits": LayerRef("")}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import _compat_pickle
 import contextlib
 import io
+import json
 import pickletools
 import re
 import zipfile
@@ -50,7 +51,14 @@ __all__ = [
 #: File name endings of model checkpoints (``.pth.tar`` is what SalUn / Unlearn-Sparse write).
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".pth.tar", ".tar", ".bin", ".ckpt", ".safetensors")
 
-CheckpointFormat = Literal["safetensors", "torch-zip", "torch-legacy", "torchscript", "pickle"]
+CheckpointFormat = Literal[
+    "safetensors", "torch-zip", "torch-legacy", "torchscript", "pickle", "hf-folder"
+]
+#: Pickled weight files of a Hugging Face model folder (``pytorch_model.bin`` and shards).
+_HF_PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt")
+#: Pickles a ``transformers.Trainer`` writes next to the weights and no loader reads.
+_HF_TRAINER_FILES = ("training_args.bin", "optimizer.pt", "scheduler.pt", "rng_state.pth")
+_MAX_CONFIG = 10 * 2**20
 
 _ZIP_MAGIC = b"PK\x03\x04"
 _PICKLE_PROTO = 0x80
@@ -224,14 +232,15 @@ class CheckpointInfo:
     """What a checkpoint file holds (from :func:`inspect_checkpoint`; nothing was executed).
 
     Attributes:
-        path: the file.
+        path: the file (or the Hugging Face model folder).
         format: ``"safetensors"``, ``"torch-zip"`` (``torch.save`` since PyTorch 1.6),
-            ``"torch-legacy"`` (older ``torch.save``), ``"torchscript"`` or ``"pickle"`` (a
-            plain Python pickle).
-        size: the file size in bytes.
+            ``"torch-legacy"`` (older ``torch.save``), ``"torchscript"``, ``"pickle"`` (a
+            plain Python pickle) or ``"hf-folder"`` (a ``save_pretrained`` folder).
+        size: the file size in bytes (a folder: the sum of its files).
         objects: every class/function the file's pickles name (sorted dotted names).
         code_objects: those a weights-only load would refuse (for a TorchScript archive, its
-            ``__torch__`` classes).
+            ``__torch__`` classes; for a model folder, its pickled weight files and the custom
+            model code its ``config.json`` names).
     """
 
     path: Path
@@ -254,6 +263,13 @@ class CheckpointInfo:
 
     def describe(self) -> str:
         """One sentence in plain words for messages and the dashboard."""
+        if self.format == "hf-folder":
+            if self.code_objects:
+                return (
+                    "a Hugging Face model folder whose loading would run code from it: "
+                    + ", ".join(self.code_objects[:4])
+                )
+            return "a Hugging Face model folder (config.json and safetensors weights)"
         if self.format == "torchscript":
             return (
                 "a TorchScript archive: a compiled program whose code runs when it is loaded "
@@ -354,6 +370,8 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
             safetensors / PyTorch / TorchScript / pickle file.
     """
     file = Path(path)
+    if file.is_dir():
+        return _inspect_folder(file)
     if not file.is_file():
         raise CheckpointError(f"checkpoint {file} does not exist or is not a file; check the path")
     try:
@@ -380,6 +398,47 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
         "TorchScript archive nor a pickle); it was NOT executed: check that the right file "
         "was chosen"
     )
+
+
+def _inspect_folder(folder: Path) -> CheckpointInfo:
+    """What a Hugging Face model folder holds, from its file names and ``config.json`` only.
+
+    Its weights load from ``*.safetensors``; the folder is code (needs the trusted opt-in) when
+    its weights exist only as pickles (``pytorch_model.bin`` …) or its ``config.json`` maps the
+    model to code shipped in the folder (``auto_map``, what ``trust_remote_code`` would run).
+    """
+    config = folder / "config.json"
+    if not config.is_file():
+        raise CheckpointError(
+            f"{folder} is a folder without config.json: give a checkpoint file, or a Hugging "
+            "Face model folder as save_pretrained / Trainer.save_model write it"
+        )
+    try:
+        if config.stat().st_size > _MAX_CONFIG:
+            raise ValueError("config.json is larger than any model configuration")
+        cfg = json.loads(config.read_text(encoding="utf-8"))
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise CheckpointError(
+            f"cannot read {config} ({type(exc).__name__}): re-save the model folder"
+        ) from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(f"{config} is not a JSON object: re-save the model folder")
+    safetensors = [p for p in files if p.suffix == ".safetensors"]
+    pickled = [
+        p.name for p in files if p.suffix in _HF_PICKLED_WEIGHTS and p.name not in _HF_TRAINER_FILES
+    ]
+    if not safetensors and not pickled:
+        raise CheckpointError(
+            f"{folder} holds config.json but no weights (model.safetensors or "
+            "pytorch_model.bin): copy the whole folder save_pretrained wrote"
+        )
+    code = [] if safetensors else [f"{name} (pickled weights)" for name in pickled]
+    if "auto_map" in cfg:
+        code.append("the custom model code config.json names (auto_map, trust_remote_code)")
+        code.extend(f"{p.name} (Python code)" for p in files if p.suffix == ".py")
+    size = sum(p.stat().st_size for p in files)
+    return CheckpointInfo(folder, "hf-folder", size, (), tuple(code))
 
 
 def checkpoint_kind(path: str | Path) -> Literal["weights", "torchscript", "full-pickle"]:

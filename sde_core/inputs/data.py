@@ -16,6 +16,9 @@
 - ``mnist1d``: generated offline with the ``mnist1d`` package, cached to an ``.npz``.
 - ``activations``: precomputed activations (``.npz`` or ``.parquet``), so any model can be
   audited without loading it (see :mod:`sde_core.inputs.precomputed` for the layouts).
+- ``text``: records in JSONL / JSON / CSV / Parquet files or a ``datasets.save_to_disk``
+  folder, tokenised with a model folder's tokenizer for language models (see
+  :mod:`sde_core.inputs.text_data`).
 
 Every dataset exposes ``class_names`` (Fashion-MNIST's names, CIFAR's meta names, ImageFolder's
 folder names, an npz's ``classes`` entry, else the label as text). Generated and resized data
@@ -58,6 +61,7 @@ from sde_core.inputs.indices import (
     save_index_file,
 )
 from sde_core.inputs.precomputed import PrecomputedActivations, load_precomputed, npz_arrays
+from sde_core.inputs.text_data import TextDataset, read_text_source
 
 __all__ = [
     "DATASET_KINDS",
@@ -88,6 +92,7 @@ DATASET_KINDS = (
     "npz",
     "mnist1d",
     "activations",
+    "text",
 )
 _SPLITS = ("train", "test")
 #: Largest mnist1d ``num_samples`` (about 160 MB of float32 at 40 features).
@@ -101,8 +106,13 @@ _OPTIONS = {
     "num_samples": f"an integer in [20, {MAX_GENERATED_SAMPLES}] (mnist1d)",
     "train_split": "a number in (0, 1) (mnist1d)",
     "data_seed": "a non-negative integer (mnist1d)",
-    "test_path": "the path of a separate test .npz (npz, activations)",
+    "test_path": "the path of a separate test .npz (npz, activations) or test records (text)",
     "class_names": "a list of names, one per class (any kind; overrides the files' names)",
+    "tokenizer": "the model folder whose tokenizer tokenises the texts (text)",
+    "max_length": "an integer in [4, 8192]: tokens per text (text; default 128)",
+    "text_column": "the column holding each record's text (text)",
+    "template": "a Python format string joining a record's fields, e.g. "
+    "'Question: {question}\\nAnswer: {answer}' (text)",
 }
 #: Longest class name accepted (characters) in ``options.class_names``.
 MAX_CLASS_NAME = 100
@@ -136,7 +146,8 @@ class DatasetSpec:
         seed: seed of the random subsets.
         options: kind-specific settings: ``normalize`` (``[mean, std]`` per channel), ``image_size``
             (imagefolder), ``num_samples``/``train_split``/``data_seed`` (mnist1d), ``test_path``
-            (npz/activations with a separate test file).
+            (npz/activations/text with a separate test file), ``tokenizer``/``max_length``/
+            ``text_column``/``template`` (text).
     """
 
     kind: str
@@ -216,8 +227,9 @@ class DatasetSpec:
             value = getattr(self, key)
             if isinstance(value, str | os.PathLike):
                 out[key] = os.fspath(value)
-        if isinstance(self.options.get("test_path"), str):
-            out["options.test_path"] = self.options["test_path"]
+        for option in ("test_path", "tokenizer"):
+            if isinstance(self.options.get(option), str):
+                out[f"options.{option}"] = self.options[option]
         return out
 
     def with_paths(self, paths: Mapping[str, str | Path]) -> DatasetSpec:
@@ -258,8 +270,11 @@ def _check_options(options: Mapping[str, Any]) -> None:
             raise DataError(
                 f"options.train_split must be {_OPTIONS['train_split']}, got {excerpt(value)}"
             )
-    if "test_path" in options and not isinstance(options["test_path"], str):
-        raise DataError(f"options.test_path must be {_OPTIONS['test_path']}")
+    if "max_length" in options:
+        integer("max_length", 4, 8192)
+    for key in ("test_path", "tokenizer", "text_column", "template"):
+        if key in options and not isinstance(options[key], str):
+            raise DataError(f"options.{key} must be {_OPTIONS[key]}, got {excerpt(options[key])}")
     if "class_names" in options:
         names = options["class_names"]
         if (
@@ -332,6 +347,17 @@ class DatasetBundle:
             return None
         idx = as_index_array(indices, len(dataset), f"{split} image indices")
         return dataset.raw_images(idx)
+
+    def texts(self, split: str, indices: Sequence[int] | np.ndarray) -> list[str] | None:
+        """The texts of rows ``indices`` of a text dataset; ``None`` for other data.
+
+        Raises:
+            DataError: unknown split or out-of-range indices.
+        """
+        dataset = self.split(split)
+        if not isinstance(dataset, TextDataset):
+            return None
+        return dataset.sample_texts(indices)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -432,7 +458,7 @@ class ImageFileDataset(Dataset):
 
 
 #: What a :class:`DatasetBundle` split holds: a sized Dataset with ``get_batch``/``raw_images``.
-BundleDataset = ArrayDataset | ImageFileDataset
+BundleDataset = ArrayDataset | ImageFileDataset | TextDataset
 
 
 # ----------------------------------------------------------------------------------------------
@@ -905,6 +931,8 @@ def _load(spec: DatasetSpec, root: Path | None) -> DatasetBundle:
         raw = _read_imagefolder(root)
     elif spec.kind == "npz":
         raw = _read_npz(root, options)
+    elif spec.kind == "text":
+        return _load_text(spec, root, options)
     else:
         precomputed = load_precomputed(root)
         raw = _precomputed_raw(precomputed)
@@ -975,6 +1003,34 @@ def _load(spec: DatasetSpec, root: Path | None) -> DatasetBundle:
         fingerprint=fingerprint,
         source_indices=indices,
         precomputed=precomputed,
+    )
+
+
+def _load_text(spec: DatasetSpec, root: Path, options: Mapping[str, Any]) -> DatasetBundle:
+    """A ``text`` dataset: both splits tokenised, subset like every other kind."""
+    source = read_text_source(root, options)
+    indices = {s: _subset(spec, s, len(source.splits[s])) for s in _SPLITS}
+    texts = {s: source.splits[s].subset(indices[s]) for s in _SPLITS}
+    fingerprint = stable_hash(
+        {
+            "kind": spec.kind,
+            "content": [(p.name, file_sha256(p)) for p in source.files],
+            "subset": {s: array_sha256(indices[s]) for s in _SPLITS},
+            "transform": source.settings,
+        }
+    )
+    return DatasetBundle(
+        spec=spec,
+        train=texts["train"],
+        test=texts["test"],
+        train_labels=texts["train"].y,
+        test_labels=texts["test"].y,
+        num_classes=0,
+        input_shape=(2, int(source.settings["max_length"])),
+        is_image=False,
+        class_names=[],
+        fingerprint=fingerprint,
+        source_indices=indices,
     )
 
 

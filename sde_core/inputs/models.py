@@ -452,8 +452,10 @@ def load_checkpoint_details(
     """Load a checkpoint safely; the model plus the architecture used and notes for the user.
 
     Args:
-        path: ``.pt``/``.pth``/``.pth.tar``/``.bin``/``.ckpt`` (``torch.save``: a state dict,
-            plain or under ``state_dict``/``model`` next to training metadata such as
+        path: a Hugging Face model folder (``save_pretrained``: ``config.json`` plus
+            safetensors weights; see :mod:`sde_core.inputs.hf_models`, ``arch`` ``"hf"`` or
+            None), or ``.pt``/``.pth``/``.pth.tar``/``.bin``/``.ckpt`` (``torch.save``: a state
+            dict, plain or under ``state_dict``/``model`` next to training metadata such as
             ``epoch``, ``optimizer`` or SalUn's ``evaluation_result``; ``module.`` prefixes
             stripped; pruning masks folded), ``.safetensors``, or a TorchScript archive.
         arch: architecture name; when ``None`` it is read from the file's metadata (files
@@ -471,6 +473,21 @@ def load_checkpoint_details(
     """
     file = Path(path)
     info = inspect_checkpoint(file)
+    if info.format == "hf-folder":
+        from sde_core.inputs.hf_models import HF_ARCH, load_hf_folder
+
+        if arch not in (None, "", HF_ARCH):
+            raise CheckpointError(
+                f"{file.name} is a Hugging Face model folder: its architecture is its "
+                f"config.json; use arch {HF_ARCH!r} (--arch {HF_ARCH}), not {arch!r}"
+            )
+        folder_model = load_hf_folder(file, trusted=trusted, max_bytes=max_bytes)
+        return LoadedCheckpoint(folder_model, HF_ARCH, {}, info)
+    if arch == "hf":
+        raise CheckpointError(
+            f"arch 'hf' is for a Hugging Face model folder (config.json + model.safetensors); "
+            f"{file.name} is a single file: give the folder save_pretrained wrote"
+        )
     try:
         raw = _read(file, info, trusted)
     except CheckpointError:
@@ -537,6 +554,8 @@ def infer_architecture(path: str | Path) -> tuple[str, dict[str, Any]]:
     """
     file = Path(path)
     info = inspect_checkpoint(file)
+    if info.format == "hf-folder":
+        return "hf", {}
     if info.is_code:
         raise CheckpointError(
             f"{file.name} is {info.describe()}; its architecture is defined by its own code"

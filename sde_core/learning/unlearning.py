@@ -1,4 +1,6 @@
-"""The unlearning methods of method §7 (and NegGrad+, §14) and a registry for user-defined ones.
+"""The unlearning methods of method §7 (and NegGrad+, §14), the language-model methods of
+method §7.1 (:mod:`sde_core.learning.llm_unlearning`: ``llm_ga``, ``llm_gd``, ``llm_npo``,
+``llm_retrain``) and a registry for user-defined ones.
 
 Every method is a function ``fn(original, data, params) -> UnlearnResult`` that never modifies
 ``original``: it works on a deep copy. ``data`` is an :class:`UnlearnData` (the training set and
@@ -46,6 +48,16 @@ from torch.utils.data import Dataset, Subset
 from sde_core.common.validation import as_index_vector, check_int, check_number
 from sde_core.errors import TrainingError
 from sde_core.inputs.denoisers import is_denoiser
+from sde_core.learning.llm_unlearning import (
+    LMGAParams,
+    LMGDParams,
+    LMNPOParams,
+    LMTrainParams,
+    llm_gradient_ascent,
+    llm_gradient_difference,
+    llm_npo,
+    llm_retrain,
+)
 from sde_core.learning.training import (
     TrainConfig,
     batch_objective,
@@ -831,3 +843,8 @@ register_method("salun", salun, SalUnParams)
 register_method("l1_sparse", l1_sparse, L1SparseParams)
 register_method("unroll", unroll, UnrollParams)
 register_method("neggrad_plus", neggrad_plus, NegGradPlusParams)
+# language models (method §7.1): Hugging Face model folders and text datasets
+register_method("llm_retrain", llm_retrain, LMTrainParams)
+register_method("llm_ga", llm_gradient_ascent, LMGAParams)
+register_method("llm_gd", llm_gradient_difference, LMGDParams)
+register_method("llm_npo", llm_npo, LMNPOParams)

@@ -71,6 +71,8 @@ def checkpoint_metadata(path: str | Path) -> tuple[str | None, dict[str, Any] | 
             that is not a JSON object (a list, number, string or null).
     """
     path = Path(path)
+    if path.is_dir():  # a Hugging Face model folder: its config.json is its architecture
+        return None, None
     try:
         with open(path, "rb") as fh:
             head = fh.read(8)

@@ -22,7 +22,8 @@ Layout of ``workspace.toml`` (paths are relative to the workspace folder unless 
     role = "original"                      # original | retrained | unlearned | random
     method = "train"
     arch = "fmnist_cnn"                    # omitted: read from the checkpoint or inferred;
-                                           # "precomputed": no checkpoint, see activations
+                                           # "precomputed": no checkpoint, see activations;
+                                           # "hf": checkpoint is a Hugging Face model folder
     checkpoint = "models/original/ckpt_100.safetensors"
     sha256 = "..."                         # of the checkpoint; a mismatch is a warning
     trusted = true                         # optional: this file may be a full pickle / TorchScript
@@ -70,6 +71,7 @@ from sde_core.pipeline.settings import EvalSettings
 
 __all__ = [
     "CACHE_FOLDER",
+    "HF_ARCH",
     "MAX_DESCRIPTION_CHARS",
     "MAX_MODELS",
     "MAX_TABLE_KEYS",
@@ -106,6 +108,8 @@ ROLES = ("original", "retrained", "unlearned", "random")
 SIGMA_RULES = ("sqrt_dim", "median")
 #: ``arch`` of a model known only by its precomputed activations (no checkpoint).
 PRECOMPUTED = "precomputed"
+#: ``arch`` of a Hugging Face model folder (:mod:`sde_core.inputs.hf_models`).
+HF_ARCH = "hf"
 #: Folder of every cache of a workspace (activations, results store, staging).
 CACHE_FOLDER = ".sde-cache"
 _CACHE_KINDS = {
@@ -657,8 +661,11 @@ def _file_problem(where: str, ws: Workspace, relative: str) -> Problem | None:
         ws.path(relative, what=where, must_exist=True)
     except SDEError as exc:
         return Problem(where, str(exc))
-    if not ws.path(relative).is_file():
-        return Problem(where, f"{ws.path(relative)} is not a file: give the file's path")
+    target = ws.path(relative)
+    if where.endswith(".checkpoint") and target.is_dir():
+        return None  # a Hugging Face model folder; loading it checks its contents
+    if not target.is_file():
+        return Problem(where, f"{target} is not a file: give the file's path")
     return None
 
 
@@ -708,7 +715,7 @@ def _model_problems(ws: Workspace) -> list[Problem]:
                     )
                 )
         else:
-            if m.arch:
+            if m.arch and m.arch != HF_ARCH:
                 try:
                     get_arch(m.arch)
                 except SDEError as exc:
@@ -905,7 +912,7 @@ def rehash_models(ws: Workspace) -> list[str]:
     """Record the current SHA-256 of every existing checkpoint; return the names that changed."""
     changed = []
     for m in ws.models:
-        if m.checkpoint and ws.path(m.checkpoint).is_file():
+        if m.checkpoint and ws.path(m.checkpoint).exists():
             digest = file_sha256(ws.path(m.checkpoint))
             if digest != m.sha256:
                 m.sha256 = digest

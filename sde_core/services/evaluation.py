@@ -26,6 +26,7 @@ from sde_core.errors import SettingsError
 from sde_core.inputs.activations import ActivationCache
 from sde_core.inputs.data import DatasetBundle, load_index_file
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name, parse_noise_layer, probe_noise
+from sde_core.inputs.text_data import TextDataset
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, draw_subsets
 from sde_core.pipeline.evaluation.run import ModelEvaluation
 from sde_core.pipeline.evaluation.workspace_run import result_tables
@@ -35,6 +36,7 @@ from sde_core.pipeline.workspace import Workspace, cache_path
 
 __all__ = [
     "LayerCost",
+    "TextSamples",
     "Throughput",
     "Thumbnails",
     "activation_cache",
@@ -44,6 +46,7 @@ __all__ = [
     "session_result",
     "stored_models",
     "target_subsets",
+    "target_texts",
     "thumbnails",
 ]
 
@@ -90,6 +93,39 @@ class Thumbnails:
     noise_level: float | None = None
     noisy: np.ndarray | None = None
     denoised: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class TextSamples:
+    """The first texts of one target subset (a text dataset's counterpart of thumbnails).
+
+    Attributes:
+        target: the target subset's index. indices: ``(k,)`` rows of D_tr.
+        texts: the texts of those rows (target subsets are drawn from D_f).
+    """
+
+    target: int
+    indices: np.ndarray
+    texts: list[str]
+
+
+def target_texts(
+    ws: Workspace, bundle: DatasetBundle, settings: EvalSettings, target: int, count: int = 16
+) -> TextSamples | None:
+    """The first ``count`` texts of target subset ``target``; None when the data are not text.
+
+    Raises:
+        SettingsError: ``target`` is not a target index of these settings.
+    """
+    if not isinstance(bundle.train, TextDataset):
+        return None
+    targets = target_subsets(ws, bundle, settings)
+    if not 0 <= int(target) < len(targets):
+        raise SettingsError(f"target subset {target} does not exist: choose 0–{len(targets) - 1}")
+    idx = targets[int(target)][:count]
+    texts = bundle.texts("train", idx)
+    assert texts is not None
+    return TextSamples(int(target), idx, texts)
 
 
 def thumbnails(

@@ -95,8 +95,9 @@ class CheckpointInfo:
     """What a checkpoint file is, found without loading it.
 
     Attributes:
-        format: ``"safetensors"``, ``"torchscript"`` (runs code when loaded: needs trust) or
-            ``"pickle"`` (``torch.save``; loaded with ``weights_only`` unless trusted).
+        format: ``"safetensors"``, ``"torchscript"`` (runs code when loaded: needs trust),
+            ``"pickle"`` (``torch.save``; loaded with ``weights_only`` unless trusted) or
+            ``"hf-folder"`` (a Hugging Face model folder).
         arch, arch_kwargs: the architecture recorded in a safetensors header (else None/{}).
     """
 
@@ -118,6 +119,8 @@ def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
             ``arch_kwargs``.
     """
     path = Path(path)
+    if path.is_dir():  # a Hugging Face model folder: the loader checks what it would run
+        return CheckpointInfo("hf-folder", "hf")
     if path.suffix == ".safetensors":
         arch, kwargs = checkpoint_metadata(path)
         return CheckpointInfo("safetensors", arch, dict(kwargs or {}))

@@ -221,6 +221,8 @@ def create_workspace(
     forget: str | None = None,
     random_forget: float | None = None,
     forget_classes: Sequence[int | str] | None = None,
+    forget_split: str | None = None,
+    forget_column: str | None = None,
     seed: int = 0,
     name: str = "",
     description: str = "",
@@ -233,8 +235,12 @@ def create_workspace(
     Args:
         folder: the new workspace folder.
         dataset: the ``[dataset]`` table (paths relative to ``folder`` or absolute).
-        forget, random_forget, forget_classes: exactly one: an index file (relative to
-            ``folder``), a fraction of D_tr drawn with ``seed``, or class ids/names.
+        forget, random_forget, forget_classes, forget_split, forget_column: exactly one: an
+            index file (relative to ``folder``), a fraction of D_tr drawn with ``seed``, class
+            ids/names, or for a text dataset a split file of records (relative to ``folder``;
+            TOFU's ``forget10.json``) or a true/false column of D_tr
+            (:func:`sde_core.inputs.text_data.forget_rows`); the last four are written to
+            ``forget.npy``.
         defaults: ``[defaults]`` values; ``subset_size`` (unless given) is chosen with
             :func:`suggest_subset_size`, ``layer`` of an activations dataset from its file.
         roots: allowed folders besides ``folder`` (default ``$SDE_DATA_ROOTS``).
@@ -252,10 +258,13 @@ def create_workspace(
         raise WorkspaceError(
             f"{root / WORKSPACE_FILE} already exists: pass overwrite to replace it"
         )
-    given = [x is not None for x in (forget, random_forget, forget_classes)]
+    given = [
+        x is not None for x in (forget, random_forget, forget_classes, forget_split, forget_column)
+    ]
     if sum(given) != 1:
         raise SettingsError(
-            "give exactly one forget set: an index file, a random fraction or classes"
+            "give exactly one forget set: an index file, a random fraction, classes, or for "
+            "text a split file or a column"
         )
     ws = Workspace(
         root=root, dataset=dict(dataset), forget_indices=forget or "forget.npy", name=name,
@@ -266,6 +275,23 @@ def create_workspace(
     files: dict[str, bytes | Path] = {}
     if forget is not None:
         idx = load_index_file(ws.path(forget, what="forget set", must_exist=True), n_train)
+    elif forget_split is not None or forget_column is not None:
+        from sde_core.inputs.text_data import TextDataset, forget_rows
+
+        if not isinstance(bundle.train, TextDataset):
+            raise SettingsError(
+                "a forget split file or column is for text datasets (kind = 'text'); give an "
+                "index file, a random fraction or classes"
+            )
+        split_path = (
+            None
+            if forget_split is None
+            else ws.path(forget_split, what="forget split", must_exist=True)
+        )
+        idx = forget_rows(
+            bundle.train, ws.dataset_spec().options, split_file=split_path, column=forget_column
+        )
+        files["forget.npy"] = _npy_bytes(idx)
     elif random_forget is not None:
         if isinstance(random_forget, bool) or not 0.0 < float(random_forget) < 1.0:
             raise SettingsError(
@@ -470,7 +496,8 @@ def add_model(
         "activations": Path(check_path_text(activations, "activations")) if activations else None,
     }
     for key, file in files.items():
-        if file is not None and not file.is_file():
+        folder_ok = key == "checkpoint" and file is not None and file.is_dir()
+        if file is not None and not file.is_file() and not folder_ok:
             raise WorkspaceError(f"{key} file {file} does not exist: check the path")
     bundle = load_dataset(ws.dataset_spec())
     entry, notes, layers = _describe(
@@ -486,7 +513,10 @@ def add_model(
             continue
         rel, copied = _place(ws, file, copy, f"{folder}/{file.name}", f"{key} file")
         setattr(entry, key, rel)
-        if copied:
+        if copied and file.is_dir():  # a model folder: every file in it
+            inside = [f for f in file.rglob("*") if f.is_file()]
+            staged.update({f"{rel}/{f.relative_to(file).as_posix()}": f for f in inside})
+        elif copied:
             staged[rel] = file
     ws.add_model(entry)
     if layers is not None and all(m.precomputed for m in ws.models):
