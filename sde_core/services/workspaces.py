@@ -68,6 +68,8 @@ __all__ = [
     "build_from_uploads",
     "check_fits",
     "create_workspace",
+    "null_check_limit",
+    "null_check_warning",
     "suggest_subset_size",
 ]
 
@@ -131,12 +133,34 @@ def _activation_layers(file: Path, name: str, bundle: Any) -> list[str]:
     return pre.layers
 
 
+def null_check_limit(n_test: int) -> int:
+    """The largest subset size that keeps the null check on: two disjoint subsets of n rows in
+    the control half of D_te (method §12), i.e. n ≤ ⌊⌊|D_te|/2⌋/2⌋."""
+    return (int(n_test) // 2) // 2
+
+
+def null_check_warning(n: int, n_test: int) -> str | None:
+    """A sentence saying, before any run, that subset size ``n`` switches the null check off
+    (and the largest n that keeps it), or None when it stays on."""
+    limit = null_check_limit(n_test)
+    if n <= limit:
+        return None
+    return (
+        f"warning: subset size {n} switches the null check off — it needs two disjoint subsets "
+        f"of n rows in the control half of D_te ({n_test // 2} rows); choose n ≤ {limit} to "
+        "keep it (without it a model shown over-unlearned has no false-positive check beside it)"
+    )
+
+
 def suggest_subset_size(
     n_train: int, n_test: int, forget: np.ndarray, base: EvalSettings | None = None
 ) -> int:
-    """The largest round subset size n (at most ``base.subset_size``) the evaluation can draw:
-    n ≤ |D_f|, and D_r and D_te each hold at least two disjoint subsets of n (a reference and
-    room for panels), confirmed by the evaluation's own subset drawing.
+    """The largest round subset size n (at most ``base.subset_size``) the evaluation can draw
+    with every part disjoint as method §12 asks: n ≤ |D_f| (targets), a reference and a control
+    half of D_r of at least n each, and two disjoint subsets of n in the control half of D_te
+    for the null check (n ≤ |D_te|/4; the reference half then holds the OOT reference and its
+    panel), confirmed by the evaluation's own subset drawing. When D_te is too small for a null
+    check with n ≥ 4, the largest n without it (:func:`null_check_warning` says so).
 
     Raises:
         DataError: the pools are too small for any subset (n < 4).
@@ -146,6 +170,8 @@ def suggest_subset_size(
     base = base or EvalSettings()
     f = np.unique(np.asarray(forget, dtype=np.int64))
     cap = min(base.subset_size, f.size, (n_train - f.size) // 2, n_test // 2)
+    if null_check_limit(n_test) >= 4:
+        cap = min(cap, null_check_limit(n_test))
     n = _round_down(cap)
     while n >= 4:
         try:
@@ -157,6 +183,22 @@ def suggest_subset_size(
         f"the data are too small for an evaluation: |D_f| = {f.size}, |D_r| = "
         f"{n_train - f.size}, |D_te| = {n_test}; subsets need at least 4 rows, and D_r and D_te "
         "at least two subsets each"
+    )
+
+
+def _size_reason(n: int, n_train: int, n_test: int, n_forget: int) -> str:
+    """Why ``init`` chose subset size ``n``: the bound each pool sets."""
+    bounds = {
+        "|D_f| (targets)": n_forget,
+        "|D_r|/2 (a reference and a control half)": (n_train - n_forget) // 2,
+        "|D_te|/4 (null check: two subsets in the control half)": null_check_limit(n_test),
+    }
+    tight = min(bounds, key=lambda k: bounds[k])
+    listed = ", ".join(f"{k} = {v}" for k, v in bounds.items())
+    return (
+        f"subset size {n}: the largest round n that fits every pool disjointly ({listed}; "
+        f"the tightest is {tight}); the null check is "
+        f"{'on' if n <= null_check_limit(n_test) else 'off'}"
     )
 
 
@@ -269,10 +311,10 @@ def create_workspace(
     if "subset_size" not in values:
         size = suggest_subset_size(n_train, n_test, idx, base)
         base = dataclasses.replace(base, subset_size=size)
-        notes.append(
-            f"subset size {size} (|D_f| = {idx.size}, |D_r| = {n_train - idx.size}, "
-            f"|D_te| = {n_test})"
-        )
+        notes.append(_size_reason(size, n_train, n_test, int(idx.size)))
+    warning = null_check_warning(base.subset_size, n_test)
+    if warning is not None:
+        notes.append(warning)
     ws.defaults = base
     if "root" in ws.dataset:
         ws.dataset["root"] = relative_to_workspace(ws, ws.dataset_spec().root)
@@ -312,15 +354,85 @@ class AddedModel:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _ArchFile:
+    """A ``file:`` architecture being added: the string to load with (absolute, pinned), the
+    string to record (relative to the workspace when inside it) and the file's SHA-256."""
+
+    load: str
+    record: str
+    sha256: str
+
+
+def _pin_arch_file(ws: Workspace, arch: str, trusted: bool, base: Path) -> _ArchFile:
+    """Check a ``file:PATH.py:CLASS`` architecture before anything of it runs: the model is
+    trusted, the file lies inside the workspace or an allowed root (``PATH`` relative to
+    ``base``), and its bytes are pinned by their SHA-256.
+
+    Raises:
+        CheckpointError, WorkspaceError: naming the problem; nothing was run.
+    """
+    from sde_core.inputs.external_archs import file_arch_string, parse_file_arch
+
+    parsed = parse_file_arch(arch)
+    if not trusted:
+        raise CheckpointError(
+            f"--arch {arch} names a class in a Python file: building the model runs that file's "
+            "code, so it needs the trusted opt-in for this model (--trusted, or the page's "
+            "trusted box); nothing was run. Read the file first: its SHA-256 is recorded and a "
+            "changed file is refused until it is trusted again"
+        )
+    path = parsed.path if parsed.path.is_absolute() else base / parsed.path
+    try:
+        file = resolve_in_roots(path, ws.allowed_roots(), what="architecture file")
+    except SDEError as exc:
+        raise WorkspaceError(
+            f"{exc}; put the .py file inside the workspace folder or a folder of SDE_DATA_ROOTS"
+        ) from None
+    digest = file_sha256(file)
+    record = file_arch_string(relative_to_workspace(ws, file), parsed.class_name)
+    return _ArchFile(file_arch_string(file, parsed.class_name, digest), record, digest)
+
+
+def _transformers_folder_message(folder: Path) -> str | None:
+    """The route for a Hugging Face ``transformers`` model folder given as a checkpoint."""
+    if not (folder / "config.json").is_file():
+        return None
+    weights = sorted(p.name for p in folder.glob("*.safetensors")) + sorted(
+        p.name for p in folder.glob("pytorch_model*.bin")
+    )
+    if not weights:
+        return None
+    return (
+        f"{folder} is a Hugging Face transformers model folder (config.json + "
+        f"{', '.join(weights[:3])}), not a classifier checkpoint: add the folder with "
+        f"--checkpoint {folder} --arch hf (the language-model route), or export its hidden "
+        "states and add them with --activations FILE.npz (docs/bring-your-own.md, "
+        "'language-model hidden states')"
+    )
+
+
+def _model_kind(arch: str, info: Any, model: Any) -> str:
+    """How the added model was built, for the user: its architecture, or what the file held."""
+    if arch:
+        return arch.partition("#")[0]
+    if info.kind == "torchscript":
+        return "(TorchScript)"
+    return f"(the pickled {type(model).__name__} object)"
+
+
 def _describe(
     spec: ModelSpec,
     bundle: Any,
     defaults: EvalSettings,
     checkpoint: Path | None,
     activations: Path | None,
+    arch_file: _ArchFile | None = None,
 ) -> tuple[ModelEntry, list[str], list[str] | None]:
     """Load and check the files of a model: its entry (paths still to fill in), notes for the
-    user and the layers of its activations file (None without one)."""
+    user and the layers of its activations file (None without one). ``arch_file``: the pinned
+    ``file:`` architecture (from :func:`_pin_arch_file`) when ``spec.arch`` is one."""
+    from sde_core.inputs.external_archs import is_file_arch
     from sde_core.inputs.models import load_checkpoint_details
 
     check_model_name(spec.name)
@@ -335,6 +447,10 @@ def _describe(
             f"{type(spec.arch_kwargs).__name__}"
         )
     arch, kwargs, digest, notes = spec.arch or "", dict(spec.arch_kwargs), None, []
+    if is_file_arch(arch):
+        if arch_file is None:
+            raise CheckpointError(f"--arch {arch} needs its file checked and pinned first")
+        arch = arch_file.load
     if checkpoint is not None:
         if arch == PRECOMPUTED:
             raise WorkspaceError(f"arch {PRECOMPUTED!r} is for a model without a checkpoint")
@@ -353,8 +469,11 @@ def _describe(
         arch = getattr(model, "sde_arch", None) or arch
         kwargs = dict(getattr(model, "sde_arch_kwargs", None) or kwargs)
         digest = file_sha256(checkpoint)
-        notes.append(f"architecture {arch or '(TorchScript)'} with {outputs} outputs")
+        notes.append(f"architecture {_model_kind(arch, loaded.info, model)} with {outputs} outputs")
         notes.extend(loaded.notes)  # e.g. pruning masks folded into the weights
+        if arch_file is not None:
+            arch = arch_file.record
+            notes.append(f"{arch} trusted with SHA-256 {arch_file.sha256[:12]}… (recorded)")
     elif arch and arch != PRECOMPUTED:
         raise WorkspaceError(f"a model without a checkpoint has arch {PRECOMPUTED!r}, not {arch!r}")
     else:
@@ -371,6 +490,7 @@ def _describe(
     entry = ModelEntry(
         name=spec.name, role=role, arch=arch, method=spec.method, arch_kwargs=kwargs,
         sha256=digest, trusted=bool(spec.trusted),
+        arch_sha256=arch_file.sha256 if arch_file is not None else None,
     )  # fmt: skip
     return entry, notes, layers
 
@@ -436,11 +556,16 @@ def add_model(
         "activations": Path(check_path_text(activations, "activations")) if activations else None,
     }
     for key, file in files.items():
+        if file is not None and file.is_dir() and _transformers_folder_message(file):
+            raise WorkspaceError(str(_transformers_folder_message(file)))
+        if file is not None and file.is_dir():
+            raise WorkspaceError(f"{key} {file} is a folder: give the file inside it")
         if file is not None and not file.is_file():
             raise WorkspaceError(f"{key} file {file} does not exist: check the path")
+    arch_file = _arch_file_of(ws, spec, Path.cwd())
     bundle = load_dataset(ws.dataset_spec())
     entry, notes, layers = _describe(
-        spec, bundle, ws.defaults, files["checkpoint"], files["activations"]
+        spec, bundle, ws.defaults, files["checkpoint"], files["activations"], arch_file
     )
     _check_addition(ws, entry, replace)
     if replace and entry.name in {m.name for m in ws.models}:
@@ -460,6 +585,15 @@ def add_model(
     staged[WORKSPACE_FILE] = workspace_toml(ws).encode()
     commit_files(ws.root, staged)
     return AddedModel(entry, notes)
+
+
+def _arch_file_of(ws: Workspace, spec: ModelSpec, base: Path) -> _ArchFile | None:
+    """The pinned ``file:`` architecture of ``spec`` (paths relative to ``base``), or None."""
+    from sde_core.inputs.external_archs import is_file_arch
+
+    if not is_file_arch(spec.arch):
+        return None
+    return _pin_arch_file(ws, str(spec.arch), spec.trusted, base)
 
 
 def _precomputed_default_layer(
@@ -635,10 +769,12 @@ def _stage_model(
         rel = f"{folder}/{safe}"
         if rel in (m.checkpoint or m.activations for m in ws.models):
             raise WorkspaceError(f"two uploads are called {safe}: rename one")
+        arch_file = _arch_file_of(ws, spec, Path(ws.root))
         staged = staging.put(rel, upload.data)
         entry, notes, layers = _describe(
-            spec, bundle, ws.defaults, None if is_acts else staged, staged if is_acts else None
-        )
+            spec, bundle, ws.defaults, None if is_acts else staged, staged if is_acts else None,
+            arch_file,
+        )  # fmt: skip
         _check_addition(ws, entry, replace)
     except SDEError as exc:
         return None, [Problem(where, str(exc))], [], None
@@ -699,5 +835,9 @@ def _fitting_defaults(
             notes.append(f"default layer {shared[0]!r} (shared by every activations file)")
     base = EvalSettings.from_mapping(values)
     size = suggest_subset_size(len(bundle.train), len(bundle.test), forget, base)
-    notes.append(f"subset size {size}")
+    n_forget = int(np.unique(forget).size)
+    notes.append(_size_reason(size, len(bundle.train), len(bundle.test), n_forget))
+    warning = null_check_warning(size, len(bundle.test))
+    if warning is not None:
+        notes.append(warning)
     return dataclasses.replace(base, subset_size=size)
