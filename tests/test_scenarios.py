@@ -148,6 +148,9 @@ class Project:
             mp.chdir(self.root)
             for key, value in self.env.items():
                 mp.setenv(key, value)
+                if key == "PYTHONPATH":  # what a new interpreter does with it at start-up
+                    for folder in reversed(value.split(os.pathsep)):
+                        mp.syspath_prepend(folder)
             if words[:3] == ["python", "-m", "sde_core"]:
                 argv = words[3:] + (list(FAST) if words[3] == "evaluate" else [])
                 code = main(argv)
@@ -198,6 +201,7 @@ def sha256(path: Path) -> str:
 
 def test_the_page_recipes_are_all_run_here():
     tested = {"salun", "sparse", "torchvision", "hidden-states", "torchscript"}
+    tested |= {"own-class", "lightning", "timm"}  # tests/test_ecosystems.py
     assert set(RECIPES) == tested and set(FILES) == {"salun_indices.py", "export_hidden.py"}
     compile(FILES["export_hidden.py"], "export_hidden.py", "exec")  # needs a real LM to run
     for block in RECIPES.values():

@@ -275,7 +275,7 @@ def create_workspace(
             f"{root / WORKSPACE_FILE} already exists: pass overwrite to replace it"
         )
     given = [x is not None for x in (forget, random_forget, forget_classes)]
-    if sum(given) != 1:
+    if sum(given) > 1:
         raise SettingsError(
             "give exactly one forget set: an index file, a random fraction or classes"
         )
@@ -286,7 +286,19 @@ def create_workspace(
     bundle = load_dataset(ws.dataset_spec())
     n_train, n_test = len(bundle.train_labels), len(bundle.test_labels)
     files: dict[str, bytes | Path] = {}
-    if forget is not None:
+    file_mask = None if bundle.precomputed is None else bundle.precomputed.forget_mask
+    notes = []
+    if not any(given):
+        if file_mask is None:
+            raise SettingsError(
+                "give exactly one forget set: an index file (--forget), a random fraction "
+                "(--random-forget) or classes (--forget-class); an activations dataset may "
+                "also carry it as a 'forget' mask or 'forget_idx' array"
+            )
+        idx = np.flatnonzero(file_mask).astype(np.int64)
+        files["forget.npy"] = _npy_bytes(idx)
+        notes.append(f"forget set: the {idx.size} rows the activations file marks as forget")
+    elif forget is not None:
         idx = load_index_file(ws.path(forget, what="forget set", must_exist=True), n_train)
     elif random_forget is not None:
         if isinstance(random_forget, bool) or not 0.0 < float(random_forget) < 1.0:
@@ -302,7 +314,6 @@ def create_workspace(
     if idx.size >= n_train:
         raise DataError("the forget set holds every training row: D_r would be empty")
     values = dict(defaults or {})
-    notes = []
     if bundle.precomputed is not None and "layer" not in values:
         layers = bundle.precomputed.layers
         values["layer"] = "output" if "output" in layers else layers[0]
