@@ -298,3 +298,39 @@ def test_index_and_mask_arrays_beside_the_layer_are_metadata(tmp_path: Path):
                                 roots=[tmp_path])  # fmt: skip
         assert made.n_forget == forget_idx.size
         assert any("marks as forget" in n for n in made.notes)
+
+
+def test_one_models_bad_layer_is_reported_on_its_row(tmp_path: Path, capsys):
+    import json
+
+    from sde_core.cli import main
+
+    rng = np.random.default_rng(3)
+    split = np.array(["train"] * 120 + ["test"] * 60)
+    forget = np.zeros(120, dtype=bool)
+    forget[:30] = True
+    base = {"split": split, "label": np.arange(180) % 2, "forget": forget}
+    np.savez(tmp_path / "data.npz", hidden=rng.normal(size=(180, 4)).astype(np.float32), **base)
+    for name, layer in (("orig", "hidden"), ("other", "pooled"), ("retrain", "hidden")):
+        arrays = {layer: rng.normal(size=(180, 4)).astype(np.float32), "split": split}
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+    ws = str(tmp_path / "WS")
+    argv = ["workspace", "init", ws, "--dataset-kind", "activations", "--dataset-root"]
+    assert main([*argv, str(tmp_path / "data.npz")]) == 1  # outside the roots: nothing written
+    (tmp_path / "WS").mkdir()
+    for name in ("data", "orig", "other", "retrain"):
+        (tmp_path / "WS" / f"{name}.npz").write_bytes((tmp_path / f"{name}.npz").read_bytes())
+    assert main([*argv, "data.npz"]) == 0  # the file's forget mask is the forget set
+    assert "the 30 rows the activations file marks as forget" in capsys.readouterr().out
+    for name in ("orig", "other", "retrain"):
+        assert main(["workspace", "add-model", ws, "--name", name, "--activations",
+                     str(tmp_path / "WS" / f"{name}.npz")]) == 0  # fmt: skip
+    code = main(["evaluate", ws, "--layer", "hidden", "--no-store", "--json",
+                 str(tmp_path / "r.json"), "--targets", "6", "--splits", "20",
+                 "--baseline-targets", "0"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "other: not evaluated — layer 'hidden' is not in" in out
+    assert "error: model 'other' was not evaluated" in err and "pooled" in err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert set(doc["models"]) == {"orig", "retrain"} and set(doc["not_evaluated"]) == {"other"}
