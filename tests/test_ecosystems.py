@@ -11,6 +11,7 @@ forgotten class (retrained), so the rows must differ.
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -334,3 +335,71 @@ def test_one_models_bad_layer_is_reported_on_its_row(tmp_path: Path, capsys):
     assert "error: model 'other' was not evaluated" in err and "pooled" in err
     doc = json.loads((tmp_path / "r.json").read_text())
     assert set(doc["models"]) == {"orig", "retrain"} and set(doc["not_evaluated"]) == {"other"}
+
+
+# ------------------------------------------------------------------------- loader units
+
+
+def test_timm_arch_hint_is_checked_against_the_shapes(tmp_path: Path, monkeypatch):
+    import sys
+
+    import timm
+
+    from sde_core.errors import CheckpointError
+    from sde_core.inputs.external_archs import timm_builder
+    from sde_core.inputs.models import load_checkpoint_details
+
+    model = timm.create_model("resnet18", pretrained=False, num_classes=7)
+    path = tmp_path / "last.pth.tar"  # timm's CheckpointSaver with args: arch = args.model
+    torch.save({"epoch": 3, "arch": "resnet18", "state_dict": model.state_dict()}, path)
+    loaded = load_checkpoint_details(path)  # not the registry's CIFAR resnet18: shapes decide
+    assert loaded.arch == "timm:resnet18" and loaded.arch_kwargs["num_classes"] == 7
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.allclose(loaded.model(x), model.eval()(x), atol=1e-5)
+    monkeypatch.setitem(sys.modules, "timm", None)  # the optional extra is not installed
+    timm_builder.cache_clear()
+    with pytest.raises(CheckpointError, match=r"pip install -e '\.\[timm\]'"):
+        load_checkpoint_details(path, arch="timm:resnet18")
+
+
+def test_file_arch_runs_only_trusted_and_pinned(tmp_path: Path):
+    from sde_core.errors import CheckpointError
+    from sde_core.inputs.activations import checkpoint_layers
+    from sde_core.inputs.external_archs import file_arch_string
+    from sde_core.inputs.models import load_checkpoint, load_checkpoint_details
+
+    marker = tmp_path / "ran"
+    source = MYNETS + f"\nimport os\nopen({str(marker)!r}, 'a').write(f'{{os.getpid()}} ')\n"
+    (tmp_path / "nets.py").write_text(source, encoding="utf-8")
+    namespace: dict = {}
+    exec(compile(MYNETS, "nets.py", "exec"), namespace)
+    torch.save({"model." + k: v for k, v in namespace["MyCNN"](num_classes=3).state_dict().items()},
+               tmp_path / "w.pt")  # fmt: skip
+    arch = file_arch_string(tmp_path / "nets.py", "MyCNN")
+    for call in (lambda: load_checkpoint(tmp_path / "w.pt", arch=arch),
+                 lambda: checkpoint_layers(tmp_path / "w.pt", (3, 8, 8), arch=arch)):  # fmt: skip
+        with pytest.raises(CheckpointError, match="runs only for a model marked trusted"):
+            call()
+    assert not marker.exists()  # nothing of the file ran
+    import hashlib
+
+    pin = hashlib.sha256(source.encode()).hexdigest()
+    layers = checkpoint_layers(
+        tmp_path / "w.pt",
+        (3, 8, 8),
+        arch=file_arch_string(tmp_path / "nets.py", "MyCNN", pin),
+        trusted=True,
+    )  # fmt: skip: in the isolated child
+    assert any(info.name == "head" for info in layers)
+    ran_in = marker.read_text().split()
+    assert ran_in and str(os.getpid()) not in ran_in  # it ran in the child process, not here
+    loaded = load_checkpoint_details(tmp_path / "w.pt", arch=arch, trusted=True)
+    assert loaded.arch_kwargs == {"num_classes": 3} and marker.exists()
+    assert any("starts with 'model.'" in note for note in loaded.notes)
+    marker.unlink()
+    (tmp_path / "nets.py").write_text(source + "\n# edited\n", encoding="utf-8")
+    with pytest.raises(CheckpointError, match="changed since it was trusted"):
+        load_checkpoint(tmp_path / "w.pt", arch=file_arch_string(tmp_path / "nets.py", "MyCNN",
+                                                                 pin), trusted=True)  # fmt: skip
+    assert not marker.exists()
