@@ -568,7 +568,7 @@ def _resolve_arch(
                 f"architectures ({', '.join(h[0] for h in hits)}); name one with --arch "
                 "(and its kwargs with --arch-kwarg)"
             )
-    raise CheckpointError(no_architecture_message(path, raw.shapes))
+    raise CheckpointError(no_architecture_message(path, raw.shapes, raw.arch))
 
 
 #: Key fragments of transformer language models (Hugging Face ``transformers`` layouts).
@@ -576,10 +576,19 @@ _TRANSFORMER_KEYS = (".self_attn.", ".attention.", ".attn.", "embed_tokens", "wo
                      ".mlp.gate_proj", "lm_head")  # fmt: skip
 
 
-def no_architecture_message(path: Path, shapes: Shapes) -> str:
+def no_architecture_message(path: Path, shapes: Shapes, named: str | None = None) -> str:
     """Why a checkpoint's architecture cannot be inferred, and every route that works for it,
-    each with its command (``WS``/``NAME`` stand for the workspace and the model's name)."""
+    each with its command (``WS``/``NAME`` stand for the workspace and the model's name).
+    ``named``: the architecture string the file itself holds, which did not fit."""
     keys = sorted(shapes)
+    if named is not None:
+        return (
+            f"{path.name} names its architecture {plain_text(named, 60)!r}, which does not fit "
+            "its keys and shapes here (timm's CheckpointSaver writes the class name, e.g. "
+            "'mobilenetv3', not the model): name the model, e.g. --arch "
+            "timm:mobilenetv3_small_100 (timm.list_models() lists the names). "
+            + no_architecture_message(path, shapes)
+        )
     add = f"python -m sde_core workspace add-model WS --name NAME --checkpoint {path.name}"
     if any(frag in k for k in keys for frag in _TRANSFORMER_KEYS):
         return (
