@@ -151,6 +151,8 @@ class Project:
                 if key == "PYTHONPATH":  # what a new interpreter does with it at start-up
                     for folder in reversed(value.split(os.pathsep)):
                         mp.syspath_prepend(folder)
+                    # child processes must still import this checkout's sde_core
+                    mp.setenv(key, os.pathsep.join([value, *sys.path]))
             if words[:3] == ["python", "-m", "sde_core"]:
                 argv = words[3:] + (list(FAST) if words[3] == "evaluate" else [])
                 code = main(argv)
