@@ -585,24 +585,7 @@ def get_arch(arch: str) -> ArchSpec:
     if arch in ARCHITECTURES:
         return ARCHITECTURES[arch]
     if arch.startswith(_TORCHVISION_PREFIX):
-        name = arch[len(_TORCHVISION_PREFIX) :]
-        if name not in _torchvision_names():
-            raise CheckpointError(
-                f"torchvision has no classification model {name!r}; valid names include "
-                f"{', '.join(_torchvision_names()[:12])}, ..."
-            )
-        with torch.device("meta"):
-            probe = _build_torchvision(name)
-        presets = _head_presets(probe)
-        size = 299 if name == "inception_v3" else 224
-        return ArchSpec(
-            name=arch,
-            builder=lambda **kw: _build_torchvision(name, **kw),
-            default_kwargs={},
-            input_shape=(3, size, size),
-            layer_presets=presets,
-            description=f"torchvision {name} (random initialisation)",
-        )
+        return _torchvision_spec(arch)
     if arch.startswith(TIMM_PREFIX):
         return _timm_spec(arch)
     if is_file_arch(arch):
@@ -611,6 +594,28 @@ def get_arch(arch: str) -> ArchSpec:
         f"unknown architecture {arch!r}; use one of {', '.join(sorted(ARCHITECTURES))}, "
         "'torchvision:<name>' (e.g. 'torchvision:resnet50'), 'timm:<name>' (e.g. "
         "'timm:mobilenetv3_small_100') or 'file:PATH.py:CLASS' (your own class, trusted)"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _torchvision_spec(arch: str) -> ArchSpec:
+    """The spec of ``torchvision:<name>`` (built once per name: a meta probe for the presets)."""
+    name = arch[len(_TORCHVISION_PREFIX) :]
+    if name not in _torchvision_names():
+        raise CheckpointError(
+            f"torchvision has no classification model {name!r}; valid names include "
+            f"{', '.join(_torchvision_names()[:12])}, ..."
+        )
+    with torch.device("meta"):
+        probe = _build_torchvision(name)
+    size = 299 if name == "inception_v3" else 224
+    return ArchSpec(
+        name=arch,
+        builder=lambda **kw: _build_torchvision(name, **kw),
+        default_kwargs={},
+        input_shape=(3, size, size),
+        layer_presets=_head_presets(probe),
+        description=f"torchvision {name} (random initialisation)",
     )
 
 
@@ -633,6 +638,7 @@ def _infer_head_classes(probe: nn.Module) -> Callable[[Shapes], dict[str, Any] |
     return infer
 
 
+@functools.lru_cache(maxsize=32)
 def _timm_spec(arch: str) -> ArchSpec:
     name = arch[len(TIMM_PREFIX) :]
     builder, size = timm_builder(name)

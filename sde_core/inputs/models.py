@@ -26,6 +26,7 @@ prefixes, ``.pth.tar`` names, and ``torch.nn.utils.prune`` pairs ``weight_orig``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import pickle
@@ -478,12 +479,30 @@ def _hparam_defaults(raw: _Raw, arch: str) -> dict[str, Any]:
     return {k: v for k, v in raw.hparams.items() if k in takes}
 
 
+def _expected_shapes(arch: str, kwargs: dict[str, Any]) -> Shapes:
+    """``{key: shape}`` of ``arch`` built with ``kwargs`` on the meta device (nothing is
+    allocated); remembered per architecture and kwargs except for a ``file:`` class, whose file
+    may change."""
+    if is_file_arch(arch):
+        return state_shapes(meta_model(arch, **kwargs))
+    try:
+        text = json.dumps(kwargs, sort_keys=True)
+    except (TypeError, ValueError):
+        return state_shapes(meta_model(arch, **kwargs))
+    return _remembered_shapes(arch, text)
+
+
+@functools.lru_cache(maxsize=128)
+def _remembered_shapes(arch: str, kwargs_json: str) -> Shapes:
+    return state_shapes(meta_model(arch, **json.loads(kwargs_json)))
+
+
 def _fit_problem(
     raw: _Raw, arch: str, kwargs: dict[str, Any], path: Path
 ) -> tuple[Shapes, str | None]:
     """The expected shapes of ``arch`` with ``kwargs`` and why ``raw`` does not fit (None: it
     fits). Normalisation buffers stored in another layout are adapted in ``raw.shapes``."""
-    expected = state_shapes(meta_model(arch, **kwargs))  # shapes only: nothing allocated
+    expected = _expected_shapes(arch, kwargs)
     _adapt_normalize(raw.shapes, expected)
     return expected, _mismatch_message(path, arch, expected, raw.shapes)
 
