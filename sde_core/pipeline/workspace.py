@@ -642,9 +642,15 @@ def resolve_arch(ws: Workspace, m: ModelEntry) -> str | None:
     if not is_file_arch(m.arch):
         return m.arch or None
     spec = parse_file_arch(m.arch)
+    root = Path(ws.root)
+    absolute = {
+        key: str(path if path.is_absolute() else root / path)
+        for key, path in (("checkpoint", Path(m.checkpoint)), ("arch", spec.path))
+    }
     again = (
-        f"python -m sde_core workspace add-model {ws.root} --name {m.name} --checkpoint "
-        f"{m.checkpoint} --arch {m.arch} --trusted --replace"
+        f"python -m sde_core workspace add-model {root} --name {m.name} --checkpoint "
+        f"{absolute['checkpoint']} --arch file:{absolute['arch']}:{spec.class_name} --trusted "
+        "--replace"
     )
     if not m.trusted or not m.arch_sha256:
         raise WorkspaceError(

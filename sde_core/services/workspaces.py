@@ -405,6 +405,10 @@ def _pin_arch_file(ws: Workspace, arch: str, trusted: bool, base: Path) -> _Arch
     return _ArchFile(file_arch_string(file, parsed.class_name, digest), record, digest)
 
 
+#: The language-model route's ``--arch`` (a transformers model folder; issue 26).
+_HF_ARCH = "hf"
+
+
 def _transformers_folder_message(folder: Path) -> str | None:
     """The route for a Hugging Face ``transformers`` model folder given as a checkpoint."""
     if not (folder / "config.json").is_file():
@@ -567,10 +571,9 @@ def add_model(
         "activations": Path(check_path_text(activations, "activations")) if activations else None,
     }
     for key, file in files.items():
-        if file is not None and file.is_dir() and _transformers_folder_message(file):
-            raise WorkspaceError(str(_transformers_folder_message(file)))
-        if file is not None and file.is_dir():
-            raise WorkspaceError(f"{key} {file} is a folder: give the file inside it")
+        if file is not None and file.is_dir() and spec.arch != _HF_ARCH:
+            route = _transformers_folder_message(file)
+            raise WorkspaceError(route or f"{key} {file} is a folder: give the file inside it")
         if file is not None and not file.is_file():
             raise WorkspaceError(f"{key} file {file} does not exist: check the path")
     arch_file = _arch_file_of(ws, spec, Path.cwd())
