@@ -576,6 +576,8 @@ def _resolve_arch(
         hinted = _stored_hint(raw, arch_kwargs, path)
         if hinted is not None:
             return hinted
+        if raw.arch_kwargs:  # SDE's own metadata (arch + kwargs) that lies about the shapes
+            return raw.arch, {**raw.arch_kwargs, **arch_kwargs}, raw
     for variant in _variants(raw, path):
         hits = infer_architecture_from_shapes(variant.shapes)
         if len(hits) == 1:
