@@ -725,7 +725,10 @@ def test_hidden_states_of_three_models_in_three_layouts(language_model: Project)
     # (found for the retrained file only if its rows are put back in the dataset's order)
     assert original["references_valid"] and retrained["references_valid"]
     assert original["otr"] < retrained["otr"]
-    assert not npo["references_valid"]  # no in-training signal: inconclusive, said so
+    # no in-training signal: inconclusive, said so (the calibrated panel gate; the paper's
+    # split-level reference test alone is not reliable here: on these pure-noise rows its p is
+    # 1e-8 for some seeds at n = 100 and ~1 for others)
+    assert not npo["panel_valid"] and npo["inconclusive_reason"]
 
 
 def test_index_arrays_next_to_a_split_array(tmp_path: Path):

@@ -11,7 +11,8 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from sde_core.errors import ActivationError, CheckpointError, DataError, SettingsError
+from sde_core import errors
+from sde_core.errors import ActivationError, CheckpointError, DataError, SDEError, SettingsError
 from sde_core.pipeline.evaluation.caveats import Caveats, caveat_numbers
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
 from sde_core.pipeline.evaluation.run import STAGES, ModelEvaluation, ModelRun, run_model
@@ -58,10 +59,19 @@ MODEL_INPUT_ERRORS = (ActivationError, CheckpointError, DataError)
 @dataclass(frozen=True)
 class ModelFailure:
     """A model that could not be evaluated because of its own inputs (e.g. its activations file
-    lacks the layer): ``name`` and the error's ``message`` (naming the fix)."""
+    lacks the layer): ``name``, the error's ``message`` (naming the fix) and its ``kind`` (the
+    :mod:`sde_core.errors` class name)."""
 
     name: str
     message: str
+    kind: str = "ActivationError"
+
+    def error(self) -> SDEError:
+        """The failure as the error it was (re-raised when every model failed alike)."""
+        kind = getattr(errors, self.kind, None)
+        if isinstance(kind, type) and issubclass(kind, SDEError):
+            return kind(self.message)
+        return ActivationError(self.message)
 
 
 @dataclass
@@ -155,7 +165,7 @@ def evaluate_model_job(
             entry, workspace, bundle, settings, ActivationCache(cache_dir), progress
         )
     except MODEL_INPUT_ERRORS as exc:  # this model's own inputs: the others still run
-        return ModelFailure(model, str(exc))
+        return ModelFailure(model, str(exc), type(exc).__name__)
     cache = StageCache(stage_dir, memory_items=256) if stage_dir else None
     return run_model(
         ModelRun(inputs, plan, settings, cache=cache, stages=stages), progress=progress
@@ -255,10 +265,12 @@ def evaluate_workspace(
     cached = [e.name for e in entries if e.name in done]
     finished: list[ModelEvaluation] = []
     failed: dict[str, str] = {}
+    failures: list[ModelFailure] = []
 
     def on_result(job: Job, ev: ModelEvaluation | ModelFailure) -> None:
         if isinstance(ev, ModelFailure):  # not stored: a fixed file is evaluated next time
             failed[ev.name] = ev.message
+            failures.append(ev)
         elif run is not None:
             named = {f"{job.key}/{k}": v for k, v in ev.arrays.items()}
             tables = {
@@ -275,6 +287,17 @@ def evaluate_workspace(
             progress("models", len(cached) + n_finished, len(entries))
 
     engine.run(jobs, on_result=on_result, progress=job_progress)
+    if jobs and len(failed) == len(jobs) and not cached:  # nothing evaluated: one error
+        first = failures[0]
+        others = len(jobs) - 1
+        if others:
+            first = ModelFailure(
+                first.name,
+                f"{first.message} (model {first.name!r}; the other {others} model(s) were not "
+                "evaluated either)",
+                first.kind,
+            )
+        raise first.error()
     if progress:
         progress("models", len(entries), len(entries))
     wanted = [m.name for m in entries]
