@@ -19,7 +19,13 @@ tensor shapes, and refused above a memory budget, so a small file cannot make th
 allocate gigabytes. Checkpoints as the unlearning code bases save them are understood: state
 dicts under ``state_dict``/``model`` next to training metadata, ``module.``/``_orig_mod.``
 prefixes, ``.pth.tar`` names, and ``torch.nn.utils.prune`` pairs ``weight_orig``/``weight_mask``
-(folded into ``weight`` with a note). Every failure raises
+(folded into ``weight`` with a note). So are the field's ecosystems: Lightning ``.ckpt`` files
+(``pytorch-lightning_version``: the ``state_dict``, its ``hyper_parameters`` as default builder
+kwargs where the class takes them), a key prefix every key shares (a wrapper's ``model.``,
+``net.`` or ``module.``, any LightningModule attribute) stripped when the keys do not fit as
+stored (with a note), timm checkpoints whose ``arch`` string is a hint checked against the
+shapes (never over them), and ``timm:``/``file:`` architectures
+(:mod:`sde_core.inputs.external_archs`; a ``file:`` class is code and needs ``trusted``). Every failure raises
 :class:`~sde_core.errors.CheckpointError` with a one-line message free of terminal codes.
 """
 
