@@ -153,11 +153,19 @@ def model_widgets(upload: UploadedFile, prefix: str, suffix: str = "") -> None:
     kw_col.text_input(
         "Architecture kwargs (JSON)", key=f"{prefix}_kwargs{suffix}", placeholder="{}"
     )
+    st.text_input(
+        "Other architecture (overrides the list)",
+        key=f"{prefix}_arch_other{suffix}",
+        placeholder="torchvision:resnet50 · timm:mobilenetv3_small_100 · file:nets.py:MyCNN",
+        help="torchvision:NAME or timm:NAME (the optional timm extra), or your own class: "
+        "file:PATH.py:CLASS with PATH relative to the workspace folder. A file: class is code: "
+        "it runs only when Trusted is ticked, and its SHA-256 is recorded.",
+    )
     st.checkbox(
         f"Trusted: I created {upload.name} or know where it comes from",
         key=f"{prefix}_trusted{suffix}",
-        help="Allows a TorchScript archive or a full pickle, which can run code while it "
-        "loads; recorded as trusted = true on this model.",
+        help="Allows a TorchScript archive, a full pickle or a file: architecture, which can "
+        "run code while it loads; recorded as trusted = true on this model.",
     )
     if st.session_state.get(f"{prefix}_trusted{suffix}"):
         st.number_input(
@@ -181,7 +189,9 @@ def model_widgets(upload: UploadedFile, prefix: str, suffix: str = "") -> None:
 def model_spec(prefix: str, suffix: str = "") -> ModelSpec:
     """The :class:`ModelSpec` of the widgets drawn by :func:`model_widgets`."""
     s = st.session_state
-    arch = s.get(f"{prefix}_arch{suffix}", AUTO_ARCH)
+    arch = str(s.get(f"{prefix}_arch_other{suffix}", "") or "").strip() or s.get(
+        f"{prefix}_arch{suffix}", AUTO_ARCH
+    )
     return ModelSpec(
         name=s.get(f"{prefix}_name{suffix}", "").strip(),
         role=s.get(f"{prefix}_role{suffix}", ""),

@@ -89,7 +89,7 @@ def test_checkpoints_as_saved_by_the_field(checkpoint_ws: Path, tmp_path: Path, 
     run("workspace", "init", str(ws), "--dataset-kind", "npz", "--dataset-root", "data.npz",
         "--forget", "forget.txt", "--name", "audit")  # fmt: skip
     out = capsys.readouterr().out
-    assert "|D_f| = 100" in out and "subset size 100" in out
+    assert "|D_f| = 100" in out and "subset size 70:" in out  # |D_te|/4 = 75: null check on
     run("workspace", "add-model", str(ws), "--name", "original",
         "--checkpoint", str(ws / "checkpoints" / "original.pth.tar"))  # fmt: skip
     run("workspace", "add-model", str(ws), "--name", "retrained",

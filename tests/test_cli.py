@@ -193,11 +193,12 @@ def test_init_forget_classes_and_a_subset_size_that_fits(tmp_path, capsys):
     _npz_with_classes(ws / "data.npz")
     argv = ["workspace", "init", str(ws), "--dataset-kind", "npz", "--dataset-root", "data.npz"]
     assert main([*argv, "--forget-class", "owl,0"]) == 0
-    assert "subset size 10" in capsys.readouterr().out  # |D_te| = 30 holds two subsets of 10
+    out = capsys.readouterr().out  # |D_te| = 30: its control half holds two subsets of 7
+    assert "subset size 7:" in out and "the null check is on" in out
     forget = np.load(ws / "forget.npy")
     assert np.array_equal(forget, np.flatnonzero(np.arange(60) % 3 != 1))
     loaded = load_workspace(ws, validate=False)
-    assert loaded.defaults.subset_size == 10 and loaded.dataset["root"] == "data.npz"
+    assert loaded.defaults.subset_size == 7 and loaded.dataset["root"] == "data.npz"
 
 
 def test_failed_init_writes_nothing(tmp_path, capsys):

@@ -152,6 +152,11 @@ class Project:
             mp.chdir(self.root)
             for key, value in self.env.items():
                 mp.setenv(key, value)
+                if key == "PYTHONPATH":  # what a new interpreter does with it at start-up
+                    for folder in reversed(value.split(os.pathsep)):
+                        mp.syspath_prepend(folder)
+                    # child processes must still import this checkout's sde_core
+                    mp.setenv(key, os.pathsep.join([value, *sys.path]))
             if words[:3] == ["python", "-m", "sde_core"]:
                 argv = words[3:] + (list(FAST) if words[3] == "evaluate" else [])
                 code = main(argv)
@@ -202,6 +207,7 @@ def sha256(path: Path) -> str:
 
 def test_the_page_recipes_are_all_run_here():
     tested = {"salun", "sparse", "torchvision", "hidden-states", "torchscript", "hf-folder"}
+    tested |= {"own-class", "lightning", "timm"}  # tests/test_ecosystems.py
     assert set(RECIPES) == tested and set(FILES) == {"salun_indices.py", "export_hidden.py"}
     compile(FILES["export_hidden.py"], "export_hidden.py", "exec")  # needs a real LM to run
     for block in RECIPES.values():
@@ -723,7 +729,10 @@ def test_hidden_states_of_three_models_in_three_layouts(language_model: Project)
     # (found for the retrained file only if its rows are put back in the dataset's order)
     assert original["references_valid"] and retrained["references_valid"]
     assert original["otr"] < retrained["otr"]
-    assert not npo["references_valid"]  # no in-training signal: inconclusive, said so
+    # no in-training signal: inconclusive, said so (the calibrated panel gate; the paper's
+    # split-level reference test alone is not reliable here: on these pure-noise rows its p is
+    # 1e-8 for some seeds at n = 100 and ~1 for others)
+    assert not npo["panel_valid"] and npo["inconclusive_reason"]
 
 
 # ------------------------------------------------------------------------------ HF folders

@@ -116,7 +116,7 @@ def test_pth_tar_upload_and_add_a_model(base: Path, monkeypatch: pytest.MonkeyPa
     assert any("Saved" in s.value for s in at.success), [e.value for e in at.error]
     built = load_workspace(base.parent / "salun")
     assert [(m.name, m.role, m.arch) for m in built.models] == [("original", "original", "mlp")]
-    assert built.defaults.subset_size == 10  # fits |D_f| = 10 of the tiny data
+    assert built.defaults.subset_size == 5  # the null check needs two subsets of n in D_te/2
     monkeypatch.setenv("SDE_WORKSPACE", str(base.parent / "salun"))
     at = page()
     at.file_uploader[2].set_value(("ga_model.pt", mlp_bytes(3), OCTET)).run()

@@ -78,18 +78,24 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         write_json_atomic(args.json, result.to_json_dict())
         if not args.quiet:
             print(f"wrote {args.json}")
-    return 0
+    for name, message in result.failed.items():
+        print(f"error: model {name!r} was not evaluated: {message}", file=sys.stderr)
+    return 1 if result.failed else 0
 
 
 def _print_table(result: Any) -> None:
-    """The summary table, then why numbers are withheld ("–") and what the plan reduced."""
+    """The summary table, then why numbers are withheld ("–"), which models could not be
+    evaluated (their own inputs failed) and what the plan reduced."""
     from sde_core.pipeline.evaluate import CLI_COLUMNS
 
-    table = result.models[list(CLI_COLUMNS)]
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="–"))
+    if not result.models.empty:
+        table = result.models[list(CLI_COLUMNS)]
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="–"))
     for row in result.models.to_dict("records"):
         if row["inconclusive_reason"]:
             print(f"{row['name']}: inconclusive — {row['inconclusive_reason']}")
+    for name, message in result.failed.items():
+        print(f"{name}: not evaluated — {message}")
     notes = {row["notes"] for row in result.models.to_dict("records") if row["notes"]}
     for note in sorted(notes):
         print(f"note: {note}")

@@ -200,7 +200,9 @@ def register_workspace(subparsers: argparse._SubParsersAction) -> None:
         description="Add a model you already have. The checkpoint is loaded without running "
         "code (unless --trusted), its architecture read from the file or inferred (or --arch "
         "with --arch-kwarg), checked on two training samples against the dataset's input shape "
-        "and number of classes, and its SHA-256 recorded. With --activations alone the model is "
+        "and number of classes, and its SHA-256 recorded. Lightning .ckpt files and timm "
+        "checkpoints are read as saved; a shared wrapper prefix (model., net.) is stripped. "
+        "With --activations alone the model is "
         f"known by its precomputed activations (arch 'precomputed'). {_ROOTS_HELP} Use --copy "
         "to copy the files into WORKSPACE/models/NAME/ instead.",
     )
@@ -216,15 +218,17 @@ def register_workspace(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     add.add_argument("--role", choices=ROLES, help="default: guessed from the name")
     add.add_argument(
-        "--arch", help="registry name, torchvision:<name> or hf (a Hugging Face model folder) "
-        "(default: inferred)"
+        "--arch", help="registry name, torchvision:NAME, timm:NAME (pip install -e '.[timm]'), "
+        "hf (a Hugging Face model folder) or file:PATH.py:CLASS (your own class; runs code: "
+        "needs --trusted, its SHA-256 is recorded) (default: read from the file or inferred)",
     )  # fmt: skip
     add.add_argument("--arch-kwarg", action="append", metavar="K=V", help="repeatable, JSON values")
     add.add_argument("--method", default="", help="how the model was produced, e.g. salun")
     add.add_argument(
         "--trusted", action="store_true",
-        help="I vouch for this file: allow TorchScript archives, full pickles and model folders "
-        "with pickled .bin weights or custom code (they can run code); recorded as trusted = true",
+        help="I vouch for this file: allow TorchScript archives, full pickles, a file: "
+        "architecture and model folders with pickled .bin weights or custom code (they run "
+        "code); recorded as trusted = true",
     )  # fmt: skip
     add_time_limit_argument(add)
     add.add_argument("--copy", action="store_true", help="copy the files into the workspace")

@@ -11,8 +11,9 @@ pooling of 4-D ``(N, C, H, W)`` and 3-D ``(N, C, L)`` maps when ``pool=True`` (n
 model folder (:mod:`sde_core.inputs.hf_models`) offers its pooled hidden states as layers;
 ``pool=True`` averages them over a text's real tokens, ``pool=False`` takes its last token.
 
-A checkpoint that is code (TorchScript, full pickle) is refused unless it is trusted; a trusted
-one is loaded and run in a child process, one forward pass per request, and stopped when a step
+A checkpoint that is code (TorchScript, full pickle), or one read as a ``file:`` architecture (a
+class from the user's Python file), is refused unless it is trusted; a trusted one is loaded and
+run in a child process, one forward pass per request, and stopped when a step
 takes longer than ``time_limit`` seconds (:mod:`sde_core.inputs.isolation`). Weights files are
 built from the registered architectures and run in this process.
 """
@@ -40,6 +41,7 @@ from sde_core.errors import ActivationError, CheckpointError, DataError
 from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
 from sde_core.inputs.data import DatasetBundle, load_precomputed
 from sde_core.inputs.denoisers import is_denoiser, noise_layer_name, parse_noise_layer
+from sde_core.inputs.external_archs import is_file_arch, parse_file_arch
 from sde_core.inputs.isolation import (
     DEFAULT_MEMORY_LIMIT,
     DEFAULT_TIME_LIMIT,
@@ -661,10 +663,32 @@ def _single_layer(pre: Any, name: str) -> str:
     )
 
 
+def _check_trusted(info: Any, arch: str | None, trusted: bool) -> None:
+    """Refuse code (a code checkpoint, or a ``file:`` architecture) that is not trusted."""
+    if trusted:
+        return
+    if info.is_code:
+        raise CheckpointError(untrusted_message(info))
+    raise CheckpointError(
+        f"architecture {str(arch).partition('#')[0]!r} is code from a Python file: it runs only "
+        "for a model marked trusted (--trusted, trusted = true in workspace.toml, the page's "
+        "trusted box); nothing was run"
+    )
+
+
+def _arch_identity(arch: str | None) -> str | None:
+    """The architecture as the cache knows it: a ``file:`` class by its file's content and class
+    name (not its path), so a moved workspace keeps its cache and an edited file does not."""
+    if not is_file_arch(arch):
+        return arch
+    spec = parse_file_arch(str(arch))
+    return f"file:{spec.sha256 or file_sha256(spec.path)}:{spec.class_name}"
+
+
 def _model_hash(path: Path, arch: str | None, arch_kwargs: Mapping[str, Any] | None = None) -> str:
     """The cache's key of a checkpoint: its file's SHA-256, the architecture it is read as and,
     when given, the builder kwargs."""
-    identity: dict[str, Any] = {"file": file_sha256(path), "arch": arch}
+    identity: dict[str, Any] = {"file": file_sha256(path), "arch": _arch_identity(arch)}
     if arch_kwargs:
         identity["arch_kwargs"] = dict(arch_kwargs)
     return stable_hash(identity)
@@ -779,9 +803,8 @@ def get_activations(
             "indices": idx,
             "progress": progress,
         }
-        if info.is_code:
-            if not trusted:
-                raise CheckpointError(untrusted_message(info))
+        if info.is_code or is_file_arch(arch):
+            _check_trusted(info, arch, trusted)
             computed = _extract_isolated(
                 path, arch, kwargs, limit, bundle.split(split), missing, **options
             )
@@ -1034,10 +1057,9 @@ def checkpoint_layers(
     path = Path(checkpoint_path)
     kwargs = dict(arch_kwargs or {})
     info = inspect_checkpoint(path)
-    if not info.is_code:
+    if not (info.is_code or is_file_arch(arch)):
         return list_layers(load_checkpoint(path, arch=arch, **kwargs), input_shape, noise_levels)
-    if not trusted:
-        raise CheckpointError(untrusted_message(info))
+    _check_trusted(info, arch, trusted)
     shape = tuple(
         check_int(s, "input_shape entry", minimum=1, error=ActivationError) for s in input_shape
     )

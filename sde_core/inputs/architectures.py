@@ -37,6 +37,14 @@ from torchvision.models.resnet import BasicBlock, ResNet
 from sde_core.errors import CheckpointError, SDEError
 from sde_core.inputs.cifar_resnets import CIFAR_RESNET_DEPTHS, CifarResNetS, Normalize
 from sde_core.inputs.denoisers import DENOISED, EDMDenoiser, is_denoiser, parse_noise_layer
+from sde_core.inputs.external_archs import (
+    TIMM_PREFIX,
+    accepted_kwargs,
+    is_file_arch,
+    loaded_file_class,
+    parse_file_arch,
+    timm_builder,
+)
 
 __all__ = [
     "ALIASES",
@@ -614,40 +622,115 @@ def _last_linear(model: nn.Module) -> str | None:
 
 
 def get_arch(arch: str) -> ArchSpec:
-    """The :class:`ArchSpec` of a registered name or ``"torchvision:<name>"``.
+    """The :class:`ArchSpec` of a registered name, ``"torchvision:<name>"``, ``"timm:<name>"``
+    (the optional timm package) or ``"file:PATH.py:CLASS"`` (a class of a Python file, available
+    only after :func:`~sde_core.inputs.external_archs.load_file_class` admitted that file).
 
     Raises:
-        CheckpointError: unknown name (the message lists the valid ones).
+        CheckpointError: unknown name (the message lists the valid forms), timm missing, or a
+            ``file:`` architecture that was not admitted (it is code: trusted models only).
     """
     if not isinstance(arch, str):
         raise CheckpointError(f"architecture must be a string, got {type(arch).__name__}")
     if arch in ARCHITECTURES:
         return ARCHITECTURES[arch]
     if arch.startswith(_TORCHVISION_PREFIX):
-        name = arch[len(_TORCHVISION_PREFIX) :]
-        if name not in _torchvision_names():
-            raise CheckpointError(
-                f"torchvision has no classification model {name!r}; valid names include "
-                f"{', '.join(_torchvision_names()[:12])}, ..."
-            )
-        with torch.device("meta"):
-            probe = _build_torchvision(name)
-        final = _last_linear(probe)
-        presets = _classifier_presets(final) if final is not None else {}
-        if all(hasattr(probe, f"layer{i}") for i in range(1, 5)):
-            presets.update(_RESNET_BLOCKS)
-        size = 299 if name == "inception_v3" else 224
-        return ArchSpec(
-            name=arch,
-            builder=lambda **kw: _build_torchvision(name, **kw),
-            default_kwargs={},
-            input_shape=(3, size, size),
-            layer_presets=presets,
-            description=f"torchvision {name} (random initialisation)",
-        )
+        return _torchvision_spec(arch)
+    if arch.startswith(TIMM_PREFIX):
+        return _timm_spec(arch)
+    if is_file_arch(arch):
+        return _file_spec(arch)
     raise CheckpointError(
-        f"unknown architecture {arch!r}; use one of {', '.join(sorted(ARCHITECTURES))} "
-        f"or 'torchvision:<name>' (e.g. 'torchvision:resnet50')"
+        f"unknown architecture {arch!r}; use one of {', '.join(sorted(ARCHITECTURES))}, "
+        "'torchvision:<name>' (e.g. 'torchvision:resnet50'), 'timm:<name>' (e.g. "
+        "'timm:mobilenetv3_small_100') or 'file:PATH.py:CLASS' (your own class, trusted)"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _torchvision_spec(arch: str) -> ArchSpec:
+    """The spec of ``torchvision:<name>`` (built once per name: a meta probe for the presets)."""
+    name = arch[len(_TORCHVISION_PREFIX) :]
+    if name not in _torchvision_names():
+        raise CheckpointError(
+            f"torchvision has no classification model {name!r}; valid names include "
+            f"{', '.join(_torchvision_names()[:12])}, ..."
+        )
+    with torch.device("meta"):
+        probe = _build_torchvision(name)
+    size = 299 if name == "inception_v3" else 224
+    return ArchSpec(
+        name=arch,
+        builder=lambda **kw: _build_torchvision(name, **kw),
+        default_kwargs={},
+        input_shape=(3, size, size),
+        layer_presets=_head_presets(probe),
+        description=f"torchvision {name} (random initialisation)",
+    )
+
+
+def _head_presets(probe: nn.Module) -> dict[str, str]:
+    final = _last_linear(probe)
+    presets = _classifier_presets(final) if final is not None else {}
+    if all(hasattr(probe, f"layer{i}") for i in range(1, 5)):
+        presets.update(_RESNET_BLOCKS)
+    return presets
+
+
+def _infer_head_classes(probe: nn.Module) -> Callable[[Shapes], dict[str, Any] | None]:
+    """``num_classes`` read from the head's weight of a checkpoint, for a builder taking it."""
+    final = _last_linear(probe)
+
+    def infer(shapes: Shapes) -> dict[str, Any] | None:
+        head = shapes.get(f"{final}.weight") if final is not None else None
+        return {"num_classes": int(head[0])} if head is not None and len(head) == 2 else None
+
+    return infer
+
+
+@functools.lru_cache(maxsize=32)
+def _timm_spec(arch: str) -> ArchSpec:
+    name = arch[len(TIMM_PREFIX) :]
+    builder, size = timm_builder(name)
+    with torch.device("meta"):
+        probe = builder()
+    return ArchSpec(
+        name=arch,
+        builder=builder,
+        default_kwargs={},
+        input_shape=size,
+        layer_presets=_head_presets(probe),
+        description=f"timm {name} (random initialisation)",
+        infer_kwargs=_infer_head_classes(probe),
+    )
+
+
+def _file_spec(arch: str) -> ArchSpec:
+    cls = loaded_file_class(arch)
+    if cls is None:
+        raise CheckpointError(
+            f"architecture {arch.partition('#')[0]!r} is code from a Python file: it is run only "
+            "for a model marked trusted (--trusted on the command line, trusted = true in "
+            "workspace.toml, the page's trusted box); it was not run"
+        )
+    takes = accepted_kwargs(cls)
+    with torch.device("meta"):
+        try:
+            probe: nn.Module | None = cls()
+        except Exception:  # a class without defaults for every argument: no probe
+            probe = None
+    return ArchSpec(
+        name=arch,
+        builder=cls,
+        default_kwargs={},
+        input_shape=(),
+        layer_presets=_head_presets(probe) if probe is not None else {},
+        description=f"{cls.__name__} from {parse_file_arch(arch).path.name}",
+        infer_kwargs=(
+            _infer_head_classes(probe)
+            if probe is not None and (takes is None or "num_classes" in takes)
+            else None
+        ),
     )
 
 

@@ -19,12 +19,21 @@ tensor shapes, and refused above a memory budget, so a small file cannot make th
 allocate gigabytes. Checkpoints as the unlearning code bases save them are understood: state
 dicts under ``state_dict``/``model`` next to training metadata, ``module.``/``_orig_mod.``
 prefixes, ``.pth.tar`` names, and ``torch.nn.utils.prune`` pairs ``weight_orig``/``weight_mask``
-(folded into ``weight`` with a note). Every failure raises
+(folded into ``weight`` with a note). So are the field's ecosystems: Lightning ``.ckpt`` files
+(``pytorch-lightning_version``: the ``state_dict``, its ``hyper_parameters`` as default builder
+kwargs where the class takes them), a key prefix every key shares (a wrapper's ``model.``,
+``net.`` or ``module.``, any LightningModule attribute) stripped when the keys do not fit as
+stored (with a note), timm checkpoints whose ``arch`` string is a hint checked against the
+shapes (never over them), and ``timm:``/``file:`` architectures
+(:mod:`sde_core.inputs.external_archs`; a ``file:`` class is code and needs ``trusted``).
+Every failure raises
 :class:`~sde_core.errors.CheckpointError` with a one-line message free of terminal codes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import logging
 import pickle
@@ -75,6 +84,12 @@ from sde_core.inputs.checkpoint_files import (
     safe_globals,
     untrusted_message,
 )
+from sde_core.inputs.external_archs import (
+    TIMM_PREFIX,
+    accepted_kwargs,
+    is_file_arch,
+    load_file_class,
+)
 
 __all__ = [
     "ALIASES",
@@ -113,6 +128,10 @@ _SAFE_LOAD_LOCK = threading.Lock()
 
 _STATE_KEYS = ("state_dict", "model", "model_state_dict", "net")
 _PREFIXES = ("module.", "_orig_mod.")
+#: Attribute names a wrapper module commonly holds its network under (``self.model = ...``);
+#: a Lightning checkpoint's shared first key component is taken whatever its name.
+_WRAPPERS = ("model", "net", "module")
+_LIGHTNING_KEY = "pytorch-lightning_version"
 _NORMALIZE_KEYS = ("normalize.mean", "normalize.std")
 #: Tensors of a pickle may describe at most this multiple of the file's size (plus 1 MiB):
 #: more means views expanded with zero strides, which would be materialised on load.
@@ -149,6 +168,49 @@ class _Raw:
     arch: str | None = None
     arch_kwargs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    hparams: dict[str, Any] = field(default_factory=dict)
+    wrapper: str | None = None
+
+    def unwrapped(self, path: Path) -> _Raw | None:
+        """The same weights with the shared wrapper prefix (``model.``…) stripped, or None."""
+        if self.wrapper is None or self.tensors is None:
+            return None
+        cut = len(self.wrapper) + 1
+        tensors = self.tensors
+        note = (
+            f"every key of {path.name} starts with {self.wrapper + '.'!r} (the attribute a "
+            "wrapper module holds the network under): matched after stripping it"
+        )
+        return dataclasses.replace(
+            self,
+            shapes={k[cut:]: v for k, v in self.shapes.items()},
+            tensors=lambda: {k[cut:]: v for k, v in tensors().items()},
+            wrapper=None,
+            notes=[*self.notes, note],
+        )
+
+
+def _wrapper_of(keys: list[str], any_name: bool) -> str | None:
+    """The first key component every key shares, when it can be a wrapper's attribute."""
+    heads = {k.partition(".")[0] for k in keys}
+    if len(heads) != 1 or not all("." in k for k in keys):
+        return None
+    head = heads.pop()
+    return head if any_name or head in _WRAPPERS else None
+
+
+def _plain_hparams(obj: Any) -> dict[str, Any]:
+    """The JSON-serialisable entries of a checkpoint's ``hyper_parameters`` mapping."""
+    out: dict[str, Any] = {}
+    if not isinstance(obj, Mapping):
+        return out
+    for key, value in obj.items():
+        try:
+            if isinstance(key, str) and json.loads(json.dumps(value)) == value:
+                out[key] = value
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -237,6 +299,7 @@ def _parse_loaded(obj: Any, path: Path) -> _Raw:
             f"{path.name} holds a {type(obj).__name__}, not a state dict; save the model with "
             "save_checkpoint or torch.save(model.state_dict(), path)"
         )
+    lightning = obj.get(_LIGHTNING_KEY) if isinstance(obj.get("state_dict"), Mapping) else None
     state, _ = _state_from(obj, path)
     arch, kwargs = obj.get("arch"), obj.get("arch_kwargs") or {}
     if isinstance(kwargs, str):
@@ -248,12 +311,21 @@ def _parse_loaded(obj: Any, path: Path) -> _Raw:
     shapes = _fold_shapes({k: tuple(v.shape) for k, v in state.items()}, rename, folds, path)
     folded = _fold_tensors(state, rename, folds)
     notes = [_fold_note(path, folds, folded)] if folds else []
+    hparams = _plain_hparams(obj.get("hyper_parameters"))
+    if lightning is not None:
+        notes.insert(
+            0,
+            f"{path.name} is a Lightning checkpoint (version {lightning}): read its "
+            "state_dict; its hyper_parameters are default architecture kwargs",
+        )
     return _Raw(
         shapes=shapes,
         tensors=lambda: folded,
         arch=arch if isinstance(arch, str) else None,
         arch_kwargs=dict(kwargs),
         notes=notes,
+        hparams=hparams,
+        wrapper=_wrapper_of(list(shapes), any_name=lightning is not None),
     )
 
 
@@ -297,12 +369,14 @@ def _read_safetensors(path: Path) -> _Raw:
     if not isinstance(kwargs, Mapping):
         raise CheckpointError(f"{path.name}: its 'arch_kwargs' metadata is not a mapping")
     notes = [f"{path.name}: folded {len(folds)} pruning mask(s) into the weights"] if folds else []
+    folded_shapes = _fold_shapes(shapes, rename, folds, path)
     return _Raw(
-        shapes=_fold_shapes(shapes, rename, folds, path),
+        shapes=folded_shapes,
         tensors=tensors,
         arch=meta.get("arch"),
         arch_kwargs=dict(kwargs),
         notes=notes,
+        wrapper=_wrapper_of(list(folded_shapes), any_name=False),
     )
 
 
@@ -398,29 +472,175 @@ def _mismatch_message(path: Path, arch: str, expected: Shapes, shapes: Shapes) -
     )
 
 
+def _hparam_defaults(raw: _Raw, arch: str) -> dict[str, Any]:
+    """The checkpoint's ``hyper_parameters`` that the architecture's class takes as keyword
+    arguments (a LightningModule's ``lr`` is not one of a ResNet's)."""
+    if not raw.hparams:
+        return {}
+    try:
+        takes = accepted_kwargs(type(meta_model(arch)))
+    except CheckpointError:
+        return {}
+    if takes is None:
+        return {}
+    return {k: v for k, v in raw.hparams.items() if k in takes}
+
+
+def _expected_shapes(arch: str, kwargs: dict[str, Any]) -> Shapes:
+    """``{key: shape}`` of ``arch`` built with ``kwargs`` on the meta device (nothing is
+    allocated); remembered per architecture and kwargs except for a ``file:`` class, whose file
+    may change."""
+    if is_file_arch(arch):
+        return state_shapes(meta_model(arch, **kwargs))
+    try:
+        text = json.dumps(kwargs, sort_keys=True)
+    except (TypeError, ValueError):
+        return state_shapes(meta_model(arch, **kwargs))
+    return _remembered_shapes(arch, text)
+
+
+@functools.lru_cache(maxsize=128)
+def _remembered_shapes(arch: str, kwargs_json: str) -> Shapes:
+    return state_shapes(meta_model(arch, **json.loads(kwargs_json)))
+
+
+def _fit_problem(
+    raw: _Raw, arch: str, kwargs: dict[str, Any], path: Path
+) -> tuple[Shapes, str | None]:
+    """The expected shapes of ``arch`` with ``kwargs`` and why ``raw`` does not fit (None: it
+    fits). Normalisation buffers stored in another layout are adapted in ``raw.shapes``."""
+    expected = _expected_shapes(arch, kwargs)
+    _adapt_normalize(raw.shapes, expected)
+    return expected, _mismatch_message(path, arch, expected, raw.shapes)
+
+
+def _kwargs_for(raw: _Raw, arch: str, explicit: Mapping[str, Any]) -> dict[str, Any]:
+    """Builder kwargs: the file's hyper_parameters, then what the file stores for this arch
+    (or what the shapes say), then the caller's."""
+    stored = dict(raw.arch_kwargs) if raw.arch == arch else {}
+    if not stored:
+        stored = candidate_kwargs(get_arch(arch), raw.shapes)
+    return {**_hparam_defaults(raw, arch), **stored, **explicit}
+
+
+def _variants(raw: _Raw, path: Path) -> list[_Raw]:
+    unwrapped = raw.unwrapped(path)
+    return [raw] if unwrapped is None else [raw, unwrapped]
+
+
+def _named_arch(
+    raw: _Raw, arch: str, arch_kwargs: Mapping[str, Any], path: Path
+) -> tuple[str, dict[str, Any], _Raw]:
+    """An explicitly named architecture: the keys as stored or, when they do not fit, without
+    their shared wrapper prefix. Raises the mismatch closest to fitting."""
+    tried: list[tuple[int, str]] = []
+    for variant in _variants(raw, path):
+        kwargs = _kwargs_for(variant, arch, arch_kwargs)
+        try:
+            expected, problem = _fit_problem(variant, arch, kwargs, path)
+        except CheckpointError:
+            if not variant.hparams:
+                raise
+            kwargs = {k: v for k, v in kwargs.items() if k not in variant.hparams}
+            expected, problem = _fit_problem(variant, arch, kwargs, path)
+        if problem is None:
+            return arch, kwargs, variant
+        missing, unexpected, _ = shape_report(expected, variant.shapes)
+        tried.append((len(missing) + len(unexpected), problem))
+    raise CheckpointError(min(tried)[1])
+
+
+def _stored_hint(
+    raw: _Raw, arch_kwargs: Mapping[str, Any], path: Path
+) -> tuple[str, dict[str, Any], _Raw] | None:
+    """The architecture the file names (``arch``), used only when its shapes fit it; a timm
+    checkpoint's ``arch`` (timm's model name) is also tried as ``timm:<name>``."""
+    assert raw.arch is not None
+    names = [raw.arch]
+    if ":" not in raw.arch:  # e.g. timm's CheckpointSaver: "resnet18" is timm's own name
+        names.append(f"{TIMM_PREFIX}{raw.arch}")
+    for name in names:
+        if is_file_arch(name):
+            continue
+        try:
+            return _named_arch(raw, name, arch_kwargs, path)
+        except CheckpointError:
+            continue
+    raw.notes.append(
+        f"{path.name} names its architecture {raw.arch!r}, but its keys and shapes do not fit "
+        "that name here; the architecture was inferred from the shapes instead"
+    )
+    return None
+
+
 def _resolve_arch(
     raw: _Raw, arch: str | None, arch_kwargs: Mapping[str, Any], path: Path
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, dict[str, Any], _Raw]:
+    """The architecture, builder kwargs and key layout (as stored, or unwrapped) to load."""
     if arch is not None:
-        kwargs = dict(raw.arch_kwargs) if raw.arch == arch else {}
-        if not kwargs:
-            kwargs = candidate_kwargs(get_arch(arch), raw.shapes)
-        return arch, {**kwargs, **arch_kwargs}
+        return _named_arch(raw, arch, arch_kwargs, path)
     if raw.arch is not None:
-        return raw.arch, {**raw.arch_kwargs, **arch_kwargs}
-    hits = infer_architecture_from_shapes(raw.shapes)
-    if len(hits) == 1:
-        name, kwargs = hits[0]
-        return name, {**kwargs, **arch_kwargs}
-    found = (
-        f"several architectures ({', '.join(h[0] for h in hits)})"
-        if hits
-        else "no registered architecture nor a torchvision classifier"
-    )
-    raise CheckpointError(
-        f"cannot infer the architecture of {path.name}: its {len(raw.shapes)} keys match "
-        f"{found}; name it (pass arch= one of {', '.join(sorted(ARCHITECTURES))} or "
-        "'torchvision:<name>', with its kwargs)"
+        hinted = _stored_hint(raw, arch_kwargs, path)
+        if hinted is not None:
+            return hinted
+        if raw.arch_kwargs:  # SDE's own metadata (arch + kwargs) that lies about the shapes
+            return raw.arch, {**raw.arch_kwargs, **arch_kwargs}, raw
+    for variant in _variants(raw, path):
+        hits = infer_architecture_from_shapes(variant.shapes)
+        if len(hits) == 1:
+            name, kwargs = hits[0]
+            return name, {**_hparam_defaults(variant, name), **kwargs, **arch_kwargs}, variant
+        if hits:
+            raise CheckpointError(
+                f"cannot infer the architecture of {path.name}: its keys fit several "
+                f"architectures ({', '.join(h[0] for h in hits)}); name one with --arch "
+                "(and its kwargs with --arch-kwarg)"
+            )
+    raise CheckpointError(no_architecture_message(path, raw.shapes, raw.arch))
+
+
+#: Key fragments of transformer language models (Hugging Face ``transformers`` layouts).
+_TRANSFORMER_KEYS = (".self_attn.", ".attention.", ".attn.", "embed_tokens", "word_embeddings",
+                     ".mlp.gate_proj", "lm_head")  # fmt: skip
+
+
+def no_architecture_message(path: Path, shapes: Shapes, named: str | None = None) -> str:
+    """Why a checkpoint's architecture cannot be inferred, and every route that works for it,
+    each with its command (``WS``/``NAME`` stand for the workspace and the model's name).
+    ``named``: the architecture string the file itself holds, which did not fit."""
+    keys = sorted(shapes)
+    if named is not None:
+        return (
+            f"{path.name} names its architecture {plain_text(named, 60)!r}, which does not fit "
+            "its keys and shapes here (timm's CheckpointSaver writes the class name, e.g. "
+            "'mobilenetv3', not the model): name the model, e.g. --arch "
+            "timm:mobilenetv3_small_100 (timm.list_models() lists the names). "
+            + no_architecture_message(path, shapes)
+        )
+    add = f"python -m sde_core workspace add-model WS --name NAME --checkpoint {path.name}"
+    if any(frag in k for k in keys for frag in _TRANSFORMER_KEYS):
+        return (
+            f"cannot infer the architecture of {path.name}: its {len(keys)} keys (e.g. "
+            f"{_fmt_keys(keys, 2)}) are a transformer language model's, not a classifier SDE "
+            "Explorer builds. Give the model's folder (config.json + *.safetensors) with "
+            "--arch hf, or export its hidden states and add them with "
+            "`python -m sde_core workspace add-model WS --name NAME --activations FILE.npz` "
+            "(docs/bring-your-own.md, 'language-model hidden states')"
+        )
+    return (
+        f"cannot infer the architecture of {path.name}: its {len(keys)} keys (e.g. "
+        f"{_fmt_keys(keys, 3)}) match no registered architecture nor a torchvision classifier. "
+        "Routes that work: (1) name it: "
+        f"`{add} --arch ARCH --arch-kwarg num_classes=C` with ARCH one of "
+        f"{', '.join(sorted(ARCHITECTURES))}, torchvision:NAME or timm:NAME (pip install -e "
+        "'.[timm]'); (2) your own model class: "
+        f"`{add} --arch file:PATH.py:CLASS --arch-kwarg K=V --trusted` (the .py file runs, so "
+        "only for code you trust); (3) a pickle of the whole model, "
+        "torch.save(model, 'model.pt'): "
+        f"`python -m sde_core workspace add-model WS --name NAME --checkpoint model.pt --trusted`"
+        " (its class must be importable: PYTHONPATH); (4) exported activations: "
+        "`python -m sde_core workspace add-model WS --name NAME --activations FILE.npz` "
+        "(see docs/bring-your-own.md)"
     )
 
 
@@ -488,25 +708,27 @@ def load_checkpoint_details(
             f"arch 'hf' is for a Hugging Face model folder (config.json + model.safetensors); "
             f"{file.name} is a single file: give the folder save_pretrained wrote"
         )
+    if is_file_arch(arch):
+        if not trusted:
+            raise CheckpointError(
+                f"architecture {str(arch).partition('#')[0]!r} is code from a Python file: it "
+                "runs only for a model marked trusted (--trusted on the command line, trusted = "
+                "true in workspace.toml, the page's trusted box); nothing was run"
+            )
+        load_file_class(str(arch))  # the user's class: runs the file (trusted)
     try:
         raw = _read(file, info, trusted)
     except CheckpointError:
         raise
     except Exception as exc:
-        raise CheckpointError(
-            f"cannot read checkpoint {file.name} ({type(exc).__name__}: "
-            f"{plain_text(str(exc), 200)}); the file is truncated, corrupt or not a "
-            "PyTorch/safetensors/TorchScript checkpoint"
-        ) from exc
+        raise CheckpointError(_read_failure(file, info, exc)) from exc
     if raw.module is not None:
         model = raw.module.float().eval()
         if arch is not None and not isinstance(model, torch.jit.ScriptModule):
             setattr(model, "sde_arch", arch)  # noqa: B010 - a plain attribute
         return LoadedCheckpoint(model, arch or raw.arch, {}, info, tuple(raw.notes))
-    name, kwargs = _resolve_arch(raw, arch, arch_kwargs, file)
-    expected = state_shapes(meta_model(name, **kwargs))  # shapes only: nothing allocated
-    _adapt_normalize(raw.shapes, expected)
-    problem = _mismatch_message(file, name, expected, raw.shapes)
+    name, kwargs, raw = _resolve_arch(raw, arch, arch_kwargs, file)
+    _, problem = _fit_problem(raw, name, kwargs, file)
     if problem is not None:
         raise CheckpointError(problem)
     model = build_model_within(name, kwargs, max_bytes)
@@ -525,6 +747,30 @@ def load_checkpoint_details(
     setattr(model, "sde_load_notes", list(raw.notes))  # noqa: B010 - a plain attribute
     used: dict[str, Any] = dict(getattr(model, "sde_arch_kwargs", {}))
     return LoadedCheckpoint(model.eval(), name, used, info, tuple(raw.notes))
+
+
+def _read_failure(file: Path, info: CheckpointInfo, exc: Exception) -> str:
+    """The message for a checkpoint whose reading raised ``exc`` (a trusted full pickle whose
+    class cannot be imported here gets the fix: the module's folder on PYTHONPATH)."""
+    if info.kind == "full-pickle" and isinstance(exc, ModuleNotFoundError | AttributeError):
+        missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+        classes = ", ".join(o for o in info.code_objects if not o.startswith("torch."))[:200]
+        where = (
+            f"module {missing!r} cannot be imported here" if missing
+            else f"a class it names is missing ({plain_text(str(exc), 120)})"
+        )  # fmt: skip
+        return (
+            f"cannot read checkpoint {file.name}: it is a pickle of a whole model ({classes}) "
+            f"and {where}. Run from the folder that holds {missing or 'that module'}.py or put "
+            "that folder on PYTHONPATH (PYTHONPATH=/path/to/project python -m sde_core ...); "
+            "or save the weights alone (torch.save(model.state_dict(), 'weights.pt')) and add "
+            "them with --arch file:PATH.py:CLASS --trusted"
+        )
+    return (
+        f"cannot read checkpoint {file.name} ({type(exc).__name__}: "
+        f"{plain_text(str(exc), 200)}); the file is truncated, corrupt or not a "
+        "PyTorch/safetensors/TorchScript checkpoint"
+    )
 
 
 def load_checkpoint(
@@ -568,7 +814,8 @@ def infer_architecture(path: str | Path) -> tuple[str, dict[str, Any]]:
         raise CheckpointError(
             f"cannot read checkpoint {file.name} ({plain_text(str(exc), 200)})"
         ) from exc
-    return _resolve_arch(raw, None, {}, file)
+    name, kwargs, _ = _resolve_arch(raw, None, {}, file)
+    return name, kwargs
 
 
 # ----------------------------------------------------------------------------------------------

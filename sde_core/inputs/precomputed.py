@@ -26,6 +26,7 @@ column. The accepted layouts (``docs/bring-your-own.md`` shows how to export eac
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,29 @@ def _model_rows(models: np.ndarray | None, model: str | None, path: Path) -> np.
     return keep
 
 
+_META_NAME = re.compile(r"^(.*_)?(idx|indices|index|mask)$")
+_FORGET_INDICES = ("forget_idx", "forget_indices", "forget_index")
+
+
+def _is_metadata(key: str, arr: np.ndarray) -> bool:
+    """Whether an array beside the layers is row metadata (an index or mask array such as
+    ``forget_mask``, ``forget_idx`` or ``retain_idx``): 1-D integers or booleans named so."""
+    return bool(_META_NAME.match(key)) and arr.ndim == 1 and arr.dtype.kind in "biu"
+
+
+def _forget_from_metadata(arrays: dict[str, np.ndarray], path: Path) -> np.ndarray | None:
+    """The ``forget`` mask, or the one a ``forget_mask`` / ``forget_idx`` array gives: a mask
+    over the rows it is stored for, or indices of D_tr rows (a boolean mask is returned)."""
+    if "forget" in arrays:
+        return arrays["forget"]
+    if "forget_mask" in arrays:
+        return arrays["forget_mask"]
+    key = next((k for k in _FORGET_INDICES if k in arrays), None)
+    if key is None:
+        return None
+    return np.asarray(arrays[key]).reshape(-1)  # indices: turned into a mask by the caller
+
+
 def _by_rows(arrays: dict[str, np.ndarray], path: Path, model: str | None) -> dict[str, Any]:
     """Layouts (2) and (3): one row per sample (``split``) or ``train_idx``/``test_idx``."""
     if "split" in arrays:
@@ -169,7 +193,7 @@ def _by_rows(arrays: dict[str, np.ndarray], path: Path, model: str | None) -> di
     else:
         n = None
     keep = _model_rows(arrays.get("model"), model, path)
-    layers = {k: v for k, v in arrays.items() if k not in _RESERVED}
+    layers = {k: v for k, v in arrays.items() if k not in _RESERVED and not _is_metadata(k, v)}
     if not layers:
         raise DataError(f"{path} has no feature arrays besides {sorted(arrays)}; {_LAYOUTS}")
     rows = {k: v.shape[0] if v.ndim else 0 for k, v in layers.items()}
@@ -207,8 +231,10 @@ def _by_rows(arrays: dict[str, np.ndarray], path: Path, model: str | None) -> di
             out["features"][s][key] = _features(arr, f"{path}: '{key}'")[select[s]]
         if labels_all is not None:
             out["labels"][s] = labels_all[select[s]]
-    forget = arrays.get("forget")
-    if forget is not None:
+    forget = _forget_from_metadata(arrays, path)
+    out["forget_indices"] = any(k in arrays for k in _FORGET_INDICES) and "forget" not in arrays
+    out["forget_indices"] = out["forget_indices"] and "forget_mask" not in arrays
+    if forget is not None and not out["forget_indices"]:
         forget = np.asarray(forget)
         if forget.ndim == 1 and forget.shape[0] == total:
             forget = forget[select["train"]]
@@ -221,6 +247,8 @@ def _prefixed(arrays: dict[str, np.ndarray], path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"features": {s: {} for s in _SPLITS}, "labels": {}}
     for key, arr in arrays.items():
         for s in _SPLITS:
+            if _is_metadata(key, arr):
+                continue
             if key.startswith(f"{s}_") and len(key) > len(s) + 1:
                 out["features"][s][key[len(s) + 1 :]] = _features(arr, f"{path}: '{key}'")
             elif key == f"x_{s}":
@@ -229,7 +257,10 @@ def _prefixed(arrays: dict[str, np.ndarray], path: Path) -> dict[str, Any]:
         if f"y_{s}" in arrays and out["features"][s]:
             rows = next(iter(out["features"][s].values())).shape[0]
             out["labels"][s] = as_labels(arrays[f"y_{s}"], f"{path}: 'y_{s}'", rows)
-    out["forget"] = arrays.get("forget")
+    out["forget"] = _forget_from_metadata(arrays, path)
+    out["forget_indices"] = out["forget"] is not None and not (
+        "forget" in arrays or "forget_mask" in arrays
+    )
     return out
 
 
@@ -353,6 +384,9 @@ def load_precomputed(path: str | Path, model: str | None = None) -> PrecomputedA
     n_train = next(iter(features["train"].values())).shape[0]
     forget = raw["forget"]
     mask = None
+    if forget is not None and raw.get("forget_indices"):
+        forget = as_index_array(np.asarray(forget), n_train, f"{path}: forget indices")
+        forget = np.isin(np.arange(n_train), forget)
     if forget is not None:
         forget = np.asarray(forget)
         if forget.dtype.kind not in "biu" or forget.shape != (n_train,):

@@ -21,6 +21,7 @@ import numpy as np
 
 from sde_core.errors import ActivationError, CheckpointError, DataError
 from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
+from sde_core.pipeline.workspace import resolve_arch
 
 __all__ = [
     "ModelInputs",
@@ -129,20 +130,22 @@ def load_entry_model(
         path or entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True
     )
     checkpoint_metadata(file)  # refuses malformed metadata before the loader reads it
+    arch = resolve_arch(ws, entry)
     if entry.trusted and inspect_checkpoint(file).is_code:
         return trusted_weights(
-            file, arch=entry.arch or None, arch_kwargs=dict(entry.arch_kwargs),
-            time_limit=time_limit,
+            file, arch=arch, arch_kwargs=dict(entry.arch_kwargs), time_limit=time_limit,
         )  # fmt: skip
-    # weights only in this process: a code file that is not trusted is refused here
-    return load_checkpoint(file, arch=entry.arch or None, **dict(entry.arch_kwargs))
+    # Weights only in this process (a code file that is not trusted is refused here); a
+    # trusted, hash-pinned file: architecture builds the user's class here, to train on it.
+    return load_checkpoint(file, arch=arch, trusted=bool(entry.trusted), **dict(entry.arch_kwargs))
 
 
-def _build_arguments(file: Path, entry: Any) -> tuple[str | None, dict[str, Any]]:
+def _build_arguments(ws: Any, file: Path, entry: Any) -> tuple[str | None, dict[str, Any]]:
     """The architecture and kwargs to build a model with: the kwargs only when they change the
     build (they differ from the file's own metadata), so a model saved with its kwargs keeps one
-    activation-cache identity whether or not the workspace repeats them."""
-    arch = entry.arch or None
+    activation-cache identity whether or not the workspace repeats them. A ``file:``
+    architecture is resolved and pinned (:func:`~sde_core.pipeline.workspace.resolve_arch`)."""
+    arch = resolve_arch(ws, entry)
     kwargs = _no_nulls(dict(entry.arch_kwargs))
     meta_arch, meta_kwargs = checkpoint_metadata(file)
     if meta_kwargs is not None and meta_arch == arch and _no_nulls(meta_kwargs) == kwargs:
@@ -178,7 +181,7 @@ def entry_layer_infos(
 
     if not entry.activations:
         file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
-        arch, kwargs = _build_arguments(file, entry)
+        arch, kwargs = _build_arguments(ws, file, entry)
         return checkpoint_layers(
             file, input_shape, arch=arch, arch_kwargs=kwargs, trusted=bool(entry.trusted),
             time_limit=time_limit,
@@ -264,7 +267,7 @@ def entry_activations(
     if entry.activations:
         return _precomputed(ws, entry, bundle, split, names, idx)
     file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
-    arch, kwargs = _build_arguments(file, entry)
+    arch, kwargs = _build_arguments(ws, file, entry)
     return get_activations(
         file, bundle, split, names, cache, arch=arch, arch_kwargs=kwargs or None,
         trusted=bool(entry.trusted), time_limit=time_limit, device=device,
@@ -289,7 +292,7 @@ def entry_cached_layers(
     if entry.activations:
         return set(layers)
     file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
-    arch, kwargs = _build_arguments(file, entry)
+    arch, kwargs = _build_arguments(ws, file, entry)
     return cached_layers(
         file, bundle, split, layers, cache, arch=arch, arch_kwargs=kwargs or None, pool=pool
     )

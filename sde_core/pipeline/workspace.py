@@ -66,7 +66,7 @@ from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.common.paths import check_path_text, env_roots, resolve_in_roots
 from sde_core.common.staging import Staging
 from sde_core.common.toml_limits import nesting_depth, read_toml
-from sde_core.errors import SDEError, SettingsError, WorkspaceError
+from sde_core.errors import CheckpointError, SDEError, SettingsError, WorkspaceError
 from sde_core.pipeline.settings import EvalSettings
 
 __all__ = [
@@ -97,6 +97,7 @@ __all__ = [
     "load_workspace",
     "rehash_models",
     "relative_to_workspace",
+    "resolve_arch",
     "validate_workspace",
     "workspace_hash",
     "workspace_toml",
@@ -226,6 +227,9 @@ class ModelEntry:
         trusted: the user vouched for this model's files: full pickles and TorchScript load.
         activations: precomputed activations of this model (``.npz``/``.parquet``, see
             :mod:`sde_core.inputs.precomputed`); evaluations read them instead of extracting.
+        arch_sha256: for ``arch = "file:PATH.py:CLASS"`` (the user's own class: code), the
+            SHA-256 of that file when it was trusted; a file that no longer matches is refused
+            until it is trusted again.
     """
 
     name: str
@@ -242,15 +246,30 @@ class ModelEntry:
     checkpoints: list[CheckpointRef] = field(default_factory=list)
     trusted: bool = False
     activations: str | None = None
+    arch_sha256: str | None = None
 
     @property
     def precomputed(self) -> bool:
         """Whether the model is known only by its activations file."""
         return self.arch == PRECOMPUTED
 
+    @property
+    def arch_file(self) -> str | None:
+        """The Python file of a ``file:`` architecture (relative to the workspace), or None."""
+        from sde_core.inputs.external_archs import is_file_arch, parse_file_arch
+
+        if not is_file_arch(self.arch):
+            return None
+        try:
+            return parse_file_arch(self.arch).path.as_posix()
+        except SDEError:
+            return None
+
     def files(self) -> dict[str, str]:
         """Every file the entry names, keyed by its field (``checkpoints[0].path``...)."""
         out = {"checkpoint": self.checkpoint} if self.checkpoint else {}
+        if self.arch_file:
+            out["arch"] = self.arch_file
         if self.activations:
             out["activations"] = self.activations
         if self.init_checkpoint:
@@ -441,7 +460,7 @@ def _parse_model(i: int, table: object) -> ModelEntry:
         values["seconds"] = float(
             _expect(f"{where}.seconds", values["seconds"], (int, float), "a number")
         )
-    for key in ("sha256", "init_checkpoint"):
+    for key in ("sha256", "init_checkpoint", "arch_sha256"):
         if key in values:
             _expect(f"{where}.{key}", values[key], (str,), "a string")
     refs = []
@@ -669,6 +688,58 @@ def _file_problem(where: str, ws: Workspace, relative: str) -> Problem | None:
     return None
 
 
+def _arch_file_problems(ws: Workspace, m: ModelEntry, where: str) -> list[Problem]:
+    """Problems of a ``file:`` architecture: not trusted, no pinned hash, or a changed file."""
+    try:
+        resolve_arch(ws, m)
+    except SDEError as exc:
+        return [Problem(f"{where}.arch", str(exc))]
+    return []
+
+
+def resolve_arch(ws: Workspace, m: ModelEntry) -> str | None:
+    """The architecture string to build ``m`` with: its ``arch`` (None when empty), a ``file:``
+    architecture resolved under the path policy and pinned to the recorded ``arch_sha256``.
+
+    Raises:
+        WorkspaceError: a ``file:`` architecture of a model that is not trusted or has no
+            recorded hash, or whose file leaves the allowed folders or is missing.
+        CheckpointError: a malformed ``file:`` string, or a file changed since it was trusted
+            (nothing of it is run).
+    """
+    from sde_core.inputs.external_archs import file_arch_string, is_file_arch, parse_file_arch
+
+    if not is_file_arch(m.arch):
+        return m.arch or None
+    spec = parse_file_arch(m.arch)
+    root = Path(ws.root)
+    absolute = {
+        key: str(path if path.is_absolute() else root / path)
+        for key, path in (("checkpoint", Path(m.checkpoint)), ("arch", spec.path))
+    }
+    again = (
+        f"python -m sde_core workspace add-model {root} --name {m.name} --checkpoint "
+        f"{absolute['checkpoint']} --arch file:{absolute['arch']}:{spec.class_name} --trusted "
+        "--replace"
+    )
+    if not m.trusted or not m.arch_sha256:
+        raise WorkspaceError(
+            f"model {m.name!r} is built by the class {spec.class_name} of {spec.path}, which is "
+            "code: it runs only when the model is trusted with the file's SHA-256 recorded "
+            f"(arch_sha256). Read the file, then trust it: {again}"
+        )
+    what = f"model {m.name!r} architecture file"
+    file = ws.path(spec.path.as_posix(), what=what, must_exist=True)
+    actual = file_sha256(file)
+    if actual != m.arch_sha256:
+        raise CheckpointError(
+            f"the architecture file {spec.path} of model {m.name!r} changed since it was trusted "
+            f"(SHA-256 {m.arch_sha256[:12]}… recorded, {actual[:12]}… now); none of it was run. "
+            f"Check the change, then trust it again: {again}"
+        )
+    return file_arch_string(file, spec.class_name, m.arch_sha256)
+
+
 def _model_problems(ws: Workspace) -> list[Problem]:
     from sde_core.inputs.models import get_arch
 
@@ -715,7 +786,9 @@ def _model_problems(ws: Workspace) -> list[Problem]:
                     )
                 )
         else:
-            if m.arch and m.arch != HF_ARCH:
+            if m.arch_file is not None:
+                out.extend(_arch_file_problems(ws, m, where))
+            elif m.arch and m.arch != HF_ARCH:
                 try:
                     get_arch(m.arch)
                 except SDEError as exc:

@@ -68,6 +68,8 @@ __all__ = [
     "check_fits",
     "check_outputs",
     "create_workspace",
+    "null_check_limit",
+    "null_check_warning",
     "suggest_subset_size",
 ]
 
@@ -151,12 +153,34 @@ def _activation_layers(file: Path, name: str, bundle: Any) -> list[str]:
     return pre.layers
 
 
+def null_check_limit(n_test: int) -> int:
+    """The largest subset size that keeps the null check on: two disjoint subsets of n rows in
+    the control half of D_te (method §12), i.e. n ≤ ⌊⌊|D_te|/2⌋/2⌋."""
+    return (int(n_test) // 2) // 2
+
+
+def null_check_warning(n: int, n_test: int) -> str | None:
+    """A sentence saying, before any run, that subset size ``n`` switches the null check off
+    (and the largest n that keeps it), or None when it stays on."""
+    limit = null_check_limit(n_test)
+    if n <= limit:
+        return None
+    return (
+        f"warning: subset size {n} switches the null check off — it needs two disjoint subsets "
+        f"of n rows in the control half of D_te ({n_test // 2} rows); choose n ≤ {limit} to "
+        "keep it (without it a model shown over-unlearned has no false-positive check beside it)"
+    )
+
+
 def suggest_subset_size(
     n_train: int, n_test: int, forget: np.ndarray, base: EvalSettings | None = None
 ) -> int:
-    """The largest round subset size n (at most ``base.subset_size``) the evaluation can draw:
-    n ≤ |D_f|, and D_r and D_te each hold at least two disjoint subsets of n (a reference and
-    room for panels), confirmed by the evaluation's own subset drawing.
+    """The largest round subset size n (at most ``base.subset_size``) the evaluation can draw
+    with every part disjoint as method §12 asks: n ≤ |D_f| (targets), a reference and a control
+    half of D_r of at least n each, and two disjoint subsets of n in the control half of D_te
+    for the null check (n ≤ |D_te|/4; the reference half then holds the OOT reference and its
+    panel), confirmed by the evaluation's own subset drawing. When D_te is too small for a null
+    check with n ≥ 4, the largest n without it (:func:`null_check_warning` says so).
 
     Raises:
         DataError: the pools are too small for any subset (n < 4).
@@ -166,6 +190,8 @@ def suggest_subset_size(
     base = base or EvalSettings()
     f = np.unique(np.asarray(forget, dtype=np.int64))
     cap = min(base.subset_size, f.size, (n_train - f.size) // 2, n_test // 2)
+    if null_check_limit(n_test) >= 4:
+        cap = min(cap, null_check_limit(n_test))
     n = _round_down(cap)
     while n >= 4:
         try:
@@ -177,6 +203,22 @@ def suggest_subset_size(
         f"the data are too small for an evaluation: |D_f| = {f.size}, |D_r| = "
         f"{n_train - f.size}, |D_te| = {n_test}; subsets need at least 4 rows, and D_r and D_te "
         "at least two subsets each"
+    )
+
+
+def _size_reason(n: int, n_train: int, n_test: int, n_forget: int) -> str:
+    """Why ``init`` chose subset size ``n``: the bound each pool sets."""
+    bounds = {
+        "|D_f| (targets)": n_forget,
+        "|D_r|/2 (a reference and a control half)": (n_train - n_forget) // 2,
+        "|D_te|/4 (null check: two subsets in the control half)": null_check_limit(n_test),
+    }
+    tight = min(bounds, key=lambda k: bounds[k])
+    listed = ", ".join(f"{k} = {v}" for k, v in bounds.items())
+    return (
+        f"subset size {n}: the largest round n that fits every pool disjointly ({listed}; "
+        f"the tightest is {tight}); the null check is "
+        f"{'on' if n <= null_check_limit(n_test) else 'off'}"
     )
 
 
@@ -273,7 +315,19 @@ def create_workspace(
     bundle = load_dataset(ws.dataset_spec())
     n_train, n_test = len(bundle.train_labels), len(bundle.test_labels)
     files: dict[str, bytes | Path] = {}
-    if forget is not None:
+    file_mask = None if bundle.precomputed is None else bundle.precomputed.forget_mask
+    notes = []
+    if not any(given):
+        if file_mask is None:
+            raise SettingsError(
+                "give exactly one forget set: an index file (--forget), a random fraction "
+                "(--random-forget) or classes (--forget-class); an activations dataset may "
+                "also carry it as a 'forget' mask or 'forget_idx' array"
+            )
+        idx = np.flatnonzero(file_mask).astype(np.int64)
+        files["forget.npy"] = _npy_bytes(idx)
+        notes.append(f"forget set: the {idx.size} rows the activations file marks as forget")
+    elif forget is not None:
         idx = load_index_file(ws.path(forget, what="forget set", must_exist=True), n_train)
     elif forget_split is not None or forget_column is not None:
         from sde_core.inputs.text_data import TextDataset, forget_rows
@@ -306,7 +360,6 @@ def create_workspace(
     if idx.size >= n_train:
         raise DataError("the forget set holds every training row: D_r would be empty")
     values = dict(defaults or {})
-    notes = []
     if bundle.precomputed is not None and "layer" not in values:
         layers = bundle.precomputed.layers
         values["layer"] = "output" if "output" in layers else layers[0]
@@ -315,10 +368,10 @@ def create_workspace(
     if "subset_size" not in values:
         size = suggest_subset_size(n_train, n_test, idx, base)
         base = dataclasses.replace(base, subset_size=size)
-        notes.append(
-            f"subset size {size} (|D_f| = {idx.size}, |D_r| = {n_train - idx.size}, "
-            f"|D_te| = {n_test})"
-        )
+        notes.append(_size_reason(size, n_train, n_test, int(idx.size)))
+    warning = null_check_warning(base.subset_size, n_test)
+    if warning is not None:
+        notes.append(warning)
     ws.defaults = base
     if "root" in ws.dataset:
         ws.dataset["root"] = relative_to_workspace(ws, ws.dataset_spec().root)
@@ -363,18 +416,84 @@ class AddedModel:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _ArchFile:
+    """A ``file:`` architecture being added: the string to load with (absolute, pinned), the
+    string to record (relative to the workspace when inside it) and the file's SHA-256."""
+
+    load: str
+    record: str
+    sha256: str
+
+
+def _pin_arch_file(ws: Workspace, arch: str, trusted: bool, base: Path) -> _ArchFile:
+    """Check a ``file:PATH.py:CLASS`` architecture before anything of it runs: the model is
+    trusted, the file lies inside the workspace or an allowed root (``PATH`` relative to
+    ``base``), and its bytes are pinned by their SHA-256.
+
+    Raises:
+        CheckpointError, WorkspaceError: naming the problem; nothing was run.
+    """
+    from sde_core.inputs.external_archs import file_arch_string, parse_file_arch
+
+    parsed = parse_file_arch(arch)
+    if not trusted:
+        raise CheckpointError(
+            f"--arch {arch} names a class in a Python file: building the model runs that file's "
+            "code, so it needs the trusted opt-in for this model (--trusted, or the page's "
+            "trusted box); nothing was run. Read the file first: its SHA-256 is recorded and a "
+            "changed file is refused until it is trusted again"
+        )
+    path = parsed.path if parsed.path.is_absolute() else base / parsed.path
+    try:
+        file = resolve_in_roots(path, ws.allowed_roots(), what="architecture file")
+    except SDEError as exc:
+        raise WorkspaceError(
+            f"{exc}; put the .py file inside the workspace folder or a folder of SDE_DATA_ROOTS"
+        ) from None
+    digest = file_sha256(file)
+    record = file_arch_string(relative_to_workspace(ws, file), parsed.class_name)
+    return _ArchFile(file_arch_string(file, parsed.class_name, digest), record, digest)
+
+
+#: The language-model route's ``--arch`` (a transformers model folder; issue 26).
+_HF_ARCH = "hf"
+
+
+def _is_transformers_folder(folder: Path) -> bool:
+    """Whether a folder holds a Hugging Face ``transformers`` model (``config.json`` + weights),
+    as ``save_pretrained`` / ``trainer.save_model`` write it."""
+    if not (folder / "config.json").is_file():
+        return False
+    return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
+
+
+def _model_kind(arch: str, info: Any, model: Any) -> str:
+    """How the added model was built, for the user: its architecture, or what the file held."""
+    if arch:
+        return arch.partition("#")[0]
+    if info.kind == "torchscript":
+        return "(TorchScript)"
+    if model is None:  # loaded in the isolated child: only its weights came back
+        return "(a pickled model object)"
+    return f"(the pickled {type(model).__name__} object)"
+
+
 def _describe(
     spec: ModelSpec,
     bundle: Any,
     defaults: EvalSettings,
     checkpoint: Path | None,
     activations: Path | None,
+    arch_file: _ArchFile | None = None,
 ) -> tuple[ModelEntry, list[str], list[str] | None]:
     """Load and check the files of a model: its entry (paths still to fill in), notes for the
     user and the layers of its activations file (None without one). A trusted code checkpoint
-    is loaded and run only in a child process under ``spec.time_limit``."""
+    is loaded and run only in a child process under ``spec.time_limit``. ``arch_file``: the
+    pinned ``file:`` architecture (from :func:`_pin_arch_file`) when ``spec.arch`` is one."""
     from sde_core.inputs.activations import probe_trusted_checkpoint
     from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
+    from sde_core.inputs.external_archs import is_file_arch
     from sde_core.inputs.models import load_checkpoint_details
 
     check_model_name(spec.name)
@@ -389,12 +508,17 @@ def _describe(
             f"{type(spec.arch_kwargs).__name__}"
         )
     arch, kwargs, digest, notes = spec.arch or "", dict(spec.arch_kwargs), None, []
+    if is_file_arch(arch):
+        if arch_file is None:
+            raise CheckpointError(f"--arch {arch} needs its file checked and pinned first")
+        arch = arch_file.load
     if checkpoint is not None:
         if arch == PRECOMPUTED:
             raise WorkspaceError(f"arch {PRECOMPUTED!r} is for a model without a checkpoint")
         code = inspect_checkpoint(checkpoint)
         if code.is_code and not spec.trusted:
             raise CheckpointError(untrusted_message(code))
+        model = None
         if code.is_code:  # trusted code runs only in the isolated child, under its limits
             probe = probe_trusted_checkpoint(
                 checkpoint, _fit_inputs(bundle).numpy(), arch=arch or None, arch_kwargs=kwargs,
@@ -406,15 +530,22 @@ def _describe(
             outputs = check_outputs(shape, bundle)
             arch, kwargs, load_notes = probe.arch or arch, probe.arch_kwargs or kwargs, probe.notes
         else:
-            loaded = load_checkpoint_details(checkpoint, arch=arch or None, **kwargs)
+            # Weights only; a trusted, hash-pinned file: architecture builds the user's class.
+            trusted = bool(spec.trusted) and is_file_arch(arch)
+            loaded = load_checkpoint_details(
+                checkpoint, arch=arch or None, trusted=trusted, **kwargs
+            )
             model = loaded.model
             outputs = check_fits(model, bundle)
             arch = getattr(model, "sde_arch", None) or arch
             kwargs = dict(getattr(model, "sde_arch_kwargs", None) or kwargs)
             load_notes = loaded.notes
         digest = file_sha256(checkpoint)
-        notes.append(f"architecture {arch or '(TorchScript)'} with {outputs} outputs")
+        notes.append(f"architecture {_model_kind(arch, code, model)} with {outputs} outputs")
         notes.extend(load_notes)  # e.g. pruning masks folded into the weights
+        if arch_file is not None:
+            arch = arch_file.record
+            notes.append(f"{arch} trusted with SHA-256 {arch_file.sha256[:12]}… (recorded)")
     elif arch and arch != PRECOMPUTED:
         raise WorkspaceError(f"a model without a checkpoint has arch {PRECOMPUTED!r}, not {arch!r}")
     else:
@@ -431,6 +562,7 @@ def _describe(
     entry = ModelEntry(
         name=spec.name, role=role, arch=arch, method=spec.method, arch_kwargs=kwargs,
         sha256=digest, trusted=bool(spec.trusted),
+        arch_sha256=arch_file.sha256 if arch_file is not None else None,
     )  # fmt: skip
     return entry, notes, layers
 
@@ -496,12 +628,16 @@ def add_model(
         "activations": Path(check_path_text(activations, "activations")) if activations else None,
     }
     for key, file in files.items():
-        folder_ok = key == "checkpoint" and file is not None and file.is_dir()
-        if file is not None and not file.is_file() and not folder_ok:
+        if file is not None and file.is_dir():
+            if key == "checkpoint" and (spec.arch == _HF_ARCH or _is_transformers_folder(file)):
+                continue  # a Hugging Face model folder: the language-model route (arch hf)
+            raise WorkspaceError(f"{key} {file} is a folder: give the file inside it")
+        if file is not None and not file.is_file():
             raise WorkspaceError(f"{key} file {file} does not exist: check the path")
+    arch_file = _arch_file_of(ws, spec, Path.cwd())
     bundle = load_dataset(ws.dataset_spec())
     entry, notes, layers = _describe(
-        spec, bundle, ws.defaults, files["checkpoint"], files["activations"]
+        spec, bundle, ws.defaults, files["checkpoint"], files["activations"], arch_file
     )
     _check_addition(ws, entry, replace)
     if replace and entry.name in {m.name for m in ws.models}:
@@ -524,6 +660,15 @@ def add_model(
     staged[WORKSPACE_FILE] = workspace_toml(ws).encode()
     commit_files(ws.root, staged)
     return AddedModel(entry, notes)
+
+
+def _arch_file_of(ws: Workspace, spec: ModelSpec, base: Path) -> _ArchFile | None:
+    """The pinned ``file:`` architecture of ``spec`` (paths relative to ``base``), or None."""
+    from sde_core.inputs.external_archs import is_file_arch
+
+    if not is_file_arch(spec.arch):
+        return None
+    return _pin_arch_file(ws, str(spec.arch), spec.trusted, base)
 
 
 def _precomputed_default_layer(
@@ -699,10 +844,12 @@ def _stage_model(
         rel = f"{folder}/{safe}"
         if rel in (m.checkpoint or m.activations for m in ws.models):
             raise WorkspaceError(f"two uploads are called {safe}: rename one")
+        arch_file = _arch_file_of(ws, spec, Path(ws.root))
         staged = staging.put(rel, upload.data)
         entry, notes, layers = _describe(
-            spec, bundle, ws.defaults, None if is_acts else staged, staged if is_acts else None
-        )
+            spec, bundle, ws.defaults, None if is_acts else staged, staged if is_acts else None,
+            arch_file,
+        )  # fmt: skip
         _check_addition(ws, entry, replace)
     except SDEError as exc:
         return None, [Problem(where, str(exc))], [], None
@@ -763,5 +910,9 @@ def _fitting_defaults(
             notes.append(f"default layer {shared[0]!r} (shared by every activations file)")
     base = EvalSettings.from_mapping(values)
     size = suggest_subset_size(len(bundle.train), len(bundle.test), forget, base)
-    notes.append(f"subset size {size}")
+    n_forget = int(np.unique(forget).size)
+    notes.append(_size_reason(size, len(bundle.train), len(bundle.test), n_forget))
+    warning = null_check_warning(size, len(bundle.test))
+    if warning is not None:
+        notes.append(warning)
     return dataclasses.replace(base, subset_size=size)

@@ -11,7 +11,8 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from sde_core.errors import SettingsError
+from sde_core import errors
+from sde_core.errors import ActivationError, CheckpointError, DataError, SDEError, SettingsError
 from sde_core.pipeline.evaluation.caveats import Caveats, caveat_numbers
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies, model_near_ties
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
@@ -25,6 +26,7 @@ from sde_core.pipeline.workspace import cache_path
 __all__ = [
     "INTERVAL_METHODS",
     "EvaluationResult",
+    "ModelFailure",
     "evaluate_model_job",
     "evaluate_workspace",
     "stage_cache_dir",
@@ -50,6 +52,29 @@ def stage_cache_dir(workspace_root: str | Path) -> Path:
     return cache_path(workspace_root, "stages")
 
 
+#: Errors of one model's own inputs (its file, its layers): that model is reported as not
+#: evaluated and the others are evaluated.
+MODEL_INPUT_ERRORS = (ActivationError, CheckpointError, DataError)
+
+
+@dataclass(frozen=True)
+class ModelFailure:
+    """A model that could not be evaluated because of its own inputs (e.g. its activations file
+    lacks the layer): ``name``, the error's ``message`` (naming the fix) and its ``kind`` (the
+    :mod:`sde_core.errors` class name)."""
+
+    name: str
+    message: str
+    kind: str = "ActivationError"
+
+    def error(self) -> SDEError:
+        """The failure as the error it was (re-raised when every model failed alike)."""
+        kind = getattr(errors, self.kind, None)
+        if isinstance(kind, type) and issubclass(kind, SDEError):
+            return kind(self.message)
+        return ActivationError(self.message)
+
+
 @dataclass
 class EvaluationResult:
     """The result of :func:`evaluate_workspace` (or of an
@@ -62,6 +87,7 @@ class EvaluationResult:
         arrays: ``{"<model>/<name>": array}`` raw H arrays (see :class:`ModelEvaluation`).
         run_id: the store's run id (None without a store). cached_models: models read back.
         draws: one row per (model, draw) (columns of :class:`DrawSummary`).
+        failed: ``{model: message}`` of models not evaluated because of their own inputs.
     """
 
     settings: EvalSettings
@@ -72,6 +98,7 @@ class EvaluationResult:
     run_id: int | None = None
     cached_models: list[str] = field(default_factory=list)
     draws: pd.DataFrame = field(default_factory=pd.DataFrame)
+    failed: dict[str, str] = field(default_factory=dict)
 
     def model_arrays(self, name: str) -> dict[str, np.ndarray]:
         """The raw H arrays of one model, keyed without the model prefix."""
@@ -115,6 +142,7 @@ class EvaluationResult:
             "intervals": INTERVAL_METHODS,
             "caveats": self.caveats().to_dict() if len(self.models) else None,
             "models": models,
+            **({"not_evaluated": dict(self.failed)} if self.failed else {}),
         }
 
 
@@ -129,8 +157,9 @@ def evaluate_model_job(
     stage_dir: str | None = None,
     stages: Sequence[str] = STAGES,
     time_limit: float | None = None,
-) -> ModelEvaluation:
-    """One model's evaluation as a self-contained job (run by an :mod:`sde_core.pipeline.engine`).
+) -> ModelEvaluation | ModelFailure:
+    """One model's evaluation as a self-contained job (run by an :mod:`sde_core.pipeline.engine`),
+    or a :class:`ModelFailure` when the model's own inputs cannot be read (its file, its layer).
 
     Args:
         workspace: the :class:`~sde_core.pipeline.workspace.Workspace` (its files on storage
@@ -145,9 +174,12 @@ def evaluate_model_job(
     from sde_core.inputs.activations import ActivationCache
 
     entry = next(m for m in workspace.models if m.name == model)
-    inputs = load_model_inputs(
-        entry, workspace, bundle, settings, ActivationCache(cache_dir), progress, time_limit
-    )
+    try:
+        inputs = load_model_inputs(
+            entry, workspace, bundle, settings, ActivationCache(cache_dir), progress, time_limit
+        )
+    except MODEL_INPUT_ERRORS as exc:  # this model's own inputs: the others still run
+        return ModelFailure(model, str(exc), type(exc).__name__)
     cache = StageCache(stage_dir, memory_items=256) if stage_dir else None
     return run_model(
         ModelRun(inputs, plan, settings, cache=cache, stages=stages), progress=progress
@@ -250,9 +282,14 @@ def evaluate_workspace(
     ]
     cached = [e.name for e in entries if e.name in done]
     finished: list[ModelEvaluation] = []
+    failed: dict[str, str] = {}
+    failures: list[ModelFailure] = []
 
-    def on_result(job: Job, ev: ModelEvaluation) -> None:
-        if run is not None:
+    def on_result(job: Job, ev: ModelEvaluation | ModelFailure) -> None:
+        if isinstance(ev, ModelFailure):  # not stored: a fixed file is evaluated next time
+            failed[ev.name] = ev.message
+            failures.append(ev)
+        elif run is not None:
             named = {f"{job.key}/{k}": v for k, v in ev.arrays.items()}
             tables = {
                 "models": [ev.summary],
@@ -268,11 +305,22 @@ def evaluate_workspace(
             progress("models", len(cached) + n_finished, len(entries))
 
     engine.run(jobs, on_result=on_result, progress=job_progress)
+    if jobs and len(failed) == len(jobs) and not cached:  # nothing evaluated: one error
+        first = failures[0]
+        others = len(jobs) - 1
+        if others:
+            first = ModelFailure(
+                first.name,
+                f"{first.message} (model {first.name!r}; the other {others} model(s) were not "
+                "evaluated either)",
+                first.kind,
+            )
+        raise first.error()
     if progress:
         progress("models", len(entries), len(entries))
     wanted = [m.name for m in entries]
     if run is not None:
-        complete = set(wanted) >= {m.name for m in ws.models}
+        complete = set(wanted) >= {m.name for m in ws.models} and not failed
         if complete and run.status != "complete" and not store.read_only:
             store.mark_complete(run.id)
         model_df = store.rows(run.id, "models")
@@ -302,6 +350,7 @@ def evaluate_workspace(
         run_id=None if run is None else run.id,
         cached_models=cached,
         draws=_in_order(draw_df, "model", wanted),
+        failed={name: failed[name] for name in wanted if name in failed},
     )
 
 
