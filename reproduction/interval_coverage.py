@@ -2,7 +2,8 @@
 
 For every demo, model and seed 0..S-1 the evaluation runs at the workspace ``[defaults]`` with
 only the seed changed (the HSIC stages: references, panels, controls, null check; the classic
-metrics and baselines do not enter any interval). Each (demo, seed, model) is one unit of a
+metrics, cheap, are computed too: the behaviour check behind ``evidence_conflict``; the baselines
+do not enter). Each (demo, seed, model) is one unit of a
 results store, so an interrupted run resumes where it stopped (``--store``, default
 ``reproduction/results/coverage.sqlite``).
 
@@ -37,7 +38,7 @@ from sde_core.pipeline.evaluate import EvaluationSession  # noqa: E402
 from sde_core.pipeline.store import ResultsStore  # noqa: E402
 
 DEMOS = {"fashion-mnist": ROOT / "assets" / "demo", "mnist1d": ROOT / "assets" / "demo-mnist1d"}
-STAGES = ("references", "panels", "controls", "null")
+STAGES = ("references", "panels", "controls", "null", "classic")
 #: metric -> (point, lo, hi) columns of the models table.
 METRICS = {
     "OTR": ("otr", "otr_lo", "otr_hi"),
@@ -47,18 +48,22 @@ METRICS = {
 }
 
 
-def _run_key(session: EvaluationSession, seeds: int) -> dict[str, object]:
+def _run_key(
+    session: EvaluationSession, seeds: int, models: list[str] | None = None
+) -> dict[str, object]:
     settings = session.defaults()
     key = {k: v for k, v in settings.result_key().items() if k != "seed"}
-    return {**key, "study": "coverage", "stages": list(STAGES), "seeds": seeds}
+    key = {**key, "study": "coverage", "stages": list(STAGES), "seeds": seeds}
+    return {**key, "models": sorted(models)} if models else key
 
 
-def run(seeds: int, store_path: Path, demos: list[str]) -> None:
+def run(seeds: int, store_path: Path, demos: list[str], only: list[str] | None = None) -> None:
     """Evaluate every (demo, seed, model) not yet in the store."""
     sessions = {d: EvaluationSession(DEMOS[d], stage_dir=None, memory_items=0) for d in demos}
     with ResultsStore(store_path) as store:
         runs = {
-            d: store.open_run(s.workspace_hash, _run_key(s, seeds)) for d, s in sessions.items()
+            d: store.open_run(s.workspace_hash, _run_key(s, seeds, only))
+            for d, s in sessions.items()
         }
         for seed in range(seeds):
             for demo, session in sessions.items():
@@ -66,6 +71,8 @@ def run(seeds: int, store_path: Path, demos: list[str]) -> None:
                 done = store.finished_units(run_id)
                 settings = session.defaults().with_overrides(seed=seed)
                 for entry in session.workspace.models:
+                    if only and entry.name not in only:
+                        continue
                     unit = f"{seed}/{entry.name}"
                     if unit in done:
                         continue
@@ -83,9 +90,9 @@ def run(seeds: int, store_path: Path, demos: list[str]) -> None:
                         flush=True,
                     )
             for demo in demos:
-                if len(store.finished_units(runs[demo].id)) == seeds * len(
-                    sessions[demo].workspace.models
-                ):
+                names = [m.name for m in sessions[demo].workspace.models]
+                count = len([n for n in names if not only or n in only])
+                if len(store.finished_units(runs[demo].id)) == seeds * count:
                     store.mark_complete(runs[demo].id)
 
 
@@ -124,13 +131,15 @@ def _fmt(v: object, digits: int = 3) -> str:
     return str(v)
 
 
-def report(seeds: int, store_path: Path, out: Path, demos: list[str]) -> pd.DataFrame:
+def report(
+    seeds: int, store_path: Path, out: Path, demos: list[str], only: list[str] | None = None
+) -> pd.DataFrame:
     """Coverage table from the stored runs; writes ``out`` (markdown)."""
     frames, caveats = [], []
     with ResultsStore(store_path) as store:
         for demo in demos:
             session = EvaluationSession(DEMOS[demo], stage_dir=None, memory_items=0)
-            run_id = store.open_run(session.workspace_hash, _run_key(session, seeds)).id
+            run_id = store.open_run(session.workspace_hash, _run_key(session, seeds, only)).id
             if "models" not in store.tables(run_id):
                 continue
             models = store.rows(run_id, "models")
@@ -209,12 +218,13 @@ def main() -> None:
     p.add_argument("--store", type=Path, default=ROOT / "reproduction/results/coverage.sqlite")
     p.add_argument("--out", type=Path, default=ROOT / "reproduction/results/coverage.md")
     p.add_argument("--demo", action="append", choices=sorted(DEMOS), help="default: both")
+    p.add_argument("--model", action="append", help="only these models (default: all)")
     p.add_argument("--report", action="store_true", help="only write the coverage table")
     args = p.parse_args()
     demos = args.demo or list(DEMOS)
     if not args.report:
-        run(args.seeds, args.store, demos)
-    table = report(args.seeds, args.store, args.out, demos)
+        run(args.seeds, args.store, demos, args.model)
+    table = report(args.seeds, args.store, args.out, demos, args.model)
     pd.set_option("display.width", 250)
     cols = ["demo", "model", "reported"] + [f"{m} coverage" for m in METRICS]
     print(table[cols].to_string(index=False))

@@ -21,7 +21,7 @@ __all__ = ["ALGORITHM_VERSION", "EvalSettings"]
 
 #: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
 #: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
-ALGORITHM_VERSION = 4
+ALGORITHM_VERSION = 5
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,14 @@ def parse_int_values(text: str, minimum: int = 4) -> list[int]:
 
 #: Layer-independent columns of the comparison (from the ``output`` probabilities).
 _CLASSIC = (("acc_r", "Acc_r (%)"), ("acc_f", "Acc_f (%)"), ("acc_te", "Acc_te (%)"))
+#: The behaviour check (method §9), layer-independent: D_f against unseen data.
+_BEHAVIOUR = (
+    ("acc_gap", "Acc gap D_f−D_te (pts)"),
+    ("acc_gap_lo", "Acc gap lo"),
+    ("acc_gap_hi", "Acc gap hi"),
+    ("mia_forget", "MIA on D_f"),
+    ("mia_unseen", "MIA on unseen"),
+)
 #: Per-layer columns of the comparison.
 _PER_LAYER = (
     ("otr", "OTR"),
@@ -130,8 +138,10 @@ _PER_LAYER = (
 _ESTIMATES = (
     ("OTR", "otr"),
     ("cal. OTR", "calibrated_otr"),
+    ("over-unlearned share", "over_unlearned_rate"),
     ("F1", "f1"),
-    ("dependence", "dependence_score"),
+    ("MMD F1", "mmd_f1"),
+    ("W2 F1", "w2_f1"),
 )
 
 
@@ -157,6 +167,8 @@ def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFram
     for col, label in _CLASSIC:
         table[label] = column(first, col)
     table["ASR (%)"] = column(first, "asr").astype(float) * 100
+    for col, label in _BEHAVIOUR:
+        table[label] = column(first, col)
     for layer, models in models_by_layer.items():
         by_name: Any = models.set_index("name").loc[table["name"]]
         for col, label in _PER_LAYER:
@@ -164,6 +176,8 @@ def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFram
         table[f"verdict [{layer}]"] = [verdict_label(row) for row in records(by_name.reset_index())]
         if "inconclusive_reason" in by_name:  # method §12: why the numbers are withheld
             table[f"why inconclusive [{layer}]"] = by_name["inconclusive_reason"].to_numpy()
+        if "evidence_conflict" in by_name:  # method §9: SDE vs the model's behaviour
+            table[f"conflicting evidence [{layer}]"] = by_name["evidence_conflict"].to_numpy()
     table["time (s)"] = column(first, "seconds")
     return table.reset_index(drop=True)
 
@@ -178,6 +192,10 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
     table = comparison_table(models_by_layer)
     out = table[["name", "role", "method", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)", "ASR (%)"]]
     out = out.copy()
+    out["Acc gap D_f−D_te (pts)"] = [
+        format_estimate(v, lo, hi)
+        for v, lo, hi in table[["Acc gap D_f−D_te (pts)", "Acc gap lo", "Acc gap hi"]].to_numpy()
+    ]
     for layer, models in models_by_layer.items():
         rows = records(models.set_index("name").loc[table["name"]].reset_index())
         for label, key in _ESTIMATES:
@@ -187,7 +205,7 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
                 for r in rows
             ]  # fmt: skip
         out[f"over-unlearned [{layer}]"] = [_over(r) for r in rows]
-        for name in ("refs valid", "verdict", "why inconclusive"):
+        for name in ("refs valid", "verdict", "conflicting evidence", "why inconclusive"):
             column = f"{name} [{layer}]"
             if column in table:
                 out[column] = table[column].to_numpy()

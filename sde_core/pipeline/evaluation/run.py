@@ -302,7 +302,7 @@ class ModelRun:
         inp = self.inputs
         if inp.train_probs is None or inp.test_probs is None or inp.train_labels is None:
             return
-        from sde_core.learning.metrics import metrics_from_probs
+        from sde_core.learning.metrics import behaviour_check, metrics_from_probs
 
         key = ""
         if self.cache.enabled:
@@ -321,7 +321,12 @@ class ModelRun:
             inp.train_probs, inp.train_labels, inp.test_probs, inp.test_labels,
             self.plan.forget, self.plan.retain, seed=self.settings.seed,
         )  # fmt: skip
+        behaviour = behaviour_check(
+            inp.train_probs, inp.train_labels, inp.test_probs, inp.test_labels,
+            self.plan.forget, self.plan.retain, seed=self.settings.seed,
+        )  # fmt: skip
         values = {"acc_r": m.acc_r, "acc_f": m.acc_f, "acc_te": m.acc_te, "asr": m.asr}
+        values.update(behaviour.to_dict())
         if self.cache.enabled:
             self.cache.put(
                 "classic", key, {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
@@ -452,17 +457,19 @@ class ModelRun:
 
     # ------------------------------------------------------------------ results
 
-    def _baseline_f1(self, draws: tuple[DrawState, ...], attr: str) -> float:
-        truth: list[bool] = []
-        pred: list[bool] = []
+    def _baseline_f1(self, draws: tuple[DrawState, ...], attr: str) -> dict[int, tuple[float, int]]:
+        """``{draw: (F1, controls)}`` of a baseline's nearest-reference decisions, per draw
+        that scored all its baseline controls (positives then negatives)."""
+        out: dict[int, tuple[float, int]] = {}
         for b, d in enumerate(self.plan.draws):
             values = getattr(draws[b], attr)
             k = d.baseline_controls
             if values is None or k == 0 or np.isnan(values).any():
                 continue
-            truth += [True] * k + [False] * k
-            pred += [bool(x) for x in values[:, 0] <= values[:, 1]]
-        return controlled_f1(truth, pred).f1 if truth else _NAN
+            truth = [True] * k + [False] * k
+            pred = [bool(x) for x in values[:, 0] <= values[:, 1]]
+            out[d.index] = (controlled_f1(truth, pred).f1, 2 * k)
+        return out
 
     def evaluation(self, complete: bool = True, state: _Snapshot | None = None) -> ModelEvaluation:
         """The :class:`ModelEvaluation` of everything finished so far (or at ``state``)."""
@@ -478,11 +485,12 @@ class ModelRun:
             "f1_negatives": self.f1_negatives,
         }
         extras = dict(snap.extras)
-        extras["mmd_f1"] = self._baseline_f1(snap.draws, "mmd")
-        extras["w2_f1"] = self._baseline_f1(snap.draws, "w2")
+        baselines = {name: self._baseline_f1(snap.draws, name) for name in ("mmd", "w2")}
         extras["baseline_controls"] = 2 * sum(d.baseline_controls for d in self.plan.draws)
         extras["eval_seconds"] = snap.elapsed
-        summary, draws = summarize(identity, snap.draws, s, extras, self.plan.notes)
+        summary, draws = summarize(
+            identity, snap.draws, s, extras, self.plan.notes, baselines=baselines
+        )
         return ModelEvaluation(
             model=summary,
             draws=draws,
@@ -496,7 +504,7 @@ class ModelRun:
     ) -> list[dict[str, Any]]:
         name = self.inputs.name
         paper_ok = summary.references_valid and summary.panel_valid
-        cal_ok = summary.panel_valid
+        cal_ok = bool(np.isfinite(summary.calibrated_otr))  # not withheld by a gate
         rows: list[dict[str, Any]] = []
 
         def plain(kind: str, draw: int, index: int, h: np.ndarray, spread: float) -> None:
