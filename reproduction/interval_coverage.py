@@ -154,6 +154,17 @@ def report(
                     "seeds": int(models["seed"].nunique()),
                     "split-level FPR (nominal 0.01)": float(models["null_split_fpr"].mean()),
                     "calibrated FPR (nominal ≤ 0.05)": float(models["null_calibrated_fpr"].mean()),
+                    "false out-of-training on training subsets (≤ 0.05)": float(
+                        models["null_out_of_training_fpr"].mean()
+                    ),
+                    "calibrated evidence withheld by the null/outlier gate": "{}/{}".format(
+                        int(
+                            (
+                                models["inconclusive_reason"].str.contains("null check|outlying")
+                            ).sum()
+                        ),
+                        len(models),
+                    ),
                     "score–spread r pooled (median)": float(models["score_spread_corr"].median()),
                     "within-group r (median)": float(models["score_spread_corr_within"].median()),
                     "within-group r (5th–95th pct)": "{:.2f}–{:.2f}".format(
@@ -166,14 +177,28 @@ def report(
                     ),
                 }
             )
-    table = _coverage(pd.concat(frames, ignore_index=True))
+    everything = pd.concat(frames, ignore_index=True)
+    table = _coverage(everything)
+    flags = (
+        everything.assign(
+            conflict=everything["evidence_conflict"].astype(str).str.len() > 0,
+            over=everything["over_unlearned"].astype(bool),
+        )
+        .groupby(["demo", "name"], sort=False)
+        .agg(seeds=("seed", "nunique"), conflict=("conflict", "sum"), over=("over", "sum"))
+        .reset_index()
+    )
+    done = int(everything["seed"].nunique())
     lines = [
         "# Interval coverage across seeds (method §12)",
         "",
-        f"`reproduction/interval_coverage.py --seeds {seeds}`: every model of each demo at its "
-        "`[defaults]` "
+        f"`reproduction/interval_coverage.py --seeds {seeds}"
+        + "".join(f" --model {m}" for m in only or [])
+        + "`: "
+        + ("the models named" if only else "every model")
+        + " of each demo at its `[defaults]` "
         "(layer `output`, n = 400, T = 100, K = 200, R = 20, B = 5 draws), seeds 0–"
-        f"{seeds - 1}. 'mean' is the {seeds}-seed mean of the point value; 'cov.' the share of "
+        f"{done - 1}. 'mean' is the {done}-seed mean of the point value; 'cov.' the share of "
         "seeds whose 95% interval contains it; 'SD' the SD of the point value across seeds; "
         "'width' the median interval width; 'reported' the seeds where the gate let the "
         "numbers through; an unbounded dependence-score interval (Fieller: the denominator "
@@ -197,6 +222,16 @@ def report(
             ]
         cells.append(_fmt(r.get("dependence score unbounded", float("nan")), 0))
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines += [
+        "",
+        "## Verdict flags per model (seeds with the flag / seeds)",
+        "",
+        "| demo | model | conflicting evidence | over-unlearned (model test) |",
+        "|---|---|---|---|",
+    ]
+    for r in flags.to_dict("records"):
+        n = r["seeds"]
+        lines.append(f"| {r['demo']} | {r['name']} | {r['conflict']}/{n} | {r['over']}/{n} |")
     lines += [
         "",
         "## Measured caveats (null check and spread control, mean over models and seeds)",

@@ -168,6 +168,11 @@ def _estimate(row: Mapping[str, Any], key: str) -> str:
     )  # fmt: skip
 
 
+def _text(value: Any) -> str:
+    """A text column's value, "" when it is missing (None or NaN in an older row)."""
+    return value if isinstance(value, str) else ""
+
+
 def _over_unlearning(row: Mapping[str, Any]) -> str:
     p = _float(_get(row, "over_unlearning_p"))
     if math.isnan(p):
@@ -222,7 +227,7 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
                 "score–spread r": format_number(_get(r, "score_spread_corr"), digits=2),
                 "method time (s)": format_number(_get(r, "seconds")),
                 "why withheld": _get(r, "inconclusive_reason") or "",
-                "conflicting evidence": _get(r, "evidence_conflict") or "",
+                "conflicting evidence": _text(_get(r, "evidence_conflict")),
             }
         )
     return pd.DataFrame(out)
