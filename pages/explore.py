@@ -144,12 +144,14 @@ def headline(result: EvaluationResult, model: str, tag: str) -> None:
     for col, label, key, show, pct_ in (
         (cols[1], "OTR (out-of-training rate)", "otr", pct, True),
         (cols[2], "Controlled F1", "f1", fmt, False),
-        (cols[3], "Dependence score", "dependence_score", fmt, False),
     ):
         metric(col, label, headline_value(row, key, show), key)
         if row[key] == row[key]:
             shown = format_estimate(row[key], row[f"{key}_lo"], row[f"{key}_hi"], percent=pct_)
             col.caption(f"95% interval over B = {draws} draws: {shown.split(' ', 1)[-1]}")
+    metric(cols[3], "Dependence score (diagnostic)", headline_value(row, "dependence_score", fmt),
+           "dependence_score")  # fmt: skip
+    cols[3].caption("not a verdict: its interval is rarely informative (method §5)")
     metric(cols[4], "σ used", fmt(row["sigma"], 4), "sigma")
     cols[4].caption(f"layer {row['layer']}, d = {int(row['dim'])}")
     reason = row.get("inconclusive_reason")
@@ -239,10 +241,13 @@ def calibrated(result: EvaluationResult, model: str, tag: str) -> None:
         metric(col, COUNTS[key], "withheld" if gated else str(int(row[key])), key)
     if bool(row["over_unlearned"]) and not gated:
         st.warning(
-            f"**Over-unlearned** (p = {fmt_p(row['over_unlearning_p'])}): the forget set looks "
-            "significantly LESS familiar to the model than data it never saw — "
-            + over_unlearning_meaning(str(row.get("role", "")))
+            f"**Over-unlearned** (p = {fmt_p(row['over_unlearning_p'])}): the model's outputs "
+            "on the forget set are significantly flatter (lower spread) than on data it never "
+            "saw — " + over_unlearning_meaning(str(row.get("role", "")))
         )
+    conflict = row.get("evidence_conflict")
+    if isinstance(conflict, str) and conflict.strip():
+        st.error(f"**Conflicting evidence** (method §9): {conflict.strip()}")
     left, right = st.columns(2)
     with left:
         plot(panel_figure(result, model), f"x_panel{tag}")

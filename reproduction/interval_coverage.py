@@ -2,7 +2,8 @@
 
 For every demo, model and seed 0..S-1 the evaluation runs at the workspace ``[defaults]`` with
 only the seed changed (the HSIC stages: references, panels, controls, null check; the classic
-metrics and baselines do not enter any interval). Each (demo, seed, model) is one unit of a
+metrics, cheap, are computed too: the behaviour check behind ``evidence_conflict``; the baselines
+do not enter). Each (demo, seed, model) is one unit of a
 results store, so an interrupted run resumes where it stopped (``--store``, default
 ``reproduction/results/coverage.sqlite``).
 
@@ -37,7 +38,7 @@ from sde_core.pipeline.evaluate import EvaluationSession  # noqa: E402
 from sde_core.pipeline.store import ResultsStore  # noqa: E402
 
 DEMOS = {"fashion-mnist": ROOT / "assets" / "demo", "mnist1d": ROOT / "assets" / "demo-mnist1d"}
-STAGES = ("references", "panels", "controls", "null")
+STAGES = ("references", "panels", "controls", "null", "classic")
 #: metric -> (point, lo, hi) columns of the models table.
 METRICS = {
     "OTR": ("otr", "otr_lo", "otr_hi"),
@@ -47,18 +48,22 @@ METRICS = {
 }
 
 
-def _run_key(session: EvaluationSession, seeds: int) -> dict[str, object]:
+def _run_key(
+    session: EvaluationSession, seeds: int, models: list[str] | None = None
+) -> dict[str, object]:
     settings = session.defaults()
     key = {k: v for k, v in settings.result_key().items() if k != "seed"}
-    return {**key, "study": "coverage", "stages": list(STAGES), "seeds": seeds}
+    key = {**key, "study": "coverage", "stages": list(STAGES), "seeds": seeds}
+    return {**key, "models": sorted(models)} if models else key
 
 
-def run(seeds: int, store_path: Path, demos: list[str]) -> None:
+def run(seeds: int, store_path: Path, demos: list[str], only: list[str] | None = None) -> None:
     """Evaluate every (demo, seed, model) not yet in the store."""
     sessions = {d: EvaluationSession(DEMOS[d], stage_dir=None, memory_items=0) for d in demos}
     with ResultsStore(store_path) as store:
         runs = {
-            d: store.open_run(s.workspace_hash, _run_key(s, seeds)) for d, s in sessions.items()
+            d: store.open_run(s.workspace_hash, _run_key(s, seeds, only))
+            for d, s in sessions.items()
         }
         for seed in range(seeds):
             for demo, session in sessions.items():
@@ -66,6 +71,8 @@ def run(seeds: int, store_path: Path, demos: list[str]) -> None:
                 done = store.finished_units(run_id)
                 settings = session.defaults().with_overrides(seed=seed)
                 for entry in session.workspace.models:
+                    if only and entry.name not in only:
+                        continue
                     unit = f"{seed}/{entry.name}"
                     if unit in done:
                         continue
@@ -83,9 +90,9 @@ def run(seeds: int, store_path: Path, demos: list[str]) -> None:
                         flush=True,
                     )
             for demo in demos:
-                if len(store.finished_units(runs[demo].id)) == seeds * len(
-                    sessions[demo].workspace.models
-                ):
+                names = [m.name for m in sessions[demo].workspace.models]
+                count = len([n for n in names if not only or n in only])
+                if len(store.finished_units(runs[demo].id)) == seeds * count:
                     store.mark_complete(runs[demo].id)
 
 
@@ -124,13 +131,15 @@ def _fmt(v: object, digits: int = 3) -> str:
     return str(v)
 
 
-def report(seeds: int, store_path: Path, out: Path, demos: list[str]) -> pd.DataFrame:
+def report(
+    seeds: int, store_path: Path, out: Path, demos: list[str], only: list[str] | None = None
+) -> pd.DataFrame:
     """Coverage table from the stored runs; writes ``out`` (markdown)."""
     frames, caveats = [], []
     with ResultsStore(store_path) as store:
         for demo in demos:
             session = EvaluationSession(DEMOS[demo], stage_dir=None, memory_items=0)
-            run_id = store.open_run(session.workspace_hash, _run_key(session, seeds)).id
+            run_id = store.open_run(session.workspace_hash, _run_key(session, seeds, only)).id
             if "models" not in store.tables(run_id):
                 continue
             models = store.rows(run_id, "models")
@@ -145,6 +154,17 @@ def report(seeds: int, store_path: Path, out: Path, demos: list[str]) -> pd.Data
                     "seeds": int(models["seed"].nunique()),
                     "split-level FPR (nominal 0.01)": float(models["null_split_fpr"].mean()),
                     "calibrated FPR (nominal ≤ 0.05)": float(models["null_calibrated_fpr"].mean()),
+                    "false out-of-training on training subsets (≤ 0.05)": float(
+                        models["null_out_of_training_fpr"].mean()
+                    ),
+                    "calibrated evidence withheld by the null/outlier gate": "{}/{}".format(
+                        int(
+                            (
+                                models["inconclusive_reason"].str.contains("null check|outlying")
+                            ).sum()
+                        ),
+                        len(models),
+                    ),
                     "score–spread r pooled (median)": float(models["score_spread_corr"].median()),
                     "within-group r (median)": float(models["score_spread_corr_within"].median()),
                     "within-group r (5th–95th pct)": "{:.2f}–{:.2f}".format(
@@ -157,14 +177,28 @@ def report(seeds: int, store_path: Path, out: Path, demos: list[str]) -> pd.Data
                     ),
                 }
             )
-    table = _coverage(pd.concat(frames, ignore_index=True))
+    everything = pd.concat(frames, ignore_index=True)
+    table = _coverage(everything)
+    flags = (
+        everything.assign(
+            conflict=everything["evidence_conflict"].astype(str).str.len() > 0,
+            over=everything["over_unlearned"].astype(bool),
+        )
+        .groupby(["demo", "name"], sort=False)
+        .agg(seeds=("seed", "nunique"), conflict=("conflict", "sum"), over=("over", "sum"))
+        .reset_index()
+    )
+    done = int(everything["seed"].nunique())
     lines = [
         "# Interval coverage across seeds (method §12)",
         "",
-        f"`reproduction/interval_coverage.py --seeds {seeds}`: every model of each demo at its "
-        "`[defaults]` "
+        f"`reproduction/interval_coverage.py --seeds {seeds}"
+        + "".join(f" --model {m}" for m in only or [])
+        + "`: "
+        + ("the models named" if only else "every model")
+        + " of each demo at its `[defaults]` "
         "(layer `output`, n = 400, T = 100, K = 200, R = 20, B = 5 draws), seeds 0–"
-        f"{seeds - 1}. 'mean' is the {seeds}-seed mean of the point value; 'cov.' the share of "
+        f"{done - 1}. 'mean' is the {done}-seed mean of the point value; 'cov.' the share of "
         "seeds whose 95% interval contains it; 'SD' the SD of the point value across seeds; "
         "'width' the median interval width; 'reported' the seeds where the gate let the "
         "numbers through; an unbounded dependence-score interval (Fieller: the denominator "
@@ -190,6 +224,16 @@ def report(seeds: int, store_path: Path, out: Path, demos: list[str]) -> pd.Data
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines += [
         "",
+        "## Verdict flags per model (seeds with the flag / seeds)",
+        "",
+        "| demo | model | conflicting evidence | over-unlearned (model test) |",
+        "|---|---|---|---|",
+    ]
+    for r in flags.to_dict("records"):
+        n = r["seeds"]
+        lines.append(f"| {r['demo']} | {r['name']} | {r['conflict']}/{n} | {r['over']}/{n} |")
+    lines += [
+        "",
         "## Measured caveats (null check and spread control, mean over models and seeds)",
         "",
     ]
@@ -209,12 +253,13 @@ def main() -> None:
     p.add_argument("--store", type=Path, default=ROOT / "reproduction/results/coverage.sqlite")
     p.add_argument("--out", type=Path, default=ROOT / "reproduction/results/coverage.md")
     p.add_argument("--demo", action="append", choices=sorted(DEMOS), help="default: both")
+    p.add_argument("--model", action="append", help="only these models (default: all)")
     p.add_argument("--report", action="store_true", help="only write the coverage table")
     args = p.parse_args()
     demos = args.demo or list(DEMOS)
     if not args.report:
-        run(args.seeds, args.store, demos)
-    table = report(args.seeds, args.store, args.out, demos)
+        run(args.seeds, args.store, demos, args.model)
+    table = report(args.seeds, args.store, args.out, demos, args.model)
     pd.set_option("display.width", 250)
     cols = ["demo", "model", "reported"] + [f"{m} coverage" for m in METRICS]
     print(table[cols].to_string(index=False))

@@ -127,7 +127,7 @@ def test_explore_shows_the_library_numbers(ws, expected):
     assert shown["Reference U-test p"] == p_value(row["reference_p"])
     assert shown["OTR (out-of-training rate)"] == pct(row["otr"])
     assert shown["Controlled F1"] == format_number(row["f1"])
-    assert shown["Dependence score"] == format_number(row["dependence_score"])
+    assert shown["Dependence score (diagnostic)"] == format_number(row["dependence_score"])
     assert shown["σ used"] == format_number(row["sigma"], digits=4)
     assert shown["Calibrated OTR"] == pct(row["calibrated_otr"])
     assert shown["in-training"] == str(row["n_in_training"])
@@ -296,7 +296,7 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
         r = lib.loc[name]
         # "value [lo, hi]" over the draws, or "withheld" when the gate withholds it (method §12)
         for column, key, percent in (("OTR", "otr", True), ("F1", "f1", False),
-                                     ("dependence", "dependence_score", False)):  # fmt: skip
+                                     ("MMD F1", "mmd_f1", False)):  # fmt: skip
             shown = format_estimate(
                 r[key], r[f"{key}_lo"], r[f"{key}_hi"], percent=percent,
                 reason=r["inconclusive_reason"],
@@ -305,6 +305,7 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
         assert table.loc[name, "Acc_f (%)"] == pytest.approx(r["acc_f"])
         assert table.loc[name, "ASR (%)"] == pytest.approx(100 * r["asr"])
         assert table.loc[name, "verdict [output]"] == verdict_label(r)
+        assert table.loc[name, "conflicting evidence [output]"] == r["evidence_conflict"]
         assert table.loc[name, "over-unlearned [output]"].split(" ")[0] in ("yes", "no", "withheld")
     pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate")).models
     for row in pen.to_dict("records"):

@@ -26,6 +26,7 @@ from sde_core.stats.decision import (
     null_check,
     out_of_training_rate,
     over_unlearning_test,
+    panel_outliers,
     pool_null_checks,
     reference_check,
     reference_panel_check,
@@ -179,9 +180,10 @@ def test_calibrated_verdict_p_values():
 def test_calibrated_otr_and_panel_check():
     r = calibrated_otr(["out-of-training", "inconclusive", "in-training", "out-of-training"])
     assert (r.k, r.n) == (2, 4)
-    # An over-unlearned target is not like training data either: it counts as forgotten.
+    # An over-unlearned target (flatter outputs than unseen data) is never counted as
+    # forgotten: the calibrated OTR counts out-of-training verdicts only (method §9).
     r = calibrated_otr(["over-unlearned", "inconclusive", "in-training", "out-of-training"])
-    assert (r.k, r.n) == (2, 4)
+    assert (r.k, r.n) == (1, 4)
     chk = reference_panel_check(np.arange(10, 20), np.arange(0, 10))
     assert chk.valid and chk.p_value == pytest.approx(
         stats.mannwhitneyu(np.arange(10, 20), np.arange(0, 10), alternative="greater").pvalue
@@ -318,3 +320,26 @@ def test_bad_input_raises_sde_error(call, match):
     with pytest.raises(SDEError, match=match) as info:
         call()
     assert isinstance(info.value, InputError)
+
+
+def test_panel_outliers_name_the_member_and_the_verdict_it_blocks():
+    rng = np.random.default_rng(11)
+    it, oot = 1.0 + 0.01 * rng.normal(size=20), 0.01 * rng.normal(size=20)
+    assert panel_outliers(it, oot) == ()  # an ordinary panel
+    high = oot.copy()
+    high[4] = 1.0  # one "unseen" member at the training level
+    (found,) = panel_outliers(it, high)
+    assert (found.side, found.member, found.blocks) == ("oot", 4, "in-training") and found.z > 8
+    low_it = it.copy()
+    low_it[0] = 0.0
+    (found,) = panel_outliers(low_it, oot)
+    assert (found.side, found.blocks) == ("it", "out-of-training")
+    low_oot = oot.copy()
+    low_oot[1] = -1.0
+    assert [o.blocks for o in panel_outliers(it, low_oot)] == ["over-unlearned"]
+    high_it = it.copy()
+    high_it[3] = 5.0  # a high IT member blocks nothing
+    assert panel_outliers(high_it, oot) == ()
+    flat = np.zeros(20)
+    flat[2] = 1e-9  # all others equal: any difference is infinitely far out
+    assert panel_outliers(it, flat)[0].z == np.inf

@@ -44,11 +44,16 @@ def test_draw_subsets_respects_pools(forget, settings):
     assert all(np.unique(r).size == 60 for r in plan.targets)  # without replacement
     # The targets are partitioned among the draws (4 each), not shared.
     assert np.array_equal(plan.target_draw, np.repeat(np.arange(5), 4))
+    retain = set(plan.retain.tolist())
     for d in plan.draws:
-        # Panels are disjoint where their half of the pool allows: D_r's reference half has
-        # 450 rows (7 subsets of 60), D_te's 400 (6 subsets).
-        assert np.unique(d.it_panel[:7]).size == 7 * 60
-        assert np.unique(d.oot_panel[:6]).size == 6 * 60
+        # Panel members are independent uniform subsets of the whole pool (method §9), not of
+        # the reference half: each without repeats, together covering both halves.
+        assert all(np.unique(r).size == 60 for r in np.vstack([d.it_panel, d.oot_panel]))
+        assert set(d.it_panel.ravel().tolist()) <= retain
+        for panel, (ref_half, ctl_half) in ((d.it_panel, d.retain_halves),
+                                            (d.oot_panel, d.test_halves)):  # fmt: skip
+            rows = set(panel.ravel().tolist())
+            assert rows & set(ref_half.tolist()) and rows & set(ctl_half.tolist())
     again = draw_subsets(N_TR, N_TE, forget, settings)
     np.testing.assert_array_equal(plan.targets, again.targets)
     assert plan.fingerprint() == again.fingerprint()
@@ -56,15 +61,13 @@ def test_draw_subsets_respects_pools(forget, settings):
     assert plan.fingerprint() != other.fingerprint()
 
 
-def test_controls_and_null_pairs_never_share_rows_with_what_they_are_compared_with(
-    forget, settings
-):
+def test_controls_and_null_pairs_never_share_rows_with_the_references(forget, settings):
     """method §12: F1 controls, baseline subsets and null pairs come from the control half of
-    their pool, the references and panels from the other half."""
+    their pool, S_IT and S_OOT from the other half (the panels from the whole pool, §9)."""
     plan = draw_subsets(N_TR, N_TE, forget, settings)
     for d in plan.draws:
-        it_side = set(d.it_ref.tolist()) | set(d.it_panel.ravel().tolist())
-        oot_side = set(d.oot_ref.tolist()) | set(d.oot_panel.ravel().tolist())
+        it_side = set(d.it_ref.tolist())
+        oot_side = set(d.oot_ref.tolist())
         assert not set(d.f1_pos.ravel().tolist()) & it_side
         assert not set(d.f1_neg_test.ravel().tolist()) & oot_side
         assert not set(d.null_pairs.ravel().tolist()) & oot_side
@@ -146,11 +149,13 @@ def test_invalid_references_make_every_decision_inconclusive(forget, settings):
     assert np.isfinite(ev.summary["otr_raw"])  # the raw value is kept for diagnostics
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_pure_noise_gives_chance_f1_for_sde_and_both_baselines(forget, seed):
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_pure_noise_gives_chance_or_withheld_f1_for_sde_and_both_baselines(forget, seed):
     """Controls disjoint from the references (method §12): on Gaussian noise no method can tell
-    in- from out-of-training subsets. Before, controls shared rows with S_IT / S_OOT and the
-    MMD and W2 baselines scored F1 = 1.0 on noise."""
+    in- from out-of-training subsets. The baselines get SDE's discipline (draws, an interval,
+    the gate): on noise each is withheld, or its interval covers 0.5. (Before the controls were
+    kept apart from the references, MMD and W2 scored F1 = 1.0 on noise; before the gate, the
+    MMD baseline published 0.63 ± 0.10 with no interval.)"""
     s = EvalSettings(
         subset_size=60, targets=40, splits=20, panel_size=20, null_pairs=5, baseline_targets=40,
         seed=seed,
@@ -159,14 +164,19 @@ def test_pure_noise_gives_chance_f1_for_sde_and_both_baselines(forget, seed):
     rng = np.random.default_rng(100 + seed)
     tr, te = rng.normal(size=(N_TR, D)), rng.normal(size=(N_TE, D))
     f1 = evaluate_arrays(ModelInputs("noise", "unlearned", tr, te), plan, s).summary
-    for key in ("f1_raw", "mmd_f1", "w2_f1"):
-        assert 0.2 <= f1[key] <= 0.8, (key, f1[key])
+    for key in ("f1", "mmd_f1", "w2_f1"):
+        assert 0.2 <= f1[f"{key}_raw"] <= 0.8, (key, f1[f"{key}_raw"])
+        if np.isnan(f1[key]):
+            assert f1["inconclusive_reason"] and np.isnan(f1[f"{key}_lo"])
+        else:
+            assert f1[f"{key}_lo"] <= 0.5 <= f1[f"{key}_hi"], key
+    assert f1["evidence_conflict"] == ""  # no probabilities: no behaviour to conflict with
 
 
 def test_noise_f1_averages_one_half():
     """Averaged over seeds, the three methods' F1 on noise is 0.5 (balanced controls)."""
     forget = np.random.default_rng(0).choice(N_TR, N_F, replace=False)
-    values: dict[str, list[float]] = {"f1_raw": [], "mmd_f1": [], "w2_f1": []}
+    values: dict[str, list[float]] = {"f1_raw": [], "mmd_f1_raw": [], "w2_f1_raw": []}
     for seed in range(6):
         s = EvalSettings(
             subset_size=40, targets=40, splits=10, panel_size=20, null_pairs=5,
@@ -195,7 +205,10 @@ def test_over_unlearning_is_its_own_verdict(forget, settings):
     assert s["panel_valid"] and s["over_unlearned"]
     assert s["over_unlearning_p"] < 1e-3
     assert s["over_unlearned_rate"] >= 0.9 and s["n_over_unlearned"] >= 18
-    assert s["calibrated_otr"] >= 0.9  # over-unlearned targets are not like training data
+    # Over-unlearned targets are never counted as forgotten: the calibrated OTR counts
+    # out-of-training verdicts only.
+    assert s["calibrated_otr"] == pytest.approx(s["n_out_of_training"] / settings.targets)
+    assert s["calibrated_otr"] <= 0.1
     assert s["dependence_score"] < 0
     targets = [r for r in ev.subsets if r["kind"] == "target"]
     assert all(r["p_over"] < 0.05 for r in targets if r["verdict"] == "over-unlearned")
@@ -271,3 +284,130 @@ def test_settings_from_mapping_rejects_unknown_keys():
         EvalSettings.from_mapping({"layer": "output", "colour": "red"})
     s = EvalSettings().with_overrides(layer="logits", sigma=None)
     assert s.layer == "logits" and s.sigma == "sqrt_dim"
+
+
+def _with_oot_panels(plan, rows_per_draw):
+    """The plan with each draw's OOT panel replaced (a constructed bad panel)."""
+    from dataclasses import replace
+
+    draws = tuple(replace(d, oot_panel=r) for d, r in zip(plan.draws, rows_per_draw, strict=True))
+    return replace(plan, draws=draws)
+
+
+@pytest.fixture(scope="module")
+def gate_setup(forget):
+    s = EvalSettings(
+        subset_size=60, targets=20, splits=40, panel_size=20, null_pairs=20, baseline_targets=0
+    )
+    plan = draw_subsets(N_TR, N_TE, forget, s)
+    tr, te = synthetic(forget, False, seed=1)  # a model that forgot: valid panels
+    return s, plan, tr, te
+
+
+def test_good_panels_pass_the_null_check(gate_setup):
+    s, plan, tr, te = gate_setup
+    ev = evaluate_arrays(ModelInputs("m", "unlearned", tr, te), plan, s).summary
+    assert ev["inconclusive_reason"] == "" and ev["panel_outliers"] == 0
+    assert ev["null_calibrated_fpr_lo"] <= 0.05 and ev["null_out_of_training_fpr_lo"] <= 0.05
+    assert ev["null_train_subsets"] == s.targets // 2
+
+
+def test_non_exchangeable_panel_withholds_the_verdicts(gate_setup):
+    """An OOT panel drawn only from a tighter part of the unseen data (a different part of the
+    data): fresh unseen subsets outrank it, the null check's false in-training rate is far
+    above its level, and the calibrated verdicts are withheld with that reason."""
+    s, plan, tr, te = gate_setup
+    te = te.copy()
+    tight = np.arange(N_TE // 2)
+    te[tight] *= 0.8
+    rng = np.random.default_rng(5)
+    panels = [np.stack([rng.choice(tight, 60, replace=False) for _ in range(20)]) for _ in range(5)]
+    ev = evaluate_arrays(ModelInputs("m", "unlearned", tr, te), _with_oot_panels(plan, panels), s)
+    row = ev.summary
+    assert row["panel_valid"]  # the panel test alone would have let it through
+    assert row["null_calibrated_fpr_lo"] > 0.05
+    assert (
+        "null check calls" in row["inconclusive_reason"]
+        and "in-training" in row["inconclusive_reason"]
+    )
+    assert np.isnan(row["calibrated_otr"]) and row["n_inconclusive"] == s.targets
+    assert all(r["verdict"] == "inconclusive" for r in ev.subsets if r["kind"] == "target")
+
+
+def test_one_outlying_panel_member_withholds_the_verdicts(gate_setup):
+    """One OOT member that looks like training data makes every in-training verdict
+    unreachable (p_in ≥ 2/21 > α): the null check's rates stay low, so only the outlier check
+    can catch it — and it withholds."""
+    s, plan, tr, te = gate_setup
+    te = te.copy()
+    odd = np.arange(60)
+    te[odd] *= 1.8  # 60 unseen rows as spread out as training rows
+    panels = [d.oot_panel.copy() for d in plan.draws]
+    panels[2][7] = odd
+    ev = evaluate_arrays(ModelInputs("m", "original", tr, te), _with_oot_panels(plan, panels), s)
+    row = ev.summary
+    assert row["panel_valid"] and row["panel_outliers"] == 1
+    assert "OOT panel member 8 of draw 3" in row["inconclusive_reason"]
+    assert "'in-training' verdict unreachable" in row["inconclusive_reason"]
+    assert np.isnan(row["calibrated_otr"]) and np.isnan(row["over_unlearned_rate"])
+
+
+def test_oot_panel_drawn_from_training_data_withholds_the_verdicts(gate_setup):
+    """An "unseen" panel that is really retained training data (D_r rows appended to the test
+    activations): it does not separate from the IT panel, and unseen subsets rank below it."""
+    s, plan, tr, te = gate_setup
+    retain = np.setdiff1d(np.arange(N_TR), plan.forget)
+    te_plus = np.vstack([te, tr[retain]])  # rows N_TE.. are training rows
+    rng = np.random.default_rng(6)
+    panels = [
+        N_TE + np.stack([rng.choice(retain.size, 60, replace=False) for _ in range(20)])
+        for _ in range(5)
+    ]
+    bad = _with_oot_panels(plan, panels)
+    row = evaluate_arrays(ModelInputs("m", "original", tr, te_plus), bad, s).summary
+    assert not row["panel_valid"] and np.isnan(row["calibrated_otr"])
+    assert "do not separate" in row["inconclusive_reason"]
+    assert row["null_over_unlearned_fpr"] > 0.5  # unseen subsets look "less familiar"
+    assert "over-unlearned" in row["inconclusive_reason"]
+
+
+def test_behaviour_conflict_when_forgotten_by_sde_but_still_fitted():
+    """SDE says the targets are unseen-like (here over-unlearned: flatter outputs on D_f), but
+    the model still classifies D_f far better than unseen data: conflicting evidence, with the
+    numbers; the same SDE result with D_f accuracy at the unseen level is no conflict."""
+    forget = np.random.default_rng(0).choice(N_TR, N_F, replace=False)
+    s = EvalSettings(
+        subset_size=60, targets=20, splits=40, panel_size=20, null_pairs=6, baseline_targets=0
+    )
+    plan = draw_subsets(N_TR, N_TE, forget, s)
+    rng = np.random.default_rng(7)
+    tr = 1.8 * rng.normal(size=(N_TR, D))
+    tr[forget] = 0.5 * rng.normal(size=(forget.size, D))
+    te = rng.normal(size=(N_TE, D))
+    y_tr, y_te = rng.integers(0, 3, N_TR), rng.integers(0, 3, N_TE)
+
+    def probs(y: np.ndarray, right: np.ndarray) -> np.ndarray:
+        top = rng.uniform(0.4, 0.9, y.size)  # varied confidences (the attack's feature)
+        p = np.repeat(((1 - top) / 2)[:, None], 3, axis=1)
+        p[np.arange(y.size), np.where(right, y, (y + 1) % 3)] = top
+        return p
+
+    fitted = np.ones(N_TR, bool)
+    fitted[forget] = rng.random(forget.size) < 0.9  # 90% right on D_f
+    unseen = rng.random(N_TE) < 0.6  # 60% right on D_te
+    ev = evaluate_arrays(
+        ModelInputs("rl", "unlearned", tr, te, train_probs=probs(y_tr, fitted),
+                    test_probs=probs(y_te, unseen), train_labels=y_tr, test_labels=y_te),
+        plan, s,
+    ).summary  # fmt: skip
+    assert ev["over_unlearned"] and ev["acc_gap_lo"] > 20
+    text = ev["evidence_conflict"]
+    assert "over-unlearned" in text and "still fits D_f better" in text
+    assert f"{ev['acc_f']:.1f}% on D_f" in text and "membership attack" in text
+    fitted[forget] = rng.random(forget.size) < 0.6  # D_f at the unseen level
+    ok = evaluate_arrays(
+        ModelInputs("re", "unlearned", tr, te, train_probs=probs(y_tr, fitted),
+                    test_probs=probs(y_te, unseen), train_labels=y_tr, test_labels=y_te),
+        plan, s,
+    ).summary  # fmt: skip
+    assert ok["acc_gap_lo"] <= 0 and ok["evidence_conflict"] == ""

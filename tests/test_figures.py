@@ -62,6 +62,8 @@ def synthetic_result() -> EvaluationResult:
         tr[forget] *= spread_forget / spread_train
         probs_tr = np.full((N_TR, 3), 0.1)
         probs_tr[np.arange(N_TR), y_tr] = 0.8
+        if spread_forget != spread_train:  # forgotten: D_f answered like unseen data
+            probs_tr[forget] = 1 / 3
         inputs = ModelInputs(
             name,
             role,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 from sklearn.svm import SVC
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -16,6 +17,7 @@ from sde_core.learning.metrics import (
     ClassicMetrics,
     accuracy,
     accuracy_from_probs,
+    behaviour_check,
     classic_metrics,
     entropy,
     metrics_from_probs,
@@ -23,6 +25,7 @@ from sde_core.learning.metrics import (
     mia_asr_from_probs,
     mia_decisions_from_probs,
     modified_entropy,
+    newcombe_interval,
     predict_probs,
     top1_near_ties,
     true_label_confidence,
@@ -159,3 +162,53 @@ def test_bad_indices():
         mia_asr_from_probs(p, y, p, y, np.array([10]), np.arange(5))
     with pytest.raises(InputError, match="empty"):
         mia_asr_from_probs(p, y, p, y, np.array([], dtype=int), np.arange(5))
+
+
+def test_newcombe_interval_matches_statsmodels():
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    cases = ((56, 70, 48, 80), (9, 10, 3, 10), (0, 20, 5, 25), (400, 1200, 1300, 4000))
+    for k1, n1, k2, n2 in cases:
+        lo, hi = confint_proportions_2indep(k1, n1, k2, n2, method="newcomb", compare="diff")
+        assert newcombe_interval(k1, n1, k2, n2) == pytest.approx((lo, hi), abs=1e-9)
+
+
+def test_behaviour_check_gaps_against_references():
+    """Accuracy gap (Newcombe), loss gap (Welch t, checked against scipy) and the held-out
+    membership attack, on probabilities built so that the model fits D_f better than D_te."""
+    from statsmodels.stats.proportion import confint_proportions_2indep
+
+    rng = np.random.default_rng(3)
+    n_tr, n_te, c = 900, 600, 4
+    y_tr, y_te = rng.integers(0, c, n_tr), rng.integers(0, c, n_te)
+    forget, retain = np.arange(200), np.arange(200, n_tr)
+
+    def probs(y: np.ndarray, right: np.ndarray, top: np.ndarray) -> np.ndarray:
+        p = np.repeat(((1 - top) / (c - 1))[:, None], c, axis=1)
+        p[np.arange(y.size), np.where(right, y, (y + 1) % c)] = top
+        return p
+
+    right_tr = rng.random(n_tr) < 0.9
+    right_te = rng.random(n_te) < 0.6
+    p_tr = probs(y_tr, right_tr, rng.uniform(0.7, 0.99, n_tr))
+    p_te = probs(y_te, right_te, rng.uniform(0.3, 0.8, n_te))
+    b = behaviour_check(p_tr, y_tr, p_te, y_te, forget, retain, seed=1)
+    k_f, k_te = int(right_tr[forget].sum()), int(right_te.sum())
+    assert b.acc_gap == pytest.approx(100 * (k_f / 200 - k_te / n_te))
+    lo, hi = confint_proportions_2indep(k_f, 200, k_te, n_te, method="newcomb", compare="diff")
+    assert (b.acc_gap_lo, b.acc_gap_hi) == pytest.approx((100 * lo, 100 * hi))
+    loss_f = -np.log(true_label_confidence(p_tr[forget], y_tr[forget]))
+    loss_te = -np.log(true_label_confidence(p_te, y_te))
+    welch = stats.ttest_ind(loss_f, loss_te, equal_var=False).confidence_interval(0.95)
+    assert b.loss_gap == pytest.approx(loss_f.mean() - loss_te.mean())
+    assert (b.loss_gap_lo, b.loss_gap_hi) == pytest.approx((welch.low, welch.high))
+    assert b.fits_forget_set_better() and b.loss_gap_hi < 0
+    # Confident like members: the attack calls D_f "member" far more often than unseen rows.
+    assert b.mia_forget > b.mia_unseen and b.mia_gap_lo > 0
+    # A model that treats D_f like unseen data shows no significant gap.
+    same = probs(y_tr, rng.random(n_tr) < 0.6, rng.uniform(0.3, 0.8, n_tr))
+    same[retain] = p_tr[retain]
+    b2 = behaviour_check(same, y_tr, p_te, y_te, forget, retain, seed=1)
+    assert b2.acc_gap_lo < 0 < b2.acc_gap_hi and not b2.fits_forget_set_better()
+    with pytest.raises(InputError, match="behaviour check needs"):
+        behaviour_check(p_tr, y_tr, p_te[:3], y_te[:3], forget, retain)

@@ -126,7 +126,8 @@ def test_missing_columns_and_over_unlearned_counts():
     assert explained.label == "consistent with forgetting" and explained.calibrated == ""
     over = row("ga", "unlearned", 60, n_over_unlearned=25, n_inconclusive=15)
     text = explain_verdict(over, 100, RETRAIN).calibrated
-    assert "25 over-unlearned" in text and "overshot" in text
+    assert "25 over-unlearned" in text and "flatter, lower-spread outputs" in text
+    assert "not counted as forgotten" in text
 
 
 def test_missing_retrain_and_mixed_evidence():
@@ -405,6 +406,27 @@ def test_messages_do_not_contradict_the_model_they_describe():
     text = explain_verdict(retrained, 100).text
     assert "overshot" not in text and "never saw the forget set" in text
     unlearned = explain_verdict(row("rl", "unlearned", 100, **over), 100, retrained).text
-    assert "overshot" in unlearned
+    assert "overshot" not in unlearned and "not proof that it forgot" in unlearned
     assert "The retrained model retrained" not in unlearned
     assert "The retrained model (the gold standard)" in unlearned
+
+
+def test_conflicting_evidence_is_the_verdict_with_its_numbers():
+    """method §9: SDE says forgotten or over-unlearned, the behaviour says the model still fits
+    D_f: the verdict is "conflicting evidence", the sentence carries the conflicting numbers and
+    the report's table shows them."""
+    reason = (
+        "SDE says OTR 100% (paper's rule) and 100% of the targets over-unlearned, but the model "
+        "still fits D_f better than unseen data: accuracy 80.8% on D_f vs 65.4% on D_te"
+    )
+    rl = row("rl", "unlearned", 100, over_unlearned=True, evidence_conflict=reason)
+    explained = explain_verdict(rl, 100, RETRAIN)
+    assert explained.label == "conflicting evidence"
+    assert "80.8% on D_f vs 65.4% on D_te" in explained.evidence
+    assert "contradicts the SDE verdict" in explained.limits
+    assert explain_verdict(row("rl", "unlearned", 100, evidence_conflict=""), 100).label == (
+        "consistent with forgetting"
+    )
+    table = comparison_table(pd.DataFrame([rl, RETRAIN])).set_index("model")
+    assert table.loc["rl", "conflicting evidence"] == reason
+    assert table.loc["retrain", "conflicting evidence"] == ""

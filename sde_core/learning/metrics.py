@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
+from scipy import stats
 from sklearn.svm import SVC
 from torch import nn
 from torch.utils.data import Dataset, Subset
@@ -22,14 +23,17 @@ from torch.utils.data import Dataset, Subset
 from sde_core.common.validation import as_index_vector, check_int
 from sde_core.errors import InputError
 from sde_core.learning.training import make_loader, resolve_device
+from sde_core.stats.decision import wilson_interval
 from sde_core.stats.near_ties import ACTIVATION_RTOL, boundary_near_ties
 
 __all__ = [
     "ATTACK_TIE_BAND",
     "MIA_FEATURES",
+    "BehaviourCheck",
     "ClassicMetrics",
     "accuracy",
     "accuracy_from_probs",
+    "behaviour_check",
     "classic_metrics",
     "entropy",
     "metrics_from_probs",
@@ -38,6 +42,7 @@ __all__ = [
     "mia_decisions_from_probs",
     "mia_feature",
     "modified_entropy",
+    "newcombe_interval",
     "predict_probs",
     "top1_near_ties",
     "true_label_confidence",
@@ -345,3 +350,140 @@ def classic_metrics(
         else as_index_vector(retain_idx, y_tr.size, "retain_idx")
     )
     return metrics_from_probs(p_tr, y_tr, p_te, y_te, forget, retain, seed=seed, feature=feature)
+
+
+# ----------------------------------------------------------------------------- behaviour check
+
+
+@dataclass(frozen=True)
+class BehaviourCheck:
+    """What the model still does on D_f compared with unseen data D_te (method §9, "Behaviour").
+
+    Every gap is ``D_f − D_te`` with a 95% interval; a model that fits D_f better than unseen
+    data has a positive accuracy gap, a negative loss gap and a positive MIA gap.
+
+    Attributes:
+        acc_gap, acc_gap_lo, acc_gap_hi: top-1 accuracy on D_f minus on D_te, in percentage
+            points (Newcombe's hybrid-score interval for two independent proportions).
+        loss_gap, loss_gap_lo, loss_gap_hi: mean cross-entropy on D_f minus on D_te, in nats
+            (Welch t interval).
+        mia_forget, mia_unseen: share of D_f and of held-out unseen rows that a membership
+            attack calls "member" (fractions; the attack of method §6 fitted on a shadow sample
+            of D_r against one half of D_te and applied to the other half).
+        mia_gap_lo, mia_gap_hi: Newcombe interval of ``mia_forget − mia_unseen`` (fractions).
+        mia_ties: attack decisions (on D_f and the held-out rows) within
+            :data:`ATTACK_TIE_BAND` of the SVC's boundary: near-ties (method §13).
+    """
+
+    acc_gap: float
+    acc_gap_lo: float
+    acc_gap_hi: float
+    loss_gap: float
+    loss_gap_lo: float
+    loss_gap_hi: float
+    mia_forget: float
+    mia_unseen: float
+    mia_gap_lo: float
+    mia_gap_hi: float
+    mia_ties: int = 0
+
+    def fits_forget_set_better(self) -> bool:
+        """True when the accuracy gap's 95% interval lies above 0: the model still classifies
+        D_f significantly better than data it never saw."""
+        return bool(self.acc_gap_lo > 0)
+
+    def to_dict(self) -> dict[str, float]:
+        """The numbers as a plain dict (the ``models`` table's columns)."""
+        return asdict(self)
+
+
+def newcombe_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
+    """95% interval of ``k1/n1 − k2/n2`` for independent proportions (Newcombe 1998, method 10:
+    the hybrid score interval built from the two Wilson intervals).
+
+    Examples:
+        >>> # Newcombe (1998), example (a)
+        >>> tuple(round(v, 4) for v in newcombe_interval(56, 70, 48, 80))
+        (0.0524, 0.3339)
+    """
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson_interval(k1, n1)
+    l2, u2 = wilson_interval(k2, n2)
+    d = p1 - p2
+    lo = d - float(np.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2))
+    hi = d + float(np.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2))
+    return max(-1.0, lo), min(1.0, hi)
+
+
+def _welch(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """Mean difference ``x̄ − ȳ`` with its 95% Welch t interval."""
+    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    se = float(np.sqrt(vx + vy))
+    diff = float(x.mean() - y.mean())
+    if se == 0:
+        return diff, diff, diff
+    df = (vx + vy) ** 2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
+    half = float(stats.t.ppf(0.975, df)) * se
+    return diff, diff - half, diff + half
+
+
+def behaviour_check(
+    probs_train: object,
+    y_train: object,
+    probs_test: object,
+    y_test: object,
+    forget_idx: object,
+    retain_idx: object,
+    *,
+    seed: int = 0,
+) -> BehaviourCheck:
+    """Accuracy, loss and membership gaps of D_f against unseen data, with 95% intervals.
+
+    Args:
+        probs_train, y_train: softmax outputs ``(n_train, C)`` and labels on D_tr.
+        probs_test, y_test: the same on D_te (at least 4 rows).
+        forget_idx, retain_idx: row indices of D_f and D_r.
+        seed: seed of the attack's shadow sample and of the D_te halves.
+    """
+    p_tr, y_tr = _check_probs(probs_train, y_train, "probs_train")
+    p_te, y_te = _check_probs(probs_test, y_test, "probs_test")
+    forget = as_index_vector(forget_idx, y_tr.size, "forget_idx")
+    retain = as_index_vector(retain_idx, y_tr.size, "retain_idx")
+    if forget.size < 2 or y_te.size < 4 or retain.size < 2:
+        raise InputError(
+            "the behaviour check needs at least 2 forget rows, 2 retained rows and 4 test rows"
+        )
+    right_f = p_tr[forget].argmax(axis=1) == y_tr[forget]
+    right_te = p_te.argmax(axis=1) == y_te
+    k_f, k_te = int(right_f.sum()), int(right_te.sum())
+    lo, hi = newcombe_interval(k_f, forget.size, k_te, y_te.size)
+    acc_gap = 100.0 * (k_f / forget.size - k_te / y_te.size)
+    conf_f = true_label_confidence(p_tr[forget], y_tr[forget])
+    conf_te = true_label_confidence(p_te, y_te)
+    loss = _welch(-np.log(np.clip(conf_f, _EPS, None)), -np.log(np.clip(conf_te, _EPS, None)))
+    rng = np.random.default_rng([seed, 0xB1])
+    perm = rng.permutation(y_te.size)
+    fit_rows, held_rows = perm[: y_te.size // 2], perm[y_te.size // 2 :]
+    m = min(retain.size, fit_rows.size)
+    members = true_label_confidence(p_tr, y_tr)[rng.choice(retain, size=m, replace=False)]
+    non_members = conf_te[fit_rows[:m]]
+    x = np.concatenate([members, non_members]).reshape(-1, 1)
+    target = np.concatenate([np.ones(m, dtype=np.int64), np.zeros(m, dtype=np.int64)])
+    attack = SVC(C=3, gamma="auto", kernel="rbf").fit(x, target)
+    value_f = attack.decision_function(conf_f.reshape(-1, 1))
+    value_un = attack.decision_function(conf_te[held_rows].reshape(-1, 1))
+    called_f, called_un = int(np.sum(value_f > 0)), int(np.sum(value_un > 0))
+    mia_lo, mia_hi = newcombe_interval(called_f, forget.size, called_un, held_rows.size)
+    return BehaviourCheck(
+        acc_gap=acc_gap,
+        acc_gap_lo=100.0 * lo,
+        acc_gap_hi=100.0 * hi,
+        loss_gap=loss[0],
+        loss_gap_lo=loss[1],
+        loss_gap_hi=loss[2],
+        mia_forget=called_f / forget.size,
+        mia_unseen=called_un / held_rows.size,
+        mia_gap_lo=mia_lo,
+        mia_gap_hi=mia_hi,
+        mia_ties=boundary_near_ties(np.concatenate([value_f, value_un]), ATTACK_TIE_BAND),
+    )

@@ -56,6 +56,10 @@ _SIGMA_RTOL = 4 * ACTIVATION_RTOL
 #: values' relative tolerance: scores and spreads move by ``h_rtol`` relative and their
 #: coefficient of variation is ≥ 1e-2 on every shipped model (method §13).
 _CORR_FACTOR = 100.0
+#: Absolute tolerance (nats) of a mean cross-entropy gap: each float32 probability carries a
+#: relative error of at most ~3e-6 between two CPUs (measured), so each −log p moves by about
+#: that; 16 activation tolerances (2.4e-4) leave a wide margin (method §13).
+_LOSS_ATOL = 16 * ACTIVATION_RTOL
 #: Fields decided by the targets' decisions and verdicts (method §4, §9, §12).
 _TARGET_FIELDS = re.compile(
     r"^(otr|calibrated_otr|over_unlearned|over_unlearning|verdict_counts|n_in_training|"
@@ -254,6 +258,12 @@ def _classify(
         return "differs", f"outside the {which} test's near-tie p range"
     if numbers is None:
         return _classify_decision(key, None, absolute, allow)
+    if isinstance(a, str) and isinstance(b, str) and _same_text_but_numbers(a, b):
+        return "equivalent", "the text differs only in its printed numbers"
+    if key.startswith(("acc_gap", "mia_forget", "mia_unseen", "mia_gap")):
+        return _behaviour(key, absolute, allow)
+    if key.startswith("loss_gap"):
+        return _limit(absolute, _LOSS_ATOL, "float32 probabilities' relative precision allows")
     if key.startswith("dependence_score"):
         tolerances = [
             t.dependence_tolerance for t in allow.ties if math.isfinite(t.dependence_tolerance)
@@ -282,6 +292,30 @@ def _classify(
         unit = 100.0 if key.startswith("acc") else 1.0
         return _limit(absolute, unit * k / n, f"{int(k)} near-tie decisions of {n} allow")
     return _classify_decision(key, numbers, absolute, allow)
+
+
+def _behaviour(key: str, absolute: float, allow: _Allowance) -> tuple[Outcome, str]:
+    """The behaviour check (method §9): accuracy gaps move by their top-1 near-ties, the
+    attack's shares by its near-tie decisions (interval bounds by up to twice that)."""
+
+    def ties(name: str) -> float:
+        counts = [t.classic.get(name, math.nan) for t in allow.ties]
+        return max((c for c in counts if math.isfinite(c)), default=math.nan)
+
+    n_f, n_te = allow.rows.get("acc_f", 0), allow.rows.get("acc_te", 0)
+    bound = 1.0 if key in ("acc_gap", "mia_forget", "mia_unseen") else 2.0
+    if key.startswith("acc_gap"):
+        k_f, k_te = ties("acc_f"), ties("acc_te")
+        if not (math.isfinite(k_f) and math.isfinite(k_te) and n_f and n_te):
+            return "differs", "its near-ties were not recorded"
+        limit = bound * 100.0 * (k_f / n_f + k_te / n_te)
+        return _limit(absolute, limit, f"{int(k_f + k_te)} near-tie top-1 decisions allow")
+    k = ties("mia")
+    held = n_te - n_te // 2
+    if not (math.isfinite(k) and n_f and held):
+        return "differs", "its near-ties were not recorded"
+    share = {"mia_forget": k / n_f, "mia_unseen": k / held}.get(key, k / n_f + k / held)
+    return _limit(absolute, bound * share, f"{int(k)} near-tie attack decisions allow")
 
 
 def _classify_decision(

@@ -22,7 +22,7 @@ __all__ = ["ALGORITHM_VERSION", "NOISE_LEVELS", "EvalSettings"]
 
 #: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
 #: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
-ALGORITHM_VERSION = 4
+ALGORITHM_VERSION = 5
 #: Device names a setting may hold (whether this machine has the device is checked where the
 #: device is used, and by ``workspace validate``).
 _DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,3})?|mps")

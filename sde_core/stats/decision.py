@@ -39,12 +39,14 @@ from sde_core.stats.hsic import Estimator, split_half_hsic_batch
 
 __all__ = [
     "FORGOTTEN_VERDICTS",
+    "OUTLIER_Z",
     "VERDICTS",
     "CalibratedVerdict",
     "Decision",
     "F1Result",
     "NullCalibration",
     "OverUnlearningTest",
+    "PanelOutlier",
     "RateEstimate",
     "ReferenceCheck",
     "Verdict",
@@ -53,13 +55,13 @@ __all__ = [
     "controlled_f1",
     "decide",
     "dependence_score",
-    "disjoint_subsets",
     "histogram_edges",
     "jsd",
     "null_calibration",
     "null_check",
     "out_of_training_rate",
     "over_unlearning_test",
+    "panel_outliers",
     "pool_null_checks",
     "reference_check",
     "reference_panel_check",
@@ -70,8 +72,15 @@ __all__ = [
 Verdict = Literal["in-training", "out-of-training", "over-unlearned", "inconclusive"]
 #: The four calibrated verdicts (method §12), in display order.
 VERDICTS: tuple[str, ...] = ("in-training", "out-of-training", "over-unlearned", "inconclusive")
-#: Verdicts that count towards the calibrated OTR: the target is not like training data.
-FORGOTTEN_VERDICTS: tuple[str, ...] = ("out-of-training", "over-unlearned")
+#: Verdicts that count towards the calibrated OTR (method §9): only "out-of-training". An
+#: over-unlearned target (flatter, lower-spread outputs than unseen data) is *not* evidence of
+#: forgetting — a model can fit D_f better than unseen data and still be over-unlearned — so it
+#: is reported as its own rate, never counted as forgotten.
+FORGOTTEN_VERDICTS: tuple[str, ...] = ("out-of-training",)
+#: Robust z beyond which a panel member is an outlier (:func:`panel_outliers`): for normal
+#: scores and R = 20 a member this far from the other 19 (median, 1.4826·MAD) arises in about
+#: 0.1% of panels per side (simulated, 200,000 panels).
+OUTLIER_Z = 8.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -512,9 +521,9 @@ def calibrated_verdict(
 
 
 def calibrated_otr(verdicts: Sequence[str], confidence: float = 0.95) -> RateEstimate:
-    """Calibrated OTR: share of targets whose calibrated verdict says they are *not* like
-    training data — ``"out-of-training"`` or ``"over-unlearned"`` (method §12) — with a Wilson
-    interval (one draw; :mod:`sde_core.stats.replication` combines draws)."""
+    """Calibrated OTR: share of targets whose calibrated verdict is ``"out-of-training"``
+    (method §9; over-unlearned targets are not counted as forgotten), with a Wilson interval
+    (one draw; :mod:`sde_core.stats.replication` combines draws)."""
     if isinstance(verdicts, (str, bytes)) or not isinstance(verdicts, (Sequence, np.ndarray)):
         kind = type(verdicts).__name__
         raise InputError(f"verdicts must be a list of verdict strings; got {kind}")
@@ -532,6 +541,75 @@ def calibrated_otr(verdicts: Sequence[str], confidence: float = 0.95) -> RateEst
     if unknown:
         raise InputError(f"unknown verdicts {sorted(unknown)}; known: {list(VERDICTS)}")
     return _rate(np.isin(v, FORGOTTEN_VERDICTS), confidence)
+
+
+@dataclass(frozen=True)
+class PanelOutlier:
+    """A reference-panel member far enough from the rest to make a verdict unreachable.
+
+    Attributes:
+        side: ``"it"`` or ``"oot"`` (which panel). member: its position in the panel.
+        score: its score. z: its robust z against the other members (median, 1.4826·MAD).
+        blocks: the verdict it makes unreachable — ``"in-training"`` (a high OOT member: no
+            target can rank above every OOT member), ``"over-unlearned"`` (a low OOT member)
+            or ``"out-of-training"`` (a low IT member).
+    """
+
+    side: str
+    member: int
+    score: float
+    z: float
+    blocks: str
+
+
+def _robust_z(scores: np.ndarray) -> np.ndarray:
+    """Each member's leave-one-out robust z: ``(s_r − median(s_−r)) / (1.4826·MAD(s_−r))``
+    (±inf where the other members are all equal and s_r differs; 0 where it equals them)."""
+    z = np.empty(scores.size)
+    for r in range(scores.size):
+        rest = np.delete(scores, r)
+        med = float(np.median(rest))
+        mad = 1.4826 * float(np.median(np.abs(rest - med)))
+        diff = float(scores[r]) - med
+        z[r] = diff / mad if mad > 0 else (0.0 if diff == 0 else np.copysign(np.inf, diff))
+    return z
+
+
+def panel_outliers(
+    it_scores: object, oot_scores: object, z_limit: float = OUTLIER_Z
+) -> tuple[PanelOutlier, ...]:
+    """Panel members that make a calibrated verdict unreachable (method §9's null check).
+
+    A rank p-value can fall below α = 0.05 with R = 20 only when the tested score lies beyond
+    *every* member on that side, so one member far out on the blocking side makes the verdict
+    impossible for any target: a high OOT member blocks "in-training", a low OOT member blocks
+    "over-unlearned", a low IT member blocks "out-of-training". (A high IT member blocks
+    nothing.) A member is an outlier when its leave-one-out robust z exceeds ``z_limit``.
+
+    Args:
+        it_scores, oot_scores: ``(R,)`` panel scores (R ≥ 3).
+        z_limit: robust-z threshold (default :data:`OUTLIER_Z`).
+
+    Returns:
+        The outliers found (empty when none), OOT before IT.
+
+    Examples:
+        >>> oot = [0.0, 0.1, -0.1, 0.05, -0.05, 0.02, 50.0]
+        >>> [o.blocks for o in panel_outliers([1.0, 1.1, 0.9, 1.05, 0.95], oot)]
+        ['in-training']
+    """
+    it = _sample(it_scores, "it_scores", min_size=3)
+    oot = _sample(oot_scores, "oot_scores", min_size=3)
+    limit = check_number(z_limit, "z_limit", gt=0.0)
+    out: list[PanelOutlier] = []
+    z_oot, z_it = _robust_z(oot), _robust_z(it)
+    for r in np.flatnonzero(z_oot > limit):
+        out.append(PanelOutlier("oot", int(r), float(oot[r]), float(z_oot[r]), "in-training"))
+    for r in np.flatnonzero(z_oot < -limit):
+        out.append(PanelOutlier("oot", int(r), float(oot[r]), float(z_oot[r]), "over-unlearned"))
+    for r in np.flatnonzero(z_it < -limit):
+        out.append(PanelOutlier("it", int(r), float(it[r]), float(z_it[r]), "out-of-training"))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -564,38 +642,6 @@ class NullCalibration:
     split_p_values: np.ndarray
     calibrated_p_in: np.ndarray
     calibrated_p_over: np.ndarray
-
-
-def disjoint_subsets(
-    pool_size: int, subset_size: int, count: int, rng: np.random.Generator
-) -> np.ndarray:
-    """``count`` subsets of ``subset_size`` rows of a pool, disjoint where the pool allows.
-
-    Rows are dealt from successive random permutations of the pool, so subsets dealt from the
-    same permutation never overlap and each subset is free of repeats.
-
-    Returns:
-        ``(count, subset_size)`` int64 row indices into the pool.
-    """
-    pool_size = check_int(pool_size, "pool_size", minimum=0)
-    subset_size = check_int(subset_size, "subset_size", minimum=1)
-    count = check_int(count, "count", minimum=0)
-    if not isinstance(rng, np.random.Generator):
-        raise InputError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
-    if subset_size > pool_size:
-        raise InputError(
-            f"cannot draw subsets of {subset_size} rows from a pool of {pool_size}: choose a "
-            f"subset size between 1 and {pool_size}"
-        )
-    out = np.empty((count, subset_size), dtype=np.int64)
-    per_perm = pool_size // subset_size
-    perm = rng.permutation(pool_size)
-    for c in range(count):
-        slot = c % per_perm
-        if slot == 0 and c:
-            perm = rng.permutation(pool_size)
-        out[c] = perm[slot * subset_size : (slot + 1) * subset_size]
-    return out
 
 
 def null_check(
@@ -694,9 +740,10 @@ def null_calibration(
 ) -> NullCalibration:
     """Measure both tests' false-positive rates on data known to be out-of-training.
 
-    The pool (e.g. D_te) is split at random into two halves, as an evaluation splits it: the
-    panel of ``panel_size`` subsets is drawn from the first half (disjoint where it allows),
-    the ``n_pairs`` pairs of disjoint subsets from the second; then :func:`null_check`.
+    As an evaluation draws them (method §9): the panel's ``panel_size`` members are independent
+    uniform subsets of the whole pool (e.g. D_te), the ``n_pairs`` pairs of disjoint subsets come
+    from a random half of it — so each null subset is one more draw of the panel's scheme,
+    exchangeable with its members; then :func:`null_check`.
 
     Args:
         oot_acts: ``(N, d)`` activations of the out-of-training pool. subset_size: n.
@@ -704,7 +751,7 @@ def null_calibration(
         n_splits, estimator, seed, device: as in :func:`sde_core.stats.hsic.split_half_hsic_batch`.
 
     Raises:
-        InputError: the pool cannot hold the panel and disjoint pairs outside it.
+        InputError: half the pool cannot hold a pair of disjoint subsets.
     """
     acts = as_float_matrix(oot_acts, "oot_acts")
     pool = acts.shape[0]
@@ -720,9 +767,8 @@ def null_calibration(
             f"the pool has {pool} rows: lower the subset size to at most {max(1, half // 2)}"
         )
     rng = np.random.default_rng(seed)
-    perm = rng.permutation(pool)
-    panel_rows, pair_rows = perm[: pool - half], perm[pool - half :]
-    panel = panel_rows[disjoint_subsets(panel_rows.size, subset_size, panel_size, rng)]
+    pair_rows = rng.permutation(pool)[pool - half :]
+    panel = np.stack([rng.choice(pool, subset_size, replace=False) for _ in range(panel_size)])
     pairs = np.stack(
         [pair_rows[rng.permutation(half)[: 2 * subset_size]] for _ in range(n_pairs)]
     ).reshape(2 * n_pairs, subset_size)

@@ -137,9 +137,45 @@ GLOSSARY: dict[str, Term] = {
     ),
     "over_unlearned": Term(
         "over-unlearned",
-        "The model-level over-unlearning test: the targets look significantly LESS familiar "
-        "than unseen data (its p-value is over_unlearning_p).",
-        12,
+        "The model-level over-unlearning test: the model's outputs on the forget set are "
+        "significantly flatter (lower spread) than on unseen data (its p-value is "
+        "over_unlearning_p). A change in how the model answers, not proof it forgot.",
+        9,
+    ),
+    "over_unlearned_rate": Term(
+        "over-unlearned share",
+        "Share of forget-set subsets judged over-unlearned (flatter outputs than unseen data); "
+        "never counted as forgotten.",
+        9,
+    ),
+    "evidence_conflict": Term(
+        "conflicting evidence",
+        "SDE says forgotten or over-unlearned, but the model still classifies the forget set "
+        "significantly better than unseen data (accuracy, loss and membership-attack gaps with "
+        "95% intervals): the verdict is not certified.",
+        9,
+    ),
+    "acc_gap": Term(
+        "accuracy gap",
+        "Accuracy on the forget set minus on unseen test data, in percentage points, with a "
+        "95% interval (positive: the model still fits the forget set better).",
+        9,
+    ),
+    "loss_gap": Term(
+        "loss gap",
+        "Mean cross-entropy on the forget set minus on unseen test data (nats; negative: the "
+        "model still fits the forget set better).",
+        9,
+    ),
+    "mia_forget": Term(
+        "MIA on D_f",
+        "Share of the forget set a membership attack (fitted on other data) calls 'member'.",
+        9,
+    ),
+    "mia_unseen": Term(
+        "MIA on unseen",
+        "Share of held-out unseen rows the same attack calls 'member' (its false-alarm rate).",
+        9,
     ),
     "over_unlearning_p": Term(
         "over-unlearning p",
@@ -201,7 +237,8 @@ GLOSSARY: dict[str, Term] = {
     ),
     "calibrated_otr": Term(
         "calibrated OTR",
-        "Share of forget-set subsets whose calibrated verdict is out-of-training.",
+        "Share of forget-set subsets whose calibrated verdict is out-of-training "
+        "(over-unlearned subsets are not counted).",
         9,
     ),
     "calibrated_otr_lo": Term("cal. OTR lo", "Lower end of the calibrated OTR's interval.", 9),
@@ -218,9 +255,9 @@ GLOSSARY: dict[str, Term] = {
     ),
     "n_over_unlearned": Term(
         "over-unlearned",
-        "Forget-set subsets that score significantly below unseen data: the model treats them "
-        "as less familiar than data it never saw.",
-        12,
+        "Forget-set subsets that score significantly below unseen data: the model's outputs on "
+        "them are flatter (lower spread) than on data it never saw.",
+        9,
     ),
     "null_split_fpr": Term(
         "null FPR (paper's test)",
@@ -230,18 +267,38 @@ GLOSSARY: dict[str, Term] = {
     ),
     "null_calibrated_fpr": Term(
         "null FPR (calibrated)",
-        "The same false-alarm rate for the calibrated subset-level test.",
+        "The same false-alarm rate for the calibrated subset-level test: unseen subsets called "
+        "in-training (should be at most α).",
+        9,
+    ),
+    "null_out_of_training_fpr": Term(
+        "null FPR (training → out)",
+        "Share of training subsets the calibrated test calls out-of-training — the unsafe "
+        "direction (should be at most α).",
+        9,
+    ),
+    "panel_outliers": Term(
+        "panel outliers",
+        "Reference-panel members so far from the rest that a verdict becomes unreachable "
+        "(any one withholds the calibrated verdicts).",
         9,
     ),
     "inconclusive_reason": Term(
         "why inconclusive",
         "Why the headline numbers are withheld: the calibrated references do not separate "
-        "training from unseen data.",
+        "training from unseen data, the null check finds false calls above their level, or a "
+        "panel member is an outlier.",
         12,
     ),
     # ------------------------------------------------------------------ baselines, classic
-    "mmd_f1": Term("MMD F1", "Controlled F1 of the MMD² distance baseline (0–1).", 6),
-    "w2_f1": Term("W2 F1", "Controlled F1 of the Wasserstein-2 distance baseline (0–1).", 6),
+    "mmd_f1": Term(
+        "MMD F1", "Controlled F1 of the MMD² distance baseline (0–1), over the draws, gated.", 6
+    ),
+    "w2_f1": Term(
+        "W2 F1",
+        "Controlled F1 of the Wasserstein-2 distance baseline (0–1), over the draws, gated.",
+        6,
+    ),
     "acc_r": Term("Acc_r", "Top-1 accuracy on the retained training data D_r (%).", 6),
     "acc_f": Term("Acc_f", "Top-1 accuracy on the forget set D_f (%).", 6),
     "acc_te": Term("Acc_te", "Top-1 accuracy on the test data D_te (%).", 6),

@@ -215,6 +215,11 @@ def _estimate(row: Mapping[str, Any], key: str) -> str:
     )  # fmt: skip
 
 
+def _text(value: Any) -> str:
+    """A text column's value, "" when it is missing (None or NaN in an older row)."""
+    return value if isinstance(value, str) else ""
+
+
 def _over_unlearning(row: Mapping[str, Any]) -> str:
     p = _float(_get(row, "over_unlearning_p"))
     if math.isnan(p):
@@ -229,9 +234,10 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
     Columns: model, role, method, layer, σ, draws, reference p, OTR (95% CI), calibrated OTR
     (95% CI), F1, calibrated F1, dependence score (each ``value [lo, hi]`` over the draws),
     over-unlearned (the model-level test with its p), Acc_r/Acc_f/Acc_te (%), MIA ASR, MMD F1,
-    W2 F1, null FPR of both tests, score–spread correlation, method time (s), and why numbers
-    are withheld. Columns the table lacks are shown as ``n/a``; a withheld headline number
-    (method §12) as ``withheld``.
+    W2 F1, null FPR of both tests (and false out-of-training on training subsets), score–spread
+    correlation, method time (s), why numbers are withheld and the conflicting evidence of the
+    behaviour check (method §9). Columns the table lacks are shown as ``n/a``; a withheld
+    headline number (method §12) as ``withheld``.
     """
     out = []
     for r in records(models):
@@ -258,13 +264,15 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
                 "Acc_f (%)": format_number(_get(r, "acc_f")),
                 "Acc_te (%)": format_number(_get(r, "acc_te")),
                 "MIA ASR": format_percent(_get(r, "asr")),
-                "MMD F1": format_number(_get(r, "mmd_f1")),
-                "W2 F1": format_number(_get(r, "w2_f1")),
+                "MMD F1": _estimate(r, "mmd_f1"),
+                "W2 F1": _estimate(r, "w2_f1"),
                 "null FPR, split U-test": format_percent(_get(r, "null_split_fpr")),
                 "null FPR, calibrated": format_percent(_get(r, "null_calibrated_fpr")),
+                "null FPR, training → out": format_percent(_get(r, "null_out_of_training_fpr")),
                 "score–spread r": format_number(_get(r, "score_spread_corr"), digits=2),
                 "method time (s)": format_number(_get(r, "seconds")),
                 "why withheld": _get(r, "inconclusive_reason") or "",
+                "conflicting evidence": _text(_get(r, "evidence_conflict")),
             }
         )
     return pd.DataFrame(out)
@@ -638,6 +646,7 @@ h1 { margin: 0 0 0.2em 0; }
 .audit td { border: none; padding: 0; }
 .check-report { font-size: 0.78em; color: #333; border-top: 1px solid #ccc; padding-top: 0.3em; }
 .withheld-list { font-size: 0.85em; }
+.verdict-conflicting-evidence { color: #b00020; font-weight: bold; }
 @media print {
   body { max-width: none; margin: 0; font-size: 9.5pt; }
   table { font-size: 7.5pt; }
@@ -659,7 +668,8 @@ _REPORT_TERMS = (
     "h", "sigma", "layer", "reference_p", "references_valid", "decision", "otr", "otr_ci",
     "f1", "dependence_score", "score", "spread", "score_spread_corr", "panel_p", "p_in",
     "p_out", "verdict", "calibrated_otr", "calibrated_f1", "n_over_unlearned",
-    "null_split_fpr", "null_calibrated_fpr", "inconclusive_reason", "mmd_f1", "w2_f1",
+    "null_split_fpr", "null_calibrated_fpr", "null_out_of_training_fpr", "panel_outliers",
+    "inconclusive_reason", "evidence_conflict", "acc_gap", "mmd_f1", "w2_f1",
     "acc_r", "acc_f", "acc_te", "asr", "seconds", "eval_seconds", "subset_size", "targets",
     "splits", "panel_size", "seed", "alpha", "alpha_calibrated",
 )  # fmt: skip

@@ -107,6 +107,14 @@ def parse_int_values(text: str, minimum: int = 4) -> list[int]:
 
 #: Layer-independent columns of the comparison (from the ``output`` probabilities).
 _CLASSIC = (("acc_r", "Acc_r (%)"), ("acc_f", "Acc_f (%)"), ("acc_te", "Acc_te (%)"))
+#: The behaviour check (method §9), layer-independent: D_f against unseen data.
+_BEHAVIOUR = (
+    ("acc_gap", "Acc gap D_f−D_te (pts)"),
+    ("acc_gap_lo", "Acc gap lo"),
+    ("acc_gap_hi", "Acc gap hi"),
+    ("mia_forget", "MIA on D_f"),
+    ("mia_unseen", "MIA on unseen"),
+)
 #: Per-layer columns of the comparison.
 _PER_LAYER = (
     ("otr", "OTR"),
@@ -131,8 +139,10 @@ _PER_LAYER = (
 _ESTIMATES = (
     ("OTR", "otr", True),
     ("cal. OTR", "calibrated_otr", True),
+    ("over-unlearned share", "over_unlearned_rate", True),
     ("F1", "f1", False),
-    ("dependence", "dependence_score", False),
+    ("MMD F1", "mmd_f1", False),
+    ("W2 F1", "w2_f1", False),
 )
 
 
@@ -158,6 +168,8 @@ def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFram
     for col, label in _CLASSIC:
         table[label] = column(first, col)
     table["ASR (%)"] = column(first, "asr").astype(float) * 100
+    for col, label in _BEHAVIOUR:
+        table[label] = column(first, col)
     for layer, models in models_by_layer.items():
         by_name: Any = models.set_index("name").loc[table["name"]]
         for col, label in _PER_LAYER:
@@ -165,6 +177,8 @@ def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFram
         table[f"verdict [{layer}]"] = [verdict_label(row) for row in records(by_name.reset_index())]
         if "inconclusive_reason" in by_name:  # method §12: why the numbers are withheld
             table[f"why inconclusive [{layer}]"] = by_name["inconclusive_reason"].to_numpy()
+        if "evidence_conflict" in by_name:  # method §9: SDE vs the model's behaviour
+            table[f"conflicting evidence [{layer}]"] = by_name["evidence_conflict"].to_numpy()
     table["time (s)"] = column(first, "seconds")
     return table.reset_index(drop=True)
 
@@ -190,12 +204,17 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
                                 percent=percent, reason=r.get("inconclusive_reason"))
                 for r in rows
             ]  # fmt: skip
-        for name in ("refs valid", "why inconclusive"):
+        for name in ("conflicting evidence", "refs valid", "why inconclusive"):
             column = f"{name} [{layer}]"
             if column in table:
                 out[column] = table[column].to_numpy()
-    for column in ("method", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)", "ASR (%)", "time (s)"):
+    for column in ("method", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)", "ASR (%)"):
         out[column] = table[column].to_numpy()
+    out["Acc gap D_f−D_te (pts)"] = [
+        format_estimate(v, lo, hi)
+        for v, lo, hi in table[["Acc gap D_f−D_te (pts)", "Acc gap lo", "Acc gap hi"]].to_numpy()
+    ]
+    out["time (s)"] = table["time (s)"].to_numpy()
     return out
 
 

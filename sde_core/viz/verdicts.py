@@ -49,6 +49,7 @@ __all__ = [
 
 #: The model-level verdicts of :func:`verdict_label`.
 VERDICT_LABELS = (
+    "conflicting evidence",
     "not forgotten",
     "consistent with forgetting",
     "over-unlearned",
@@ -103,8 +104,8 @@ def _flag(row: Mapping[str, Any], key: str, default: bool = False) -> bool:
     return bool(value)
 
 
-def _reason(row: Mapping[str, Any]) -> str | None:
-    value = _value(row, "inconclusive_reason")
+def _reason(row: Mapping[str, Any], key: str = "inconclusive_reason") -> str | None:
+    value = _value(row, key)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     text = str(value).strip()
@@ -126,21 +127,28 @@ def over_unlearning_meaning(role: str) -> str:
             "this model never saw the forget set, so the forget set itself differs from the "
             "unseen reference data; other models' over-unlearning findings may reflect that too."
         )
-    return "the unlearning overshot, which can itself reveal what was forgotten."
+    return (
+        "a change in how the model answers, not proof that it forgot: it can still classify the "
+        "forget set well, and over-unlearned subsets are not counted as forgotten (method §9)."
+    )
 
 
 def verdict_label(row: Mapping[str, Any]) -> str:
     """Short verdict of the paper's rule for one ``models`` row.
 
     Returns:
-        ``"inconclusive"`` (invalid references, or the OTR withheld/not computed),
-        ``"over-unlearned"`` (the model-level over-unlearning test, method §12: the targets
-        look significantly *less* familiar than unseen data), ``"not forgotten"`` (OTR's 95%
-        interval below 50%), ``"consistent with forgetting"`` (interval above 50%) or
-        ``"mixed"``.
+        ``"conflicting evidence"`` (the row's ``evidence_conflict``, method §9: SDE says
+        forgotten or over-unlearned while the model still classifies D_f significantly better
+        than unseen data), ``"inconclusive"`` (invalid references, or the OTR withheld/not
+        computed), ``"over-unlearned"`` (the model-level over-unlearning test, method §9: the
+        model's outputs on the targets are significantly flatter — lower-spread — than on
+        unseen data), ``"not forgotten"`` (OTR's 95% interval below 50%), ``"consistent with
+        forgetting"`` (interval above 50%) or ``"mixed"``.
     """
     lo, hi = _number(row, "otr_lo"), _number(row, "otr_hi")
     otr = _number(row, "otr")
+    if _reason(row, "evidence_conflict"):
+        return "conflicting evidence"
     if not _flag(row, "references_valid") or math.isnan(otr) or _reason(row):
         return "inconclusive"
     if _flag(row, "over_unlearned"):
@@ -217,6 +225,11 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
         f"valid, U-test p = {_p(p_ref)})"
     )
     stats = f"(OTR {format_percent(otr)}, 95% interval over the draws {interval})"
+    if label == "conflicting evidence":
+        conflict = str(_reason(row, "evidence_conflict"))
+        return f"{test}, {k_out} of {targets} subsets of the forget set look unseen {stats}. " + (
+            conflict[:1].upper() + conflict[1:]
+        )
     if label == "over-unlearned":
         share = format_estimate(
             _number(row, "over_unlearned_rate"), _number(row, "over_unlearned_lo"),
@@ -224,9 +237,10 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
         )  # fmt: skip
         return (
             f"{test}, {k_out} of {targets} subsets of the forget set look unseen {stats}, and "
-            f"the model-level over-unlearning test finds them significantly LESS familiar to "
-            f"the model than data it never saw (p = {_p(_number(row, 'over_unlearning_p'))}; "
-            f"share over-unlearned {share}): {over_unlearning_meaning(str(_value(row, 'role')))}"
+            f"the model-level over-unlearning test finds the model's outputs on them "
+            f"significantly flatter (lower spread) than on data it never saw (p = "
+            f"{_p(_number(row, 'over_unlearning_p'))}; share over-unlearned {share}): "
+            + over_unlearning_meaning(str(_value(row, "role")))
         )
     if label == "not forgotten":
         return (
@@ -290,8 +304,9 @@ def _calibrated(row: Mapping[str, Any], targets: int, label: str) -> str:
         text += " The two tests disagree: treat this result with caution."
     if over:
         text += (
-            " Over-unlearned subsets look less familiar to the model than data it never saw — "
-            + over_unlearning_meaning(str(_value(row, "role")))
+            " Over-unlearned subsets get flatter, lower-spread outputs than data the model never "
+            "saw; they are not counted as forgotten (the calibrated OTR counts out-of-training "
+            "verdicts only)."
         )
     return text
 
@@ -341,8 +356,13 @@ _LIMITS = {
         "other attacks, layers or larger subsets might."
     ),
     "over-unlearned": (
-        "What this cannot certify: that the model is safe — an over-unlearned forget set stands "
+        "What this cannot certify: forgetting — flatter outputs on the forget set say the model "
+        "answers differently there, not that it no longer knows it; and the forget set stands "
         "out from unseen data, so an attacker may still tell it apart."
+    ),
+    "conflicting evidence": (
+        "What this cannot certify: forgetting — the model's own behaviour on the forget set "
+        "contradicts the SDE verdict; report both and do not treat the model as unlearned."
     ),
     "mixed": "What this cannot certify: neither forgetting nor memory is established here.",
     "inconclusive": (
@@ -440,16 +460,29 @@ def null_check_readings(
         alpha_calibrated: the calibrated test's level (settings ``alpha_calibrated``).
 
     Returns:
-        ``[split-level reading, calibrated reading]``: the split-level test is measured on the
-        ``null_pairs`` pairs, the calibrated one on both subsets of every pair.
+        ``[split-level reading, calibrated reading, training reading]``: the split-level test
+        is measured on the ``null_pairs`` pairs, the calibrated one on both subsets of every
+        pair, and — when the row has ``null_train_subsets`` — the calibrated test's false
+        "out-of-training" calls on the controlled training subsets.
     """
     pairs = _count(row, "null_pairs") or 0
-    return [
+    readings = [
         _reading("paper's split-level U-test", _number(row, "null_split_fpr"), pairs, alpha),
         _reading(
             "calibrated test", _number(row, "null_calibrated_fpr"), 2 * pairs, alpha_calibrated
         ),
     ]
+    train = _count(row, "null_train_subsets")
+    if train:
+        readings.append(
+            _reading(
+                "calibrated test on training subsets (false out-of-training)",
+                _number(row, "null_out_of_training_fpr"),
+                train,
+                alpha_calibrated,
+            )
+        )
+    return readings
 
 
 def verdict_sentence(

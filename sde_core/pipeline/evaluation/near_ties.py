@@ -29,7 +29,7 @@ from sde_core.stats.near_ties import (
 
 __all__ = ["ModelNearTies", "model_near_ties"]
 
-_CLASSIC = ("acc_r", "acc_f", "acc_te", "asr")
+_CLASSIC = ("acc_r", "acc_f", "acc_te", "asr", "mia")
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,9 @@ class ModelNearTies:
         dependence_tolerance: how far the dependence score may move (absolute; NaN when its
             denominator is within tolerance of zero: then only its numerator and denominator
             are compared).
-        classic: ``{"acc_r": n, "acc_f": n, "acc_te": n, "asr": n}`` near-tie counts of the
-            classic metrics (NaN when not recorded).
+        classic: ``{"acc_r": n, "acc_f": n, "acc_te": n, "asr": n, "mia": n}`` near-tie
+            counts of the classic metrics and of the behaviour check's attack (NaN when not
+            recorded).
         h_rtol: the relative movement of an H value the near-ties were found with.
     """
 

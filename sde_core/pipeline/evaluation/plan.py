@@ -4,12 +4,14 @@ An evaluation makes B independent *draws* (``settings.draws``). Each draw, with 
 generator seeded from ``(seed, draw)``:
 
 1. splits each reference pool at random into two halves — the retained set D_r and the test set
-   D_te: the *reference half* feeds S_IT / S_OOT and the reference panels, the *control half*
-   everything that is compared with them (controlled F1 subsets, baseline subsets, the null
-   check's pairs), so no subset ever shares a row with a reference or panel subset it is judged
-   against;
-2. draws S_IT (D_r reference half), S_OOT (D_te reference half) and the R panel subsets per side
-   (disjoint where the half allows);
+   D_te: the *reference half* feeds S_IT / S_OOT, the *control half* everything that is
+   compared with them by the paper's rule (controlled F1 subsets, baseline subsets, the null
+   check's pairs), so no subset ever shares a row with the S_IT / S_OOT it is judged against;
+2. draws S_IT (D_r reference half), S_OOT (D_te reference half) and the R panel subsets per side,
+   each an independent uniform subset of the *whole* pool (D_r or D_te): a control subset (a
+   uniform subset of a random half, drawn independently of the panel) is then one more draw of
+   the same scheme, exchangeable with the panel members, so the calibrated rank p-values are
+   exact for it (method §9);
 3. takes its share of the T targets (each drawn from D_f without replacement, independently of
    the others) and of the T/2 + T/2 controlled subsets (positives from the D_r control half;
    negatives from D_f for a model retrained without it, from the D_te control half otherwise);
@@ -34,7 +36,6 @@ import numpy as np
 from sde_core.common.hashing import array_sha256, stable_hash
 from sde_core.errors import SettingsError
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.stats.decision import disjoint_subsets
 
 __all__ = [
     "F1_NEGATIVE_POOLS",
@@ -105,8 +106,8 @@ class DrawPlan:
         index: the draw number b (0-based).
         it_ref: ``(n,)`` S_IT ⊂ reference half of D_r. oot_ref: ``(n,)`` S_OOT ⊂ reference half
             of D_te.
-        it_panel: ``(R, n)`` ⊂ reference half of D_r. oot_panel: ``(R, n)`` ⊂ reference half of
-            D_te (disjoint where the half allows).
+        it_panel: ``(R, n)`` ⊂ D_r. oot_panel: ``(R, n)`` ⊂ D_te (each member an independent
+            uniform subset of the whole pool, method §9).
         targets: ``(t_b, n)`` ⊂ D_f. target_index: ``(t_b,)`` their numbers among all T targets.
         f1_pos: ``(c_b, n)`` ⊂ control half of D_r. f1_neg_forget: ``(c_b, n)`` ⊂ D_f.
         f1_neg_test: ``(c_b, n)`` ⊂ control half of D_te.
@@ -339,8 +340,8 @@ def draw_subsets(
                 index=b,
                 it_ref=rng.choice(r_ref, n, replace=False).astype(np.int64),
                 oot_ref=rng.choice(t_ref, n, replace=False).astype(np.int64),
-                it_panel=r_ref[disjoint_subsets(r_ref.size, n, settings.panel_size, rng)],
-                oot_panel=t_ref[disjoint_subsets(t_ref.size, n, settings.panel_size, rng)],
+                it_panel=_independent(retain, n, settings.panel_size, rng),
+                oot_panel=_independent(test_pool, n, settings.panel_size, rng),
                 targets=_independent(f, n, targets_per[b], rng),
                 target_index=np.arange(start, start + targets_per[b], dtype=np.int64),
                 f1_pos=_independent(r_ctl, n, c, rng),

@@ -57,7 +57,7 @@ from sde_core.pipeline.evaluation.statistics import (
     panel_statistics,
     summarize,
 )
-from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary
+from sde_core.pipeline.evaluation.summary import BEHAVIOUR_FIELDS, DrawSummary, ModelSummary
 from sde_core.pipeline.model_inputs import ModelInputs, Progress
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.baselines import nearest_reference_batch, wasserstein2
@@ -311,7 +311,7 @@ class ModelRun:
         inp = self.inputs
         if inp.train_probs is None or inp.test_probs is None or inp.train_labels is None:
             return
-        from sde_core.learning.metrics import metrics_from_probs
+        from sde_core.learning.metrics import behaviour_check, metrics_from_probs
 
         key = ""
         if self.cache.enabled:
@@ -323,14 +323,19 @@ class ModelRun:
             digests["retain"] = array_sha256(self.plan.retain)
             key = classic_key(digests, self.settings.seed)
             found = self.cache.get("classic", key)
-            if found is not None and set(CLASSIC_FIELDS) <= set(found):
-                self.extras.update({k: float(found[k]) for k in CLASSIC_FIELDS})
+            if found is not None and {*CLASSIC_FIELDS, *BEHAVIOUR_FIELDS} <= set(found):
+                self.extras.update({k: float(v) for k, v in found.items()})
                 return
         m = metrics_from_probs(
             inp.train_probs, inp.train_labels, inp.test_probs, inp.test_labels,
             self.plan.forget, self.plan.retain, seed=self.settings.seed,
         )  # fmt: skip
+        behaviour = behaviour_check(
+            inp.train_probs, inp.train_labels, inp.test_probs, inp.test_labels,
+            self.plan.forget, self.plan.retain, seed=self.settings.seed,
+        )  # fmt: skip
         values = {k: float(getattr(m, k)) for k in CLASSIC_FIELDS}
+        values.update(behaviour.to_dict())
         if self.cache.enabled:
             self.cache.put(
                 "classic", key, {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
@@ -461,17 +466,19 @@ class ModelRun:
 
     # ------------------------------------------------------------------ results
 
-    def _baseline_f1(self, draws: tuple[DrawState, ...], attr: str) -> float:
-        truth: list[bool] = []
-        pred: list[bool] = []
+    def _baseline_f1(self, draws: tuple[DrawState, ...], attr: str) -> dict[int, tuple[float, int]]:
+        """``{draw: (F1, controls)}`` of a baseline's nearest-reference decisions, per draw
+        that scored all its baseline controls (positives then negatives)."""
+        out: dict[int, tuple[float, int]] = {}
         for b, d in enumerate(self.plan.draws):
             values = getattr(draws[b], attr)
             k = d.baseline_controls
             if values is None or k == 0 or np.isnan(values).any():
                 continue
-            truth += [True] * k + [False] * k
-            pred += [bool(x) for x in values[:, 0] <= values[:, 1]]
-        return controlled_f1(truth, pred).f1 if truth else _NAN
+            truth = [True] * k + [False] * k
+            pred = [bool(x) for x in values[:, 0] <= values[:, 1]]
+            out[d.index] = (controlled_f1(truth, pred).f1, 2 * k)
+        return out
 
     def evaluation(self, complete: bool = True, state: _Snapshot | None = None) -> ModelEvaluation:
         """The :class:`ModelEvaluation` of everything finished so far (or at ``state``)."""
@@ -487,11 +494,12 @@ class ModelRun:
             "f1_negatives": self.f1_negatives,
         }
         extras = dict(snap.extras)
-        extras["mmd_f1"] = self._baseline_f1(snap.draws, "mmd")
-        extras["w2_f1"] = self._baseline_f1(snap.draws, "w2")
+        baselines = {name: self._baseline_f1(snap.draws, name) for name in ("mmd", "w2")}
         extras["baseline_controls"] = 2 * sum(d.baseline_controls for d in self.plan.draws)
         extras["eval_seconds"] = snap.elapsed
-        summary, draws = summarize(identity, snap.draws, s, extras, self.plan.notes)
+        summary, draws = summarize(
+            identity, snap.draws, s, extras, self.plan.notes, baselines=baselines
+        )
         return ModelEvaluation(
             model=summary,
             draws=draws,
@@ -505,7 +513,7 @@ class ModelRun:
     ) -> list[dict[str, Any]]:
         name = self.inputs.name
         paper_ok = summary.references_valid and summary.panel_valid
-        cal_ok = summary.panel_valid
+        cal_ok = bool(np.isfinite(summary.calibrated_otr))  # not withheld by a gate
         rows: list[dict[str, Any]] = []
 
         def plain(kind: str, draw: int, index: int, h: np.ndarray, spread: float) -> None:

@@ -10,7 +10,7 @@ headline numbers with their intervals (:mod:`sde_core.stats.replication`) and ap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from sde_core.stats.decision import (
     CalibratedVerdict,
     Decision,
     NullCalibration,
+    PanelOutlier,
     ReferenceCheck,
     calibrated_verdict,
     controlled_f1,
@@ -30,6 +31,7 @@ from sde_core.stats.decision import (
     dependence_score,
     null_check,
     over_unlearning_test,
+    panel_outliers,
     pool_null_checks,
     reference_check,
     reference_panel_check,
@@ -46,9 +48,11 @@ __all__ = [
     "ControlStats",
     "CoreStats",
     "DrawState",
+    "NullRates",
     "PanelStats",
     "control_statistics",
     "core_statistics",
+    "null_rates",
     "panel_statistics",
     "summarize",
 ]
@@ -86,8 +90,10 @@ class PanelStats:
         panel: the subset-level U-test of the IT panel against the OOT panel.
         it_scores, oot_scores: ``(R,)`` panel scores.
         verdicts: each target's :class:`~sde_core.stats.decision.CalibratedVerdict`.
-        calibrated_otr: share of targets out-of-training or over-unlearned.
+        calibrated_otr: share of targets out-of-training (over-unlearned ones are not counted).
         over_unlearned_rate: share of targets over-unlearned.
+        outliers: panel members that make a verdict unreachable
+            (:func:`~sde_core.stats.decision.panel_outliers`).
     """
 
     panel: ReferenceCheck
@@ -96,6 +102,7 @@ class PanelStats:
     verdicts: tuple[CalibratedVerdict, ...]
     calibrated_otr: float
     over_unlearned_rate: float
+    outliers: tuple[PanelOutlier, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,8 @@ class ControlStats:
         verdicts: calibrated verdict of each control (None before the panel is known).
         f1: F1 of the JSD decisions. calibrated_f1: F1 of "in-training" verdicts (NaN without
             verdicts). tp, fp, fn: counts of the JSD decisions.
+        false_out: positives (training subsets) with ``p_out < alpha_calibrated`` — false
+            "out-of-training" calls, the null check's second direction (0 without verdicts).
     """
 
     truth: np.ndarray
@@ -117,6 +126,12 @@ class ControlStats:
     tp: int
     fp: int
     fn: int
+    false_out: int = 0
+
+    @property
+    def positives(self) -> int:
+        """Number of controlled training subsets (the positives)."""
+        return int(self.truth.sum())
 
 
 @dataclass
@@ -177,6 +192,7 @@ def panel_statistics(
         verdicts=verdicts,
         calibrated_otr=float(np.isin(labels, FORGOTTEN_VERDICTS).mean()),
         over_unlearned_rate=float(np.mean(labels == "over-unlearned")),
+        outliers=panel_outliers(it_scores, oot_scores),
     )
 
 
@@ -195,6 +211,7 @@ def control_statistics(
     f1 = controlled_f1(truth, [d.in_training for d in decisions])
     verdicts = None
     cal_f1 = _NAN
+    false_out = 0
     if panel is not None:
         verdicts = tuple(
             calibrated_verdict(
@@ -203,6 +220,9 @@ def control_statistics(
             for s in subset_scores(h)
         )
         cal_f1 = controlled_f1(truth, [v.verdict == "in-training" for v in verdicts]).f1
+        false_out = sum(
+            v.p_out < settings.alpha_calibrated for v, t in zip(verdicts, truth, strict=True) if t
+        )
     return ControlStats(
         truth=truth,
         decisions=decisions,
@@ -212,6 +232,7 @@ def control_statistics(
         tp=f1.tp,
         fp=f1.fp,
         fn=f1.fn,
+        false_out=int(false_out),
     )
 
 
@@ -282,6 +303,147 @@ def _gate_reasons(
     return cal, split
 
 
+@dataclass(frozen=True)
+class NullRates:
+    """The null check's three false-call rates over the draws (method §9), each a
+    :class:`~sde_core.stats.replication.ReplicateEstimate` (95% Korn–Graubard interval) or
+    None when not measured, with the one-sided gate's reason ("" when it passes)."""
+
+    false_in: ReplicateEstimate | None
+    false_over: ReplicateEstimate | None
+    false_out: ReplicateEstimate | None
+    train_subsets: int
+    reason: str
+
+
+def _rate_over_draws(
+    per_draw: Sequence[tuple[float, int]], confidence: float
+) -> ReplicateEstimate | None:
+    kept = [(v, m) for v, m in per_draw if m > 0]
+    if not kept:
+        return None
+    return replicate_proportion([v for v, _ in kept], [m for _, m in kept], confidence)
+
+
+def null_rates(draws: Sequence[DrawState], settings: EvalSettings) -> NullRates:
+    """False "in-training" and "over-unlearned" calls on the null check's unseen subsets and
+    false "out-of-training" calls on the controlled training subsets, over the draws, and the
+    gate: a rate whose one-sided (1 − α) Korn–Graubard lower bound (α = ``settings.alpha``)
+    lies above ``alpha_calibrated`` is significantly above its level, and the calibrated
+    verdicts are withheld (method §9)."""
+    a = settings.alpha_calibrated
+    nulls = [d.null for d in draws if d.null is not None]
+    in_draws = [(float(np.mean(n.calibrated_p_in < a)), n.calibrated_p_in.size) for n in nulls]
+    over_draws = [
+        (float(np.mean(n.calibrated_p_over < a)), n.calibrated_p_over.size) for n in nulls
+    ]
+    ctl = [d.controls for d in draws if d.controls is not None and d.controls.verdicts is not None]
+    out_draws = [(c.false_out / c.positives, c.positives) for c in ctl if c.positives]
+    shown = {
+        "in-training": _rate_over_draws(in_draws, 0.95),
+        "over-unlearned": _rate_over_draws(over_draws, 0.95),
+        "out-of-training": _rate_over_draws(out_draws, 0.95),
+    }
+    gate_conf = 1.0 - 2.0 * settings.alpha
+    reasons = []
+    for verdict, data, where in (
+        ("in-training", in_draws, "unseen subsets"),
+        ("over-unlearned", over_draws, "unseen subsets"),
+        ("out-of-training", out_draws, "training subsets"),
+    ):
+        strict = _rate_over_draws(data, gate_conf)
+        if strict is not None and strict.lo > a:
+            reasons.append(
+                f"the null check calls {strict.value:.0%} of {sum(m for _, m in data)} {where} "
+                f"{verdict} (one-sided {1 - settings.alpha:.0%} lower bound {strict.lo:.2f} > "
+                f"level {a}): the panels are not exchangeable with the subsets they judge"
+            )
+    return NullRates(
+        false_in=shown["in-training"],
+        false_over=shown["over-unlearned"],
+        false_out=shown["out-of-training"],
+        train_subsets=sum(m for _, m in out_draws),
+        reason="; ".join(reasons),
+    )
+
+
+def _outlier_reason(panels: Sequence[tuple[CoreStats, PanelStats]]) -> tuple[int, str]:
+    """``(number of outlying panel members, reason)`` over the draws ("" when none)."""
+    found = [(b, o) for b, (_, p) in enumerate(panels) for o in p.outliers]
+    if not found:
+        return 0, ""
+    parts = [
+        f"{o.side.upper()} panel member {o.member + 1} of draw {b + 1} (robust z = {o.z:+.1f}) "
+        f"makes every '{o.blocks}' verdict unreachable"
+        for b, o in found[:3]
+    ]
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return len(found), "an outlying panel member: " + "; ".join(parts) + more
+
+
+def _baseline_estimate(
+    per_draw: Mapping[int, tuple[float, int]] | None,
+) -> ReplicateEstimate | None:
+    """A baseline's F1 over the draws (Korn–Graubard, the controls as trials), like SDE's."""
+    if not per_draw:
+        return None
+    values = list(per_draw.values())
+    return replicate_proportion([v for v, _ in values], [m for _, m in values])
+
+
+def _conflict(
+    settings: EvalSettings,
+    cal: ReplicateEstimate | None,
+    over: ReplicateEstimate | None,
+    over_model: bool,
+    otr: ReplicateEstimate | None,
+    cal_reason: str,
+    paper_reason: str,
+    extras: dict[str, Any],
+) -> str:
+    """Why SDE's verdict and the model's behaviour disagree ("" when they do not, method §9).
+
+    SDE says *forgotten* when most targets are out-of-training (calibrated OTR > 0.5, or the
+    paper's OTR interval above 0.5) and *over-unlearned* when the model-level test fires or most
+    targets are over-unlearned; the behaviour says the model still fits D_f better than unseen
+    data when its accuracy gap's 95% interval lies above 0.
+    """
+    lo = float(extras.get("acc_gap_lo", _NAN))
+    if not lo > 0:
+        return ""
+    claims = []
+    if not cal_reason and cal is not None and cal.value > 0.5:
+        claims.append(f"{cal.value:.0%} of the targets out-of-training (calibrated)")
+    elif not paper_reason and otr is not None and otr.lo > 0.5:
+        claims.append(f"OTR {otr.value:.0%} (paper's rule)")
+    if not cal_reason and (over_model or (over is not None and over.value > 0.5)):
+        share = "" if over is None else f"{over.value:.0%} of the targets "
+        claims.append(f"{share}over-unlearned")
+    if not claims:
+        return ""
+    acc_f, acc_te = float(extras.get("acc_f", _NAN)), float(extras.get("acc_te", _NAN))
+    text = (
+        f"SDE says {' and '.join(claims)}, but the model still fits D_f better than unseen data: "
+        f"accuracy {acc_f:.1f}% on D_f vs {acc_te:.1f}% on D_te (gap "
+        f"{float(extras['acc_gap']):+.1f} points, 95% CI [{lo:+.1f}, "
+        f"{float(extras['acc_gap_hi']):+.1f}])"
+    )
+    loss = float(extras.get("loss_gap", _NAN))
+    if np.isfinite(loss):
+        text += (
+            f", mean loss gap {loss:+.2f} nats [{float(extras['loss_gap_lo']):+.2f}, "
+            f"{float(extras['loss_gap_hi']):+.2f}]"
+        )
+    mia_f, mia_u = float(extras.get("mia_forget", _NAN)), float(extras.get("mia_unseen", _NAN))
+    if np.isfinite(mia_f):
+        text += (
+            f", membership attack calls {mia_f:.0%} of D_f members vs {mia_u:.0%} of held-out "
+            f"unseen rows (gap 95% CI [{float(extras['mia_gap_lo']):+.2f}, "
+            f"{float(extras['mia_gap_hi']):+.2f}])"
+        )
+    return text + ": conflicting evidence — SDE's verdict is not certified for this model."
+
+
 def _gated(value: float, reason: str) -> float:
     return _NAN if reason else value
 
@@ -296,6 +458,7 @@ def summarize(
     settings: EvalSettings,
     extras: dict[str, Any],
     notes: Sequence[str] = (),
+    baselines: Mapping[str, Mapping[int, tuple[float, int]]] | None = None,
 ) -> tuple[ModelSummary, list[DrawSummary]]:
     """Combine the finished draws into the model's headline numbers (method §12).
 
@@ -304,10 +467,13 @@ def summarize(
     mean numerator and denominator, the median p-values. Intervals:
     :func:`~sde_core.stats.replication.replicate_proportion` (Korn–Graubard over draws) for
     rates and F1, Fieller's interval (:func:`~sde_core.stats.replication.replicate_ratio`) for
-    the dependence score, the range of the draws for p-values. Gate: when the median panel p is
-    not below α the calibrated metrics are NaN and ``inconclusive_reason`` says why; the
-    paper's metrics (OTR, F1, dependence score) also need the median split-level p below α
-    (method §3).
+    the dependence score, the range of the draws for p-values. Gates (method §9, §12): when the
+    median panel p is not below α, when the null check finds a false-call rate significantly
+    above its level (:func:`null_rates`) or when a panel member is an outlier that makes a
+    verdict unreachable, the calibrated metrics are NaN and ``inconclusive_reason`` says why;
+    the paper's metrics (OTR, F1, dependence score, the baselines' F1) are withheld by the panel
+    gate and also need the median split-level p below α (method §3). ``evidence_conflict``
+    says when SDE's verdict contradicts the model's behaviour (:func:`_conflict`).
 
     Args:
         identity: ``name, role, method, layer, dim, sigma, f1_negatives``.
@@ -315,14 +481,19 @@ def summarize(
         settings: evaluation settings.
         extras: the :attr:`ModelSummary.EXTRA_FIELDS` known so far (missing ones are NaN).
         notes: plan notes (reductions) to carry in the summary.
+        baselines: per baseline (``"mmd"``, ``"w2"``), ``{draw index: (F1, controls)}`` of
+            the draws that scored their baseline controls.
     """
     cores = [(d, d.core) for d in draws if d.core is not None]
     panels = [(c, d.panel) for d, c in cores if d.panel is not None]
     controls = [d.controls for d, _ in cores if d.controls is not None]
     ref = replicate_range([c.reference.p_value for _, c in cores]) if cores else None
     panel = replicate_range([p.panel.p_value for _, p in panels]) if panels else None
-    cal_reason, split_reason = _gate_reasons(settings, ref, panel)
-    paper_reason = cal_reason or split_reason
+    panel_reason, split_reason = _gate_reasons(settings, ref, panel)
+    rates = null_rates([d for d, _ in cores], settings)
+    n_outliers, outlier_reason = _outlier_reason(panels)
+    cal_reason = "; ".join(r for r in (panel_reason, rates.reason, outlier_reason) if r)
+    paper_reason = panel_reason or split_reason
     n_targets = [len(c.decisions) for _, c in cores]
     otr = replicate_proportion([c.otr for _, c in cores], n_targets) if cores else None
     dep = (
@@ -346,6 +517,9 @@ def summarize(
         if panels
         else None
     )
+    over_model = bool(
+        not cal_reason and over_test is not None and over_test.p_value < settings.alpha_calibrated
+    )
     c_trials = [len(c.truth) for c in controls]
     f1 = replicate_proportion([c.f1 for c in controls], c_trials) if controls else None
     cal_controls = [c for c in controls if c.verdicts is not None]
@@ -364,8 +538,11 @@ def summarize(
         v: (0 if cal_reason else verdicts.count(v))
         for v in ("in-training", "out-of-training", "over-unlearned")
     }
+    mmd = _baseline_estimate((baselines or {}).get("mmd"))
+    w2 = _baseline_estimate((baselines or {}).get("w2"))
     spread = _spread_correlations(draws)
     reason = "; ".join(r for r in (cal_reason, split_reason) if r)
+    conflict = _conflict(settings, cal, over, over_model, otr, cal_reason, paper_reason, extras)
     summary = ModelSummary(
         **identity,
         draws=len(cores),
@@ -406,30 +583,46 @@ def summarize(
         over_unlearned_lo=_gated(_value(over, "lo"), cal_reason),
         over_unlearned_hi=_gated(_value(over, "hi"), cal_reason),
         over_unlearning_p=_gated(_NAN if over_test is None else over_test.p_value, cal_reason),
-        over_unlearned=bool(
-            not cal_reason
-            and over_test is not None
-            and over_test.p_value < settings.alpha_calibrated
-        ),
+        over_unlearned=over_model,
         n_in_training=counts["in-training"],
         n_out_of_training=counts["out-of-training"],
         n_over_unlearned=counts["over-unlearned"],
         n_inconclusive=sum(n_targets) - sum(counts.values()),
         null_pairs=0 if null is None else null.n_pairs,
-        null_calibrated_fpr=_NAN if null is None else null.calibrated_fpr,
-        null_over_unlearned_fpr=_NAN if null is None else null.over_unlearned_fpr,
+        null_calibrated_fpr=_value(rates.false_in),
+        null_calibrated_fpr_lo=_value(rates.false_in, "lo"),
+        null_calibrated_fpr_hi=_value(rates.false_in, "hi"),
+        null_over_unlearned_fpr=_value(rates.false_over),
+        null_over_unlearned_fpr_lo=_value(rates.false_over, "lo"),
+        null_over_unlearned_fpr_hi=_value(rates.false_over, "hi"),
+        null_train_subsets=rates.train_subsets,
+        null_out_of_training_fpr=_value(rates.false_out),
+        null_out_of_training_fpr_lo=_value(rates.false_out, "lo"),
+        null_out_of_training_fpr_hi=_value(rates.false_out, "hi"),
+        panel_outliers=n_outliers,
         inconclusive_reason=reason,
+        evidence_conflict=conflict,
         notes="; ".join(notes),
         score_spread_corr=spread[0],
         score_spread_corr_within=spread[1],
         score_spread_corr_within_lo=spread[2],
         score_spread_corr_within_hi=spread[3],
+        mmd_f1=_gated(_value(mmd), paper_reason),
+        mmd_f1_lo=_gated(_value(mmd, "lo"), paper_reason),
+        mmd_f1_hi=_gated(_value(mmd, "hi"), paper_reason),
+        mmd_f1_raw=_value(mmd),
+        w2_f1=_gated(_value(w2), paper_reason),
+        w2_f1_lo=_gated(_value(w2, "lo"), paper_reason),
+        w2_f1_hi=_gated(_value(w2, "hi"), paper_reason),
+        w2_f1_raw=_value(w2),
         **{k: extras.get(k, _NAN) for k in ModelSummary.EXTRA_FIELDS},
     )
-    return summary, [_draw_summary(identity["name"], d) for d, _ in cores]
+    return summary, [_draw_summary(identity["name"], d, baselines or {}) for d, _ in cores]
 
 
-def _draw_summary(model: str, d: DrawState) -> DrawSummary:
+def _draw_summary(
+    model: str, d: DrawState, baselines: Mapping[str, Mapping[int, tuple[float, int]]]
+) -> DrawSummary:
     assert d.core is not None
     null = d.null
     over_p = _NAN
@@ -456,4 +649,12 @@ def _draw_summary(model: str, d: DrawState) -> DrawSummary:
         null_pairs=0 if null is None else null.n_pairs,
         null_split_fpr=_NAN if null is None else null.split_test_fpr,
         null_calibrated_fpr=_NAN if null is None else null.calibrated_fpr,
+        null_out_of_training_fpr=(
+            d.controls.false_out / d.controls.positives
+            if d.controls is not None and d.controls.verdicts is not None and d.controls.positives
+            else _NAN
+        ),
+        panel_outliers=0 if d.panel is None else len(d.panel.outliers),
+        mmd_f1=baselines.get("mmd", {}).get(d.index, (_NAN, 0))[0],
+        w2_f1=baselines.get("w2", {}).get(d.index, (_NAN, 0))[0],
     )

@@ -16,9 +16,23 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["CLI_COLUMNS", "DrawSummary", "ModelSummary", "json_number"]
+__all__ = ["BEHAVIOUR_FIELDS", "CLI_COLUMNS", "DrawSummary", "ModelSummary", "json_number"]
 
 _NAN = float("nan")
+#: The behaviour check's columns (:class:`sde_core.learning.metrics.BehaviourCheck`).
+BEHAVIOUR_FIELDS: tuple[str, ...] = (
+    "acc_gap",
+    "acc_gap_lo",
+    "acc_gap_hi",
+    "loss_gap",
+    "loss_gap_lo",
+    "loss_gap_hi",
+    "mia_forget",
+    "mia_unseen",
+    "mia_gap_lo",
+    "mia_gap_hi",
+    "mia_ties",
+)
 
 
 def json_number(x: Any) -> Any:
@@ -60,18 +74,29 @@ class ModelSummary:
             test's p-value and outcome (p < alpha_calibrated).
         n_in_training, n_out_of_training, n_over_unlearned, n_inconclusive: verdict counts
             over all targets (all inconclusive when the gate withholds them).
-        null_pairs, null_calibrated_fpr, null_over_unlearned_fpr: the null check.
-        inconclusive_reason: why numbers are withheld ("" when none is).
+        null_pairs, null_calibrated_fpr…, null_over_unlearned_fpr…: the null check on unseen
+            subsets — false "in-training" and false "over-unlearned" rates with 95% intervals
+            over the draws. null_train_subsets, null_out_of_training_fpr…: false
+            "out-of-training" (p_out < α) on the controlled training subsets. panel_outliers:
+            panel members that make a verdict unreachable (method §9).
+        inconclusive_reason: why numbers are withheld ("" when none is): the panel gate, the
+            null-check gate or the paper's split-level test.
+        evidence_conflict: why SDE's verdict and the model's behaviour disagree ("" when they
+            do not): SDE says forgotten or over-unlearned while the model still classifies
+            D_f significantly better than unseen data (method §9).
         notes: what the plan reduced (fewer draws, no null check, ...).
         score_spread_corr: correlation of subset score and spread over every panel and target
             subset; ``score_spread_corr_within`` (``_lo``/``_hi``): median (range) of the
             correlations within each group (IT panel, OOT panel, targets of one draw).
-        mmd_f1, w2_f1, baseline_controls: distribution baselines and the controls they scored.
-        acc_r, acc_f, acc_te, asr: classic metrics. acc_r_ties…asr_ties: how many of each
-            classic metric's decisions are near-ties (method §13; NaN: not recorded, a store
-            written before they were). h_rtol: how far (relative) another machine may move
-            this model's H values, from its activations' conditioning (method §13).
-            seconds: the method's time;
+        mmd_f1…, w2_f1…: distribution baselines' F1 over the draws with its interval (gated
+            like the paper's F1; ``*_raw`` before the gate). baseline_controls: the controls
+            they scored.
+        acc_r, acc_f, acc_te, asr: classic metrics. acc_gap…mia_ties: the behaviour check
+            (:class:`~sde_core.learning.metrics.BehaviourCheck`). acc_r_ties…asr_ties: how
+            many of each classic metric's decisions are near-ties (method §13; NaN: not
+            recorded, a store written before they were). h_rtol: how far (relative)
+            another machine may move this model's H values, from its activations'
+            conditioning (method §13). seconds: the method's time;
             eval_seconds: this evaluation's.
     """
 
@@ -127,20 +152,47 @@ class ModelSummary:
     n_inconclusive: int
     null_pairs: int
     null_calibrated_fpr: float
+    null_calibrated_fpr_lo: float
+    null_calibrated_fpr_hi: float
     null_over_unlearned_fpr: float
+    null_over_unlearned_fpr_lo: float
+    null_over_unlearned_fpr_hi: float
+    null_train_subsets: int
+    null_out_of_training_fpr: float
+    null_out_of_training_fpr_lo: float
+    null_out_of_training_fpr_hi: float
+    panel_outliers: int
     inconclusive_reason: str
+    evidence_conflict: str
     notes: str
     score_spread_corr: float
     score_spread_corr_within: float
     score_spread_corr_within_lo: float
     score_spread_corr_within_hi: float
     mmd_f1: float = _NAN
+    mmd_f1_lo: float = _NAN
+    mmd_f1_hi: float = _NAN
+    mmd_f1_raw: float = _NAN
     w2_f1: float = _NAN
+    w2_f1_lo: float = _NAN
+    w2_f1_hi: float = _NAN
+    w2_f1_raw: float = _NAN
     baseline_controls: int = 0
     acc_r: float = _NAN
     acc_f: float = _NAN
     acc_te: float = _NAN
     asr: float = _NAN
+    acc_gap: float = _NAN
+    acc_gap_lo: float = _NAN
+    acc_gap_hi: float = _NAN
+    loss_gap: float = _NAN
+    loss_gap_lo: float = _NAN
+    loss_gap_hi: float = _NAN
+    mia_forget: float = _NAN
+    mia_unseen: float = _NAN
+    mia_gap_lo: float = _NAN
+    mia_gap_hi: float = _NAN
+    mia_ties: float = _NAN
     acc_r_ties: float = _NAN
     acc_f_ties: float = _NAN
     acc_te_ties: float = _NAN
@@ -149,10 +201,9 @@ class ModelSummary:
     seconds: float = _NAN
     eval_seconds: float = _NAN
 
-    #: Fields filled from outside the per-draw statistics (baselines, classic metrics, times).
+    #: Fields filled from outside the per-draw statistics (classic metrics, the behaviour
+    #: check, times); the baselines' F1 is formed by :func:`~.statistics.summarize`.
     EXTRA_FIELDS: ClassVar[tuple[str, ...]] = (
-        "mmd_f1",
-        "w2_f1",
         "baseline_controls",
         "acc_r",
         "acc_f",
@@ -163,6 +214,7 @@ class ModelSummary:
         "acc_te_ties",
         "asr_ties",
         "h_rtol",
+        *BEHAVIOUR_FIELDS,
         "seconds",
         "eval_seconds",
     )
@@ -193,7 +245,9 @@ class DrawSummary:
             statistics; dependence_num, dependence_den: the dependence score's numerator and
             denominator (the model's score is their ratio of means over the draws).
             over_unlearning_p: its median target ranked against its OOT panel.
-        null_pairs, null_split_fpr, null_calibrated_fpr: its null check.
+        null_pairs, null_split_fpr, null_calibrated_fpr, null_out_of_training_fpr: its null
+            check. panel_outliers: its panel members that make a verdict unreachable.
+        mmd_f1, w2_f1: its baselines' F1 (NaN without baseline controls).
     """
 
     model: str
@@ -216,6 +270,10 @@ class DrawSummary:
     null_pairs: int
     null_split_fpr: float
     null_calibrated_fpr: float
+    null_out_of_training_fpr: float
+    panel_outliers: int
+    mmd_f1: float
+    w2_f1: float
 
     def to_row(self) -> dict[str, Any]:
         """The ``draws`` table row."""
@@ -233,12 +291,12 @@ CLI_COLUMNS: tuple[str, ...] = (
     "otr_hi",
     "calibrated_otr",
     "f1",
-    "dependence_score",
-    "over_unlearned",
+    "over_unlearned_rate",
     "acc_r",
     "acc_f",
     "acc_te",
     "asr",
+    "evidence_conflict",
 )
 
 #: Interval keys of the JSON document: key -> (point, lo, hi) columns.
@@ -249,6 +307,25 @@ _INTERVALS = {
     "calibrated_f1": ("calibrated_f1", "calibrated_f1_lo", "calibrated_f1_hi"),
     "dependence_score": ("dependence_score", "dependence_score_lo", "dependence_score_hi"),
     "over_unlearned": ("over_unlearned_rate", "over_unlearned_lo", "over_unlearned_hi"),
+    "mmd_f1": ("mmd_f1", "mmd_f1_lo", "mmd_f1_hi"),
+    "w2_f1": ("w2_f1", "w2_f1_lo", "w2_f1_hi"),
+    "null_calibrated_fpr": (
+        "null_calibrated_fpr",
+        "null_calibrated_fpr_lo",
+        "null_calibrated_fpr_hi",
+    ),
+    "null_over_unlearned_fpr": (
+        "null_over_unlearned_fpr",
+        "null_over_unlearned_fpr_lo",
+        "null_over_unlearned_fpr_hi",
+    ),
+    "null_out_of_training_fpr": (
+        "null_out_of_training_fpr",
+        "null_out_of_training_fpr_lo",
+        "null_out_of_training_fpr_hi",
+    ),
+    "acc_gap": ("acc_gap", "acc_gap_lo", "acc_gap_hi"),
+    "loss_gap": ("loss_gap", "loss_gap_lo", "loss_gap_hi"),
 }
 #: Per-draw lists of the JSON document: key -> (draws column, the gated point column).
 _PER_DRAW = {
@@ -293,6 +370,8 @@ def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) 
     }
     for key, (point, lo, hi) in _INTERVALS.items():
         name = "over_unlearned_rate" if key == "over_unlearned" else key
+        if point not in row:  # a column newer than the row (an older store)
+            continue
         out[name] = json_number(row[point])
         out[f"{key}_ci"] = [json_number(row[lo]), json_number(row[hi])]
     for key, (column, gate) in _PER_DRAW.items():
@@ -309,13 +388,17 @@ def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) 
                 "inconclusive": json_number(row["n_inconclusive"]),
             },
             "null_pairs": json_number(row["null_pairs"]),
-            "null_calibrated_fpr": json_number(row["null_calibrated_fpr"]),
-            "null_over_unlearned_fpr": json_number(row["null_over_unlearned_fpr"]),
+            "null_train_subsets": json_number(row.get("null_train_subsets")),
+            "panel_outliers": json_number(row.get("panel_outliers")),
+            "evidence_conflict": row.get("evidence_conflict") or None,
+            "mia_forget": json_number(row.get("mia_forget")),
+            "mia_unseen": json_number(row.get("mia_unseen")),
+            "mia_gap_ci": [json_number(row.get("mia_gap_lo")), json_number(row.get("mia_gap_hi"))],
             "score_spread_corr": json_number(row["score_spread_corr"]),
             "score_spread_corr_within": json_number(row["score_spread_corr_within"]),
             "notes": row["notes"] or None,
         }
     )
-    for key in ("mmd_f1", "w2_f1", "acc_r", "acc_f", "acc_te", "asr", "seconds"):
+    for key in ("acc_r", "acc_f", "acc_te", "asr", "seconds"):
         out[key] = json_number(row[key])
     return out
