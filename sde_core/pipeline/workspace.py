@@ -121,7 +121,7 @@ _CACHE_KINDS = {
 }
 _VERSION = 1
 #: Largest ``workspace.toml`` read, in bytes (a workspace of 1,000 models takes ~0.5 MB).
-MAX_TOML_BYTES = 4 * 2**20
+MAX_TOML_BYTES = 2**20
 #: Deepest nesting read (dotted key parts plus open brackets; a workspace needs about 4).
 MAX_TOML_DEPTH = 32
 #: Most ``[[models]]`` entries in a workspace.
