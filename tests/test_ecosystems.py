@@ -157,17 +157,19 @@ def _lightning_runs(folder: Path, x: torch.Tensor, y: np.ndarray, keep: np.ndarr
     data = torch.utils.data.TensorDataset(x[:4], torch.as_tensor(y[:4]))
     loader = torch.utils.data.DataLoader(data, batch_size=4)
 
-    def save(module: L.LightningModule, name: str) -> None:
+    def save(module: L.LightningModule, name: str) -> L.Trainer:
         trainer = L.Trainer(
             max_steps=1, accelerator="cpu", logger=False, enable_progress_bar=False,
             enable_model_summary=False,
             callbacks=[ModelCheckpoint(dirpath=folder, filename=name)],
         )  # fmt: skip
         trainer.fit(module, loader)
+        return trainer
 
     lit = LitResNet()
-    for name in two_heads(lit.model, lit.model.fc, x, y, keep):
-        save(lit, name)
+    heads = two_heads(lit.model, lit.model.fc, x, y, keep)
+    trainer = save(lit, next(heads))  # the ModelCheckpoint callback writes original.ckpt
+    trainer.save_checkpoint(folder / f"{next(heads)}.ckpt")  # the same format, saved directly
     lit_cnn = LitCNN()
     fit_head(lit_cnn.net.head, head_input(lit_cnn.net, lit_cnn.net.head, x), y)
     save(lit_cnn, "cnn")
