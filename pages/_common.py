@@ -203,7 +203,7 @@ def _open_matching(path: str) -> None:
 def _show_link_mismatch() -> None:
     """The mismatch between the link and the open workspace, while that workspace is open."""
     mismatch = st.session_state.get(MISMATCH_KEY)
-    if not mismatch or mismatch["path"] != str(st.session_state.get(WS_KEY)):
+    if not mismatch or mismatch["path"] != str(st.session_state.get(WS_KEY) or default_workspace()):
         return
     now = f"`{mismatch['open'][:16]}`" if mismatch["open"] else "no hash (it cannot be opened)"
     st.warning(

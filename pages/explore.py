@@ -108,7 +108,9 @@ def pick_model_and_layer(ws: Workspace) -> str:
     if st.session_state.get("x_model") not in names:
         st.session_state["x_model"] = originals[0] if originals else names[0]
     left, right = st.columns([1, 2])
-    model = left.selectbox("Model", names, key="x_model")
+    # a plain session key: the choice survives a visit to another page (returning to Explore
+    # with nothing changed is answered from the cache, not evaluated again for another model)
+    model = left.selectbox("Model", names, **bound("x_model"))
     with guarded(f"Cannot list the layers of {model}"):
         layers = model_layers(ws, model)
         labels = {info.name: layer_label(info) for info in layers}
@@ -474,8 +476,10 @@ apply_link(view, names)
 model = pick_model_and_layer(ws)
 controls = [m.name for m in ws.models if m.role == "random" and m.name != model]
 control = None
+st.session_state.setdefault("x_negative", False)
 if controls and st.toggle(
-    f"Negative control: also evaluate the random-init model {controls[0]!r}", key="x_negative"
+    f"Negative control: also evaluate the random-init model {controls[0]!r}",
+    **bound("x_negative"),
 ):
     control = controls[0]
 settings = current_settings(ws)

@@ -167,7 +167,7 @@ def test_a_link_reproduces_a_non_default_view(ws, defaults):
     params = dict(at.query_params)
     assert params["sigma"] == "0.5" and params["model"] == "FT" and params["target"] == "3"
     # the link's own values stay when the user changes the view afterwards
-    at.selectbox(key="x_model").set_value("retrained").run()
+    at.selectbox(key="w_x_model").set_value("retrained").run()
     assert dict(at.query_params)["model"] == "retrained"
     assert dict(at.query_params)["sigma"] == "0.5"
 
@@ -232,7 +232,7 @@ def test_bad_link_values_are_named_not_fatal(ws):
 
 def test_explore_negative_control_and_other_layer(ws, defaults):
     at = app()
-    at.toggle(key="x_negative").set_value(True).run()
+    at.toggle(key="w_x_negative").set_value(True).run()
     no_exception(at)
     control = frame(at, "random")
     ref = evaluate_workspace(ws, defaults, models=["random"]).models.iloc[0]

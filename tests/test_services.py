@@ -159,6 +159,24 @@ def test_list_bool_and_links():
     )
 
 
+def test_links_carry_the_workspace_hash_and_the_public_address():
+    from sde_core.viz.links import hash_matches, link_hash, public_base_url
+
+    digest = "AbC" + "0" * 61
+    assert link_hash(digest) == "abc0000000000000" and hash_matches(link_hash(digest), digest)
+    assert not hash_matches("abc0000000000001", digest)
+    # too short or not hex matches nothing: a damaged link is flagged, never taken as a match
+    assert not hash_matches("abc", digest) and not hash_matches("zzzzzzzzzz", digest)
+    public = {"SDE_PUBLIC_URL": "https://sde.example.org/app"}
+    assert public_base_url("http://127.0.0.1:8501/explore", public) == public["SDE_PUBLIC_URL"]
+    assert public_base_url("http://127.0.0.1:8501/x", {"SDE_PUBLIC_URL": "ftp://h"}) == (
+        "http://127.0.0.1:8501/x"
+    )
+    assert public_base_url(None, {}) is None
+    shared = view_link(public_base_url(None, public), "explore", {"ws": "assets/demo"})
+    assert shared == "https://sde.example.org/app/explore?ws=assets%2Fdemo"
+
+
 def test_store_path_is_not_spelled_by_services():
     """One place names the cache folder (services.evaluation._cache_root)."""
     root = Path(__file__).resolve().parent.parent
