@@ -230,6 +230,16 @@ def test_forget_sets_by_split_file_and_by_column(lm: dict[str, Any], tmp_path: P
         forget_rows(bundle.train, options)
 
 
+@pytest.fixture
+def one_thread() -> Any:
+    """Tiny models train fastest on one thread (and do not contend on a shared machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_thread")
 def test_language_model_methods_do_what_they_claim(lm: dict[str, Any]) -> None:
     bundle = load_dataset(text_spec(lm))
     original = load_hf_folder(lm["folder"])
