@@ -77,12 +77,15 @@ def test_dashboard_on_the_shipped_facts_demo(tmp_path: Path, monkeypatch) -> Non
     shutil.copytree(default_facts_folder(), folder, ignore=skip)
     monkeypatch.setenv("SDE_WORKSPACE", str(folder))
     monkeypatch.setenv("SDE_DATA_ROOTS", str(folder.parent))
-    for page in ("explore", "compare", "report"):
+    links = {"explore": {"model": "llm_gd", "target": "3"}, "compare": {}, "report": {}}
+    for page, params in links.items():  # Explore opened by a deep link to one target subset
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
         at.switch_page(f"pages/{page}.py")
+        at.query_params.update(params)
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         if page == "explore":
+            assert any("Target subset 3" in m.value for m in at.markdown)
             texts = [d.value for d in at.dataframe if "text" in d.value.columns]
             assert texts and texts[0]["text"].str.startswith("Question: ").all()
     assert os.environ["SDE_WORKSPACE"] == str(folder)
