@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from sde_core.cli import main
+from sde_core.inputs.hf_models import HFHiddenStates, load_hf_folder
 from sde_core.pipeline.llm_demo import (
     FactsRecipe,
     build_facts_demo,
@@ -64,6 +66,13 @@ def test_build_on_a_tiny_recipe(tmp_path: Path) -> None:
     metrics = json.loads((tmp_path / "facts" / "metrics.json").read_text())
     assert set(metrics) == {"original", "retrained", "llm_ga", "random"} == set(report.metrics)
     assert ws.model("llm_ga").hyperparameters["lr"] == 1e-4
+    # the command line runs a language-model method on the workspace and adds a model folder
+    argv = ["unlearn", str(tmp_path / "facts"), "--method", "llm_gd", "--name", "gd_cli",
+            "--param", "lr=1e-3", "--param", "epochs=1"]  # fmt: skip
+    assert main(argv) == 0
+    entry = load_workspace(tmp_path / "facts").model("gd_cli")
+    assert entry.arch == "hf" and entry.method == "llm_gd"
+    assert isinstance(load_hf_folder(ws.path(entry.checkpoint)), HFHiddenStates)
 
 
 @pytest.mark.skipif(
