@@ -169,11 +169,14 @@ def unlearn_model_job(
     result = unlearn(method, model, data, **dict(params))
     path: Path
     if arch == HF_ARCH:  # a Hugging Face model folder: save one, with the source's tokenizer
-        from sde_core.inputs.hf_models import save_hf_folder
+        from sde_core.inputs.hf_models import HFHiddenStates, save_hf_folder
 
         target = ws.path(out or fresh_model_path(ws, f"models/{name}"))
         tokenizer = ws.path(source.checkpoint, what=f"model {source.name!r} checkpoint")
-        path = save_hf_folder(result.model.cpu(), target, tokenizer_from=tokenizer)
+        unlearned = result.model.cpu()
+        if not isinstance(unlearned, HFHiddenStates):
+            raise TrainingError(f"method {method!r} did not return a language model")
+        path = save_hf_folder(unlearned, target, tokenizer_from=tokenizer)
     else:
         target = ws.path(out or fresh_model_path(ws, f"models/{name}.safetensors"))
         path = Path(save_weights(result.model.cpu(), target, arch=arch, arch_kwargs=arch_kwargs))
