@@ -98,3 +98,23 @@ def test_dashboard_on_the_shipped_facts_demo(tmp_path: Path, monkeypatch) -> Non
             texts = [d.value for d in at.dataframe if "text" in d.value.columns]
             assert texts and texts[0]["text"].str.startswith("Question: ").all()
     assert os.environ["SDE_WORKSPACE"] == str(folder)
+
+
+@pytest.mark.skipif(
+    not (default_facts_folder() / "results.sqlite").is_file(), reason="demo not built"
+)
+def test_shipped_facts_store_answers_its_defaults_without_recomputing(tmp_path: Path) -> None:
+    """The shipped store is current (rebuild it with `demo build --dataset facts` when not)."""
+    from sde_core.pipeline.evaluate import evaluate_workspace
+    from sde_core.pipeline.store import ResultsStore
+
+    folder = tmp_path / "facts"
+    skip = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
+    shutil.copytree(default_facts_folder(), folder, ignore=skip)
+    ws = load_workspace(folder)
+    with ResultsStore(folder / "results.sqlite") as store:
+        result = evaluate_workspace(ws, ws.defaults, store=store)
+    names = ["original", "retrained", "llm_ga", "llm_gd", "llm_npo", "random"]
+    assert result.cached_models == names
+    models = result.models.set_index("name")
+    assert models.loc["original", "otr"] <= 0.2 and models.loc["retrained", "otr"] >= 0.8
