@@ -3,15 +3,14 @@ real on-disk formats, forget sets by split file or column, the language-model un
 methods, and the trust rules for pickled weights and remote code.
 
 Every model is a tiny GPT-2 built from a ``GPT2Config`` and saved with ``save_pretrained``; the
-hidden states are checked against ``transformers``' own ``output_hidden_states``.
+hidden states are checked against ``transformers``' own ``output_hidden_states``. That the vision
+path never imports ``transformers`` is checked by ``tests/test_evaluate_cli.py`` (a whole
+``python -m sde_core evaluate`` with the package shadowed by one that fails on import).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,6 @@ from sde_core.inputs.models import load_checkpoint, load_checkpoint_details
 from sde_core.inputs.text_data import QA_TEMPLATE, forget_rows, read_records, record_texts
 from sde_core.learning.llm_unlearning import causal_lm_losses
 from sde_core.learning.unlearning import UnlearnData, unlearn
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -58,24 +55,6 @@ def text_spec(lm: dict[str, Any], **options: Any) -> DatasetSpec:
         options={"test_path": str(root / "holdout.jsonl"), "tokenizer": str(lm["folder"]),
                  "max_length": 24, **options},
     )  # fmt: skip
-
-
-def test_vision_paths_do_not_import_transformers() -> None:
-    code = (
-        "import sys\n"
-        "import sde_core.cli, sde_core.pipeline.evaluate, sde_core.services.workspaces\n"
-        "import sde_core.inputs.activations, sde_core.inputs.data, sde_core.learning.unlearning\n"
-        "from sde_core.inputs.models import build_model\n"
-        "build_model('fmnist_cnn')\n"
-        "print('HEAVY', [m for m in ('transformers', 'tokenizers', 'datasets') "
-        "if m in sys.modules])\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
-        timeout=120, check=True,
-    )  # fmt: skip
-    assert "HEAVY []" in out.stdout, out.stdout + out.stderr
 
 
 def test_hidden_states_match_transformers(lm: dict[str, Any], tmp_path: Path) -> None:
