@@ -31,6 +31,8 @@ from sde_core.inputs.text_data import QA_TEMPLATE, forget_rows, read_records, re
 from sde_core.learning.llm_unlearning import causal_lm_losses
 from sde_core.learning.unlearning import UnlearnData, unlearn
 
+pytest.importorskip("transformers")  # the optional [llm] extra
+
 
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from sde_core.pipeline.llm_demo import (
 from sde_core.pipeline.workspace import check_workspace, load_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest.importorskip("transformers")  # the optional [llm] extra
 
 
 def test_loss_mia_auc_is_the_roc_auc_of_low_loss_as_member() -> None:
