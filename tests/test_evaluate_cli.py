@@ -4,6 +4,7 @@ errors."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -51,10 +52,18 @@ def one_error_line(capsys: pytest.CaptureFixture) -> str:
 
 def test_python_dash_m_writes_the_spec_json(workspace, tmp_path):
     out = tmp_path / "result.json"
+    # the vision path never imports the optional language-model packages: shadow them with
+    # modules that fail on import (issue 26)
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    for name in ("transformers", "tokenizers", "datasets"):
+        (shadow / f"{name}.py").write_text(f"raise ImportError('the vision path imported {name}')")
+    paths = [str(shadow), str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     proc = subprocess.run(
         [sys.executable, "-m", "sde_core", "evaluate", str(workspace), "--json", str(out),
          *FAST, "--seed", "3", "--store", str(tmp_path / "store.sqlite"), "--quiet"],
-        capture_output=True, text=True, timeout=240,
+        capture_output=True, text=True, timeout=240, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from sde_core.cli import main
+from sde_core.inputs.hf_models import HFHiddenStates, load_hf_folder
 from sde_core.pipeline.llm_demo import (
     FactsRecipe,
     build_facts_demo,
@@ -24,6 +26,7 @@ from sde_core.pipeline.llm_demo import (
 from sde_core.pipeline.workspace import check_workspace, load_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
+pytest.importorskip("transformers")  # the optional [llm] extra
 
 
 def test_loss_mia_auc_is_the_roc_auc_of_low_loss_as_member() -> None:
@@ -64,6 +67,13 @@ def test_build_on_a_tiny_recipe(tmp_path: Path) -> None:
     metrics = json.loads((tmp_path / "facts" / "metrics.json").read_text())
     assert set(metrics) == {"original", "retrained", "llm_ga", "random"} == set(report.metrics)
     assert ws.model("llm_ga").hyperparameters["lr"] == 1e-4
+    # the command line runs a language-model method on the workspace and adds a model folder
+    argv = ["unlearn", str(tmp_path / "facts"), "--method", "llm_gd", "--name", "gd_cli",
+            "--param", "lr=1e-3", "--param", "epochs=1"]  # fmt: skip
+    assert main(argv) == 0
+    entry = load_workspace(tmp_path / "facts").model("gd_cli")
+    assert entry.arch == "hf" and entry.method == "llm_gd"
+    assert isinstance(load_hf_folder(ws.path(entry.checkpoint)), HFHiddenStates)
 
 
 @pytest.mark.skipif(
@@ -77,12 +87,35 @@ def test_dashboard_on_the_shipped_facts_demo(tmp_path: Path, monkeypatch) -> Non
     shutil.copytree(default_facts_folder(), folder, ignore=skip)
     monkeypatch.setenv("SDE_WORKSPACE", str(folder))
     monkeypatch.setenv("SDE_DATA_ROOTS", str(folder.parent))
-    for page in ("explore", "compare", "report"):
+    links = {"explore": {"model": "llm_gd", "target": "3"}, "compare": {}, "report": {}}
+    for page, params in links.items():  # Explore opened by a deep link to one target subset
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
         at.switch_page(f"pages/{page}.py")
+        at.query_params.update(params)
         at.run()
         assert not at.exception, [e.value for e in at.exception]
         if page == "explore":
+            assert any("Target subset 3" in m.value for m in at.markdown)
             texts = [d.value for d in at.dataframe if "text" in d.value.columns]
             assert texts and texts[0]["text"].str.startswith("Question: ").all()
     assert os.environ["SDE_WORKSPACE"] == str(folder)
+
+
+@pytest.mark.skipif(
+    not (default_facts_folder() / "results.sqlite").is_file(), reason="demo not built"
+)
+def test_shipped_facts_store_answers_its_defaults_without_recomputing(tmp_path: Path) -> None:
+    """The shipped store is current (rebuild it with `demo build --dataset facts` when not)."""
+    from sde_core.pipeline.evaluate import evaluate_workspace
+    from sde_core.pipeline.store import ResultsStore
+
+    folder = tmp_path / "facts"
+    skip = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
+    shutil.copytree(default_facts_folder(), folder, ignore=skip)
+    ws = load_workspace(folder)
+    with ResultsStore(folder / "results.sqlite") as store:
+        result = evaluate_workspace(ws, ws.defaults, store=store)
+    names = ["original", "retrained", "llm_ga", "llm_gd", "llm_npo", "random"]
+    assert result.cached_models == names
+    models = result.models.set_index("name")
+    assert models.loc["original", "otr"] <= 0.2 and models.loc["retrained", "otr"] >= 0.8

@@ -757,6 +757,7 @@ def _fit_lm(model: Any, tokenizer: Any, texts: list[str], steps: int, lr: float)
 def tofu(tmp_path_factory: pytest.TempPathFactory) -> Project:
     """OpenUnlearning-style model folders (save_pretrained, a Trainer's training_args.bin, one
     folder with pickled pytorch_model.bin weights only) and TOFU's JSON-lines files."""
+    pytest.importorskip("transformers")  # the optional [llm] extra
     import llm_artefacts as lm
 
     project = _new_project(tmp_path_factory, "tofu")

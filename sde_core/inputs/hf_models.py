@@ -56,7 +56,7 @@ __all__ = [
 HF_ARCH = "hf"
 #: How the hidden states of a text's tokens become one vector.
 POOLINGS = ("mean", "last")
-_INSTALL = "pip install -e '.[llm]' (transformers, tokenizers, safetensors)"
+_INSTALL = "pip install -e '.[llm]' (transformers, tokenizers, datasets)"
 log = logging.getLogger(__name__)
 
 

@@ -134,7 +134,12 @@ def unlearn_model_job(
     from sde_core.learning.training import TrainConfig, save_weights
     from sde_core.learning.unlearning import UnlearnData, unlearn
     from sde_core.pipeline.model_inputs import load_entry_model
-    from sde_core.pipeline.workspace import fresh_model_path, load_workspace, relative_to_workspace
+    from sde_core.pipeline.workspace import (
+        HF_ARCH,
+        fresh_model_path,
+        load_workspace,
+        relative_to_workspace,
+    )
 
     check_model_name(name)
     ws = load_workspace(workspace_root, validate=False)
@@ -164,8 +169,19 @@ def unlearn_model_job(
         device=device,
     )  # fmt: skip
     result = unlearn(method, model, data, **dict(params))
-    target = ws.path(out or fresh_model_path(ws, f"models/{name}.safetensors"))
-    path = save_weights(result.model.cpu(), target, arch=arch, arch_kwargs=arch_kwargs)
+    path: Path
+    if arch == HF_ARCH:  # a Hugging Face model folder: save one, with the source's tokenizer
+        from sde_core.inputs.hf_models import HFHiddenStates, save_hf_folder
+
+        target = ws.path(out or fresh_model_path(ws, f"models/{name}"))
+        tokenizer = ws.path(source.checkpoint, what=f"model {source.name!r} checkpoint")
+        unlearned = result.model.cpu()
+        if not isinstance(unlearned, HFHiddenStates):
+            raise TrainingError(f"method {method!r} did not return a language model")
+        path = save_hf_folder(unlearned, target, tokenizer_from=tokenizer)
+    else:
+        target = ws.path(out or fresh_model_path(ws, f"models/{name}.safetensors"))
+        path = Path(save_weights(result.model.cpu(), target, arch=arch, arch_kwargs=arch_kwargs))
     hyper = result.params_dict()
     return ModelEntry(
         name=name, role="retrained" if method == "retrain" else "unlearned", arch=arch,
