@@ -246,10 +246,17 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
     for name in lib.index:
         r = lib.loc[name]
         # "value [lo, hi]" over the draws, or "withheld" when the gate withholds it (method §12)
-        for column, key in (("OTR", "otr"), ("F1", "f1"), ("MMD F1", "mmd_f1")):
-            shown = format_estimate(
-                r[key], r[f"{key}_lo"], r[f"{key}_hi"], reason=r["inconclusive_reason"]
-            )
+        for column, key, lo, hi in (
+            ("OTR", "otr", "otr_lo", "otr_hi"),
+            ("F1", "f1", "f1_lo", "f1_hi"),
+            (
+                "over-unlearned share",
+                "over_unlearned_rate",
+                "over_unlearned_lo",
+                "over_unlearned_hi",
+            ),
+        ):
+            shown = format_estimate(r[key], r[lo], r[hi], reason=r["inconclusive_reason"])
             assert table.loc[name, f"{column} [output]"] == shown
         assert table.loc[name, "Acc_f (%)"] == pytest.approx(r["acc_f"])
         assert table.loc[name, "ASR (%)"] == pytest.approx(100 * r["asr"])

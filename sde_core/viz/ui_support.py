@@ -136,12 +136,10 @@ _PER_LAYER = (
 )
 #: Headline numbers shown as "value [lo, hi]" by :func:`comparison_display`.
 _ESTIMATES = (
-    ("OTR", "otr"),
-    ("cal. OTR", "calibrated_otr"),
-    ("over-unlearned share", "over_unlearned_rate"),
-    ("F1", "f1"),
-    ("MMD F1", "mmd_f1"),
-    ("W2 F1", "w2_f1"),
+    ("OTR", "otr", "otr_lo", "otr_hi"),
+    ("cal. OTR", "calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi"),
+    ("over-unlearned share", "over_unlearned_rate", "over_unlearned_lo", "over_unlearned_hi"),
+    ("F1", "f1", "f1_lo", "f1_hi"),
 )
 
 
@@ -198,9 +196,9 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
     ]
     for layer, models in models_by_layer.items():
         rows = records(models.set_index("name").loc[table["name"]].reset_index())
-        for label, key in _ESTIMATES:
+        for label, key, lo, hi in _ESTIMATES:
             out[f"{label} [{layer}]"] = [
-                format_estimate(r.get(key), r.get(f"{key}_lo"), r.get(f"{key}_hi"),
+                format_estimate(r.get(key), r.get(lo), r.get(hi),
                                 reason=r.get("inconclusive_reason"))
                 for r in rows
             ]  # fmt: skip
