@@ -240,7 +240,11 @@ def test_explore_negative_control_and_other_layer(ws, defaults):
     at.selectbox(key="w_s_layer").set_value("penultimate").run()
     no_exception(at)
     pen = evaluate_workspace(ws, defaults.with_overrides(layer="penultimate"), models=["original"])
-    assert metrics(at)["Controlled F1"] == format_number(pen.models.iloc[0]["f1"])
+    f1 = pen.models.iloc[0]["f1"]
+    # the page shows the library's F1, or "withheld" where the gate withholds it (method §12)
+    assert metrics(at)["Controlled F1"] == (format_number(f1) if f1 == f1 else "withheld")
+    if f1 != f1:
+        assert pen.models.iloc[0]["inconclusive_reason"]
 
 
 def test_changing_sigma_and_bins_reuses_cached_activations(ws, monkeypatch):
@@ -295,12 +299,20 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
     for name in lib.index:
         r = lib.loc[name]
         # "value [lo, hi]" over the draws, or "withheld" when the gate withholds it (method §12)
-        for column, key, percent in (("OTR", "otr", True), ("F1", "f1", False),
-                                     ("MMD F1", "mmd_f1", False)):  # fmt: skip
+        for column, key, lo, hi, percent in (
+            ("OTR", "otr", "otr_lo", "otr_hi", True),
+            ("F1", "f1", "f1_lo", "f1_hi", False),
+            (
+                "over-unlearned share",
+                "over_unlearned_rate",
+                "over_unlearned_lo",
+                "over_unlearned_hi",
+                True,
+            ),
+        ):
             shown = format_estimate(
-                r[key], r[f"{key}_lo"], r[f"{key}_hi"], percent=percent,
-                reason=r["inconclusive_reason"],
-            )  # fmt: skip
+                r[key], r[lo], r[hi], percent=percent, reason=r["inconclusive_reason"]
+            )
             assert table.loc[name, f"{column} [output]"] == shown
         assert table.loc[name, "Acc_f (%)"] == pytest.approx(r["acc_f"])
         assert table.loc[name, "ASR (%)"] == pytest.approx(100 * r["asr"])

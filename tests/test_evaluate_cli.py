@@ -32,6 +32,11 @@ SPEC_KEYS = {
     "acc_f",
     "acc_te",
     "asr",
+    "evidence_conflict",
+    "acc_gap_ci",
+    "null_out_of_training_fpr",
+    "panel_outliers",
+    "mmd_f1_ci",
 }
 
 

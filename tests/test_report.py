@@ -430,3 +430,13 @@ def test_conflicting_evidence_is_the_verdict_with_its_numbers():
     table = comparison_table(pd.DataFrame([rl, RETRAIN])).set_index("model")
     assert table.loc["rl", "conflicting evidence"] == reason
     assert table.loc["retrain", "conflicting evidence"] == ""
+
+
+def test_comparison_puts_the_forget_set_accuracy_beside_the_retrained_models():
+    retrain = RETRAIN | {"acc_f": 68.0, "acc_te": 67.725}
+    rl = row("rl", "unlearned", 100, acc_f=80.75, acc_te=65.4)
+    text = explain_verdict(rl, 100, retrain).comparison
+    assert "right 80.8% of the time, the retrained model 68.0%" in text
+    assert "(unseen test data: 65.4% and 67.7%)" in text
+    bare = explain_verdict(row("rl", "unlearned", 100), 100, RETRAIN)
+    assert "of the time" not in bare.comparison  # no accuracies: no sentence

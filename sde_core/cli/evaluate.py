@@ -94,6 +94,8 @@ def _print_table(result: Any) -> None:
     for row in result.models.to_dict("records"):
         if row["inconclusive_reason"]:
             print(f"{row['name']}: inconclusive — {row['inconclusive_reason']}")
+        if row.get("evidence_conflict"):
+            print(f"{row['name']}: conflicting evidence — {row['evidence_conflict']}")
     for name, message in result.failed.items():
         print(f"{name}: not evaluated — {message}")
     notes = {row["notes"] for row in result.models.to_dict("records") if row["notes"]}

@@ -473,7 +473,8 @@ class CalibratedVerdict:
         p_in: ``(1 + #{OOT_r ≥ s_t}) / (R_oot + 1)`` — small: more dependent than unseen data.
         p_out: ``(1 + #{IT_r ≤ s_t}) / (R_it + 1)`` — small: less dependent than training data.
         p_over: ``(1 + #{OOT_r ≤ s_t}) / (R_oot + 1)`` — small: *less* dependent than unseen
-            data (the model treats the target as less familiar than data it never saw).
+            data: the model's outputs on the target are flatter, lower-spread, than on data it
+            never saw — not evidence that it forgot (method §9).
         verdict: ``"in-training"`` if p_in < α; else ``"over-unlearned"`` if p_over < α; else
             ``"out-of-training"`` if p_out < α; else ``"inconclusive"``. (p_in and p_over are
             never both below α < 0.5: their sum is at least (R_oot + 2)/(R_oot + 1). When p_in

@@ -137,12 +137,12 @@ _PER_LAYER = (
 #: Headline numbers shown as "value [lo, hi]" by :func:`comparison_display` (label, column,
 #: in percent: the rates in % as in the charts; F1 and the dependence score on their own scale).
 _ESTIMATES = (
-    ("OTR", "otr", True),
-    ("cal. OTR", "calibrated_otr", True),
-    ("over-unlearned share", "over_unlearned_rate", True),
-    ("F1", "f1", False),
-    ("MMD F1", "mmd_f1", False),
-    ("W2 F1", "w2_f1", False),
+    ("OTR", "otr", "otr_lo", "otr_hi", True),
+    ("cal. OTR", "calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi", True),
+    ("over-unlearned share", "over_unlearned_rate", "over_unlearned_lo", "over_unlearned_hi", True),
+    ("F1", "f1", "f1_lo", "f1_hi", False),
+    ("MMD F1", "mmd_f1", "mmd_f1_lo", "mmd_f1_hi", False),
+    ("W2 F1", "w2_f1", "w2_f1_lo", "w2_f1_hi", False),
 )
 
 
@@ -198,9 +198,9 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
         rows = records(models.set_index("name").loc[table["name"]].reset_index())
         out[f"verdict [{layer}]"] = table[f"verdict [{layer}]"].to_numpy()
         out[f"over-unlearned [{layer}]"] = [_over(r) for r in rows]
-        for label, key, percent in _ESTIMATES:
+        for label, key, lo, hi, percent in _ESTIMATES:
             out[f"{label} [{layer}]"] = [
-                format_estimate(r.get(key), r.get(f"{key}_lo"), r.get(f"{key}_hi"),
+                format_estimate(r.get(key), r.get(lo), r.get(hi),
                                 percent=percent, reason=r.get("inconclusive_reason"))
                 for r in rows
             ]  # fmt: skip

@@ -343,7 +343,20 @@ def _comparison(row: Mapping[str, Any], retrain: Mapping[str, Any] | None) -> st
         where = "this model's OTR is clearly higher than retraining's"
     else:
         where = "this model is within the uncertainty of it"
-    return f"{ref}: {where}."
+    return f"{ref}: {where}.{_behaviour_vs_retrain(row, retrain)}"
+
+
+def _behaviour_vs_retrain(row: Mapping[str, Any], retrain: Mapping[str, Any]) -> str:
+    """The forget-set accuracy beside the retrained model's (method §9's behaviour check)."""
+    acc_f, re_acc_f = _number(row, "acc_f"), _number(retrain, "acc_f")
+    if math.isnan(acc_f) or math.isnan(re_acc_f):
+        return ""
+    return (
+        f" On the forget set this model is right {format_number(acc_f)}% of the time, the "
+        f"retrained model {format_number(re_acc_f)}% (unseen test data: "
+        f"{format_number(_number(row, 'acc_te'))}% and "
+        f"{format_number(_number(retrain, 'acc_te'))}%)."
+    )
 
 
 _LIMITS = {

@@ -296,7 +296,6 @@ CLI_COLUMNS: tuple[str, ...] = (
     "acc_f",
     "acc_te",
     "asr",
-    "evidence_conflict",
 )
 
 #: Interval keys of the JSON document: key -> (point, lo, hi) columns.
