@@ -78,6 +78,7 @@ def test_tiny_diffusion_build(source, tmp_path):
     assert list(sweep["sigma_rule"]) == ["sqrt_dim", "sqrt_dim", "median", "median"]
     assert sweep.loc[0, "sigma"] == pytest.approx(28.0)  # √784
     assert set(sweep["model"]) == {"original", "retrained"}
+    assert {"f1_raw", "null_split_fpr"} <= set(sweep.columns)  # before the gate, null rates
     again, _ = build_diffusion_demo(recipe, report.folder, source=source, store=False,
                                     sweeps=False)  # fmt: skip
     assert again.skipped == list(DIFFUSION_MODELS)
