@@ -29,8 +29,8 @@ from sde_core.pipeline.workspace import load_workspace, validate_workspace
 from sde_core.viz.figures import plan_figure
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = EvalSettings(layer="denoised@0.5", subset_size=8, targets=4, splits=10, panel_size=20,
-                     null_pairs=2, baseline_targets=0, draws=2)  # fmt: skip
+SMALL = EvalSettings(layer="denoised@0.5", subset_size=8, targets=2, splits=10, panel_size=20,
+                     null_pairs=1, baseline_targets=0, draws=1)  # fmt: skip
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
