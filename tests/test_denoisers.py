@@ -135,6 +135,7 @@ def test_list_layers_at_noise_levels():
     model = _tiny()
     infos = {i.name: i for i in list_layers(model, (1, 8, 8), (0.5, 2.0))}
     assert infos["denoised@0.5"].dim == 64 and infos["denoised@2"].dim == 64
+    assert infos["denoised@2"].module_type == "alias of :flat"
     assert infos["block1@0.5"].dim == 4 and infos["block3@2"].dim == 8
     assert "enc2.conv1@0.5" in infos and "output@0.5" not in infos
     with pytest.raises(ActivationError, match="noise_levels"):

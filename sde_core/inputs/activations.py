@@ -376,7 +376,10 @@ def list_layers(
             ref = aliases[alias]
             kept = ref.kind == "output" and ref.module in raw
             out_shape = raw[ref.module] if kept else tuple(values[alias].shape[1:])
-            infos.append(LayerInfo(alias, out_shape, f"alias of {ref}", 0, _pooled_dim(out_shape)))
+            shown = dataclasses.replace(ref, noise=None)  # the level goes into the name below
+            infos.append(
+                LayerInfo(alias, out_shape, f"alias of {shown}", 0, _pooled_dim(out_shape))
+            )
     for name, module in modules:
         if name in raw:
             n_params = sum(p.numel() for p in module.parameters())

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DIFFUSION_DEMOS",
     "DIFFUSION_MODELS",
+    "FIG6_EXTRA_COLUMNS",
     "FIG6_SIGMA_FACTORS",
     "LOSS_FILE",
     "SWEEP_FILE",
@@ -62,6 +63,17 @@ denoiser, method §14)."""
 
 FIG6_SIGMA_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 """Kernel bandwidths of the Figure 6 sweep, as multiples of √d (plus the median rule)."""
+
+FIG6_EXTRA_COLUMNS = (
+    "f1_raw",
+    "otr_raw",
+    "calibrated_otr_raw",
+    "panel_p",
+    "null_split_fpr",
+    "null_calibrated_fpr",
+)
+"""Columns of the Figure 6 sweep beyond the Sweeps page's: the numbers before the gate (method
+§12) and the measured null rates, so a withheld point still says what the paper would report."""
 
 LOSS_FILE = "denoising_loss.json"
 SWEEP_FILE = "fig6_sweep.csv"
@@ -262,9 +274,9 @@ def fig6_sweep(
     and OTR for σ = f·√d (f in ``factors``) and the median rule.
 
     Returns:
-        The rows of :func:`~sde_core.pipeline.sweeps.run_sweep` (param ``sigma``) of every
-        level, with a column ``noise_level`` (σ_t) and ``sigma_rule`` (``"0.5*sqrt_dim"``,
-        ``"sqrt_dim"`` or ``"median"``).
+        The rows of :func:`~sde_core.pipeline.sweeps.run_sweep` (param ``sigma``, with the
+        :data:`FIG6_EXTRA_COLUMNS`) of every level, with a column ``noise_level`` (σ_t) and
+        ``sigma_rule`` (``"0.5*sqrt_dim"``, ``"sqrt_dim"`` or ``"median"``).
     """
     import pandas as pd
 
@@ -279,7 +291,9 @@ def fig6_sweep(
         values: list[Any] = [f * root for f in factors] + ["median"]
         rules = [("sqrt_dim" if f == 1 else f"{f:g}*sqrt_dim") for f in factors] + ["median"]
         t0 = time.perf_counter()
-        table = run_sweep(ws, settings, "sigma", values, models=models)
+        table = run_sweep(
+            ws, settings, "sigma", values, models=models, extra_columns=FIG6_EXTRA_COLUMNS
+        )
         table.insert(2, "noise_level", float(level))
         table.insert(3, "sigma_rule", np.repeat(rules, len(models)))  # rows: value-major
         parts.append(table)

@@ -194,6 +194,7 @@ def run_sweep(
     store: Any = None,
     cache_dir: str | Path | None = None,
     progress: Progress | None = None,
+    extra_columns: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Evaluate the workspace at every value of ``param`` and return tidy rows.
 
@@ -209,11 +210,13 @@ def run_sweep(
         cache_dir: activation cache folder (default the workspace's).
         progress: ``progress(stage, done, total)``; stage ``"sweep"`` counts points, the
             evaluation's own stages are prefixed with ``"<param> = <value>: "``.
+        extra_columns: further columns of the evaluation's ``models`` table to keep (e.g.
+            ``"f1_raw"``, the paper's F1 before the gate), appended after ``from_store``.
 
     Returns:
         One row per (value, model) with the columns :data:`SWEEP_COLUMNS`: the metrics of the
         ``models`` table, ``sigma`` the numeric σ used, and ``from_store`` whether the row was
-        read back from the store.
+        read back from the store; then ``extra_columns``.
 
     Raises:
         SettingsError, WorkspaceError, DataError, CheckpointError, ActivationError.
@@ -245,11 +248,12 @@ def run_sweep(
                     "model": row["name"],
                     **{c: row[c] for c in SWEEP_COLUMNS[3:-1]},
                     "from_store": row["name"] in cached,
+                    **{c: row[c] for c in extra_columns},
                 }
             )
     if progress:
         progress("sweep", len(points), len(points))
-    return pd.DataFrame(rows, columns=list(SWEEP_COLUMNS))
+    return pd.DataFrame(rows, columns=[*SWEEP_COLUMNS, *extra_columns])
 
 
 def sigma_markers(
