@@ -201,30 +201,24 @@ def model_near_ties(
     controls, controls_total = judged("f1", "f1_h")
 
     gates: list[str] = []
-    ref_lo: list[float] = []
-    ref_hi: list[float] = []
-    pan_lo: list[float] = []
-    pan_hi: list[float] = []
+    ranges: dict[str, list[tuple[float, float]]] = {"reference": [], "panel": []}
     for d in order:
         b = pos[d]
+        samples: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if it_draws is not None and oot_draws is not None and b < len(it_draws):
-            r = u_test_range(it_draws[b], oot_draws[b], rtol=rtol)
-            ref_lo.append(r.p_low)
-            ref_hi.append(r.p_high)
-            if r.is_near_tie(settings.alpha):
-                gates.append(
-                    f"draw {d}: reference test p = {r.p_value:.3g} (α = {settings.alpha:g}) may "
-                    f"be {r.p_low:.3g}–{r.p_high:.3g}"
-                )
+            samples["reference"] = (it_draws[b], oot_draws[b])
         if d in panels:
-            r = u_test_range(*panels[d], rtol=rtol)
-            pan_lo.append(r.p_low)
-            pan_hi.append(r.p_high)
+            samples["panel"] = panels[d]
+        for test, (it, oot) in samples.items():
+            r = u_test_range(it, oot, rtol=rtol)
+            ranges[test].append((r.p_low, r.p_high))
             if r.is_near_tie(settings.alpha):
                 gates.append(
-                    f"draw {d}: panel test p = {r.p_value:.3g} (α = {settings.alpha:g}) may be "
+                    f"draw {d}: {test} test p = {r.p_value:.3g} (α = {settings.alpha:g}) may be "
                     f"{r.p_low:.3g}–{r.p_high:.3g}"
                 )
+    ref_lo, ref_hi = [lo for lo, _ in ranges["reference"]], [hi for _, hi in ranges["reference"]]
+    pan_lo, pan_hi = [lo for lo, _ in ranges["panel"]], [hi for _, hi in ranges["panel"]]
     reference_range = _median_range(ref_lo, ref_hi)
     panel_range = _median_range(pan_lo, pan_hi)
     for name, (lo, hi) in (("reference", reference_range), ("panel", panel_range)):
@@ -245,8 +239,8 @@ def model_near_ties(
         dependence_tolerance=_dependence_tolerance(draws, it_draws, oot_draws, order, rtol),
         classic={k: float(row.get(f"{k}_ties", math.nan)) for k in _CLASSIC},
         h_rtol=rtol,
-        reference_p_draws=tuple(zip(ref_lo, ref_hi, strict=True)),
-        panel_p_draws=tuple(zip(pan_lo, pan_hi, strict=True)),
+        reference_p_draws=tuple(ranges["reference"]),
+        panel_p_draws=tuple(ranges["panel"]),
     )
 
 
