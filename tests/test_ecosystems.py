@@ -259,11 +259,17 @@ def test_a_transformers_folder_names_its_route(tmp_path: Path, capsys):
                  "--dataset-root", "d.npz", "--forget", "f.npy"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "|D_te|/4 (null check" in out and "the null check is on" in out
-    for given in (folder, folder / "model.safetensors"):
-        assert main(["workspace", "add-model", str(tmp_path / "WS"), "--name", "lm",
-                     "--checkpoint", str(given)]) == 1  # fmt: skip
-        err = capsys.readouterr().err
-        assert "--arch hf" in err and "--activations" in err, err
+    # The folder takes the language-model route; its config (a default 7-billion-parameter
+    # LLaMA beside a 4x4 weights file) is refused before anything is allocated.
+    assert main(["workspace", "add-model", str(tmp_path / "WS"), "--name", "lm",
+                 "--checkpoint", str(folder)]) == 1  # fmt: skip
+    err = capsys.readouterr().err
+    assert "config.json describes" in err and "GiB" in err, err
+    # The weights file alone names the routes that work.
+    assert main(["workspace", "add-model", str(tmp_path / "WS"), "--name", "lm",
+                 "--checkpoint", str(folder / "model.safetensors")]) == 1  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--arch hf" in err and "--activations" in err, err
 
 
 def test_init_keeps_the_null_check_or_warns_before_the_run(tmp_path: Path):

@@ -246,6 +246,38 @@ def _weights_bytes(folder: Path) -> int:
     return total
 
 
+def _config_bytes(transformers: Any, config: Any, remote: bool) -> int:
+    """float32 bytes of the model ``config`` describes, built on the meta device (no memory)."""
+    with torch.device("meta"):
+        try:
+            probe = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=remote)
+        except ValueError:  # not a causal LM (e.g. an encoder): its base model
+            probe = transformers.AutoModel.from_config(config, trust_remote_code=remote)
+    return 4 * sum(p.numel() for p in probe.parameters())
+
+
+def _check_config_size(
+    transformers: Any, config: Any, path: Path, weights: int, budget: int, remote: bool
+) -> None:
+    """Refuse a folder whose ``config.json`` describes a model over the budget, or far larger
+    than its weights, before anything is allocated: loading it would fill the missing weights
+    with random ones (a 7-billion-parameter default configuration next to a tiny weights file
+    needs 28 GB)."""
+    need = _config_bytes(transformers, config, remote)
+    if need > budget:
+        raise CheckpointError(
+            f"{path.name}/config.json describes a model of {need / 2**30:.1f} GiB of float32 "
+            f"weights, over the {budget / 2**30:.1f} GiB budget (SDE_MAX_MODEL_BYTES); export "
+            "its hidden states on a larger machine (docs/bring-your-own.md)"
+        )
+    if weights and need > 2 * weights:
+        raise CheckpointError(
+            f"{path.name}/config.json describes {need // 4:,} parameters but its weights hold "
+            f"{weights // 4:,}: the folder is incomplete or its config belongs to another model; "
+            "re-save it with save_pretrained"
+        )
+
+
 def _num_layers(config: Any) -> int:
     for name in ("num_hidden_layers", "n_layer", "num_layers"):
         value = getattr(config, name, None)
@@ -298,6 +330,7 @@ def load_hf_folder(
     options = {"local_files_only": True, "trust_remote_code": remote}
     try:
         config = transformers.AutoConfig.from_pretrained(path, **options)
+        _check_config_size(transformers, config, path, need, budget, remote)
         load = {"use_safetensors": safetensors_only, "dtype": torch.float32, **options}
         try:
             lm = transformers.AutoModelForCausalLM.from_pretrained(path, **load)
