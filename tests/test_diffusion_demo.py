@@ -58,7 +58,8 @@ def test_tiny_diffusion_build(source, tmp_path):
     assert validate_workspace(ws, check_data=True) == []
     assert {m.arch for m in ws.models} == {"edm_unet"}
     assert [m.role for m in ws.models] == ["original", "retrained", *["unlearned"] * 3, "random"]
-    assert ws.dataset["options"] == {"normalize": [[0.5], [0.5]]}
+    assert ws.dataset["options"]["normalize"] == [[0.5], [0.5]]
+    assert len(ws.dataset["options"]["class_names"]) == 10  # Fashion-MNIST's names
     with ResultsStore(report.store) as store:
         models = store.rows(int(store.list_runs()["id"].iloc[0]), "models")
     assert list(models["name"]) == list(DIFFUSION_MODELS)

@@ -887,6 +887,7 @@ class TrustedProbe:
             float32 ``(batch, ...)``; ``None`` when it failed or was not a tensor.
         error: the exception the forward pass raised (its type and first line), else ``""``.
         returned: the type of what the model returned when it was not a tensor, else ``""``.
+        class_name: the class of the loaded model object (e.g. a user's ``MyCNN``).
     """
 
     arch: str | None
@@ -895,23 +896,26 @@ class TrustedProbe:
     output: np.ndarray | None
     error: str = ""
     returned: str = ""
+    class_name: str = ""
 
 
 def _probe(model: nn.Module, arch: str | None, notes: tuple[str, ...], x: Any) -> TrustedProbe:
     """Child-process side of :func:`probe_trusted_checkpoint`."""
     kwargs = dict(getattr(model, "sde_arch_kwargs", None) or {})
     arch = getattr(model, "sde_arch", None) or arch
+    name = type(model).__name__
     try:
         with torch.inference_mode():
             out = model(torch.from_numpy(x))
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:
         first = str(exc).strip().split("\n")[0][:200]
-        return TrustedProbe(arch, kwargs, notes, None, error=f"{type(exc).__name__}: {first}")
+        error = f"{type(exc).__name__}: {first}"
+        return TrustedProbe(arch, kwargs, notes, None, error=error, class_name=name)
     if isinstance(out, tuple | list) and out:
         out = out[0]
     if not isinstance(out, torch.Tensor):
-        return TrustedProbe(arch, kwargs, notes, None, returned=type(out).__name__)
-    return TrustedProbe(arch, kwargs, notes, out.detach().float().cpu().numpy())
+        return TrustedProbe(arch, kwargs, notes, None, returned=type(out).__name__, class_name=name)
+    return TrustedProbe(arch, kwargs, notes, out.detach().float().cpu().numpy(), class_name=name)
 
 
 def probe_trusted_checkpoint(

@@ -468,15 +468,13 @@ def _is_transformers_folder(folder: Path) -> bool:
     return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
 
 
-def _model_kind(arch: str, info: Any, model: Any) -> str:
+def _model_kind(arch: str, info: Any, class_name: str) -> str:
     """How the added model was built, for the user: its architecture, or what the file held."""
     if arch:
         return arch.partition("#")[0]
     if info.kind == "torchscript":
         return "(TorchScript)"
-    if model is None:  # loaded in the isolated child: only its weights came back
-        return "(a pickled model object)"
-    return f"(the pickled {type(model).__name__} object)"
+    return f"(the pickled {class_name or 'model'} object)"
 
 
 def _describe(
@@ -518,7 +516,6 @@ def _describe(
         code = inspect_checkpoint(checkpoint)
         if code.is_code and not spec.trusted:
             raise CheckpointError(untrusted_message(code))
-        model = None
         if code.is_code:  # trusted code runs only in the isolated child, under its limits
             probe = probe_trusted_checkpoint(
                 checkpoint, _fit_inputs(bundle).numpy(), arch=arch or None, arch_kwargs=kwargs,
@@ -529,6 +526,7 @@ def _describe(
             shape = probe.returned if probe.output is None else tuple(probe.output.shape)
             outputs = check_outputs(shape, bundle)
             arch, kwargs, load_notes = probe.arch or arch, probe.arch_kwargs or kwargs, probe.notes
+            class_name = probe.class_name
         else:
             # Weights only; a trusted, hash-pinned file: architecture builds the user's class.
             trusted = bool(spec.trusted) and is_file_arch(arch)
@@ -536,12 +534,13 @@ def _describe(
                 checkpoint, arch=arch or None, trusted=trusted, **kwargs
             )
             model = loaded.model
+            class_name = type(model).__name__
             outputs = check_fits(model, bundle)
             arch = getattr(model, "sde_arch", None) or arch
             kwargs = dict(getattr(model, "sde_arch_kwargs", None) or kwargs)
             load_notes = loaded.notes
         digest = file_sha256(checkpoint)
-        notes.append(f"architecture {_model_kind(arch, code, model)} with {outputs} outputs")
+        notes.append(f"architecture {_model_kind(arch, code, class_name)} with {outputs} outputs")
         notes.extend(load_notes)  # e.g. pruning masks folded into the weights
         if arch_file is not None:
             arch = arch_file.record
