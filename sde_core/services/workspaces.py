@@ -303,7 +303,7 @@ def create_workspace(
     given = [
         x is not None for x in (forget, random_forget, forget_classes, forget_split, forget_column)
     ]
-    if sum(given) != 1:
+    if sum(given) > 1:
         raise SettingsError(
             "give exactly one forget set: an index file, a random fraction, classes, or for "
             "text a split file or a column"
@@ -321,7 +321,8 @@ def create_workspace(
         if file_mask is None:
             raise SettingsError(
                 "give exactly one forget set: an index file (--forget), a random fraction "
-                "(--random-forget) or classes (--forget-class); an activations dataset may "
+                "(--random-forget), classes (--forget-class), or for text a split file "
+                "(--forget-split) or a column (--forget-column); an activations dataset may "
                 "also carry it as a 'forget' mask or 'forget_idx' array"
             )
         idx = np.flatnonzero(file_mask).astype(np.int64)
