@@ -137,7 +137,10 @@ def load_entry_model(
         )  # fmt: skip
     # Weights only in this process (a code file that is not trusted is refused here); a
     # trusted, hash-pinned file: architecture builds the user's class here, to train on it.
-    return load_checkpoint(file, arch=arch, trusted=bool(entry.trusted), **dict(entry.arch_kwargs))
+    from sde_core.inputs.external_archs import is_file_arch
+
+    trusted = bool(entry.trusted) and is_file_arch(arch)  # weights never need it
+    return load_checkpoint(file, arch=arch, trusted=trusted, **dict(entry.arch_kwargs))
 
 
 def _build_arguments(ws: Any, file: Path, entry: Any) -> tuple[str | None, dict[str, Any]]:
