@@ -329,7 +329,7 @@ def test_summary_answers_in_one_sentence_with_interval_cross_check_and_caveat():
     assert flagged.conflict and flagged.cross_check == (
         "Evidence conflict: MIA finds the forget set (ASR 80%)."
     )
-    assert "not proof of erasure" in flagged.caveat
+    assert flagged.label == "conflicting evidence" and "no verdict is certified" in flagged.caveat
     # the paper's test fails its null check: that is the caveat (no spread correlation here)
     noisy = summarize_verdict(
         row("z", "unlearned", 3, null_split_fpr=0.2, null_pairs=20), 100, alpha=0.01

@@ -664,6 +664,11 @@ def _caveat(row: Mapping[str, Any], label: str, alpha: float, alpha_calibrated: 
             f"of no-difference checks at nominal {format_percent(alpha)}: its 'references "
             "valid' is weaker evidence than its p-value says."
         )
+    if label == "conflicting evidence":
+        return (
+            "SDE and what the model still does disagree: no verdict is certified; trust the "
+            "behaviour (accuracy, loss, attack on D_f against unseen data) until they agree."
+        )
     if label == "over-unlearned":
         return "An over-unlearned forget set stands out from unseen data: an attacker may see it."
     if label == "consistent with forgetting":

@@ -335,7 +335,7 @@ class ModelRun:
             self.plan.forget, self.plan.retain, seed=self.settings.seed,
         )  # fmt: skip
         values = {k: float(getattr(m, k)) for k in CLASSIC_FIELDS}
-        values.update(behaviour.to_dict())
+        values.update({k: float(v) for k, v in behaviour.to_dict().items()})  # as cached
         if self.cache.enabled:
             self.cache.put(
                 "classic", key, {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
