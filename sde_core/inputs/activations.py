@@ -918,6 +918,26 @@ def _probe(model: nn.Module, arch: str | None, notes: tuple[str, ...], x: Any) -
     return TrustedProbe(arch, kwargs, notes, out.detach().float().cpu().numpy(), class_name=name)
 
 
+def _checkpoint_child(
+    path: Path,
+    arch: str | None,
+    arch_kwargs: Mapping[str, Any] | None,
+    time_limit: float | None,
+    *,
+    on_cpu: bool = True,
+) -> IsolatedWorker:
+    """The isolated child that loads a trusted code checkpoint and answers requests about it,
+    under ``time_limit`` seconds and, on the CPU, the memory cap (a GPU's driver reserves far
+    more address space than it uses, so no cap there)."""
+    return IsolatedWorker(
+        _serve_checkpoint,
+        (str(path), arch, dict(arch_kwargs or {})),
+        time_limit=check_time_limit(time_limit),
+        memory_limit=DEFAULT_MEMORY_LIMIT if on_cpu else None,
+        label=f"the trusted model in {path.name}",
+    )
+
+
 def probe_trusted_checkpoint(
     path: str | Path,
     x: np.ndarray,
@@ -940,13 +960,7 @@ def probe_trusted_checkpoint(
         ActivationError: the time or memory limit was exceeded, or the child crashed.
     """
     file = Path(path)
-    with IsolatedWorker(
-        _serve_checkpoint,
-        (str(file), arch, dict(arch_kwargs or {})),
-        time_limit=check_time_limit(time_limit),
-        memory_limit=DEFAULT_MEMORY_LIMIT,
-        label=f"the trusted model in {file.name}",
-    ) as worker:
+    with _checkpoint_child(file, arch, arch_kwargs, time_limit) as worker:
         probe: TrustedProbe = worker.request(
             ("probe", np.ascontiguousarray(x, dtype=np.float32)), "a forward pass of 2 samples"
         )
@@ -975,13 +989,7 @@ def trusted_weights(
     from sde_core.inputs.models import build_model
 
     file = Path(path)
-    with IsolatedWorker(
-        _serve_checkpoint,
-        (str(file), arch, dict(arch_kwargs or {})),
-        time_limit=check_time_limit(time_limit),
-        memory_limit=DEFAULT_MEMORY_LIMIT,
-        label=f"the trusted model in {file.name}",
-    ) as worker:
+    with _checkpoint_child(file, arch, arch_kwargs, time_limit) as worker:
         name, kwargs, state = worker.request(("state",), "reading its weights")
     if name is None:
         raise CheckpointError(
@@ -1017,17 +1025,10 @@ def _extract_isolated(
     idx = np.arange(n_total, dtype=np.int64) if indices is None else indices
     if idx.size == 0:
         raise ActivationError("the dataset is empty; nothing to extract")
-    label = f"the trusted model in {path.name}"
     outputs: dict[str, np.ndarray] = {}
     done = 0
     on_cpu = torch_device(device).type == "cpu"
-    with IsolatedWorker(
-        _serve_checkpoint,
-        (str(path), arch, arch_kwargs),
-        time_limit=time_limit,
-        memory_limit=DEFAULT_MEMORY_LIMIT if on_cpu else None,  # CUDA reserves more
-        label=label,
-    ) as worker:
+    with _checkpoint_child(path, arch, arch_kwargs, time_limit, on_cpu=on_cpu) as worker:
         worker.request(("resolve", names), "checking the layer names")
         for xb in _batches(dataset, idx, batch_size):
             x = xb.detach().cpu().float().numpy()
@@ -1070,12 +1071,6 @@ def checkpoint_layers(
     shape = tuple(
         check_int(s, "input_shape entry", minimum=1, error=ActivationError) for s in input_shape
     )
-    with IsolatedWorker(
-        _serve_checkpoint,
-        (str(path), arch, kwargs),
-        time_limit=check_time_limit(time_limit),
-        memory_limit=DEFAULT_MEMORY_LIMIT,
-        label=f"the trusted model in {path.name}",
-    ) as worker:
+    with _checkpoint_child(path, arch, kwargs, time_limit) as worker:
         levels = tuple(float(v) for v in noise_levels)
         return worker.request(("layers", shape, levels), "a dry forward pass")
