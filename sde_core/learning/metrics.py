@@ -213,6 +213,16 @@ def mia_feature(probs: object, labels: object, feature: str = "confidence") -> n
     raise InputError(f"unknown MIA feature {feature!r}; choose one of {list(MIA_FEATURES)}")
 
 
+def _fit_attack(members: np.ndarray, non_members: np.ndarray) -> SVC:
+    """The membership attack of method §6: ``SVC(C=3, gamma="auto", kernel="rbf")`` on the 1-D
+    feature, members labelled 1 and non-members 0."""
+    x = np.concatenate([members, non_members]).reshape(-1, 1)
+    target = np.concatenate(
+        [np.ones(members.size, dtype=np.int64), np.zeros(non_members.size, dtype=np.int64)]
+    )
+    return SVC(C=3, gamma="auto", kernel="rbf").fit(x, target)
+
+
 def mia_decisions_from_probs(
     probs_train: object,
     y_train: object,
@@ -249,9 +259,7 @@ def mia_decisions_from_probs(
     m = min(retain.size, f_test.size)
     members = f_train[rng.choice(retain, size=m, replace=False)]
     non_members = f_test if f_test.size == m else f_test[rng.choice(f_test.size, m, replace=False)]
-    x = np.concatenate([members, non_members]).reshape(-1, 1)
-    target = np.concatenate([np.ones(m, dtype=np.int64), np.zeros(m, dtype=np.int64)])
-    attack = SVC(C=3, gamma="auto", kernel="rbf").fit(x, target)
+    attack = _fit_attack(members, non_members)
     return np.asarray(attack.decision_function(f_train[forget].reshape(-1, 1)), dtype=np.float64)
 
 
@@ -467,9 +475,7 @@ def behaviour_check(
     m = min(retain.size, fit_rows.size)
     members = true_label_confidence(p_tr, y_tr)[rng.choice(retain, size=m, replace=False)]
     non_members = conf_te[fit_rows[:m]]
-    x = np.concatenate([members, non_members]).reshape(-1, 1)
-    target = np.concatenate([np.ones(m, dtype=np.int64), np.zeros(m, dtype=np.int64)])
-    attack = SVC(C=3, gamma="auto", kernel="rbf").fit(x, target)
+    attack = _fit_attack(members, non_members)
     value_f = attack.decision_function(conf_f.reshape(-1, 1))
     value_un = attack.decision_function(conf_te[held_rows].reshape(-1, 1))
     called_f, called_un = int(np.sum(value_f > 0)), int(np.sum(value_un > 0))
