@@ -75,6 +75,7 @@ __all__ = [
     "build_demo",
     "compact_store",
     "default_demo_folder",
+    "demo_defaults",
     "demo_recipe",
     "npz_bytes",
 ]
@@ -195,6 +196,23 @@ class DemoRecipe:
     dataset_options: Mapping[str, Any] = field(default_factory=dict)
 
 
+def demo_defaults(layer: str, subset_size: int) -> EvalSettings:
+    """The ``[defaults]`` of a bundled demo workspace: the given layer and n, every other setting
+    pinned here (σ = √d, T = 100, K = 200, seed 0, 30 bins, R = 20, α = 0.01) so that a change of
+    the library's defaults never silently changes a demo's shipped numbers."""
+    return EvalSettings(
+        layer=layer,
+        sigma="sqrt_dim",
+        subset_size=subset_size,
+        targets=100,
+        splits=200,
+        seed=0,
+        bins=30,
+        panel_size=20,
+        alpha=0.01,
+    )
+
+
 def demo_recipe(
     dataset: str = "fashion-mnist",
     *,
@@ -291,17 +309,7 @@ def demo_recipe(
         arch_kwargs=arch_kwargs,
         train=config,
         method_params=method_params,
-        defaults=EvalSettings(
-            layer="output",
-            sigma="sqrt_dim",
-            subset_size=subset_size,
-            targets=100,
-            splits=200,
-            seed=0,
-            bins=30,
-            panel_size=20,
-            alpha=0.01,
-        ),
+        defaults=demo_defaults("output", subset_size),
         seed=seed,
         retrain_seed=seed + 1,
         random_seed=seed + 2,

@@ -32,8 +32,8 @@ from sde_core.common.fsio import atomic_write_text
 from sde_core.common.validation import check_int
 from sde_core.errors import SettingsError
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name
-from sde_core.pipeline.demo import BuildReport, DemoRecipe, build_demo
-from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
+from sde_core.pipeline.demo import BuildReport, DemoRecipe, build_demo, demo_defaults
+from sde_core.pipeline.settings import NOISE_LEVELS
 from sde_core.pipeline.workspace import Workspace, load_workspace
 
 if TYPE_CHECKING:
@@ -151,17 +151,7 @@ def diffusion_recipe(
         arch_kwargs={"channels": [c1, c2], "emb_dim": 32},
         train=config,
         method_params=method_params,
-        defaults=EvalSettings(
-            layer="denoised@0.5",
-            sigma="sqrt_dim",
-            subset_size=subset_size,
-            targets=100,
-            splits=200,
-            seed=0,
-            bins=30,
-            panel_size=20,
-            alpha=0.01,
-        ),
+        defaults=demo_defaults("denoised@0.5", subset_size),
         seed=seed,
         retrain_seed=seed + 1,
         random_seed=seed + 2,
