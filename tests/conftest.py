@@ -32,6 +32,17 @@ def fashion_root(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.fixture
+def ws_root(tmp_path: Path) -> Path:
+    """A small valid workspace folder (``test_workspace.make_workspace``)."""
+    from test_workspace import make_workspace
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    make_workspace(root)
+    return root
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Torch on one thread for a module of tiny nets: a second thread only adds synchronisation

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_workspace import make_workspace
 from torch import nn
 
 from sde_core.cli import main
@@ -92,14 +91,6 @@ def _double_fork(folder: Path) -> str:
         f"subprocess.run(['sh', '-c', {shell!r}], start_new_session=True)\n"
         "time.sleep(600)\n"
     )
-
-
-@pytest.fixture
-def ws_root(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    make_workspace(root)
-    return root
 
 
 def _alive(pid: int) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_workspace import N_TRAIN, make_workspace
+from test_workspace import N_TRAIN
 
 from sde_core.cli import main
 from sde_core.errors import CheckpointError, DataError, InputError, WorkspaceError
@@ -44,14 +44,6 @@ TINY = EvalSettings(subset_size=8, targets=4, splits=4, panel_size=20, baseline_
 @pytest.fixture(autouse=True)
 def no_env_roots(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SDE_DATA_ROOTS", raising=False)
-
-
-@pytest.fixture
-def ws_root(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    root.mkdir()
-    make_workspace(root)
-    return root
 
 
 @pytest.fixture
