@@ -702,7 +702,7 @@ def build_demo(
     report.workspace_hash = workspace_hash(ws, data_fingerprint=bundle.fingerprint)
     if store:
         t0 = time.perf_counter()
-        report.store = _fill_store(ws, root / STORE_FILE)
+        report.store = fill_store(ws, root / STORE_FILE)
         report.evaluation_seconds = time.perf_counter() - t0
         say(f"results store {report.store} ({report.store.stat().st_size / 1e6:.2f} MB)")
     report.total_seconds = time.perf_counter() - t_start
@@ -728,8 +728,9 @@ def _unlearn_inputs(
     return original, data
 
 
-def _fill_store(ws: Workspace, path: Path) -> Path:
-    """Evaluate every model at ``[defaults]`` into ``path``, keep only that run, compact it."""
+def fill_store(ws: Workspace, path: Path) -> Path:
+    """Evaluate every model of a demo at ``[defaults]`` into ``path``, keep only that run and
+    compact it (the shipped results store of every bundled demo)."""
     from tqdm import tqdm
 
     from sde_core.pipeline.evaluate import evaluate_workspace

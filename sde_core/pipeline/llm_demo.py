@@ -466,25 +466,14 @@ def _build(
     check_workspace(ws, check_data=True)
     report.workspace_hash = workspace_hash(ws, data_fingerprint=bundle.fingerprint)
     if store:
+        from sde_core.pipeline.demo import fill_store
+
         t0 = time.perf_counter()
-        report.store = _fill_store(ws, root / "results.sqlite")
+        report.store = fill_store(ws, root / "results.sqlite")
         report.seconds["evaluation"] = time.perf_counter() - t0
         say(f"results store {report.store} in {report.seconds['evaluation']:.0f}s")
     report.total_seconds = time.perf_counter() - t_start
     return report
-
-
-def _fill_store(ws: Workspace, path: Path) -> Path:
-    """Evaluate every model at ``[defaults]`` into ``path`` (only that run kept, compacted)."""
-    from sde_core.pipeline.demo import compact_store
-    from sde_core.pipeline.evaluate import evaluate_workspace
-    from sde_core.pipeline.store import ResultsStore
-
-    path.unlink(missing_ok=True)
-    with ResultsStore(path) as st:
-        evaluate_workspace(ws, ws.defaults, store=st)
-    compact_store(path)
-    return path
 
 
 _DESCRIPTION = (
