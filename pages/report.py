@@ -178,8 +178,14 @@ def report_downloads(result: EvaluationResult, name: str, manifest: dict) -> Non
 
 
 def to_json_document(result: EvaluationResult, manifest: dict, context: AuditContext) -> bytes:
-    """The report's JSON file as bytes (the same bytes ``python -m sde_core report`` writes)."""
-    return report_json_bytes(report_document(result, manifest, context))
+    """The report's JSON file as bytes (the same bytes ``python -m sde_core report`` writes),
+    built once per result and context: it finds every model's near-ties (method §13)."""
+    key = ("json", *_key(result, context))
+    document = shared_cache().get(key)
+    if document is None:
+        document = report_json_bytes(report_document(result, manifest, context))
+        shared_cache().put(key, document)
+    return document
 
 
 def table_downloads(result: EvaluationResult, name: str) -> None:

@@ -98,10 +98,6 @@ def h_relative_tolerance(acts: np.ndarray, *, seed: int = 0) -> float:
     return H_RTOL * max(activation_conditioning(acts, seed=seed), 1.0)
 
 
-def _band(x: np.ndarray, rtol: float) -> np.ndarray:
-    return rtol * np.abs(x)
-
-
 def jsd_decision_is_near_tie(
     target_h: np.ndarray,
     it_h: np.ndarray,
@@ -140,7 +136,7 @@ def jsd_decision_is_near_tie(
             ok = (side >= 0) & (side < inner.size)
             idx = np.flatnonzero(ok)
             dist = np.abs(s[idx] - inner[side[idx]])
-            near = idx[dist <= _band(s[idx], rtol) + edge_band]
+            near = idx[dist <= rtol * np.abs(s[idx]) + edge_band]
             for i in near:
                 b = min(int(np.searchsorted(edges, s[i], side="right")) - 1, len(edges) - 2)
                 e = int(side[i])  # interior edge e separates bins e and e + 1

@@ -98,6 +98,9 @@ class EvaluationResult:
     run_id: int | None = None
     cached_models: list[str] = field(default_factory=list)
     draws: pd.DataFrame = field(default_factory=pd.DataFrame)
+    _near_ties: dict[str, ModelNearTies] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     failed: dict[str, str] = field(default_factory=dict)
 
     def model_arrays(self, name: str) -> dict[str, np.ndarray]:
@@ -116,14 +119,19 @@ class EvaluationResult:
         return caveat_numbers(self.models, self.settings)
 
     def near_ties(self, name: str) -> ModelNearTies:
-        """The near-ties of one model's decisions (method §13)."""
+        """The near-ties of one model's decisions (method §13), found once per result (the
+        JSON document and the report's table both ask)."""
+        if name in self._near_ties:
+            return self._near_ties[name]
         row = {str(k): v for k, v in self.models[self.models["name"] == name].iloc[0].items()}
         subsets = self.subsets[self.subsets["model"] == name] if len(self.subsets) else self.subsets
         if subsets.empty or "kind" not in subsets:
             subsets = pd.DataFrame({"kind": [], "draw": [], "score": []})
-        return model_near_ties(
+        ties = model_near_ties(
             self.settings, row, subsets, self.model_arrays(name), self.model_draws(name)
         )
+        self._near_ties[name] = ties
+        return ties
 
     def to_json_dict(self) -> dict[str, Any]:
         """The CLI's JSON document (method §10, §12)."""
