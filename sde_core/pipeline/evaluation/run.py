@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Any, cast
 
@@ -64,12 +64,6 @@ from sde_core.stats.baselines import nearest_reference_batch, wasserstein2
 from sde_core.stats.decision import controlled_f1
 from sde_core.stats.hsic import SigmaRule, resolve_sigma
 from sde_core.stats.near_ties import h_relative_tolerance
-
-#: The classic metrics (and their near-tie counts, method §13) a model row takes from
-#: :class:`~sde_core.learning.metrics.ClassicMetrics`.
-CLASSIC_FIELDS = (
-    "acc_r", "acc_f", "acc_te", "asr", "acc_r_ties", "acc_f_ties", "acc_te_ties", "asr_ties",
-)  # fmt: skip
 
 __all__ = [
     "STAGES",
@@ -311,7 +305,9 @@ class ModelRun:
         inp = self.inputs
         if inp.train_probs is None or inp.test_probs is None or inp.train_labels is None:
             return
-        from sde_core.learning.metrics import behaviour_check, metrics_from_probs
+        from sde_core.learning.metrics import ClassicMetrics, behaviour_check, metrics_from_probs
+
+        names = {f.name for f in fields(ClassicMetrics)} | set(BEHAVIOUR_FIELDS)
 
         key = ""
         if self.cache.enabled:
@@ -323,7 +319,7 @@ class ModelRun:
             digests["retain"] = array_sha256(self.plan.retain)
             key = classic_key(digests, self.settings.seed)
             found = self.cache.get("classic", key)
-            if found is not None and {*CLASSIC_FIELDS, *BEHAVIOUR_FIELDS} <= set(found):
+            if found is not None and names <= set(found):
                 self.extras.update({k: float(v) for k, v in found.items()})
                 return
         m = metrics_from_probs(
@@ -334,8 +330,8 @@ class ModelRun:
             inp.train_probs, inp.train_labels, inp.test_probs, inp.test_labels,
             self.plan.forget, self.plan.retain, seed=self.settings.seed,
         )  # fmt: skip
-        values = {k: float(getattr(m, k)) for k in CLASSIC_FIELDS}
-        values.update({k: float(v) for k, v in behaviour.to_dict().items()})  # as cached
+        # floats, as the cache gives them back
+        values = {k: float(v) for k, v in {**m.to_dict(), **behaviour.to_dict()}.items()}
         if self.cache.enabled:
             self.cache.put(
                 "classic", key, {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
