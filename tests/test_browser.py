@@ -335,6 +335,9 @@ def test_a_link_opens_its_own_workspace_and_the_page_settles_without_progress(ws
         page.goto(f"{url}/explore?ws={other}&wsh={content_hash(ws)}")  # the wrong content
         expect(page.get_by_text("NOT the ones the link's sender saw")).to_be_visible()
         page.get_by_role("button", name="which matches the link").click()
+        # "Workspace: tiny" also matches "tiny-other": wait for the switch itself (the warning
+        # leaves the page), not for text that was already there before the click.
+        expect(page.get_by_text("NOT the ones the link's sender saw")).to_have_count(0)
         expect(page.get_by_text("Workspace: tiny", exact=False)).to_be_visible()
         settle(page)
         assert page.get_by_text("NOT the ones the link's sender saw").count() == 0
