@@ -509,7 +509,7 @@ class ModelRun:
     ) -> list[dict[str, Any]]:
         name = self.inputs.name
         paper_ok = summary.references_valid and summary.panel_valid
-        cal_ok = bool(np.isfinite(summary.calibrated_otr))  # not withheld by a gate
+        cal_ok = bool(np.isfinite(summary.calibrated_otr.value))  # not withheld by a gate
         rows: list[dict[str, Any]] = []
 
         def plain(kind: str, draw: int, index: int, h: np.ndarray, spread: float) -> None:

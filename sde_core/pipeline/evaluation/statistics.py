@@ -10,12 +10,14 @@ headline numbers with their intervals (:mod:`sde_core.stats.replication`) and ap
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from sde_core.pipeline.evaluation.metric_table import METRICS, Estimate
 from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.decision import (
@@ -277,28 +279,28 @@ def _spread_correlations(draws: Sequence[DrawState]) -> tuple[float, float, floa
 
 
 def _gate_reasons(
-    settings: EvalSettings, ref: ReplicateEstimate | None, panel: ReplicateEstimate | None
+    settings: EvalSettings, ref: Estimate, panel: Estimate, n_ref: int, n_panel: int
 ) -> tuple[str, str]:
     """``(calibrated reason, split-level reason)``: why metrics are withheld ("" = they are not).
 
-    The calibrated metrics need the panels to separate (median panel p < α); the paper's
-    metrics need that and, as the paper's §3 rule says, its own split-level test (median p < α).
+    The calibrated metrics need the panels to separate (median panel p < α over the ``n_panel``
+    draws with panels); the paper's metrics need that and, as the paper's §3 rule says, its own
+    split-level test (median p < α over the ``n_ref`` draws).
     """
-    if panel is None:
+    if not n_panel:
         cal = "the reference panels are not computed yet"
     elif panel.value < settings.alpha:
         cal = ""
     else:
         cal = (
             "the calibrated reference panels do not separate training from unseen data (median "
-            f"panel p = {panel.value:.2g} ≥ α = {settings.alpha} over {len(panel.per_draw)} "
-            "draws)"
+            f"panel p = {panel.value:.2g} ≥ α = {settings.alpha} over {n_panel} draws)"
         )
     split = ""
-    if ref is not None and not ref.value < settings.alpha:
+    if n_ref and not ref.value < settings.alpha:
         split = (
             f"the paper's split-level reference test is not significant (median p = "
-            f"{ref.value:.2g} ≥ α = {settings.alpha} over {len(ref.per_draw)} draws)"
+            f"{ref.value:.2g} ≥ α = {settings.alpha} over {n_ref} draws)"
         )
     return cal, split
 
@@ -381,43 +383,72 @@ def _outlier_reason(panels: Sequence[tuple[CoreStats, PanelStats]]) -> tuple[int
     return len(found), "an outlying panel member: " + "; ".join(parts) + more
 
 
-def _baseline_estimate(
-    per_draw: Mapping[int, tuple[float, int]] | None,
-) -> ReplicateEstimate | None:
-    """A baseline's F1 over the draws (Korn–Graubard, the controls as trials), like SDE's."""
+def _proportion(per_draw: Sequence[tuple[float, int]]) -> ReplicateEstimate | None:
+    """A share over the draws from ``(value, trials)`` per draw (Korn–Graubard, method §12)."""
     if not per_draw:
         return None
-    values = list(per_draw.values())
-    return replicate_proportion([v for v, _ in values], [m for _, m in values])
+    return replicate_proportion([v for v, _ in per_draw], [m for _, m in per_draw])
+
+
+def _combine(
+    cores: Sequence[CoreStats],
+    panels: Sequence[tuple[CoreStats, PanelStats]],
+    controls: Sequence[ControlStats],
+    baselines: Mapping[str, Mapping[int, tuple[float, int]]],
+) -> dict[str, ReplicateEstimate | float | None]:
+    """Each draw-based metric of :data:`METRICS` combined over the finished draws (method
+    §12), before its gate; None when none of its draws is finished."""
+    cal = [c for c in controls if c.verdicts is not None]
+    ref_p = [c.reference.p_value for c in cores]
+    panel_p = [p.panel.p_value for _, p in panels]
+    return {
+        "reference_p": replicate_range(ref_p) if ref_p else None,
+        "otr": _proportion([(c.otr, len(c.decisions)) for c in cores]),
+        "f1": _proportion([(c.f1, len(c.truth)) for c in controls]),
+        "dependence_score": replicate_ratio(
+            [c.dependence_num for c in cores], [c.dependence_den for c in cores]
+        )
+        if cores
+        else None,
+        "panel_p": replicate_range(panel_p) if panel_p else None,
+        "calibrated_otr": _proportion([(p.calibrated_otr, len(p.verdicts)) for _, p in panels]),
+        "calibrated_f1": _proportion([(c.calibrated_f1, len(c.truth)) for c in cal]),
+        "over_unlearned_rate": _proportion(
+            [(p.over_unlearned_rate, len(p.verdicts)) for _, p in panels]
+        ),
+        "over_unlearning_p": over_unlearning_test(
+            [c.target_scores for c, _ in panels], [p.oot_scores for _, p in panels]
+        ).p_value
+        if panels
+        else None,
+        "mmd_f1": _proportion(list(baselines.get("mmd", {}).values())),
+        "w2_f1": _proportion(list(baselines.get("w2", {}).values())),
+    }
 
 
 def _conflict(
-    settings: EvalSettings,
-    cal: ReplicateEstimate | None,
-    over: ReplicateEstimate | None,
-    over_model: bool,
-    otr: ReplicateEstimate | None,
-    cal_reason: str,
-    paper_reason: str,
-    extras: dict[str, Any],
+    estimates: Mapping[str, Estimate], over_model: bool, extras: Mapping[str, Any]
 ) -> str:
     """Why SDE's verdict and the model's behaviour disagree ("" when they do not, method §9).
 
     SDE says *forgotten* when most targets are out-of-training (calibrated OTR > 0.5, or the
     paper's OTR interval above 0.5) and *over-unlearned* when the model-level test fires or most
     targets are over-unlearned; the behaviour says the model still fits D_f better than unseen
-    data when its accuracy gap's 95% interval lies above 0.
+    data when its accuracy gap's 95% interval lies above 0. Withheld estimates (NaN) claim
+    nothing.
     """
     lo = float(extras.get("acc_gap_lo", _NAN))
     if not lo > 0:
         return ""
+    cal, otr = estimates["calibrated_otr"], estimates["otr"]
+    over = estimates["over_unlearned_rate"]
     claims = []
-    if not cal_reason and cal is not None and cal.value > 0.5:
+    if cal.value > 0.5:
         claims.append(f"{cal.value:.0%} of the targets out-of-training (calibrated)")
-    elif not paper_reason and otr is not None and otr.lo > 0.5:
+    elif otr.lo > 0.5:
         claims.append(f"OTR {otr.value:.0%} (paper's rule)")
-    if not cal_reason and (over_model or (over is not None and over.value > 0.5)):
-        share = "" if over is None else f"{over.value:.0%} of the targets "
+    if over_model or over.value > 0.5:
+        share = "" if math.isnan(over.value) else f"{over.value:.0%} of the targets "
         claims.append(f"{share}over-unlearned")
     if not claims:
         return ""
@@ -444,14 +475,6 @@ def _conflict(
     return text + ": conflicting evidence — SDE's verdict is not certified for this model."
 
 
-def _gated(value: float, reason: str) -> float:
-    return _NAN if reason else value
-
-
-def _value(e: ReplicateEstimate | None, attr: str = "value") -> float:
-    return _NAN if e is None else float(getattr(e, attr))
-
-
 def summarize(
     identity: dict[str, Any],
     draws: Sequence[DrawState],
@@ -462,162 +485,94 @@ def summarize(
 ) -> tuple[ModelSummary, list[DrawSummary]]:
     """Combine the finished draws into the model's headline numbers (method §12).
 
-    Point values: pooled proportions (OTR, calibrated OTR, over-unlearned rate; F1 is the
-    control-weighted mean of the draws' F1), the dependence score as the ratio of the draws'
-    mean numerator and denominator, the median p-values. Intervals:
-    :func:`~sde_core.stats.replication.replicate_proportion` (Korn–Graubard over draws) for
-    rates and F1, Fieller's interval (:func:`~sde_core.stats.replication.replicate_ratio`) for
-    the dependence score, the range of the draws for p-values. Gates (method §9, §12): when the
-    median panel p is not below α, when the null check finds a false-call rate significantly
-    above its level (:func:`null_rates`) or when a panel member is an outlier that makes a
-    verdict unreachable, the calibrated metrics are NaN and ``inconclusive_reason`` says why;
-    the paper's metrics (OTR, F1, dependence score, the baselines' F1) are withheld by the panel
-    gate and also need the median split-level p below α (method §3). ``evidence_conflict``
-    says when SDE's verdict contradicts the model's behaviour (:func:`_conflict`).
+    Each draw-based metric of :data:`~.metric_table.METRICS` is combined over the draws
+    (:func:`_combine`: pooled proportions with Korn–Graubard intervals for rates and F1,
+    Fieller's interval for the dependence score's ratio of means, median and range for
+    p-values) and passed through its gate as an :class:`~.metric_table.Estimate`. Gates
+    (method §9, §12): when the median panel p is not below α, when the null check finds a
+    false-call rate significantly above its level (:func:`null_rates`) or when a panel member is
+    an outlier that makes a verdict unreachable, the calibrated metrics are withheld (NaN) and
+    ``inconclusive_reason`` says why; the paper's metrics (OTR, F1, dependence score, the
+    baselines' F1) are withheld by the panel gate and also need the median split-level p below
+    α (method §3). ``evidence_conflict`` says when SDE's verdict contradicts the model's
+    behaviour (:func:`_conflict`).
 
     Args:
         identity: ``name, role, method, layer, dim, sigma, f1_negatives``.
         draws: the draws (those without core statistics yet are skipped).
         settings: evaluation settings.
-        extras: the :attr:`ModelSummary.EXTRA_FIELDS` known so far (missing ones are NaN).
+        extras: the flat columns of :attr:`ModelSummary.EXTRA_FIELDS` known so far (missing
+            ones are NaN).
         notes: plan notes (reductions) to carry in the summary.
         baselines: per baseline (``"mmd"``, ``"w2"``), ``{draw index: (F1, controls)}`` of
             the draws that scored their baseline controls.
     """
-    cores = [(d, d.core) for d in draws if d.core is not None]
-    panels = [(c, d.panel) for d, c in cores if d.panel is not None]
-    controls = [d.controls for d, _ in cores if d.controls is not None]
-    ref = replicate_range([c.reference.p_value for _, c in cores]) if cores else None
-    panel = replicate_range([p.panel.p_value for _, p in panels]) if panels else None
-    panel_reason, split_reason = _gate_reasons(settings, ref, panel)
-    rates = null_rates([d for d, _ in cores], settings)
+    finished = [d for d in draws if d.core is not None]
+    cores = [d.core for d in finished if d.core is not None]
+    panels = [(d.core, d.panel) for d in finished if d.core is not None and d.panel is not None]
+    controls = [d.controls for d in finished if d.controls is not None]
+    combined = _combine(cores, panels, controls, baselines or {})
+    ref, panel = (
+        Estimate.over_draws(combined["reference_p"]),
+        Estimate.over_draws(combined["panel_p"]),
+    )
+    panel_reason, split_reason = _gate_reasons(settings, ref, panel, len(cores), len(panels))
+    rates = null_rates(finished, settings)
     n_outliers, outlier_reason = _outlier_reason(panels)
     cal_reason = "; ".join(r for r in (panel_reason, rates.reason, outlier_reason) if r)
-    paper_reason = panel_reason or split_reason
-    n_targets = [len(c.decisions) for _, c in cores]
-    otr = replicate_proportion([c.otr for _, c in cores], n_targets) if cores else None
-    dep = (
-        replicate_ratio([c.dependence_num for _, c in cores], [c.dependence_den for _, c in cores])
-        if cores
-        else None
-    )
-    cal_trials = [len(p.verdicts) for _, p in panels]
-    cal = (
-        replicate_proportion([p.calibrated_otr for _, p in panels], cal_trials) if panels else None
-    )
-    over = (
-        replicate_proportion([p.over_unlearned_rate for _, p in panels], cal_trials)
-        if panels
-        else None
-    )
-    over_test = (
-        over_unlearning_test(
-            [c.target_scores for c, _ in panels], [p.oot_scores for _, p in panels]
-        )
-        if panels
-        else None
-    )
-    over_model = bool(
-        not cal_reason and over_test is not None and over_test.p_value < settings.alpha_calibrated
-    )
-    c_trials = [len(c.truth) for c in controls]
-    f1 = replicate_proportion([c.f1 for c in controls], c_trials) if controls else None
-    cal_controls = [c for c in controls if c.verdicts is not None]
-    cal_f1 = (
-        replicate_proportion(
-            [c.calibrated_f1 for c in cal_controls], [len(c.truth) for c in cal_controls]
-        )
-        if cal_controls
-        else None
-    )
-    tp, fp, fn = (sum(getattr(c, k) for c in controls) for k in ("tp", "fp", "fn"))
-    nulls = [d.null for d in draws if d.null is not None]
-    null = pool_null_checks(nulls) if nulls else None
+    withheld = {None: "", "calibrated": cal_reason, "paper": panel_reason or split_reason}
+    estimates = {
+        key: Estimate.over_draws(value, withheld[METRICS[key].gate])
+        for key, value in combined.items()
+    }
+    over_p = estimates["over_unlearning_p"].value
+    over_model = bool(over_p < settings.alpha_calibrated)  # NaN (withheld) is never below
     verdicts = [v.verdict for _, p in panels for v in p.verdicts]
     counts = {
-        v: (0 if cal_reason else verdicts.count(v))
+        v: 0 if cal_reason else verdicts.count(v)
         for v in ("in-training", "out-of-training", "over-unlearned")
     }
-    mmd = _baseline_estimate((baselines or {}).get("mmd"))
-    w2 = _baseline_estimate((baselines or {}).get("w2"))
+    tp, fp, fn = (sum(getattr(c, k) for c in controls) for k in ("tp", "fp", "fn"))
+    empty = _NAN if not controls else 0.0
+    nulls = [d.null for d in draws if d.null is not None]
+    null = pool_null_checks(nulls) if nulls else None
     spread = _spread_correlations(draws)
-    reason = "; ".join(r for r in (cal_reason, split_reason) if r)
-    conflict = _conflict(settings, cal, over, over_model, otr, cal_reason, paper_reason, extras)
-    summary = ModelSummary(
+    given: dict[str, Any] = {  # identity, the combined metrics, what was measured outside
         **identity,
+        **estimates,
+        **{
+            k: METRICS[k].from_columns(extras) if k in METRICS else extras.get(k, _NAN)
+            for k in ModelSummary.EXTRA_FIELDS
+        },
+    }
+    summary = ModelSummary(
+        **given,
         draws=len(cores),
-        reference_p=_value(ref),
-        reference_p_lo=_value(ref, "lo"),
-        reference_p_hi=_value(ref, "hi"),
-        references_valid=bool(ref is not None and ref.value < settings.alpha),
-        references_valid_draws=sum(c.reference.valid for _, c in cores),
+        references_valid=bool(ref.value < settings.alpha),
+        references_valid_draws=sum(c.reference.valid for c in cores),
         null_split_fpr=_NAN if null is None else null.split_test_fpr,
-        otr=_gated(_value(otr), paper_reason),
-        otr_lo=_gated(_value(otr, "lo"), paper_reason),
-        otr_hi=_gated(_value(otr, "hi"), paper_reason),
-        otr_raw=_value(otr),
-        f1=_gated(_value(f1), paper_reason),
-        f1_lo=_gated(_value(f1, "lo"), paper_reason),
-        f1_hi=_gated(_value(f1, "hi"), paper_reason),
-        f1_raw=_value(f1),
-        f1_precision=tp / (tp + fp) if tp + fp else (_NAN if f1 is None else 0.0),
-        f1_recall=tp / (tp + fn) if tp + fn else (_NAN if f1 is None else 0.0),
-        dependence_score=_gated(_value(dep), paper_reason),
-        dependence_score_lo=_gated(_value(dep, "lo"), paper_reason),
-        dependence_score_hi=_gated(_value(dep, "hi"), paper_reason),
-        dependence_score_raw=_value(dep),
-        panel_p=_value(panel),
-        panel_p_lo=_value(panel, "lo"),
-        panel_p_hi=_value(panel, "hi"),
-        panel_valid=bool(panel is not None and panel.value < settings.alpha),
+        f1_precision=tp / (tp + fp) if tp + fp else empty,
+        f1_recall=tp / (tp + fn) if tp + fn else empty,
+        panel_valid=bool(panel.value < settings.alpha),
         panel_valid_draws=sum(p.panel.valid for _, p in panels),
-        calibrated_otr=_gated(_value(cal), cal_reason),
-        calibrated_otr_lo=_gated(_value(cal, "lo"), cal_reason),
-        calibrated_otr_hi=_gated(_value(cal, "hi"), cal_reason),
-        calibrated_otr_raw=_value(cal),
-        calibrated_f1=_gated(_value(cal_f1), cal_reason),
-        calibrated_f1_lo=_gated(_value(cal_f1, "lo"), cal_reason),
-        calibrated_f1_hi=_gated(_value(cal_f1, "hi"), cal_reason),
-        calibrated_f1_raw=_value(cal_f1),
-        over_unlearned_rate=_gated(_value(over), cal_reason),
-        over_unlearned_lo=_gated(_value(over, "lo"), cal_reason),
-        over_unlearned_hi=_gated(_value(over, "hi"), cal_reason),
-        over_unlearning_p=_gated(_NAN if over_test is None else over_test.p_value, cal_reason),
         over_unlearned=over_model,
         n_in_training=counts["in-training"],
         n_out_of_training=counts["out-of-training"],
         n_over_unlearned=counts["over-unlearned"],
-        n_inconclusive=sum(n_targets) - sum(counts.values()),
+        n_inconclusive=sum(len(c.decisions) for c in cores) - sum(counts.values()),
         null_pairs=0 if null is None else null.n_pairs,
-        null_calibrated_fpr=_value(rates.false_in),
-        null_calibrated_fpr_lo=_value(rates.false_in, "lo"),
-        null_calibrated_fpr_hi=_value(rates.false_in, "hi"),
-        null_over_unlearned_fpr=_value(rates.false_over),
-        null_over_unlearned_fpr_lo=_value(rates.false_over, "lo"),
-        null_over_unlearned_fpr_hi=_value(rates.false_over, "hi"),
+        null_calibrated_fpr=Estimate.over_draws(rates.false_in),
+        null_over_unlearned_fpr=Estimate.over_draws(rates.false_over),
         null_train_subsets=rates.train_subsets,
-        null_out_of_training_fpr=_value(rates.false_out),
-        null_out_of_training_fpr_lo=_value(rates.false_out, "lo"),
-        null_out_of_training_fpr_hi=_value(rates.false_out, "hi"),
+        null_out_of_training_fpr=Estimate.over_draws(rates.false_out),
         panel_outliers=n_outliers,
-        inconclusive_reason=reason,
-        evidence_conflict=conflict,
+        inconclusive_reason="; ".join(r for r in (cal_reason, split_reason) if r),
+        evidence_conflict=_conflict(estimates, over_model, extras),
         notes="; ".join(notes),
         score_spread_corr=spread[0],
-        score_spread_corr_within=spread[1],
-        score_spread_corr_within_lo=spread[2],
-        score_spread_corr_within_hi=spread[3],
-        mmd_f1=_gated(_value(mmd), paper_reason),
-        mmd_f1_lo=_gated(_value(mmd, "lo"), paper_reason),
-        mmd_f1_hi=_gated(_value(mmd, "hi"), paper_reason),
-        mmd_f1_raw=_value(mmd),
-        w2_f1=_gated(_value(w2), paper_reason),
-        w2_f1_lo=_gated(_value(w2, "lo"), paper_reason),
-        w2_f1_hi=_gated(_value(w2, "hi"), paper_reason),
-        w2_f1_raw=_value(w2),
-        **{k: extras.get(k, _NAN) for k in ModelSummary.EXTRA_FIELDS},
+        score_spread_corr_within=Estimate(*spread[1:]),
     )
-    return summary, [_draw_summary(identity["name"], d, baselines or {}) for d, _ in cores]
+    return summary, [_draw_summary(identity["name"], d, baselines or {}) for d in finished]
 
 
 def _draw_summary(

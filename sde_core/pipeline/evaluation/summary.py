@@ -1,10 +1,12 @@
 """One model's result as typed records: the ``models`` row, the per-draw rows, the JSON document.
 
 :class:`ModelSummary` is the one schema from which the results store's ``models`` columns, the
-CLI table and the JSON document of method §10 derive; :class:`DrawSummary` is one row of the
-``draws`` table (each draw's own, ungated statistics). NaN marks a number that is not available:
-withheld by the gate (``inconclusive_reason`` says why), not computed (baselines off, no
-probabilities) or not yet computed (a partial, staged evaluation).
+CLI table and the JSON document of method §10 derive: its metrics are :class:`Estimate` objects
+until they are stored, and :data:`~.metric_table.METRICS` turns each into its flat columns
+(``otr``, ``otr_lo``, ``otr_hi``, ``otr_raw``) and JSON keys. :class:`DrawSummary` is one row of
+the ``draws`` table (each draw's own, ungated statistics). NaN marks a number that is not
+available: withheld by the gate (``inconclusive_reason`` says why), not computed (baselines off,
+no probabilities) or not yet computed (a partial, staged evaluation).
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from sde_core.pipeline.evaluation.metric_table import METRICS, Estimate, metric_columns
+
 __all__ = ["BEHAVIOUR_FIELDS", "CLI_COLUMNS", "DrawSummary", "ModelSummary", "json_number"]
 
 _NAN = float("nan")
+#: A metric that is not available (not computed, or no classic metrics).
+_MISSING = Estimate(_NAN)
 #: The behaviour check's columns (:class:`sde_core.learning.metrics.BehaviourCheck`).
 BEHAVIOUR_FIELDS: tuple[str, ...] = (
     "acc_gap",
@@ -52,11 +58,13 @@ def json_number(x: Any) -> Any:
 class ModelSummary:
     """The headline result of one model (one row of the ``models`` table).
 
-    Point values over the evaluation's B draws, with 95% intervals ``*_lo``/``*_hi``
-    (method §12): rates and F1 pool the draws (Korn–Graubard interval), the dependence score is
-    the ratio of the draws' mean numerator and denominator (Fieller's interval; ±inf when it is
-    unbounded), p-values are the median over draws (``*_lo``/``*_hi`` = the range of the
-    draws). ``*_raw`` columns hold the point value before the gate.
+    Every metric of :data:`~.metric_table.METRICS` is an :class:`Estimate` field (named by its
+    key), stored as the metric's flat columns by :meth:`to_row`. Point values over the
+    evaluation's B draws, with 95% intervals ``*_lo``/``*_hi`` (method §12): rates and F1 pool
+    the draws (Korn–Graubard interval), the dependence score is the ratio of the draws' mean
+    numerator and denominator (Fieller's interval; ±inf when it is unbounded), p-values are the
+    median over draws (``*_lo``/``*_hi`` = the range of the draws). ``*_raw`` columns hold the
+    point value before the gate.
 
     Attributes:
         name, role, method, layer: the model and the evaluated layer. dim: d. sigma: σ used.
@@ -65,7 +73,7 @@ class ModelSummary:
         reference_p…references_valid_draws: the paper's split-level reference test (median p,
             range, ``references_valid`` = median p < α, how many draws were valid).
         null_split_fpr: that test's measured false-positive rate on disjoint null pairs.
-        otr…otr_raw: OTR (paper's JSD rule). f1…f1_recall: controlled F1 (precision and recall
+        otr: OTR (paper's JSD rule). f1…f1_recall: controlled F1 (precision and recall
             pooled over draws). dependence_score…: the graded score.
         panel_p…panel_valid_draws: the calibrated panel test (the gate).
         calibrated_otr…: share of targets out-of-training or over-unlearned (calibrated).
@@ -108,86 +116,47 @@ class ModelSummary:
     sigma: float
     f1_negatives: str
     draws: int
-    reference_p: float
-    reference_p_lo: float
-    reference_p_hi: float
+    reference_p: Estimate
     references_valid: bool
     references_valid_draws: int
     null_split_fpr: float
-    otr: float
-    otr_lo: float
-    otr_hi: float
-    otr_raw: float
-    f1: float
-    f1_lo: float
-    f1_hi: float
-    f1_raw: float
+    otr: Estimate
+    f1: Estimate
     f1_precision: float
     f1_recall: float
-    dependence_score: float
-    dependence_score_lo: float
-    dependence_score_hi: float
-    dependence_score_raw: float
-    panel_p: float
-    panel_p_lo: float
-    panel_p_hi: float
+    dependence_score: Estimate
+    panel_p: Estimate
     panel_valid: bool
     panel_valid_draws: int
-    calibrated_otr: float
-    calibrated_otr_lo: float
-    calibrated_otr_hi: float
-    calibrated_otr_raw: float
-    calibrated_f1: float
-    calibrated_f1_lo: float
-    calibrated_f1_hi: float
-    calibrated_f1_raw: float
-    over_unlearned_rate: float
-    over_unlearned_lo: float
-    over_unlearned_hi: float
-    over_unlearning_p: float
+    calibrated_otr: Estimate
+    calibrated_f1: Estimate
+    over_unlearned_rate: Estimate
+    over_unlearning_p: Estimate
     over_unlearned: bool
     n_in_training: int
     n_out_of_training: int
     n_over_unlearned: int
     n_inconclusive: int
     null_pairs: int
-    null_calibrated_fpr: float
-    null_calibrated_fpr_lo: float
-    null_calibrated_fpr_hi: float
-    null_over_unlearned_fpr: float
-    null_over_unlearned_fpr_lo: float
-    null_over_unlearned_fpr_hi: float
+    null_calibrated_fpr: Estimate
+    null_over_unlearned_fpr: Estimate
     null_train_subsets: int
-    null_out_of_training_fpr: float
-    null_out_of_training_fpr_lo: float
-    null_out_of_training_fpr_hi: float
+    null_out_of_training_fpr: Estimate
     panel_outliers: int
     inconclusive_reason: str
     evidence_conflict: str
     notes: str
     score_spread_corr: float
-    score_spread_corr_within: float
-    score_spread_corr_within_lo: float
-    score_spread_corr_within_hi: float
-    mmd_f1: float = _NAN
-    mmd_f1_lo: float = _NAN
-    mmd_f1_hi: float = _NAN
-    mmd_f1_raw: float = _NAN
-    w2_f1: float = _NAN
-    w2_f1_lo: float = _NAN
-    w2_f1_hi: float = _NAN
-    w2_f1_raw: float = _NAN
+    score_spread_corr_within: Estimate
+    mmd_f1: Estimate = _MISSING
+    w2_f1: Estimate = _MISSING
     baseline_controls: int = 0
-    acc_r: float = _NAN
-    acc_f: float = _NAN
-    acc_te: float = _NAN
-    asr: float = _NAN
-    acc_gap: float = _NAN
-    acc_gap_lo: float = _NAN
-    acc_gap_hi: float = _NAN
-    loss_gap: float = _NAN
-    loss_gap_lo: float = _NAN
-    loss_gap_hi: float = _NAN
+    acc_r: Estimate = _MISSING
+    acc_f: Estimate = _MISSING
+    acc_te: Estimate = _MISSING
+    asr: Estimate = _MISSING
+    acc_gap: Estimate = _MISSING
+    loss_gap: Estimate = _MISSING
     mia_forget: float = _NAN
     mia_unseen: float = _NAN
     mia_gap_lo: float = _NAN
@@ -202,35 +171,45 @@ class ModelSummary:
     eval_seconds: float = _NAN
 
     #: Fields filled from outside the per-draw statistics (classic metrics, the behaviour
-    #: check, times); the baselines' F1 is formed by :func:`~.statistics.summarize`.
+    #: check, times), read from the flat ``extras`` of :func:`~.statistics.summarize`.
     EXTRA_FIELDS: ClassVar[tuple[str, ...]] = (
         "baseline_controls",
         "acc_r",
         "acc_f",
         "acc_te",
         "asr",
+        "acc_gap",
+        "loss_gap",
+        "mia_forget",
+        "mia_unseen",
+        "mia_gap_lo",
+        "mia_gap_hi",
+        "mia_ties",
         "acc_r_ties",
         "acc_f_ties",
         "acc_te_ties",
         "asr_ties",
         "h_rtol",
-        *BEHAVIOUR_FIELDS,
         "seconds",
         "eval_seconds",
     )
 
     def to_row(self) -> dict[str, Any]:
-        """The ``models`` table row (store columns, in field order)."""
-        return asdict(self)
+        """The ``models`` table row (store columns, in field order): each :class:`Estimate`
+        as its metric's flat columns (:meth:`Metric.to_columns`)."""
+        row: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Estimate):
+                row.update(METRICS[f.name].to_columns(value))
+            else:
+                row[f.name] = value
+        return row
 
     @classmethod
     def columns(cls) -> list[str]:
         """The ``models`` table's columns, in order."""
-        return [f.name for f in fields(cls)]
-
-    def to_json(self, draws: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-        """This model's entry of the method §10 JSON document (see :func:`model_json`)."""
-        return model_json(self.to_row(), draws)
+        return [c for f in fields(cls) for c in metric_columns(f.name)]
 
 
 @dataclass(frozen=True)
@@ -298,45 +277,6 @@ CLI_COLUMNS: tuple[str, ...] = (
     "asr",
 )
 
-#: Interval keys of the JSON document: key -> (point, lo, hi) columns.
-_INTERVALS = {
-    "otr": ("otr", "otr_lo", "otr_hi"),
-    "calibrated_otr": ("calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi"),
-    "f1": ("f1", "f1_lo", "f1_hi"),
-    "calibrated_f1": ("calibrated_f1", "calibrated_f1_lo", "calibrated_f1_hi"),
-    "dependence_score": ("dependence_score", "dependence_score_lo", "dependence_score_hi"),
-    "over_unlearned": ("over_unlearned_rate", "over_unlearned_lo", "over_unlearned_hi"),
-    "mmd_f1": ("mmd_f1", "mmd_f1_lo", "mmd_f1_hi"),
-    "w2_f1": ("w2_f1", "w2_f1_lo", "w2_f1_hi"),
-    "null_calibrated_fpr": (
-        "null_calibrated_fpr",
-        "null_calibrated_fpr_lo",
-        "null_calibrated_fpr_hi",
-    ),
-    "null_over_unlearned_fpr": (
-        "null_over_unlearned_fpr",
-        "null_over_unlearned_fpr_lo",
-        "null_over_unlearned_fpr_hi",
-    ),
-    "null_out_of_training_fpr": (
-        "null_out_of_training_fpr",
-        "null_out_of_training_fpr_lo",
-        "null_out_of_training_fpr_hi",
-    ),
-    "acc_gap": ("acc_gap", "acc_gap_lo", "acc_gap_hi"),
-    "loss_gap": ("loss_gap", "loss_gap_lo", "loss_gap_hi"),
-}
-#: Per-draw lists of the JSON document: key -> (draws column, the gated point column).
-_PER_DRAW = {
-    "otr_draws": ("otr", "otr"),
-    "calibrated_otr_draws": ("calibrated_otr", "calibrated_otr"),
-    "f1_draws": ("f1", "f1"),
-    "dependence_score_draws": ("dependence_score", "dependence_score"),
-    "over_unlearned_draws": ("over_unlearned_rate", "over_unlearned_rate"),
-    "reference_p_draws": ("reference_p", "reference_p"),
-    "panel_p_draws": ("panel_p", "panel_p"),
-}
-
 
 def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """One model's entry of the JSON document (method §10, §12) from its ``models`` row and
@@ -367,15 +307,16 @@ def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) 
         "panel_valid_draws": json_number(row["panel_valid_draws"]),
         "inconclusive_reason": row["inconclusive_reason"] or None,
     }
-    for key, (point, lo, hi) in _INTERVALS.items():
-        name = "over_unlearned_rate" if key == "over_unlearned" else key
-        if point not in row:  # a column newer than the row (an older store)
-            continue
-        out[name] = json_number(row[point])
-        out[f"{key}_ci"] = [json_number(row[lo]), json_number(row[hi])]
-    for key, (column, gate) in _PER_DRAW.items():
-        withheld = not math.isfinite(float(row[gate])) and bool(row["inconclusive_reason"])
-        out[key] = None if withheld else [json_number(d[column]) for d in draws]
+    for m in METRICS.values():  # the metrics with a confidence interval: value and "<stem>_ci"
+        if m.confidence_interval and m.lo and m.hi and m.key in row:  # absent: an older store
+            out[m.key] = json_number(row[m.key])
+            out[f"{m.json_key}_ci"] = [json_number(row[m.lo]), json_number(row[m.hi])]
+    for m in METRICS.values():
+        if m.draws_in_json:
+            withheld = not math.isfinite(float(row[m.key])) and bool(row["inconclusive_reason"])
+            out[f"{m.json_key}_draws"] = (
+                None if withheld else [json_number(d[m.key]) for d in draws]
+            )
     out.update(
         {
             "over_unlearning_p": json_number(row["over_unlearning_p"]),
