@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sde_core.pipeline.evaluation.metric_table import METRICS, Estimate
+from sde_core.pipeline.evaluation.metric_table import METRICS, Estimate, Gate
 from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.decision import (
@@ -512,67 +512,109 @@ def summarize(
     panels = [(d.core, d.panel) for d in finished if d.core is not None and d.panel is not None]
     controls = [d.controls for d in finished if d.controls is not None]
     combined = _combine(cores, panels, controls, baselines or {})
-    ref, panel = (
-        Estimate.over_draws(combined["reference_p"]),
-        Estimate.over_draws(combined["panel_p"]),
-    )
-    panel_reason, split_reason = _gate_reasons(settings, ref, panel, len(cores), len(panels))
     rates = null_rates(finished, settings)
-    n_outliers, outlier_reason = _outlier_reason(panels)
-    cal_reason = "; ".join(r for r in (panel_reason, rates.reason, outlier_reason) if r)
-    withheld = {None: "", "calibrated": cal_reason, "paper": panel_reason or split_reason}
+    withheld, reason, n_outliers = _gates(settings, combined, rates, panels, len(cores))
     estimates = {
         key: Estimate.over_draws(value, withheld[METRICS[key].gate])
         for key, value in combined.items()
     }
-    over_p = estimates["over_unlearning_p"].value
-    over_model = bool(over_p < settings.alpha_calibrated)  # NaN (withheld) is never below
-    verdicts = [v.verdict for _, p in panels for v in p.verdicts]
-    counts = {
-        v: 0 if cal_reason else verdicts.count(v)
-        for v in ("in-training", "out-of-training", "over-unlearned")
-    }
-    tp, fp, fn = (sum(getattr(c, k) for c in controls) for k in ("tp", "fp", "fn"))
-    empty = _NAN if not controls else 0.0
-    nulls = [d.null for d in draws if d.null is not None]
-    null = pool_null_checks(nulls) if nulls else None
+    ref, panel = estimates["reference_p"].value, estimates["panel_p"].value
+    over_model = bool(estimates["over_unlearning_p"].value < settings.alpha_calibrated)
     spread = _spread_correlations(draws)
-    given: dict[str, Any] = {  # identity, the combined metrics, what was measured outside
+    given: dict[str, Any] = {  # identity, the metrics, what was counted and measured outside
         **identity,
         **estimates,
-        **{
-            k: METRICS[k].from_columns(extras) if k in METRICS else extras.get(k, _NAN)
-            for k in ModelSummary.EXTRA_FIELDS
-        },
+        **_verdict_counts(cores, panels, withheld["calibrated"]),
+        **_control_counts(controls),
+        **_null_fields(draws, rates),
+        **_extra_fields(extras),
     }
     summary = ModelSummary(
         **given,
         draws=len(cores),
-        references_valid=bool(ref.value < settings.alpha),
+        references_valid=bool(ref < settings.alpha),
         references_valid_draws=sum(c.reference.valid for c in cores),
-        null_split_fpr=_NAN if null is None else null.split_test_fpr,
-        f1_precision=tp / (tp + fp) if tp + fp else empty,
-        f1_recall=tp / (tp + fn) if tp + fn else empty,
-        panel_valid=bool(panel.value < settings.alpha),
+        panel_valid=bool(panel < settings.alpha),
         panel_valid_draws=sum(p.panel.valid for _, p in panels),
         over_unlearned=over_model,
-        n_in_training=counts["in-training"],
-        n_out_of_training=counts["out-of-training"],
-        n_over_unlearned=counts["over-unlearned"],
-        n_inconclusive=sum(len(c.decisions) for c in cores) - sum(counts.values()),
-        null_pairs=0 if null is None else null.n_pairs,
-        null_calibrated_fpr=Estimate.over_draws(rates.false_in),
-        null_over_unlearned_fpr=Estimate.over_draws(rates.false_over),
-        null_train_subsets=rates.train_subsets,
-        null_out_of_training_fpr=Estimate.over_draws(rates.false_out),
         panel_outliers=n_outliers,
-        inconclusive_reason="; ".join(r for r in (cal_reason, split_reason) if r),
+        inconclusive_reason=reason,
         evidence_conflict=_conflict(estimates, over_model, extras),
         notes="; ".join(notes),
         score_spread_corr=spread[0],
         score_spread_corr_within=Estimate(*spread[1:]),
     )
     return summary, [_draw_summary(identity["name"], d, baselines or {}) for d in finished]
+
+
+def _gates(
+    settings: EvalSettings,
+    combined: Mapping[str, ReplicateEstimate | float | None],
+    rates: NullRates,
+    panels: Sequence[tuple[CoreStats, PanelStats]],
+    n_cores: int,
+) -> tuple[dict[Gate | None, str], str, int]:
+    """``({gate: why it withholds ("" = it does not)}, inconclusive_reason, outliers)``.
+
+    The calibrated gate: the panels, the null check and the outlier check; the paper's gate:
+    the panels and the paper's split-level test (method §9, §12).
+    """
+    ref = Estimate.over_draws(combined["reference_p"])
+    panel = Estimate.over_draws(combined["panel_p"])
+    panel_reason, split_reason = _gate_reasons(settings, ref, panel, n_cores, len(panels))
+    n_outliers, outlier_reason = _outlier_reason(panels)
+    cal_reason = "; ".join(r for r in (panel_reason, rates.reason, outlier_reason) if r)
+    withheld: dict[Gate | None, str] = {
+        None: "",
+        "calibrated": cal_reason,
+        "paper": panel_reason or split_reason,
+    }
+    return withheld, "; ".join(r for r in (cal_reason, split_reason) if r), n_outliers
+
+
+def _verdict_counts(
+    cores: Sequence[CoreStats], panels: Sequence[tuple[CoreStats, PanelStats]], withheld: str
+) -> dict[str, int]:
+    """The targets' calibrated verdict counts (all inconclusive when ``withheld``)."""
+    verdicts: list[str] = [v.verdict for _, p in panels for v in p.verdicts]
+    kinds = ("in_training", "out_of_training", "over_unlearned")
+    counts = {f"n_{k}": 0 if withheld else verdicts.count(k.replace("_", "-")) for k in kinds}
+    counts["n_inconclusive"] = sum(len(c.decisions) for c in cores) - sum(counts.values())
+    return counts
+
+
+def _control_counts(controls: Sequence[ControlStats]) -> dict[str, float]:
+    """Precision and recall of the controlled F1's decisions, pooled over the draws (NaN
+    without controls, 0 without a positive decision or a positive)."""
+    tp, fp, fn = (sum(getattr(c, k) for c in controls) for k in ("tp", "fp", "fn"))
+    empty = 0.0 if controls else _NAN
+    return {
+        "f1_precision": tp / (tp + fp) if tp + fp else empty,
+        "f1_recall": tp / (tp + fn) if tp + fn else empty,
+    }
+
+
+def _null_fields(draws: Sequence[DrawState], rates: NullRates) -> dict[str, Any]:
+    """The null check's fields of the summary: the paper's test's false-positive rate on the
+    pooled pairs and the calibrated test's false-call rates (method §9)."""
+    nulls = [d.null for d in draws if d.null is not None]
+    null = pool_null_checks(nulls) if nulls else None
+    return {
+        "null_split_fpr": _NAN if null is None else null.split_test_fpr,
+        "null_pairs": 0 if null is None else null.n_pairs,
+        "null_calibrated_fpr": Estimate.over_draws(rates.false_in),
+        "null_over_unlearned_fpr": Estimate.over_draws(rates.false_over),
+        "null_train_subsets": rates.train_subsets,
+        "null_out_of_training_fpr": Estimate.over_draws(rates.false_out),
+    }
+
+
+def _extra_fields(extras: Mapping[str, Any]) -> dict[str, Any]:
+    """:attr:`ModelSummary.EXTRA_FIELDS` from the flat ``extras`` (missing ones NaN)."""
+    return {
+        k: METRICS[k].from_columns(extras) if k in METRICS else extras.get(k, _NAN)
+        for k in ModelSummary.EXTRA_FIELDS
+    }
 
 
 def _draw_summary(
