@@ -32,13 +32,11 @@ from pages._common import (
 )
 from sde_core.pipeline.evaluate import EvaluationResult
 from sde_core.pipeline.workspace import Workspace
-from sde_core.viz.figures import METRICS, comparison_bars, draw_strip, target_overlay
+from sde_core.viz.figures import BAR_METRICS, METRICS, comparison_bars, draw_strip, target_overlay
 from sde_core.viz.links import decode_list, encode_list
 from sde_core.viz.report import to_csv_bytes
 from sde_core.viz.ui_support import comparison_display, comparison_table
 from sde_core.viz.verdicts import retrain_row
-
-BAR_METRICS = ("otr", "calibrated_otr", "f1", "asr", "acc_f", "dependence_score")
 
 
 def apply_link(view: View) -> None:

@@ -31,7 +31,6 @@ import math
 import os
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,10 +39,12 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sde_core.errors import ExportError, SettingsError
+from sde_core.pipeline.evaluation.metric_table import BAR_METRICS, INTERVAL_METHODS, METRICS, Metric
 from sde_core.stats.decision import histogram_edges
 from sde_core.viz.formatting import AXIS_NUMBERS, UNBOUNDED, column_formatter
 
 __all__ = [
+    "BAR_METRICS",
     "COLORS",
     "DRAW_STRIP_METRICS",
     "METRICS",
@@ -51,9 +52,7 @@ __all__ = [
     "PLOTLY_CONFIG",
     "ROLE_COLORS",
     "VERDICT_COLORS",
-    "DrawMetric",
     "ExportError",
-    "MetricSpec",
     "comparison_bars",
     "draw_strip",
     "figure_to_image",
@@ -127,86 +126,7 @@ def plotly_config(filename: str = "sde-chart", fmt: str = "png") -> dict[str, An
 PLOTLY_CONFIG: dict[str, Any] = plotly_config()
 
 
-@dataclass(frozen=True)
-class MetricSpec:
-    """How a metric column of the ``models`` table is shown.
-
-    Attributes:
-        label: short name. axis: axis title with units. scale: display = value × scale.
-        lo, hi: columns of the interval bounds (error bars), or None.
-        bounds: the display range of the metric (for marker lines), or None when unbounded.
-        unit: suffix of displayed numbers (``"%"`` or ``""``).
-        valid: the boolean column that says whether the value is a valid verdict (the
-            reference check of the paper's metrics), or None.
-    """
-
-    label: str
-    axis: str
-    scale: float = 1.0
-    lo: str | None = None
-    hi: str | None = None
-    bounds: tuple[float, float] | None = None
-    unit: str = ""
-    valid: str | None = None
-
-    def fmt(self, value: float) -> str:
-        """A displayed value, e.g. ``"93%"`` or ``"0.97"``."""
-        if not np.isfinite(value):
-            return "n/a"
-        shown = value * self.scale
-        return f"{shown:.0f}%" if self.unit == "%" else f"{shown:.3g}"
-
-
-_RATE = (0.0, 100.0)
-#: Metric columns of the ``models`` / sweep tables that the charts know.
-METRICS: dict[str, MetricSpec] = {
-    "otr": MetricSpec(
-        "OTR",
-        "out-of-training rate (% of target subsets)",
-        100,
-        "otr_lo",
-        "otr_hi",
-        _RATE,
-        "%",
-        "references_valid",
-    ),
-    "calibrated_otr": MetricSpec(
-        "calibrated OTR",
-        "calibrated out-of-training rate (% of target subsets)",
-        100,
-        "calibrated_otr_lo",
-        "calibrated_otr_hi",
-        _RATE,
-        "%",
-    ),
-    "asr": MetricSpec(
-        "MIA ASR", "attack success rate (% of D_f predicted member)", 100, bounds=_RATE, unit="%"
-    ),
-    "acc_r": MetricSpec("Acc_r", "accuracy on retained data D_r (%)", bounds=_RATE, unit="%"),
-    "acc_f": MetricSpec("Acc_f", "accuracy on the forget set D_f (%)", bounds=_RATE, unit="%"),
-    "acc_te": MetricSpec("Acc_te", "accuracy on test data D_te (%)", bounds=_RATE, unit="%"),
-    "f1": MetricSpec(
-        "F1",
-        "controlled F1 (0–1, in-training positive)",
-        lo="f1_lo",
-        hi="f1_hi",
-        bounds=(0.0, 1.0),
-        valid="references_valid",
-    ),
-    "calibrated_f1": MetricSpec(
-        "calibrated F1", "calibrated controlled F1 (0–1)", bounds=(0, 1), valid="panel_valid"
-    ),
-    "dependence_score": MetricSpec(
-        "dependence score",
-        "dependence score (0 = unseen level, 1 = training level)",
-        lo="dependence_score_lo",
-        hi="dependence_score_hi",
-        valid="references_valid",
-    ),
-}
-
-
-def _metric(metric: str) -> MetricSpec:
+def _metric(metric: str) -> Metric:
     if metric not in METRICS:
         raise SettingsError(f"unknown metric {metric!r}; choose one of {sorted(METRICS)}")
     return METRICS[metric]
@@ -547,7 +467,7 @@ def _withheld(value: float, reason: Any) -> bool:
     return not np.isfinite(value) and isinstance(reason, str) and bool(reason.strip())
 
 
-def _validity(table: pd.DataFrame, spec: MetricSpec) -> list[bool]:
+def _validity(table: pd.DataFrame, spec: Metric) -> list[bool]:
     """Per row, whether the metric is a valid verdict (always True without a validity column)."""
     if spec.valid is None or spec.valid not in table:
         return [True] * len(table)
@@ -689,63 +609,23 @@ def comparison_bars(
     return _layout(fig, f"{spec.label} per model", "model", spec.axis, showlegend=False)
 
 
-@dataclass(frozen=True)
-class DrawMetric:
-    """One row of :func:`draw_strip`: a headline number and how its interval is formed.
-
-    Attributes:
-        label: the number's name. point, lo, hi: its columns in the ``models`` table; the
-            per-draw values are the ``point`` column of the ``draws`` table. interval: the
-            interval method of method §12. percent: shown as a percentage. gated: withheld by
-            the gate (method §12) when its point value is NaN and the row gives a reason.
-        log: a logarithmic axis (p-values).
-    """
-
-    label: str
-    point: str
-    lo: str
-    hi: str
-    interval: str
-    percent: bool = False
-    gated: bool = True
-    log: bool = False
-
-
-#: The rows of :func:`draw_strip`, in order.
-DRAW_STRIP_METRICS: tuple[DrawMetric, ...] = (
-    DrawMetric("OTR", "otr", "otr_lo", "otr_hi", "Korn–Graubard", percent=True),
-    DrawMetric(
-        "calibrated OTR",
-        "calibrated_otr",
-        "calibrated_otr_lo",
-        "calibrated_otr_hi",
-        "Korn–Graubard",
-        percent=True,
-    ),
-    DrawMetric("controlled F1", "f1", "f1_lo", "f1_hi", "Korn–Graubard, controls as trials"),
-    DrawMetric(
-        "dependence score",
-        "dependence_score",
-        "dependence_score_lo",
-        "dependence_score_hi",
-        "Fieller, t with B − 1 df",
-    ),
-    DrawMetric(
-        "reference p (paper's U-test)",
-        "reference_p",
-        "reference_p_lo",
-        "reference_p_hi",
-        "median; range of the draws",
-        gated=False,
-        log=True,
-    ),
+#: The rows of :func:`draw_strip`, in order (:data:`METRICS` entries).
+DRAW_STRIP_METRICS: tuple[Metric, ...] = tuple(
+    METRICS[k] for k in ("otr", "calibrated_otr", "f1", "dependence_score", "reference_p")
 )
 
 
-def _strip_text(x: float, metric: DrawMetric) -> str:
+def _interval(row: pd.Series, metric: Metric) -> tuple[float, float]:
+    """A metric's interval ``(lo, hi)`` in a ``models`` row (NaN without one)."""
+    if metric.lo is None or metric.hi is None:
+        return math.nan, math.nan
+    return float(row[metric.lo]), float(row[metric.hi])
+
+
+def _strip_text(x: float, metric: Metric) -> str:
     if not np.isfinite(x):
         return UNBOUNDED if math.isinf(x) else "n/a"
-    if metric.percent:
+    if metric.unit == "%":
         return f"{100 * x:.0f}%"
     if metric.log:
         return f"{x:.2e}"
@@ -787,13 +667,13 @@ def draw_strip(result: Any, model: str) -> go.Figure:
     metrics = DRAW_STRIP_METRICS
     titles = []
     for m in metrics:
-        lo, hi = float(row[m.lo]), float(row[m.hi])
+        lo, hi = _interval(row, m)
         unbounded = " — interval unbounded" if (np.isinf(lo) or np.isinf(hi)) else ""
-        titles.append(f"{m.label} · 95% interval: {m.interval}{unbounded}")
+        titles.append(f"{m.long_label} · 95% interval: {INTERVAL_METHODS[m.interval]}{unbounded}")
     fig = make_subplots(rows=len(metrics), cols=1, subplot_titles=titles, vertical_spacing=0.09)
     for i, m in enumerate(metrics, start=1):
-        value = float(row[m.point])
-        if m.gated and not np.isfinite(value) and reason:
+        value = float(row[m.key])
+        if m.gate is not None and not np.isfinite(value) and reason:
             suffix = "" if i == 1 else str(i)
             fig.add_annotation(
                 text=f"withheld: {reason}", xref=f"x{suffix} domain", yref=f"y{suffix} domain",
@@ -802,13 +682,13 @@ def draw_strip(result: Any, model: str) -> go.Figure:
             fig.update_xaxes(visible=False, row=i, col=1)
             fig.update_yaxes(visible=False, row=i, col=1)
             continue
-        per_draw = draws[m.point].astype(float).to_numpy()
+        per_draw = draws[m.key].astype(float).to_numpy()
         shown = np.isfinite(per_draw)
         labels = [f"draw {int(d) + 1}" for d in draws["draw"]]
         fig.add_trace(
             go.Scatter(
                 x=per_draw[shown], y=np.full(int(shown.sum()), 0.3),
-                mode="markers", name=f"{m.label}: per-draw values",
+                mode="markers", name=f"{m.long_label}: per-draw values",
                 marker={"color": COLORS["target"], "size": 10, "opacity": 0.8},
                 text=[t for t, ok in zip(labels, shown, strict=True) if ok],
                 hovertemplate="%{text}: %{x:.3g}<extra></extra>", showlegend=False,
@@ -816,7 +696,7 @@ def draw_strip(result: Any, model: str) -> go.Figure:
             row=i, col=1,
         )  # fmt: skip
         finite = per_draw[shown]
-        lo, hi = float(row[m.lo]), float(row[m.hi])
+        lo, hi = _interval(row, m)
         span = [x for x in (*finite, value, lo, hi) if np.isfinite(x)]
         if span:
             a, b = min(span), max(span)
@@ -829,14 +709,14 @@ def draw_strip(result: Any, model: str) -> go.Figure:
         bar_lo = lo if np.isfinite(lo) else edge_lo
         bar_hi = hi if np.isfinite(hi) else edge_hi
         text = (
-            f"{m.label} = {_strip_text(value, m)}, 95% interval "
+            f"{m.long_label} = {_strip_text(value, m)}, 95% interval "
             f"[{_strip_text(lo, m)}, {_strip_text(hi, m)}] over {n} draws"
         )
         fig.add_trace(
             go.Scatter(
                 x=[bar_lo, value, bar_hi] if np.isfinite(value) else [],
                 y=[-0.3, -0.3, -0.3] if np.isfinite(value) else [],
-                mode="lines+markers", name=f"{m.label}: point value and 95% interval",
+                mode="lines+markers", name=f"{m.long_label}: point value and 95% interval",
                 line={"color": "#333333", "width": 3},
                 marker={"symbol": ["line-ns", "diamond", "line-ns"], "size": [14, 13, 14],
                         "color": "#333333", "line": {"width": 2, "color": "#333333"}},
@@ -847,7 +727,7 @@ def draw_strip(result: Any, model: str) -> go.Figure:
         axis: dict[str, Any] = {"zeroline": False}
         if m.log and span and min(span) > 0:
             axis.update(type="log", **AXIS_NUMBERS)  # p-values as 10⁻¹⁸, never 1f
-        elif m.percent:
+        elif m.unit == "%":
             axis["tickformat"] = ".0%"
         fig.update_xaxes(row=i, col=1, **axis)
         fig.update_yaxes(visible=False, range=[-0.8, 0.8], row=i, col=1)

@@ -35,10 +35,10 @@ import plotly.graph_objects as go
 from sde_core import __version__
 from sde_core.common.csv_cells import neutralise_formula
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.viz.figures import PLOTLY_CONFIG, comparison_bars, hsic_histogram
 from sde_core.viz.formatting import (
     format_count,
-    format_estimate,
     format_interval,
     format_number,
     format_percent,
@@ -48,8 +48,10 @@ from sde_core.viz.glossary import glossary_table
 from sde_core.viz.verdicts import (
     CAN_CERTIFY,
     CANNOT_CERTIFY,
+    estimate_text,
     explain_verdict,
     null_check_readings,
+    over_unlearning_text,
     retrain_row,
     summarize_verdict,
     summary_order,
@@ -110,6 +112,9 @@ REPORT_SECTIONS = (
     "Caveats",
 )
 
+#: The metrics the comparison table shows as "value [lo, hi]": SDE's, then the baselines'.
+_HEADLINE_ESTIMATES = ("f1", "calibrated_f1", "dependence_score")
+_BASELINE_ESTIMATES = ("mmd_f1", "w2_f1")
 #: The comparison table's columns, printed as two tables (one would squeeze 25 columns into a page).
 COMPARISON_GROUPS: dict[str, tuple[str, ...]] = {
     "Headline numbers": (
@@ -200,32 +205,16 @@ def _float(value: Any) -> float:
 
 
 def _rate_with_interval(row: Mapping[str, Any], key: str) -> str:
-    value = _float(_get(row, key))
-    if math.isnan(value):
-        reason = _get(row, "inconclusive_reason")
-        return "withheld" if reason else "n/a"
-    interval = format_interval(_get(row, f"{key}_lo"), _get(row, f"{key}_hi"))
-    return f"{format_percent(value)} ({interval})"
-
-
-def _estimate(row: Mapping[str, Any], key: str) -> str:
-    return format_estimate(
-        _get(row, key), _get(row, f"{key}_lo"), _get(row, f"{key}_hi"),
-        reason=_get(row, "inconclusive_reason"),
-    )  # fmt: skip
+    """A rate as ``"62% (48–77%)"`` with its 95% interval (``"withheld"``/``"n/a"`` without)."""
+    e = METRICS[key].from_columns(row)
+    if math.isnan(e.value):
+        return "withheld" if _get(row, "inconclusive_reason") else "n/a"
+    return f"{format_percent(e.value)} ({format_interval(e.lo, e.hi)})"
 
 
 def _text(value: Any) -> str:
     """A text column's value, "" when it is missing (None or NaN in an older row)."""
     return value if isinstance(value, str) else ""
-
-
-def _over_unlearning(row: Mapping[str, Any]) -> str:
-    p = _float(_get(row, "over_unlearning_p"))
-    if math.isnan(p):
-        return "withheld" if _get(row, "inconclusive_reason") else "n/a"
-    shown = format_number(p, digits=2)
-    return f"{'yes' if bool(_get(row, 'over_unlearned')) else 'no'} (p = {shown})"
 
 
 def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
@@ -252,20 +241,17 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
                 "σ": format_number(_get(r, "sigma")),
                 "draws": format_count(_get(r, "draws")),
                 "reference p": format_number(_get(r, "reference_p"), digits=2),
-                "OTR (95% CI)": _rate_with_interval(r, "otr"),
-                "calibrated OTR (95% CI)": "n/a (panels invalid)"
+                f"{METRICS['otr'].label} (95% CI)": _rate_with_interval(r, "otr"),
+                f"{METRICS['calibrated_otr'].label} (95% CI)": "n/a (panels invalid)"
                 if panel_invalid and math.isnan(cal)
                 else _rate_with_interval(r, "calibrated_otr"),
-                "F1": _estimate(r, "f1"),
-                "calibrated F1": _estimate(r, "calibrated_f1"),
-                "dependence score": _estimate(r, "dependence_score"),
-                "over-unlearned": _over_unlearning(r),
+                **{METRICS[k].label: estimate_text(r, k) for k in _HEADLINE_ESTIMATES},
+                "over-unlearned": over_unlearning_text(r),
                 "Acc_r (%)": format_number(_get(r, "acc_r")),
                 "Acc_f (%)": format_number(_get(r, "acc_f")),
                 "Acc_te (%)": format_number(_get(r, "acc_te")),
-                "MIA ASR": format_percent(_get(r, "asr")),
-                "MMD F1": _estimate(r, "mmd_f1"),
-                "W2 F1": _estimate(r, "w2_f1"),
+                METRICS["asr"].label: format_percent(_get(r, "asr")),
+                **{METRICS[k].label: estimate_text(r, k) for k in _BASELINE_ESTIMATES},
                 "null FPR, split U-test": format_percent(_get(r, "null_split_fpr")),
                 "null FPR, calibrated": format_percent(_get(r, "null_calibrated_fpr")),
                 "null FPR, training → out": format_percent(_get(r, "null_out_of_training_fpr")),
@@ -368,12 +354,12 @@ def draws_table(result: Any) -> pd.DataFrame:
     for d in records(draws):
         withheld = gated.get(str(d["model"]), False)
 
-        def num(
-            key: str, percent: bool = False, d: Mapping[str, Any] = d, withheld: bool = withheld
-        ) -> str:
-            if withheld and key not in ("reference_p", "panel_p"):
+        def num(key: str, d: Mapping[str, Any] = d, withheld: bool = withheld) -> str:
+            if withheld and METRICS[key].gate is not None:
                 return "withheld"
-            return format_percent(d[key]) if percent else format_number(d[key], digits=3)
+            if METRICS[key].unit == "%":
+                return format_percent(d[key])
+            return format_number(d[key], digits=3)
 
         rows.append(
             {
@@ -383,9 +369,9 @@ def draws_table(result: Any) -> pd.DataFrame:
                 "controls": int(d["controls"]),
                 "reference p": format_number(d["reference_p"], digits=2),
                 "panel p": format_number(d["panel_p"], digits=2),
-                "OTR": num("otr", True),
-                "calibrated OTR": num("calibrated_otr", True),
-                "over-unlearned": num("over_unlearned_rate", True),
+                "OTR": num("otr"),
+                "calibrated OTR": num("calibrated_otr"),
+                "over-unlearned": num("over_unlearned_rate"),
                 "F1": num("f1"),
                 "calibrated F1": num("calibrated_f1"),
                 "dependence score": num("dependence_score"),

@@ -22,6 +22,7 @@ import pandas as pd
 
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.errors import InputError
+from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.pipeline.workspace import Problem
 from sde_core.services.uploads import (
     CHECKPOINT_SUFFIXES,
@@ -31,8 +32,8 @@ from sde_core.services.uploads import (
     guess_role,
     safe_name,
 )
-from sde_core.viz.formatting import format_estimate, format_number, records
-from sde_core.viz.verdicts import verdict_label
+from sde_core.viz.formatting import format_estimate, records
+from sde_core.viz.verdicts import estimate_text, over_unlearning_text, verdict_label
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
@@ -115,35 +116,24 @@ _BEHAVIOUR = (
     ("mia_forget", "MIA on D_f"),
     ("mia_unseen", "MIA on unseen"),
 )
-#: Per-layer columns of the comparison.
-_PER_LAYER = (
-    ("otr", "OTR"),
-    ("otr_lo", "OTR lo"),
-    ("otr_hi", "OTR hi"),
-    ("calibrated_otr", "cal. OTR"),
-    ("calibrated_otr_lo", "cal. OTR lo"),
-    ("calibrated_otr_hi", "cal. OTR hi"),
-    ("f1", "F1"),
-    ("f1_lo", "F1 lo"),
-    ("f1_hi", "F1 hi"),
-    ("dependence_score", "dependence"),
-    ("dependence_score_lo", "dependence lo"),
-    ("dependence_score_hi", "dependence hi"),
-    ("over_unlearning_p", "over-unlearning p"),
-    ("references_valid", "refs valid"),
-    ("panel_valid", "panels valid"),
-    ("draws", "draws"),
-)
-#: Headline numbers shown as "value [lo, hi]" by :func:`comparison_display` (label, column,
-#: in percent: the rates in % as in the charts; F1 and the dependence score on their own scale).
-_ESTIMATES = (
-    ("OTR", "otr", "otr_lo", "otr_hi", True),
-    ("cal. OTR", "calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi", True),
-    ("over-unlearned share", "over_unlearned_rate", "over_unlearned_lo", "over_unlearned_hi", True),
-    ("F1", "f1", "f1_lo", "f1_hi", False),
-    ("MMD F1", "mmd_f1", "mmd_f1_lo", "mmd_f1_hi", False),
-    ("W2 F1", "w2_f1", "w2_f1_lo", "w2_f1_hi", False),
-)
+#: Metrics shown per layer by the comparison, each as its value and interval columns.
+_PER_LAYER_METRICS = ("otr", "calibrated_otr", "f1", "dependence_score", "over_unlearning_p")
+#: Headline numbers shown as "value [lo, hi]" by :func:`comparison_display` (rates in % as in
+#: the charts; F1 on its own scale).
+_ESTIMATES = ("otr", "calibrated_otr", "over_unlearned_rate", "f1", "mmd_f1", "w2_f1")
+
+
+def _per_layer_columns() -> list[tuple[str, str]]:
+    """``(column, label)`` of the comparison's per-layer columns: each metric of
+    :data:`_PER_LAYER_METRICS` with its interval's ends (``"OTR"``, ``"OTR lo"``, ``"OTR hi"``),
+    then the validity flags and the number of draws."""
+    out = []
+    for m in (METRICS[k] for k in _PER_LAYER_METRICS):
+        out.append((m.key, m.short_label))
+        if m.lo and m.hi:
+            out += [(m.lo, f"{m.short_label} lo"), (m.hi, f"{m.short_label} hi")]
+    return [*out, ("references_valid", "refs valid"), ("panel_valid", "panels valid"),
+            ("draws", "draws")]  # fmt: skip
 
 
 def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -172,7 +162,7 @@ def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFram
         table[label] = column(first, col)
     for layer, models in models_by_layer.items():
         by_name: Any = models.set_index("name").loc[table["name"]]
-        for col, label in _PER_LAYER:
+        for col, label in _per_layer_columns():
             table[f"{label} [{layer}]"] = column(by_name, col)
         table[f"verdict [{layer}]"] = [verdict_label(row) for row in records(by_name.reset_index())]
         if "inconclusive_reason" in by_name:  # method §12: why the numbers are withheld
@@ -197,13 +187,9 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
     for layer, models in models_by_layer.items():
         rows = records(models.set_index("name").loc[table["name"]].reset_index())
         out[f"verdict [{layer}]"] = table[f"verdict [{layer}]"].to_numpy()
-        out[f"over-unlearned [{layer}]"] = [_over(r) for r in rows]
-        for label, key, lo, hi, percent in _ESTIMATES:
-            out[f"{label} [{layer}]"] = [
-                format_estimate(r.get(key), r.get(lo), r.get(hi),
-                                percent=percent, reason=r.get("inconclusive_reason"))
-                for r in rows
-            ]  # fmt: skip
+        out[f"over-unlearned [{layer}]"] = [over_unlearning_text(r) for r in rows]
+        for key in _ESTIMATES:
+            out[f"{METRICS[key].short_label} [{layer}]"] = [estimate_text(r, key) for r in rows]
         for name in ("conflicting evidence", "refs valid", "why inconclusive"):
             column = f"{name} [{layer}]"
             if column in table:
@@ -216,16 +202,6 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
     ]
     out["time (s)"] = table["time (s)"].to_numpy()
     return out
-
-
-def _over(row: Mapping[str, Any]) -> str:
-    """The model-level over-unlearning test as ``"yes (p = …)"`` / ``"no (p = …)"``."""
-    p = row.get("over_unlearning_p")
-    reason = row.get("inconclusive_reason")
-    if p is None or not np.isfinite(float(p)):
-        return "withheld" if isinstance(reason, str) and reason.strip() else "n/a"
-    shown = format_number(p, digits=2)
-    return f"{'yes' if bool(row.get('over_unlearned')) else 'no'} (p = {shown})"
 
 
 class ResultCache:

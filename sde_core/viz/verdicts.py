@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.viz.formatting import (
     format_estimate,
     format_interval,
@@ -36,9 +37,11 @@ __all__ = [
     "NullCheckReading",
     "VerdictExplanation",
     "VerdictSummary",
+    "estimate_text",
     "explain_verdict",
     "null_check_readings",
     "over_unlearning_meaning",
+    "over_unlearning_text",
     "retrain_row",
     "summarize_verdict",
     "summary_order",
@@ -131,6 +134,26 @@ def over_unlearning_meaning(role: str) -> str:
         "a change in how the model answers, not proof that it forgot: it can still classify the "
         "forget set well, and over-unlearned subsets are not counted as forgotten (method §9)."
     )
+
+
+def estimate_text(row: Mapping[str, Any], key: str) -> str:
+    """The metric ``key`` of a ``models`` row as ``"0.62 [0.48, 0.77]"`` (``"62% [48%, 77%]"``
+    for a metric shown in %; value and 95% interval over the draws, method §12), ``"withheld"``
+    when the gate withholds it and ``"n/a"`` when the row lacks it."""
+    metric = METRICS[key]
+    e = metric.from_columns(row)
+    return format_estimate(
+        e.value, e.lo, e.hi, percent=metric.unit == "%", reason=row.get("inconclusive_reason")
+    )
+
+
+def over_unlearning_text(row: Mapping[str, Any]) -> str:
+    """The model-level over-unlearning test of a ``models`` row as ``"yes (p = 1.2e-4)"`` /
+    ``"no (p = 0.31)"``, ``"withheld"`` when the gate withholds it, else ``"n/a"``."""
+    p = _number(row, "over_unlearning_p")
+    if math.isnan(p):
+        return "withheld" if _reason(row) else "n/a"
+    return f"{'yes' if _flag(row, 'over_unlearned') else 'no'} (p = {_p(p)})"
 
 
 def verdict_label(row: Mapping[str, Any]) -> str:
