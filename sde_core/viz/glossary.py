@@ -271,6 +271,12 @@ GLOSSARY: dict[str, Term] = {
         "in-training (should be at most α).",
         9,
     ),
+    "null_over_unlearned_fpr": Term(
+        "null FPR (over-unlearned)",
+        "The calibrated test's false alarms in the other direction: unseen subsets called "
+        "over-unlearned (should be at most α).",
+        9,
+    ),
     "null_out_of_training_fpr": Term(
         "null FPR (training → out)",
         "Share of training subsets the calibrated test calls out-of-training — the unsafe "
