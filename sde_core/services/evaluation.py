@@ -430,11 +430,11 @@ def progress_note(
     done = int(m.draws)
     planned = int(settings.draws)
     missing = []
-    if "controls" in stages and not np.isfinite(m.f1_raw):
+    if "controls" in stages and not np.isfinite(m.f1.raw):
         missing.append(_STAGE_WORDS["controls"])
     if "null" in stages and int(m.null_pairs) == 0:
         missing.append(_STAGE_WORDS["null"])
-    if "classic" in stages and not np.isfinite(m.acc_r):
+    if "classic" in stages and not np.isfinite(m.acc_r.value):
         missing.append(_STAGE_WORDS["classic"])
     text = f"{m.name}: stopped after {done} of {planned} draws"
     if missing:

@@ -35,7 +35,6 @@ __all__ = [
     "Gate",
     "IntervalKind",
     "Metric",
-    "metric",
     "metric_columns",
 ]
 
@@ -328,16 +327,6 @@ METRICS: dict[str, Metric] = {
 
 #: The metrics the Compare page offers as a bar chart, in table order.
 BAR_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.bar)
-
-
-def metric(key: str) -> Metric:
-    """The metric whose point column is ``key``.
-
-    Raises:
-        KeyError: ``key`` is not a metric (callers that take user input check membership in
-            :data:`METRICS` and raise an :class:`~sde_core.errors.SDEError` instead).
-    """
-    return METRICS[key]
 
 
 def metric_columns(name: str) -> tuple[str, ...]:
