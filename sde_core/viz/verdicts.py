@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from sde_core.errors import SettingsError
-from sde_core.pipeline.evaluation.metric_table import METRICS
+from sde_core.pipeline.evaluation.metric_table import METRICS, Estimate
 from sde_core.viz.formatting import (
     format_estimate,
     format_interval,
@@ -136,14 +136,21 @@ def over_unlearning_meaning(role: str) -> str:
     )
 
 
+def _estimate(row: Mapping[str, Any], key: str) -> Estimate:
+    """The metric ``key`` of a ``models`` row (a missing or non-numeric column is NaN: rows
+    may come from older or newer evaluations)."""
+    m = METRICS[key]
+    value, lo, hi, raw = (_number(row, c) if c else _NAN for c in (m.key, m.lo, m.hi, m.raw_column))
+    return Estimate(value, lo, hi, raw)
+
+
 def estimate_text(row: Mapping[str, Any], key: str) -> str:
     """The metric ``key`` of a ``models`` row as ``"0.62 [0.48, 0.77]"`` (``"62% [48%, 77%]"``
     for a metric shown in %; value and 95% interval over the draws, method §12), ``"withheld"``
     when the gate withholds it and ``"n/a"`` when the row lacks it."""
-    metric = METRICS[key]
-    e = metric.from_columns(row)
+    e = _estimate(row, key)
     return format_estimate(
-        e.value, e.lo, e.hi, percent=metric.unit == "%", reason=row.get("inconclusive_reason")
+        e.value, e.lo, e.hi, percent=METRICS[key].unit == "%", reason=row.get("inconclusive_reason")
     )
 
 
@@ -168,8 +175,8 @@ def verdict_label(row: Mapping[str, Any]) -> str:
         unseen data), ``"not forgotten"`` (OTR's 95% interval below 50%), ``"consistent with
         forgetting"`` (interval above 50%) or ``"mixed"``.
     """
-    lo, hi = _number(row, "otr_lo"), _number(row, "otr_hi")
-    otr = _number(row, "otr")
+    e = _estimate(row, "otr")
+    otr, lo, hi = e.value, e.lo, e.hi
     if _reason(row, "evidence_conflict"):
         return "conflicting evidence"
     if not _flag(row, "references_valid") or math.isnan(otr) or _reason(row):
@@ -223,8 +230,8 @@ class VerdictExplanation:
 
 def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
     p_ref = _number(row, "reference_p")
-    otr, lo, hi = _number(row, "otr"), _number(row, "otr_lo"), _number(row, "otr_hi")
-    interval = format_interval(lo, hi)
+    e = _estimate(row, "otr")
+    otr, interval = e.value, format_interval(e.lo, e.hi)
     reason = _reason(row)
     if reason is not None:
         return (
@@ -254,10 +261,7 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
             conflict[:1].upper() + conflict[1:]
         )
     if label == "over-unlearned":
-        share = format_estimate(
-            _number(row, "over_unlearned_rate"), _number(row, "over_unlearned_lo"),
-            _number(row, "over_unlearned_hi"), percent=True,
-        )  # fmt: skip
+        share = estimate_text(row, "over_unlearned_rate")
         return (
             f"{test}, {k_out} of {targets} subsets of the forget set look unseen {stats}, and "
             f"the model-level over-unlearning test finds the model's outputs on them "
@@ -311,8 +315,8 @@ def _calibrated(row: Mapping[str, Any], targets: int, label: str) -> str:
     n_inc = _count(row, "n_inconclusive") or 0
     over = _count(row, "n_over_unlearned")
     over_text = "" if over is None else f", {over} over-unlearned"
-    cal = _number(row, "calibrated_otr")
-    cal_lo, cal_hi = _number(row, "calibrated_otr_lo"), _number(row, "calibrated_otr_hi")
+    e = _estimate(row, "calibrated_otr")
+    cal, cal_lo, cal_hi = e.value, e.lo, e.hi
     cal_text = "withheld" if math.isnan(cal) else format_percent(cal)
     if not math.isnan(cal) and not math.isnan(cal_lo):
         cal_text += f", 95% interval {format_interval(cal_lo, cal_hi)}"
@@ -352,14 +356,15 @@ def _comparison(row: Mapping[str, Any], retrain: Mapping[str, Any] | None) -> st
     who = "The retrained model" if name == "retrained" else f"The retrained model {name}"
     if verdict_label(retrain) == "inconclusive":
         return f"{who} gives no reference OTR (its result is inconclusive)."
-    re_otr, re_lo, re_hi = (_number(retrain, k) for k in ("otr", "otr_lo", "otr_hi"))
+    re = _estimate(retrain, "otr")
+    re_otr, re_lo, re_hi = re.value, re.lo, re.hi
     ref = (
         f"{who} (the gold standard) has OTR {format_percent(re_otr)} "
         f"(95% interval {format_interval(re_lo, re_hi)})"
     )
     if verdict_label(row) == "inconclusive":
         return f"{ref}."
-    lo, hi = _number(row, "otr_lo"), _number(row, "otr_hi")
+    lo, hi = _estimate(row, "otr").lo, _estimate(row, "otr").hi
     if hi < re_lo:
         where = "this model's OTR is clearly lower, so it forgets less than retraining would"
     elif lo > re_hi:
@@ -630,11 +635,10 @@ def _sentence(row: Mapping[str, Any], targets: int, label: str) -> str:
 
 
 def _interval(row: Mapping[str, Any]) -> str:
-    otr = _number(row, "otr")
-    if math.isnan(otr):
+    e = _estimate(row, "otr")
+    if math.isnan(e.value):
         return "OTR withheld" if _reason(row) else "OTR not computed"
-    lo, hi = _number(row, "otr_lo"), _number(row, "otr_hi")
-    return f"OTR {format_percent(otr)} (95% interval {format_interval(lo, hi)})"
+    return f"OTR {format_percent(e.value)} (95% interval {format_interval(e.lo, e.hi)})"
 
 
 def _cross_check(row: Mapping[str, Any], targets: int, label: str) -> tuple[str, bool]:
@@ -645,11 +649,11 @@ def _cross_check(row: Mapping[str, Any], targets: int, label: str) -> tuple[str,
         return "No calibrated cross-check in this evaluation.", False
     if not _flag(row, "panel_valid"):
         return "Calibrated cross-check: inconclusive (its reference panels do not separate).", False
-    cal = _number(row, "calibrated_otr")
+    e = _estimate(row, "calibrated_otr")
+    cal, lo, hi = e.value, e.lo, e.hi
     if math.isnan(cal):
         return "Calibrated cross-check: withheld with the verdict.", False
     shown = format_percent(cal)
-    lo, hi = _number(row, "calibrated_otr_lo"), _number(row, "calibrated_otr_hi")
     if not math.isnan(lo):
         shown += f" (95% interval {format_interval(lo, hi)})"
     n_in = _count(row, "n_in_training") or 0
