@@ -113,7 +113,8 @@ class Setting:
         return found
 
     def check(self, value: Any) -> Any:
-        """``value`` if it is a valid value of this setting (σ text canonical), else raise.
+        """``value`` if it is a valid value of this setting, else raise; σ text comes back in
+        its canonical form (``" 0.50*sqrt_dim"`` -> ``"0.5*sqrt_dim"``, ``"0.5"`` -> ``0.5``).
 
         Raises:
             SettingsError: the value, what the setting accepts and how to fix it.
@@ -128,7 +129,7 @@ class Setting:
             return value
         if self.kind == "sigma":
             parsed = parse_sigma(value, name, error=SettingsError)
-            return parsed.text() if isinstance(value, str) else value
+            return parsed.setting() if isinstance(value, str) else value
         if self.kind == "name":
             if not isinstance(value, str) or not value:
                 raise SettingsError(f"{name} must be a non-empty name; got {value!r}")
