@@ -482,4 +482,4 @@ result = progressive(ws, settings, [model] + ([control] if control else []), mod
 if result is not None:
     with guarded("Cannot show the target inputs"):
         show_thumbnails(ws, settings, model, target or 0)
-publish(ExploreView(model=model, target=target, control=bool(control)))
+publish(ExploreView(model=model, target=target, control=True if control else None))

@@ -139,8 +139,10 @@ def _encode_setting(entry: Setting, value: Any) -> str:
 
 
 def _field(codec: str, fallback: str = _KEPT) -> Any:
-    """A page parameter: ``codec`` is ``text``, ``list``, ``int`` or ``flag``; ``fallback`` says
-    what the page shows when the link's value cannot be used."""
+    """A page parameter: ``codec`` is ``text``, ``list`` (comma-separated names), ``int`` (a
+    whole number ≥ 0) or ``flag`` (``1``/``true``/``yes``/``on`` are true, other text false);
+    an empty text or list counts as not given. ``fallback`` says what the page shows when the
+    link's value cannot be used."""
     return dataclasses.field(default=None, metadata={"codec": codec, "fallback": fallback})
 
 
@@ -217,8 +219,8 @@ def _decode_field(f: dataclasses.Field[Any], text: str) -> tuple[Any, str | None
     if codec == "flag":
         return _decode_bool(text), None
     if codec == "list":
-        return tuple(decode_list(text)), None
-    return text, None
+        return tuple(decode_list(text)) or None, None
+    return text or None, None
 
 
 def decode(page: str, query: Mapping[str, str]) -> tuple[PageView, list[str]]:
@@ -269,11 +271,11 @@ def decode(page: str, query: Mapping[str, str]) -> tuple[PageView, list[str]]:
 
 def encode(view: PageView) -> dict[str, str]:
     """The query parameters of ``view``: ``ws``, ``wsh``, the settings (table order), then the
-    page's fields; None, empty and false values are left out."""
+    page's fields (a flag as ``1``/``0``); None fields and empty texts and lists are left out."""
     out: dict[str, str] = {}
-    if view.workspace:
+    if view.workspace is not None:
         out[WORKSPACE_PARAM] = view.workspace
-    if view.workspace_hash:
+    if view.workspace_hash is not None:
         out[HASH_PARAM] = view.workspace_hash
     for key, entry in SETTING_PARAMS.items():
         if view.settings.get(entry.name) is not None:
@@ -290,7 +292,7 @@ def _encode_field(codec: str, value: Any) -> str:
     if value is None:
         return ""
     if codec == "flag":
-        return "1" if value else ""
+        return "1" if value else "0"
     return encode_list(value) if codec == "list" else str(value)
 
 
