@@ -82,9 +82,9 @@ MISMATCH_KEY = "link_mismatch"
 #: the √d rule, a multiple f·√d (f in ``s_sigma_factor``), the median rule, a value
 #: (``s_sigma_value``).
 SIGMA_RULES = {
-    f"√d rule ({SQRT_DIM})": "sqrt_dim",
+    f"√d rule ({SQRT_DIM})": SQRT_DIM,
     "multiple of √d": "factor",
-    f"{MEDIAN} rule": "median",
+    f"{MEDIAN} rule": MEDIAN,
     "value": "value",
 }
 #: Session keys of the evaluation settings (plain keys: they survive page switches); each
@@ -348,7 +348,7 @@ def layer_label(info: LayerInfo) -> str:
 def _sigma_state(sigma: str | float) -> dict[str, Any]:
     """The σ widget's session values for a σ (rule choice, value, factor)."""
     spec = parse_sigma(sigma)
-    factor = spec.sqrt_dim_factor()
+    factor = spec.sqrt_d_factor()
     kind = "factor" if factor not in (None, 1.0) else spec.kind
     state: dict[str, Any] = {"s_sigma_rule": next(k for k, v in SIGMA_RULES.items() if v == kind)}
     if kind == "value":
@@ -396,7 +396,7 @@ def _session_settings() -> dict[str, Any]:
     rule = SIGMA_RULES[s["s_sigma_rule"]]
     sigma = {
         "value": float(s["s_sigma_value"]),
-        "factor": Sigma("sqrt_dim", float(s["s_sigma_factor"])).setting(),
+        "factor": Sigma.times_sqrt_d(float(s["s_sigma_factor"])).setting(),
     }.get(rule, rule)
     return {
         "layer": s["s_layer"],

@@ -28,6 +28,7 @@ from pages._common import (
 )
 from sde_core.common.hashing import stable_hash
 from sde_core.common.paths import allowed_roots, resolve_in_roots
+from sde_core.common.sigma import SIGMA_SYNTAX
 from sde_core.pipeline.evaluate import EvalSettings, Progress
 from sde_core.pipeline.sweeps import available_fractions, run_sweep, sigma_markers
 from sde_core.pipeline.workspace import Workspace
@@ -101,8 +102,8 @@ def sweep_values(ws: Workspace, settings: EvalSettings, param: str, original: st
         factors = (0.1, 0.3, 1.0, 3.0)
         st.session_state.setdefault(key, ", ".join(f"{math.sqrt(dim) * f:.3g}" for f in factors))
         text = st.text_input(
-            f"σ values (numbers, 'sqrt_dim' or 'median'; √d = {math.sqrt(dim):.3g} at "
-            f"{settings.layer})",
+            f"σ values (comma-separated; √d = {math.sqrt(dim):.3g} at {settings.layer})",
+            help=f"Each σ is {SIGMA_SYNTAX}.",
             key=key,
         )
         return parse_sigma_values(text)

@@ -167,8 +167,8 @@ def test_every_entry_point_accepts_and_refuses_the_same_sigmas(text):
 @HYPOTHESIS
 @given(factor=st.floats(1e-6, 1e6), dim=st.integers(1, 5000))
 def test_a_multiple_of_sqrt_d_is_the_number_plans_always_computed(factor, dim):
-    text = Sigma("sqrt_dim", factor).text()
-    assert parse_sigma(text) == Sigma("sqrt_dim", factor)  # the canonical text round-trips
+    text = Sigma.times_sqrt_d(factor).text()
+    assert parse_sigma(text) == Sigma.times_sqrt_d(factor)  # the canonical text round-trips
     acts = np.zeros((2, dim))
     assert resolve_sigma(text, acts) == float(text.split("*")[0]) * math.sqrt(dim)
 

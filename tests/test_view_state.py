@@ -116,7 +116,7 @@ NAMES = st.text(
 SIGMAS = (
     st.sampled_from(["sqrt_dim", "median"])
     | st.floats(1e-6, 1e6).map(float)
-    | st.floats(1e-3, 1e3).map(lambda f: Sigma("sqrt_dim", f).setting())
+    | st.floats(1e-3, 1e3).map(lambda f: Sigma.times_sqrt_d(f).setting())
 )
 
 

@@ -83,7 +83,12 @@ class Sigma:
         """The value an evaluation setting holds: the canonical text of a rule, a float σ."""
         return self.number if self.kind == "value" else self.text()
 
-    def sqrt_dim_factor(self) -> float | None:
+    @classmethod
+    def times_sqrt_d(cls, factor: float = 1.0) -> Sigma:
+        """σ = ``factor``·√d (no check: parse text with :func:`parse_sigma`)."""
+        return cls("sqrt_dim", float(factor))
+
+    def sqrt_d_factor(self) -> float | None:
         """f of σ = f·√d (1.0 for ``sqrt_dim``), None for the median rule and a value."""
         return self.number if self.kind == "sqrt_dim" else None
 

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from sde_core.common.sigma import SIGMA_SYNTAX, parse_sigma
+from sde_core.common.sigma import SIGMA_SYNTAX, SQRT_DIM, parse_sigma
 from sde_core.common.validation import check_int, check_number
 from sde_core.errors import SettingsError
 from sde_core.stats.hsic import MAX_SPLITS
@@ -114,7 +114,8 @@ class Setting:
 
     def check(self, value: Any) -> Any:
         """``value`` if it is a valid value of this setting, else raise; σ text comes back in
-        its canonical form (``" 0.50*sqrt_dim"`` -> ``"0.5*sqrt_dim"``, ``"0.5"`` -> ``0.5``).
+        its canonical form (:meth:`~sde_core.common.sigma.Sigma.setting`: ``" 0.50*sqrt_dim"``
+        -> ``"0.5*sqrt_dim"``, ``"0.5"`` -> ``0.5``).
 
         Raises:
             SettingsError: the value, what the setting accepts and how to fix it.
@@ -178,7 +179,8 @@ class EvalSettings:
     Attributes:
         layer: layer alias (``output``, ``logits``, ``penultimate``, ``block1``…) or module name;
             a denoiser's layer carries its noise level (``denoised@0.5``, :data:`NOISE_LEVELS`).
-        sigma: ``"sqrt_dim"``, ``"median"`` or a positive float.
+        sigma: a σ rule or a positive float, in the one σ syntax of :mod:`sde_core.common.sigma`
+            (text is kept in its canonical form).
         subset_size: n, rows per subset (targets, references, panels).
         targets: T, number of target subsets drawn from D_f (and of controlled F1 subsets),
             shared out among the draws.
@@ -204,7 +206,7 @@ class EvalSettings:
     """
 
     layer: str = "output"
-    sigma: str | float = "sqrt_dim"
+    sigma: str | float = SQRT_DIM
     subset_size: int = 1000
     targets: int = 100
     splits: int = 200
@@ -223,7 +225,7 @@ class EvalSettings:
     def __post_init__(self) -> None:
         for entry in SETTINGS:
             checked = entry.check(getattr(self, entry.name))
-            if entry.kind == "sigma":  # σ text in its canonical form (" 0.50*sqrt_dim" -> …)
+            if entry.kind == "sigma":  # σ text in its canonical form
                 object.__setattr__(self, entry.name, checked)
         if 1.0 / (self.panel_size + 1) >= self.alpha_calibrated:
             need = int(np.ceil(1.0 / self.alpha_calibrated))

@@ -171,7 +171,7 @@ def resolve_sigma(rule: SigmaRule, acts: object, *, seed: int = 0) -> float:
     if spec.kind == "value":
         return check_sigma(spec.number)
     arr = as_float_matrix(acts)
-    factor = spec.sqrt_dim_factor()
+    factor = spec.sqrt_d_factor()
     if factor is not None:
         return check_sigma(factor * float(np.sqrt(arr.shape[1])), f"σ = {spec.text()}")
     if arr.shape[0] < 2:
