@@ -373,7 +373,7 @@ def _init_settings(ws: Workspace) -> None:
             "s_sigma_value": 1.0,
             "s_sigma_factor": 1.0,
             **_sigma_state(d.sigma),
-            **{f"s_{s.name}": int(getattr(d, s.name)) for s in NUMBER_WIDGETS},
+            **{f"s_{s.name}": _number(s, getattr(d, s.name)) for s in NUMBER_WIDGETS},
         }
     )
     st.session_state.pop("compare_layers", None)
@@ -401,18 +401,24 @@ def _session_settings() -> dict[str, Any]:
     return {
         "layer": s["s_layer"],
         "sigma": sigma,
-        **{entry.name: int(s[f"s_{entry.name}"]) for entry in NUMBER_WIDGETS},
+        **{entry.name: _number(entry, s[f"s_{entry.name}"]) for entry in NUMBER_WIDGETS},
     }
 
 
+def _number(entry: Any, value: Any) -> int | float:
+    """``value`` as the type of the number setting ``entry`` (``int`` or ``float``)."""
+    return int(value) if entry.kind == "int" else float(value)
+
+
 def _number_input(entry: Any) -> None:
-    """The sidebar's number input of ``entry``, a setting of the settings table (its bounds,
-    step, label and glossary help)."""
+    """The sidebar's number input of ``entry``, a number setting of the settings table (its
+    bounds, step, label and glossary help)."""
+    lo, hi = entry.minimum, entry.maximum
     st.number_input(
         entry.widget_label,
-        min_value=None if entry.minimum is None else int(entry.minimum),
-        max_value=None if entry.maximum is None else int(entry.maximum),
-        step=entry.step,
+        min_value=None if lo is None else _number(entry, lo),
+        max_value=None if hi is None else _number(entry, hi),
+        step=_number(entry, entry.step),
         help=help_text(entry.name),
         **bound(f"s_{entry.name}"),
     )

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sde_core.common.sigma import Sigma
-from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.settings import EvalSettings, setting
 from sde_core.pipeline.sweeps import SWEEP_PARAMS
 from sde_core.services.view_state import (
     SETTING_PARAMS,
@@ -96,6 +96,20 @@ def test_bad_values_are_named_with_what_the_page_does_instead():
     ]
 
 
+def test_a_new_number_setting_needs_only_its_table_entry(monkeypatch):
+    """What issue 23's ``precision`` (a float with a URL key) gets from its entry alone: here
+    α, given a URL key for the test."""
+    entry = dataclasses.replace(setting("alpha"), url_key="a")
+    monkeypatch.setitem(SETTING_PARAMS, "a", entry)
+    view, problems = decode("explore", {"a": "0.02", "n": "50"})
+    assert not problems and view.settings == {"alpha": 0.02, "subset_size": 50}
+    assert encode(view) == {"n": "50", "a": "0.02"}
+    for bad in ("1", "0", "-0.5", "nan", "1e999", "0x1", "٠.١", "9" * 40):
+        view, problems = decode("explore", {"a": bad})
+        assert view.settings == {} and len(problems) == 1, bad
+        assert problems[0].endswith(" is not a number 0 to 1 (exclusive): kept the current value.")
+
+
 def test_restrict_keeps_only_what_the_workspace_has():
     view, problems = restrict(ExploreView(model="nope"), {"model": ["FT", "GA"]})
     assert view.model is None and problems == [
@@ -131,7 +145,13 @@ def setting_values(draw: st.DrawFn) -> dict[str, object]:
             out[entry.name] = draw(st.integers(int(entry.minimum or 0), hi))
         elif entry.kind == "sigma":
             out[entry.name] = draw(SIGMAS)
+        elif entry.kind == "float":
+            lo, hi = entry.minimum, entry.maximum
+            out[entry.name] = draw(
+                st.floats(lo, hi, exclude_min=entry.exclusive, exclude_max=entry.exclusive)
+            )
         else:
+            assert entry.kind == "name", entry
             out[entry.name] = draw(NAMES)
     return out
 

@@ -44,8 +44,8 @@ SIGMA_SYNTAX = (
 #: Longest σ text read (the longest canonical text of a float factor is ~33 characters);
 #: longer text is refused before it is parsed.
 MAX_SIGMA_CHARS = 48
-#: A plain decimal number in ASCII (no sign, no ``nan``/``inf``, no underscores).
-_NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+#: A plain decimal number in ASCII digits (no sign, no ``nan``/``inf``, no underscores).
+_NUMBER = r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _FACTOR_RULE = re.compile(rf"\s*({_NUMBER})\s*\*\s*{SQRT_DIM}\s*")
 _PLAIN_NUMBER = re.compile(rf"\s*({_NUMBER})\s*")
 

@@ -51,7 +51,7 @@ _DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,3})?|mps")
 #: positive level can be named (``--layer denoised@0.3``), these are the ones listed.
 NOISE_LEVELS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
 
-#: How a setting's value is written: ``int``, ``float`` (``minimum``/``maximum`` exclusive),
+#: How a setting's value is written: ``int``, ``float`` (a finite real number),
 #: ``sigma`` (:mod:`sde_core.common.sigma`), ``name`` (non-empty text: the layer), ``choice``
 #: (one of ``choices``), ``bool``, ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``mps``).
 SettingKind = Literal["int", "float", "sigma", "name", "choice", "bool", "device"]
@@ -77,10 +77,12 @@ class Setting:
         url_key: the deep link's query parameter, or None when links do not carry the setting
             (it then comes from the workspace's ``[defaults]``).
         widget: the dashboard widget (:data:`WidgetKind`). widget_label: its label.
-        minimum, maximum: inclusive bounds of an ``int``, exclusive of a ``float``; None: open.
+        minimum, maximum: bounds of an ``int`` or ``float`` (None: open), inclusive unless
+            ``exclusive``.
         choices: the values of a ``choice``.
         cli_words: for a ``bool`` given as words on the command line, word -> value.
-        step: the number input's step. advanced: shown under the sidebar's "More settings".
+        step: the number input's step (its type is the setting's). advanced: shown under the
+            sidebar's "More settings".
     """
 
     name: str
@@ -94,9 +96,10 @@ class Setting:
     widget_label: str = ""
     minimum: float | None = None
     maximum: float | None = None
+    exclusive: bool = False
     choices: tuple[str, ...] = ()
     cli_words: tuple[tuple[str, bool], ...] = ()
-    step: int = 1
+    step: float = 1
     advanced: bool = False
     label: str = ""
 
@@ -122,11 +125,15 @@ class Setting:
         """
         name = self.name
         if self.kind == "int":
-            lo = None if self.minimum is None else int(self.minimum)
-            hi = None if self.maximum is None else int(self.maximum)
+            lo = None if self.minimum is None else int(self.minimum) + int(self.exclusive)
+            hi = None if self.maximum is None else int(self.maximum) - int(self.exclusive)
             return check_int(value, name, minimum=lo, maximum=hi, error=SettingsError)
         if self.kind == "float":
-            check_number(value, name, gt=self.minimum, lt=self.maximum, error=SettingsError)
+            lo, hi = self.minimum, self.maximum
+            if self.exclusive:
+                check_number(value, name, gt=lo, lt=hi, error=SettingsError)
+            else:
+                check_number(value, name, ge=lo, le=hi, error=SettingsError)
             return value
         if self.kind == "sigma":
             parsed = parse_sigma(value, name, error=SettingsError)
@@ -154,7 +161,7 @@ class Setting:
     def bounds_text(self) -> str:
         """The accepted values in words: ``"2 to 10000"``, ``"≥ 0"``, ``"biased or unbiased"``."""
         if self.kind in ("int", "float"):
-            strict = self.kind == "float"
+            strict = self.exclusive
             lo, hi = self.minimum, self.maximum
             if lo is not None and hi is not None:
                 return f"{lo:g} to {hi:g}" + (" (exclusive)" if strict else "")
@@ -324,11 +331,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "alpha", "α", "Significance level of the reference checks (paper's and panel).",
-        3, "float", "--alpha", minimum=0.0, maximum=1.0,
+        3, "float", "--alpha", minimum=0.0, maximum=1.0, exclusive=True,
     ),
     Setting(
         "alpha_calibrated", "α_cal", "Level of the calibrated verdicts.",
-        9, "float", "--alpha-calibrated", minimum=0.0, maximum=1.0, label="α (calibrated)",
+        9, "float", "--alpha-calibrated", minimum=0.0, maximum=1.0, exclusive=True,
+        label="α (calibrated)",
     ),
     Setting(
         "estimator", "estimator", "Biased (the paper's) or unbiased HSIC estimator.",

@@ -16,7 +16,9 @@ not in the link (the page keeps its current value). Nothing here imports Streaml
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import urllib.parse
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, ClassVar
@@ -74,6 +76,7 @@ NUMBER_WIDGETS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.widget == "
 #: The σ setting (its widget is the σ rule radio and the rule's number).
 SIGMA_WIDGET: Setting = setting("sigma")
 _ASCII_DIGITS = frozenset("0123456789")
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _KEPT = "kept the current value"
 
 
@@ -93,6 +96,15 @@ def _decode_int(text: str, name: str, minimum: int = 0) -> tuple[int | None, str
     if stripped and set(stripped) <= _ASCII_DIGITS and minimum <= int(stripped) < 2**63:
         return int(stripped), None
     return None, f"{name}={text!r} is not a whole number ≥ {minimum}"
+
+
+def _decode_float(text: str) -> float:
+    """A decimal number written in ASCII (at most :data:`MAX_NUMBER_CHARS` characters), else
+    NaN (which no bound admits)."""
+    stripped = text.strip()
+    if len(stripped) > MAX_NUMBER_CHARS or not _DECIMAL.fullmatch(stripped):
+        return math.nan
+    return float(stripped)
 
 
 def _decode_bool(text: str) -> bool:
@@ -118,11 +130,17 @@ def _decode_setting(entry: Setting, key: str, text: str) -> tuple[Any, str | Non
         except SDEError:
             return None, f"{key}={_shown(text)} is not a σ ({SIGMA_SYNTAX})"
     if entry.kind == "int":
-        lowest = int(entry.minimum or 0)
+        lowest = int(entry.minimum or 0) + int(entry.exclusive)
         value, problem = _decode_int(text, key, minimum=lowest)
         if value is not None and entry.maximum is not None and value > entry.maximum:
             return None, f"{key}={text!r} is more than {entry.maximum:g}"
         return value, problem
+    if entry.kind == "float":
+        number = _decode_float(text)
+        try:
+            return entry.check(number), None
+        except SDEError:
+            return None, f"{key}={_shown(text)} is not a number {entry.bounds_text()}"
     if entry.kind == "name":
         stripped = text.strip()
         return (stripped, None) if stripped else (None, f"{key} is empty")
@@ -132,6 +150,8 @@ def _decode_setting(entry: Setting, key: str, text: str) -> tuple[Any, str | Non
 def _encode_setting(entry: Setting, value: Any) -> str:
     if entry.kind == "sigma":
         return parse_sigma(value, entry.name).text()
+    if entry.kind == "float":
+        return repr(float(value)).removesuffix(".0")  # the shortest text that reads back
     return str(value)
 
 
