@@ -65,6 +65,8 @@ def test_every_field_is_declared_once_with_everything_it_needs():
         # the default is EvalSettings' own and passes the table's check
         assert s.default == getattr(EvalSettings(), s.name)
         assert s.check(s.default) == s.default
+        # a link carries exactly what the dashboard lets the user change, so it reproduces it
+        assert (s.url_key is not None) == (s.widget != "none"), s.name
     # the links carry exactly the settings they always carried, with the same keys
     assert keys == ["layer", "sigma", "n", "T", "K", "seed", "B", "bins", "R"]
 
