@@ -125,9 +125,10 @@ class Setting:
         """
         name = self.name
         if self.kind == "int":
-            lo = None if self.minimum is None else int(self.minimum) + int(self.exclusive)
-            hi = None if self.maximum is None else int(self.maximum) - int(self.exclusive)
-            return check_int(value, name, minimum=lo, maximum=hi, error=SettingsError)
+            shift = int(self.exclusive)
+            least = None if self.minimum is None else int(self.minimum) + shift
+            most = None if self.maximum is None else int(self.maximum) - shift
+            return check_int(value, name, minimum=least, maximum=most, error=SettingsError)
         if self.kind == "float":
             lo, hi = self.minimum, self.maximum
             if self.exclusive:
