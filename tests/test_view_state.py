@@ -4,13 +4,15 @@ links; existing share links decode as before; hostile links give problems, never
 from __future__ import annotations
 
 import dataclasses
+import math
 import urllib.parse
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sde_core.common.sigma import Sigma
-from sde_core.pipeline.settings import EvalSettings, setting
+from sde_core.pipeline.settings import SETTINGS, EvalSettings, setting
 from sde_core.pipeline.sweeps import SWEEP_PARAMS
 from sde_core.services.view_state import (
     SETTING_PARAMS,
@@ -25,6 +27,7 @@ from sde_core.services.view_state import (
     restrict,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 HYPOTHESIS = settings(
     derandomize=True, deadline=None, database=None, max_examples=120,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -108,6 +111,19 @@ def test_a_new_number_setting_needs_only_its_table_entry(monkeypatch):
         view, problems = decode("explore", {"a": bad})
         assert view.settings == {} and len(problems) == 1, bad
         assert problems[0].endswith(" is not a number 0 to 1 (exclusive): kept the current value.")
+
+
+def test_every_kind_of_setting_has_a_link_codec(monkeypatch):
+    """Whichever setting gets a URL key, its values round-trip and bad text is a problem."""
+    for entry in SETTINGS:
+        keyed = dataclasses.replace(entry, url_key=f"x_{entry.name}")
+        monkeypatch.setitem(SETTING_PARAMS, keyed.url_key, keyed)
+    view = ExploreView(settings=dataclasses.asdict(EvalSettings(pool=False, device="cuda:1")))
+    assert decode("explore", encode(view)) == (view, [])
+    for entry in SETTINGS:
+        if entry.kind != "bool":  # any text is a flag
+            view, problems = decode("explore", {f"x_{entry.name}": " "})
+            assert entry.name not in view.settings and len(problems) == 1, entry.name
 
 
 def test_restrict_keeps_only_what_the_workspace_has():
@@ -230,3 +246,30 @@ def test_hostile_links_give_problems_not_exceptions(page, query):
     if isinstance(view, ExploreView):
         assert view.target is None or 0 <= view.target < 2**63
     assert decode(page, encode(view))[0] == view  # what it kept, it writes back
+
+
+# ------------------------------------------------------------------ the dashboard
+
+
+def test_a_link_with_a_multiple_of_sqrt_d_sets_the_sidebar_and_the_evaluation(
+    tmp_path_factory, monkeypatch
+):
+    """The dashboard takes σ = f·√d from a link (it used to refuse it) and writes it back."""
+    from streamlit.testing.v1 import AppTest
+    from ui_fixtures import shared_tiny_workspace
+
+    from sde_core.viz.formatting import format_number
+
+    folder = shared_tiny_workspace(tmp_path_factory.getbasetemp())
+    monkeypatch.setenv("SDE_WORKSPACE", str(folder))
+    monkeypatch.setenv("SDE_DATA_ROOTS", str(folder.parent))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.switch_page("pages/explore.py")
+    at.query_params.update({"sigma": "2*sqrt_dim", "model": "FT", "B": "2"})
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.session_state["s_sigma_rule"] == "multiple of √d"
+    assert at.session_state["s_sigma_factor"] == 2.0
+    shown = {m.label: m.value for m in at.metric}
+    assert shown["σ used"] == format_number(2 * math.sqrt(10), digits=4)  # d = 10 outputs
+    assert dict(at.query_params)["sigma"] == "2*sqrt_dim"

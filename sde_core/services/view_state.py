@@ -95,7 +95,7 @@ def _decode_int(text: str, name: str, minimum: int = 0) -> tuple[int | None, str
         return None, f"{name} has {len(stripped)} characters: not a whole number ≥ {minimum}"
     if stripped and set(stripped) <= _ASCII_DIGITS and minimum <= int(stripped) < 2**63:
         return int(stripped), None
-    return None, f"{name}={text!r} is not a whole number ≥ {minimum}"
+    return None, f"{name}={_shown(text)} is not a whole number ≥ {minimum}"
 
 
 def _decode_float(text: str) -> float:
@@ -133,7 +133,7 @@ def _decode_setting(entry: Setting, key: str, text: str) -> tuple[Any, str | Non
         lowest = int(entry.minimum or 0) + int(entry.exclusive)
         value, problem = _decode_int(text, key, minimum=lowest)
         if value is not None and entry.maximum is not None and value > entry.maximum:
-            return None, f"{key}={text!r} is more than {entry.maximum:g}"
+            return None, f"{key}={_shown(text)} is more than {entry.maximum:g}"
         return value, problem
     if entry.kind == "float":
         number = _decode_float(text)
@@ -141,10 +141,15 @@ def _decode_setting(entry: Setting, key: str, text: str) -> tuple[Any, str | Non
             return entry.check(number), None
         except SDEError:
             return None, f"{key}={_shown(text)} is not a number {entry.bounds_text()}"
+    if entry.kind == "bool":
+        return _decode_bool(text), None
+    stripped = text.strip()
     if entry.kind == "name":
-        stripped = text.strip()
         return (stripped, None) if stripped else (None, f"{key} is empty")
-    raise AssertionError(f"no link codec for the {entry.kind} setting {entry.name}")
+    try:  # a choice or a device
+        return entry.check(stripped), None
+    except SDEError:
+        return None, f"{key}={_shown(text)} is not {entry.bounds_text()}"
 
 
 def _encode_setting(entry: Setting, value: Any) -> str:
@@ -152,6 +157,8 @@ def _encode_setting(entry: Setting, value: Any) -> str:
         return parse_sigma(value, entry.name).text()
     if entry.kind == "float":
         return repr(float(value)).removesuffix(".0")  # the shortest text that reads back
+    if entry.kind == "bool":
+        return "1" if value else "0"
     return str(value)
 
 
