@@ -100,7 +100,7 @@ def _positive(value: float) -> bool:
 def _value(number: float, name: str, error: type[SDEError]) -> Sigma:
     """σ = ``number``, refused outside [SIGMA_MIN, SIGMA_MAX] with the reason."""
     if not _positive(number):
-        raise error(f"{name} must be a positive finite number; got {number}")
+        raise error(f"{name} must be a positive finite number (> 0); got {number!r}")
     if not SIGMA_MIN <= number <= SIGMA_MAX:
         raise error(
             f"{name} = {number:.3g} is outside [{SIGMA_MIN:g}, {SIGMA_MAX:g}], where Gaussian "
