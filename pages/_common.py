@@ -2,10 +2,11 @@
 
 Every number shown comes from :mod:`sde_core`; this module only loads, caches and displays.
 
-Views: a page starts with :func:`begin_page`, which returns the :class:`View` — the query
-parameters of the link that opened it — and ends with :meth:`View.publish`, which writes the
-page's settings and selection back into the URL and shows a copyable link to the view. The
-session state stays the source of truth; a link is applied once, when it arrives.
+Views: a page starts with :func:`begin_page`, which returns the page's typed view decoded from
+the link that opened it (:mod:`sde_core.services.view_state`), and ends with :func:`publish`,
+which writes the page's view, with the workspace and the settings, back into the URL and shows
+a copyable link to it. The session state stays the source of truth; a link is applied once,
+when it arrives.
 
 Caching: the dataset bundle and layer listings live in ``st.cache_resource`` keyed by content
 hashes; evaluation results live in one process-wide :class:`~sde_core.viz.ui_support.ResultCache`
@@ -30,6 +31,8 @@ from pages._nav import PAGES as NAV_PAGES
 from pages._nav import enter_through_app, leave_legacy_mode
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.common.paths import allowed_roots, resolve_in_roots
+from sde_core.common.sigma import MEDIAN, SQRT_DIM, Sigma, parse_sigma
+from sde_core.common.validation import SIGMA_MIN
 from sde_core.errors import SDEError
 from sde_core.inputs.activations import LayerInfo
 from sde_core.inputs.data import DatasetBundle, load_dataset
@@ -45,20 +48,21 @@ from sde_core.services.evaluation import (
     measure_throughput,
     stored_models,
 )
-from sde_core.viz.figures import PLOTLY_CONFIG
-from sde_core.viz.formatting import format_number, format_percent, style_table
-from sde_core.viz.glossary import GLOSSARY, help_text
-from sde_core.viz.links import (
-    HASH_PARAM,
+from sde_core.services.view_state import (
+    NUMBER_WIDGETS,
     PUBLIC_URL_ENV,
-    WORKSPACE_PARAM,
-    decode_settings,
-    encode_settings,
+    SIGMA_WIDGET,
+    PageView,
+    decode,
+    encode,
     hash_matches,
     link_hash,
     public_base_url,
     view_link,
 )
+from sde_core.viz.figures import PLOTLY_CONFIG
+from sde_core.viz.formatting import format_number, format_percent, style_table
+from sde_core.viz.glossary import GLOSSARY, help_text
 from sde_core.viz.ui_support import ResultCache
 from sde_core.viz.verdicts import explain_verdict
 
@@ -74,11 +78,24 @@ URL_KEY = "url_published"
 CONFIRMED_KEY = "costs_confirmed"
 #: Session key of a link whose workspace hash differs from the open workspace's.
 MISMATCH_KEY = "link_mismatch"
-#: Integer evaluation settings with a sidebar widget; each lives in session key ``s_<name>``.
-INT_SETTINGS = ("subset_size", "targets", "splits", "seed", "draws", "bins", "panel_size")
-#: Session keys of the evaluation settings (plain keys: they survive page switches).
-SETTING_KEYS = ("s_layer", "s_sigma_rule", "s_sigma_value", *(f"s_{n}" for n in INT_SETTINGS))
-SIGMA_RULES = {"√d rule (sqrt_dim)": "sqrt_dim", "median rule": "median", "value": "value"}
+#: The σ widget's choices -> the kind of σ they give (:class:`~sde_core.common.sigma.Sigma`):
+#: the √d rule, a multiple f·√d (f in ``s_sigma_factor``), the median rule, a value
+#: (``s_sigma_value``).
+SIGMA_RULES = {
+    f"√d rule ({SQRT_DIM})": SQRT_DIM,
+    "multiple of √d": "factor",
+    f"{MEDIAN} rule": MEDIAN,
+    "value": "value",
+}
+#: Session keys of the evaluation settings (plain keys: they survive page switches); each
+#: number setting of the sidebar lives in ``s_<name>``.
+SETTING_KEYS = (
+    "s_layer",
+    "s_sigma_rule",
+    "s_sigma_value",
+    "s_sigma_factor",
+    *(f"s_{s.name}" for s in NUMBER_WIDGETS),
+)
 #: Page name -> script (for ``st.page_link``).
 PAGES = {name: script for name, (script, _, _) in NAV_PAGES.items()}
 SHARE_HELP = (
@@ -104,45 +121,30 @@ def default_workspace() -> str:
 # ------------------------------------------------------------------------------- views
 
 
-@dataclasses.dataclass
-class View:
-    """The link a page was opened with, and the writer of the link to its current view.
-
-    Attributes:
-        page: the page's URL path (``"explore"``).
-        incoming: the query parameters to apply (empty when the URL is the one this session
-            last wrote, e.g. after a widget change, or after a page switch cleared it).
-    """
-
-    page: str
-    incoming: dict[str, str]
-
-    def get(self, name: str) -> str | None:
-        """The incoming value of parameter ``name`` (None when the link does not set it)."""
-        return self.incoming.get(name)
-
-    def publish(self, params: Mapping[str, str] | None = None) -> None:
-        """Write the workspace (folder and content hash), the settings and ``params`` into the
-        URL and show the link."""
-        workspace = str(st.session_state.get(WS_KEY) or default_workspace())
-        query: dict[str, str] = {WORKSPACE_PARAM: workspace}
-        digest = workspace_digest(workspace)
-        if digest is not None:
-            query[HASH_PARAM] = link_hash(digest)
-        if all(k in st.session_state for k in SETTING_KEYS):
-            query.update(encode_settings(_session_settings()))
-        query.update({k: str(v) for k, v in (params or {}).items() if v not in (None, "")})
-        st.query_params.from_dict(query)
-        st.session_state[URL_KEY] = dict(query)
-        base = public_base_url(st.context.url)
-        with st.sidebar:
-            st.markdown("**Link to this view**", help=SHARE_HELP)
-            link = view_link(base, self.page, query, pages=NAV_PAGES)
-            st.code(link, language=None, wrap_lines=True)
-            configured = os.environ.get(PUBLIC_URL_ENV, "").strip()
-            if configured and base != configured:
-                st.caption(f"${PUBLIC_URL_ENV} = {configured!r} is not an http(s) address: "
-                           "the link uses this browser's address.")  # fmt: skip
+def publish(view: PageView) -> None:
+    """Write ``view`` with the open workspace (folder and content hash) and the session's
+    settings into the URL, and show the link to it in the sidebar."""
+    workspace = str(st.session_state.get(WS_KEY) or default_workspace())
+    digest = workspace_digest(workspace)
+    settings = _session_settings() if all(k in st.session_state for k in SETTING_KEYS) else {}
+    view = dataclasses.replace(
+        view,
+        workspace=workspace,
+        workspace_hash=None if digest is None else link_hash(digest),
+        settings=settings,
+    )
+    query = encode(view)
+    st.query_params.from_dict(query)
+    st.session_state[URL_KEY] = dict(query)
+    base = public_base_url(st.context.url)
+    with st.sidebar:
+        st.markdown("**Link to this view**", help=SHARE_HELP)
+        link = view_link(base, view.PAGE, query, pages=NAV_PAGES)
+        st.code(link, language=None, wrap_lines=True)
+        configured = os.environ.get(PUBLIC_URL_ENV, "").strip()
+        if configured and base != configured:
+            st.caption(f"${PUBLIC_URL_ENV} = {configured!r} is not an http(s) address: "
+                       "the link uses this browser's address.")  # fmt: skip
 
 
 def workspace_digest(path: str) -> str | None:
@@ -227,20 +229,23 @@ def _show_link_mismatch() -> None:
         )
 
 
-def begin_page(page: str) -> View:
+def begin_page(page: str) -> PageView:
     """Start a page: route it through ``app.py`` if needed and read the link that opened it.
 
     A link's ``ws`` parameter opens that workspace (inside the allowed folders) and its ``wsh``
     (the content hash of the workspace it was made on) is checked against the workspace then
     open: on a difference the page says so above everything else and offers a workspace of
-    this server that matches, if one does. The link's other parameters are applied by the page
-    (:meth:`View.get`) and by :func:`settings_sidebar`.
+    this server that matches, if one does. Every value of the link that cannot be used is
+    named in a warning (the page keeps its current value). The link's other parameters are
+    applied by the page (its fields of the returned view) and by :func:`settings_sidebar`.
     """
     enter_through_app()
     incoming = {k: str(v) for k, v in st.query_params.to_dict().items()}
     fresh = bool(incoming) and incoming != st.session_state.get(URL_KEY)
-    view = View(page, incoming if fresh else {})
-    linked = view.get(WORKSPACE_PARAM)
+    view, problems = decode(page, incoming if fresh else {})
+    for problem in problems:
+        st.warning(problem)
+    linked = view.workspace
     if linked:
         try:
             path = resolve_in_roots(linked, allowed_roots(), what="workspace folder")
@@ -252,7 +257,7 @@ def begin_page(page: str) -> View:
                 f"The link's workspace cannot be opened: {exc}. Showing the workspace "
                 f"{shown} instead — its numbers are not the link's."
             )
-    linked_hash = view.get(HASH_PARAM)
+    linked_hash = view.workspace_hash
     if linked_hash is not None:
         _check_link_hash(linked_hash, linked)
     _show_link_mismatch()
@@ -340,6 +345,19 @@ def layer_label(info: LayerInfo) -> str:
 # ------------------------------------------------------------------------------- settings
 
 
+def _sigma_state(sigma: str | float) -> dict[str, Any]:
+    """The σ widget's session values for a σ (rule choice, value, factor)."""
+    spec = parse_sigma(sigma)
+    factor = spec.sqrt_d_factor()
+    kind = "factor" if factor not in (None, 1.0) else spec.kind
+    state: dict[str, Any] = {"s_sigma_rule": next(k for k, v in SIGMA_RULES.items() if v == kind)}
+    if kind == "value":
+        state["s_sigma_value"] = spec.number
+    if kind == "factor":
+        state["s_sigma_factor"] = spec.number
+    return state
+
+
 def _init_settings(ws: Workspace) -> None:
     """Reset the settings widgets to the workspace's ``[defaults]`` when it changes."""
     owner = str(ws.root)
@@ -348,52 +366,67 @@ def _init_settings(ws: Workspace) -> None:
     ):
         return
     d = ws.defaults
-    numeric = not isinstance(d.sigma, str)
     st.session_state.update(
         {
             SETTINGS_OWNER: owner,
             "s_layer": d.layer,
-            "s_sigma_rule": "value"
-            if numeric
-            else next(k for k, v in SIGMA_RULES.items() if v == d.sigma),
-            "s_sigma_value": float(d.sigma) if numeric else 1.0,
-            **{f"s_{name}": int(getattr(d, name)) for name in INT_SETTINGS},
+            "s_sigma_value": 1.0,
+            "s_sigma_factor": 1.0,
+            **_sigma_state(d.sigma),
+            **{f"s_{s.name}": _number(s, getattr(d, s.name)) for s in NUMBER_WIDGETS},
         }
     )
     st.session_state.pop("compare_layers", None)
     st.session_state.pop("x_model", None)
 
 
-def _apply_linked_settings(view: View) -> None:
-    """Copy the settings a link carries into the session (problems shown as warnings)."""
-    values, problems = decode_settings(view.incoming)
-    for problem in problems:
-        st.warning(f"The link's {problem}: kept the current value.")
-    for name, value in values.items():
+def _apply_linked_settings(view: PageView) -> None:
+    """Copy the settings a link carries into the session (their problems were named by
+    :func:`begin_page`)."""
+    for name, value in view.settings.items():
         if name == "sigma":
-            if isinstance(value, str):
-                rule = next(k for k, v in SIGMA_RULES.items() if v == value)
-                st.session_state["s_sigma_rule"] = rule
-            else:
-                st.session_state["s_sigma_rule"] = "value"
-                st.session_state["s_sigma_value"] = float(value)
+            st.session_state.update(_sigma_state(value))
         else:
-            st.session_state[f"s_{name}"] = value  # the layer or an integer setting
+            st.session_state[f"s_{name}"] = value  # the layer or a number setting
 
 
 def _session_settings() -> dict[str, Any]:
     """The settings of the session's widgets (unvalidated)."""
     s = st.session_state
     rule = SIGMA_RULES[s["s_sigma_rule"]]
+    sigma = {
+        "value": float(s["s_sigma_value"]),
+        "factor": Sigma.times_sqrt_d(float(s["s_sigma_factor"])).setting(),
+    }.get(rule, rule)
     return {
         "layer": s["s_layer"],
-        "sigma": float(s["s_sigma_value"]) if rule == "value" else rule,
-        **{name: int(s[f"s_{name}"]) for name in INT_SETTINGS},
+        "sigma": sigma,
+        **{entry.name: _number(entry, s[f"s_{entry.name}"]) for entry in NUMBER_WIDGETS},
     }
 
 
-def settings_sidebar(ws: Workspace, view: View | None = None) -> EvalSettings:
-    """Sidebar widgets of the evaluation settings; returns the validated settings.
+def _number(entry: Any, value: Any) -> int | float:
+    """``value`` as the type of the number setting ``entry`` (``int`` or ``float``)."""
+    return int(value) if entry.kind == "int" else float(value)
+
+
+def _number_input(entry: Any) -> None:
+    """The sidebar's number input of ``entry``, a number setting of the settings table (its
+    bounds, step, label and glossary help)."""
+    lo, hi = entry.minimum, entry.maximum
+    st.number_input(
+        entry.widget_label,
+        min_value=None if lo is None else _number(entry, lo),
+        max_value=None if hi is None else _number(entry, hi),
+        step=_number(entry, entry.step),
+        help=help_text(entry.name),
+        **bound(f"s_{entry.name}"),
+    )
+
+
+def settings_sidebar(ws: Workspace, view: PageView | None = None) -> EvalSettings:
+    """Sidebar widgets of the evaluation settings (built from the settings table); returns
+    the validated settings.
 
     The settings of ``view``'s link (if any) are applied first. On invalid settings the error
     (with its fix) is shown and the page stops.
@@ -401,27 +434,25 @@ def settings_sidebar(ws: Workspace, view: View | None = None) -> EvalSettings:
     _init_settings(ws)
     if view is not None:
         _apply_linked_settings(view)
+    sigma = SIGMA_WIDGET
     with st.sidebar:
         st.subheader("Evaluation settings")
         st.caption(f"Workspace: **{ws.name or ws.root.name}** · defaults from its workspace.toml")
-        st.radio("Kernel bandwidth σ", list(SIGMA_RULES), help=help_text("sigma"),
+        st.radio(sigma.widget_label, list(SIGMA_RULES), help=help_text(sigma.name),
                  **bound("s_sigma_rule"))  # fmt: skip
-        if st.session_state["s_sigma_rule"] == "value":
-            st.number_input("σ value", min_value=1e-6, format="%.4g", **bound("s_sigma_value"))
-        st.number_input("Subset size n", min_value=4, step=50, help=help_text("subset_size"),
-                        **bound("s_subset_size"))  # fmt: skip
-        st.number_input("Target subsets T", min_value=2, step=10, help=help_text("targets"),
-                        **bound("s_targets"))  # fmt: skip
-        st.number_input("Splits per subset K", min_value=2, step=50, help=help_text("splits"),
-                        **bound("s_splits"))  # fmt: skip
-        st.number_input("Seed", min_value=0, step=1, help=help_text("seed"), **bound("s_seed"))
-        st.number_input("Reference draws B", min_value=1, max_value=100, step=1,
-                        help=help_text("draws"), **bound("s_draws"))  # fmt: skip
+        rule = SIGMA_RULES[st.session_state["s_sigma_rule"]]
+        if rule == "value":
+            st.number_input("σ value", min_value=SIGMA_MIN, format="%.4g", **bound("s_sigma_value"))
+        elif rule == "factor":
+            st.number_input("factor f of σ = f·√d", min_value=SIGMA_MIN, format="%.4g",
+                            **bound("s_sigma_factor"))  # fmt: skip
+        for entry in NUMBER_WIDGETS:
+            if not entry.advanced:
+                _number_input(entry)
         with st.expander("More settings"):
-            st.number_input("Histogram bins (JSD)", min_value=2, max_value=1000,
-                            help=help_text("bins"), **bound("s_bins"))  # fmt: skip
-            st.number_input("Reference panel size R", min_value=3, help=help_text("panel_size"),
-                            **bound("s_panel_size"))  # fmt: skip
+            for entry in NUMBER_WIDGETS:
+                if entry.advanced:
+                    _number_input(entry)
     return current_settings(ws)
 
 

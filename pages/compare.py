@@ -11,12 +11,11 @@ Link parameters (besides the settings): ``layers``, ``metric``, ``chart`` (the c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import streamlit as st
 
 from pages._common import (
-    View,
     affordable_layers,
     begin_page,
     bound,
@@ -26,27 +25,28 @@ from pages._common import (
     guarded,
     model_layers,
     plot,
+    publish,
     settings_sidebar,
     show_verdict,
     table,
 )
 from sde_core.pipeline.evaluate import EvaluationResult
 from sde_core.pipeline.workspace import Workspace
+from sde_core.services.view_state import CompareView
 from sde_core.viz.figures import BAR_METRICS, METRICS, comparison_bars, draw_strip, target_overlay
-from sde_core.viz.links import decode_list, encode_list
 from sde_core.viz.report import to_csv_bytes
 from sde_core.viz.ui_support import comparison_display, comparison_table
 from sde_core.viz.verdicts import retrain_row
 
 
-def apply_link(view: View) -> None:
+def apply_link(view: CompareView) -> None:
     """The link's layers, chart metric, chart layer and overlaid models."""
     for name, key in (("layers", "compare_layers"), ("overlay", "c_overlay")):
-        text = view.get(name)
-        if text is not None:
-            st.session_state[key] = decode_list(text)
+        chosen = getattr(view, name)
+        if chosen is not None:
+            st.session_state[key] = list(chosen)
     for name, key in (("metric", "c_metric"), ("chart", "c_layer")):
-        text = view.get(name)
+        text = getattr(view, name)
         if text is not None:
             st.session_state[key] = text
 
@@ -136,7 +136,7 @@ def column_help(table_columns: list[str]) -> dict[str, Any]:
     return {c: keys[c.split(" [")[0]] for c in table_columns if c.split(" [")[0] in keys}
 
 
-view = begin_page("compare")
+view = cast(CompareView, begin_page("compare"))
 ws = current_workspace()
 settings_sidebar(ws, view)
 st.title("Compare models")
@@ -184,11 +184,11 @@ with guarded("Cannot compare the models"):
         )  # fmt: skip
         shown_layer = charts(results)
         verdicts(results[shown_layer])
-view.publish(
-    {
-        "layers": encode_list(layers),
-        "metric": str(st.session_state.get("c_metric", "")),
-        "chart": shown_layer,
-        "overlay": encode_list(st.session_state.get("c_overlay", [])) if shown_layer else "",
-    }
+publish(
+    CompareView(
+        layers=tuple(layers),
+        metric=str(st.session_state.get("c_metric", "")),
+        chart=shown_layer,
+        overlay=tuple(st.session_state.get("c_overlay", [])) if shown_layer else None,
+    )
 )

@@ -14,14 +14,13 @@ histogram), ``control=1`` (the random-init negative control).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import streamlit as st
 
 from pages._common import (
     STOP_KEY,
-    View,
     begin_page,
     bound,
     current_settings,
@@ -37,6 +36,7 @@ from pages._common import (
     model_layers,
     pct,
     plot,
+    publish,
     settings_sidebar,
     shared_cache,
     show_verdict,
@@ -49,6 +49,7 @@ from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult
 from sde_core.pipeline.evaluation import EXPLORE_STAGES, PartialEvaluation
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.evaluation import progress_note, session_result, target_texts, thumbnails
+from sde_core.services.view_state import ExploreView, restrict
 from sde_core.viz.figures import (
     draw_strip,
     hsic_histogram,
@@ -57,7 +58,6 @@ from sde_core.viz.figures import (
     spread_figure,
 )
 from sde_core.viz.formatting import format_estimate
-from sde_core.viz.links import decode_bool, decode_int
 from sde_core.viz.verdicts import null_check_readings, over_unlearning_meaning
 
 THUMBNAILS = 16
@@ -81,24 +81,18 @@ DECISION_HELP = {
 }
 
 
-def apply_link(view: View, names: list[str]) -> None:
-    """The link's model, target subset and negative-control switch."""
-    model = view.get("model")
-    if model is not None:
-        if model in names:
-            st.session_state["x_model"] = model
-        else:
-            st.warning(f"The link names a model {model!r} this workspace does not have.")
-    target = view.get("target")
-    if target is not None:
-        value, problem = decode_int(target, "target")
-        if problem:
-            st.warning(f"The link's {problem}: showing all targets pooled.")
-        else:
-            st.session_state["x_hist_mode"] = HIST_MODES[1]
-            st.session_state["x_target"] = value
-    if view.get("control") is not None:
-        st.session_state["x_negative"] = decode_bool(view.get("control") or "")
+def apply_link(view: ExploreView, names: list[str]) -> None:
+    """The link's model (if this workspace has it), target subset and negative control."""
+    view, problems = restrict(view, {"model": names})
+    for problem in problems:
+        st.warning(problem)
+    if view.model is not None:
+        st.session_state["x_model"] = view.model
+    if view.target is not None:
+        st.session_state["x_hist_mode"] = HIST_MODES[1]
+        st.session_state["x_target"] = view.target
+    if view.control is not None:
+        st.session_state["x_negative"] = view.control
 
 
 def pick_model_and_layer(ws: Workspace) -> str:
@@ -467,7 +461,7 @@ def stopped(
     return result
 
 
-view = begin_page("explore")
+view = cast(ExploreView, begin_page("explore"))
 ws = current_workspace()
 settings_sidebar(ws, view)
 st.title("Explore one model")
@@ -488,10 +482,4 @@ result = progressive(ws, settings, [model] + ([control] if control else []), mod
 if result is not None:
     with guarded("Cannot show the target inputs"):
         show_thumbnails(ws, settings, model, target or 0)
-view.publish(
-    {
-        "model": model,
-        "target": "" if target is None else str(target),
-        "control": "1" if control else "",
-    }
-)
+publish(ExploreView(model=model, target=target, control=True if control else None))

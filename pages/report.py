@@ -20,6 +20,7 @@ from pages._common import (
     dataset_bundle,
     evaluate,
     guarded,
+    publish,
     settings_sidebar,
     shared_cache,
     show_verdict,
@@ -29,6 +30,7 @@ from sde_core.common.hashing import stable_hash
 from sde_core.pipeline.evaluate import EvaluationResult
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.audit import build_manifest, report_file_stem, report_json_bytes
+from sde_core.services.view_state import ReportView
 from sde_core.viz.figures import figure_to_image, plotly_config
 from sde_core.viz.pdf import html_to_pdf
 from sde_core.viz.report import (
@@ -273,4 +275,4 @@ if result is not None:
     table_downloads(result, name)
     st.subheader("Charts")
     charts(result, name)
-view.publish()
+publish(ReportView())

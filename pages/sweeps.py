@@ -7,17 +7,18 @@ Link parameters (besides the settings): ``sweep`` (sigma, layer, subset_size, ch
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import pandas as pd
 import streamlit as st
 
 from pages._common import (
-    View,
     begin_page,
     current_workspace,
     guarded,
     model_layers,
     plot,
+    publish,
     results_store,
     run_with_progress,
     settings_sidebar,
@@ -27,12 +28,13 @@ from pages._common import (
 )
 from sde_core.common.hashing import stable_hash
 from sde_core.common.paths import allowed_roots, resolve_in_roots
+from sde_core.common.sigma import SIGMA_SYNTAX
 from sde_core.pipeline.evaluate import EvalSettings, Progress
 from sde_core.pipeline.sweeps import available_fractions, run_sweep, sigma_markers
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.plans import plan_points, plan_runs
+from sde_core.services.view_state import SweepsView, decode_list, restrict
 from sde_core.viz.figures import plan_figure, sweep_figure
-from sde_core.viz.links import decode_list, encode_list
 from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
 
 PARAMS = {
@@ -58,42 +60,38 @@ def models_key(param: str) -> str:
     return f"sw_models_{param == 'checkpoint'}"
 
 
-def apply_link(view: View, ws: Workspace, settings: EvalSettings, original: str) -> None:
-    """The link's swept parameter, values and models."""
-    param = view.get("sweep")
-    if param is not None:
-        if param in PARAMS:
-            st.session_state["sw_param"] = param
-        else:
-            st.warning(f"The link's sweep={param!r} is not one of {list(PARAMS)}.")
+def apply_link(view: SweepsView, ws: Workspace, settings: EvalSettings, original: str) -> None:
+    """The link's swept parameter, values and models (those this workspace has)."""
+    view, problems = restrict(view, {"models": [m.name for m in ws.models]})
+    for problem in problems:
+        st.warning(problem)
+    if view.sweep is not None:
+        st.session_state["sw_param"] = view.sweep
     param = st.session_state.get("sw_param", "sigma")
-    values = view.get("values")
-    if values is not None:
+    if view.values is not None:
         key = value_key(param, settings)
         if param == "layer":
-            st.session_state[key] = decode_list(values)
+            st.session_state[key] = list(view.values)
         elif param == "checkpoint":
             try:
-                wanted = [float(v) for v in decode_list(values)]
+                wanted = [float(v) for v in view.values]
             except ValueError:
-                st.warning(f"The link's values={values!r} are not checkpoint fractions.")
+                st.warning(f"The link's values {list(view.values)} are not checkpoint fractions.")
             else:
                 known = available_fractions(ws.model(original))
                 st.session_state[key] = [f for f in known if f in wanted]
         else:
-            st.session_state[key] = values
-    models = view.get("models")
-    if models is not None:
-        names = [m.name for m in ws.models]
-        st.session_state[models_key(param)] = [m for m in decode_list(models) if m in names]
+            st.session_state[key] = ", ".join(view.values)
+    if view.models is not None:
+        st.session_state[models_key(param)] = list(view.models)
 
 
-def values_param(param: str, settings: EvalSettings) -> str:
-    """The current values of ``param``'s widget as link text."""
+def values_param(param: str, settings: EvalSettings) -> tuple[str, ...] | None:
+    """The current values of ``param``'s widget, as the link carries them."""
     value = st.session_state.get(value_key(param, settings))
     if value is None:
-        return ""
-    return value if isinstance(value, str) else encode_list(value)
+        return None
+    return tuple(decode_list(value)) if isinstance(value, str) else tuple(map(str, value))
 
 
 def sweep_values(ws: Workspace, settings: EvalSettings, param: str, original: str) -> list:
@@ -104,8 +102,8 @@ def sweep_values(ws: Workspace, settings: EvalSettings, param: str, original: st
         factors = (0.1, 0.3, 1.0, 3.0)
         st.session_state.setdefault(key, ", ".join(f"{math.sqrt(dim) * f:.3g}" for f in factors))
         text = st.text_input(
-            f"σ values (numbers, 'sqrt_dim' or 'median'; √d = {math.sqrt(dim):.3g} at "
-            f"{settings.layer})",
+            f"σ values (comma-separated; √d = {math.sqrt(dim):.3g} at {settings.layer})",
+            help=f"Each σ is {SIGMA_SYNTAX}.",
             key=key,
         )
         return parse_sigma_values(text)
@@ -202,7 +200,7 @@ def plan_results() -> None:
         table(points, "pl_table")
 
 
-view = begin_page("sweeps")
+view = cast(SweepsView, begin_page("sweeps"))
 ws = current_workspace()
 settings = settings_sidebar(ws, view)
 st.title("Sweeps")
@@ -237,6 +235,4 @@ with guarded("Cannot run this sweep"):
                 plot(sweep_figure(sweep, "otr", markers=markers), "sw_otr")
             with st.expander("Sweep table"):
                 table(sweep, "sw_table")
-view.publish(
-    {"sweep": param, "values": values_param(param, settings), "models": encode_list(models)}
-)
+publish(SweepsView(sweep=param, values=values_param(param, settings), models=tuple(models)))

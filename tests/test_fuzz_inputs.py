@@ -310,9 +310,10 @@ def test_npy_headers_declaring_more_entries_than_the_training_set(scratch, shape
 def test_link_parameters_never_raise(params):
     """Whatever a link carries (non-ASCII digits, thousands of digits): values in range or a
     short problem per parameter, never an exception."""
-    from sde_core.viz.links import decode_settings
+    from sde_core.services.view_state import decode
 
-    values, problems = decode_settings(params)
+    view, problems = decode("explore", params)
+    values = view.settings
     assert len(values) + len(problems) == len(params)
     for key in ("subset_size", "targets", "splits", "seed", "draws", "bins", "panel_size"):
         assert key not in values or 0 <= values[key] < 2**63

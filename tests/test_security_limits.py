@@ -33,8 +33,8 @@ from sde_core.pipeline.workspace import (
     validate_workspace,
     write_workspace,
 )
+from sde_core.services.view_state import decode
 from sde_core.stats.decision import calibrated_otr, wilson_interval
-from sde_core.viz.links import decode_int, decode_settings
 from sde_core.viz.report import to_csv_bytes
 
 FAST = ["--subset-size", "8", "--targets", "4", "--splits", "4", "--panel-size", "20"]
@@ -294,10 +294,11 @@ def test_numeric_api_refuses_cleanly():
 
 @pytest.mark.parametrize("text", ["²", "٣", "1" * 5000, "9" * 20, " ", "-1", "1e3"])
 def test_link_numbers_are_ascii_digits_of_bounded_length(text):
-    values, problems = decode_settings({"n": text, "seed": text, "sigma": text})
-    assert "subset_size" not in values and "seed" not in values
-    assert len(problems) >= 2 and all(len(p) < 200 for p in problems)
-    assert decode_int(text, "target")[0] is None
+    view, problems = decode("explore", {"n": text, "seed": text, "sigma": text})
+    assert "subset_size" not in view.settings and "seed" not in view.settings
+    assert len(problems) >= 2 and all(len(p) < 300 for p in problems)
+    view, problems = decode("explore", {"target": text})
+    assert view.target is None and len(problems) == 1
 
 
 # ------------------------------------------------------------------ exports and weights

@@ -25,12 +25,12 @@ from sde_core.services.evaluation import (
     thumbnails,
 )
 from sde_core.services.plans import plan_points, plan_runs
-from sde_core.viz.links import (
-    decode_bool,
+from sde_core.services.view_state import (
+    ExploreView,
+    decode,
     decode_list,
-    decode_settings,
+    encode,
     encode_list,
-    encode_settings,
     view_link,
 )
 
@@ -128,26 +128,28 @@ def test_plan_runs_and_points(tmp_path):
 
 def test_settings_round_trip_through_a_link():
     settings = EvalSettings(layer="penultimate", sigma=0.25, subset_size=300, seed=7, draws=3)
-    params = encode_settings(dataclasses.asdict(settings))
+    params = encode(ExploreView(settings=dataclasses.asdict(settings)))
     assert params == {"layer": "penultimate", "sigma": "0.25", "n": "300", "T": "100",
                       "K": "200", "seed": "7", "B": "3", "bins": "30", "R": "20"}  # fmt: skip
-    values, problems = decode_settings(params)
-    assert not problems and settings.with_overrides(**values) == settings
-    values, problems = decode_settings(
-        {"sigma": "median", "n": "ten", "K": "-3", "seed": "0", "B": "0"}
+    view, problems = decode("explore", params)
+    assert not problems and settings.with_overrides(**view.settings) == settings
+    view, problems = decode(
+        "explore", {"sigma": "median", "n": "ten", "K": "-3", "seed": "0", "B": "0"}
     )
-    assert values == {"sigma": "median", "seed": 0}
+    assert view.settings == {"sigma": "median", "seed": 0}
     assert problems == [
-        "n='ten' is not a whole number ≥ 1",
-        "K='-3' is not a whole number ≥ 1",
-        "B='0' is not a whole number ≥ 1",
+        "The link's n='ten' is not a whole number ≥ 4: kept the current value.",
+        "The link's K='-3' is not a whole number ≥ 2: kept the current value.",
+        "The link's B='0' is not a whole number ≥ 1: kept the current value.",
     ]
-    assert decode_settings({"sigma": "wide"})[1][0].startswith("sigma='wide' is neither")
+    assert decode("explore", {"sigma": "wide"})[1][0].startswith("The link's sigma='wide' is not")
 
 
 def test_list_bool_and_links():
     assert decode_list("output, penultimate,,output") == ["output", "penultimate"]
-    assert encode_list(["a", "b"]) == "a,b" and decode_bool("1") and not decode_bool("no")
+    assert encode_list(["a", "b"]) == "a,b"
+    assert decode("explore", {"control": "1"})[0] == ExploreView(control=True)
+    assert decode("explore", {"control": "no"})[0] == ExploreView(control=False)
     params = {"model": "FT", "layers": "output,penultimate"}
     assert view_link("http://h:8501/compare", "explore", params, pages=["compare", "explore"]) == (
         "http://h:8501/explore?model=FT&layers=output,penultimate"
@@ -160,7 +162,7 @@ def test_list_bool_and_links():
 
 
 def test_links_carry_the_workspace_hash_and_the_public_address():
-    from sde_core.viz.links import hash_matches, link_hash, public_base_url
+    from sde_core.services.view_state import hash_matches, link_hash, public_base_url
 
     digest = "AbC" + "0" * 61
     assert link_hash(digest) == "abc0000000000000" and hash_matches(link_hash(digest), digest)

@@ -7,7 +7,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from sde_core.common.sigma import parse_sigma
 from sde_core.errors import SDEError, SettingsError
+from sde_core.pipeline.settings import SETTINGS, Setting
 
 __all__ = [
     "Parser",
@@ -16,7 +18,6 @@ __all__ = [
     "add_time_limit_argument",
     "literal",
     "parse_pairs",
-    "parse_sigma",
     "settings_overrides",
 ]
 
@@ -45,21 +46,6 @@ def literal(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
-
-
-def parse_sigma(text: str) -> str | float:
-    """``"sqrt_dim"``, ``"median"`` or a positive number given on the command line."""
-    if text in ("sqrt_dim", "median"):
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        raise SettingsError(
-            f"--sigma {text!r} must be 'sqrt_dim', 'median' or a positive number"
-        ) from None
-    if not value > 0:
-        raise SettingsError(f"--sigma must be positive; got {text}")
-    return value
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,51 +90,48 @@ def add_time_limit_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _flag_help(entry: Setting) -> str:
+    """A setting's help: its definition, accepted values and library default (the table's)."""
+    default = entry.default
+    if entry.cli_words:
+        default = next(word for word, value in entry.cli_words if value == default)
+    named = entry.symbol == entry.name or entry.definition.startswith(entry.symbol)
+    symbol = "" if named else f"{entry.symbol}: "
+    return (
+        f"{symbol}{entry.definition} Accepts {entry.bounds_text()}; default: the workspace's "
+        f"[defaults], else {default}"
+    ).replace("%", "%%")
+
+
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
-    """The evaluation settings a command may override (each defaults to the workspace's
-    ``[defaults]``); read them back with :func:`settings_overrides`."""
-    parser.add_argument(
-        "--layer", help="layer alias (output, logits, penultimate, block1..) or name"
-    )
-    parser.add_argument("--sigma", help="'sqrt_dim', 'median' or a positive number")
-    parser.add_argument("--subset-size", type=int, help="n, rows per subset")
-    parser.add_argument("--targets", type=int, help="T, target subsets drawn from D_f")
-    parser.add_argument("--splits", type=int, help="K, random splits per subset")
-    parser.add_argument("--seed", type=int, help="seed of every subset draw and split")
-    parser.add_argument(
-        "--draws", type=int, help="B, independent reference draws behind every interval (5)"
-    )
-    parser.add_argument(
-        "--null-pairs", type=int, help="disjoint out-of-training pairs (null check)"
-    )
-    parser.add_argument("--panel-size", type=int, help="R, reference subsets per side (calibrated)")
-    parser.add_argument("--bins", type=int, help="histogram bins of the JSD decision")
-    parser.add_argument(
-        "--baseline-targets", type=int, help="controlled subsets scored by MMD/W2 (0 = off)"
-    )
-    parser.add_argument("--device", help="cpu (default) or cuda")
-    parser.add_argument(
-        "--token-pooling", choices=("mean", "last"),
-        help="language models: a text's hidden state is the mean over its real tokens (mean, "
-        "the setting pool = true) or its last real token's (last, pool = false)",
-    )  # fmt: skip
+    """One flag per evaluation setting of :data:`~sde_core.pipeline.settings.SETTINGS` (each
+    defaults to the workspace's ``[defaults]``); read them back with :func:`settings_overrides`."""
+    for entry in SETTINGS:
+        kwargs: dict[str, Any] = {"dest": entry.name, "help": _flag_help(entry)}
+        if entry.kind == "int":
+            kwargs["type"] = int
+        elif entry.kind == "float":
+            kwargs["type"] = float
+        elif entry.kind == "choice":
+            kwargs["choices"] = entry.choices
+        elif entry.cli_words:
+            kwargs["choices"] = [word for word, _ in entry.cli_words]
+        parser.add_argument(entry.cli_flag, **kwargs)
 
 
 def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given on the command line by :func:`add_settings_arguments` (None: keep the
-    workspace's default), for ``EvalSettings.with_overrides``."""
-    return {
-        "layer": args.layer,
-        "sigma": None if args.sigma is None else parse_sigma(args.sigma),
-        "subset_size": args.subset_size,
-        "targets": args.targets,
-        "splits": args.splits,
-        "seed": args.seed,
-        "draws": args.draws,
-        "null_pairs": args.null_pairs,
-        "panel_size": args.panel_size,
-        "bins": args.bins,
-        "baseline_targets": args.baseline_targets,
-        "device": args.device,
-        "pool": None if args.token_pooling is None else args.token_pooling == "mean",
-    }
+    workspace's default), for ``EvalSettings.with_overrides``.
+
+    Raises:
+        SettingsError: a σ outside the one σ syntax (:mod:`sde_core.common.sigma`).
+    """
+    out: dict[str, Any] = {}
+    for entry in SETTINGS:
+        value = getattr(args, entry.name)
+        if value is not None and entry.kind == "sigma":
+            value = parse_sigma(value, entry.cli_flag, error=SettingsError).setting()
+        elif value is not None and entry.cli_words:
+            value = dict(entry.cli_words)[value]
+        out[entry.name] = value
+    return out

@@ -331,7 +331,8 @@ def check_sigma(sigma: object, name: str = "sigma") -> float:
     """
     if isinstance(sigma, (bool, np.bool_)) or not isinstance(sigma, numbers.Real):
         raise InputError(
-            f"{name} must be 'sqrt_dim', 'median' or a positive number; got {_show(sigma)}"
+            f"{name} must be a positive number (a σ rule is resolved first: "
+            f"sde_core.stats.hsic.resolve_sigma); got {_show(sigma)}"
         )
     value = float(sigma)
     if not math.isfinite(value) or value <= 0:
@@ -340,7 +341,7 @@ def check_sigma(sigma: object, name: str = "sigma") -> float:
         raise InputError(
             f"{name} = {value:.3g} is outside [{SIGMA_MIN:g}, {SIGMA_MAX:g}], where Gaussian "
             "kernel values stay finite in float64: rescale the activations and σ together "
-            "(or use 'sqrt_dim')"
+            "(or use the √d rule)"
         )
     return value
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sde_core.common.fsio import atomic_write_text
+from sde_core.common.sigma import MEDIAN, Sigma
 from sde_core.common.validation import check_int
 from sde_core.errors import SettingsError
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name
@@ -266,7 +267,7 @@ def fig6_sweep(
     Returns:
         The rows of :func:`~sde_core.pipeline.sweeps.run_sweep` (param ``sigma``, with the
         :data:`FIG6_EXTRA_COLUMNS`) of every level, with a column ``noise_level`` (σ_t) and
-        ``sigma_rule`` (``"0.5*sqrt_dim"``, ``"sqrt_dim"`` or ``"median"``).
+        ``sigma_rule`` (the σ rule's canonical text, :mod:`sde_core.common.sigma`).
     """
     import pandas as pd
 
@@ -278,8 +279,8 @@ def fig6_sweep(
     for level in levels:
         settings = ws.defaults.with_overrides(layer=noise_layer_name(DENOISED, level))
         root = math.sqrt(_layer_dim(ws, settings.layer))
-        values: list[Any] = [f * root for f in factors] + ["median"]
-        rules = [("sqrt_dim" if f == 1 else f"{f:g}*sqrt_dim") for f in factors] + ["median"]
+        values: list[Any] = [f * root for f in factors] + [MEDIAN]
+        rules = [Sigma.times_sqrt_d(f).text() for f in factors] + [MEDIAN]
         t0 = time.perf_counter()
         table = run_sweep(
             ws, settings, "sigma", values, models=models, extra_columns=FIG6_EXTRA_COLUMNS

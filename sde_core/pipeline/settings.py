@@ -1,5 +1,15 @@
-"""Evaluation settings: one schema and one validation for the library, the workspace's
-``[defaults]``, the CLI flags and the dashboard widgets (see ``docs/method.md``).
+"""Evaluation settings: one table, one schema and one validation for the library, the
+workspace's ``[defaults]``, the CLI flags, the dashboard widgets, deep links and plans (see
+``docs/method.md``).
+
+:data:`SETTINGS` declares every field of :class:`EvalSettings` once — its symbol, glossary
+definition, method section, bounds, CLI flag, URL key and widget — and everything that reads or
+shows a setting is built from it: :class:`EvalSettings` validates with its bounds, the CLI's
+flags (:mod:`sde_core.cli._args`), the plans' parameter types (:mod:`sde_core.pipeline.plans`),
+the glossary (:mod:`sde_core.viz.glossary`), the link codec (:mod:`sde_core.services.view_state`)
+and the dashboard's sidebar (``pages/_common.py``). σ is written in the one syntax of
+:mod:`sde_core.common.sigma`. Adding a setting is one :class:`Setting` entry here, its field
+in :class:`EvalSettings` and its use in the computation.
 
 This module imports nothing above the statistics layer, so the workspace and the evaluation
 orchestration both build on it without importing each other.
@@ -9,16 +19,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from dataclasses import MISSING, asdict, dataclass, fields, replace
+from typing import Any, Literal
 
 import numpy as np
 
+from sde_core.common.sigma import SIGMA_SYNTAX, SQRT_DIM, parse_sigma
 from sde_core.common.validation import check_int, check_number
 from sde_core.errors import SettingsError
 from sde_core.stats.hsic import MAX_SPLITS
 
-__all__ = ["ALGORITHM_VERSION", "NOISE_LEVELS", "EvalSettings"]
+__all__ = [
+    "ALGORITHM_VERSION",
+    "NOISE_LEVELS",
+    "SETTINGS",
+    "EvalSettings",
+    "Setting",
+    "setting",
+]
 
 #: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
 #: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
@@ -33,6 +51,134 @@ _DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,3})?|mps")
 #: positive level can be named (``--layer denoised@0.3``), these are the ones listed.
 NOISE_LEVELS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
 
+#: How a setting's value is written: ``int``, ``float`` (a finite real number),
+#: ``sigma`` (:mod:`sde_core.common.sigma`), ``name`` (non-empty text: the layer), ``choice``
+#: (one of ``choices``), ``bool``, ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``mps``).
+SettingKind = Literal["int", "float", "sigma", "name", "choice", "bool", "device"]
+#: The dashboard's widget: ``number`` (a number input in the sidebar; ``advanced`` ones in its
+#: "More settings"), ``sigma`` (the σ rule radio and its number), ``layer`` (each page's layer
+#: picker) or ``none`` (set in ``workspace.toml`` or on the command line only).
+WidgetKind = Literal["number", "sigma", "layer", "none"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One evaluation setting, declared once (:data:`SETTINGS`).
+
+    Attributes:
+        name: the :class:`EvalSettings` field (and the glossary key).
+        symbol: the method's symbol (``n``, ``T``, ``K``, ``B``, ``R``, ``σ``) or, where it has
+            none, its short name.
+        label: the glossary's short label, shown in tables (default: the symbol).
+        definition: one sentence for a non-expert (the glossary's and the CLI's help text).
+        section: the defining section of ``docs/method.md`` (a number, or ``"choices"``).
+        kind: how the value is written (:data:`SettingKind`).
+        cli_flag: the command-line flag (``--subset-size``).
+        url_key: the deep link's query parameter, or None when links do not carry the setting
+            (it then comes from the workspace's ``[defaults]``).
+        widget: the dashboard widget (:data:`WidgetKind`). widget_label: its label.
+        minimum, maximum: bounds of an ``int`` or ``float`` (None: open), inclusive unless
+            ``exclusive``.
+        choices: the values of a ``choice``.
+        cli_words: for a ``bool`` given as words on the command line, word -> value.
+        step: the number input's step (its type is the setting's). advanced: shown under the
+            sidebar's "More settings".
+    """
+
+    name: str
+    symbol: str
+    definition: str
+    section: int | str
+    kind: SettingKind
+    cli_flag: str
+    url_key: str | None = None
+    widget: WidgetKind = "none"
+    widget_label: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive: bool = False
+    choices: tuple[str, ...] = ()
+    cli_words: tuple[tuple[str, bool], ...] = ()
+    step: float = 1
+    advanced: bool = False
+    label: str = ""
+
+    @property
+    def short_label(self) -> str:
+        """The label tables and the glossary show (``label``, else the symbol)."""
+        return self.label or self.symbol
+
+    @property
+    def default(self) -> Any:
+        """The library default (the :class:`EvalSettings` field's default)."""
+        found = _FIELDS[self.name].default
+        assert found is not MISSING, f"EvalSettings.{self.name} has no default"
+        return found
+
+    def check(self, value: Any) -> Any:
+        """``value`` if it is a valid value of this setting, else raise; σ text comes back in
+        its canonical form (:meth:`~sde_core.common.sigma.Sigma.setting`: ``" 0.50*sqrt_dim"``
+        -> ``"0.5*sqrt_dim"``, ``"0.5"`` -> ``0.5``).
+
+        Raises:
+            SettingsError: the value, what the setting accepts and how to fix it.
+        """
+        name = self.name
+        if self.kind == "int":
+            shift = int(self.exclusive)
+            least = None if self.minimum is None else int(self.minimum) + shift
+            most = None if self.maximum is None else int(self.maximum) - shift
+            return check_int(value, name, minimum=least, maximum=most, error=SettingsError)
+        if self.kind == "float":
+            lo, hi = self.minimum, self.maximum
+            if self.exclusive:
+                check_number(value, name, gt=lo, lt=hi, error=SettingsError)
+            else:
+                check_number(value, name, ge=lo, le=hi, error=SettingsError)
+            return value
+        if self.kind == "sigma":
+            parsed = parse_sigma(value, name, error=SettingsError)
+            return parsed.setting() if isinstance(value, str) else value
+        if self.kind == "name":
+            if not isinstance(value, str) or not value:
+                raise SettingsError(f"{name} must be a non-empty name; got {value!r}")
+            return value
+        if self.kind == "choice":
+            if value not in self.choices:
+                shown = " or ".join(repr(c) for c in self.choices)
+                raise SettingsError(f"{name} must be {shown}; got {value!r}")
+            return value
+        if self.kind == "bool":
+            if not isinstance(value, (bool, np.bool_)):
+                raise SettingsError(f"{name} must be true or false; got {value!r}")
+            return bool(value)
+        if not isinstance(value, str) or not _DEVICE.fullmatch(value):
+            raise SettingsError(
+                f"{name} {str(value)[:40]!r} is not a compute device: use 'cpu', 'cuda', "
+                "'cuda:N' or 'mps'"
+            )
+        return value
+
+    def bounds_text(self) -> str:
+        """The accepted values in words: ``"2 to 10000"``, ``"≥ 0"``, ``"biased or unbiased"``."""
+        if self.kind in ("int", "float"):
+            strict = self.exclusive
+            lo, hi = self.minimum, self.maximum
+            if lo is not None and hi is not None:
+                return f"{lo:g} to {hi:g}" + (" (exclusive)" if strict else "")
+            if lo is not None:
+                return f"{'>' if strict else '≥'} {lo:g}"
+            return "any" if hi is None else f"{'<' if strict else '≤'} {hi:g}"
+        if self.kind == "choice":
+            return " or ".join(self.choices)
+        if self.kind == "bool":
+            return " or ".join(w for w, _ in self.cli_words) if self.cli_words else "true or false"
+        return {
+            "sigma": SIGMA_SYNTAX,
+            "name": "a layer alias or module name",
+            "device": "cpu, cuda, cuda:N or mps",
+        }[self.kind]
+
 
 @dataclass(frozen=True)
 class EvalSettings:
@@ -41,7 +187,8 @@ class EvalSettings:
     Attributes:
         layer: layer alias (``output``, ``logits``, ``penultimate``, ``block1``…) or module name;
             a denoiser's layer carries its noise level (``denoised@0.5``, :data:`NOISE_LEVELS`).
-        sigma: ``"sqrt_dim"``, ``"median"`` or a positive float.
+        sigma: a σ rule or a positive float, in the one σ syntax of :mod:`sde_core.common.sigma`
+            (text is kept in its canonical form).
         subset_size: n, rows per subset (targets, references, panels).
         targets: T, number of target subsets drawn from D_f (and of controlled F1 subsets),
             shared out among the draws.
@@ -67,7 +214,7 @@ class EvalSettings:
     """
 
     layer: str = "output"
-    sigma: str | float = "sqrt_dim"
+    sigma: str | float = SQRT_DIM
     subset_size: int = 1000
     targets: int = 100
     splits: int = 200
@@ -84,31 +231,10 @@ class EvalSettings:
     draws: int = 5
 
     def __post_init__(self) -> None:
-        def positive_int(name: str, minimum: int = 1, maximum: int | None = None) -> None:
-            check_int(
-                getattr(self, name), name, minimum=minimum, maximum=maximum, error=SettingsError
-            )
-
-        positive_int("subset_size", 4)
-        positive_int("targets", 2, 10_000)
-        positive_int("splits", 2, MAX_SPLITS)
-        positive_int("panel_size", 3, 1000)
-        positive_int("seed", 0)
-        positive_int("bins", 2, 1000)
-        positive_int("null_pairs", 1, 10_000)
-        positive_int("baseline_targets", 0, 10_000)
-        positive_int("draws", 1, 100)
-        if not isinstance(self.layer, str) or not self.layer:
-            raise SettingsError(f"layer must be a non-empty name; got {self.layer!r}")
-        if isinstance(self.sigma, str):
-            if self.sigma not in ("sqrt_dim", "median"):
-                raise SettingsError(
-                    f"sigma must be 'sqrt_dim', 'median' or a positive number; got {self.sigma!r}"
-                )
-        else:
-            check_number(self.sigma, "sigma", gt=0.0, error=SettingsError)
-        for name in ("alpha", "alpha_calibrated"):
-            check_number(getattr(self, name), name, gt=0.0, lt=1.0, error=SettingsError)
+        for entry in SETTINGS:
+            checked = entry.check(getattr(self, entry.name))
+            if entry.kind == "sigma":  # σ text in its canonical form
+                object.__setattr__(self, entry.name, checked)
         if 1.0 / (self.panel_size + 1) >= self.alpha_calibrated:
             need = int(np.ceil(1.0 / self.alpha_calibrated))
             raise SettingsError(
@@ -116,13 +242,6 @@ class EvalSettings:
                 f"1/{self.panel_size + 1} ≥ alpha_calibrated={self.alpha_calibrated}, so no "
                 f"verdict is possible: use panel_size ≥ {need} or a larger alpha_calibrated"
             )
-        if not isinstance(self.device, str) or not _DEVICE.fullmatch(self.device):
-            raise SettingsError(
-                f"device {str(self.device)[:40]!r} is not a compute device: use 'cpu', 'cuda', "
-                "'cuda:N' or 'mps'"
-            )
-        if self.estimator not in ("biased", "unbiased"):
-            raise SettingsError(f"estimator must be 'biased' or 'unbiased'; got {self.estimator!r}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> EvalSettings:
@@ -145,3 +264,105 @@ class EvalSettings:
     def result_key(self) -> dict[str, Any]:
         """The settings that determine results (the store's run key), with the algorithm version."""
         return {**asdict(self), "algorithm": ALGORITHM_VERSION}
+
+
+_FIELDS = {f.name: f for f in fields(EvalSettings)}
+
+#: Every evaluation setting, declared once (in the order the CLI's help and the sidebar show
+#: them). A test checks that each field of :class:`EvalSettings` has exactly one entry with a
+#: symbol, a CLI flag, bounds, a widget kind, a glossary entry and a method section.
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "layer", "layer",
+        "Which activations are compared: 'output' (softmax probabilities), 'logits', "
+        "'penultimate' or a named module.",
+        1, "name", "--layer", url_key="layer", widget="layer", widget_label="Layer",
+    ),
+    Setting(
+        "sigma", "σ",
+        "Bandwidth of the Gaussian kernel in activation units: √d by default, a multiple of "
+        "√d, the median distance between activations, or a number.",
+        2, "sigma", "--sigma", url_key="sigma", widget="sigma",
+        widget_label="Kernel bandwidth σ",
+    ),
+    Setting(
+        "subset_size", "n", "Rows per subset (targets, references, panels).",
+        5, "int", "--subset-size", url_key="n", widget="number", widget_label="Subset size n",
+        minimum=4, step=50,
+    ),
+    Setting(
+        "targets", "T", "Number of forget-set subsets drawn (the targets).",
+        5, "int", "--targets", url_key="T", widget="number", widget_label="Target subsets T",
+        minimum=2, maximum=10_000, step=10,
+    ),
+    Setting(
+        "splits", "K", "Random half-splits per subset.",
+        2, "int", "--splits", url_key="K", widget="number", widget_label="Splits per subset K",
+        minimum=2, maximum=MAX_SPLITS, step=50,
+    ),
+    Setting(
+        "seed", "seed", "Seed of every subset draw and split: the same seed, the same result.",
+        2, "int", "--seed", url_key="seed", widget="number", widget_label="Seed", minimum=0,
+    ),
+    Setting(
+        "draws", "B",
+        "B independent reference draws: each has its own S_IT, S_OOT, panels, share of the "
+        "targets and controls; the spread between draws gives every interval.",
+        12, "int", "--draws", url_key="B", widget="number", widget_label="Reference draws B",
+        minimum=1, maximum=100, label="draws",
+    ),
+    Setting(
+        "bins", "bins", "Histogram bins of the Jensen–Shannon decision.",
+        4, "int", "--bins", url_key="bins", widget="number",
+        widget_label="Histogram bins (JSD)", minimum=2, maximum=1000, advanced=True,
+    ),
+    Setting(
+        "panel_size", "R", "Reference subsets per side of the calibrated test.",
+        9, "int", "--panel-size", url_key="R", widget="number",
+        widget_label="Reference panel size R", minimum=3, maximum=1000, advanced=True,
+    ),
+    Setting(
+        "null_pairs", "null pairs", "Pairs of unseen subsets in the null check.",
+        9, "int", "--null-pairs", minimum=1, maximum=10_000,
+    ),
+    Setting(
+        "baseline_targets", "baseline subsets",
+        "Controlled subsets scored by the MMD/W2 baselines (0 = off).",
+        6, "int", "--baseline-targets", minimum=0, maximum=10_000,
+    ),
+    Setting(
+        "alpha", "α", "Significance level of the reference checks (paper's and panel).",
+        3, "float", "--alpha", minimum=0.0, maximum=1.0, exclusive=True,
+    ),
+    Setting(
+        "alpha_calibrated", "α_cal", "Level of the calibrated verdicts.",
+        9, "float", "--alpha-calibrated", minimum=0.0, maximum=1.0, exclusive=True,
+        label="α (calibrated)",
+    ),
+    Setting(
+        "estimator", "estimator", "Biased (the paper's) or unbiased HSIC estimator.",
+        2, "choice", "--estimator", choices=("biased", "unbiased"),
+    ),
+    Setting(
+        "pool", "pool",
+        "Global-average-pool convolutional feature maps; for language models, a text's hidden "
+        "state is the mean over its real tokens (true) or its last real token's (false).",
+        1, "bool", "--token-pooling", cli_words=(("mean", True), ("last", False)),
+    ),
+    Setting(
+        "device", "device", "Where activations and HSIC are computed (cpu or a GPU).",
+        2, "device", "--device",
+    ),
+)  # fmt: skip
+_BY_NAME = {entry.name: entry for entry in SETTINGS}
+
+
+def setting(name: str) -> Setting:
+    """The :class:`Setting` of ``name``.
+
+    Raises:
+        SettingsError: no such setting (the message lists them).
+    """
+    if name not in _BY_NAME:
+        raise SettingsError(f"unknown setting {name!r}; settings: {', '.join(_BY_NAME)}")
+    return _BY_NAME[name]

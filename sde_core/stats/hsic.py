@@ -35,6 +35,7 @@ from typing import Literal
 
 import numpy as np
 
+from sde_core.common.sigma import SQRT_DIM, parse_sigma
 from sde_core.common.threads import resolve_threads, run_tasks
 from sde_core.common.validation import (
     DISTANCE_TOLERANCE,
@@ -82,7 +83,8 @@ __all__ = [
     "subset_seeds",
 ]
 
-SigmaRule = Literal["sqrt_dim", "median"] | float
+#: A bandwidth in the one σ syntax of :mod:`sde_core.common.sigma` (a rule's text or σ itself).
+SigmaRule = str | float
 Estimator = Literal["biased", "unbiased"]
 #: ``"auto"``: float64 on the numba CPU engine, float32 gathers on the torch engine.
 PrecisionRule = Literal["auto", "float64", "float32"]
@@ -148,9 +150,10 @@ def resolve_sigma(rule: SigmaRule, acts: object, *, seed: int = 0) -> float:
     """Turn a bandwidth rule into a numeric σ (same units as the activations).
 
     Args:
-        rule: ``"sqrt_dim"`` (σ = √d), ``"median"`` (median pairwise Euclidean distance over at
-            most :data:`MEDIAN_MAX_ROWS` seeded, sampled rows of ``acts``) or a positive number.
-        acts: ``(n, d)`` activations the rule looks at (for ``"median"`` pass the pooled
+        rule: a σ in the syntax of :mod:`sde_core.common.sigma`: the √d rule (σ = √d), its
+            multiple f·√d, the median rule (median pairwise Euclidean distance over at most
+            :data:`MEDIAN_MAX_ROWS` seeded, sampled rows of ``acts``) or a positive number.
+        acts: ``(n, d)`` activations the rule looks at (for the median rule pass the pooled
             reference activations).
         seed: seed of the row sample used by the median rule.
 
@@ -161,30 +164,30 @@ def resolve_sigma(rule: SigmaRule, acts: object, *, seed: int = 0) -> float:
         >>> x = np.array([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0]])
         >>> resolve_sigma("sqrt_dim", x), resolve_sigma("median", x), resolve_sigma(0.5, x)
         (1.4142135623730951, 5.0, 0.5)
+        >>> resolve_sigma("2*sqrt_dim", x)
+        2.8284271247461903
     """
-    if isinstance(rule, str):
-        arr = as_float_matrix(acts)
-        if rule == "sqrt_dim":
-            return float(np.sqrt(arr.shape[1]))
-        if rule == "median":
-            if arr.shape[0] < 2:
-                raise InputError("the median σ rule needs at least 2 rows of activations")
-            if arr.shape[0] > MEDIAN_MAX_ROWS:
-                rows = np.random.default_rng(seed).choice(
-                    arr.shape[0], MEDIAN_MAX_ROWS, replace=False
-                )
-                arr = arr[np.sort(rows)]
-            d2 = squared_distances(arr)
-            iu = np.triu_indices(arr.shape[0], k=1)
-            med = float(np.median(np.sqrt(d2[iu])))
-            if med <= 0:
-                raise InputError(
-                    "the median pairwise distance of these activations is 0 (all rows equal): "
-                    "the median σ rule is undefined — use 'sqrt_dim' or a number"
-                )
-            return check_sigma(med, "the median-rule σ of these activations")
-        raise InputError(f"unknown σ rule {rule!r}: use 'sqrt_dim', 'median' or a positive number")
-    return check_sigma(rule)
+    spec = parse_sigma(rule, "σ rule")
+    if spec.kind == "value":
+        return check_sigma(spec.number)
+    arr = as_float_matrix(acts)
+    factor = spec.sqrt_d_factor()
+    if factor is not None:
+        return check_sigma(factor * float(np.sqrt(arr.shape[1])), f"σ = {spec.text()}")
+    if arr.shape[0] < 2:
+        raise InputError("the median σ rule needs at least 2 rows of activations")
+    if arr.shape[0] > MEDIAN_MAX_ROWS:
+        rows = np.random.default_rng(seed).choice(arr.shape[0], MEDIAN_MAX_ROWS, replace=False)
+        arr = arr[np.sort(rows)]
+    d2 = squared_distances(arr)
+    iu = np.triu_indices(arr.shape[0], k=1)
+    med = float(np.median(np.sqrt(d2[iu])))
+    if med <= 0:
+        raise InputError(
+            "the median pairwise distance of these activations is 0 (all rows equal): "
+            "the median σ rule is undefined — use the √d rule or a number"
+        )
+    return check_sigma(med, "the median-rule σ of these activations")
 
 
 def gaussian_gram(x: object, sigma: float, y: object | None = None) -> np.ndarray:
@@ -579,7 +582,7 @@ def _run(
 def split_half_hsic(
     acts: object,
     n_splits: int = 200,
-    sigma: SigmaRule = "sqrt_dim",
+    sigma: SigmaRule = SQRT_DIM,
     estimator: Estimator = "biased",
     seed: int | np.random.SeedSequence = 0,
     device: object | None = None,
@@ -593,8 +596,8 @@ def split_half_hsic(
     Args:
         acts: ``(n, d)`` activations of the subset (numpy array or torch tensor).
         n_splits: K, the number of random splits (default 200).
-        sigma: ``"sqrt_dim"`` (default), ``"median"`` (of this subset; pass a float to use the
-            pooled references' median) or a positive float.
+        sigma: a σ of :mod:`sde_core.common.sigma` (default the √d rule; the median rule
+            looks at this subset: pass a float to use the pooled references' median).
         estimator: ``"biased"`` (default) or ``"unbiased"``.
         seed: seed of the splits (an int or a :class:`numpy.random.SeedSequence`).
         device: None or ``"auto"`` (default): a CUDA GPU when available (or the device of a GPU

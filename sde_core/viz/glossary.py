@@ -4,7 +4,9 @@ Each :class:`Term` has a short label, a one-line definition a non-expert can rea
 section of ``docs/method.md`` that defines it exactly ("method §N"). The dashboard shows the
 definition on hover (``help=``) with a link to the section on its Method page; the report lists
 the definitions of what it shows. Keys are the column names of the evaluation's tables where
-one exists (``otr``, ``reference_p``, ``spread`` …) and setting names (``subset_size`` …).
+one exists (``otr``, ``reference_p``, ``spread`` …) and setting names (``subset_size`` …); the
+settings' entries are built from :data:`~sde_core.pipeline.settings.SETTINGS`, where each
+setting is declared once.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from sde_core.errors import SettingsError
+from sde_core.pipeline.settings import SETTINGS
 
 __all__ = [
     "GLOSSARY",
@@ -70,19 +73,7 @@ GLOSSARY: dict[str, Term] = {
         2,
     ),
     "h_median": Term("median H", "The median of a subset's K split-half HSIC values.", 2),
-    "sigma": Term(
-        "σ",
-        "Bandwidth of the Gaussian kernel in activation units: √d by default, or the median "
-        "distance between activations.",
-        2,
-    ),
     "dim": Term("d", "Dimension of the layer's activations (after pooling feature maps).", 1),
-    "layer": Term(
-        "layer",
-        "Which activations are compared: 'output' (softmax probabilities), 'logits', "
-        "'penultimate' or a named module.",
-        1,
-    ),
     # ------------------------------------------------------------------ paper's evidence
     "reference_p": Term(
         "reference p",
@@ -129,12 +120,6 @@ GLOSSARY: dict[str, Term] = {
     ),
     "otr_lo": Term("OTR lo", "Lower end of the OTR's 95% Korn–Graubard interval.", 12),
     "otr_hi": Term("OTR hi", "Upper end of the OTR's 95% Korn–Graubard interval.", 12),
-    "draws": Term(
-        "draws",
-        "B independent reference draws: each has its own S_IT, S_OOT, panels, share of the "
-        "targets and controls; the spread between draws gives every interval.",
-        12,
-    ),
     "over_unlearned": Term(
         "over-unlearned",
         "The model-level over-unlearning test: the model's outputs on the forget set are "
@@ -320,22 +305,8 @@ GLOSSARY: dict[str, Term] = {
     "eval_seconds": Term(
         "evaluation time (s)", "Wall-clock seconds of this model's evaluation.", 10
     ),
-    # ------------------------------------------------------------------ settings
-    "subset_size": Term("n", "Rows per subset (targets, references, panels).", 5),
-    "targets": Term("T", "Number of forget-set subsets drawn (the targets).", 5),
-    "splits": Term("K", "Random half-splits per subset.", 2),
-    "panel_size": Term("R", "Reference subsets per side of the calibrated test.", 9),
-    "seed": Term("seed", "Seed of every subset draw and split: the same seed, the same result.", 2),
-    "bins": Term("bins", "Histogram bins of the Jensen–Shannon decision.", 4),
-    "alpha": Term("α", "Significance level of the reference checks (paper's and panel).", 3),
-    "alpha_calibrated": Term("α (calibrated)", "Level of the calibrated verdicts.", 9),
-    "estimator": Term("estimator", "Biased (the paper's) or unbiased HSIC estimator.", 2),
-    "null_pairs": Term("null pairs", "Pairs of unseen subsets in the null check.", 9),
-    "baseline_targets": Term(
-        "baseline subsets", "Controlled subsets scored by the MMD/W2 baselines (0 = off).", 6
-    ),
-    "pool": Term("pool", "Global-average-pool convolutional feature maps.", 1),
-    "device": Term("device", "Where activations and HSIC are computed (cpu or a GPU).", 2),
+    # ------------------------------------------------------------------ settings (one table)
+    **{entry.name: Term(entry.short_label, entry.definition, entry.section) for entry in SETTINGS},
     "algorithm": Term(
         "algorithm version",
         "Version of the numerics behind stored results; results of other versions are never mixed.",

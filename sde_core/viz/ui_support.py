@@ -10,7 +10,6 @@ they are re-exported here for the pages that import them from this module.
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 from collections import OrderedDict
@@ -21,8 +20,10 @@ import numpy as np
 import pandas as pd
 
 from sde_core.common.paths import allowed_roots, resolve_in_roots
+from sde_core.common.sigma import SQRT_DIM, parse_sigma
 from sde_core.errors import InputError
 from sde_core.pipeline.evaluation.metric_table import METRICS
+from sde_core.pipeline.settings import setting
 from sde_core.pipeline.workspace import Problem
 from sde_core.services.uploads import (
     CHECKPOINT_SUFFIXES,
@@ -61,35 +62,32 @@ def problems_by_field(problems: Iterable[Problem]) -> dict[str, list[Problem]]:
     return out
 
 
+_SMALLEST_SUBSET = int(setting("subset_size").minimum or 1)
+
+
 def parse_sigma_values(text: str) -> list[str | float]:
-    """Parse a comma-separated list of σ values: ``sqrt_dim``, ``median`` or positive numbers.
+    """Parse a comma-separated list of σ values, each in the one σ syntax
+    (:mod:`sde_core.common.sigma`: ``sqrt_dim``, ``0.5*sqrt_dim``, ``median`` or a number).
+
+    Returns:
+        The values as evaluation settings hold them (a rule's canonical text, a float σ).
 
     Raises:
-        InputError: an entry that is neither a rule nor a positive finite number.
+        InputError: an entry outside the syntax, or no entry at all.
     """
-    values: list[str | float] = []
-    for token in (t.strip() for t in text.split(",")):
-        if not token:
-            continue
-        if token in ("sqrt_dim", "median"):
-            values.append(token)
-            continue
-        try:
-            number = float(token)
-        except ValueError:
-            number = float("nan")
-        if not (math.isfinite(number) and number > 0):
-            raise InputError(
-                f"σ value {token!r} is neither 'sqrt_dim', 'median' nor a positive number"
-            )
-        values.append(number)
+    values: list[str | float] = [
+        parse_sigma(token, "σ value").setting()
+        for token in (t.strip() for t in text.split(","))
+        if token
+    ]
     if not values:
-        raise InputError("give at least one σ value, e.g. 0.3, 1, sqrt_dim")
+        raise InputError(f"give at least one σ value, e.g. 0.3, 1, {SQRT_DIM}")
     return values
 
 
-def parse_int_values(text: str, minimum: int = 4) -> list[int]:
-    """Parse a comma-separated list of integers ≥ ``minimum`` (e.g. subset sizes).
+def parse_int_values(text: str, minimum: int = _SMALLEST_SUBSET) -> list[int]:
+    """Parse a comma-separated list of integers ≥ ``minimum`` (default: the smallest subset
+    size n of :data:`~sde_core.pipeline.settings.SETTINGS`).
 
     Raises:
         InputError: a non-integer or too small entry, or an empty list.

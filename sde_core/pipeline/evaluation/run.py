@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +62,7 @@ from sde_core.pipeline.model_inputs import ModelInputs, Progress
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.baselines import nearest_reference_batch, wasserstein2
 from sde_core.stats.decision import controlled_f1
-from sde_core.stats.hsic import SigmaRule, resolve_sigma
+from sde_core.stats.hsic import resolve_sigma
 from sde_core.stats.near_ties import h_relative_tolerance
 
 __all__ = [
@@ -214,9 +214,8 @@ class ModelRun:
         self._groups = [d.groups(settings.seed, pool) for d in plan.draws]
         self._digests: dict[str, str] = {}
         self._elapsed = 0.0
-        rule = cast(SigmaRule, settings.sigma)
         references = self._reference_activations()
-        self.sigma = resolve_sigma(rule, references, seed=settings.seed)
+        self.sigma = resolve_sigma(settings.sigma, references, seed=settings.seed)
         self.extras["h_rtol"] = h_relative_tolerance(references, seed=settings.seed)
 
     # ------------------------------------------------------------------ inputs

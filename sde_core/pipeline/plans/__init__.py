@@ -53,7 +53,7 @@ Store tables of a plan run (one row per record; the Sweeps page reads these):
     (float: numeric position of the value — n, σ, fraction, R, or the index of a layer / method /
     model in the plan's list); seed (int), model (str: "retrained", "original", "random", or the
     method name), role ("retrained" | "original" | "unlearned" | "random"), method, forget_ratio,
-    subset_size, layer, sigma_rule ("sqrt_dim", "median", "<f>*sqrt_dim" or a number), checkpoint
+    subset_size, layer, sigma_rule (the σ entry in the syntax of sde_core.common.sigma), checkpoint
     (fraction of training; 0 = initial weights), dim (d of the layer), sigma (numeric σ used);
     paper's procedure: f1, f1_precision, f1_recall, otr, otr_lo, otr_hi (95% Wilson),
     references_valid, reference_p, dependence_score; calibrated evidence (method §9):

@@ -7,7 +7,7 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -21,9 +21,6 @@ from sde_core.pipeline.plans.graph import (
     forget_indices,
 )
 from sde_core.pipeline.plans.spec import Setup
-
-if TYPE_CHECKING:
-    from sde_core.stats.hsic import SigmaRule
 
 
 @functools.lru_cache(maxsize=4)
@@ -217,17 +214,6 @@ _POINT_COLUMNS = (
 )
 
 
-def _resolve_sigma_entry(entry: str | float, dim: int) -> SigmaRule:
-    """``"<f>*sqrt_dim"`` -> f·√d; other entries unchanged (EvalSettings resolves them).
-
-    The plan schema (``params._check_sigma``) admits only ``"sqrt_dim"``, ``"median"``,
-    ``"<f>*sqrt_dim"`` and positive numbers, so what is left is a :data:`SigmaRule`.
-    """
-    if isinstance(entry, str) and entry.endswith("*sqrt_dim"):
-        return float(entry.split("*")[0]) * math.sqrt(dim)
-    return cast("SigmaRule", entry)
-
-
 def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
     """Evaluate one model at one setting (:func:`sde_core.pipeline.evaluate.evaluate_arrays`)."""
     from sde_core.inputs.activations import ActivationCache, get_activations
@@ -259,7 +245,7 @@ def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
             "layer": sp["layer"],
             "subset_size": sp["subset_size"],
             "seed": sp["seed"],
-            "sigma": _resolve_sigma_entry(sp["sigma"], train_acts.shape[1]),
+            "sigma": sp["sigma"],  # any σ of the one syntax, f·√d included
         }
     )
     plan = draw_subsets(n_train, n_test, forget, settings)
@@ -355,7 +341,7 @@ def _run_toy(job: PlanJob, ctx: JobContext) -> JobResult:
             acc = float((model(xt).argmax(1) == yt).float().mean()) * 100
         for layer in sp["layers"]:
             a = layer_acts(layer)
-            sigma = resolve_sigma(_resolve_sigma_entry(sp["sigma"], a.shape[1]), a[subsets.ravel()])
+            sigma = resolve_sigma(sp["sigma"], a[subsets.ravel()])
             h = split_half_hsic_batch(a, subsets, n_splits=sp["splits"], sigma=sigma, seed=seed)
             spread = kernel_spread(a, subsets, sigma)
             scores = h.mean(axis=1)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from sde_core.common.sigma import MEDIAN, SQRT_DIM, parse_sigma
 from sde_core.common.validation import check_int, check_number
 from sde_core.errors import PlanError
+from sde_core.pipeline.settings import setting
 
 _REQUIRED = object()
 
@@ -65,25 +66,20 @@ def _check_number(where: str, v: object, f: _Field, integer: bool) -> int | floa
 
 
 def _check_sigma(where: str, v: object, example: str) -> str | float:
-    """A σ entry: "sqrt_dim", "median", "<f>*sqrt_dim" or a positive number."""
-    if not isinstance(v, str):
-        with contextlib.suppress(PlanError):
-            return check_number(v, where, gt=0, error=PlanError)
-    if isinstance(v, str):
-        if v in ("sqrt_dim", "median"):
-            return v
-        factor, sep, rule = v.partition("*")
-        if sep and rule.strip() == "sqrt_dim":
-            try:
-                if float(factor) > 0:
-                    return f"{float(factor):g}*sqrt_dim"
-            except ValueError:
-                pass
-    raise _fail(
-        where,
-        f"must be 'sqrt_dim', 'median', '<factor>*sqrt_dim' or a positive number; got {v!r} "
-        f"(e.g. {example})",
-    )
+    """A σ entry in the one σ syntax (:mod:`sde_core.common.sigma`): a rule's canonical text or
+    the number itself."""
+    try:
+        return parse_sigma(v, "σ", error=PlanError).setting()
+    except PlanError as exc:
+        raise _fail(where, f"{exc} (e.g. {example})") from None
+
+
+def _setting_field(name: str, kind: str, example: str, default: Any = _REQUIRED) -> _Field:
+    """A parameter that takes the values of the evaluation setting ``name``: its bounds come
+    from :data:`~sde_core.pipeline.settings.SETTINGS` (``kind`` ``int``/``ints`` for integer
+    settings, ``sigma``/``sigmas`` for σ)."""
+    entry = setting(name)
+    return _Field(kind, default, lo=entry.minimum, hi=entry.maximum, example=example)
 
 
 def _check_field(where: str, v: object, f: _Field) -> Any:
@@ -145,7 +141,9 @@ def _read_params(where: str, table: Mapping[str, Any], schema: Mapping[str, _Fie
 
 _SEEDS = _Field("ints", lo=0, example="[0, 1, 2, 3, 4]")
 _RATIO = _Field("float", lo=0, hi=1, lo_open=True, example="0.1")
-_N = _Field("int", lo=4, example="1000")
+_N = _setting_field("subset_size", "int", example="1000")
+#: The default σ of every plan: the library's (:class:`~sde_core.pipeline.settings.EvalSettings`).
+_SIGMA = _setting_field("sigma", "sigma", f'"{SQRT_DIM}"', default=setting("sigma").default)
 
 
 @dataclass(frozen=True)
@@ -158,7 +156,7 @@ class RetrainedParams:
         forget_seed: seed of the forget-set draw (the same D_f for every model seed).
         subset_sizes: n values (rows per subset).
         layers: layer aliases or module names.
-        sigmas: σ entries ("sqrt_dim", "median", "<f>*sqrt_dim" or numbers).
+        sigmas: σ entries in the one σ syntax (:mod:`sde_core.common.sigma`).
         checkpoints: fractions of training whose checkpoints are evaluated (each must be in
             ``train.checkpoint_fractions``, or 1.0 = final, 0.0 = initial weights).
     """
@@ -175,9 +173,11 @@ class RetrainedParams:
         "seeds": _SEEDS,
         "forget_ratios": _Field("floats", lo=0, hi=1, lo_open=True, example="[0.05, 0.1, 0.2]"),
         "forget_seed": _Field("int", 0, lo=0),
-        "subset_sizes": _Field("ints", lo=4, example="[400, 1000, 2000]"),
+        "subset_sizes": _setting_field("subset_size", "ints", example="[400, 1000, 2000]"),
         "layers": _Field("strs", ("penultimate",), example='["penultimate", "output"]'),
-        "sigmas": _Field("sigmas", ("sqrt_dim",), example='["sqrt_dim", "median", "0.5*sqrt_dim"]'),
+        "sigmas": _setting_field(
+            "sigma", "sigmas", f'["{SQRT_DIM}", "{MEDIAN}", "0.5*{SQRT_DIM}"]', (_SIGMA.default,)
+        ),
         "checkpoints": _Field("floats", (1.0,), lo=0, hi=1, example="[0.1, 0.2, 0.4, 0.8]"),
     }
     SWEEPS: ClassVar[tuple[str, ...]] = (
@@ -219,7 +219,7 @@ class MethodsParams:
         "forget_seed": _Field("int", 0, lo=0),
         "subset_size": _N,
         "layers": _Field("strs", ("output", "penultimate"), example='["output", "penultimate"]'),
-        "sigma": _Field("sigma", "sqrt_dim", example='"sqrt_dim"'),
+        "sigma": _SIGMA,
         "methods": _Field("table", example="{ ft = {}, ga = { lr = 1e-4 } }"),
         "include_original": _Field("bool", True),
         "include_random": _Field("bool", True),
@@ -251,7 +251,7 @@ class HistogramParams:
         "forget_seed": _Field("int", 0, lo=0),
         "subset_size": _N,
         "layer": _Field("str", "output", example='"output"'),
-        "sigma": _Field("sigma", "sqrt_dim", example='"sqrt_dim"'),
+        "sigma": _SIGMA,
         "models": _Field(
             "strs",
             ("original", "random", "retrained"),
@@ -301,9 +301,9 @@ class ToyParams:
         "noise": _Field("float", 0.5, lo=0),
         "eval_steps": _Field("ints", lo=0, example="[0, 100, 1000, 3000]"),
         "n_subsets": _Field("int", 20, lo=2),
-        "splits": _Field("int", 200, lo=2, hi=100_000),
+        "splits": _setting_field("splits", "int", "200", default=setting("splits").default),
         "layers": _Field("strs", ("output",), example='["output", "hidden"]'),
-        "sigma": _Field("sigma", "sqrt_dim", example='"sqrt_dim"'),
+        "sigma": _SIGMA,
     }
     SWEEPS: ClassVar[tuple[str, ...]] = ("step",)
 
