@@ -21,8 +21,9 @@ from sde_core.inputs.activations import (
     list_layers,
     resolve_layer,
 )
+from sde_core.inputs.architectures import LayerRef, build_model
 from sde_core.inputs.data import DatasetSpec, load_dataset
-from sde_core.inputs.models import LayerRef, build_model, save_checkpoint
+from sde_core.inputs.models import save_checkpoint
 
 
 @pytest.fixture

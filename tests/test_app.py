@@ -17,18 +17,14 @@ from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import shared_tiny_workspace
 
+from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.errors import InputError
-from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
+from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import load_workspace
+from sde_core.services.uploads import check_upload, guess_role
 from sde_core.viz.formatting import format_estimate, format_number
-from sde_core.viz.ui_support import (
-    allowed_roots,
-    check_upload,
-    guess_role,
-    parse_int_values,
-    parse_sigma_values,
-    resolve_in_roots,
-)
+from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
 from sde_core.viz.verdicts import explain_verdict, verdict_label
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,7 +171,7 @@ def test_a_link_reproduces_a_non_default_view(ws, defaults):
 def _workspace_copy(ws: Path, name: str) -> Path:
     """A copy of the tiny workspace beside it, named ``name``, whose forget set lacks one row
     (so its content hash differs)."""
-    from sde_core.inputs.data import save_index_file
+    from sde_core.inputs.indices import save_index_file
 
     other = ws.parent / name
     if not other.exists():
@@ -371,7 +367,8 @@ def test_checkpoint_sweep_and_bad_values(ws):
 
 
 def test_sweeps_page_shows_plan_results(ws):
-    from sde_core.pipeline.plans import load_plan, run_plan
+    from sde_core.pipeline.plans.driver import run_plan
+    from sde_core.pipeline.plans.spec import load_plan
     from sde_core.pipeline.store import ResultsStore
 
     overrides = ["dataset.options.num_samples=1000", "params.seeds=[0]",

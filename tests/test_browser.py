@@ -34,7 +34,8 @@ import pandas as pd
 import pytest
 from ui_fixtures import shared_tiny_workspace
 
-from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import load_workspace
 from sde_core.viz.formatting import format_estimate, format_number, format_percent
 from sde_core.viz.report import REPORT_SECTIONS
@@ -292,7 +293,8 @@ def test_a_link_opens_its_own_workspace_and_the_page_settles_without_progress(ws
     no progress box (or Stop button) is left, and a bins change shows no progress bar."""
     from playwright.sync_api import expect
 
-    from sde_core.inputs.data import load_dataset, save_index_file
+    from sde_core.inputs.data import load_dataset
+    from sde_core.inputs.indices import save_index_file
     from sde_core.pipeline.workspace import workspace_hash
 
     other = ws.parent / "tiny-browser-other"

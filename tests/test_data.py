@@ -12,14 +12,9 @@ import pytest
 from PIL import Image
 
 from sde_core.errors import DataError
-from sde_core.inputs.data import (
-    DatasetSpec,
-    load_dataset,
-    load_index_file,
-    load_precomputed,
-    read_idx,
-    save_index_file,
-)
+from sde_core.inputs.data import DatasetSpec, load_dataset, read_idx
+from sde_core.inputs.indices import load_index_file, save_index_file
+from sde_core.inputs.precomputed import load_precomputed
 
 
 def _write_cifar10(root: Path, n_per_batch: int = 4) -> np.ndarray:

@@ -14,26 +14,15 @@ from scipy.spatial.distance import jensenshannon
 from sklearn.metrics import f1_score, precision_score, recall_score
 
 from sde_core.errors import InputError, SDEError
-from sde_core.stats.decision import (
-    calibrated_otr,
-    calibrated_verdict,
-    controlled_f1,
-    decide,
-    dependence_score,
-    histogram_edges,
-    jsd,
-    null_calibration,
-    null_check,
-    out_of_training_rate,
-    over_unlearning_test,
-    panel_outliers,
-    pool_null_checks,
-    reference_check,
-    reference_panel_check,
-    subset_scores,
-    wilson_interval,
-)
+from sde_core.stats.calibrated import calibrated_verdict, subset_scores
+from sde_core.stats.headline import controlled_f1, dependence_score
 from sde_core.stats.hsic import split_half_hsic_batch
+from sde_core.stats.jsd import decide, histogram_edges, jsd
+from sde_core.stats.null_check import null_calibration, null_check, pool_null_checks
+from sde_core.stats.outliers import panel_outliers
+from sde_core.stats.over_unlearning import over_unlearning_test
+from sde_core.stats.proportions import wilson_interval
+from sde_core.stats.utest import reference_check, reference_panel_check
 
 # ---------------------------------------------------------------- JSD
 
@@ -128,12 +117,6 @@ def test_wilson_interval_textbook_values():
     assert wilson_interval(0, 0) == (0.0, 1.0)
 
 
-def test_otr_counts_out_of_training():
-    r = out_of_training_rate([True, False, False, True, False])
-    assert (r.k, r.n) == (3, 5) and r.rate == pytest.approx(0.6)
-    assert r.lo < 0.6 < r.hi
-
-
 def test_controlled_f1_matches_sklearn():
     rng = np.random.default_rng(4)
     y = rng.integers(0, 2, 100).astype(bool)
@@ -177,13 +160,7 @@ def test_calibrated_verdict_p_values():
     assert mid.verdict == "inconclusive"
 
 
-def test_calibrated_otr_and_panel_check():
-    r = calibrated_otr(["out-of-training", "inconclusive", "in-training", "out-of-training"])
-    assert (r.k, r.n) == (2, 4)
-    # An over-unlearned target (flatter outputs than unseen data) is never counted as
-    # forgotten: the calibrated OTR counts out-of-training verdicts only (method §9).
-    r = calibrated_otr(["over-unlearned", "inconclusive", "in-training", "out-of-training"])
-    assert (r.k, r.n) == (1, 4)
+def test_panel_check():
     chk = reference_panel_check(np.arange(10, 20), np.arange(0, 10))
     assert chk.valid and chk.p_value == pytest.approx(
         stats.mannwhitneyu(np.arange(10, 20), np.arange(0, 10), alternative="greater").pvalue
@@ -300,11 +277,10 @@ GRID40 = np.arange(80.0).reshape(40, 2)
         (lambda: reference_check([1.0], [0.0, 1.0]), "at least 2"),
         (lambda: reference_check([1.0, 2.0], [0.0, 1.0], alpha=1.5), "alpha"),
         (lambda: wilson_interval(5, 3), "k ≤ n"),
-        (lambda: out_of_training_rate([]), "non-empty"),
-        (lambda: out_of_training_rate([0.3, 0.5]), "booleans"),
+        (lambda: controlled_f1([], []), "non-empty"),
+        (lambda: controlled_f1([0.3, 0.5], [True, False]), "booleans"),
         (lambda: controlled_f1([True], [True, False]), "length"),
         (lambda: calibrated_verdict(np.nan, [1.0], [0.0]), "NaN"),
-        (lambda: calibrated_otr(["maybe"]), "unknown verdicts"),
         (lambda: subset_scores(np.ones((0, 3))), "shape"),
         (lambda: null_calibration(np.ones((10, 2)), 6, 1.0), "disjoint subsets"),
         (lambda: null_calibration(GRID40, 6, 1.0, n_pairs=0), "n_pairs"),

@@ -21,8 +21,9 @@ from sde_core.pipeline.demo import (
     demo_recipe,
     npz_bytes,
 )
-from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.reproduce import compare_model
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.workspace import load_workspace, validate_workspace, workspace_hash
 

@@ -105,7 +105,8 @@ def test_diffusion_demo_bad_source_is_one_error_line(tmp_path, capsys):
 
 
 def test_fig6_plan_runs_on_denoisers_and_plots_both_axes(source, tmp_path):
-    from sde_core.pipeline.plans import load_plan, run_plan
+    from sde_core.pipeline.plans.driver import run_plan
+    from sde_core.pipeline.plans.spec import load_plan
 
     overrides = [f"dataset.root={source}", "dataset.train_size=60", "dataset.test_size=50",
                  "params.seeds=[0]", "params.subset_sizes=[8]", "device=cpu",

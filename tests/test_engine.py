@@ -142,7 +142,8 @@ def tiny_workspace(tmp_path_factory) -> Path:
 
 def test_evaluation_rows_identical_on_both_engines(ray_engine, tiny_workspace, tmp_path):
     from sde_core.cli import main
-    from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+    from sde_core.pipeline.settings import EvalSettings
     from sde_core.pipeline.store import ResultsStore
 
     # Unlearning as a Ray job: the driver alone writes workspace.toml.
@@ -207,7 +208,8 @@ def jobs_mod():
 
 
 def test_plan_on_ray_matches_local_and_survives_a_killed_worker(ray_engine, tmp_path):
-    from sde_core.pipeline.plans import load_plan, run_plan
+    from sde_core.pipeline.plans.driver import run_plan
+    from sde_core.pipeline.plans.spec import load_plan
     from sde_core.pipeline.store import ResultsStore
 
     variant = load_plan("table1").variant("default", SMALL_PLAN)

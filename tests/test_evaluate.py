@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from sde_core.errors import SettingsError
-from sde_core.pipeline.evaluate import EvalSettings, ModelInputs, draw_subsets, evaluate_arrays
+from sde_core.pipeline.evaluation.plan import draw_subsets
+from sde_core.pipeline.evaluation.run import evaluate_arrays
+from sde_core.pipeline.model_inputs import ModelInputs
+from sde_core.pipeline.settings import EvalSettings
 
 N_TR, N_TE, N_F, D = 1200, 800, 300, 6
 

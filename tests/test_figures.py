@@ -14,21 +14,18 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from sde_core.errors import SDEError, SettingsError
-from sde_core.pipeline.evaluate import (
-    EvalSettings,
-    EvaluationResult,
-    ModelInputs,
-    draw_subsets,
-    evaluate_arrays,
-)
-from sde_core.stats.decision import histogram_edges
+from sde_core.errors import ExportError, SDEError, SettingsError
+from sde_core.pipeline.evaluation.plan import draw_subsets
+from sde_core.pipeline.evaluation.run import evaluate_arrays
+from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
+from sde_core.pipeline.model_inputs import ModelInputs
+from sde_core.pipeline.settings import EvalSettings
+from sde_core.stats.jsd import histogram_edges
 from sde_core.viz import figures
 from sde_core.viz.figures import (
     COLORS,
     PLOTLY_CONFIG,
     VERDICT_COLORS,
-    ExportError,
     comparison_bars,
     figure_to_image,
     hsic_histogram,

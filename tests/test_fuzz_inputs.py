@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from sde_core.errors import SDEError
-from sde_core.inputs.data import DatasetSpec, load_dataset, load_index_file, load_precomputed
+from sde_core.inputs.data import DatasetSpec, load_dataset
+from sde_core.inputs.indices import load_index_file
+from sde_core.inputs.precomputed import load_precomputed
 from sde_core.pipeline.workspace import load_workspace
 
 SETTINGS = settings(

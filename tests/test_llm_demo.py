@@ -106,7 +106,7 @@ def test_dashboard_on_the_shipped_facts_demo(tmp_path: Path, monkeypatch) -> Non
 )
 def test_shipped_facts_store_answers_its_defaults_without_recomputing(tmp_path: Path) -> None:
     """The shipped store is current (rebuild it with `demo build --dataset facts` when not)."""
-    from sde_core.pipeline.evaluate import evaluate_workspace
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore
 
     folder = tmp_path / "facts"

@@ -19,8 +19,8 @@ from test_workspace import MLP_KWARGS, N_TRAIN, make_workspace
 from sde_core.errors import ActivationError, CheckpointError
 from sde_core.inputs import activations
 from sde_core.inputs.activations import ActivationCache, get_activations
+from sde_core.inputs.architectures import build_model
 from sde_core.inputs.data import load_dataset
-from sde_core.inputs.models import build_model
 from sde_core.pipeline.model_inputs import (
     entry_activations,
     entry_layer_infos,

@@ -15,22 +15,26 @@ import pytest
 import torch
 
 from sde_core.errors import CheckpointError, SDEError
-from sde_core.inputs.models import (
+from sde_core.inputs.architectures import (
     ARCHITECTURES,
-    CHECKPOINT_SUFFIXES,
     ArchSpec,
     LayerRef,
     build_model,
-    checkpoint_suffix,
     get_arch,
-    has_checkpoint_suffix,
-    infer_architecture,
-    inspect_checkpoint,
     layer_presets,
-    load_checkpoint,
-    load_checkpoint_details,
     model_layer_refs,
     register_architecture,
+)
+from sde_core.inputs.checkpoint_files import (
+    CHECKPOINT_SUFFIXES,
+    checkpoint_suffix,
+    has_checkpoint_suffix,
+    inspect_checkpoint,
+)
+from sde_core.inputs.models import (
+    infer_architecture,
+    load_checkpoint,
+    load_checkpoint_details,
     save_checkpoint,
 )
 

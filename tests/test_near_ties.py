@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from sde_core.stats.decision import calibrated_verdict, decide
+from sde_core.stats.calibrated import calibrated_verdict
+from sde_core.stats.jsd import decide
 from sde_core.stats.near_ties import (
     boundary_near_ties,
     jsd_decision_is_near_tie,

@@ -15,7 +15,8 @@ from test_workspace import make_workspace
 from sde_core.cli import main
 from sde_core.common.paths import allowed_roots, env_roots, resolve_in_roots
 from sde_core.errors import PathError, WorkspaceError
-from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (
     load_workspace,
     validate_workspace,

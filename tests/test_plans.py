@@ -12,17 +12,14 @@ import pytest
 
 from sde_core.cli import main
 from sde_core.errors import PlanError
-from sde_core.pipeline.plans import (
+from sde_core.pipeline.plans.driver import check_layers, preflight, run_plan
+from sde_core.pipeline.plans.graph import artifact_dir, build_jobs
+from sde_core.pipeline.plans.spec import (
     PLAN_DIR,
     apply_overrides,
-    artifact_dir,
-    build_jobs,
-    check_layers,
     list_plans,
     load_plan,
     parse_override,
-    preflight,
-    run_plan,
 )
 from sde_core.pipeline.store import ResultsStore
 

@@ -16,7 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sde_core.errors import CheckpointError
-from sde_core.inputs.models import build_model, inspect_checkpoint, load_checkpoint, save_checkpoint
+from sde_core.inputs.architectures import build_model
+from sde_core.inputs.checkpoint_files import inspect_checkpoint
+from sde_core.inputs.models import load_checkpoint, save_checkpoint
 
 FAST = settings(
     derandomize=True,

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from sde_core.errors import InputError
-from sde_core.stats.decision import wilson_interval
+from sde_core.stats.proportions import wilson_interval
 from sde_core.stats.replication import (
     replicate_mean,
     replicate_proportion,

@@ -14,7 +14,7 @@ from test_figures import synthetic_result
 
 from sde_core import __version__
 from sde_core.errors import SettingsError
-from sde_core.stats.decision import wilson_interval
+from sde_core.stats.proportions import wilson_interval
 from sde_core.viz.formatting import format_interval
 from sde_core.viz.report import (
     CAVEATS,
@@ -28,11 +28,8 @@ from sde_core.viz.report import (
     tables_to_zip,
     to_csv_bytes,
     to_json_bytes,
-    verdict_label,
-    verdict_sentence,
-    verdict_table,
 )
-from sde_core.viz.verdicts import explain_verdict
+from sde_core.viz.verdicts import explain_verdict, verdict_label, verdict_sentence, verdict_table
 
 
 def row(name: str, role: str, k_out: int, t: int = 100, valid: bool = True, **extra) -> dict:

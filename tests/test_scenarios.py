@@ -56,7 +56,8 @@ from torchvision import transforms
 from sde_core.cli import main
 from sde_core.errors import DataError
 from sde_core.inputs.checkpoint_files import safe_globals
-from sde_core.inputs.data import load_dataset, load_precomputed
+from sde_core.inputs.data import load_dataset
+from sde_core.inputs.precomputed import load_precomputed
 from sde_core.pipeline.workspace import Workspace, load_workspace
 from sde_core.services.workspaces import ModelSpec, Upload, add_uploaded_model
 

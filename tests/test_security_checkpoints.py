@@ -30,14 +30,10 @@ from sde_core.inputs.activations import (
     extract_activations,
     get_activations,
 )
+from sde_core.inputs.architectures import build_model
+from sde_core.inputs.checkpoint_files import inspect_checkpoint
 from sde_core.inputs.data import DatasetSpec, load_dataset
-from sde_core.inputs.models import (
-    build_model,
-    infer_architecture,
-    inspect_checkpoint,
-    load_checkpoint,
-    load_checkpoint_details,
-)
+from sde_core.inputs.models import infer_architecture, load_checkpoint, load_checkpoint_details
 
 VICTIM_TEXT = "precious results\n"
 

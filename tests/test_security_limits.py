@@ -19,9 +19,11 @@ from test_workspace import N_TRAIN
 
 from sde_core.cli import main
 from sde_core.errors import CheckpointError, DataError, InputError, WorkspaceError
-from sde_core.inputs.data import load_index_file
-from sde_core.inputs.models import build_model, load_checkpoint
-from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.inputs.architectures import build_model
+from sde_core.inputs.indices import load_index_file
+from sde_core.inputs.models import load_checkpoint
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import (
     MAX_DESCRIPTION_CHARS,
@@ -33,7 +35,7 @@ from sde_core.pipeline.workspace import (
     validate_workspace,
     write_workspace,
 )
-from sde_core.stats.decision import calibrated_otr, wilson_interval
+from sde_core.stats.proportions import wilson_interval
 from sde_core.viz.links import decode_int, decode_settings
 from sde_core.viz.report import to_csv_bytes
 
@@ -284,8 +286,6 @@ def test_an_empty_init_checkpoint_is_refused(ws_root):
 
 
 def test_numeric_api_refuses_cleanly():
-    with pytest.raises(InputError, match="verdict strings"):
-        calibrated_otr([["x"]])
     with pytest.raises(InputError, match="integer between 0 and"):
         wilson_interval(1, 10**400)
     with pytest.raises(InputError, match="bits"):

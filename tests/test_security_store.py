@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from sde_core.errors import StoreError
-from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
 
 SETTINGS = EvalSettings(

@@ -12,8 +12,10 @@ import pytest
 from ui_fixtures import shared_tiny_workspace
 
 from sde_core.errors import SettingsError, StoreError
-from sde_core.inputs.data import load_dataset, load_index_file
-from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.inputs.data import load_dataset
+from sde_core.inputs.indices import load_index_file
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import load_workspace, workspace_hash
 from sde_core.services.evaluation import (

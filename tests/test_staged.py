@@ -15,19 +15,19 @@ import pytest
 import sde_core.learning.metrics as metrics
 import sde_core.pipeline.evaluation.run as run_module
 from sde_core.pipeline.demo import default_demo_folder
-from sde_core.pipeline.evaluate import (
+from sde_core.pipeline.evaluation.plan import draw_subsets
+from sde_core.pipeline.evaluation.run import (
     STAGES,
-    EvalSettings,
     EvaluationCancelled,
-    EvaluationSession,
-    ModelInputs,
     ModelRun,
-    StageCache,
-    draw_subsets,
     evaluate_arrays,
-    evaluate_workspace,
     run_model,
 )
+from sde_core.pipeline.evaluation.session import EvaluationSession
+from sde_core.pipeline.evaluation.stages import StageCache
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+from sde_core.pipeline.model_inputs import ModelInputs
+from sde_core.pipeline.settings import EvalSettings
 
 N_TR, N_TE, N_F, D = 900, 600, 240, 5
 SETTINGS = EvalSettings(

@@ -21,13 +21,8 @@ import pytest
 
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError, StoreError
-from sde_core.pipeline.store import (
-    APPLICATION_ID,
-    SCHEMA_VERSION,
-    DamagedUnitError,
-    ResultsStore,
-    Run,
-)
+from sde_core.pipeline.store import APPLICATION_ID, SCHEMA_VERSION, ResultsStore, Run
+from sde_core.pipeline.store_integrity import DamagedUnitError
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_PATH = Path(__file__).with_name("_store_worker.py")

@@ -18,10 +18,13 @@ from torch.utils.data import Subset
 
 import sde_core.inputs.activations as activations
 from sde_core.errors import SettingsError
-from sde_core.inputs.data import DatasetSpec, load_dataset, save_index_file
-from sde_core.inputs.models import build_model, save_checkpoint
+from sde_core.inputs.architectures import build_model
+from sde_core.inputs.data import DatasetSpec, load_dataset
+from sde_core.inputs.indices import save_index_file
+from sde_core.inputs.models import save_checkpoint
 from sde_core.learning.training import TrainConfig, train
-from sde_core.pipeline.evaluate import EvalSettings, evaluate_workspace
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.sweeps import (
     SWEEP_COLUMNS,

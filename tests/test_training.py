@@ -166,7 +166,8 @@ def test_resume_with_other_recipe_is_refused(tmp_path):
 
 
 def test_registry_arch_checkpoints_load(tmp_path):
-    from sde_core.inputs.models import build_model, load_checkpoint
+    from sde_core.inputs.architectures import build_model
+    from sde_core.inputs.models import load_checkpoint
 
     torch.manual_seed(0)
     model = build_model("mlp", input_dim=6, hidden=[8], num_classes=3)

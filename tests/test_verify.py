@@ -13,7 +13,7 @@ import pytest
 from sde_core.cli import main
 from sde_core.common.hashing import file_sha256
 from sde_core.errors import SettingsError
-from sde_core.pipeline.evaluate import ALGORITHM_VERSION
+from sde_core.pipeline.settings import ALGORITHM_VERSION
 from sde_core.services.audit import load_report, verify_report
 
 DEMO = Path(__file__).resolve().parent.parent / "assets" / "demo"

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from sde_core.errors import PathError, SDEError, WorkspaceError
-from sde_core.inputs.models import build_model
+from sde_core.inputs.architectures import build_model
 from sde_core.learning.training import save_weights
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (

@@ -13,7 +13,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 from test_workspace import MLP_KWARGS, make_workspace
 
-from sde_core.inputs.models import build_model
+from sde_core.inputs.architectures import build_model
 from sde_core.pipeline.workspace import load_workspace
 
 APP = Path(__file__).resolve().parent.parent / "app.py"

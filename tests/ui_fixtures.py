@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sde_core.inputs.data import load_dataset, save_index_file
-from sde_core.inputs.models import build_model, save_checkpoint
+from sde_core.inputs.architectures import build_model
+from sde_core.inputs.data import load_dataset
+from sde_core.inputs.indices import save_index_file
+from sde_core.inputs.models import save_checkpoint
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (
     CheckpointRef,

@@ -110,12 +110,8 @@ __all__ = [
     "EXPORT_FORMATS",
     "SCHEMA_VERSION",
     "SHIPPED_STORE",
-    "DamagedUnit",
-    "DamagedUnitError",
-    "RepairReport",
     "ResultsStore",
     "Run",
-    "StoreDamagedError",
     "workspace_store_path",
 ]
 

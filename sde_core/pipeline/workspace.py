@@ -741,7 +741,7 @@ def resolve_arch(ws: Workspace, m: ModelEntry) -> str | None:
 
 
 def _model_problems(ws: Workspace) -> list[Problem]:
-    from sde_core.inputs.models import get_arch
+    from sde_core.inputs.architectures import get_arch
 
     out: list[Problem] = []
     if not ws.models:
@@ -847,7 +847,7 @@ def validate_workspace(ws: Workspace, *, check_data: bool = False) -> list[Probl
     known architectures, that every checkpoint/activations file exists and matches its
     recorded hash. With ``check_data`` the dataset is loaded to know the training-set size.
     """
-    from sde_core.inputs.data import load_index_file
+    from sde_core.inputs.indices import load_index_file
 
     if not isinstance(ws, Workspace):
         raise WorkspaceError(f"validate_workspace needs a Workspace, got {_type_name(ws)}")

@@ -40,7 +40,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sde_core.errors import ExportError, SettingsError
-from sde_core.stats.decision import histogram_edges
+from sde_core.stats.jsd import histogram_edges
 from sde_core.viz.formatting import AXIS_NUMBERS, UNBOUNDED, column_formatter
 
 __all__ = [
@@ -52,7 +52,6 @@ __all__ = [
     "ROLE_COLORS",
     "VERDICT_COLORS",
     "DrawMetric",
-    "ExportError",
     "MetricSpec",
     "comparison_bars",
     "draw_strip",
@@ -294,7 +293,7 @@ def hsic_histogram(
     bins do (with one target selected they are exactly that decision's bins).
 
     Args:
-        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult`.
+        result: an :class:`~sde_core.pipeline.evaluation.workspace_run.EvaluationResult`.
         model: model name.
         targets: ``"pooled"`` (every split of all T targets in one trace), indices of targets to
             show one trace each (at most 6, told apart by fill patterns), or None (references
@@ -339,7 +338,8 @@ def target_overlay(result: Any, models: Sequence[str], *, bins: int | None = Non
     """The pooled target H of 2–4 models on common bins.
 
     Args:
-        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult` holding every model.
+        result: an :class:`~sde_core.pipeline.evaluation.workspace_run.EvaluationResult`
+            holding every model.
         models: 2 to 4 model names.
         bins: number of bins (default the evaluation's ``bins``).
 
@@ -762,8 +762,8 @@ def draw_strip(result: Any, model: str) -> go.Figure:
     of the row and labelled.
 
     Args:
-        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult` with its ``draws``
-            table (a partial result shows the draws finished so far).
+        result: an :class:`~sde_core.pipeline.evaluation.workspace_run.EvaluationResult` with
+            its ``draws`` table (a partial result shows the draws finished so far).
         model: the model's name.
 
     Returns:

@@ -53,8 +53,6 @@ from sde_core.viz.verdicts import (
     retrain_row,
     summarize_verdict,
     summary_order,
-    verdict_label,
-    verdict_sentence,
     verdict_table,
 )
 
@@ -84,9 +82,6 @@ __all__ = [
     "tables_to_zip",
     "to_csv_bytes",
     "to_json_bytes",
-    "verdict_label",
-    "verdict_sentence",
-    "verdict_table",
 ]
 
 #: Formats of :func:`tables_to_zip`.
@@ -824,7 +819,7 @@ def build_html_report(
     to check the report. Printed, every page is numbered.
 
     Args:
-        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult`.
+        result: an :class:`~sde_core.pipeline.evaluation.workspace_run.EvaluationResult`.
         workspace_name: shown in the title.
         figures: charts to embed, as ``{title: figure}`` or a list (default
             :func:`report_figures`).

@@ -20,35 +20,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.errors import InputError
 from sde_core.pipeline.workspace import Problem
-from sde_core.services.uploads import (
-    CHECKPOINT_SUFFIXES,
-    INDEX_SUFFIXES,
-    MAX_UPLOAD_MB,
-    check_upload,
-    guess_role,
-    safe_name,
-)
 from sde_core.viz.formatting import format_estimate, format_number, records
 from sde_core.viz.verdicts import verdict_label
 
 __all__ = [
-    "CHECKPOINT_SUFFIXES",
-    "INDEX_SUFFIXES",
-    "MAX_UPLOAD_MB",
     "ResultCache",
-    "allowed_roots",
-    "check_upload",
     "comparison_display",
     "comparison_table",
-    "guess_role",
     "parse_int_values",
     "parse_sigma_values",
     "problems_by_field",
-    "resolve_in_roots",
-    "safe_name",
 ]
 
 
