@@ -46,7 +46,8 @@ def test_draw_subsets_respects_pools(forget, settings):
     assert plan.oot_panel.max() < N_TE and plan.f1_neg_test.max() < N_TE
     assert all(np.unique(r).size == 60 for r in plan.targets)  # without replacement
     # The targets are partitioned among the draws (4 each), not shared.
-    assert np.array_equal(plan.target_draw, np.repeat(np.arange(5), 4))
+    assert [len(d.targets) for d in plan.draws] == [4] * 5
+    assert np.array_equal(np.concatenate([d.target_index for d in plan.draws]), np.arange(20))
     retain = set(plan.retain.tolist())
     for d in plan.draws:
         # Panel members are independent uniform subsets of the whole pool (method §9), not of

@@ -80,7 +80,7 @@ def test_units_round_trip_exactly_or_are_refused(tmp_path, tables, blobs, odd):
             for g, w in zip(got, written, strict=True):
                 w = {k: v.item() if isinstance(v, np.generic) else v for k, v in w.items()}
                 assert list(g) == list(w) and all(_same_value(w[k], g[k]) for k in w)
-        back = store.unit_arrays(run.id, "u")
+        back = {name: store.array(run.id, name) for name in store.array_names(run.id)}
         assert sorted(back) == sorted(blobs)
         for name, arr in blobs.items():
             assert back[name].dtype == arr.dtype and back[name].shape == arr.shape
@@ -92,7 +92,7 @@ def _snapshot(store: ResultsStore) -> Any:
     for run_id in store.list_runs()["id"].tolist():
         units = sorted(store.finished_units(run_id))
         tables = {t: repr(store.records(run_id, t)) for t in store.tables(run_id)}
-        data = {u: {k: v.tobytes() for k, v in store.unit_arrays(run_id, u).items()} for u in units}
+        data = {k: store.array(run_id, k).tobytes() for k in store.array_names(run_id)}
         out.append((store.get_run(run_id).settings, units, tables, data))
     return out
 

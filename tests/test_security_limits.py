@@ -309,20 +309,14 @@ def _cells(text: str) -> list[str]:
     return [cell for row in csv.reader(io.StringIO(text, newline="")) for cell in row]
 
 
-def test_csv_downloads_and_exports_neutralise_formulas(tmp_path):
+def test_csv_downloads_neutralise_formulas():
     frame = pd.DataFrame({"method": HOSTILE, "value": [-0.5, 1.0, 2.0, -3.0, 4.0, 5.0]})
     frame["text_number"] = "-0.25"
     frame[HOSTILE[0]] = 1
     downloaded = _cells(to_csv_bytes(frame).decode())
-    with ResultsStore(tmp_path / "s.sqlite") as store:
-        run = store.open_run("h", {"x": 1})
-        store.put_unit(run.id, "m", {"models": frame.to_dict("records")}, {})
-        exported = store.export_run(run.id, tmp_path / "out", "csv")
-        written = _cells(next(p for p in exported if p.name == "models.csv").read_text())
-    for cells in (downloaded, written):
-        assert not [c for c in cells if c.startswith(("=", "+", "@", "\t", "\r"))], cells
-        assert "'=cmd|' /C calc'!A0" in cells and "'-2+3+cmd" in cells
-        assert "-0.5" in cells and "-0.25" in cells  # numbers untouched
+    assert not [c for c in downloaded if c.startswith(("=", "+", "@", "\t", "\r"))], downloaded
+    assert "'=cmd|' /C calc'!A0" in downloaded and "'-2+3+cmd" in downloaded
+    assert "-0.5" in downloaded and "-0.25" in downloaded  # numbers untouched
 
 
 def test_complex_weights_are_refused(tmp_path):

@@ -41,7 +41,7 @@ def _snapshot(store: ResultsStore) -> dict[str, Any]:
             for t in store.tables(run_id)
             for records in [store.records(run_id, t)]
         }
-        arrays = {u: store.unit_arrays(run_id, u) for u in units}
+        arrays = {name: store.array(run_id, name) for name in store.array_names(run_id)}
         out[run.settings_hash] = (run.settings, units, tables, arrays)
     return out
 
@@ -53,13 +53,10 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
         (sa, ua, ta, aa), (sb, ub, tb, ab) = a[key], b[key]
         if sa != sb or ua != ub or _canon(ta) != _canon(tb) or aa.keys() != ab.keys():
             return False
-        for unit in aa:
-            if aa[unit].keys() != ab[unit].keys():
+        for name in aa:
+            x, y = aa[name], ab[name]
+            if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
                 return False
-            for name in aa[unit]:
-                x, y = aa[unit][name], ab[unit][name]
-                if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
-                    return False
     return True
 
 

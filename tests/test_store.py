@@ -258,11 +258,10 @@ def test_arrays_round_trip_exactly(store: ResultsStore) -> None:
 def test_put_unit_is_idempotent_first_write_wins(store: ResultsStore) -> None:
     run = store.open_run(WS, SETTINGS)
     tables = {"models": [{"name": "a", "otr": 0.1}], "targets": [{"t": 0}, {"t": 1}]}
-    assert not store.has_unit(run.id, "u0")
+    assert store.finished_units(run.id) == set()
     assert store.put_unit(run.id, "u0", tables, {"h": np.ones(3)}) is True
     changed = {"models": [{"name": "a", "otr": 0.9}], "targets": [{"t": 5}]}
     assert store.put_unit(run.id, "u0", changed, {"h": np.zeros(3), "h2": np.ones(1)}) is False
-    assert store.has_unit(run.id, "u0")
     assert store.finished_units(run.id) == {"u0"}
     assert store.records(run.id, "models") == [{"name": "a", "otr": 0.1}]
     assert store.records(run.id, "targets") == [{"t": 0}, {"t": 1}]
@@ -322,112 +321,6 @@ def _two_runs(store: ResultsStore) -> tuple[Run, Run]:
     return a, b
 
 
-def test_compare_runs_long_and_wide(store: ResultsStore) -> None:
-    a, b = _two_runs(store)
-    long = store.compare_runs([a.id, b.id], "models")
-    assert list(long.columns) == ["run_id", "name", "otr", "f1"]
-    assert long["run_id"].tolist() == [a.id, a.id, b.id, b.id]
-    assert long["name"].tolist() == ["ft", "ga", "ga", "rl"]
-    assert long["otr"].tolist() == [0.2, 0.5, 0.7, 0.1]
-    wide = store.compare_runs([a.id, b.id], "models", on="name")
-    assert list(wide.columns) == ["name", f"otr@{a.id}", f"otr@{b.id}", f"f1@{b.id}"]
-    wide = wide.set_index("name")
-    assert wide.loc["ga", f"otr@{a.id}"] == 0.5 and wide.loc["ga", f"otr@{b.id}"] == 0.7
-    assert pd.isna(wide.loc["rl", f"otr@{a.id}"]) and pd.isna(wide.loc["ft", f"otr@{b.id}"])
-    assert sorted(wide.index) == ["ft", "ga", "rl"]
-    with pytest.raises(StoreError, match="distinct run ids"):
-        store.compare_runs([a.id, a.id], "models")
-    with pytest.raises(StoreError, match="no key column"):
-        store.compare_runs([a.id, b.id], "models", on=["name", "seed"])
-    store.put_unit(a.id, "dup", {"models": [{"name": "ft", "otr": 0.3}]})
-    with pytest.raises(StoreError, match="uniquely"):
-        store.compare_runs([a.id, b.id], "models", on="name")
-    with pytest.raises(StoreError, match="has no table 'nope'"):
-        store.compare_runs([a.id, b.id], "nope")
-
-
-def _export_fixture(store: ResultsStore) -> tuple[Run, dict[str, np.ndarray]]:
-    run = store.open_run(WS, SETTINGS, label="export")
-    arrays = {"H/a": np.linspace(0, 1, 7), "H/b": np.arange(4, dtype=np.int32).reshape(2, 2)}
-    store.put_unit(
-        run.id,
-        "u0",
-        {
-            "models": [
-                {"name": "a", "otr": 0.25, "valid": True, "n": 3, "note": 'x,"y"\n'},
-                {"name": "b", "otr": 1 / 3, "valid": False, "n": 4, "note": "ü"},
-            ],
-            "targets": [{"t": 0, "h": 1e-12}, {"t": 1, "h": math.nan}],
-        },
-        arrays,
-    )
-    return run, arrays
-
-
-@pytest.mark.parametrize("fmt", ["csv", "parquet"])
-def test_export_per_table_files(store: ResultsStore, tmp_path: Path, fmt: str) -> None:
-    run, arrays = _export_fixture(store)
-    out = tmp_path / "export" / fmt
-    written = store.export_run(run.id, out, fmt, include_arrays=True)
-    names = {"run.json", f"models.{fmt}", f"targets.{fmt}", "arrays.npz"}
-    assert {p.name for p in written} == names
-    assert {p.name for p in out.iterdir()} == names  # no temporary files left behind
-    meta = json.loads((out / "run.json").read_text())
-    assert meta["settings"] == SETTINGS and meta["id"] == run.id and meta["label"] == "export"
-    for table in ("models", "targets"):
-        if fmt == "csv":
-            back = pd.read_csv(out / f"{table}.csv")
-        else:
-            back = pd.read_parquet(out / f"{table}.parquet")
-        pd.testing.assert_frame_equal(back, store.rows(run.id, table), check_dtype=False)
-    with np.load(out / "arrays.npz") as npz:
-        assert sorted(npz.files) == sorted(arrays)
-        for name, arr in arrays.items():
-            np.testing.assert_array_equal(npz[name], arr)
-            assert npz[name].dtype == arr.dtype
-    # exporting again replaces the files in place
-    store.export_run(run.id, out, fmt)
-    assert (out / f"models.{fmt}").exists()
-
-
-def test_export_json_single_file(store: ResultsStore, tmp_path: Path) -> None:
-    run, arrays = _export_fixture(store)
-    out = tmp_path / "export" / "run.json"
-    assert store.export_run(run.id, out, "json", include_arrays=True) == [out]
-    assert [p.name for p in out.parent.iterdir()] == ["run.json"]
-    doc = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
-    assert doc["run"]["settings"] == SETTINGS
-    assert doc["run"]["settings_hash"] == run.settings_hash
-    assert doc["tables"]["models"] == store.records(run.id, "models")
-    assert doc["tables"]["targets"] == [{"t": 0, "h": 1e-12}, {"t": 1, "h": None}]
-    for name, arr in arrays.items():
-        entry = doc["arrays"][name]
-        back = np.array(entry["data"], dtype=entry["dtype"]).reshape(entry["shape"])
-        np.testing.assert_array_equal(back, arr)
-        assert back.dtype == arr.dtype
-    store.export_run(run.id, out, "json")
-    assert "arrays" not in json.loads(out.read_text())
-
-
-def test_export_errors(store: ResultsStore, tmp_path: Path) -> None:
-    run, _ = _export_fixture(store)
-    with pytest.raises(StoreError, match="unsupported export format 'xlsx'"):
-        store.export_run(run.id, tmp_path / "x", "xlsx")
-    a_file = tmp_path / "file.txt"
-    a_file.write_text("")
-    with pytest.raises(StoreError, match="is a file"):
-        store.export_run(run.id, a_file, "csv")
-    with pytest.raises(StoreError, match="is a folder"):
-        store.export_run(run.id, tmp_path, "json")
-    with pytest.raises(StoreError, match="unknown run id 999"):
-        store.export_run(999, tmp_path / "y", "csv")
-    mixed = store.open_run(WS, {"mixed": True})
-    store.put_unit(mixed.id, "u", {"t": [{"v": "a"}, {"v": 1}]})
-    with pytest.raises(StoreError, match="parquet"):
-        store.export_run(mixed.id, tmp_path / "p", "parquet")
-    assert not (tmp_path / "p").exists()
-
-
 # ---------------------------------------------------------------------- errors
 
 
@@ -462,7 +355,6 @@ def test_unknown_ids_names_and_bad_settings(store: ResultsStore) -> None:
     run = store.open_run(WS, SETTINGS)
     store.put_unit(run.id, "u", {"models": [{"a": 1}]}, {"h": np.ones(1)})
     for call in (
-        lambda: store.has_unit(42, "u"),
         lambda: store.finished_units(42),
         lambda: store.put_unit(42, "u", {}),
         lambda: store.rows(42, "models"),
@@ -640,17 +532,6 @@ def test_shipped_schema_1_store_is_upgraded_when_writable_and_served_read_only(t
         assert nulls == 0
     with ResultsStore(upgraded) as store:  # reopening does not upgrade twice
         assert _equal(_everything(store), before)
-
-
-def test_unit_arrays_need_no_name_parsing(store: ResultsStore) -> None:
-    run = store.open_run(WS, SETTINGS)
-    store.put_unit(run.id, "a/b", {"models": [{"name": "a/b"}]}, {"a/b/h": np.arange(3.0)})
-    store.put_unit(run.id, "a", {"models": [{"name": "a"}]}, {"a/h": np.ones(2)})
-    got = store.unit_arrays(run.id, "a/b")
-    assert list(got) == ["a/b/h"] and np.array_equal(got["a/b/h"], np.arange(3.0))
-    assert list(store.unit_arrays(run.id, "a")) == ["a/h"]
-    with pytest.raises(StoreError, match="no unit 'c'"):
-        store.unit_arrays(run.id, "c")
 
 
 def _damage(path: Path, sql: str, params: tuple = ()) -> None:

@@ -369,8 +369,6 @@ def test_no_models_says_how_to_add_one(ws):
     assert [p.field for p in problems] == ["models"] and "add-model" in problems[0].message
     with pytest.raises(WorkspaceError, match="has no models to evaluate"):
         workspace_hash(ws)
-    with pytest.raises(WorkspaceError, match="no models"):
-        ws.require_models()
 
 
 def test_cache_paths_and_fresh_model_paths(ws):

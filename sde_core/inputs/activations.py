@@ -604,14 +604,6 @@ class ActivationCache:
         for p in self._paths(digest):
             p.unlink(missing_ok=True)
 
-    def clear(self) -> int:
-        """Delete every entry; returns how many arrays were removed."""
-        removed = 0
-        for npy in self.root.glob("*/*.npy"):
-            self.delete(npy.stem)
-            removed += 1
-        return removed
-
 
 def align_to_dataset(
     arr: np.ndarray, bundle: DatasetBundle, split: str, file: str | Path

@@ -391,24 +391,6 @@ class Workspace:
         else:
             self.models.append(entry)
 
-    def require_models(self, names: Iterable[str] | None = None) -> list[ModelEntry]:
-        """The entries to evaluate (all, or the named ones in workspace order).
-
-        Raises:
-            WorkspaceError: the workspace has no models (with how to add one), or an unknown
-                name.
-        """
-        if not self.models:
-            raise WorkspaceError(f"the workspace {self.root} has no models: {_ADD_HINT}")
-        if names is None:
-            return list(self.models)
-        wanted = list(names)
-        known = {m.name for m in self.models}
-        unknown = [n for n in wanted if n not in known]
-        if unknown:
-            raise WorkspaceError(f"unknown models {unknown}; the workspace has {sorted(known)}")
-        return [m for m in self.models if m.name in set(wanted)]
-
 
 # ----------------------------------------------------------------------------- parsing
 

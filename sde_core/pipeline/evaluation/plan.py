@@ -168,7 +168,7 @@ class SubsetPlan:
     Attributes:
         draws: the independent draws (:class:`DrawPlan`), ``len(draws)`` = the draws used.
         forget, retain: the sorted D_f and D_r indices. n_test: |D_te|.
-        subset_size: n. requested_draws: ``settings.draws``.
+        subset_size: n.
         notes: what was reduced and why (fewer draws, no null check), in plain words.
     """
 
@@ -177,7 +177,6 @@ class SubsetPlan:
     retain: np.ndarray
     n_test: int
     subset_size: int
-    requested_draws: int
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     # Concatenations over the draws (the arrays of earlier, single-draw plans).
@@ -186,11 +185,6 @@ class SubsetPlan:
     def targets(self) -> np.ndarray:
         """``(T, n)`` every target, draw by draw."""
         return np.vstack([d.targets for d in self.draws])
-
-    @property
-    def target_draw(self) -> np.ndarray:
-        """``(T,)`` the draw of each row of :attr:`targets`."""
-        return np.concatenate([np.full(len(d.targets), d.index) for d in self.draws])
 
     @property
     def it_ref(self) -> np.ndarray:
@@ -344,6 +338,5 @@ def draw_subsets(
         retain=retain,
         n_test=int(n_test),
         subset_size=n,
-        requested_draws=settings.draws,
         notes=tuple(notes),
     )

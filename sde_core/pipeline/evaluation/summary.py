@@ -228,10 +228,6 @@ class ModelSummary:
         """The ``models`` table's columns, in order."""
         return [f.name for f in fields(cls)]
 
-    def to_json(self, draws: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-        """This model's entry of the method §10 JSON document (see :func:`model_json`)."""
-        return model_json(self.to_row(), draws)
-
 
 @dataclass(frozen=True)
 class DrawSummary:
