@@ -136,17 +136,6 @@ def build_tiny_workspace(folder: str | Path) -> Path:
     return root
 
 
-_SHARED: dict[str, Path] = {}
-
-
-def shared_tiny_workspace(base: Path) -> Path:
-    """Build the tiny workspace once per test process (both dashboard test modules use it, so
-    the second reuses the activation cache and results store of the first)."""
-    if "tiny" not in _SHARED:
-        _SHARED["tiny"] = build_tiny_workspace(base / "tiny-workspace")
-    return _SHARED["tiny"]
-
-
 def _ckpt(fraction: float) -> str:
     return f"ckpt_{round(fraction * 100):03d}.safetensors"
 

@@ -1,4 +1,4 @@
-"""Job functions for tests/test_engine.py (importable by Ray workers via PYTHONPATH)."""
+"""Job functions for tests/pipeline/test_engine.py (importable by Ray workers via PYTHONPATH)."""
 
 from __future__ import annotations
 

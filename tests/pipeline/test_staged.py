@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +14,6 @@ import pytest
 
 import sde_core.learning.metrics as metrics
 import sde_core.pipeline.evaluation.run as run_module
-from sde_core.pipeline.demo import default_demo_folder
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.run import (
     STAGES,
@@ -206,11 +205,9 @@ def test_stage_subset_runs_only_what_is_asked(inputs, forget, counters):
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the mnist1d demo without its results store and caches."""
-    target = tmp_path_factory.mktemp("staged") / "demo-mnist1d"
-    ignore = shutil.ignore_patterns(".sde-cache", "results.sqlite*")
-    return Path(shutil.copytree(default_demo_folder("mnist1d"), target, ignore=ignore))
+def workspace(mnist1d_copy: Callable[[str], Path]) -> Path:
+    """A copy of the mnist1d demo without its results store and stage caches."""
+    return mnist1d_copy("staged")
 
 
 def test_session_matches_evaluate_workspace_and_serves_repeats_from_cache(workspace):

@@ -169,7 +169,7 @@ def test_command_groups_are_extensible(capsys):
 def test_python_dash_m_entry_point(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "sde_core", "workspace", "show", str(tmp_path / "none")],
-        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
     )  # fmt: skip
     assert proc.returncode == 1
     assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: ")

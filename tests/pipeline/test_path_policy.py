@@ -23,7 +23,7 @@ from sde_core.pipeline.workspace import (
     write_workspace,
 )
 
-APP = Path(__file__).resolve().parent.parent / "app.py"
+APP = Path(__file__).resolve().parents[2] / "app.py"
 SECRET = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
 LEAKS = ("root:x", "/bin/bash", "daemon", "nologin")
 FAST = ["--subset-size", "10", "--targets", "4", "--splits", "4", "--panel-size", "20"]

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,11 +42,9 @@ SPEC_KEYS = {
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def workspace(mnist1d_copy: Callable[[str], Path]) -> Path:
     """A copy of the mnist1d demo without its results store (so evaluations really compute)."""
-    target = tmp_path_factory.mktemp("evaluate-cli") / "demo-mnist1d"
-    ignore = shutil.ignore_patterns(".sde-cache", "results.sqlite*")
-    return Path(shutil.copytree(default_demo_folder("mnist1d"), target, ignore=ignore))
+    return mnist1d_copy("evaluate-cli")
 
 
 def one_error_line(capsys: pytest.CaptureFixture) -> str:
@@ -63,7 +62,7 @@ def test_python_dash_m_writes_the_spec_json(workspace, tmp_path):
     shadow.mkdir()
     for name in ("transformers", "tokenizers", "datasets"):
         (shadow / f"{name}.py").write_text(f"raise ImportError('the vision path imported {name}')")
-    paths = [str(shadow), str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]
+    paths = [str(shadow), str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     proc = subprocess.run(
         [sys.executable, "-m", "sde_core", "evaluate", str(workspace), "--json", str(out),

@@ -16,7 +16,7 @@ from test_workspace import MLP_KWARGS, make_workspace
 from sde_core.inputs.architectures import build_model
 from sde_core.pipeline.workspace import load_workspace
 
-APP = Path(__file__).resolve().parent.parent / "app.py"
+APP = Path(__file__).resolve().parents[2] / "app.py"
 OCTET = "application/octet-stream"
 
 

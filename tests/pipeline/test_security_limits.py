@@ -336,7 +336,7 @@ def test_no_file_appeared_outside(outside):
 def test_links_with_odd_numbers_show_a_problem_not_an_exception(ws_root, monkeypatch, page):
     from streamlit.testing.v1 import AppTest
 
-    app = Path(__file__).resolve().parent.parent / "app.py"
+    app = Path(__file__).resolve().parents[2] / "app.py"
     monkeypatch.setenv("SDE_WORKSPACE", str(ws_root))
     monkeypatch.setenv("SDE_DATA_ROOTS", str(ws_root))
     at = AppTest.from_file(str(app), default_timeout=120)

@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
-from ui_fixtures import shared_tiny_workspace
 
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.errors import InputError
@@ -27,15 +26,15 @@ from sde_core.viz.formatting import format_estimate, format_number
 from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
 from sde_core.viz.verdicts import explain_verdict, verdict_label
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app.py"
 TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def ws(tiny_workspace: Path) -> Iterator[Path]:
     """The tiny workspace, opened by the app through SDE_WORKSPACE."""
-    folder = shared_tiny_workspace(tmp_path_factory.getbasetemp())
+    folder = tiny_workspace
     saved = {k: os.environ.get(k) for k in ("SDE_WORKSPACE", "SDE_DATA_ROOTS")}
     os.environ["SDE_WORKSPACE"] = str(folder)
     os.environ["SDE_DATA_ROOTS"] = str(folder.parent)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import write_idx
+from idx_files import write_idx
 from streamlit.testing.v1 import AppTest
 
 from sde_core.cli import main
@@ -28,7 +28,7 @@ from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.workspace import load_workspace, validate_workspace
 from sde_core.viz.figures import plan_figure
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SMALL = EvalSettings(layer="denoised@0.5", subset_size=8, targets=2, splits=10, panel_size=20,
                      null_pairs=1, baseline_targets=0, draws=1)  # fmt: skip
 

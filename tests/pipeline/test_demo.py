@@ -27,7 +27,7 @@ from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.workspace import load_workspace, validate_workspace, workspace_hash
 
-ASSETS = Path(__file__).resolve().parents[1] / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
 #: assets/ stays small: ~6 MB of data, ~10 MB of half-precision checkpoints and two results
 #: stores of ~8 MB (B = 5 draws of H arrays per model, so every page and every bins/α change is
 #: answered without recomputation), plus the diffusion demo (method §14: ~1 MB of data, ~3 MB

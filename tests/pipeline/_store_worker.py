@@ -1,7 +1,8 @@
-"""Sweep worker for the results-store process tests (run as a script by ``tests/test_store.py``).
+"""Sweep worker for the results-store process tests (run as a script by
+``tests/pipeline/test_store.py``).
 
-``python tests/_store_worker.py DB N [--hang-at K --marker FILE] [--delay S]`` opens the run
-:data:`WORKSPACE` / :data:`SETTINGS` in the store ``DB`` and writes units ``unit-0`` ..
+``python tests/pipeline/_store_worker.py DB N [--hang-at K --marker FILE] [--delay S]`` opens the
+run :data:`WORKSPACE` / :data:`SETTINGS` in the store ``DB`` and writes units ``unit-0`` ..
 ``unit-{N-1}``, skipping finished ones, then marks the run complete and prints
 ``written=W skipped=S``. With ``--hang-at K`` it stops *inside* the transaction of unit K, after
 that unit's table rows were inserted and before its arrays and the commit, creates ``FILE`` and

@@ -61,7 +61,7 @@ from sde_core.inputs.precomputed import load_precomputed
 from sde_core.pipeline.workspace import Workspace, load_workspace
 from sde_core.services.workspaces import ModelSpec, Upload, add_uploaded_model
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "bring-your-own.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "bring-your-own.md"
 #: Result keys compared between models (the evaluation JSON may gain others).
 KEYS = ("otr", "f1", "reference_p", "references_valid", "acc_r", "acc_f", "acc_te", "asr")
 #: Added to every recipe's ``evaluate`` command, for speed only.
@@ -208,7 +208,7 @@ def sha256(path: Path) -> str:
 
 def test_the_page_recipes_are_all_run_here():
     tested = {"salun", "sparse", "torchvision", "hidden-states", "torchscript", "hf-folder"}
-    tested |= {"own-class", "lightning", "timm"}  # tests/test_ecosystems.py
+    tested |= {"own-class", "lightning", "timm"}  # tests/inputs/test_ecosystems.py
     assert set(RECIPES) == tested and set(FILES) == {"salun_indices.py", "export_hidden.py"}
     compile(FILES["export_hidden.py"], "export_hidden.py", "exec")  # needs a real LM to run
     for block in RECIPES.values():

@@ -24,7 +24,7 @@ from sde_core.errors import SDEError, StoreError
 from sde_core.pipeline.store import APPLICATION_ID, SCHEMA_VERSION, ResultsStore, Run
 from sde_core.pipeline.store_integrity import DamagedUnitError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKER_PATH = Path(__file__).with_name("_store_worker.py")
 _spec = importlib.util.spec_from_file_location("_store_worker", WORKER_PATH)
 assert _spec is not None and _spec.loader is not None

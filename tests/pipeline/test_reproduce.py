@@ -17,7 +17,7 @@ from sde_core.pipeline.demo import default_demo_folder
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.pipeline.reproduce import compare_model, worst_outcome
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Another CPU, emulated: torch's portable kernels instead of the AVX ones, numba's generic
 #: target instead of this CPU's.

@@ -25,7 +25,7 @@ from sde_core.pipeline.llm_demo import (
 )
 from sde_core.pipeline.workspace import check_workspace, load_workspace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("transformers")  # the optional [llm] extra
 
 

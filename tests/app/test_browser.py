@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from ui_fixtures import shared_tiny_workspace
 
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
@@ -40,8 +39,8 @@ from sde_core.pipeline.workspace import load_workspace
 from sde_core.viz.formatting import format_estimate, format_number, format_percent
 from sde_core.viz.report import REPORT_SECTIONS
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -127,9 +126,9 @@ def dashboards(ws: Path, count: int = 1) -> Iterator[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ws(tiny_workspace: Path) -> Path:
     chromium_path()
-    return shared_tiny_workspace(tmp_path_factory.getbasetemp())
+    return tiny_workspace
 
 
 @contextmanager

@@ -4,7 +4,7 @@ methods, and the trust rules for pickled weights and remote code.
 
 Every model is a tiny GPT-2 built from a ``GPT2Config`` and saved with ``save_pretrained``; the
 hidden states are checked against ``transformers``' own ``output_hidden_states``. That the vision
-path never imports ``transformers`` is checked by ``tests/test_evaluate_cli.py`` (a whole
+path never imports ``transformers`` is checked by ``tests/cli/test_evaluate_cli.py`` (a whole
 ``python -m sde_core evaluate`` with the package shadowed by one that fails on import).
 """
 

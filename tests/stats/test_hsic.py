@@ -493,7 +493,7 @@ def demo_outputs() -> dict[str, np.ndarray]:
     from sde_core.inputs.data import DatasetSpec, load_dataset
     from sde_core.pipeline.workspace import load_workspace
 
-    ws = load_workspace(Path(__file__).resolve().parent.parent / "assets" / "demo-mnist1d")
+    ws = load_workspace(Path(__file__).resolve().parents[2] / "assets" / "demo-mnist1d")
     bundle = load_dataset(DatasetSpec.from_dict(ws.dataset, base_dir=ws.root))
     out = {}
     for entry in ws.models:

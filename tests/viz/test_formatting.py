@@ -29,7 +29,7 @@ from sde_core.viz.glossary import (
     term,
 )
 
-METHOD_DOC = Path(__file__).resolve().parent.parent / "docs" / "method.md"
+METHOD_DOC = Path(__file__).resolve().parents[2] / "docs" / "method.md"
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ui_fixtures import shared_tiny_workspace
 
 from sde_core.errors import SettingsError, StoreError
 from sde_core.inputs.data import load_dataset
@@ -38,8 +37,8 @@ from sde_core.viz.links import (
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory):
-    folder = shared_tiny_workspace(tmp_path_factory.getbasetemp())
+def tiny(tiny_workspace: Path):
+    folder = tiny_workspace
     ws = load_workspace(folder)
     bundle = load_dataset(ws.dataset_spec())
     settings = EvalSettings.from_mapping(dataclasses.asdict(ws.defaults))
@@ -77,7 +76,7 @@ def test_thumbnails_name_the_classes(tiny):
 
 def test_1d_inputs_come_as_signals_with_named_predictions(tmp_path):
     """mnist1d's 40-point inputs are returned as the signals the model sees (drawn as curves)."""
-    demo = Path(__file__).resolve().parents[1] / "assets" / "demo-mnist1d"
+    demo = Path(__file__).resolve().parents[2] / "assets" / "demo-mnist1d"
     skip = shutil.ignore_patterns(".sde-cache", "*.sqlite*")
     ws = load_workspace(shutil.copytree(demo, tmp_path / "demo", ignore=skip))
     bundle = load_dataset(ws.dataset_spec())
@@ -181,7 +180,7 @@ def test_links_carry_the_workspace_hash_and_the_public_address():
 
 def test_store_path_is_not_spelled_by_services():
     """One place names the cache folder (services.evaluation._cache_root)."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for path in [*(root / "pages").glob("*.py"), *(root / "sde_core" / "services").glob("*.py")]:
         text = path.read_text(encoding="utf-8")
         if path.name != "evaluation.py":
