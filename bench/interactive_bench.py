@@ -1,18 +1,18 @@
 """Dashboard actions at library level (method §12): how long each page action takes, cold and warm.
 
 Every action goes through the calls the pages make — an
-:class:`~sde_core.pipeline.evaluate.EvaluationSession` of the default demo and its
+:class:`~sde_core.pipeline.evaluation.session.EvaluationSession` of the default demo and its
 ``stream`` / ``evaluate`` — with the activation cache warm (extracted once beforehand) and a
 fresh, empty stage cache (``cold``) that the later actions then reuse (``warm``):
 
 - **first evaluation** of one model at the defaults (Explore, first visit): first histogram
   (the first partial result, draw 1's references and targets, built into a
-  :class:`~sde_core.pipeline.evaluate.ModelEvaluation`) and the page complete
-  (:data:`~sde_core.pipeline.evaluate.EXPLORE_STAGES`);
+  :class:`~sde_core.pipeline.evaluation.run.ModelEvaluation`) and the page complete
+  (:data:`~sde_core.pipeline.evaluation.session.EXPLORE_STAGES`);
 - **σ change** (√d → median rule), **bins change** (30 → 20) and **α change** (0.01 → 0.05);
 - **n 400 → 1000**;
 - **Compare, first visit at a new σ**: nine models at ``output``
-  (:data:`~sde_core.pipeline.evaluate.COMPARE_STAGES`), with the time each model finished;
+  (:data:`~sde_core.pipeline.evaluation.session.COMPARE_STAGES`), with the time each model finished;
 - **Compare, second visit** (the same settings again);
 - the **baselines** of one model (MMD and exact W2), which no page waits for.
 
@@ -54,12 +54,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sde_core.pipeline.evaluate import (
-    COMPARE_STAGES,
-    EXPLORE_STAGES,
-    EvalSettings,
-    EvaluationSession,
-)
+from sde_core.pipeline.evaluation.session import COMPARE_STAGES, EXPLORE_STAGES, EvaluationSession
+from sde_core.pipeline.settings import EvalSettings
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 #: Acceptance targets on an idle 2-core machine (seconds or ratios).

@@ -131,7 +131,7 @@ class Recorder:
 def evaluate_recorded(engine: str, workspace: Path, cache: Path) -> tuple[Recorder, float]:
     """``evaluate_workspace`` on every model with the batch call recorded; (recorder, seconds)."""
     import sde_core.pipeline.evaluation.stages as stages
-    from sde_core.pipeline.evaluate import evaluate_workspace
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 
     rec = Recorder(engine, stages.split_half_batch_stats)  # the evaluation's one kernel call
     stages.split_half_batch_stats = rec
@@ -219,7 +219,7 @@ def sigma_change(workspace: Path, cache: Path, n_subsets: int, quick: bool) -> d
 def first_evaluation_share(workspace: Path, model: str) -> dict[str, float]:
     """A first evaluation of one model (cold activation cache) vs its HSIC at a new σ."""
     import sde_core.pipeline.evaluation.stages as stages
-    from sde_core.pipeline.evaluate import evaluate_workspace
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 
     with tempfile.TemporaryDirectory() as tmp:
         rec = Recorder("current", stages.split_half_batch_stats)

@@ -36,12 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import reference_hsic_v3 as v3  # noqa: E402
 
-import sde_core.pipeline.evaluate as ev  # noqa: E402
+import sde_core.pipeline.evaluation.stages as stages  # noqa: E402
 from sde_core.pipeline.demo import default_demo_folder  # noqa: E402
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace  # noqa: E402
 from sde_core.stats.hsic import BatchStats  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-REAL = ev.split_half_batch_stats
+REAL = stages.split_half_batch_stats
 SUBSET_KEYS = ["model", "kind", "index"]
 EXACT = ["decision", "in_training_raw", "verdict"]
 NUMERIC = ["p_in", "p_out", "d_it", "d_oot", "score"]
@@ -72,13 +73,13 @@ ENGINES = {
 
 
 def evaluate(workspace: Path, engine: str, cache: Path) -> tuple[Any, float]:
-    ev.split_half_batch_stats = ENGINES[engine]
+    stages.split_half_batch_stats = ENGINES[engine]
     try:
         t0 = time.perf_counter()
-        result = ev.evaluate_workspace(workspace, cache_dir=cache)
+        result = evaluate_workspace(workspace, cache_dir=cache)
         return result, time.perf_counter() - t0
     finally:
-        ev.split_half_batch_stats = REAL
+        stages.split_half_batch_stats = REAL
 
 
 def compare(ref: Any, got: Any) -> dict[str, Any]:

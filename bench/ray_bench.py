@@ -55,7 +55,7 @@ def warm_up() -> None:
 
 def resnet18_epoch_seconds(batch: int = 128, steps: int = 3) -> float:
     """CPU seconds of one CIFAR-10 epoch (50,000 images) of ResNet-18, from a few timed steps."""
-    from sde_core.inputs.models import build_model
+    from sde_core.inputs.architectures import build_model
 
     torch.manual_seed(0)
     model = build_model("resnet18", num_classes=10)

@@ -36,9 +36,11 @@ from sde_core.common.validation import SIGMA_MIN
 from sde_core.errors import SDEError
 from sde_core.inputs.activations import LayerInfo
 from sde_core.inputs.data import DatasetBundle, load_dataset
-from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
-from sde_core.pipeline.evaluation import COMPARE_STAGES, EvaluationCancelled, EvaluationSession
+from sde_core.pipeline.evaluation.run import EvaluationCancelled
+from sde_core.pipeline.evaluation.session import COMPARE_STAGES, EvaluationSession
+from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
 from sde_core.pipeline.model_inputs import entry_layer_infos
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash
 from sde_core.services.evaluation import (

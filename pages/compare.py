@@ -30,10 +30,10 @@ from pages._common import (
     show_verdict,
     table,
 )
-from sde_core.pipeline.evaluate import EvaluationResult
+from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.view_state import CompareView
-from sde_core.viz.figures import BAR_METRICS, METRICS, comparison_bars, draw_strip, target_overlay
+from sde_core.viz.figures import BAR_CHOICES, comparison_bars, draw_strip, target_overlay
 from sde_core.viz.report import to_csv_bytes
 from sde_core.viz.ui_support import comparison_display, comparison_table
 from sde_core.viz.verdicts import retrain_row
@@ -80,10 +80,10 @@ def charts(results: dict[str, EvaluationResult]) -> str:
         The layer the charts show.
     """
     left, right = st.columns(2)
-    if st.session_state.get("c_metric") not in BAR_METRICS:
-        st.session_state["c_metric"] = BAR_METRICS[0]
+    if st.session_state.get("c_metric") not in BAR_CHOICES:
+        st.session_state["c_metric"] = next(iter(BAR_CHOICES))
     metric = left.selectbox(
-        "Metric", BAR_METRICS, format_func=lambda m: METRICS[m].label, key="c_metric"
+        "Metric", list(BAR_CHOICES), format_func=BAR_CHOICES.__getitem__, key="c_metric"
     )
     if st.session_state.get("c_layer") not in results:
         st.session_state["c_layer"] = next(iter(results))

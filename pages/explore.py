@@ -45,8 +45,10 @@ from pages._common import (
 )
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError
-from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult
-from sde_core.pipeline.evaluation import EXPLORE_STAGES, PartialEvaluation
+from sde_core.pipeline.evaluation.run import PartialEvaluation
+from sde_core.pipeline.evaluation.session import EXPLORE_STAGES
+from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.evaluation import progress_note, session_result, target_texts, thumbnails
 from sde_core.services.view_state import ExploreView, restrict

@@ -27,7 +27,7 @@ from pages._common import (
     table,
 )
 from sde_core.common.hashing import stable_hash
-from sde_core.pipeline.evaluate import EvaluationResult
+from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.audit import build_manifest, report_file_stem, report_json_bytes
 from sde_core.services.view_state import ReportView

@@ -29,7 +29,8 @@ from pages._common import (
 from sde_core.common.hashing import stable_hash
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.common.sigma import SIGMA_SYNTAX
-from sde_core.pipeline.evaluate import EvalSettings, Progress
+from sde_core.pipeline.model_inputs import Progress
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.sweeps import available_fractions, run_sweep, sigma_markers
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.plans import plan_points, plan_runs

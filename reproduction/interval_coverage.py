@@ -34,7 +34,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sde_core.pipeline.evaluate import EvaluationSession  # noqa: E402
+from sde_core.pipeline.evaluation.session import EvaluationSession  # noqa: E402
 from sde_core.pipeline.store import ResultsStore  # noqa: E402
 
 DEMOS = {"fashion-mnist": ROOT / "assets" / "demo", "mnist1d": ROOT / "assets" / "demo-mnist1d"}

@@ -30,7 +30,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import StandardScaler
 
-from sde_core.inputs.data import load_dataset, load_index_file
+from sde_core.inputs.data import load_dataset
+from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.model_inputs import entry_activations
 from sde_core.pipeline.workspace import load_workspace
 from sde_core.services.evaluation import activation_cache

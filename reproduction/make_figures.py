@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from sde_core.pipeline.evaluate import ALGORITHM_VERSION
+from sde_core.pipeline.settings import ALGORITHM_VERSION
 from sde_core.pipeline.store import ResultsStore
 
 COLORS = {"S_IT": "#1f77b4", "S_OOT": "#ff7f0e", "S_target": "#2ca02c"}

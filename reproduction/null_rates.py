@@ -34,9 +34,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sde_core.pipeline.evaluate import EvaluationSession  # noqa: E402
+from sde_core.pipeline.evaluation.session import EvaluationSession  # noqa: E402
 from sde_core.pipeline.evaluation.stages import compute_h  # noqa: E402
-from sde_core.stats.decision import subset_scores  # noqa: E402
+from sde_core.stats.calibrated import subset_scores  # noqa: E402
 from sde_core.stats.replication import replicate_proportion  # noqa: E402
 
 DEMOS = {"fashion-mnist": ROOT / "assets" / "demo", "mnist1d": ROOT / "assets" / "demo-mnist1d"}

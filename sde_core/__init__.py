@@ -6,8 +6,12 @@ list (``tests/test_architecture.py`` enforces it; ``docs/architecture.md`` expla
 - :mod:`sde_core.errors`, :mod:`sde_core.common` — the error hierarchy, hashing, input checks,
   atomic file writes.
 - :mod:`sde_core.stats` — the statistics (numpy/scipy/numba only): the split-half HSIC engine
-  (:mod:`~sde_core.stats.hsic`), the decision rules and calibrated evidence
-  (:mod:`~sde_core.stats.decision`), the MMD / Wasserstein baselines
+  (:mod:`~sde_core.stats.hsic`), one module per test — the JSD decision
+  (:mod:`~sde_core.stats.jsd`), the reference U-tests (:mod:`~sde_core.stats.utest`), the
+  headline metrics (:mod:`~sde_core.stats.headline`), the calibrated verdicts
+  (:mod:`~sde_core.stats.calibrated`), panel outliers, the null check, the over-unlearning
+  test — the subset sampling (:mod:`~sde_core.stats.sampling`), the intervals over draws
+  (:mod:`~sde_core.stats.replication`) and the MMD / Wasserstein baselines
   (:mod:`~sde_core.stats.baselines`).
 - :mod:`sde_core.inputs` — datasets, architectures and safe checkpoints, cached activation
   extraction (torch).
@@ -18,50 +22,17 @@ list (``tests/test_architecture.py`` enforces it; ``docs/architecture.md`` expla
   dashboard calls.
 - :mod:`sde_core.cli` — ``python -m sde_core``: one module per command group.
 
-The stable import paths of the public API are ``sde_core.hsic``, ``sde_core.decision``,
-``sde_core.baselines``, ``sde_core.models``, ``sde_core.data``, ``sde_core.evaluate``,
-``sde_core.workspace``, ``sde_core.store`` and ``sde_core.errors``; the most used names are
-also available here (imported on first use, so ``import sde_core`` stays light).
+Every public name has one import path: the module that defines it, e.g.
+``from sde_core.stats.hsic import split_half_hsic`` or
+``from sde_core.pipeline.settings import EvalSettings``; no package re-exports a name
+(``docs/architecture.md``, "One import path per name"). ``import sde_core`` imports nothing
+else, so it stays light.
 
 References "method §N" in docstrings and messages point to section N of ``docs/method.md``.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+__all__ = ["__version__"]
 
 __version__ = "0.1.0"
-
-#: Public name -> module that defines it (resolved lazily by :func:`__getattr__`).
-_EXPORTS = {
-    "split_half_hsic": "sde_core.stats.hsic",
-    "hsic": "sde_core.stats.hsic",
-    "resolve_sigma": "sde_core.stats.hsic",
-    "jsd": "sde_core.stats.decision",
-    "decide": "sde_core.stats.decision",
-    "reference_check": "sde_core.stats.decision",
-    "calibrated_verdict": "sde_core.stats.decision",
-    "load_checkpoint": "sde_core.inputs.models",
-    "load_dataset": "sde_core.inputs.data",
-    "load_workspace": "sde_core.pipeline.workspace",
-    "EvalSettings": "sde_core.pipeline.evaluate",
-    "evaluate_workspace": "sde_core.pipeline.evaluate",
-    "ResultsStore": "sde_core.pipeline.store",
-    "SDEError": "sde_core.errors",
-}
-
-__all__ = ["__version__", *sorted(_EXPORTS)]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sde_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,35 +1,18 @@
-"""Shared pytest fixtures (keep small): tiny datasets written in their real on-disk formats."""
+"""Fixtures shared by several test folders (keep small); each folder's own live in its
+conftest.py. Helper modules (``artefacts``, ``ui_fixtures``, ``llm_artefacts``, ``idx_files``)
+live beside this file; ``pythonpath`` in pyproject.toml makes them importable."""
 
 from __future__ import annotations
 
-import gzip
-import struct
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from ui_fixtures import build_tiny_workspace
 
-
-def write_idx(path: Path, array: np.ndarray) -> None:
-    """Write a uint8 array as a gzip-compressed idx file (MNIST format)."""
-    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + b"".join(
-        struct.pack(">I", d) for d in array.shape
-    )
-    with gzip.open(path, "wb") as fh:
-        fh.write(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
-
-
-@pytest.fixture
-def fashion_root(tmp_path: Path) -> Path:
-    """A Fashion-MNIST folder with 40 train / 20 test random 28×28 images (idx .gz files)."""
-    rng = np.random.default_rng(0)
-    root = tmp_path / "fashion"
-    root.mkdir()
-    for prefix, n in (("train", 40), ("t10k", 20)):
-        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)))
-        write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n) % 10)
-    return root
+from sde_core.pipeline.demo import default_demo_folder
 
 
 @pytest.fixture
@@ -51,3 +34,35 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The dashboard tests' tiny image workspace (``ui_fixtures``), built once per session in the
+    session's base temporary folder: the modules that use it (app, browser, services) share its
+    activation cache and results store."""
+    return build_tiny_workspace(tmp_path_factory.getbasetemp() / "tiny-workspace")
+
+
+@pytest.fixture(scope="session")
+def mnist1d_copy(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Make a copy of the mnist1d demo without its results store and stage caches, so its
+    evaluations really compute — but with every activation the session's earlier copies
+    extracted (the cache is content-addressed and checked on read), so each model's activations
+    are extracted once per session."""
+    copies: list[Path] = []
+
+    def make(name: str) -> Path:
+        target = tmp_path_factory.mktemp(name) / "demo-mnist1d"
+        ignore = shutil.ignore_patterns(".sde-cache", "results.sqlite*")
+        shutil.copytree(default_demo_folder("mnist1d"), target, ignore=ignore)
+        for earlier in copies:
+            extracted = earlier / ".sde-cache" / "activations"
+            if extracted.is_dir():
+                shutil.copytree(
+                    extracted, target / ".sde-cache" / "activations", dirs_exist_ok=True
+                )
+        copies.append(target)
+        return target
+
+    return make

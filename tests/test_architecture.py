@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,8 +31,6 @@ LAYERS = {
     "cli": 6,
     "__main__": 6,
 }
-#: Stable public import paths: thin re-exports that nothing inside the library imports.
-STABLE = ("hsic", "decision", "baselines", "models", "data", "evaluate", "workspace", "store")
 #: Third-party packages each layer may import (beyond the standard library and lower layers).
 THIRD_PARTY = {
     0: {"numpy"},
@@ -80,17 +82,15 @@ def library_modules() -> dict[str, set[str]]:
 
 def layer_of(module: str) -> int | None:
     parts = module.split(".")
-    if len(parts) == 1:  # the package itself: lazy re-exports only
+    if len(parts) == 1:  # the package itself: its version only
         return None
-    if parts[1] in STABLE:
-        return 7
     return LAYERS[parts[1]]
 
 
 def test_every_module_has_a_layer() -> None:
     for module in library_modules():
         parts = module.split(".")
-        assert len(parts) == 1 or parts[1] in LAYERS or parts[1] in STABLE, module
+        assert len(parts) == 1 or parts[1] in LAYERS, module
 
 
 def test_no_import_goes_up_the_layers() -> None:
@@ -105,17 +105,6 @@ def test_no_import_goes_up_the_layers() -> None:
         and not dst.endswith("__init__")
     ]
     assert not wrong, "\n".join(sorted(wrong))
-
-
-def test_nothing_inside_imports_the_stable_re_exports() -> None:
-    graph = library_modules()
-    users = [
-        f"{src} imports {dst}"
-        for src, deps in graph.items()
-        for dst in deps
-        if layer_of(dst) == 7 and layer_of(src) != 7
-    ]
-    assert not users, "\n".join(users)
 
 
 def test_no_import_cycle() -> None:
@@ -160,7 +149,6 @@ def test_no_import_cycle() -> None:
 
 @pytest.mark.parametrize("layer", sorted(THIRD_PARTY))
 def test_low_layers_import_only_their_allowed_packages(layer: int) -> None:
-    import sys
 
     allowed = THIRD_PARTY[layer] | set(sys.stdlib_module_names) | {"sde_core", "__future__"}
     for path in ROOT.rglob("*.py"):
@@ -182,24 +170,114 @@ def test_the_library_never_imports_the_ui() -> None:
             assert imported.split(".")[0] not in FORBIDDEN_EVERYWHERE, (path, imported)
 
 
-@pytest.mark.parametrize(
-    ("path", "names"),
-    [
-        ("sde_core.hsic", ["split_half_hsic", "hsic", "resolve_sigma"]),
-        ("sde_core.decision", ["jsd", "decide", "reference_check", "calibrated_verdict"]),
-        ("sde_core.baselines", ["nearest_reference_batch"]),
-        ("sde_core.models", ["load_checkpoint", "build_model", "save_checkpoint"]),
-        ("sde_core.data", ["load_dataset", "load_index_file", "DatasetSpec"]),
-        ("sde_core.evaluate", ["EvalSettings", "evaluate_workspace", "ALGORITHM_VERSION"]),
-        ("sde_core.workspace", ["load_workspace", "Workspace", "ModelEntry"]),
-        ("sde_core.store", ["ResultsStore", "workspace_store_path"]),
-        ("sde_core.errors", ["SDEError", "CheckpointError", "EngineError", "ExportError"]),
-        ("sde_core", ["split_half_hsic", "evaluate_workspace", "SDEError", "__version__"]),
-    ],
-)
-def test_stable_import_paths(path: str, names: list[str]) -> None:
-    module = importlib.import_module(path)
-    for name in names:
-        assert getattr(module, name) is not None, f"{path}.{name}"
-    if path != "sde_core":
-        assert set(names) <= set(module.__all__)
+#: Where imports of library names are checked (every Python file of the repository but .venv).
+IMPORTERS = ("sde_core", "pages", "tests", "bench", "reproduction", "app.py")
+
+
+def defined_names(path: Path) -> set[str]:
+    """Names a module binds itself at top level (def, class, assignment; inside top-level
+    ``if``/``try`` blocks too), not the names it imports."""
+    out: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(node.name)
+            elif isinstance(node, ast.Assign):
+                out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                out.add(node.target.id)
+            elif isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return out
+
+
+def declared_all(path: Path) -> list[str] | None:
+    """The literal ``__all__`` of a module (None when it has none)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return [ast.literal_eval(e) for e in node.value.elts]  # type: ignore[attr-defined]
+    return None
+
+
+def test_all_lists_only_what_the_module_defines() -> None:
+    """One import path per name (docs/architecture.md): no module re-exports another's name."""
+    wrong = [
+        f"{module_name(path)}.__all__ lists {name}, which the module does not define"
+        for path in sorted(ROOT.rglob("*.py"))
+        for name in sorted(set(declared_all(path) or ()) - defined_names(path))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_each_class_and_function_is_exported_by_one_module() -> None:
+    owners: dict[int, list[str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        name = module_name(path)
+        module = importlib.import_module(name)
+        for item in getattr(module, "__all__", ()):
+            obj = getattr(module, item)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                owners.setdefault(id(obj), []).append(f"{name}.{item}")
+                assert obj.__module__ == name, f"{name}.{item} is {obj.__module__}.{item}"
+    shared = [paths for paths in owners.values() if len(paths) > 1]
+    assert not shared, shared
+
+
+def test_every_import_of_a_library_name_names_its_defining_module() -> None:
+    """``from sde_core.X import n`` anywhere in the repository: n is a submodule of X or is
+    defined in X (never re-exported by it)."""
+    repo = ROOT.parent
+    files: list[Path] = []
+    for top in IMPORTERS:
+        where = repo / top
+        files += [where] if where.suffix == ".py" else sorted(where.rglob("*.py"))
+    cache: dict[str, set[str]] = {}
+    wrong = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+                continue
+            if node.module.split(".")[0] != "sde_core":
+                continue
+            base = ROOT.parent.joinpath(*node.module.split("."))
+            source = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+            if node.module not in cache:
+                cache[node.module] = defined_names(source)
+            for alias in node.names:
+                submodule = base / alias.name
+                if submodule.is_dir() or submodule.with_suffix(".py").exists():
+                    continue
+                if alias.name not in cache[node.module]:
+                    wrong.append(
+                        f"{path.relative_to(repo)}:{node.lineno}: {node.module}.{alias.name}"
+                    )
+    assert not wrong, "imported from a module that does not define them:\n" + "\n".join(wrong)
+
+
+def test_import_sde_core_is_light() -> None:
+    """``import sde_core`` loads no other module of the library and no heavy dependency."""
+    code = (
+        "import sys, sde_core; heavy = ('torch', 'numpy', 'scipy', 'pandas', 'numba');"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy or "
+        "m.startswith('sde_core.')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == "[]", out.stdout

@@ -14,7 +14,12 @@ import pytest
 #: Module -> the least number of examples (``>>>`` lines) it holds.
 MODULES = {
     "sde_core.stats.hsic": 10,
-    "sde_core.stats.decision": 9,
+    "sde_core.stats.jsd": 5,
+    "sde_core.stats.headline": 1,
+    "sde_core.stats.proportions": 2,
+    "sde_core.stats.calibrated": 1,
+    "sde_core.stats.outliers": 2,
+    "sde_core.stats.sampling": 5,
     "sde_core.stats.baselines": 3,
     "sde_core.stats.replication": 6,
     "sde_core.common.validation": 7,

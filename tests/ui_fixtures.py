@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sde_core.inputs.data import load_dataset, save_index_file
-from sde_core.inputs.models import build_model, save_checkpoint
+from sde_core.inputs.architectures import build_model
+from sde_core.inputs.data import load_dataset
+from sde_core.inputs.indices import save_index_file
+from sde_core.inputs.models import save_checkpoint
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (
     CheckpointRef,
@@ -132,17 +134,6 @@ def build_tiny_workspace(folder: str | Path) -> Path:
     )
     write_workspace(ws)
     return root
-
-
-_SHARED: dict[str, Path] = {}
-
-
-def shared_tiny_workspace(base: Path) -> Path:
-    """Build the tiny workspace once per test process (both dashboard test modules use it, so
-    the second reuses the activation cache and results store of the first)."""
-    if "tiny" not in _SHARED:
-        _SHARED["tiny"] = build_tiny_workspace(base / "tiny-workspace")
-    return _SHARED["tiny"]
 
 
 def _ckpt(fraction: float) -> str:

@@ -13,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from sde_core.cli._args import Parser, parse_pairs
+from sde_core.cli._args import Parser
 from sde_core.cli.demo import register_demo
 from sde_core.cli.evaluate import register_evaluate
 from sde_core.cli.plan import register_run_plan
@@ -22,7 +22,12 @@ from sde_core.cli.verify import register_verify
 from sde_core.cli.workspace import register_workspace
 from sde_core.errors import SDEError
 
-__all__ = ["COMMAND_GROUPS", "add_command_group", "build_parser", "main", "parse_pairs"]
+__all__ = [
+    "COMMAND_GROUPS",
+    "add_command_group",
+    "build_parser",
+    "main",
+]
 
 Registrar = Callable[[argparse._SubParsersAction], None]
 

@@ -33,7 +33,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     from sde_core.inputs.activations import torch_device as check_device
     from sde_core.pipeline.engine import make_engine
-    from sde_core.pipeline.evaluate import evaluate_workspace
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore, workspace_store_path
     from sde_core.pipeline.workspace import load_workspace
 
@@ -86,7 +86,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _print_table(result: Any) -> None:
     """The summary table, then why numbers are withheld ("–"), which models could not be
     evaluated (their own inputs failed) and what the plan reduced."""
-    from sde_core.pipeline.evaluate import CLI_COLUMNS
+    from sde_core.pipeline.evaluation.summary import CLI_COLUMNS
 
     if not result.models.empty:
         table = result.models[list(CLI_COLUMNS)]

@@ -40,7 +40,9 @@ def _print_summary(store: object, run_id: int) -> None:
 
 def _cmd_run_plan(args: argparse.Namespace) -> int:
     from sde_core.pipeline.engine import make_engine
-    from sde_core.pipeline.plans import build_jobs, load_plan, run_plan
+    from sde_core.pipeline.plans.driver import run_plan
+    from sde_core.pipeline.plans.graph import build_jobs
+    from sde_core.pipeline.plans.spec import load_plan
     from sde_core.pipeline.store import ResultsStore
 
     plan = load_plan(args.plan)

@@ -38,26 +38,20 @@ from sde_core.common.fsio import atomic_write, atomic_write_text
 from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
 from sde_core.common.validation import as_index_vector, check_int
 from sde_core.errors import ActivationError, CheckpointError, DataError
+from sde_core.inputs.architectures import ALIASES, LayerRef, model_layer_refs
 from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
-from sde_core.inputs.data import DatasetBundle, load_precomputed
+from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.denoisers import is_denoiser, noise_layer_name, parse_noise_layer
 from sde_core.inputs.external_archs import is_file_arch, parse_file_arch
 from sde_core.inputs.isolation import (
     DEFAULT_MEMORY_LIMIT,
-    DEFAULT_TIME_LIMIT,
     IsolatedWorker,
     check_time_limit,
 )
-from sde_core.inputs.models import (
-    ALIASES,
-    LayerRef,
-    load_checkpoint,
-    load_checkpoint_details,
-    model_layer_refs,
-)
+from sde_core.inputs.models import load_checkpoint, load_checkpoint_details
+from sde_core.inputs.precomputed import load_precomputed
 
 __all__ = [
-    "DEFAULT_TIME_LIMIT",
     "ActivationCache",
     "CacheStats",
     "LayerInfo",
@@ -610,14 +604,6 @@ class ActivationCache:
         for p in self._paths(digest):
             p.unlink(missing_ok=True)
 
-    def clear(self) -> int:
-        """Delete every entry; returns how many arrays were removed."""
-        removed = 0
-        for npy in self.root.glob("*/*.npy"):
-            self.delete(npy.stem)
-            removed += 1
-        return removed
-
 
 def align_to_dataset(
     arr: np.ndarray, bundle: DatasetBundle, split: str, file: str | Path
@@ -986,7 +972,7 @@ def trusted_weights(
             or cannot be loaded.
         ActivationError: the time or memory limit was exceeded, or the child crashed.
     """
-    from sde_core.inputs.models import build_model
+    from sde_core.inputs.architectures import build_model
 
     file = Path(path)
     with _checkpoint_child(file, arch, arch_kwargs, time_limit) as worker:

@@ -53,7 +53,6 @@ __all__ = [
     "TORCHVISION_FAMILIES",
     "ArchSpec",
     "LayerRef",
-    "Normalize",
     "build_model",
     "build_model_within",
     "candidate_kwargs",

@@ -50,15 +50,12 @@ from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
 from sde_core.common.validation import check_int
 from sde_core.errors import DataError
 from sde_core.inputs.indices import (
-    INDEX_SUFFIXES,
     MAX_CLASSES,
     as_index_array,
     as_labels,
     check_unique,
-    class_indices,
     excerpt,
     load_index_file,
-    save_index_file,
 )
 from sde_core.inputs.precomputed import PrecomputedActivations, load_precomputed, npz_arrays
 from sde_core.inputs.text_data import TextDataset, read_text_source
@@ -66,21 +63,14 @@ from sde_core.inputs.text_data import TextDataset, read_text_source
 __all__ = [
     "DATASET_KINDS",
     "FASHION_CLASS_NAMES",
-    "INDEX_SUFFIXES",
-    "MAX_CLASSES",
     "MAX_GENERATED_SAMPLES",
     "MAX_IMAGE_SIZE",
     "ArrayDataset",
     "DatasetBundle",
     "DatasetSpec",
     "ImageFileDataset",
-    "PrecomputedActivations",
-    "class_indices",
     "load_dataset",
-    "load_index_file",
-    "load_precomputed",
     "read_idx",
-    "save_index_file",
 ]
 
 DATASET_KINDS = (

@@ -23,8 +23,8 @@ from torch.utils.data import Dataset, Subset
 from sde_core.common.validation import as_index_vector, check_int
 from sde_core.errors import InputError
 from sde_core.learning.training import make_loader, resolve_device
-from sde_core.stats.decision import wilson_interval
 from sde_core.stats.near_ties import ACTIVATION_RTOL, boundary_near_ties
+from sde_core.stats.proportions import wilson_interval
 
 __all__ = [
     "ATTACK_TIE_BAND",

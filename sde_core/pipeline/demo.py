@@ -503,7 +503,8 @@ def _train_original(
     """Train h_or (resumable), then store its initial weights and checkpoints in float16."""
     import torch
 
-    from sde_core.inputs.models import build_model, load_checkpoint
+    from sde_core.inputs.architectures import build_model
+    from sde_core.inputs.models import load_checkpoint
     from sde_core.learning.training import checkpoint_name, train
 
     torch.manual_seed(recipe.seed)
@@ -541,7 +542,7 @@ def _random_model(ws: Workspace, recipe: DemoRecipe, key: str) -> ModelEntry:
     """The negative control h_rand: a freshly initialised model (seed ``random_seed``)."""
     import torch
 
-    from sde_core.inputs.models import build_model
+    from sde_core.inputs.architectures import build_model
 
     t0 = time.perf_counter()
     torch.manual_seed(recipe.random_seed)
@@ -584,7 +585,7 @@ def _unlearned_model(
 
 def _write_data(recipe: DemoRecipe, folder: Path, source: Path | None) -> None:
     """``data.npz``, ``LICENSE-data.txt`` and the seeded random ``forget.npy``."""
-    from sde_core.inputs.data import save_index_file
+    from sde_core.inputs.indices import save_index_file
 
     arrays, licence = _demo_arrays(recipe, source)
     _write_if_changed(folder / DATA_FILE, npz_bytes(arrays))
@@ -713,7 +714,8 @@ def _unlearn_inputs(
     ws: Workspace, recipe: DemoRecipe, bundle: Any, forget: np.ndarray
 ) -> tuple[torch.nn.Module, UnlearnData]:
     """h_or and its initial weights as saved (float16 → float32), and the unlearning data."""
-    from sde_core.inputs.models import build_model, load_checkpoint
+    from sde_core.inputs.architectures import build_model
+    from sde_core.inputs.models import load_checkpoint
     from sde_core.learning.unlearning import UnlearnData
 
     entry = ws.original()
@@ -733,7 +735,7 @@ def fill_store(ws: Workspace, path: Path) -> Path:
     compact it (the shipped results store of every bundled demo)."""
     from tqdm import tqdm
 
-    from sde_core.pipeline.evaluate import evaluate_workspace
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore
 
     settings = ws.defaults

@@ -212,7 +212,8 @@ def memorisation_rows(
 ) -> list[DenoisingLossRow]:
     """Every model's denoising loss on D_f, D_r and D_te at each of ``levels``, and its paired
     comparison with the retrained model (see :class:`DenoisingLossRow`)."""
-    from sde_core.inputs.data import load_dataset, load_index_file
+    from sde_core.inputs.data import load_dataset
+    from sde_core.inputs.indices import load_index_file
     from sde_core.learning.diffusion import denoising_losses
     from sde_core.pipeline.model_inputs import load_entry_model
 

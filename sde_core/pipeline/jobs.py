@@ -38,7 +38,7 @@ def random_model_job(
     import torch
 
     from sde_core.common.hashing import file_sha256
-    from sde_core.inputs.models import build_model
+    from sde_core.inputs.architectures import build_model
     from sde_core.learning.training import save_weights
     from sde_core.pipeline.workspace import fresh_model_path, load_workspace, relative_to_workspace
 
@@ -78,8 +78,8 @@ def train_model_job(
     import torch
 
     from sde_core.common.hashing import file_sha256
+    from sde_core.inputs.architectures import build_model
     from sde_core.inputs.data import load_dataset
-    from sde_core.inputs.models import build_model
     from sde_core.learning.training import TrainConfig, train
     from sde_core.pipeline.workspace import fresh_model_path, load_workspace, relative_to_workspace
 
@@ -129,8 +129,9 @@ def unlearn_model_job(
     """
     from sde_core.common.hashing import file_sha256
     from sde_core.errors import TrainingError
-    from sde_core.inputs.data import load_dataset, load_index_file
-    from sde_core.inputs.models import build_model
+    from sde_core.inputs.architectures import build_model
+    from sde_core.inputs.data import load_dataset
+    from sde_core.inputs.indices import load_index_file
     from sde_core.learning.training import TrainConfig, save_weights
     from sde_core.learning.unlearning import UnlearnData, unlearn
     from sde_core.pipeline.model_inputs import load_entry_model

@@ -165,7 +165,7 @@ def entry_layers(ws: Any, entry: Any) -> list[str] | None:
     """The layers of a model's precomputed activations file, or None for a checkpoint model."""
     if not entry.activations:
         return None
-    from sde_core.inputs.data import load_precomputed
+    from sde_core.inputs.precomputed import load_precomputed
 
     file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
     return load_precomputed(file, model=entry.name).layers
@@ -190,7 +190,7 @@ def entry_layer_infos(
             time_limit=time_limit,
             noise_levels=NOISE_LEVELS,
         )  # fmt: skip
-    from sde_core.inputs.data import load_precomputed
+    from sde_core.inputs.precomputed import load_precomputed
 
     file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
     pre = load_precomputed(file, model=entry.name)
@@ -205,7 +205,7 @@ def _precomputed(
     ws: Any, entry: Any, bundle: Any, split: str, names: Sequence[str], indices: np.ndarray | None
 ) -> dict[str, np.ndarray]:
     from sde_core.inputs.activations import align_to_dataset
-    from sde_core.inputs.data import load_precomputed
+    from sde_core.inputs.precomputed import load_precomputed
 
     file = ws.path(entry.activations, what=f"model {entry.name!r} activations", must_exist=True)
     try:

@@ -41,7 +41,7 @@ with ``PRAGMA application_id`` = :data:`APPLICATION_ID`):
   order (first-seen order of the row dicts' keys).
 - ``table_rows(unit_id, table_name, seq, payload JSON)``: one row dict per record.
 - ``arrays(run_id, name, unit_id, dtype, shape JSON, data BLOB, checksum)``: C-order bytes,
-  unique name per run; :meth:`~ResultsStore.unit_arrays` returns one unit's arrays.
+  unique name per run (:meth:`~ResultsStore.array`, :meth:`~ResultsStore.array_names`).
 
 Every child row references its run (directly or through its unit) with ``ON DELETE CASCADE``.
 The database runs in WAL mode with ``synchronous=NORMAL`` and a busy timeout, so any number of
@@ -60,15 +60,13 @@ missing value for the column (NaN, or ``None`` in ``object`` columns), so test w
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import json
-import math
 import re
 import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,10 +75,7 @@ from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from sde_core.common.csv_cells import neutralise_formula
 from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import StoreError
@@ -107,15 +102,10 @@ from sde_core.pipeline.workspace import cache_path
 
 __all__ = [
     "APPLICATION_ID",
-    "EXPORT_FORMATS",
     "SCHEMA_VERSION",
     "SHIPPED_STORE",
-    "DamagedUnit",
-    "DamagedUnitError",
-    "RepairReport",
     "ResultsStore",
     "Run",
-    "StoreDamagedError",
     "workspace_store_path",
 ]
 
@@ -124,9 +114,6 @@ SCHEMA_VERSION = 2
 
 APPLICATION_ID = 0x53444531
 """``PRAGMA application_id`` of an SDE results store (ASCII ``"SDE1"``)."""
-
-EXPORT_FORMATS = ("csv", "json", "parquet")
-"""Formats accepted by :meth:`ResultsStore.export_run`."""
 
 RunStatus = Literal["running", "complete"]
 Scalar = None | bool | int | float | str
@@ -776,20 +763,6 @@ class ResultsStore:
 
     # ------------------------------------------------------------------ units
 
-    def has_unit(self, run_id: int, unit_key: str) -> bool:
-        """Whether the unit ``unit_key`` of the run is stored (and intact).
-
-        Raises:
-            StoreError: No such run.
-            DamagedUnitError: The unit is stored but damaged.
-        """
-        self.get_run(run_id)
-        found = self._query(
-            f"{self._unit_select()} WHERE run_id = ? AND unit_key = ?", (int(run_id), unit_key)
-        )
-        self._verify_units(found)
-        return bool(found)
-
     def finished_units(self, run_id: int) -> set[str]:
         """Keys of every stored unit of the run, after verifying every one of them.
 
@@ -979,26 +952,6 @@ class ResultsStore:
         self._verify_run(int(run_id))
         return decode_array(*found[0][1:])
 
-    def unit_arrays(self, run_id: int, unit_key: str) -> dict[str, np.ndarray]:
-        """Every array the unit ``unit_key`` stored, by name (sorted), without parsing names.
-
-        Raises:
-            StoreError: No such run or unit.
-            DamagedUnitError: The unit is damaged.
-        """
-        self.get_run(run_id)
-        unit = self._query(
-            f"{self._unit_select()} WHERE run_id = ? AND unit_key = ?", (int(run_id), unit_key)
-        )
-        if not unit:
-            raise StoreError(f"run {run_id} has no unit {unit_key!r}: see finished_units()")
-        self._verify_run(int(run_id))
-        found = self._query(
-            "SELECT name, dtype, shape, data FROM arrays WHERE unit_id = ? ORDER BY name",
-            (unit[0][0],),
-        )
-        return {str(name): decode_array(d, s, b) for name, d, s, b in found}
-
     def array_names(self, run_id: int, prefix: str = "") -> list[str]:
         """Sorted names of the run's arrays that start with ``prefix``.
 
@@ -1013,145 +966,7 @@ class ResultsStore:
         )
         return [str(name) for (name,) in found]
 
-    def compare_runs(
-        self, run_ids: Sequence[int], table: str, on: str | Sequence[str] | None = None
-    ) -> pd.DataFrame:
-        """One table of several runs side by side.
-
-        Args:
-            run_ids: The runs to compare, in display order (at least one, no repeats).
-            table: The table to compare; every run must have it.
-            on: ``None`` for the long form: the runs' rows stacked, with a leading ``run_id``
-                column. Key column(s) for the wide form: one row per key (outer join), key
-                columns first, then each other column once per run as ``"<column>@<run_id>"``.
-
-        Raises:
-            StoreError: No runs or repeated ids, an unknown run or table, a ``run_id`` column
-                already in the table (long form), or key columns that are missing or do not
-                identify a run's rows uniquely (wide form).
-        """
-        ids = [int(r) for r in run_ids]
-        if not ids or len(set(ids)) != len(ids):
-            raise StoreError(f"compare_runs needs distinct run ids, got {list(run_ids)}")
-        frames = {rid: self.rows(rid, table) for rid in ids}
-        if on is None:
-            for rid, frame in frames.items():
-                if "run_id" in frame.columns:
-                    raise StoreError(
-                        f"table {table!r} of run {rid} already has a 'run_id' column: "
-                        "compare it in the wide form (pass on=<key columns>)"
-                    )
-            stacked = [frame.assign(run_id=rid) for rid, frame in frames.items()]
-            long = pd.concat(stacked, ignore_index=True)
-            return long[["run_id", *(c for c in long.columns if c != "run_id")]]
-        keys = [on] if isinstance(on, str) else list(on)
-        value_columns: list[str] = []
-        wide: pd.DataFrame | None = None
-        for rid, frame in frames.items():
-            missing = [k for k in keys if k not in frame.columns]
-            if missing:
-                raise StoreError(f"table {table!r} of run {rid} has no key column(s) {missing}")
-            if frame.duplicated(subset=keys).any():
-                raise StoreError(
-                    f"key column(s) {keys} do not identify the rows of table {table!r} of run "
-                    f"{rid} uniquely: add key columns to 'on'"
-                )
-            values = [c for c in frame.columns if c not in keys]
-            value_columns += [c for c in values if c not in value_columns]
-            part = frame.rename(columns={c: f"{c}@{rid}" for c in values})
-            wide = part if wide is None else wide.merge(part, on=keys, how="outer", sort=False)
-        assert wide is not None
-        ordered = [f"{c}@{rid}" for c in value_columns for rid in ids]
-        return wide[keys + [c for c in ordered if c in wide.columns]].reset_index(drop=True)
-
     # ------------------------------------------------------------------ export
-
-    def export_run(
-        self,
-        run_id: int,
-        path: str | Path,
-        fmt: str,
-        *,
-        include_arrays: bool = False,
-    ) -> list[Path]:
-        """Write the run's settings and tables (and optionally arrays) to files.
-
-        - ``"csv"`` / ``"parquet"``: ``path`` is a folder (created when missing) that receives
-          ``<table>.csv`` / ``<table>.parquet`` per table, ``run.json`` (run metadata and
-          settings) and, with ``include_arrays``, ``arrays.npz``.
-        - ``"json"``: ``path`` is one file ``{"run": {...}, "tables": {name: [row, ...]},
-          "arrays": {name: {"dtype", "shape", "data"}}}`` (``arrays`` only with
-          ``include_arrays``). JSON has no NaN or infinity: non-finite floats are written as
-          ``null``.
-
-        Each file is written to a temporary file beside it and renamed into place, so a reader
-        never sees a half-written file.
-
-        Returns:
-            The files written.
-
-        Raises:
-            StoreError: No such run, an unsupported format, an unusable path, or (parquet) a
-                column mixing value types.
-        """
-        if fmt not in EXPORT_FORMATS:
-            raise StoreError(
-                f"unsupported export format {fmt!r}: choose one of {', '.join(EXPORT_FORMATS)}"
-            )
-        run = self.get_run(run_id)
-        target = Path(path)
-        meta = {
-            "id": run.id,
-            "workspace_hash": run.workspace_hash,
-            "settings_hash": run.settings_hash,
-            "label": run.label,
-            "created": run.created,
-            "status": run.status,
-            "settings": run.settings,
-        }
-        names = self.array_names(run_id) if include_arrays else []
-        if fmt == "json":
-            if target.is_dir():
-                raise StoreError(f"json export path {target} is a folder: give a file path")
-            document: dict[str, Any] = {
-                "run": meta,
-                "tables": {t: self.records(run_id, t) for t in self.tables(run_id)},
-            }
-            if include_arrays:
-                document["arrays"] = {}
-                for name in names:
-                    arr = self.array(run_id, name)
-                    document["arrays"][name] = {
-                        "dtype": arr.dtype.str,
-                        "shape": list(arr.shape),
-                        "data": arr.tolist(),
-                    }
-            text = json.dumps(_finite_json(document), allow_nan=False, indent=1)
-            _atomic_write(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
-            return [target]
-        if target.exists() and not target.is_dir():
-            raise StoreError(
-                f"{fmt} export path {target} is a file: give a folder (one file per table)"
-            )
-        frames = {table: self.rows(run_id, table) for table in self.tables(run_id)}
-        if fmt == "parquet":  # convert every table first: a failure leaves no files behind
-            arrow = {table: _arrow_table(frame, table) for table, frame in frames.items()}
-        written = [target / "run.json"]
-        meta_text = json.dumps(_finite_json(meta), allow_nan=False, indent=1)
-        _atomic_write(written[0], lambda tmp: tmp.write_text(meta_text, encoding="utf-8"))
-        for table, frame in frames.items():
-            out = target / f"{table}.{fmt}"
-            if fmt == "csv":
-                _atomic_write(out, functools.partial(_write_csv, frame))
-            else:
-                _atomic_write(out, functools.partial(_write_parquet, arrow[table]))
-            written.append(out)
-        if include_arrays:
-            arrays = {name: self.array(run_id, name) for name in names}
-            out = target / "arrays.npz"
-            _atomic_write(out, lambda tmp: _write_npz(tmp, arrays))
-            written.append(out)
-        return written
 
 
 # ---------------------------------------------------------------------- helpers
@@ -1236,57 +1051,6 @@ def _encode_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[str, str
             )
         encoded[name] = (arr.dtype.str, json.dumps(list(arr.shape)), arr.tobytes(order="C"))
     return encoded
-
-
-def _finite_json(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by ``None`` (strict JSON)."""
-    if isinstance(value, dict):
-        return {key: _finite_json(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_finite_json(item) for item in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """Call ``write`` on a new temporary file beside ``path``, flush it to disk, rename it.
-
-    The temporary file is created by ``write`` itself, so the result gets the usual permissions.
-    """
-    try:
-        atomic_write(path, write)
-    except OSError as exc:
-        raise StoreError(f"cannot write {path} ({exc}): choose a writable path") from exc
-
-
-def _arrow_table(frame: pd.DataFrame, table: str) -> pa.Table:
-    """``frame`` as an Arrow table, or :class:`StoreError` when a column mixes value types."""
-    try:
-        return pa.Table.from_pandas(frame, preserve_index=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise StoreError(
-            f"table {table!r} cannot be written as parquet ({exc}): a column mixes value "
-            "types; export it as csv or json"
-        ) from exc
-
-
-def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    """``arrays`` as an uncompressed ``.npz`` file (keys are the array names)."""
-    with open(path, "wb") as fh:
-        np.savez(fh, **arrays)  # type: ignore[arg-type]
-
-
-def _write_csv(frame: pd.DataFrame, path: Path) -> None:
-    """``frame`` as CSV without its index; text a spreadsheet would run as a formula gets a
-    leading apostrophe (:func:`~sde_core.common.csv_cells.neutralise_formula`)."""
-    safe = frame.map(neutralise_formula).rename(columns=neutralise_formula)
-    safe.to_csv(path, index=False)
-
-
-def _write_parquet(table: pa.Table, path: Path) -> None:
-    """An Arrow table as a parquet file."""
-    pq.write_table(table, path)
 
 
 #: A workspace may ship precomputed results here (e.g. the bundled demos); read-only seed.

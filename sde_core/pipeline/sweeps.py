@@ -1,6 +1,7 @@
 """Parameter sweeps: a metric as a function of σ, the layer, the subset size or the checkpoint.
 
-Every point of a sweep is one :func:`sde_core.pipeline.evaluate.evaluate_workspace` call, so with a
+Every point of a sweep is one
+:func:`sde_core.pipeline.evaluation.workspace_run.evaluate_workspace` call, so with a
 :class:`~sde_core.pipeline.store.ResultsStore` each finished (point, model) is stored as it
 completes:
 repeating a sweep reads it back without recomputation, and an interrupted sweep resumes where it
@@ -26,7 +27,10 @@ import numpy as np
 import pandas as pd
 
 from sde_core.errors import SettingsError
-from sde_core.pipeline.evaluate import EvalSettings, Progress, draw_subsets, evaluate_workspace
+from sde_core.pipeline.evaluation.plan import draw_subsets
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+from sde_core.pipeline.model_inputs import Progress
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import ModelEntry, Workspace, cache_path, load_workspace
 from sde_core.stats.hsic import resolve_sigma
 
@@ -273,7 +277,8 @@ def sigma_markers(
         ``{"sqrt_dim": √d, "median": median pairwise distance}`` in activation units.
     """
     from sde_core.inputs.activations import ActivationCache
-    from sde_core.inputs.data import load_dataset, load_index_file
+    from sde_core.inputs.data import load_dataset
+    from sde_core.inputs.indices import load_index_file
     from sde_core.pipeline.model_inputs import load_model_inputs
 
     ws = _workspace(workspace)

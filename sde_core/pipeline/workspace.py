@@ -391,24 +391,6 @@ class Workspace:
         else:
             self.models.append(entry)
 
-    def require_models(self, names: Iterable[str] | None = None) -> list[ModelEntry]:
-        """The entries to evaluate (all, or the named ones in workspace order).
-
-        Raises:
-            WorkspaceError: the workspace has no models (with how to add one), or an unknown
-                name.
-        """
-        if not self.models:
-            raise WorkspaceError(f"the workspace {self.root} has no models: {_ADD_HINT}")
-        if names is None:
-            return list(self.models)
-        wanted = list(names)
-        known = {m.name for m in self.models}
-        unknown = [n for n in wanted if n not in known]
-        if unknown:
-            raise WorkspaceError(f"unknown models {unknown}; the workspace has {sorted(known)}")
-        return [m for m in self.models if m.name in set(wanted)]
-
 
 # ----------------------------------------------------------------------------- parsing
 
@@ -741,7 +723,7 @@ def resolve_arch(ws: Workspace, m: ModelEntry) -> str | None:
 
 
 def _model_problems(ws: Workspace) -> list[Problem]:
-    from sde_core.inputs.models import get_arch
+    from sde_core.inputs.architectures import get_arch
 
     out: list[Problem] = []
     if not ws.models:
@@ -847,7 +829,7 @@ def validate_workspace(ws: Workspace, *, check_data: bool = False) -> list[Probl
     known architectures, that every checkpoint/activations file exists and matches its
     recorded hash. With ``check_data`` the dataset is loaded to know the training-set size.
     """
-    from sde_core.inputs.data import load_index_file
+    from sde_core.inputs.indices import load_index_file
 
     if not isinstance(ws, Workspace):
         raise WorkspaceError(f"validate_workspace needs a Workspace, got {_type_name(ws)}")

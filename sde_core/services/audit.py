@@ -48,16 +48,13 @@ from sde_core import __version__
 from sde_core.common.fsio import atomic_write_bytes, atomic_write_text
 from sde_core.common.hashing import array_sha256, file_sha256
 from sde_core.errors import ExportError, SDEError, SettingsError
-from sde_core.inputs.data import DatasetBundle, load_dataset, load_index_file
-from sde_core.pipeline.evaluate import (
-    ALGORITHM_VERSION,
-    EvalSettings,
-    EvaluationResult,
-    Progress,
-    evaluate_workspace,
-)
+from sde_core.inputs.data import DatasetBundle, load_dataset
+from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies
+from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
+from sde_core.pipeline.model_inputs import Progress
 from sde_core.pipeline.reproduce import Comparison, Outcome, compare_model, worst_outcome
+from sde_core.pipeline.settings import ALGORITHM_VERSION, EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, load_workspace
 from sde_core.services.signing import (

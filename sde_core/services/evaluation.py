@@ -24,13 +24,15 @@ import numpy as np
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SettingsError
 from sde_core.inputs.activations import ActivationCache
-from sde_core.inputs.data import DatasetBundle, load_index_file
+from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name, parse_noise_layer, probe_noise
+from sde_core.inputs.indices import load_index_file
 from sde_core.inputs.text_data import TextDataset
-from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, draw_subsets
+from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.run import ModelEvaluation
-from sde_core.pipeline.evaluation.workspace_run import result_tables
+from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, result_tables
 from sde_core.pipeline.model_inputs import entry_activations, entry_cached_layers
+from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, cache_path
 
@@ -59,7 +61,7 @@ def activation_cache(ws: Workspace) -> ActivationCache:
 def target_subsets(ws: Workspace, bundle: DatasetBundle, settings: EvalSettings) -> np.ndarray:
     """The evaluation's target subsets: int64 ``(T, n)`` row indices into D_tr.
 
-    Drawn by the evaluation's own :func:`~sde_core.pipeline.evaluate.draw_subsets` from the
+    Drawn by the evaluation's own :func:`~sde_core.pipeline.evaluation.plan.draw_subsets` from the
     settings' seed, so they are exactly the subsets the result scored (this is the one place
     that re-derives them; an evaluation that records its subsets would replace it).
     """

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from sde_core.errors import StoreError
-from sde_core.pipeline.plans import is_plan_run
+from sde_core.pipeline.plans.driver import is_plan_run
 from sde_core.pipeline.store import ResultsStore
 
 __all__ = ["plan_points", "plan_runs"]

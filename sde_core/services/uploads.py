@@ -16,14 +16,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sde_core.errors import InputError
-from sde_core.inputs.checkpoint_files import CHECKPOINT_SUFFIXES
-from sde_core.inputs.indices import INDEX_SUFFIXES
 from sde_core.pipeline.model_inputs import checkpoint_metadata
 
 __all__ = [
     "ACTIVATION_SUFFIXES",
-    "CHECKPOINT_SUFFIXES",
-    "INDEX_SUFFIXES",
     "MAX_UPLOAD_MB",
     "CheckpointInfo",
     "check_upload",

@@ -29,6 +29,8 @@ from sde_core.common.hashing import file_sha256
 from sde_core.common.paths import check_path_text, env_roots, resolve_in_roots
 from sde_core.common.staging import Staging
 from sde_core.errors import CheckpointError, DataError, SDEError, SettingsError, WorkspaceError
+from sde_core.inputs.checkpoint_files import CHECKPOINT_SUFFIXES
+from sde_core.inputs.indices import INDEX_SUFFIXES
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (
     PRECOMPUTED,
@@ -46,14 +48,7 @@ from sde_core.pipeline.workspace import (
     validate_workspace,
     workspace_toml,
 )
-from sde_core.services.uploads import (
-    ACTIVATION_SUFFIXES,
-    CHECKPOINT_SUFFIXES,
-    INDEX_SUFFIXES,
-    check_upload,
-    file_suffix,
-    guess_role,
-)
+from sde_core.services.uploads import ACTIVATION_SUFFIXES, check_upload, file_suffix, guess_role
 
 __all__ = [
     "AddedModel",
@@ -138,7 +133,7 @@ def check_outputs(shape: tuple[int, ...] | str, bundle: Any) -> int:
 
 def _activation_layers(file: Path, name: str, bundle: Any) -> list[str]:
     """The layers of a model's activations file, after checking its rows fit the dataset."""
-    from sde_core.inputs.data import load_precomputed
+    from sde_core.inputs.precomputed import load_precomputed
 
     pre = load_precomputed(file, model=name)
     for split in ("train", "test"):
@@ -185,7 +180,7 @@ def suggest_subset_size(
     Raises:
         DataError: the pools are too small for any subset (n < 4).
     """
-    from sde_core.pipeline.evaluate import draw_subsets
+    from sde_core.pipeline.evaluation.plan import draw_subsets
 
     base = base or EvalSettings()
     f = np.unique(np.asarray(forget, dtype=np.int64))
@@ -290,7 +285,8 @@ def create_workspace(
     Raises:
         WorkspaceError, DataError, SettingsError: invalid inputs; nothing was written.
     """
-    from sde_core.inputs.data import class_indices, load_dataset, load_index_file
+    from sde_core.inputs.data import load_dataset
+    from sde_core.inputs.indices import class_indices, load_index_file
 
     try:
         root = Path(check_path_text(folder, "workspace folder")).resolve()
@@ -816,7 +812,7 @@ def build_from_uploads(request: BuildRequest, page_roots: Sequence[Path]) -> Bui
 def _stage_forget(
     upload: Upload, staging: Staging, ws: Workspace, n_train: int
 ) -> tuple[np.ndarray | None, list[Problem]]:
-    from sde_core.inputs.data import load_index_file
+    from sde_core.inputs.indices import load_index_file
 
     try:
         safe = check_upload(upload.name, len(upload.data), INDEX_SUFFIXES)

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from sde_core.stats.decision import _jsd_probs, histogram_edges
 from sde_core.stats.hsic import resolve_sigma
+from sde_core.stats.jsd import _jsd_probs, histogram_edges
 
 __all__ = [
     "ACTIVATION_RTOL",

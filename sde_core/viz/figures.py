@@ -40,19 +40,17 @@ from plotly.subplots import make_subplots
 
 from sde_core.errors import ExportError, SettingsError
 from sde_core.pipeline.evaluation.metric_table import BAR_METRICS, INTERVAL_METHODS, METRICS, Metric
-from sde_core.stats.decision import histogram_edges
+from sde_core.stats.jsd import histogram_edges
 from sde_core.viz.formatting import AXIS_NUMBERS, UNBOUNDED, column_formatter
 
 __all__ = [
-    "BAR_METRICS",
+    "BAR_CHOICES",
     "COLORS",
     "DRAW_STRIP_METRICS",
-    "METRICS",
     "MODEL_COLORS",
     "PLOTLY_CONFIG",
     "ROLE_COLORS",
     "VERDICT_COLORS",
-    "ExportError",
     "comparison_bars",
     "draw_strip",
     "figure_to_image",
@@ -214,7 +212,7 @@ def hsic_histogram(
     bins do (with one target selected they are exactly that decision's bins).
 
     Args:
-        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult`.
+        result: an :class:`~sde_core.pipeline.evaluation.workspace_run.EvaluationResult`.
         model: model name.
         targets: ``"pooled"`` (every split of all T targets in one trace), indices of targets to
             show one trace each (at most 6, told apart by fill patterns), or None (references
@@ -259,7 +257,8 @@ def target_overlay(result: Any, models: Sequence[str], *, bins: int | None = Non
     """The pooled target H of 2–4 models on common bins.
 
     Args:
-        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult` holding every model.
+        result: an :class:`~sde_core.pipeline.evaluation.workspace_run.EvaluationResult`
+            holding every model.
         models: 2 to 4 model names.
         bins: number of bins (default the evaluation's ``bins``).
 
@@ -609,6 +608,9 @@ def comparison_bars(
     return _layout(fig, f"{spec.label} per model", "model", spec.axis, showlegend=False)
 
 
+#: The bar chart's metric menu (:func:`comparison_bars`): metric key -> label, in menu order.
+BAR_CHOICES: dict[str, str] = {key: METRICS[key].label for key in BAR_METRICS}
+
 #: The rows of :func:`draw_strip`, in order (:data:`METRICS` entries).
 DRAW_STRIP_METRICS: tuple[Metric, ...] = tuple(
     METRICS[k] for k in ("otr", "calibrated_otr", "f1", "dependence_score", "reference_p")
@@ -642,8 +644,8 @@ def draw_strip(result: Any, model: str) -> go.Figure:
     of the row and labelled.
 
     Args:
-        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult` with its ``draws``
-            table (a partial result shows the draws finished so far).
+        result: an :class:`~sde_core.pipeline.evaluation.workspace_run.EvaluationResult` with
+            its ``draws`` table (a partial result shows the draws finished so far).
         model: the model's name.
 
     Returns:

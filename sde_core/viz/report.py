@@ -55,8 +55,6 @@ from sde_core.viz.verdicts import (
     retrain_row,
     summarize_verdict,
     summary_order,
-    verdict_label,
-    verdict_sentence,
     verdict_table,
 )
 
@@ -86,9 +84,6 @@ __all__ = [
     "tables_to_zip",
     "to_csv_bytes",
     "to_json_bytes",
-    "verdict_label",
-    "verdict_sentence",
-    "verdict_table",
 ]
 
 #: Formats of :func:`tables_to_zip`.
@@ -810,7 +805,7 @@ def build_html_report(
     to check the report. Printed, every page is numbered.
 
     Args:
-        result: an :class:`~sde_core.pipeline.evaluate.EvaluationResult`.
+        result: an :class:`~sde_core.pipeline.evaluation.workspace_run.EvaluationResult`.
         workspace_name: shown in the title.
         figures: charts to embed, as ``{title: figure}`` or a list (default
             :func:`report_figures`).

@@ -19,38 +19,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.common.sigma import SQRT_DIM, parse_sigma
 from sde_core.errors import InputError
 from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.pipeline.settings import setting
 from sde_core.pipeline.workspace import Problem
-from sde_core.services.uploads import (
-    CHECKPOINT_SUFFIXES,
-    INDEX_SUFFIXES,
-    MAX_UPLOAD_MB,
-    check_upload,
-    guess_role,
-    safe_name,
-)
 from sde_core.viz.formatting import format_estimate, records
 from sde_core.viz.verdicts import estimate_text, over_unlearning_text, verdict_label
 
 __all__ = [
-    "CHECKPOINT_SUFFIXES",
-    "INDEX_SUFFIXES",
-    "MAX_UPLOAD_MB",
     "ResultCache",
-    "allowed_roots",
-    "check_upload",
     "comparison_display",
     "comparison_table",
-    "guess_role",
     "parse_int_values",
     "parse_sigma_values",
     "problems_by_field",
-    "resolve_in_roots",
-    "safe_name",
 ]
 
 

@@ -1,75 +1,32 @@
-"""The evaluation of a workspace's models, split along its seams (method §3–6, §9, §12).
+"""The evaluation engine: every statistic of method §3–6, §9 and §12 for every model of a
+workspace, split along its seams. Import each name from the module that defines it:
 
 - :mod:`~.plan` — subset planning: the B independent draws, pools split into reference and
-  control halves (:func:`draw_subsets`);
+  control halves (:func:`~.plan.draw_subsets`);
 - :mod:`~.stages` — stage caches keyed by exactly what each stage depends on;
 - :mod:`~.statistics` — per-draw statistics and their combination over draws (the gate);
-- :mod:`~.summary` — :class:`ModelSummary` / :class:`DrawSummary` and the JSON document;
-- :mod:`~.run` — one model, stage by stage, with partial results (:class:`ModelRun`);
-- :mod:`~.workspace_run` — whole workspaces with the results store (:func:`evaluate_workspace`);
-- :mod:`~.session` — interactive use by the dashboard (:class:`EvaluationSession`);
-- :mod:`~.caveats` — the measured caveats of an evaluation (:func:`caveat_numbers`).
+- :mod:`~.summary` — :class:`~.summary.ModelSummary` / :class:`~.summary.DrawSummary` and the
+  JSON document;
+- :mod:`~.run` — one model, stage by stage, with partial results (:class:`~.run.ModelRun`,
+  :func:`~.run.evaluate_arrays`);
+- :mod:`~.workspace_run` — whole workspaces with the results store
+  (:func:`~.workspace_run.evaluate_workspace`);
+- :mod:`~.session` — interactive use by the dashboard (:class:`~.session.EvaluationSession`);
+- :mod:`~.caveats` — the measured caveats of an evaluation (:func:`~.caveats.caveat_numbers`).
 
-The stable import path is :mod:`sde_core.evaluate` (via :mod:`sde_core.pipeline.evaluate`).
+The settings are :class:`sde_core.pipeline.settings.EvalSettings`; what one model contributes is
+:class:`sde_core.pipeline.model_inputs.ModelInputs`.
+
+Pipeline per model (all models share the same seeded subsets, so they are comparable):
+
+1. activations of the chosen layer (and ``output`` for the classic metrics) on D_tr and D_te,
+   from the on-disk activation cache when present;
+2. σ from the rule; H for each of the B independent draws' references, panels and targets, the
+   controlled F1 subsets and the null check's pairs
+   (:func:`sde_core.stats.hsic.split_half_batch_stats`, which also yields the spread control),
+   each batch a cached stage;
+3. per draw the paper's evidence (reference U-test, JSD decisions, OTR, F1, dependence score)
+   and the calibrated evidence (panel check, four-way verdicts, null check); combined over the
+   draws into point values with intervals, gated on the calibrated panel test; the MMD /
+   Wasserstein baselines and the classic metrics (Acc_r/f/te, MIA ASR).
 """
-
-from sde_core.pipeline.evaluation.caveats import Caveats, caveat_numbers
-from sde_core.pipeline.evaluation.plan import (
-    F1_NEGATIVE_POOLS,
-    ROLES_WITH_FORGET_NEGATIVES,
-    DrawPlan,
-    F1Negatives,
-    SubsetPlan,
-    default_f1_negatives,
-    draw_subsets,
-)
-from sde_core.pipeline.evaluation.run import (
-    STAGES,
-    EvaluationCancelled,
-    ModelEvaluation,
-    ModelRun,
-    PartialEvaluation,
-    evaluate_arrays,
-    run_model,
-)
-from sde_core.pipeline.evaluation.session import COMPARE_STAGES, EXPLORE_STAGES, EvaluationSession
-from sde_core.pipeline.evaluation.stages import StageCache
-from sde_core.pipeline.evaluation.summary import CLI_COLUMNS, DrawSummary, ModelSummary
-from sde_core.pipeline.evaluation.workspace_run import (
-    INTERVAL_METHODS,
-    EvaluationResult,
-    evaluate_model_job,
-    evaluate_workspace,
-    stage_cache_dir,
-)
-
-__all__ = [
-    "CLI_COLUMNS",
-    "COMPARE_STAGES",
-    "EXPLORE_STAGES",
-    "F1_NEGATIVE_POOLS",
-    "INTERVAL_METHODS",
-    "ROLES_WITH_FORGET_NEGATIVES",
-    "STAGES",
-    "Caveats",
-    "DrawPlan",
-    "DrawSummary",
-    "EvaluationCancelled",
-    "EvaluationResult",
-    "EvaluationSession",
-    "F1Negatives",
-    "ModelEvaluation",
-    "ModelRun",
-    "ModelSummary",
-    "PartialEvaluation",
-    "StageCache",
-    "SubsetPlan",
-    "caveat_numbers",
-    "default_f1_negatives",
-    "draw_subsets",
-    "evaluate_arrays",
-    "evaluate_model_job",
-    "evaluate_workspace",
-    "run_model",
-    "stage_cache_dir",
-]

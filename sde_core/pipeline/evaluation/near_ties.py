@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.stats.decision import calibrated_verdict
+from sde_core.stats.calibrated import calibrated_verdict
 from sde_core.stats.near_ties import (
     H_RTOL,
     jsd_decision_is_near_tie,

@@ -36,6 +36,7 @@ import numpy as np
 from sde_core.common.hashing import array_sha256, stable_hash
 from sde_core.errors import SettingsError
 from sde_core.pipeline.settings import EvalSettings
+from sde_core.stats.sampling import disjoint_pairs, independent_subsets, random_halves
 
 __all__ = [
     "F1_NEGATIVE_POOLS",
@@ -167,7 +168,7 @@ class SubsetPlan:
     Attributes:
         draws: the independent draws (:class:`DrawPlan`), ``len(draws)`` = the draws used.
         forget, retain: the sorted D_f and D_r indices. n_test: |D_te|.
-        subset_size: n. requested_draws: ``settings.draws``.
+        subset_size: n.
         notes: what was reduced and why (fewer draws, no null check), in plain words.
     """
 
@@ -176,7 +177,6 @@ class SubsetPlan:
     retain: np.ndarray
     n_test: int
     subset_size: int
-    requested_draws: int
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     # Concatenations over the draws (the arrays of earlier, single-draw plans).
@@ -185,11 +185,6 @@ class SubsetPlan:
     def targets(self) -> np.ndarray:
         """``(T, n)`` every target, draw by draw."""
         return np.vstack([d.targets for d in self.draws])
-
-    @property
-    def target_draw(self) -> np.ndarray:
-        """``(T,)`` the draw of each row of :attr:`targets`."""
-        return np.concatenate([np.full(len(d.targets), d.index) for d in self.draws])
 
     @property
     def it_ref(self) -> np.ndarray:
@@ -242,21 +237,6 @@ class SubsetPlan:
                 parts.append(array_sha256(np.asarray(arr, dtype=np.int64)))
             parts.append(str(d.baseline_controls))
         return stable_hash(parts)
-
-
-def _independent(pool: np.ndarray, n: int, count: int, rng: np.random.Generator) -> np.ndarray:
-    """``count`` subsets of ``pool``, each without replacement, independent of each other."""
-    if count == 0:
-        return np.empty((0, n), dtype=np.int64)
-    return np.stack([rng.choice(pool, n, replace=False) for _ in range(count)]).astype(np.int64)
-
-
-def _halves(pool: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A random split of ``pool`` into (reference half, control half); the reference half gets
-    the extra row of an odd pool."""
-    perm = rng.permutation(pool)
-    cut = pool.size - pool.size // 2
-    return np.sort(perm[:cut]), np.sort(perm[cut:])
 
 
 def _check_pools(n: int, n_forget: int, n_retain: int, n_test: int) -> None:
@@ -329,25 +309,23 @@ def draw_subsets(
     start = 0
     for b in range(n_draws):
         rng = np.random.default_rng([settings.seed, 0x5DE, b])
-        r_ref, r_ctl = _halves(retain, rng)
-        t_ref, t_ctl = _halves(test_pool, rng)
+        r_ref, r_ctl = random_halves(retain, rng)
+        t_ref, t_ctl = random_halves(test_pool, rng)
         c = controls_per[b]
-        pairs = np.stack(
-            [t_ctl[rng.permutation(t_ctl.size)[: 2 * n]].reshape(2, n) for _ in range(pairs_per[b])]
-        ) if pairs_per[b] else np.empty((0, 2, n), dtype=np.int64)  # fmt: skip
+        pairs = disjoint_pairs(t_ctl, n, pairs_per[b], rng)
         draws.append(
             DrawPlan(
                 index=b,
                 it_ref=rng.choice(r_ref, n, replace=False).astype(np.int64),
                 oot_ref=rng.choice(t_ref, n, replace=False).astype(np.int64),
-                it_panel=_independent(retain, n, settings.panel_size, rng),
-                oot_panel=_independent(test_pool, n, settings.panel_size, rng),
-                targets=_independent(f, n, targets_per[b], rng),
+                it_panel=independent_subsets(retain, n, settings.panel_size, rng),
+                oot_panel=independent_subsets(test_pool, n, settings.panel_size, rng),
+                targets=independent_subsets(f, n, targets_per[b], rng),
                 target_index=np.arange(start, start + targets_per[b], dtype=np.int64),
-                f1_pos=_independent(r_ctl, n, c, rng),
-                f1_neg_forget=_independent(f, n, c, rng),
-                f1_neg_test=_independent(t_ctl, n, c, rng),
-                null_pairs=pairs.astype(np.int64),
+                f1_pos=independent_subsets(r_ctl, n, c, rng),
+                f1_neg_forget=independent_subsets(f, n, c, rng),
+                f1_neg_test=independent_subsets(t_ctl, n, c, rng),
+                null_pairs=pairs,
                 baseline_controls=min(baseline_per[b], c),
                 retain_halves=(r_ref, r_ctl),
                 test_halves=(t_ref, t_ctl),
@@ -360,6 +338,5 @@ def draw_subsets(
         retain=retain,
         n_test=int(n_test),
         subset_size=n,
-        requested_draws=settings.draws,
         notes=tuple(notes),
     )

@@ -61,7 +61,7 @@ from sde_core.pipeline.evaluation.summary import BEHAVIOUR_FIELDS, DrawSummary, 
 from sde_core.pipeline.model_inputs import ModelInputs, Progress
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.baselines import nearest_reference_batch, wasserstein2
-from sde_core.stats.decision import controlled_f1
+from sde_core.stats.headline import controlled_f1
 from sde_core.stats.hsic import resolve_sigma
 from sde_core.stats.near_ties import h_relative_tolerance
 

@@ -4,7 +4,7 @@ Pure functions of arrays and settings. Each draw's statistics are computed in pa
 stages finish: :func:`core_statistics` (S_IT, S_OOT, targets: the paper's reference check, JSD
 decisions, dependence score), :func:`panel_statistics` (the calibrated panel check and the
 targets' four-way verdicts), :func:`control_statistics` (controlled F1, paper's and calibrated)
-and :func:`sde_core.stats.decision.null_check`. :func:`summarize` combines the draws into the
+and :func:`sde_core.stats.null_check.null_check`. :func:`summarize` combines the draws into the
 headline numbers with their intervals (:mod:`sde_core.stats.replication`) and applies the gate.
 """
 
@@ -20,31 +20,24 @@ import numpy as np
 from sde_core.pipeline.evaluation.metric_table import METRICS, Estimate, Gate
 from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.stats.decision import (
+from sde_core.stats.calibrated import (
     FORGOTTEN_VERDICTS,
     CalibratedVerdict,
-    Decision,
-    NullCalibration,
-    PanelOutlier,
-    ReferenceCheck,
     calibrated_verdict,
-    controlled_f1,
-    decide,
-    dependence_score,
-    null_check,
-    over_unlearning_test,
-    panel_outliers,
-    pool_null_checks,
-    reference_check,
-    reference_panel_check,
     subset_scores,
 )
+from sde_core.stats.headline import controlled_f1, dependence_score
+from sde_core.stats.jsd import Decision, decide
+from sde_core.stats.null_check import NullCalibration, null_check, pool_null_checks
+from sde_core.stats.outliers import PanelOutlier, panel_outliers
+from sde_core.stats.over_unlearning import over_unlearning_test
 from sde_core.stats.replication import (
     ReplicateEstimate,
     replicate_proportion,
     replicate_range,
     replicate_ratio,
 )
+from sde_core.stats.utest import ReferenceCheck, reference_check, reference_panel_check
 
 __all__ = [
     "ControlStats",
@@ -91,11 +84,11 @@ class PanelStats:
     Attributes:
         panel: the subset-level U-test of the IT panel against the OOT panel.
         it_scores, oot_scores: ``(R,)`` panel scores.
-        verdicts: each target's :class:`~sde_core.stats.decision.CalibratedVerdict`.
+        verdicts: each target's :class:`~sde_core.stats.calibrated.CalibratedVerdict`.
         calibrated_otr: share of targets out-of-training (over-unlearned ones are not counted).
         over_unlearned_rate: share of targets over-unlearned.
         outliers: panel members that make a verdict unreachable
-            (:func:`~sde_core.stats.decision.panel_outliers`).
+            (:func:`~sde_core.stats.outliers.panel_outliers`).
     """
 
     panel: ReferenceCheck

@@ -240,7 +240,8 @@ def evaluate_workspace(
     Raises:
         SettingsError, WorkspaceError, DataError, CheckpointError, ActivationError.
     """
-    from sde_core.inputs.data import DatasetSpec, load_dataset, load_index_file
+    from sde_core.inputs.data import DatasetSpec, load_dataset
+    from sde_core.inputs.indices import load_index_file
     from sde_core.pipeline.engine import Job, LocalEngine, Resources
     from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash
 

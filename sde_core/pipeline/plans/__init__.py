@@ -31,19 +31,20 @@ Experiment kinds:
 - ``toy`` (App. A.4): synthetic binary task, one-hidden-layer MLP trained with fixed batch
   membership; H(same-batch subsets) vs H(cross-batch subsets) over training steps.
 
-Jobs. :func:`build_jobs` turns a variant into self-contained :class:`PlanJob` s (``train``,
-``unlearn``, ``evaluate``, ``toy``) with explicit dependencies; :func:`run_job` executes one as a
-pure function ``(job, context, dependency jobs) -> JobResult`` (table rows and arrays). Model
-files are content-addressed artefacts ``<work>/artifacts/<kind>-<hash>/`` (the hash covers
-everything that determines the weights), so plans that need the same model share it and a job
-whose artefact exists returns at once. Only the driver (:func:`run_plan`) writes the
+Jobs. :func:`~.graph.build_jobs` turns a variant into self-contained :class:`~.graph.PlanJob` s
+(``train``, ``unlearn``, ``evaluate``, ``toy``) with explicit dependencies;
+:func:`~.execute.run_job` executes one as a pure function
+``(job, context, dependency jobs) -> JobResult`` (table rows and arrays). Model files are
+content-addressed artefacts ``<work>/artifacts/<kind>-<hash>/`` (the hash covers everything
+that determines the weights), so plans that need the same model share it and a job whose
+artefact exists returns at once. Only the driver (:func:`~.driver.run_plan`) writes the
 :class:`~sde_core.pipeline.store.ResultsStore`: one *run* per (plan, variant, resolved
 configuration,
-data fingerprint, :data:`~sde_core.pipeline.evaluate.ALGORITHM_VERSION`) — ``workspace_hash =
+data fingerprint, :data:`~sde_core.pipeline.settings.ALGORITHM_VERSION`) — ``workspace_hash =
 "plan:<hash>"``, settings ``{"plan", "experiment", "variant", "config", "data", "algorithm"}``,
 label ``"plan <name> [<variant>]"`` — and one store *unit* per
-job (unit key = :attr:`PlanJob.key`). A repeated run skips every stored unit; an interrupted run
-keeps every finished job.
+job (unit key = :attr:`~.graph.PlanJob.key`). A repeated run skips every stored unit; an
+interrupted run keeps every finished job.
 
 Store tables of a plan run (one row per record; the Sweeps page reads these):
 
@@ -74,71 +75,3 @@ Store tables of a plan run (one row per record; the Sweeps page reads these):
 ``toy_subsets`` — ``toy`` only: seed, layer, step, kind ("same" | "cross"), subset, score
     (mean H over the splits), spread (method §9 spread control).
 """
-
-from __future__ import annotations
-
-from sde_core.pipeline.plans.driver import (
-    PLAN_RUN_PREFIX,
-    PlanRunReport,
-    check_layers,
-    is_plan_run,
-    preflight,
-    run_plan,
-)
-from sde_core.pipeline.plans.execute import run_job
-from sde_core.pipeline.plans.graph import (
-    JobContext,
-    JobResult,
-    PlanJob,
-    artifact_dir,
-    build_jobs,
-    forget_indices,
-)
-from sde_core.pipeline.plans.params import (
-    HistogramParams,
-    MethodsParams,
-    RetrainedParams,
-    ToyParams,
-)
-from sde_core.pipeline.plans.spec import (
-    EXPERIMENTS,
-    PLAN_DIR,
-    Plan,
-    PlanVariant,
-    Setup,
-    apply_overrides,
-    list_plans,
-    load_plan,
-    parse_override,
-    resolve_plan_path,
-)
-
-__all__ = [
-    "EXPERIMENTS",
-    "PLAN_DIR",
-    "PLAN_RUN_PREFIX",
-    "HistogramParams",
-    "JobContext",
-    "JobResult",
-    "MethodsParams",
-    "Plan",
-    "PlanJob",
-    "PlanRunReport",
-    "PlanVariant",
-    "RetrainedParams",
-    "Setup",
-    "ToyParams",
-    "apply_overrides",
-    "artifact_dir",
-    "build_jobs",
-    "check_layers",
-    "forget_indices",
-    "is_plan_run",
-    "list_plans",
-    "load_plan",
-    "parse_override",
-    "preflight",
-    "resolve_plan_path",
-    "run_job",
-    "run_plan",
-]

@@ -70,7 +70,7 @@ def _check_sizes(v: PlanVariant, n_train: int, n_test: int) -> None:
 def check_layers(v: PlanVariant) -> None:
     """Every layer of the plan resolves on the architecture (checked before any training)."""
     from sde_core.inputs.activations import resolve_layer
-    from sde_core.inputs.models import build_model
+    from sde_core.inputs.architectures import build_model
 
     p = v.params
     if v.setup is None or isinstance(p, ToyParams):
@@ -166,7 +166,7 @@ def run_plan(
     from tqdm import tqdm
 
     from sde_core.learning.training import resolve_device
-    from sde_core.pipeline.evaluate import ALGORITHM_VERSION
+    from sde_core.pipeline.settings import ALGORITHM_VERSION
 
     t0 = time.perf_counter()
     work = Path(work)

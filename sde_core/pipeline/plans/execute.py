@@ -66,7 +66,7 @@ def _run_train(job: PlanJob, ctx: JobContext) -> JobResult:
     import torch
     from torch.utils.data import Subset
 
-    from sde_core.inputs.models import build_model
+    from sde_core.inputs.architectures import build_model
     from sde_core.learning.training import TrainConfig, train
 
     info = _manifest(job, ctx.work)
@@ -121,7 +121,8 @@ def _checkpoint_file(job: PlanJob, work: Path, fraction: float) -> Path:
 
 def _run_unlearn(job: PlanJob, ctx: JobContext, original: PlanJob) -> JobResult:
     """Apply an unlearning method to the original model's final checkpoint."""
-    from sde_core.inputs.models import build_model, load_checkpoint
+    from sde_core.inputs.architectures import build_model
+    from sde_core.inputs.models import load_checkpoint
     from sde_core.learning.training import TrainConfig, save_weights
     from sde_core.learning.unlearning import UnlearnData, unlearn
 
@@ -215,11 +216,15 @@ _POINT_COLUMNS = (
 
 
 def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
-    """Evaluate one model at one setting (:func:`sde_core.pipeline.evaluate.evaluate_arrays`)."""
+    """Evaluate one model at one setting
+    (:func:`sde_core.pipeline.evaluation.run.evaluate_arrays`)."""
     from sde_core.inputs.activations import ActivationCache, get_activations
     from sde_core.inputs.denoisers import parse_noise_layer
     from sde_core.learning.metrics import accuracy_from_probs
-    from sde_core.pipeline.evaluate import EvalSettings, ModelInputs, draw_subsets, evaluate_arrays
+    from sde_core.pipeline.evaluation.plan import draw_subsets
+    from sde_core.pipeline.evaluation.run import evaluate_arrays
+    from sde_core.pipeline.model_inputs import ModelInputs
+    from sde_core.pipeline.settings import EvalSettings
 
     sp = job.spec
     bundle = _bundle(sp["dataset"], ctx.work)

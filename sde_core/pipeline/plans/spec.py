@@ -310,7 +310,7 @@ def _check_toy(where: str, p: ToyParams) -> None:
 
 
 def _check_eval(where: str, table: Mapping[str, Any]) -> dict[str, Any]:
-    from sde_core.pipeline.evaluate import EvalSettings
+    from sde_core.pipeline.settings import EvalSettings
 
     for key in _EVAL_FROM_PARAMS:
         if key in table:
@@ -328,8 +328,8 @@ def _check_eval(where: str, table: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_setup(where: str, config: Mapping[str, Any]) -> Setup:
+    from sde_core.inputs.architectures import get_arch
     from sde_core.inputs.data import DatasetSpec
-    from sde_core.inputs.models import get_arch
     from sde_core.learning.training import TrainConfig
 
     for key, example in (

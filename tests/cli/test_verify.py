@@ -1,0 +1,107 @@
+"""``report`` and ``verify`` on a copy of the shipped Fashion-MNIST demo: the report pins what
+was evaluated, ``verify`` passes on it and fails, naming the model and the file, after one byte
+of one checkpoint changes. Two models at reduced settings keep it to seconds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sde_core.cli import main
+from sde_core.common.hashing import file_sha256
+from sde_core.errors import SettingsError
+from sde_core.pipeline.settings import ALGORITHM_VERSION
+from sde_core.services.audit import load_report, verify_report
+
+DEMO = Path(__file__).resolve().parents[2] / "assets" / "demo"
+SMALL = ["--subset-size", "100", "--targets", "20", "--splits", "50", "--baseline-targets", "0"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A copy of the demo and the JSON report of two of its models."""
+    base = tmp_path_factory.mktemp("verify")
+    ws = base / "demo"
+    shutil.copytree(DEMO, ws, ignore=shutil.ignore_patterns(".sde-cache", "*.sqlite-*"))
+    out = base / "report"
+    args = ["report", str(ws), "--out", str(out), "--models", "original,ft", "--no-pdf"]
+    assert main([*args, *SMALL, "--quiet"]) == 0
+    return ws, out / "sde-report-demo.json"
+
+
+def test_report_pins_what_was_evaluated(report):
+    ws, path = report
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "sde-report" and sorted(doc["models"]) == ["ft", "original"]
+    manifest = doc["manifest"]
+    assert manifest["generator"]["algorithm_version"] == ALGORITHM_VERSION
+    assert manifest["settings"]["targets"] == 20
+    assert manifest["settings"]["algorithm"] == ALGORITHM_VERSION
+    for name in ("original", "ft"):
+        entry = manifest["models"][name]
+        assert entry["sha256"] == file_sha256(ws / entry["checkpoint"])
+        assert entry["matches_recorded"] is True  # the demo records its hashes
+    assert manifest["forget_set"]["size"] == 1200
+    assert manifest["forget_set"]["file_sha256"] == file_sha256(ws / "forget.npy")
+    assert len(manifest["data"]["fingerprint"]) == 64 and manifest["data"]["n_train"] == 6000
+    assert manifest["environment"]["packages"]["numpy"]
+    assert manifest["seeds"]["evaluation"] == 0
+    assert manifest["timing"]["evaluation_wall_seconds"] > 0
+    assert doc["models"]["original"]["verdict"] in ("not forgotten", "mixed")
+    html = path.with_suffix(".html").read_text(encoding="utf-8")
+    assert manifest["models"]["ft"]["sha256"] in html
+    assert load_report(path.with_suffix(".html")) == load_report(path)
+
+
+def test_verify_passes_then_names_the_changed_checkpoint(report, capsys):
+    ws, path = report
+    assert main(["verify", str(path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "original: identical" in out and "ft: identical" in out
+    assert "identical: all 2 models recomputed to the reported values" in out
+
+    checkpoint = ws / "models" / "ft.safetensors"
+    saved = checkpoint.read_bytes()
+    data = bytearray(saved)
+    data[-2] ^= 0x01  # one byte of the last weight
+    checkpoint.write_bytes(bytes(data))
+    try:
+        assert main(["verify", str(path), "--quiet"]) == 1
+        out = capsys.readouterr().out
+    finally:
+        checkpoint.write_bytes(saved)
+    assert "original: identical" in out
+    assert "ft: DIFFERS" in out and "file hash differs: models/ft.safetensors" in out
+    assert "DIFFERS: 1 of 2 models differ (ft)" in out
+
+
+def test_verify_reports_shared_and_entry_changes(report, tmp_path):
+    ws, path = report
+    doc = json.loads(path.read_text())
+    del doc["models"]["ft"]  # one model keeps this check to one recomputation
+    doc["settings"]["algorithm"] = ALGORITHM_VERSION - 1
+    doc["manifest"]["models"]["original"]["arch"] = "resnet18"
+    doc["models"]["original"]["otr"] = 0.5
+    doc["models"]["original"]["f1"] = doc["models"]["original"]["f1"] * (1 + 1e-13)  # printing
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(doc))
+    result = verify_report(edited, ws)
+    assert not result.ok and result.differing == ["original"]
+    assert any("ALGORITHM_VERSION" in s for s in result.shared)
+    (original,) = result.models
+    differing = [d.field for d in original.comparison.differences if d.outcome == "differs"]
+    assert differing == ["otr"]  # f1 moved only as a printed float does
+    assert any("arch was 'resnet18'" in p for p in original.problems)
+    assert "DIFFERS for every model: ALGORITHM_VERSION" in "\n".join(result.lines())
+
+
+def test_bad_reports_are_one_line_errors(tmp_path, capsys):
+    with pytest.raises(SettingsError, match="does not exist"):
+        load_report(tmp_path / "missing.json")
+    (tmp_path / "other.json").write_text('{"settings": {}}')
+    assert main(["verify", str(tmp_path / "other.json")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "not an SDE report" in err[0]

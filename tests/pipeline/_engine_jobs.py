@@ -1,0 +1,40 @@
+"""Job functions for tests/pipeline/test_engine.py (importable by Ray workers via PYTHONPATH)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def square(x: int) -> int:
+    """x²."""
+    return x * x
+
+
+def total(deps: dict[str, Any], offset: int = 0) -> int:
+    """Sum of the dependency results plus an offset."""
+    return offset + sum(deps.values())
+
+
+def dies_once(marker: str, value: int) -> int:
+    """Kill the worker process the first time (marker absent), return 2·value afterwards."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("died once\n")
+        os._exit(1)
+    return 2 * value
+
+
+def fails(message: str, deps: dict[str, Any] | None = None) -> None:
+    """Always raise ValueError(message)."""
+    raise ValueError(message)
+
+
+def kill_once_then(inner: Any, marker: str, **kwargs: Any) -> Any:
+    """Fault injection: kill the worker the first time (marker absent), then run ``inner``."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("died once\n")
+        os._exit(1)
+    return inner(**kwargs)

@@ -1,0 +1,178 @@
+"""The diffusion demo (method §14): its builder on tiny synthetic Fashion-MNIST idx files, the
+Figure 6 plan, its figures, and every dashboard page on the shipped demo."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from idx_files import write_idx
+from streamlit.testing.v1 import AppTest
+
+from sde_core.cli import main
+from sde_core.pipeline.demo_diffusion import (
+    DIFFUSION_MODELS,
+    LOSS_FILE,
+    SWEEP_FILE,
+    build_diffusion_demo,
+    default_diffusion_folder,
+    diffusion_recipe,
+)
+from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
+from sde_core.pipeline.store import ResultsStore
+from sde_core.pipeline.workspace import load_workspace, validate_workspace
+from sde_core.viz.figures import plan_figure
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = EvalSettings(layer="denoised@0.5", subset_size=8, targets=2, splits=10, panel_size=20,
+                     null_pairs=1, baseline_targets=0, draws=1)  # fmt: skip
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Fashion-MNIST idx files (80 train / 60 test random images) as Debian ships them."""
+    root = tmp_path_factory.mktemp("fashion")
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 80), ("t10k", 60)):
+        write_idx(root / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)))
+        write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n) % 10)
+    return root
+
+
+def test_tiny_diffusion_build(source, tmp_path):
+    recipe = diffusion_recipe(train_size=60, test_size=50, epochs=1, method_epochs=1,
+                              subset_size=8, channels=(4, 8))  # fmt: skip
+    recipe = dataclasses.replace(recipe, defaults=SMALL)
+    report, rows = build_diffusion_demo(
+        recipe, tmp_path / "ws", source=source, sweep_levels=(0.5,), sweep_factors=(1.0,)
+    )
+    assert report.built == list(DIFFUSION_MODELS)
+    ws = load_workspace(report.folder)
+    assert validate_workspace(ws, check_data=True) == []
+    assert {m.arch for m in ws.models} == {"edm_unet"}
+    assert [m.role for m in ws.models] == ["original", "retrained", *["unlearned"] * 3, "random"]
+    assert ws.dataset["options"]["normalize"] == [[0.5], [0.5]]
+    assert len(ws.dataset["options"]["class_names"]) == 10  # Fashion-MNIST's names
+    with ResultsStore(report.store) as store:
+        models = store.rows(int(store.list_runs()["id"].iloc[0]), "models")
+    assert list(models["name"]) == list(DIFFUSION_MODELS)
+    assert models["acc_te"].isna().all() and models["asr"].isna().all()  # no classes
+    assert (models["layer"] == "denoised@0.5").all()
+    losses = json.loads((report.folder / LOSS_FILE).read_text())["rows"]
+    assert len(losses) == len(rows) == len(DIFFUSION_MODELS) * len(NOISE_LEVELS)
+    first = losses[0]
+    assert first["gap"] == pytest.approx(
+        (first["test"] - first["forget"]) / first["test"], rel=1e-9
+    )
+    for row in rows:  # paired with the retrained model, image by image
+        assert (row.paired_forget == 0.0) == (row.model == "retrained")
+        assert (row.paired_forget_se > 0) == (row.model != "retrained")
+        assert np.isfinite(row.paired_test)
+    sweep = pd.read_csv(report.folder / SWEEP_FILE)
+    assert list(sweep["sigma_rule"]) == ["sqrt_dim", "sqrt_dim", "median", "median"]
+    assert sweep.loc[0, "sigma"] == pytest.approx(28.0)  # √784
+    assert set(sweep["model"]) == {"original", "retrained"}
+    assert {"f1_raw", "null_split_fpr"} <= set(sweep.columns)  # before the gate, null rates
+    again, _ = build_diffusion_demo(recipe, report.folder, source=source, store=False,
+                                    sweeps=False)  # fmt: skip
+    assert again.skipped == list(DIFFUSION_MODELS)
+    # the project's own `train` and `unlearn` commands train and unlearn a denoiser
+    folder = str(report.folder)
+    assert main(["train", folder, "--name", "cli", "--arch", "edm_unet", "--arch-kwarg",
+                 "channels=[4, 8]", "--optimizer", "adam", "--lr", "1e-3", "--epochs", "1",
+                 "--checkpoint-fractions", "1.0"]) == 0  # fmt: skip
+    assert main(["unlearn", folder, "--method", "ga", "--name", "cli_ga", "--original", "cli",
+                 "--param", "epochs=1"]) == 0  # fmt: skip
+    assert main(["unlearn", folder, "--method", "rl", "--name", "cli_rl"]) == 1
+    roles = {m.name: (m.role, m.arch) for m in load_workspace(folder, validate=False).models}
+    assert roles["cli"] == ("original", "edm_unet") and roles["cli_ga"][0] == "unlearned"
+
+
+def test_diffusion_demo_bad_source_is_one_error_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    argv = ["demo", "build", "--dataset", "fashion-mnist-edm", "--out", str(tmp_path / "ws"),
+            "--source", str(tmp_path / "empty")]  # fmt: skip
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and "dataset-fashion-mnist" in err[0]
+
+
+def test_fig6_plan_runs_on_denoisers_and_plots_both_axes(source, tmp_path):
+    from sde_core.pipeline.plans.driver import run_plan
+    from sde_core.pipeline.plans.spec import load_plan
+
+    overrides = [f"dataset.root={source}", "dataset.train_size=60", "dataset.test_size=50",
+                 "params.seeds=[0]", "params.subset_sizes=[8]", "device=cpu",
+                 'params.layers=["denoised@0.5", "denoised@2"]',
+                 'params.sigmas=["sqrt_dim", "median"]', "train.epochs=1",
+                 "model.kwargs.channels=[4, 8]", "eval.splits=10", "eval.targets=4"]  # fmt: skip
+    with ResultsStore(tmp_path / "plan.sqlite") as store:
+        variant = load_plan("fig6_diffusion").variant("default", overrides)
+        report = run_plan(variant, tmp_path / "work", store, progress=False)
+        points = store.rows(report.run_id, "points")
+    assert len(points) == 4 and points["acc_te"].isna().all()
+    assert sorted(points["value"]) == ["median", "median", "sqrt_dim", "sqrt_dim"]
+    figure = plan_figure(points, "f1")
+    names = [t.name for t in figure.data]
+    assert any(n.startswith("√d rule: σ = 28") for n in names)
+    assert sum(n.startswith("median rule") for n in names) == 2  # one per noise level
+    by_level = plan_figure(points, "f1", by_layer=True)
+    assert list(by_level.data[0].x) == ["denoised@0.5", "denoised@2"]
+
+
+# ------------------------------------------------------------------ the shipped diffusion demo
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory):
+    """A copy of assets/demo-fashion-edm, opened by the app."""
+    folder = tmp_path_factory.mktemp("edm") / "demo-fashion-edm"
+    skip = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
+    shutil.copytree(default_diffusion_folder(), folder, ignore=skip)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SDE_WORKSPACE", str(folder))
+        mp.setenv("SDE_DATA_ROOTS", str(folder.parent))
+        yield folder
+
+
+def _page(page: str) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=180)
+    at.switch_page(f"pages/{page}.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_shipped_diffusion_demo_is_complete(shipped):
+    ws = load_workspace(shipped)
+    assert validate_workspace(ws, check_data=True) == []
+    assert [m.name for m in ws.models] == list(DIFFUSION_MODELS)
+    assert ws.defaults.layer == "denoised@0.5"
+    for name in ("results.sqlite", LOSS_FILE, SWEEP_FILE, "LICENSE-data.txt"):
+        assert (shipped / name).is_file(), name
+
+
+@pytest.mark.parametrize("page", ["explore", "compare", "report", "workspace", "method"])
+def test_every_page_works_on_the_shipped_diffusion_demo(shipped, page):
+    at = _page(page)
+    if page == "explore":  # clean, noisy and denoised images of a target subset
+        assert len(at.get("image")) == 3
+        assert at.selectbox(key="w_s_layer").value == "denoised@0.5"
+
+
+def test_sweeps_page_runs_a_noise_level_sweep_on_the_diffusion_demo(shipped):
+    at = _page("sweeps")
+    at.radio(key="sw_param").set_value("layer").run()
+    assert at.multiselect(key="sw_layers").value == [f"denoised@{v:g}" for v in NOISE_LEVELS]
+    at.multiselect(key="sw_layers").set_value(["denoised@0.5"]).run()
+    at.multiselect(key="sw_models_False").set_value(["retrained"]).run()
+    at.button(key="sw_run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.get("plotly_chart")) >= 2

@@ -1,0 +1,286 @@
+"""Sweeps on a tiny real workspace: mnist1d, a small MLP trained with checkpoints, its retrained
+copy and a random initialisation."""
+
+from __future__ import annotations
+
+# Float tolerances in this file compare two float64 computations of the same inputs in one
+# process (an implementation against a textbook or a second route): no float32 activation or
+# machine-specific kernel lies between them, so their agreement is limited only by float64
+# summation order and a tight relative tolerance is the conditioning. Results that cross
+# machines are compared by sde_core.pipeline.reproduce (docs/method.md §13).
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Subset
+
+import sde_core.inputs.activations as activations
+from sde_core.errors import SettingsError
+from sde_core.inputs.architectures import build_model
+from sde_core.inputs.data import DatasetSpec, load_dataset
+from sde_core.inputs.indices import save_index_file
+from sde_core.inputs.models import save_checkpoint
+from sde_core.learning.training import TrainConfig, train
+from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.store import ResultsStore
+from sde_core.pipeline.sweeps import (
+    SWEEP_COLUMNS,
+    available_fractions,
+    checkpoint_workspace,
+    run_sweep,
+    sigma_markers,
+)
+from sde_core.pipeline.workspace import (
+    CheckpointRef,
+    ModelEntry,
+    Workspace,
+    init_workspace,
+    load_workspace,
+    relative_to_workspace,
+    workspace_hash,
+    write_workspace,
+)
+from sde_core.viz.figures import sweep_figure
+
+MLP = {"input_dim": 40, "hidden": [128, 128], "num_classes": 10}
+SETTINGS = EvalSettings(
+    subset_size=40, targets=10, splits=20, panel_size=20, null_pairs=5, baseline_targets=0
+)
+MODELS = ["original", "retrain", "random"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """One torch thread: weights independent of the core count, and far less CPU time when the
+    machine's cores are busy (measured: 2.6 s vs 29 s to build the workspace)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    """1200 train / 800 test mnist1d rows, |D_f| = 300; an MLP overfit for 40 epochs (train 100%,
+    test ≈ 48%) with checkpoints at 10–80%, its copy retrained on D_r, a random initialisation."""
+    root = tmp_path_factory.mktemp("tiny-ws")
+    dataset = {
+        "kind": "mnist1d",
+        "root": "data/mnist1d.npz",
+        "options": {"num_samples": 2000, "train_split": 0.6},
+    }
+    bundle = load_dataset(DatasetSpec.from_dict(dataset, base_dir=root))
+    n_train = len(bundle.train)
+    forget = np.random.default_rng(0).choice(n_train, n_train // 4, replace=False)
+    save_index_file(root / "forget.npy", forget)
+    ws = init_workspace(root, dataset, "forget.npy", name="tiny")
+    config = TrainConfig(optimizer="adam", lr=2e-3, weight_decay=0.0, epochs=40, batch_size=64)
+    retain = np.setdiff1d(np.arange(n_train), forget)
+
+    def rel(path: Path) -> str:
+        return relative_to_workspace(ws, path)
+
+    torch.manual_seed(0)  # the initial weights must not depend on which tests ran before
+    original = train(
+        build_model("mlp", **MLP), bundle.train, config, root / "models/original", arch="mlp"
+    )
+    ws.add_model(
+        ModelEntry(
+            "original",
+            "original",
+            "mlp",
+            rel(original.final_path),
+            method="train",
+            init_checkpoint=rel(original.init_path),
+            checkpoints=[
+                CheckpointRef(f, rel(p)) for f, p in sorted(original.checkpoints.items()) if f < 1
+            ],
+        )
+    )
+    torch.manual_seed(2)
+    retrained = train(
+        build_model("mlp", **MLP),
+        Subset(bundle.train, retain.tolist()),
+        config,
+        root / "models/retrain",
+        arch="mlp",
+    )
+    ws.add_model(
+        ModelEntry("retrain", "retrained", "mlp", rel(retrained.final_path), method="retrain")
+    )
+    torch.manual_seed(1)
+    random = save_checkpoint(build_model("mlp", **MLP), root / "models/random.safetensors", "mlp")
+    ws.add_model(ModelEntry("random", "random", "mlp", rel(random), method="init"))
+    write_workspace(ws)
+    return load_workspace(root)
+
+
+@pytest.fixture
+def extractions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the rows of every activation extraction (cache misses) during a test."""
+    calls: list[int] = []
+    real = activations.extract_activations
+
+    def counting(model, dataset, layers, **kwargs):
+        out = real(model, dataset, layers, **kwargs)
+        calls.append(len(next(iter(out.values()))))
+        return out
+
+    monkeypatch.setattr(activations, "extract_activations", counting)
+    return calls
+
+
+def test_sigma_sweep_rows_and_markers(workspace, tmp_path):
+    cache = tmp_path / "cache"
+    values = ["sqrt_dim", "median", 0.05, 2.0]
+    sweep = run_sweep(workspace, SETTINGS, "sigma", values, cache_dir=cache)
+    assert list(sweep.columns) == list(SWEEP_COLUMNS)
+    assert len(sweep) == len(values) * len(MODELS)
+    assert sweep.groupby("value", sort=False).size().to_dict() == dict.fromkeys(values, 3)
+    assert sweep["model"].tolist()[:3] == MODELS
+    assert (sweep["param"] == "sigma").all() and not sweep["from_store"].any()
+    for name in MODELS:
+        marks = sigma_markers(workspace, SETTINGS, name, cache_dir=cache)
+        rows = sweep[sweep["model"] == name].set_index("value")
+        assert marks["sqrt_dim"] == pytest.approx(np.sqrt(10)) == rows.loc["sqrt_dim", "sigma"]
+        assert marks["median"] == pytest.approx(rows.loc["median", "sigma"], rel=1e-12)
+        assert rows.loc[0.05, "sigma"] == 0.05 and rows.loc[2.0, "sigma"] == 2.0
+    # The same numbers as a plain evaluation at one point.
+    direct = evaluate_workspace(workspace, SETTINGS, cache_dir=cache).models
+    at_default = sweep[sweep["value"] == "sqrt_dim"]
+    np.testing.assert_array_equal(at_default["otr"], direct["otr"])
+    np.testing.assert_array_equal(at_default["f1"], direct["f1"])
+    # The paper's effect at this tiny scale: the overfit original remembers D_f, the retrained
+    # model does not, and the random initialisation cannot tell training from unseen data.
+    by_model = at_default.set_index("model")
+    assert by_model.loc["original", "references_valid"] and by_model.loc["original", "otr"] <= 0.2
+    assert by_model.loc["retrain", "references_valid"] and by_model.loc["retrain", "otr"] >= 0.7
+    assert not by_model.loc["random", "references_valid"]
+    fig = sweep_figure(sweep[sweep["value"] != "median"], "otr", markers=marks)
+    assert {t.name for t in fig.data} >= {"original", "√d rule: σ = 3.16"}
+
+
+def test_second_sweep_is_served_from_the_store(workspace, tmp_path, extractions):
+    cache = tmp_path / "cache"
+    with ResultsStore(tmp_path / "results.sqlite") as store:
+        first = run_sweep(
+            workspace, SETTINGS, "subset_size", [30, 40], store=store, cache_dir=cache
+        )
+        assert extractions and not first["from_store"].any()
+        extracted = len(extractions)
+        assert extracted == 2 * len(MODELS)  # train + test once per model: the cache serves n=40
+        stages: list[tuple[str, int, int]] = []
+        second = run_sweep(
+            workspace,
+            SETTINGS,
+            "subset_size",
+            [30, 40],
+            store=store,
+            cache_dir=cache,
+            progress=lambda *a: stages.append(a),
+        )
+    assert len(extractions) == extracted  # nothing extracted again
+    assert second["from_store"].all()
+    cols = ["value", "model", "otr", "otr_lo", "f1", "calibrated_otr", "sigma", "reference_p"]
+    assert second[cols].equals(first[cols])
+    assert [s for s in stages if s[0] == "sweep"] == [
+        ("sweep", 0, 2),
+        ("sweep", 1, 2),
+        ("sweep", 2, 2),
+    ]
+    assert any(s[0].startswith("subset_size = 40: ") for s in stages)
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def test_interrupted_sweep_resumes_from_the_store(workspace, tmp_path):
+    cache = tmp_path / "cache"
+
+    def stop_at_second_point(stage: str, done: int, total: int) -> None:
+        if stage == "sweep" and done == 1:
+            raise _Interrupt
+
+    with ResultsStore(tmp_path / "results.sqlite") as store:
+        with pytest.raises(_Interrupt):
+            run_sweep(
+                workspace,
+                SETTINGS,
+                "layer",
+                ["output", "penultimate"],
+                store=store,
+                cache_dir=cache,
+                progress=stop_at_second_point,
+            )
+        resumed = run_sweep(
+            workspace, SETTINGS, "layer", ["output", "penultimate"], store=store, cache_dir=cache
+        )
+    assert resumed.groupby("value")["from_store"].all().to_dict() == {
+        "output": True,
+        "penultimate": False,
+    }
+    sigma = resumed.groupby("value")["sigma"].first()
+    assert sigma["output"] == pytest.approx(np.sqrt(10))
+    assert sigma["penultimate"] == pytest.approx(np.sqrt(128))
+
+
+def test_checkpoint_sweep_evaluates_each_checkpoint(workspace, tmp_path):
+    cache = tmp_path / "cache"
+    fractions = [0.0, 0.1, 0.4, 1.0]  # 0.0: the initial weights
+    with ResultsStore(tmp_path / "results.sqlite") as store:
+        sweep = run_sweep(
+            workspace, SETTINGS, "checkpoint", fractions, store=store, cache_dir=cache
+        )
+        runs = store.list_runs()
+    assert sweep["model"].tolist() == ["original"] * 4
+    assert sweep["value"].tolist() == fractions
+    assert len(set(runs["workspace_hash"])) == 4  # stored separately per checkpoint
+    assert sweep["reference_p"].nunique() == 4  # each checkpoint evaluated on its own
+    assert not sweep["references_valid"].iloc[0]  # untrained weights: nothing to detect
+    # ... so its headline numbers are withheld, with the reason (method §12 gate)
+    assert np.isnan(sweep["dependence_score"].iloc[0]) and sweep["inconclusive_reason"].iloc[0]
+    final = evaluate_workspace(workspace, SETTINGS, models=["original"], cache_dir=cache).models
+    assert sweep["otr"].iloc[-1] == final["otr"].iloc[0]
+    assert sweep["f1"].iloc[-1] == final["f1"].iloc[0]
+
+
+def test_checkpoint_workspace_points_at_the_checkpoint(workspace):
+    entry = workspace.model("original")
+    assert available_fractions(entry) == [0.0, 0.1, 0.2, 0.4, 0.8, 1.0]
+    derived = checkpoint_workspace(workspace, 0.2, ["original"])
+    assert derived.model("original").checkpoint == "models/original/ckpt_020.safetensors"
+    assert derived.model("retrain") == workspace.model("retrain")
+    assert workspace.model("original").checkpoint.endswith("ckpt_100.safetensors")  # unchanged
+    assert workspace_hash(derived) != workspace_hash(workspace)
+    init = checkpoint_workspace(workspace, 0.0, ["original"]).model("original")
+    assert init.checkpoint == entry.init_checkpoint
+
+
+def test_missing_checkpoint_is_a_clear_settings_error(workspace, extractions):
+    with pytest.raises(
+        SettingsError, match=r"no checkpoint at fraction 0\.3 .*0, 0\.1, 0\.2, 0\.4"
+    ):
+        run_sweep(workspace, SETTINGS, "checkpoint", [0.1, 0.3])
+    with pytest.raises(SettingsError, match=r"'retrain' has no checkpoint at fraction 0\.5.*: 1$"):
+        run_sweep(workspace, SETTINGS, "checkpoint", [0.5], models=["retrain"])
+    assert not extractions  # validated before anything is evaluated
+
+
+@pytest.mark.parametrize(
+    ("param", "values", "match"),
+    [
+        ("bins", [10], "cannot sweep"),
+        ("sigma", [], "at least one value"),
+        ("sigma", [1.0, 1.0], "repeat"),
+        ("sigma", [-1.0], "> 0"),
+        ("subset_size", [2], "integer ≥ 4"),
+        ("checkpoint", ["final"], "fractions"),
+    ],
+)
+def test_invalid_sweeps(workspace, param, values, match):
+    with pytest.raises(SettingsError, match=match):
+        run_sweep(workspace, SETTINGS, param, values)

@@ -1,0 +1,439 @@
+"""Verdict sentences, the self-contained HTML report and the export tables."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from html.parser import HTMLParser
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_figures import synthetic_result
+
+from sde_core import __version__
+from sde_core.errors import SettingsError
+from sde_core.stats.proportions import wilson_interval
+from sde_core.viz.formatting import format_interval
+from sde_core.viz.report import (
+    CAVEATS,
+    REPORT_SECTIONS,
+    build_html_report,
+    comparison_table,
+    null_calibration_text,
+    report_document,
+    report_from_html,
+    tables_for_export,
+    tables_to_zip,
+    to_csv_bytes,
+    to_json_bytes,
+)
+from sde_core.viz.verdicts import explain_verdict, verdict_label, verdict_sentence, verdict_table
+
+
+def row(name: str, role: str, k_out: int, t: int = 100, valid: bool = True, **extra) -> dict:
+    """A ``models`` row with OTR = k_out / t and its Wilson interval."""
+    lo, hi = wilson_interval(k_out, t)
+    values = {
+        "name": name,
+        "role": role,
+        "method": "",
+        "references_valid": valid,
+        "reference_p": 1e-6 if valid else 0.3,
+        "otr": k_out / t,
+        "otr_lo": lo,
+        "otr_hi": hi,
+        "panel_valid": True,
+        "panel_p": 1e-4,
+        "calibrated_otr": k_out / t,
+        "n_in_training": t - k_out,
+        "n_out_of_training": k_out,
+        "n_inconclusive": 0,
+    }
+    return values | extra
+
+
+RETRAIN = row("retrain", "retrained", 92)
+
+
+def test_remembered_sentence_names_test_p_value_interval_and_limits():
+    explained = explain_verdict(row("original", "original", 3), 100, RETRAIN)
+    assert explained.label == "not forgotten"
+    assert explained.headline == "Not forgotten"
+    assert explained.evidence == (
+        "Under the paper's test (split-half HSIC with the Jensen–Shannon rule; "
+        "references valid, U-test p = 1.0e-6), 97 of 100 subsets of the forget set still look "
+        "like training data (OTR 3%, 95% interval over the draws 1–8%): the model has NOT "
+        "forgotten them."
+    )
+    assert "97 training-like" in explained.calibrated
+    assert "panel U-test p = 1.0e-4" in explained.calibrated
+    assert "calibrated OTR 3%" in explained.calibrated
+    assert "retrain (the gold standard) has OTR 92% (95% interval 85–96%)" in explained.comparison
+    assert "clearly lower" in explained.comparison
+    assert explained.limits.startswith("What this cannot certify:")
+    text = verdict_sentence(row("original", "original", 3), 100, RETRAIN)
+    assert text == explained.text and text.startswith(f"Not forgotten. {explained.evidence}")
+
+
+def test_forgotten_sentence_compares_with_retrain_and_says_no_trace_is_no_proof():
+    explained = explain_verdict(row("salun", "unlearned", 91), 100, RETRAIN)
+    assert explained.text.startswith("Consistent with forgetting. Under the paper's test")
+    assert "91 of 100 subsets of the forget set look like unseen data" in explained.evidence
+    assert "(OTR 91%, 95% interval over the draws 84–95%)" in explained.evidence
+    assert "within the uncertainty" in explained.comparison
+    assert "that the forget set was erased" in explained.limits
+    assert verdict_label(row("salun", "unlearned", 91)) == "consistent with forgetting"
+
+
+def test_inconclusive_sentence_says_what_to_try():
+    text = verdict_sentence(row("ft", "unlearned", 40, valid=False), 100, RETRAIN)
+    assert text.startswith("Inconclusive. The paper's reference test")
+    assert "(p = 3.0e-1, not below α)" not in text  # p-values in [1e-3, 1e5) are plain
+    assert "(p = 0.30, not below α)" in text
+    assert "try another layer, σ, a larger n or more splits" in text
+    assert "OTR" not in text.split(".")[0]
+
+
+def test_gated_row_is_inconclusive_with_its_reason():
+    """Method §12: NaN headline numbers with a reason are shown as inconclusive, not numbers."""
+    gated = row("ga", "unlearned", 50) | {
+        "otr": float("nan"),
+        "otr_lo": float("nan"),
+        "otr_hi": float("nan"),
+        "calibrated_otr": float("nan"),
+        "inconclusive_reason": "the calibrated panels do not separate S_IT from S_OOT (p = 0.4)",
+    }
+    explained = explain_verdict(gated, 100, RETRAIN)
+    assert explained.label == "inconclusive"
+    assert explained.text.startswith(
+        "Inconclusive. The calibrated panels do not separate S_IT from S_OOT (p = 0.4): the "
+        "headline numbers are withheld."
+    )
+    assert "nan" not in explained.text.lower()
+    assert "calibrated OTR withheld" in explained.calibrated
+
+
+def test_missing_columns_and_over_unlearned_counts():
+    """Rows of older evaluations lack columns; newer ones count over-unlearned targets."""
+    bare = {"name": "x", "role": "unlearned", "references_valid": True, "reference_p": 1e-5,
+            "otr": 0.9, "otr_lo": 0.8, "otr_hi": 0.95}  # fmt: skip
+    explained = explain_verdict(bare, 20)
+    assert explained.label == "consistent with forgetting" and explained.calibrated == ""
+    over = row("ga", "unlearned", 60, n_over_unlearned=25, n_inconclusive=15)
+    text = explain_verdict(over, 100, RETRAIN).calibrated
+    assert "25 over-unlearned" in text and "flatter, lower-spread outputs" in text
+    assert "not counted as forgotten" in text
+
+
+def test_missing_retrain_and_mixed_evidence():
+    text = verdict_sentence(row("rl", "unlearned", 10, t=20), 20)
+    assert "10 of 20 subsets of the forget set look like unseen data and 10 like training" in text
+    assert text.startswith("Mixed.")
+    assert "no retrained model to compare with" in text
+    assert verdict_label(row("rl", "unlearned", 10, t=20)) == "mixed"
+
+
+def test_calibrated_part_flags_disagreement_and_invalid_panels():
+    disagree = row("ga", "unlearned", 5, n_in_training=10, n_out_of_training=60, n_inconclusive=30)
+    assert "The two tests disagree" in verdict_sentence(disagree, 100, RETRAIN)
+    invalid = row("ga", "unlearned", 95, panel_valid=False, panel_p=0.4)
+    text = verdict_sentence(invalid, 100, RETRAIN)
+    assert "do not separate training from unseen data (panel U-test p = 0.40)" in text
+
+
+def test_role_specific_sentences():
+    assert "gold standard the other models" in verdict_sentence(RETRAIN, 100, RETRAIN)
+    assert "negative control" in verdict_sentence(row("rand", "random", 50), 100, RETRAIN)
+    with pytest.raises(SettingsError):
+        verdict_sentence(RETRAIN, 0)
+
+
+def test_caveats_cover_spec_section_9():
+    text = " ".join(CAVEATS.values()).lower()
+    for needle in ("split", "false", "spread", "softmax", "penultimate", "randomly initialised"):
+        assert needle in text
+
+
+@pytest.fixture(scope="module")
+def result():
+    return synthetic_result()
+
+
+class _Collector(HTMLParser):
+    """Collects tags, external references and text of an HTML document."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.refs: list[str] = []
+        self.scripts = 0
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.scripts += tag == "script"
+        self.refs += [v for k, v in attrs if k in ("src", "href") and v]
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_html_report_is_self_contained_and_complete(result):
+    doc = build_html_report(result, "tiny <ws>", notes="Seen on <b>Monday</b>.\n\nSecond.")
+    parser = _Collector()
+    parser.feed(doc)
+    parser.close()
+    text = " ".join(parser.text)
+    assert not [r for r in parser.refs if r.startswith(("http://", "https://", "//"))]
+    assert "plotly.js v" in doc and len(doc) > 3_000_000  # the library itself is inlined
+    assert doc.count("plotly.js v") == 1  # ...once
+    assert parser.tags.count("h1") == 1 and "SDE report: tiny <ws>" in text
+    for name in result.models["name"]:
+        assert name in text
+    for key, value in result.settings.result_key().items():
+        assert key in text and str(value) in text
+    for title in CAVEATS:
+        assert title in text
+    assert f"sde_core {__version__}" in text and "UTC" in text
+    assert "Null calibration" in text and "Seen on <b>Monday</b>." in text  # escaped, shown
+    assert "<b>Monday" not in doc
+    assert "NOT forgotten" in text and "consistent with forgetting" in text
+    assert parser.scripts >= 4  # plotly.js + one per default chart
+
+
+def test_html_report_with_given_figures(result):
+    doc = build_html_report(result, "ws", figures=[], notes=None)
+    assert "No charts." in doc and "plotly.js v" not in doc
+
+
+def test_verdict_and_comparison_tables(result):
+    verdicts = verdict_table(result).set_index("name")
+    assert verdicts.loc["original", "verdict"] == "not forgotten"
+    assert verdicts.loc["retrain", "verdict"] == "consistent with forgetting"
+    assert "20 of 20 subsets of the forget set" in verdicts.loc["original", "explanation"]
+    table = comparison_table(result.models).set_index("model")
+    original = result.models.set_index("name").loc["original"]
+    assert original["otr"] == 0.0 and original["otr_hi"] > 0.1  # Korn–Graubard over draws
+    interval = format_interval(original["otr_lo"], original["otr_hi"])
+    assert table.loc["original", "OTR (95% CI)"] == f"0% ({interval})"
+    assert table.loc["rand", "calibrated OTR (95% CI)"] == "n/a (panels invalid)"
+    assert "6 pairs" in null_calibration_text(result)
+
+
+def _cell(value: object) -> str:
+    return "" if value is None or value == "" or pd.isna(value) else str(value)
+
+
+def test_export_tables_round_trip_through_csv_and_json(result):
+    tables = tables_for_export(result, include_h=True)
+    assert set(tables) == {"models", "subsets", "verdicts", "settings", "h_values"}
+    for name, df in tables.items():
+        # only empty fields are missing (a subset kind "null" is a word, not a missing value)
+        back = pd.read_csv(io.BytesIO(to_csv_bytes(df)), keep_default_na=False, na_values=[""])
+        assert list(back.columns) == list(df.columns) and len(back) == len(df)
+        for col in df.columns:
+            if pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col]):
+                np.testing.assert_array_equal(back[col].to_numpy(float), df[col].to_numpy(float))
+            else:
+                # CSV has no missing-vs-empty distinction: compare both as "".
+                assert back[col].map(_cell).tolist() == df[col].map(_cell).tolist(), (name, col)
+    records = json.loads(to_json_bytes(tables["models"]))
+    assert [r["name"] for r in records] == result.models["name"].tolist()
+    assert records[3]["calibrated_otr"] is None  # NaN -> null
+    assert records[0]["reference_p"] == result.models["reference_p"].iloc[0]
+    h = tables["h_values"]
+    assert len(h) == sum(a.size for a in result.arrays.values())
+    targets = h[(h["model"] == "ga") & (h["array"] == "targets_h")]
+    np.testing.assert_array_equal(
+        targets.pivot(index="subset", columns="split", values="h").to_numpy(),
+        result.arrays["ga/targets_h"],
+    )
+
+
+def test_tables_to_zip(result):
+    tables = tables_for_export(result)
+    with zipfile.ZipFile(io.BytesIO(tables_to_zip(tables, "json"))) as archive:
+        assert sorted(archive.namelist()) == sorted(f"{n}.json" for n in tables)
+        settings = json.loads(archive.read("settings.json"))
+    assert {"setting": "subset_size", "value": "60"} in settings
+    with pytest.raises(SettingsError, match="format"):
+        tables_to_zip(tables, "xlsx")
+
+
+def test_html_report_embeds_its_document_and_has_every_section(result):
+    manifest = {
+        "created": "2026-01-01T00:00:00+00:00",
+        "workspace": {"name": "syn", "path": "/data/</script><b>", "hash": "abc"},
+        "data": {"fingerprint": "f" * 64, "n_train": 1200, "n_test": 800, "spec": {"kind": "npz"}},
+        "forget_set": {"size": 300, "path": "forget.npy", "indices_sha256": "e" * 64},
+        "models": {"original": {"role": "original", "sha256": "a" * 64, "matches_recorded": True}},
+        "environment": {"python": "3.11", "packages": {"numpy": "2.0"}},
+        "timing": {"evaluation_wall_seconds": 12.5},
+    }
+    doc = build_html_report(result, "syn", figures=[], manifest=manifest, file_hint="r.html")
+    for title in REPORT_SECTIONS:
+        assert f"<h2>{title}</h2>" in doc
+    assert "python -m sde_core verify r.html" in doc
+    assert "a" * 64 in doc and "f" * 64 in doc and "12.5" in doc
+    assert "/data/</script><b>" not in doc  # escaped in the tables and in the embedded JSON
+    back = report_from_html(doc)
+    assert back == json.loads(json.dumps(report_document(result, manifest)))
+    assert back["format"] == "sde-report" and back["manifest"]["workspace"]["path"].endswith("<b>")
+    assert back["models"]["original"]["verdict"] == "not forgotten"
+    assert back["models"]["rand"]["calibrated_otr"] is None  # NaN -> null
+    with pytest.raises(SettingsError, match="holds no SDE report"):
+        report_from_html("<html></html>")
+    unpinned = build_html_report(result, "syn", figures=[])
+    assert "cannot be verified" in unpinned and report_from_html(unpinned)["manifest"] is None
+
+
+def test_pdf_without_chromium_says_what_to_do(tmp_path, monkeypatch):
+    from sde_core.errors import ExportError
+    from sde_core.viz import pdf
+
+    page = tmp_path / "r.html"
+    page.write_text("<html><body><h1>x</h1></body></html>")
+    monkeypatch.setattr(pdf, "find_chromium", lambda: None)
+    with pytest.raises(ExportError, match=r"needs Chromium.*apt-get install chromium"):
+        pdf.html_to_pdf(page, tmp_path / "r.pdf")
+    assert not (tmp_path / "r.pdf").exists()
+    with pytest.raises(ExportError, match="does not exist"):
+        pdf.html_to_pdf(tmp_path / "missing.html", tmp_path / "r.pdf")
+
+
+# ----------------------------------------------------------------- the answer on page 1
+
+
+def test_summary_answers_in_one_sentence_with_interval_cross_check_and_caveat():
+    from sde_core.viz.verdicts import summarize_verdict
+
+    kept = summarize_verdict(row("ft", "unlearned", 3, score_spread_corr=0.98), 100)
+    assert kept.label == "not forgotten" and kept.sentence.count(".") == 1
+    assert kept.sentence.startswith("ft has NOT forgotten") and "97 of 100" in kept.sentence
+    lo, hi = wilson_interval(3, 100)
+    assert kept.interval == f"OTR 3% (95% interval {format_interval(lo, hi)})"
+    assert kept.cross_check.startswith("Calibrated cross-check agrees") and not kept.conflict
+    assert "r = 0.98" in kept.caveat  # the caveat that matters for a "remembered" verdict
+    # the calibrated test sees the opposite: the cross-check says so
+    torn = summarize_verdict(row("x", "unlearned", 3, n_in_training=10, n_out_of_training=90), 100)
+    assert torn.conflict and "DISAGREES" in torn.cross_check
+    # a conflict reason from the evidence cross-check is shown on one line as given
+    flagged = summarize_verdict(
+        row("y", "unlearned", 95, evidence_conflict="MIA finds the forget set (ASR 80%)"), 100
+    )
+    assert flagged.conflict and flagged.cross_check == (
+        "Evidence conflict: MIA finds the forget set (ASR 80%)."
+    )
+    assert flagged.label == "conflicting evidence" and "no verdict is certified" in flagged.caveat
+    # the paper's test fails its null check: that is the caveat (no spread correlation here)
+    noisy = summarize_verdict(
+        row("z", "unlearned", 3, null_split_fpr=0.2, null_pairs=20), 100, alpha=0.01
+    )
+    assert "20% of no-difference checks at nominal 1%" in noisy.caveat
+    gated = summarize_verdict(
+        row("r", "random", 50, otr=float("nan"), inconclusive_reason="panels invalid"), 100
+    )
+    assert gated.label == "inconclusive" and gated.sentence == "No verdict for r: panels invalid."
+    assert gated.interval == "OTR withheld"
+    retrained = summarize_verdict(RETRAIN, 100)
+    assert "retrained yardstick" in retrained.sentence and "retrained retrained" not in (
+        retrained.sentence
+    )
+
+
+def test_report_page_one_answers_for_every_model_and_names_who_asked(result):
+    from sde_core.viz.report import AuditContext
+
+    context = AuditContext("Erasure request #17", "the regulator", "  ")
+    doc = build_html_report(
+        result, "syn", figures=[], context=context, document_sha256="ab" * 32, signed_by="SHA256:x"
+    )
+    first = doc[: doc.index("<h2>Verdicts</h2>")]  # printed: page 1 (a page break follows)
+    assert first.endswith('<div class="page-break"></div>')
+    assert first.count('class="answer ') == len(result.models)
+    for name in result.models["name"]:
+        assert f"{name} <span" in first
+    assert first.index(">ga <") < first.index(">retrain <")  # audited models first
+    assert "Erasure request #17" in first and "the regulator" in first
+    assert "Operated by" not in first  # a blank field is not printed
+    assert "ab" * 32 in first and "SHA256:x" in first and "verify" in first
+    assert "counter(page)" in doc  # printed pages are numbered
+    assert "the caveat that matters for it" in doc
+    document = report_from_html(doc)
+    assert document["audit"] == {"purpose": "Erasure request #17", "requester": "the regulator"}
+    assert set(document["models"]["ga"]["summary"]) >= {"sentence", "interval", "caveat"}
+    assert "audit" not in report_document(result)  # no context, no empty block
+
+
+def test_written_report_prints_the_sha256_of_its_json_and_signs_every_file(result, tmp_path):
+    import hashlib
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from sde_core.services.audit import write_report_files
+    from sde_core.services.signing import verify_signature
+
+    key = tmp_path / "op.pem"
+    key.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    files = write_report_files(
+        result, {"models": {}}, tmp_path / "out", "syn", pdf=False, sign_key=key
+    )
+    assert files.sha256 == hashlib.sha256(files.json.read_bytes()).hexdigest()
+    assert files.sha256 in files.html.read_text(encoding="utf-8")
+    assert files.signature is not None and files.fingerprint is not None
+    check = verify_signature(files.signature)
+    assert check.ok and check.fingerprint == files.fingerprint
+    assert sorted(name for name, _ in check.files) == ["sde-report-syn.html", "sde-report-syn.json"]
+
+
+def test_messages_do_not_contradict_the_model_they_describe():
+    """The retrained model is never said to have 'overshot' an unlearning, and its name is not
+    repeated as 'The retrained model retrained'."""
+    over = {"over_unlearned": True, "over_unlearning_p": 1e-5, "n_over_unlearned": 30}
+    retrained = row("retrained", "retrained", 100, **over)
+    text = explain_verdict(retrained, 100).text
+    assert "overshot" not in text and "never saw the forget set" in text
+    unlearned = explain_verdict(row("rl", "unlearned", 100, **over), 100, retrained).text
+    assert "overshot" not in unlearned and "not proof that it forgot" in unlearned
+    assert "The retrained model retrained" not in unlearned
+    assert "The retrained model (the gold standard)" in unlearned
+
+
+def test_conflicting_evidence_is_the_verdict_with_its_numbers():
+    """method §9: SDE says forgotten or over-unlearned, the behaviour says the model still fits
+    D_f: the verdict is "conflicting evidence", the sentence carries the conflicting numbers and
+    the report's table shows them."""
+    reason = (
+        "SDE says OTR 100% (paper's rule) and 100% of the targets over-unlearned, but the model "
+        "still fits D_f better than unseen data: accuracy 80.8% on D_f vs 65.4% on D_te"
+    )
+    rl = row("rl", "unlearned", 100, over_unlearned=True, evidence_conflict=reason)
+    explained = explain_verdict(rl, 100, RETRAIN)
+    assert explained.label == "conflicting evidence"
+    assert "80.8% on D_f vs 65.4% on D_te" in explained.evidence
+    assert "contradicts the SDE verdict" in explained.limits
+    assert explain_verdict(row("rl", "unlearned", 100, evidence_conflict=""), 100).label == (
+        "consistent with forgetting"
+    )
+    table = comparison_table(pd.DataFrame([rl, RETRAIN])).set_index("model")
+    assert table.loc["rl", "conflicting evidence"] == reason
+    assert table.loc["retrain", "conflicting evidence"] == ""
+
+
+def test_comparison_puts_the_forget_set_accuracy_beside_the_retrained_models():
+    retrain = RETRAIN | {"acc_f": 68.0, "acc_te": 67.725}
+    rl = row("rl", "unlearned", 100, acc_f=80.75, acc_te=65.4)
+    text = explain_verdict(rl, 100, retrain).comparison
+    assert "right 80.8% of the time, the retrained model 68.0%" in text
+    assert "(unseen test data: 65.4% and 67.7%)" in text
+    bare = explain_verdict(row("rl", "unlearned", 100), 100, RETRAIN)
+    assert "of the time" not in bare.comparison  # no accuracies: no sentence
