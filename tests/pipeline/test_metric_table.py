@@ -26,7 +26,7 @@ from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.replication import replicate_proportion
 from sde_core.viz.glossary import GLOSSARY, METHOD_SECTIONS
 
-METHOD_DOC = (Path(__file__).resolve().parents[1] / "docs" / "method.md").read_text()
+METHOD_DOC = (Path(__file__).resolve().parents[2] / "docs" / "method.md").read_text()
 _NAN = float("nan")
 
 

@@ -28,7 +28,7 @@ from sde_core.stats.hsic import resolve_sigma
 from sde_core.viz.glossary import GLOSSARY, METHOD_SECTIONS
 from sde_core.viz.ui_support import parse_sigma_values
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HYPOTHESIS = settings(
     derandomize=True, deadline=None, database=None, max_examples=150,
     suppress_health_check=[HealthCheck.too_slow],

@@ -27,7 +27,7 @@ from sde_core.services.view_state import (
     restrict,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HYPOTHESIS = settings(
     derandomize=True, deadline=None, database=None, max_examples=120,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
