@@ -26,8 +26,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from pages._nav import PAGES as NAV_PAGES
-from pages._nav import enter_through_app, leave_legacy_mode
+from pages import APP_ROOT
+from pages import PAGES as NAV_PAGES
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.errors import SDEError
@@ -61,9 +61,6 @@ from sde_core.viz.links import (
 )
 from sde_core.viz.ui_support import ResultCache
 from sde_core.viz.verdicts import explain_verdict
-
-if st.runtime.exists():
-    leave_legacy_mode()  # a page of pages/ running on its own: go through app.py (pages/_nav.py)
 
 #: A layer whose extraction is estimated at most this many seconds is evaluated without asking.
 CHEAP_SECONDS = 20.0
@@ -228,7 +225,7 @@ def _show_link_mismatch() -> None:
 
 
 def begin_page(page: str) -> View:
-    """Start a page: route it through ``app.py`` if needed and read the link that opened it.
+    """Start a page: read the link that opened it.
 
     A link's ``ws`` parameter opens that workspace (inside the allowed folders) and its ``wsh``
     (the content hash of the workspace it was made on) is checked against the workspace then
@@ -236,7 +233,6 @@ def begin_page(page: str) -> View:
     this server that matches, if one does. The link's other parameters are applied by the page
     (:meth:`View.get`) and by :func:`settings_sidebar`.
     """
-    enter_through_app()
     incoming = {k: str(v) for k, v in st.query_params.to_dict().items()}
     fresh = bool(incoming) and incoming != st.session_state.get(URL_KEY)
     view = View(page, incoming if fresh else {})
@@ -752,4 +748,4 @@ def show_verdict(
 
 def app_root() -> Path:
     """The folder of ``app.py`` (where the bundled demos live under ``assets/``)."""
-    return Path(__file__).resolve().parent.parent
+    return APP_ROOT

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
-from ui_fixtures import shared_tiny_workspace
+from ui_fixtures import fresh_server, shared_tiny_workspace, warm_server
 
 from sde_core.errors import InputError
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
@@ -34,6 +34,13 @@ from sde_core.viz.verdicts import explain_verdict, verdict_label
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app.py"
 TIMEOUT = 120
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_server() -> Iterator[None]:
+    """Every AppTest run goes through app.py's navigation, as on a running server."""
+    with warm_server():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +120,20 @@ def displayed(element) -> pd.DataFrame | None:
 def shared_link(at: AppTest) -> str:
     (code,) = [c.value for c in at.code if "?" in c.value]
     return code
+
+
+# ---------------------------------------------------------------------------------- Navigation
+
+
+def test_a_deep_link_is_the_first_request_of_a_fresh_server(ws):
+    """A fresh server starts in Streamlit's legacy multipage mode, which would run
+    pages/method.py on its own; the pages package ends it and the page runs inside app.py."""
+    with fresh_server():
+        at = app("method")
+    no_exception(at)
+    assert any(m.value.startswith("# The method, exactly") for m in at.markdown)
+    captions = [c.value for c in at.sidebar.caption]
+    assert any(c.startswith("SDE Explorer · sde_core") for c in captions), "app.py's frame ran"
 
 
 # ------------------------------------------------------------------------------------- Explore
