@@ -30,8 +30,8 @@ from pages._common import (
     show_verdict,
     table,
 )
-from sde_core.pipeline.evaluate import EvaluationResult
-from sde_core.pipeline.workspace import Workspace
+from sde_core.services.cascade import EvaluationResult
+from sde_core.services.workspace_info import Workspace
 from sde_core.viz.figures import METRICS, comparison_bars, draw_strip, target_overlay
 from sde_core.viz.links import decode_list, encode_list
 from sde_core.viz.report import to_csv_bytes

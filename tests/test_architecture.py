@@ -203,3 +203,35 @@ def test_stable_import_paths(path: str, names: list[str]) -> None:
         assert getattr(module, name) is not None, f"{path}.{name}"
     if path != "sde_core":
         assert set(names) <= set(module.__all__)
+
+
+# ------------------------------------------------------------------------- the dashboard
+APP = ROOT.parent
+#: The dashboard's scripts: the entry point and every page module.
+UI_FILES = [APP / "app.py", *sorted((APP / "pages").glob("*.py"))]
+#: What the dashboard may import from the library: the services and viz layers (pages hold
+#: widgets and layout only), the layer-0 helpers and errors, and ``sde_core`` itself (its
+#: version).
+UI_ALLOWED = {"services", "viz", "common", "errors"}
+
+
+def test_the_dashboard_imports_services_and_viz_only() -> None:
+    assert len(UI_FILES) > 5, UI_FILES
+    wrong = [
+        f"{path.relative_to(APP)} imports {imported}"
+        for path in UI_FILES
+        for imported in imports_of(path)
+        if imported.startswith("sde_core.") and imported.split(".")[1] not in UI_ALLOWED
+    ]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_every_page_imports_the_pages_package() -> None:
+    """A fresh server's first request of a page ends Streamlit's legacy multipage mode when the
+    page imports the ``pages`` package (pages/__init__.py): at the top of the module, before
+    the page draws anything."""
+    for path in UI_FILES:
+        if path.parent.name != "pages" or path.name == "__init__.py":
+            continue
+        top = imports_of(path, top_level_only=True)
+        assert any(m == "pages" or m.startswith("pages.") for m in top), path.name
