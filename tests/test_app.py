@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
-from ui_fixtures import fresh_server, shared_tiny_workspace, warm_server
+from ui_fixtures import app_test, fresh_server, shared_tiny_workspace, warm_server
 
 from sde_core.errors import InputError
 from sde_core.pipeline.evaluate import EvalSettings, EvaluationResult, evaluate_workspace
@@ -71,7 +71,7 @@ def expected(ws: Path, defaults: EvalSettings) -> EvaluationResult:
 
 def app(page: str | None = None, **params: str) -> AppTest:
     """Run the app (on ``page``), opened with the query parameters ``params`` (a link)."""
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at = app_test(APP, TIMEOUT)
     if page:
         at.switch_page(f"pages/{page}.py")
     at.query_params.update(params)

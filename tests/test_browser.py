@@ -161,26 +161,37 @@ def servers(ws: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
             proc.wait()
 
 
-@contextmanager
-def browser_page() -> Iterator:
-    """A Chromium page with the test's timeouts; a screenshot is kept when the test fails."""
+@pytest.fixture(scope="module")
+def chromium() -> Iterator:
+    """The system Chromium, launched once per module (each test opens its own context)."""
     from playwright.sync_api import expect, sync_playwright
 
     expect.set_options(timeout=LOAD_TIMEOUT_MS)
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(LOAD_TIMEOUT_MS)
-        # The table's CSV button would open a save dialog; make it a plain download instead.
-        page.add_init_script("delete window.showSaveFilePicker")
         try:
-            yield page
-        except BaseException:
-            page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)
-            raise
+            yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def browser_page(browser) -> Iterator:
+    """A page in a new browser context (a new Streamlit session) with the test's timeouts; a
+    screenshot is kept when the test fails."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(LOAD_TIMEOUT_MS)
+    # The table's CSV button would open a save dialog; make it a plain download instead.
+    page.add_init_script("delete window.showSaveFilePicker")
+    try:
+        yield page
+    except BaseException:
+        page.screenshot(path=str(ARTIFACTS / "failure.png"), full_page=True)
+        raise
+    finally:
+        context.close()
 
 
 def shot(page, name: str) -> None:
@@ -201,11 +212,11 @@ def settle(page) -> None:
     expect(page.get_by_test_id("stStatusWidget")).to_have_count(0)
 
 
-def test_every_deep_link_is_the_first_request_of_a_fresh_server(servers: Servers) -> None:
+def test_every_deep_link_is_the_first_request_of_a_fresh_server(servers: Servers, chromium) -> None:
     """One new server per page (started together), each opened first on that page's URL."""
     from playwright.sync_api import expect
 
-    with browser_page() as page:
+    with browser_page(chromium) as page:
         for path, title in TITLES.items():
             url = servers.fresh(path)
             page.goto(f"{url}/{path}")
@@ -233,13 +244,13 @@ def metric_value(page, label: str) -> str:
 
 
 def test_a_shared_link_reproduces_the_view_and_the_pages_walk_through(
-    ws: Path, servers: Servers
+    ws: Path, servers: Servers, chromium
 ) -> None:
     from playwright.sync_api import expect
 
     lib = expected_models(ws, sigma=0.5).set_index("name")
     url = servers.warm()
-    with browser_page() as page:
+    with browser_page(chromium) as page:
         page.goto(f"{url}/explore?model=FT&sigma=0.5&target=3")
         expect(page.get_by_text("OTR (out-of-training rate)")).to_be_visible()
         settle(page)
@@ -298,7 +309,9 @@ def test_a_shared_link_reproduces_the_view_and_the_pages_walk_through(
         shot(page, "3-report")
 
 
-def test_html_report_opens_offline_and_its_pdf_has_every_section(ws: Path, tmp_path) -> None:
+def test_html_report_opens_offline_and_its_pdf_has_every_section(
+    ws: Path, tmp_path, chromium
+) -> None:
     """No request leaves ``file://`` / ``data:``; the printed PDF holds every section."""
     from pypdf import PdfReader
 
@@ -307,7 +320,7 @@ def test_html_report_opens_offline_and_its_pdf_has_every_section(ws: Path, tmp_p
     files = create_report(ws, out_dir=tmp_path, pdf=True)
     assert files.pdf is not None, files.pdf_error
     requests: list[str] = []
-    with browser_page() as page:
+    with browser_page(chromium) as page:
         page.route("**/*", lambda route: (requests.append(route.request.url), route.continue_()))
         page.goto(files.html.as_uri())
         page.wait_for_selector(".js-plotly-plot .main-svg")
@@ -327,7 +340,7 @@ def test_html_report_opens_offline_and_its_pdf_has_every_section(ws: Path, tmp_p
 
 
 def test_a_link_opens_its_own_workspace_and_the_page_settles_without_progress(
-    ws: Path, servers: Servers
+    ws: Path, servers: Servers, chromium
 ) -> None:
     """A link made on another workspace than the server's default opens that workspace; one
     whose content hash differs says so and offers the matching one; once the evaluation is done
@@ -352,7 +365,7 @@ def test_a_link_opens_its_own_workspace_and_the_page_settles_without_progress(
         return workspace_hash(loaded, data_fingerprint=data.fingerprint)[:16]
 
     url = servers.warm()
-    with browser_page() as page:
+    with browser_page(chromium) as page:
         page.goto(f"{url}/explore?ws={other}&wsh={content_hash(other)}&model=FT")
         expect(page.get_by_text("OTR (out-of-training rate)")).to_be_visible()
         settle(page)
