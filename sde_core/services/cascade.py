@@ -63,7 +63,7 @@ StagedRunner = Callable[[StagedWork], EvaluationResult | None]
 
 
 def open_results_store(ws: Workspace) -> ResultsStore:
-    """The workspace's results store (``.sde-cache/results.sqlite``).
+    """The workspace's results store (in its cache folder).
 
     Raises:
         SDEError: it cannot be opened (a read-only folder, a damaged file).
