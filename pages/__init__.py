@@ -64,7 +64,7 @@ def _leave_legacy_mode() -> None:
     docstring); nothing outside a script run or once the mode is off."""
     if get_script_run_ctx(suppress_warning=True) is None:
         return
-    if not PagesManager.uses_pages_directory:
+    if not getattr(PagesManager, "uses_pages_directory", False):  # gone: no legacy mode
         return
     st.navigation(navigation_pages(), position="hidden")
     st.rerun()
