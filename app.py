@@ -2,14 +2,21 @@
 
 The workspace comes from ``$SDE_WORKSPACE`` (default ``assets/demo``) or a link's ``ws``
 parameter; file inputs are limited to ``$SDE_DATA_ROOTS`` (default: the working directory and
-``assets/``). Every page has its own URL (``/explore``, ``/compare`` …) and keeps its settings
-and selection in the query string, so a copied link reproduces the view (``pages/_nav.py``
-explains the navigation; ``pages/_common.py`` the shared helpers). Navigation is declared before
-any heavy import so the page list appears at once.
+``assets/``). Every page has its own URL (``/explore``, ``/compare`` …, listed in
+``pages/__init__.py``) and keeps its settings and selection in the query string, so a copied
+link reproduces the view; ``/`` forwards to Explore with the link's parameters.
 """
 
 from __future__ import annotations
 
-from pages._nav import frame
+import streamlit as st
 
-frame()
+import sde_core
+from pages import navigation_pages
+
+st.set_page_config(page_title="SDE Explorer", layout="wide")
+st.sidebar.caption(
+    f"SDE Explorer · sde_core {sde_core.__version__} — does a model still depend on its "
+    "forget set? Split-half HSIC against in- and out-of-training references."
+)
+st.navigation(navigation_pages(), position="top").run()

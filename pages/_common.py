@@ -10,7 +10,10 @@ when it arrives.
 
 Caching: the dataset bundle and layer listings live in ``st.cache_resource`` keyed by content
 hashes; evaluation results live in one process-wide :class:`~sde_core.viz.ui_support.ResultCache`
-keyed by ``(workspace hash, settings dict, models)``. Activations always come from the on-disk
+keyed by ``(workspace hash, settings dict, models)``, which this module hands to the
+evaluation cascade and cost policy of :mod:`sde_core.services.cascade` and
+:mod:`sde_core.services.evaluation` (this module adds the progress displays, Stop buttons and
+confirmations around them). Activations always come from the on-disk
 activation cache, so changing σ, bins or a plot option never re-extracts them, and finished
 models are stored in the workspace's results store as they complete.
 """
@@ -27,29 +30,24 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from pages._nav import PAGES as NAV_PAGES
-from pages._nav import enter_through_app, leave_legacy_mode
-from sde_core.common.hashing import file_sha256, stable_hash
+from pages import APP_ROOT
+from pages import PAGES as NAV_PAGES
+from sde_core.common.hashing import stable_hash
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.common.sigma import MEDIAN, SQRT_DIM, Sigma, parse_sigma
 from sde_core.common.validation import SIGMA_MIN
 from sde_core.errors import SDEError
-from sde_core.inputs.activations import LayerInfo
-from sde_core.inputs.data import DatasetBundle, load_dataset
-from sde_core.pipeline.evaluation.run import EvaluationCancelled
-from sde_core.pipeline.evaluation.session import COMPARE_STAGES, EvaluationSession
-from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
-from sde_core.pipeline.model_inputs import entry_layer_infos
-from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.store import ResultsStore, workspace_store_path
-from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash
-from sde_core.services.evaluation import (
-    LayerCost,
-    Throughput,
-    layer_costs,
-    measure_throughput,
-    stored_models,
+from sde_core.services.cascade import (
+    EvalSettings,
+    EvaluationCancelled,
+    EvaluationResult,
+    Evaluations,
+    EvaluationSession,
+    PartialEvaluation,
+    Progress,
+    StagedWork,
 )
+from sde_core.services.evaluation import confirmation_token, priced_layers, runs_without_asking
 from sde_core.services.view_state import (
     NUMBER_WIDGETS,
     PUBLIC_URL_ENV,
@@ -62,17 +60,22 @@ from sde_core.services.view_state import (
     public_base_url,
     view_link,
 )
+from sde_core.services.workspace_info import (
+    DatasetBundle,
+    LayerInfo,
+    Workspace,
+    content_hash,
+    layer_listing_key,
+    load_bundle,
+    load_workspace,
+    model_layer_infos,
+)
 from sde_core.viz.figures import PLOTLY_CONFIG
 from sde_core.viz.formatting import format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
 from sde_core.viz.ui_support import ResultCache
 from sde_core.viz.verdicts import explain_verdict
 
-if st.runtime.exists():
-    leave_legacy_mode()  # a page of pages/ running on its own: go through app.py (pages/_nav.py)
-
-#: A layer whose extraction is estimated at most this many seconds is evaluated without asking.
-CHEAP_SECONDS = 20.0
 WS_KEY = "ws_path"
 STOP_KEY = "stop_requested"
 SETTINGS_OWNER = "settings_workspace"
@@ -232,7 +235,7 @@ def _show_link_mismatch() -> None:
 
 
 def begin_page(page: str) -> PageView:
-    """Start a page: route it through ``app.py`` if needed and read the link that opened it.
+    """Start a page: read the link that opened it.
 
     A link's ``ws`` parameter opens that workspace (inside the allowed folders) and its ``wsh``
     (the content hash of the workspace it was made on) is checked against the workspace then
@@ -241,7 +244,6 @@ def begin_page(page: str) -> PageView:
     named in a warning (the page keeps its current value). The link's other parameters are
     applied by the page (its fields of the returned view) and by :func:`settings_sidebar`.
     """
-    enter_through_app()
     incoming = {k: str(v) for k, v in st.query_params.to_dict().items()}
     fresh = bool(incoming) and incoming != st.session_state.get(URL_KEY)
     view, problems = decode(page, incoming if fresh else {})
@@ -311,7 +313,7 @@ def current_workspace() -> Workspace:
 
 @st.cache_resource(show_spinner="Loading the dataset…", max_entries=4)
 def _bundle(root: str, dataset_key: str, _ws: Workspace) -> DatasetBundle:
-    return load_dataset(_ws.dataset_spec())
+    return load_bundle(_ws)
 
 
 def dataset_bundle(ws: Workspace) -> DatasetBundle:
@@ -321,20 +323,18 @@ def dataset_bundle(ws: Workspace) -> DatasetBundle:
 
 def workspace_key(ws: Workspace) -> str:
     """Content hash of the workspace (data fingerprint, forget set, checkpoint hashes)."""
-    return workspace_hash(ws, data_fingerprint=dataset_bundle(ws).fingerprint)
+    return content_hash(ws, dataset_bundle(ws))
 
 
 @st.cache_resource(show_spinner="Listing the model's layers…", max_entries=32)
 def _layers(model_key: str, shape: tuple[int, ...], _ws: Workspace, name: str) -> list[LayerInfo]:
-    return entry_layer_infos(_ws, _ws.model(name), shape)
+    return model_layer_infos(_ws, name, shape)
 
 
 def model_layers(ws: Workspace, name: str) -> list[LayerInfo]:
     """The real layers of a model (aliases first) with their per-sample shapes, or the layers of
     its activations file."""
-    entry = ws.model(name)
-    file = ws.path(entry.activations or entry.checkpoint, must_exist=True)
-    key = stable_hash([file_sha256(file), entry.arch, entry.arch_kwargs, bool(entry.trusted)])
+    key = layer_listing_key(ws, name)
     return _layers(key, tuple(dataset_bundle(ws).input_shape), ws, name)
 
 
@@ -473,12 +473,44 @@ def current_settings(ws: Workspace, **overrides: Any) -> EvalSettings:
 
 
 # ------------------------------------------------------------------------------- evaluation
+# The cascade (cache -> results store -> session) and the cost policy are in
+# sde_core.services (cascade.py, evaluation.py); here are the Streamlit caches they are given
+# and the progress displays, Stop buttons and confirmations around them.
 
 
 @st.cache_resource
 def shared_cache() -> ResultCache:
     """The process-wide LRU of results, keyed by content hashes (workspace, settings, …)."""
     return ResultCache(max_entries=64)
+
+
+@st.cache_resource(show_spinner="Opening the workspace for interactive evaluation…",
+                   max_entries=4)  # fmt: skip
+def _session(root: str, ws_hash: str, _ws: Workspace) -> EvaluationSession:
+    return EvaluationSession(_ws)
+
+
+def evaluation_session(ws: Workspace) -> EvaluationSession:
+    """The workspace's :class:`EvaluationSession` (one per folder and content hash): it keeps
+    the activations and the stage cache between reruns, so a σ, bins or α change recomputes
+    only what it changes (method §12)."""
+    return _session(str(ws.root), workspace_key(ws), ws)
+
+
+def _store_warning(exc: SDEError) -> None:
+    st.warning(f"Results are not saved to disk ({exc}); they are kept for this session only.")
+
+
+def evaluations(ws: Workspace) -> Evaluations:
+    """The workspace's evaluations (:class:`~sde_core.services.cascade.Evaluations`) over this
+    server's caches; a results store that cannot be opened is a warning, not an error.
+
+    Raises:
+        SDEError: the workspace's content hash cannot be computed (e.g. unreadable data).
+    """
+    return Evaluations(
+        ws, workspace_key(ws), shared_cache(), lambda: evaluation_session(ws), _store_warning
+    )
 
 
 def _request_stop() -> None:
@@ -489,15 +521,6 @@ def _clear_stop() -> None:
     st.session_state[STOP_KEY] = False
 
 
-def results_store(ws: Workspace) -> ResultsStore | None:
-    """The workspace's results store, or None (with a warning) when it cannot be opened."""
-    try:
-        return ResultsStore(workspace_store_path(ws.root))
-    except SDEError as exc:
-        st.warning(f"Results are not saved to disk ({exc}); they are kept for this session only.")
-        return None
-
-
 def _show_stopped() -> None:
     st.info(
         "Stopped. Every model that had finished is kept in the workspace's results store and "
@@ -506,7 +529,7 @@ def _show_stopped() -> None:
     st.button("Resume", on_click=_clear_stop, type="primary", key="resume_button")
 
 
-def run_with_progress(work: Callable[[Callable[[str, int, int], None]], Any], what: str) -> Any:
+def run_with_progress(work: Callable[[Progress], Any], what: str) -> Any:
     """Run ``work(progress)`` with a progress bar, the current stage and a Stop button.
 
     Returns:
@@ -535,6 +558,10 @@ def run_with_progress(work: Callable[[Callable[[str, int, int], None]], Any], wh
         slot.empty()
 
 
+def _label(names: Sequence[str]) -> str:
+    return ", ".join(names) if len(names) <= 3 else f"{len(names)} models"
+
+
 def evaluate(
     ws: Workspace, settings: EvalSettings, models: Sequence[str] | None = None
 ) -> EvaluationResult | None:
@@ -544,123 +571,73 @@ def evaluate(
         The result, or None when evaluation failed (error shown) or was stopped.
     """
     try:
-        ws_hash = workspace_key(ws)
+        source = evaluations(ws)
     except SDEError as exc:
         st.error(f"Cannot evaluate this workspace: {exc}")
         return None
-    names = tuple(models) if models is not None else tuple(m.name for m in ws.models)
-    key = ("evaluation", ws_hash, stable_hash(settings.result_key()), names)
-    cached = shared_cache().get(key)
-    if cached is not None:
-        return cached
-
-    def work(progress: Callable[[str, int, int], None]) -> EvaluationResult:
-        store = results_store(ws)
-        try:
-            return evaluate_workspace(
-                ws, settings, models=list(names), store=store, progress=progress
-            )
-        finally:
-            if store is not None:
-                store.close()
-
-    label = ", ".join(names) if len(names) <= 3 else f"{len(names)} models"
+    names = list(models) if models is not None else [m.name for m in ws.models]
+    what = f"Evaluating {_label(names)} at layer {settings.layer!r}…"
     try:
-        result = run_with_progress(work, f"Evaluating {label} at layer {settings.layer!r}…")
+        return source.evaluate(settings, names, lambda work: run_with_progress(work, what))
     except SDEError as exc:
         st.error(f"Evaluation failed: {exc}")
         return None
-    if result is not None:
-        shared_cache().put(key, result)
-    return result
 
 
-@st.cache_resource(show_spinner="Opening the workspace for interactive evaluation…",
-                   max_entries=4)  # fmt: skip
-def _session(root: str, ws_hash: str, _ws: Workspace) -> EvaluationSession:
-    return EvaluationSession(_ws)
+def _compare_progress(names: list[str], settings: EvalSettings) -> Any:
+    """The Compare page's runner: a box with the overall and the per-model progress and Stop."""
 
+    def run(work: StagedWork) -> EvaluationResult | None:
+        if st.session_state.get(STOP_KEY):
+            _show_stopped()
+            return None
+        slot = st.empty()
+        box = slot.container(border=True)
+        box.caption(f"Evaluating {len(names)} models at layer {settings.layer!r}…")
+        overall = box.progress(0.0, text=f"model 1 of {len(names)}")
+        bar = box.progress(0.0, text="loading the activations…")
+        box.button("Stop", on_click=_request_stop, key=f"stop_compare_{settings.layer}")
 
-def evaluation_session(ws: Workspace) -> EvaluationSession:
-    """The workspace's :class:`EvaluationSession` (one per folder and content hash): it keeps
-    the activations and the stage cache between reruns, so a σ, bins or α change recomputes
-    only what it changes (method §12)."""
-    return _session(str(ws.root), workspace_key(ws), ws)
+        def on_update(part: PartialEvaluation) -> None:
+            i = names.index(part.model)
+            overall.progress(i / len(names), text=f"model {i + 1} of {len(names)}: {part.model}")
+            bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
+
+        try:
+            return work(on_update, lambda: bool(st.session_state.get(STOP_KEY)))
+        except EvaluationCancelled:
+            _show_stopped()
+            return None
+        finally:
+            slot.empty()
+
+    return run
 
 
 def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult | None:
-    """Every model at ``settings`` for the Compare page, with per-model progress and Stop.
-
-    Answered, in order, from this process's result cache, from the results store (when every
-    model is stored: the complete results) or by the workspace's :class:`EvaluationSession`
-    (:data:`COMPARE_STAGES` only; a second visit is answered from its memory). Errors are shown
-    inline.
+    """Every model at ``settings`` for the Compare page, with per-model progress and Stop
+    (:meth:`~sde_core.services.cascade.Evaluations.compare`: cache, results store, or the
+    session's Compare stages). Errors are shown inline.
 
     Returns:
         The result, or None when evaluation failed (error shown) or was stopped.
     """
     try:
-        ws_hash = workspace_key(ws)
+        source = evaluations(ws)
     except SDEError as exc:
         st.error(f"Cannot evaluate this workspace: {exc}")
         return None
     names = [m.name for m in ws.models]
-    key = ("compare", ws_hash, stable_hash(settings.result_key()), tuple(names))
-    cached = shared_cache().get(key)
-    if cached is not None:
-        return cached
-    if set(names) <= stored_models(ws, ws_hash, settings):
-        result = evaluate(ws, settings, names)
-        if result is not None:
-            shared_cache().put(key, result)
-        return result
-    if st.session_state.get(STOP_KEY):
-        _show_stopped()
-        return None
-    slot = st.empty()
-    box = slot.container(border=True)
-    box.caption(f"Evaluating {len(names)} models at layer {settings.layer!r}…")
-    overall = box.progress(0.0, text=f"model 1 of {len(names)}")
-    bar = box.progress(0.0, text="loading the activations…")
-    box.button("Stop", on_click=_request_stop, key=f"stop_compare_{settings.layer}")
-
-    def on_update(part: Any) -> None:
-        i = names.index(part.model)
-        overall.progress(i / len(names), text=f"model {i + 1} of {len(names)}: {part.model}")
-        bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
-
+    what = f"Evaluating {_label(names)} at layer {settings.layer!r}…"
     try:
-        result = evaluation_session(ws).evaluate(
-            names, settings, stages=COMPARE_STAGES, on_update=on_update,
-            cancelled=lambda: bool(st.session_state.get(STOP_KEY)),
-        )  # fmt: skip
-    except EvaluationCancelled:
-        _show_stopped()
-        return None
+        return source.compare(
+            settings,
+            lambda work: run_with_progress(work, what),
+            _compare_progress(names, settings),
+        )
     except SDEError as exc:
         st.error(f"Evaluation failed: {exc}")
         return None
-    finally:
-        slot.empty()
-    shared_cache().put(key, result)
-    return result
-
-
-def _throughputs(ws: Workspace, settings: EvalSettings, costs: list[LayerCost]) -> dict:
-    """Measured extraction speed per architecture of the models that need an extraction."""
-    speeds: dict[str, Throughput] = {}
-    for name in dict.fromkeys(n for c in costs for n in c.extract):
-        entry = ws.model(name)
-        if entry.arch in speeds:
-            continue
-        key = ("throughput", file_sha256(ws.path(entry.checkpoint)), entry.arch, settings.device)
-        speed = shared_cache().get(key)
-        if speed is None:
-            with st.spinner(f"Timing {name} on 256 rows to estimate the cost…"):
-                speed = measure_throughput(ws, dataset_bundle(ws), name, settings)
-            shared_cache().put(key, speed)
-        speeds[entry.arch] = speed
-    return speeds
 
 
 def affordable_layers(
@@ -668,26 +645,24 @@ def affordable_layers(
 ) -> list[str]:
     """The layers to evaluate every model at now, asking first where that is expensive.
 
-    A layer is evaluated at once when it is ready (results stored or activations cached for
-    every model) or cheap (extraction estimated at most :data:`CHEAP_SECONDS` at a throughput
-    measured on this machine); otherwise its cost is shown with a button, and it is evaluated
-    once the user accepts.
+    A layer is evaluated at once when it is ready or cheap
+    (:func:`~sde_core.services.evaluation.runs_without_asking`, at a throughput measured on
+    this machine); otherwise its cost is shown with a button, and it is evaluated once the
+    user accepts.
 
     Args:
         prefix: the page's widget-key prefix (one button per page and layer).
     """
     ws_hash = workspace_key(ws)
-    bundle = dataset_bundle(ws)
-    costs = layer_costs(ws, bundle, settings, layers, ws_hash)
-    if any(not c.ready for c in costs):
-        speeds = _throughputs(ws, settings, costs)
-        costs = layer_costs(ws, bundle, settings, layers, ws_hash, throughput=speeds)
+    costs = priced_layers(
+        ws, dataset_bundle(ws), settings, layers, ws_hash, shared_cache(),
+        lambda name: st.spinner(f"Timing {name} on 256 rows to estimate the cost…"),
+    )  # fmt: skip
     confirmed: set = st.session_state.setdefault(CONFIRMED_KEY, set())
     out = []
     for cost in costs:
-        token = (ws_hash, stable_hash(settings.with_overrides(layer=cost.layer).result_key()))
-        cheap = cost.seconds is not None and cost.seconds <= CHEAP_SECONDS
-        if cost.ready or cheap or token in confirmed:
+        token = confirmation_token(ws_hash, settings, cost.layer)
+        if runs_without_asking(cost) or token in confirmed:
             out.append(cost.layer)
             continue
         with st.container(border=True):
@@ -785,4 +760,4 @@ def show_verdict(
 
 def app_root() -> Path:
     """The folder of ``app.py`` (where the bundled demos live under ``assets/``)."""
-    return Path(__file__).resolve().parent.parent
+    return APP_ROOT

@@ -30,9 +30,9 @@ from pages._common import (
     show_verdict,
     table,
 )
-from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
-from sde_core.pipeline.workspace import Workspace
+from sde_core.services.cascade import EvaluationResult
 from sde_core.services.view_state import CompareView
+from sde_core.services.workspace_info import Workspace
 from sde_core.viz.figures import BAR_CHOICES, comparison_bars, draw_strip, target_overlay
 from sde_core.viz.report import to_csv_bytes
 from sde_core.viz.ui_support import comparison_display, comparison_table

@@ -1,6 +1,6 @@
 """Explore page: one model at one layer — verdict, histograms, decisions, calibrated panel.
 
-Progressive: the workspace's :class:`~sde_core.pipeline.evaluation.EvaluationSession` streams
+Progressive: the workspace's :class:`~sde_core.services.cascade.EvaluationSession` streams
 the evaluation stage by stage (method §12), so the first histogram (draw 1's references and
 targets) appears before the other draws, the controls and the null check; a progress bar and a
 Stop button follow it. Stop keeps what finished (shown with "stopped after k of B draws");
@@ -26,7 +26,7 @@ from pages._common import (
     current_settings,
     current_workspace,
     dataset_bundle,
-    evaluation_session,
+    evaluations,
     fmt,
     fmt_p,
     guarded,
@@ -38,20 +38,19 @@ from pages._common import (
     plot,
     publish,
     settings_sidebar,
-    shared_cache,
     show_verdict,
     table,
-    workspace_key,
 )
-from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError
-from sde_core.pipeline.evaluation.run import PartialEvaluation
-from sde_core.pipeline.evaluation.session import EXPLORE_STAGES
-from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
-from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import Workspace
+from sde_core.services.cascade import (
+    EXPLORE_STAGES,
+    EvalSettings,
+    EvaluationResult,
+    PartialEvaluation,
+)
 from sde_core.services.evaluation import progress_note, session_result, target_texts, thumbnails
 from sde_core.services.view_state import ExploreView, restrict
+from sde_core.services.workspace_info import Workspace
 from sde_core.viz.figures import (
     draw_strip,
     hsic_histogram,
@@ -380,13 +379,14 @@ def progressive(
         note shown), or None on an error (shown inline).
     """
     try:
-        ws_hash = workspace_key(ws)
-        session = evaluation_session(ws)
+        source = evaluations(ws)
+        session = source.session()
     except SDEError as exc:
         st.error(f"Cannot evaluate this workspace: {exc}")
         return None
-    key = ("explore", ws_hash, stable_hash(settings.result_key()), tuple(names))
-    done = shared_cache().get(key)
+    ws_hash = source.workspace_hash
+    key = source.key("explore", settings, tuple(names))
+    done = source.cached("explore", settings, tuple(names))
     if done is not None:
         show(done, model, control, pick, "")
         return done
@@ -438,7 +438,7 @@ def progressive(
     ):
         return stopped(ws_hash, settings, names, parts, model, control, pick)
     result = session_result(ws_hash, settings, [parts[n].evaluation() for n in names])
-    shared_cache().put(key, result)
+    source.remember("explore", settings, result, tuple(names))
     st.session_state.pop(PARTIAL_KEY, None)
     show(result, model, control, pick, "")
     return result

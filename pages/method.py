@@ -6,15 +6,12 @@ definitions are one click away without the repository or a network connection.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 
-from pages._nav import enter_through_app
+from pages import APP_ROOT
 from sde_core.viz.glossary import METHOD_SECTIONS, glossary_table
 
-enter_through_app()  # light page: no workspace, no evaluation imports
-doc = Path(__file__).resolve().parent.parent / "docs" / "method.md"
+doc = APP_ROOT / "docs" / "method.md"
 with st.sidebar:
     st.markdown("**Sections**")
     st.markdown(

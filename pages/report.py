@@ -27,10 +27,10 @@ from pages._common import (
     table,
 )
 from sde_core.common.hashing import stable_hash
-from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
-from sde_core.pipeline.workspace import Workspace
 from sde_core.services.audit import build_manifest, report_file_stem, report_json_bytes
+from sde_core.services.cascade import EvaluationResult
 from sde_core.services.view_state import ReportView
+from sde_core.services.workspace_info import Workspace
 from sde_core.viz.figures import figure_to_image, plotly_config
 from sde_core.viz.pdf import html_to_pdf
 from sde_core.viz.report import (

@@ -7,6 +7,7 @@ Link parameters (besides the settings): ``sweep`` (sigma, layer, subset_size, ch
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import cast
 
 import pandas as pd
@@ -15,26 +16,21 @@ import streamlit as st
 from pages._common import (
     begin_page,
     current_workspace,
+    evaluations,
     guarded,
     model_layers,
     plot,
     publish,
-    results_store,
     run_with_progress,
     settings_sidebar,
-    shared_cache,
     table,
-    workspace_key,
 )
-from sde_core.common.hashing import stable_hash
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.common.sigma import SIGMA_SYNTAX
-from sde_core.pipeline.model_inputs import Progress
-from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.sweeps import available_fractions, run_sweep, sigma_markers
-from sde_core.pipeline.workspace import Workspace
+from sde_core.services.cascade import EvalSettings, Progress
 from sde_core.services.plans import plan_points, plan_runs
 from sde_core.services.view_state import SweepsView, decode_list, restrict
+from sde_core.services.workspace_info import Workspace, checkpoint_fractions
 from sde_core.viz.figures import plan_figure, sweep_figure
 from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
 
@@ -79,7 +75,7 @@ def apply_link(view: SweepsView, ws: Workspace, settings: EvalSettings, original
             except ValueError:
                 st.warning(f"The link's values {list(view.values)} are not checkpoint fractions.")
             else:
-                known = available_fractions(ws.model(original))
+                known = checkpoint_fractions(ws, original)
                 st.session_state[key] = [f for f in known if f in wanted]
         else:
             st.session_state[key] = ", ".join(view.values)
@@ -121,7 +117,7 @@ def sweep_values(ws: Workspace, settings: EvalSettings, param: str, original: st
         default = ", ".join(str(v) for v in dict.fromkeys((max(4, n // 4), max(4, n // 2), n)))
         st.session_state.setdefault(key, default)
         return parse_int_values(st.text_input("Subset sizes", key=key))
-    fractions = available_fractions(ws.model(original))
+    fractions = checkpoint_fractions(ws, original)
     st.session_state.setdefault(key, [f for f in fractions if f > 0])
     return st.multiselect(
         "Checkpoints (fraction of training)",
@@ -133,40 +129,21 @@ def sweep_values(ws: Workspace, settings: EvalSettings, param: str, original: st
 
 def markers_of(ws: Workspace, settings: EvalSettings, model: str) -> dict[str, float]:
     """The √d and median σ of ``model`` at the settings' layer (cached by content hash)."""
-    key = ("markers", workspace_key(ws), stable_hash(settings.result_key()), model)
-    markers = shared_cache().get(key)
-    if markers is None:
-        markers = sigma_markers(ws, settings, model)
-        shared_cache().put(key, markers)
-    return markers
+    return evaluations(ws).sigma_markers(settings, model)
 
 
 def run(
     ws: Workspace, settings: EvalSettings, param: str, values: list, models: list[str]
 ) -> pd.DataFrame | None:
     """Run (or fetch) the sweep with progress and Stop; None until the user starts it."""
-    key = ("sweep", workspace_key(ws), stable_hash(settings.result_key()), param,
-           stable_hash(values), tuple(models))  # fmt: skip
-    cached = shared_cache().get(key)
-    if cached is not None:
-        return cached
-    if not st.button("Run sweep", type="primary", key="sw_run"):
-        st.info("Choose the values and press **Run sweep**; finished points are stored.")
-        return None
 
-    def work(progress: Progress) -> pd.DataFrame:
-        store = results_store(ws)
-        try:
-            return run_sweep(ws, settings, param, values, models=models, store=store,
-                             progress=progress)  # fmt: skip
-        finally:
-            if store is not None:
-                store.close()
+    def when_asked(work: Callable[[Progress], pd.DataFrame]) -> pd.DataFrame | None:
+        if not st.button("Run sweep", type="primary", key="sw_run"):
+            st.info("Choose the values and press **Run sweep**; finished points are stored.")
+            return None
+        return run_with_progress(work, f"Sweeping {PARAMS[param]} over {len(values)} values…")
 
-    table = run_with_progress(work, f"Sweeping {PARAMS[param]} over {len(values)} values…")
-    if table is not None:
-        shared_cache().put(key, table)
-    return table
+    return evaluations(ws).sweep(settings, param, values, models, when_asked)
 
 
 def plan_results() -> None:

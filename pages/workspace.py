@@ -15,24 +15,24 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile
 from pages._common import PAGES, WS_KEY, app_root, default_workspace, guarded
 from sde_core.common.paths import ROOTS_ENV, allowed_roots, env_roots, resolve_in_roots
 from sde_core.errors import InputError, SDEError
-from sde_core.inputs.architectures import ARCHITECTURES
-from sde_core.inputs.checkpoint_files import CHECKPOINT_SUFFIXES
-from sde_core.inputs.data import DATASET_KINDS
-from sde_core.inputs.indices import INDEX_SUFFIXES
-from sde_core.inputs.isolation import DEFAULT_TIME_LIMIT
-from sde_core.pipeline.workspace import (
-    ROLES,
-    WORKSPACE_FILE,
-    Problem,
-    load_workspace,
-    validate_workspace,
-)
 from sde_core.services.uploads import (
     ACTIVATION_SUFFIXES,
     MAX_UPLOAD_MB,
     guess_role,
     inspect_upload,
     safe_name,
+)
+from sde_core.services.workspace_info import (
+    ARCHITECTURES,
+    CHECKPOINT_SUFFIXES,
+    DATASET_KINDS,
+    DEFAULT_TIME_LIMIT,
+    INDEX_SUFFIXES,
+    ROLES,
+    WORKSPACE_FILE,
+    Problem,
+    load_workspace,
+    validate_workspace,
 )
 from sde_core.services.workspaces import (
     BuildRequest,

@@ -172,6 +172,10 @@ def test_the_library_never_imports_the_ui() -> None:
 
 #: Where imports of library names are checked (every Python file of the repository but .venv).
 IMPORTERS = ("sde_core", "pages", "tests", "bench", "reproduction", "app.py")
+#: The dashboard's facades (docs/architecture.md, "One import path per name"): the only modules
+#: that re-export names, each a pipeline or inputs name a page needs, for the pages and app.py
+#: only; library code, tests and scripts import those names from their defining modules.
+FACADES = ("sde_core.services.cascade", "sde_core.services.workspace_info")
 
 
 def defined_names(path: Path) -> set[str]:
@@ -214,15 +218,36 @@ def test_all_lists_only_what_the_module_defines() -> None:
     wrong = [
         f"{module_name(path)}.__all__ lists {name}, which the module does not define"
         for path in sorted(ROOT.rglob("*.py"))
+        if module_name(path) not in FACADES
         for name in sorted(set(declared_all(path) or ()) - defined_names(path))
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_facade_re_exports_only_pipeline_and_inputs_names() -> None:
+    """What a facade lists but does not define comes from the pipeline or inputs layer (the
+    layers a page must not import), never from services, viz or another facade."""
+    for facade in FACADES:
+        path = ROOT.parent.joinpath(*facade.split(".")).with_suffix(".py")
+        source = {
+            alias.name: node.module or ""
+            for node in ast.parse(path.read_text(encoding="utf-8")).body
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+        }
+        for name in sorted(set(declared_all(path) or ()) - defined_names(path)):
+            owner = source.get(name, "")
+            assert owner.split(".")[:2] in (["sde_core", "pipeline"], ["sde_core", "inputs"]), (
+                f"{facade}.{name} comes from {owner or 'nowhere'}"
+            )
 
 
 def test_each_class_and_function_is_exported_by_one_module() -> None:
     owners: dict[int, list[str]] = {}
     for path in sorted(ROOT.rglob("*.py")):
         name = module_name(path)
+        if name in FACADES:
+            continue
         module = importlib.import_module(name)
         for item in getattr(module, "__all__", ()):
             obj = getattr(module, item)
@@ -249,6 +274,8 @@ def test_every_import_of_a_library_name_names_its_defining_module() -> None:
                 continue
             if node.module.split(".")[0] != "sde_core":
                 continue
+            if node.module in FACADES and path.relative_to(repo).parts[0] in ("pages", "app.py"):
+                continue  # the dashboard's facades: checked by the test above
             base = ROOT.parent.joinpath(*node.module.split("."))
             source = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
             if node.module not in cache:
@@ -281,3 +308,35 @@ def test_import_sde_core_is_light() -> None:
         timeout=60,
     )
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# ------------------------------------------------------------------------- the dashboard
+APP = ROOT.parent
+#: The dashboard's scripts: the entry point and every page module.
+UI_FILES = [APP / "app.py", *sorted((APP / "pages").glob("*.py"))]
+#: What the dashboard may import from the library: the services and viz layers (pages hold
+#: widgets and layout only), the layer-0 helpers and errors, and ``sde_core`` itself (its
+#: version).
+UI_ALLOWED = {"services", "viz", "common", "errors"}
+
+
+def test_the_dashboard_imports_services_and_viz_only() -> None:
+    assert len(UI_FILES) > 5, UI_FILES
+    wrong = [
+        f"{path.relative_to(APP)} imports {imported}"
+        for path in UI_FILES
+        for imported in imports_of(path)
+        if imported.startswith("sde_core.") and imported.split(".")[1] not in UI_ALLOWED
+    ]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_every_page_imports_the_pages_package() -> None:
+    """A fresh server's first request of a page ends Streamlit's legacy multipage mode when the
+    page imports the ``pages`` package (pages/__init__.py): at the top of the module, before
+    the page draws anything."""
+    for path in UI_FILES:
+        if path.parent.name != "pages" or path.name == "__init__.py":
+            continue
+        top = imports_of(path, top_level_only=True)
+        assert any(m == "pages" or m.startswith("pages.") for m in top), path.name

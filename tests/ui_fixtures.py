@@ -8,12 +8,19 @@ negative control. Building takes a few seconds on two CPU cores.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from streamlit.components.v2.component_manager import BidiComponentManager
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.testing.v1 import AppTest
 
 from sde_core.inputs.architectures import build_model
 from sde_core.inputs.data import load_dataset
@@ -134,6 +141,62 @@ def build_tiny_workspace(folder: str | Path) -> Path:
     )
     write_workspace(ws)
     return root
+
+
+@functools.cache
+def _components() -> BidiComponentManager:
+    manager = BidiComponentManager()
+    manager.discover_and_register_components(start_file_watching=False)
+    return manager
+
+
+def app_test(script: Path, timeout: float) -> AppTest:
+    """``AppTest.from_file(script)``, sharing one registry of installed Streamlit components
+    between instances: AppTest would scan the metadata of every installed distribution (~450)
+    for each new instance, which took half of a typical page test's time."""
+    at = AppTest.from_file(str(script), default_timeout=timeout)
+    at._bidi_component_manager = _components()
+    return at
+
+
+#: Streamlit's own ``PagesManager.__init__`` (before :func:`warm_server` wraps it).
+_COLD_INIT = PagesManager.__init__
+
+
+@contextmanager
+def warm_server() -> Iterator[None]:
+    """Run AppTest's scripts as a warm server runs them: through ``app.py``'s navigation.
+
+    AppTest starts every run as a new server process would (it resets Streamlit's process-wide
+    legacy-multipage flag), while the switch out of that mode (``pages/__init__.py``) runs once
+    per process, at its first import. Inside this context each run starts with the mode off, as
+    on a server whose first request has been served; :func:`fresh_server` and the browser tests
+    check the first request of a fresh server itself.
+    """
+
+    def warm_init(self: PagesManager, *args: Any, **kwargs: Any) -> None:
+        _COLD_INIT(self, *args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+    PagesManager.__init__ = warm_init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        PagesManager.__init__ = _COLD_INIT  # type: ignore[method-assign]
+
+
+@contextmanager
+def fresh_server() -> Iterator[None]:
+    """Run AppTest's next script run as the first request of a new server process: legacy
+    multipage mode on and the ``pages`` package not imported yet."""
+    patched = PagesManager.__init__
+    PagesManager.__init__ = _COLD_INIT  # type: ignore[method-assign]
+    for name in [n for n in sys.modules if n == "pages" or n.startswith("pages.")]:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        PagesManager.__init__ = patched  # type: ignore[method-assign]
 
 
 def _ckpt(fraction: float) -> str:

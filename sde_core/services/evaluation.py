@@ -7,6 +7,9 @@
 - :func:`layer_costs` — per layer, which models' results are already stored, whose activations
   are cached, and how many rows would have to go through which models (with an estimated time
   from :func:`measure_throughput`) before an evaluation starts;
+- the cost policy: :func:`priced_layers` (costs at a throughput measured once per checkpoint),
+  :func:`runs_without_asking` (ready, or at most :data:`CHEAP_SECONDS` of extraction) and
+  :func:`confirmation_token` (what a user's "evaluate anyway" applies to);
 - :func:`activation_cache` — the workspace's activation cache (one place spells its folder);
 - :func:`session_result` / :func:`progress_note` — a (possibly partial) staged evaluation of an
   :class:`~sde_core.pipeline.evaluation.EvaluationSession` as an
@@ -16,12 +19,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 
-from sde_core.common.hashing import stable_hash
+from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import SettingsError
 from sde_core.inputs.activations import ActivationCache
 from sde_core.inputs.data import DatasetBundle
@@ -35,16 +39,21 @@ from sde_core.pipeline.model_inputs import entry_activations, entry_cached_layer
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, cache_path
+from sde_core.viz.ui_support import ResultCache
 
 __all__ = [
+    "CHEAP_SECONDS",
     "LayerCost",
     "TextSamples",
     "Throughput",
     "Thumbnails",
     "activation_cache",
+    "confirmation_token",
     "layer_costs",
     "measure_throughput",
+    "priced_layers",
     "progress_note",
+    "runs_without_asking",
     "session_result",
     "stored_models",
     "target_subsets",
@@ -382,6 +391,66 @@ def layer_costs(
         ordered = [n for n in names if n in stored]
         out.append(LayerCost(layer, ordered, cached, extract, rows, seconds if known else None))
     return out
+
+
+#: A layer whose extraction is estimated at most this many seconds is evaluated without asking.
+CHEAP_SECONDS = 20.0
+
+
+def _measured_throughputs(
+    ws: Workspace,
+    bundle: DatasetBundle,
+    settings: EvalSettings,
+    costs: Sequence[LayerCost],
+    cache: ResultCache,
+    measuring: Callable[[str], AbstractContextManager[object]],
+) -> dict[str, Throughput]:
+    """Extraction speed per architecture of the models that need an extraction, measured once
+    per (checkpoint, architecture, device) and kept in ``cache``."""
+    speeds: dict[str, Throughput] = {}
+    for name in dict.fromkeys(n for c in costs for n in c.extract):
+        entry = ws.model(name)
+        if entry.arch in speeds:
+            continue
+        key = ("throughput", file_sha256(ws.path(entry.checkpoint)), entry.arch, settings.device)
+        speed = cache.get(key)
+        if speed is None:
+            with measuring(name):
+                speed = measure_throughput(ws, bundle, name, settings)
+            cache.put(key, speed)
+        speeds[entry.arch] = speed
+    return speeds
+
+
+def priced_layers(
+    ws: Workspace,
+    bundle: DatasetBundle,
+    settings: EvalSettings,
+    layers: Sequence[str],
+    workspace_hash: str,
+    cache: ResultCache,
+    measuring: Callable[[str], AbstractContextManager[object]] = lambda name: nullcontext(),
+) -> list[LayerCost]:
+    """:func:`layer_costs` of ``layers``, with an estimated time when something must be
+    extracted: each architecture's throughput is measured once (256 rows through one of its
+    models, inside ``measuring(model)``, e.g. a spinner) and kept in ``cache``."""
+    costs = layer_costs(ws, bundle, settings, layers, workspace_hash)
+    if all(c.ready for c in costs):
+        return costs
+    speeds = _measured_throughputs(ws, bundle, settings, costs, cache, measuring)
+    return layer_costs(ws, bundle, settings, layers, workspace_hash, throughput=speeds)
+
+
+def runs_without_asking(cost: LayerCost) -> bool:
+    """Whether a layer is evaluated at once: nothing to extract, or an extraction estimated at
+    most :data:`CHEAP_SECONDS` at the measured throughput."""
+    return cost.ready or (cost.seconds is not None and cost.seconds <= CHEAP_SECONDS)
+
+
+def confirmation_token(workspace_hash: str, settings: EvalSettings, layer: str) -> tuple[str, str]:
+    """What a user's "evaluate this layer anyway" applies to: the workspace's content and the
+    settings at ``layer``."""
+    return (workspace_hash, stable_hash(settings.with_overrides(layer=layer).result_key()))
 
 
 def session_result(

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from streamlit import dataframe_util
 from streamlit.testing.v1 import AppTest
+from ui_fixtures import app_test, fresh_server, warm_server
 
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.errors import InputError
@@ -29,6 +30,13 @@ from sde_core.viz.verdicts import explain_verdict, verdict_label
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app.py"
 TIMEOUT = 120
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_server() -> Iterator[None]:
+    """Every AppTest run goes through app.py's navigation, as on a running server."""
+    with warm_server():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +67,7 @@ def expected(ws: Path, defaults: EvalSettings) -> EvaluationResult:
 
 def app(page: str | None = None, **params: str) -> AppTest:
     """Run the app (on ``page``), opened with the query parameters ``params`` (a link)."""
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
+    at = app_test(APP, TIMEOUT)
     if page:
         at.switch_page(f"pages/{page}.py")
     at.query_params.update(params)
@@ -108,6 +116,20 @@ def displayed(element) -> pd.DataFrame | None:
 def shared_link(at: AppTest) -> str:
     (code,) = [c.value for c in at.code if "?" in c.value]
     return code
+
+
+# ---------------------------------------------------------------------------------- Navigation
+
+
+def test_a_deep_link_is_the_first_request_of_a_fresh_server(ws):
+    """A fresh server starts in Streamlit's legacy multipage mode, which would run
+    pages/method.py on its own; the pages package ends it and the page runs inside app.py."""
+    with fresh_server():
+        at = app("method")
+    no_exception(at)
+    assert any(m.value.startswith("# The method, exactly") for m in at.markdown)
+    captions = [c.value for c in at.sidebar.caption]
+    assert any(c.startswith("SDE Explorer · sde_core") for c in captions), "app.py's frame ran"
 
 
 # ------------------------------------------------------------------------------------- Explore

@@ -252,15 +252,14 @@ def test_hostile_links_give_problems_not_exceptions(page, query):
 
 
 def test_a_link_with_a_multiple_of_sqrt_d_sets_the_sidebar_and_the_evaluation(
-    tmp_path_factory, monkeypatch
+    tiny_workspace, monkeypatch
 ):
     """The dashboard takes σ = f·√d from a link (it used to refuse it) and writes it back."""
     from streamlit.testing.v1 import AppTest
-    from ui_fixtures import shared_tiny_workspace
 
     from sde_core.viz.formatting import format_number
 
-    folder = shared_tiny_workspace(tmp_path_factory.getbasetemp())
+    folder = tiny_workspace
     monkeypatch.setenv("SDE_WORKSPACE", str(folder))
     monkeypatch.setenv("SDE_DATA_ROOTS", str(folder.parent))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)

@@ -1,0 +1,233 @@
+"""Where the dashboard's evaluations come from: the process's result cache, the workspace's
+results store, or a computation — in that order.
+
+:class:`Evaluations` answers one workspace's requests (a full evaluation, the Compare page's
+staged one, a sweep, σ markers). The front end passes in what it owns: the process-wide
+:class:`~sde_core.viz.ui_support.ResultCache`, a callable returning the workspace's
+:class:`~sde_core.pipeline.evaluation.EvaluationSession` (the dashboard keeps one per workspace
+in its resource cache), and *runners* that wrap a computation with its progress display and
+Stop button — so this module never imports Streamlit. A runner returns None when the user
+stopped the work; nothing is cached then, and finished models stay in the results store.
+
+Cache keys are content hashes: ``(kind, workspace hash, settings hash, models…)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import pandas as pd
+
+from sde_core.common.hashing import stable_hash
+from sde_core.errors import SDEError
+from sde_core.pipeline.evaluation.run import EvaluationCancelled, PartialEvaluation
+from sde_core.pipeline.evaluation.session import (
+    COMPARE_STAGES,
+    EXPLORE_STAGES,
+    EvaluationSession,
+)
+from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
+from sde_core.pipeline.model_inputs import Progress
+from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.store import ResultsStore, workspace_store_path
+from sde_core.pipeline.sweeps import run_sweep, sigma_markers
+from sde_core.pipeline.workspace import Workspace
+from sde_core.services.evaluation import stored_models
+from sde_core.viz.ui_support import ResultCache
+
+__all__ = [
+    "COMPARE_STAGES",
+    "EXPLORE_STAGES",
+    "EvalSettings",
+    "EvaluationCancelled",
+    "EvaluationResult",
+    "EvaluationSession",
+    "Evaluations",
+    "PartialEvaluation",
+    "Progress",
+    "Runner",
+    "StagedRunner",
+    "StagedWork",
+    "open_results_store",
+]
+
+#: ``runner(work)``: run ``work(progress)`` with a progress display; its result, or None when
+#: the user stopped it.
+Runner = Callable[[Callable[[Progress], Any]], Any]
+#: ``work(on_update, cancelled)``: an evaluation by the session, reporting each
+#: :class:`PartialEvaluation` and polling ``cancelled()`` between steps.
+StagedWork = Callable[[Callable[[PartialEvaluation], None], Callable[[], bool]], EvaluationResult]
+#: ``runner(work)`` for a :data:`StagedWork`; None when the user stopped it.
+StagedRunner = Callable[[StagedWork], EvaluationResult | None]
+
+
+def open_results_store(ws: Workspace) -> ResultsStore:
+    """The workspace's results store (in its cache folder).
+
+    Raises:
+        SDEError: it cannot be opened (a read-only folder, a damaged file).
+    """
+    return ResultsStore(workspace_store_path(ws.root))
+
+
+class Evaluations:
+    """One workspace's evaluations for the dashboard, answered from the cheapest source.
+
+    Args:
+        ws: the workspace.
+        workspace_hash: its content hash (data, forget set, checkpoints).
+        cache: the process-wide result cache (shared by every session of the server).
+        session: returns the workspace's :class:`EvaluationSession` (kept between requests).
+        store_problem: called with the error when the results store cannot be opened; the
+            evaluation then runs without it (its results are kept in ``cache`` only).
+    """
+
+    def __init__(
+        self,
+        ws: Workspace,
+        workspace_hash: str,
+        cache: ResultCache,
+        session: Callable[[], EvaluationSession],
+        store_problem: Callable[[SDEError], None] = lambda exc: None,
+    ) -> None:
+        self.ws = ws
+        self.workspace_hash = workspace_hash
+        self.cache = cache
+        self._session = session
+        self._store_problem = store_problem
+
+    def key(self, kind: str, settings: EvalSettings, *extra: Hashable) -> tuple[Hashable, ...]:
+        """The cache key of a ``kind`` of answer for ``settings`` (and ``extra`` parts)."""
+        return (kind, self.workspace_hash, stable_hash(settings.result_key()), *extra)
+
+    def cached(self, kind: str, settings: EvalSettings, *extra: Hashable) -> Any | None:
+        """The cached answer, or None."""
+        return self.cache.get(self.key(kind, settings, *extra))
+
+    def remember(self, kind: str, settings: EvalSettings, value: Any, *extra: Hashable) -> None:
+        """Cache ``value`` as the ``kind`` answer for ``settings`` (and ``extra`` parts)."""
+        self.cache.put(self.key(kind, settings, *extra), value)
+
+    def session(self) -> EvaluationSession:
+        """The workspace's interactive session (activations and stage cache kept in memory)."""
+        return self._session()
+
+    def _names(self, models: Sequence[str] | None) -> tuple[str, ...]:
+        return tuple(models) if models is not None else tuple(m.name for m in self.ws.models)
+
+    def _store(self) -> ResultsStore | None:
+        try:
+            return open_results_store(self.ws)
+        except SDEError as exc:
+            self._store_problem(exc)
+            return None
+
+    def evaluate(
+        self, settings: EvalSettings, models: Sequence[str] | None, run: Runner
+    ) -> EvaluationResult | None:
+        """Every statistic of ``models`` (default: all) at ``settings``: from the cache, else
+        by :func:`~sde_core.pipeline.evaluation.workspace_run.evaluate_workspace` through the
+        results store (stored models are read back, the others stored as they finish).
+
+        Returns:
+            The result, or None when ``run`` reports the work stopped.
+
+        Raises:
+            SDEError: the evaluation failed.
+        """
+        names = self._names(models)
+        found = self.cached("evaluation", settings, names)
+        if found is not None:
+            return found
+
+        def work(progress: Progress) -> EvaluationResult:
+            store = self._store()
+            try:
+                return evaluate_workspace(
+                    self.ws, settings, models=list(names), store=store, progress=progress
+                )
+            finally:
+                if store is not None:
+                    store.close()
+
+        result = run(work)
+        if result is not None:
+            self.remember("evaluation", settings, result, names)
+        return result
+
+    def compare(
+        self, settings: EvalSettings, run: Runner, run_staged: StagedRunner
+    ) -> EvaluationResult | None:
+        """Every model at ``settings`` for the Compare page: from the cache; from the results
+        store when it holds every model (the complete results, :meth:`evaluate` with ``run``);
+        else by the session's :data:`COMPARE_STAGES` only (``run_staged``; a second request is
+        answered from the session's memory).
+
+        Returns:
+            The result, or None when the runner reports the work stopped.
+
+        Raises:
+            SDEError: the evaluation failed.
+        """
+        names = self._names(None)
+        found = self.cached("compare", settings, names)
+        if found is not None:
+            return found
+        if set(names) <= stored_models(self.ws, self.workspace_hash, settings):
+            result = self.evaluate(settings, names, run)
+        else:
+
+            def work(
+                on_update: Callable[[PartialEvaluation], None], cancelled: Callable[[], bool]
+            ) -> EvaluationResult:
+                return self.session().evaluate(
+                    list(names), settings, stages=COMPARE_STAGES, on_update=on_update,
+                    cancelled=cancelled,
+                )  # fmt: skip
+
+            result = run_staged(work)
+        if result is not None:
+            self.remember("compare", settings, result, names)
+        return result
+
+    def sweep(
+        self,
+        settings: EvalSettings,
+        param: str,
+        values: Sequence[Any],
+        models: Sequence[str],
+        run: Runner,
+    ) -> pd.DataFrame | None:
+        """A sweep of ``param`` over ``values`` (:func:`~sde_core.pipeline.sweeps.run_sweep`):
+        from the cache, else computed through the results store (finished points are stored).
+
+        ``run`` may also decline to start (e.g. until the user asks): None then, as when the
+        user stopped it.
+        """
+        extra = (param, stable_hash(list(values)), tuple(models))
+        found = self.cached("sweep", settings, *extra)
+        if found is not None:
+            return found
+
+        def work(progress: Progress) -> pd.DataFrame:
+            store = self._store()
+            try:
+                return run_sweep(self.ws, settings, param, values, models=list(models),
+                                 store=store, progress=progress)  # fmt: skip
+            finally:
+                if store is not None:
+                    store.close()
+
+        table = run(work)
+        if table is not None:
+            self.remember("sweep", settings, table, *extra)
+        return table
+
+    def sigma_markers(self, settings: EvalSettings, model: str) -> dict[str, float]:
+        """The σ of the √d and median rules for ``model`` at the settings' layer (cached)."""
+        found = self.cached("markers", settings, model)
+        if found is None:
+            found = sigma_markers(self.ws, settings, model)
+            self.remember("markers", settings, found, model)
+        return found

@@ -1,0 +1,166 @@
+"""The dashboard's evaluation cascade and cost policy (sde_core.services.cascade and
+.evaluation), without Streamlit: the order of the sources (cache, results store, session), what
+is cached, a stopped run, a store that cannot be opened, and when a layer needs a confirmation.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from ui_fixtures import TINY_DEFAULTS
+
+import sde_core.services.cascade as cascade
+from sde_core.errors import StoreError
+from sde_core.pipeline.evaluation.run import EvaluationCancelled
+from sde_core.pipeline.evaluation.session import COMPARE_STAGES
+from sde_core.pipeline.workspace import load_workspace
+from sde_core.services.cascade import Evaluations
+from sde_core.services.evaluation import (
+    CHEAP_SECONDS,
+    LayerCost,
+    confirmation_token,
+    priced_layers,
+    runs_without_asking,
+)
+from sde_core.services.workspace_info import content_hash, load_bundle
+from sde_core.viz.ui_support import ResultCache
+
+SETTINGS = TINY_DEFAULTS
+
+
+class FakeSession:
+    """Records the session's evaluations; answers with a marker object."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], tuple[str, ...]]] = []
+
+    def evaluate(self, names, settings, *, stages, on_update, cancelled) -> Any:
+        self.calls.append((list(names), tuple(stages)))
+        assert not cancelled()
+        return ("session", tuple(names))
+
+
+def fake_ws(tmp_path: Path, *names: str) -> Any:
+    """What the cascade reads of a workspace: its folder and model names (no store yet)."""
+    return SimpleNamespace(root=tmp_path, models=[SimpleNamespace(name=n) for n in names])
+
+
+@pytest.fixture
+def full_runs(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """evaluate_workspace replaced by a recorder (returns a marker per call)."""
+    calls: list[dict] = []
+
+    def evaluate_workspace(ws, settings, *, models, store, progress) -> Any:
+        calls.append({"models": models, "store": store})
+        progress("draws", 1, 1)
+        return ("full", tuple(models), len(calls))
+
+    monkeypatch.setattr(cascade, "evaluate_workspace", evaluate_workspace)
+    return calls
+
+
+def run_now(work):
+    return work(lambda stage, done, total: None)
+
+
+def stop_at_once(work):
+    """A runner whose user pressed Stop: the first progress report cancels the work."""
+
+    def cancel(stage: str, done: int, total: int) -> None:
+        raise EvaluationCancelled(None)
+
+    try:
+        return work(cancel)
+    except EvaluationCancelled:
+        return None
+
+
+def test_a_cached_answer_runs_nothing_and_a_stopped_run_is_not_cached(tmp_path, full_runs):
+    source = Evaluations(fake_ws(tmp_path, "a", "b"), "h" * 64, ResultCache(), FakeSession)
+    assert source.evaluate(SETTINGS, None, stop_at_once) is None
+    assert len(full_runs) == 1
+    first = source.evaluate(SETTINGS, None, run_now)
+    assert first == ("full", ("a", "b"), 2)
+    assert full_runs[-1]["store"] is not None  # computed through the results store
+
+    def never(work):
+        raise AssertionError("a cached answer ran again")
+
+    assert source.evaluate(SETTINGS, ["a", "b"], never) is first
+    other = SETTINGS.with_overrides(bins=12)
+    assert source.evaluate(other, None, run_now) == ("full", ("a", "b"), 3)  # other settings
+
+
+def test_compare_uses_the_session_unless_the_store_holds_every_model(
+    tmp_path, full_runs, monkeypatch
+):
+    session = FakeSession()
+    source = Evaluations(fake_ws(tmp_path, "a", "b"), "h" * 64, ResultCache(), lambda: session)
+    staged = source.compare(SETTINGS, run_now, lambda work: work(lambda part: None, bool))
+    assert staged == ("session", ("a", "b"))
+    assert session.calls == [(["a", "b"], tuple(COMPARE_STAGES))] and not full_runs
+    assert source.compare(SETTINGS, run_now, lambda work: None) is staged  # from the cache
+
+    monkeypatch.setattr(cascade, "stored_models", lambda ws, h, s: {"a", "b"})
+    other = SETTINGS.with_overrides(seed=1)
+    complete = source.compare(other, run_now, lambda work: pytest.fail("used the session"))
+    assert complete == ("full", ("a", "b"), 1) and len(session.calls) == 1
+    assert source.cached("evaluation", other, ("a", "b")) is complete  # Explore/Report reuse it
+
+
+def test_a_store_that_cannot_be_opened_is_reported_and_the_evaluation_runs(
+    tmp_path, full_runs, monkeypatch
+):
+    def broken(ws):
+        raise StoreError("results.sqlite is damaged: run evaluate --repair")
+
+    monkeypatch.setattr(cascade, "open_results_store", broken)
+    problems: list[Exception] = []
+    source = Evaluations(
+        fake_ws(tmp_path, "a"), "h" * 64, ResultCache(), FakeSession, problems.append
+    )
+    assert source.evaluate(SETTINGS, None, run_now) == ("full", ("a",), 1)
+    assert full_runs[0]["store"] is None
+    assert [str(p) for p in problems] == ["results.sqlite is damaged: run evaluate --repair"]
+
+
+def cost(seconds: float | None, extract: list[str]) -> LayerCost:
+    return LayerCost("output", [], [], extract, 100 * len(extract), seconds)
+
+
+def test_a_layer_runs_without_asking_when_ready_or_cheap():
+    assert runs_without_asking(cost(None, []))
+    assert runs_without_asking(cost(CHEAP_SECONDS, ["a"]))
+    assert not runs_without_asking(cost(CHEAP_SECONDS + 0.1, ["a"]))
+    assert not runs_without_asking(cost(None, ["a"]))  # unknown speed: ask
+    token = confirmation_token("h" * 64, SETTINGS, "penultimate")
+    assert token == confirmation_token("h" * 64, SETTINGS.with_overrides(layer="output"),
+                                       "penultimate")  # fmt: skip
+    assert token != confirmation_token("h" * 64, SETTINGS, "output")
+
+
+def test_throughput_is_measured_once_per_architecture(tiny_workspace):
+    folder = tiny_workspace
+    ws = load_workspace(folder)
+    bundle = load_bundle(ws)
+    settings = SETTINGS.with_overrides(layer="penultimate")
+    cache = ResultCache()
+    timed: list[str] = []
+
+    def measuring(name: str):
+        timed.append(name)
+        return nullcontext()
+
+    # layers no test extracts: every model needs an extraction before they can be evaluated
+    layers = ["cost-probe-a", "cost-probe-b"]
+    costs = priced_layers(ws, bundle, settings, layers, content_hash(ws, bundle), cache,
+                          measuring)  # fmt: skip
+    assert len(timed) == 1, "all four models share one architecture"
+    assert all(c.extract and c.seconds is not None and c.seconds > 0 for c in costs)
+    again = priced_layers(ws, bundle, settings, layers, content_hash(ws, bundle), cache,
+                          measuring)  # fmt: skip
+    assert len(timed) == 1 and [c.seconds for c in again] == [c.seconds for c in costs]
