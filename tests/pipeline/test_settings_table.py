@@ -176,7 +176,8 @@ def test_a_multiple_of_sqrt_d_is_the_number_plans_always_computed(factor, dim):
     text = Sigma.times_sqrt_d(factor).text()
     assert parse_sigma(text) == Sigma.times_sqrt_d(factor)  # the canonical text round-trips
     acts = np.zeros((2, dim))
-    assert resolve_sigma(text, acts) == float(text.split("*")[0]) * math.sqrt(dim)
+    written = float(text.split("*")[0]) if "*" in text else 1.0  # f = 1 is written "sqrt_dim"
+    assert resolve_sigma(text, acts) == written * math.sqrt(dim)
 
 
 def _old_plan_sigma(entry: object) -> object:
