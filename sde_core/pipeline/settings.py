@@ -32,6 +32,8 @@ _DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,3})?|mps")
 #: part of its layer name, hence of ``EvalSettings.layer`` and of every cache and store key; any
 #: positive level can be named (``--layer denoised@0.3``), these are the ones listed.
 NOISE_LEVELS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
+#: The precision design's settings (method §15): inert while ``precision`` is 0.
+_PRECISION_FIELDS = ("precision", "pilot_draws", "max_draws")
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,12 @@ class EvalSettings:
             0 switches the baselines off (exact W2 is O(n³) per subset).
         pool: global-average-pool 4-D activations.
         device: ``"cpu"`` or a torch device for extraction and the HSIC engine.
+        precision: W, the requested half-width of the headline intervals (method §15); 0 (the
+            default) keeps the fixed design of ``draws`` draws. With W > 0 a pilot of
+            ``pilot_draws`` draws fixes how many draws reach W (Stein's two-stage design), each
+            draw judging ``targets // draws`` targets as in the fixed design.
+        pilot_draws: n0, the pilot's draws (precision only).
+        max_draws: the budget in draws (precision only): the run stops there and says so.
     """
 
     layer: str = "output"
@@ -82,6 +90,9 @@ class EvalSettings:
     pool: bool = True
     device: str = "cpu"
     draws: int = 5
+    precision: float = 0.0
+    pilot_draws: int = 10
+    max_draws: int = 60
 
     def __post_init__(self) -> None:
         def positive_int(name: str, minimum: int = 1, maximum: int | None = None) -> None:
@@ -98,6 +109,14 @@ class EvalSettings:
         positive_int("null_pairs", 1, 10_000)
         positive_int("baseline_targets", 0, 10_000)
         positive_int("draws", 1, 100)
+        positive_int("pilot_draws", 2, 100)
+        positive_int("max_draws", 2, 500)
+        check_number(self.precision, "precision", ge=0.0, lt=0.5, error=SettingsError)
+        if self.precision > 0 and self.max_draws < self.pilot_draws:
+            raise SettingsError(
+                f"max_draws={self.max_draws} is smaller than the pilot's pilot_draws="
+                f"{self.pilot_draws}: raise max_draws or lower pilot_draws"
+            )
         if not isinstance(self.layer, str) or not self.layer:
             raise SettingsError(f"layer must be a non-empty name; got {self.layer!r}")
         if isinstance(self.sigma, str):
@@ -143,5 +162,12 @@ class EvalSettings:
         return replace(self, **given)
 
     def result_key(self) -> dict[str, Any]:
-        """The settings that determine results (the store's run key), with the algorithm version."""
-        return {**asdict(self), "algorithm": ALGORITHM_VERSION}
+        """The settings that determine results (the store's run key), with the algorithm version.
+
+        Without a precision target its two budget fields change nothing and are left out, so a
+        fixed-design run keeps the key it had before they existed."""
+        key = {**asdict(self), "algorithm": ALGORITHM_VERSION}
+        if not self.precision:
+            for name in _PRECISION_FIELDS:
+                key.pop(name)
+        return key
