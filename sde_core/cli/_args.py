@@ -128,6 +128,14 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", help="cpu (default) or cuda")
     parser.add_argument(
+        "--precision", type=float, metavar="W",
+        help="half-width of the OTR, calibrated OTR and over-unlearned intervals to reach: a "
+        "pilot of --pilot-draws draws fixes how many draws that takes (method §15; 0 = the "
+        "fixed B draws)",
+    )  # fmt: skip
+    parser.add_argument("--pilot-draws", type=int, help="pilot draws of --precision (10)")
+    parser.add_argument("--max-draws", type=int, help="budget in draws of --precision (60)")
+    parser.add_argument(
         "--token-pooling", choices=("mean", "last"),
         help="language models: a text's hidden state is the mean over its real tokens (mean, "
         "the setting pool = true) or its last real token's (last, pool = false)",
@@ -150,5 +158,8 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "bins": args.bins,
         "baseline_targets": args.baseline_targets,
         "device": args.device,
+        "precision": getattr(args, "precision", None),
+        "pilot_draws": getattr(args, "pilot_draws", None),
+        "max_draws": getattr(args, "max_draws", None),
         "pool": None if args.token_pooling is None else args.token_pooling == "mean",
     }
