@@ -181,6 +181,67 @@ def _report(args: argparse.Namespace) -> None:
                 )
 
 
+def betting_half_widths(x: np.ndarray, alpha: float = 0.05, grid: int = 801) -> np.ndarray:
+    """Half-width after each draw of the hedged-capital betting confidence sequence for a mean
+    in [0, 1] (Waudby-Smith & Ramdas 2023, JRSS-B, "Estimating means of bounded random
+    variables by betting", the hedged capital process with predictable plug-in bets, θ = 1/2,
+    truncation c = 1/2), as the running intersection of the CS on a grid of candidate means."""
+    m = np.linspace(0.0, 1.0, grid)
+    log_plus = np.zeros(grid)
+    log_minus = np.zeros(grid)
+    lo, hi = 0.0, 1.0
+    out = np.empty(x.size)
+    total, sq = 0.0, 0.0
+    for i, xi in enumerate(x, start=1):
+        mu = (0.5 + total) / i
+        var = (0.25 + sq) / i
+        lam = min(np.sqrt(2 * np.log(2 / alpha) / (var * i * np.log(i + 1))), 1.0)
+        lp = np.minimum(lam, 0.5 / np.maximum(m, 1e-12))
+        lm = np.minimum(lam, 0.5 / np.maximum(1 - m, 1e-12))
+        log_plus += np.log1p(lp * (xi - m))
+        log_minus += np.log1p(-lm * (xi - m))
+        cap = np.logaddexp(log_plus, log_minus) - np.log(2)
+        inside = m[cap < np.log(1 / alpha)]
+        if inside.size:
+            lo, hi = max(lo, float(inside.min())), min(hi, float(inside.max()))
+        out[i - 1] = (hi - lo) / 2
+        total += xi
+        sq += (xi - mu) ** 2
+    return out
+
+
+def _design(args: argparse.Namespace) -> None:
+    """Stein's two-stage design against the betting confidence sequence on per-draw values
+    resampled from the measured ones (a model's draws pooled over every seed)."""
+    from sde_core.stats.precision import stein_draws
+
+    recs = [json.loads(line) for p in args.files for line in Path(p).read_text().splitlines()]
+    rng = np.random.default_rng(0)
+    print("| demo | model | rate | per-draw SD | Stein: mean draws (n0 = 10) | betting CS: "
+          "median draws to ±W | betting CS half-width at Stein's mean draws |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for ws, name in sorted({(r["workspace"], r["model"]) for r in recs}):
+        mine = [r for r in recs if r["workspace"] == ws and r["model"] == name]
+        for rate in ("otr", "calibrated_otr"):
+            pool = np.concatenate([r["per_draw"][rate] for r in mine])
+            pool = pool[np.isfinite(pool)]
+            if pool.size < 20 or pool.std() < 0.02:
+                continue
+            stein = [stein_draws(rng.choice(pool, 10), [20] * 10, args.precision).draws
+                     for _ in range(400)]  # fmt: skip
+            mean_b = round(float(np.mean(stein)))
+            reach, at_b = [], []
+            for _ in range(100):
+                hw = betting_half_widths(rng.choice(pool, args.horizon))
+                ok = np.nonzero(hw <= args.precision)[0]
+                reach.append(ok[0] + 1 if ok.size else np.inf)
+                at_b.append(hw[mean_b - 1])
+            print(
+                f"| {ws} | {name} | {rate} | {pool.std(ddof=1):.3f} | {np.mean(stein):.1f} | "
+                f"{np.median(reach):.0f} | {np.mean(at_b):.3f} |"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(required=True)
@@ -196,6 +257,11 @@ def main() -> None:
     rep = sub.add_parser("report")
     rep.add_argument("files", nargs="+")
     rep.set_defaults(func=_report)
+    des = sub.add_parser("design")
+    des.add_argument("files", nargs="+")
+    des.add_argument("--precision", type=float, default=0.1)
+    des.add_argument("--horizon", type=int, default=300)
+    des.set_defaults(func=_design)
     args = parser.parse_args()
     args.func(args)
 
