@@ -5,7 +5,8 @@ target needs, before the user commits to the run.
 panels — exactly the draws the run itself starts with, so with a stage cache the run reuses
 them), fixes the design as the run would (:meth:`~.run.ModelRun.decide`) and times it: the
 pilot's seconds per H subset computed, times the subsets of every stage the run will compute on
-its B draws. :func:`forecast_workspace` does it for the models of a workspace.
+its B draws. :func:`forecast_models` does it for the models of an evaluation session (the
+dashboard's), :func:`forecast_workspace` for a workspace folder (the CLI's ``--plan-only``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from typing import Any
 
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.run import ModelRun
-from sde_core.pipeline.evaluation.stages import StageCache
-from sde_core.pipeline.model_inputs import Progress
+from sde_core.pipeline.evaluation.session import EvaluationSession
 from sde_core.pipeline.settings import EvalSettings
 
-__all__ = ["Forecast", "forecast", "forecast_sentence", "forecast_workspace"]
+__all__ = ["Forecast", "forecast", "forecast_models", "forecast_sentence", "forecast_workspace"]
 
 #: The H batches of one draw computed by each stage (:meth:`~.plan.DrawPlan.groups`).
 _STAGE_GROUPS = {
@@ -148,44 +148,30 @@ def forecast(run: ModelRun) -> Forecast:
     )
 
 
-def forecast_workspace(
-    workspace: Any,
-    settings: EvalSettings,
-    *,
-    models: Sequence[str] | None = None,
-    cache_dir: str | None = None,
-    stage_dir: str | None = None,
-    progress: Progress | None = None,
+def forecast_models(
+    session: EvaluationSession, settings: EvalSettings, models: Sequence[str] | None = None
 ) -> list[Forecast]:
-    """:func:`forecast` for every (or the named) model of a workspace; the pilots go into the
-    workspace's stage cache, so the run that follows reuses them.
+    """:func:`forecast` for every (or the named) model of a session's workspace; the pilots go
+    into the session's stage cache, so the run that follows reuses them.
 
     Raises:
         SettingsError: no precision target, or unknown models.
     """
-    from sde_core.inputs.activations import ActivationCache
-    from sde_core.inputs.data import DatasetSpec, load_dataset, load_index_file
-    from sde_core.pipeline.evaluation.plan import draw_subsets
-    from sde_core.pipeline.evaluation.workspace_run import stage_cache_dir
-    from sde_core.pipeline.model_inputs import load_model_inputs
-    from sde_core.pipeline.workspace import cache_path
+    if not settings.precision > 0:
+        raise SettingsError("a plan needs a precision target: set precision W > 0 (e.g. 0.1)")
+    known = [m.name for m in session.workspace.models]
+    names = list(models) if models is not None else known
+    missing = sorted(set(names) - set(known))
+    if missing:
+        raise SettingsError(f"unknown models {missing}; the workspace has {sorted(known)}")
+    return [forecast(session.model_run(name, settings)) for name in names]
 
+
+def forecast_workspace(
+    workspace: Any, settings: EvalSettings, *, models: Sequence[str] | None = None
+) -> list[Forecast]:
+    """:func:`forecast_models` on a new session of ``workspace`` (a folder or a
+    :class:`~sde_core.pipeline.workspace.Workspace`), with its stage cache on disk."""
     if not settings.precision > 0:
         raise SettingsError("--plan-only needs a precision target: add --precision W (e.g. 0.1)")
-    bundle = load_dataset(DatasetSpec.from_dict(workspace.dataset, base_dir=workspace.root))
-    forget = load_index_file(workspace.path(workspace.forget_indices), len(bundle.train))
-    entries = list(workspace.models)
-    if models is not None:
-        missing = sorted(set(models) - {m.name for m in entries})
-        if missing:
-            raise SettingsError(f"unknown models {missing}; the workspace has "
-                                f"{sorted(m.name for m in entries)}")  # fmt: skip
-        entries = [m for m in entries if m.name in set(models)]
-    plan = draw_subsets(len(bundle.train), len(bundle.test), forget, settings)
-    acts = ActivationCache(cache_dir or str(cache_path(workspace.root, "activations")))
-    stages = StageCache(stage_dir or stage_cache_dir(workspace.root), memory_items=0)
-    out = []
-    for entry in entries:
-        inputs = load_model_inputs(entry, workspace, bundle, settings, acts, progress)
-        out.append(forecast(ModelRun(inputs, plan, settings, cache=stages)))
-    return out
+    return forecast_models(EvaluationSession(workspace), settings, models)
