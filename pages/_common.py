@@ -77,7 +77,8 @@ MISMATCH_KEY = "link_mismatch"
 #: Integer evaluation settings with a sidebar widget; each lives in session key ``s_<name>``.
 INT_SETTINGS = ("subset_size", "targets", "splits", "seed", "draws", "bins", "panel_size")
 #: Session keys of the evaluation settings (plain keys: they survive page switches).
-SETTING_KEYS = ("s_layer", "s_sigma_rule", "s_sigma_value", *(f"s_{n}" for n in INT_SETTINGS))
+SETTING_KEYS = ("s_layer", "s_sigma_rule", "s_sigma_value", "s_precision",
+                *(f"s_{n}" for n in INT_SETTINGS))  # fmt: skip
 SIGMA_RULES = {"√d rule (sqrt_dim)": "sqrt_dim", "median rule": "median", "value": "value"}
 #: Page name -> script (for ``st.page_link``).
 PAGES = {name: script for name, (script, _, _) in NAV_PAGES.items()}
@@ -357,6 +358,7 @@ def _init_settings(ws: Workspace) -> None:
             if numeric
             else next(k for k, v in SIGMA_RULES.items() if v == d.sigma),
             "s_sigma_value": float(d.sigma) if numeric else 1.0,
+            "s_precision": float(d.precision),
             **{f"s_{name}": int(getattr(d, name)) for name in INT_SETTINGS},
         }
     )
@@ -388,6 +390,7 @@ def _session_settings() -> dict[str, Any]:
     return {
         "layer": s["s_layer"],
         "sigma": float(s["s_sigma_value"]) if rule == "value" else rule,
+        "precision": float(s["s_precision"]),
         **{name: int(s[f"s_{name}"]) for name in INT_SETTINGS},
     }
 
@@ -417,6 +420,9 @@ def settings_sidebar(ws: Workspace, view: View | None = None) -> EvalSettings:
         st.number_input("Seed", min_value=0, step=1, help=help_text("seed"), **bound("s_seed"))
         st.number_input("Reference draws B", min_value=1, max_value=100, step=1,
                         help=help_text("draws"), **bound("s_draws"))  # fmt: skip
+        st.number_input("Precision target ±W (0: the B draws above)", min_value=0.0,
+                        max_value=0.45, step=0.05, format="%.2f", help=help_text("precision"),
+                        **bound("s_precision"))  # fmt: skip
         with st.expander("More settings"):
             st.number_input("Histogram bins (JSD)", min_value=2, max_value=1000,
                             help=help_text("bins"), **bound("s_bins"))  # fmt: skip

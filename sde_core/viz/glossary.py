@@ -42,6 +42,10 @@ METHOD_SECTIONS: dict[int | str, tuple[str, str]] = {
     10: ("Public API and outputs", "10-public-api-and-outputs"),
     11: ("The bundled demos", "11-the-bundled-demos"),
     12: ("Replication, disjointness and the gate", "12-replication-disjointness-and-the-gate"),
+    15: (
+        "Precision target, planner and paired comparisons",
+        "15-precision-target-planner-and-paired-comparisons",
+    ),
     "choices": ("Deviations and choices", "deviations-and-choices"),
 }
 
@@ -134,6 +138,18 @@ GLOSSARY: dict[str, Term] = {
         "B independent reference draws: each has its own S_IT, S_OOT, panels, share of the "
         "targets and controls; the spread between draws gives every interval.",
         12,
+    ),
+    "precision": Term(
+        "precision target ±W",
+        "Half-width to reach for OTR, calibrated OTR and the over-unlearned share: a pilot of "
+        "10 draws fixes how many draws that takes (at most 60); 0 keeps the fixed B draws.",
+        15,
+    ),
+    "paired_difference": Term(
+        "paired difference",
+        "A rate of one model minus another's, draw by draw on the same references, panels and "
+        "targets, with its 95% interval: the variance the two share cancels.",
+        15,
     ),
     "over_unlearned": Term(
         "over-unlearned",

@@ -54,6 +54,7 @@ SETTING_PARAMS: dict[str, str] = {
     "B": "draws",
     "bins": "bins",
     "R": "panel_size",
+    "W": "precision",
 }
 _INT_SETTINGS = ("subset_size", "targets", "splits", "seed", "draws", "bins", "panel_size")
 #: Most characters a numeric link parameter may have (an int64 has 19 digits): longer values
@@ -75,7 +76,9 @@ def encode_settings(settings: Mapping[str, Any]) -> dict[str, str]:
         if key not in settings or settings[key] is None:
             continue
         value = settings[key]
-        if key == "sigma" and not isinstance(value, str):
+        if key == "precision" and not value:
+            continue  # the fixed design: the link stays as it was
+        if key in ("sigma", "precision") and not isinstance(value, str):
             out[name] = _number_text(float(value))
         else:
             out[name] = str(value)
@@ -142,6 +145,15 @@ def decode_settings(params: Mapping[str, str]) -> tuple[dict[str, Any], list[str
             else:
                 shown = repr(text) if len(text) <= MAX_NUMBER_CHARS else f"({len(text)} characters)"
                 problems.append(f"sigma={shown} is neither sqrt_dim, median nor a positive number")
+        elif key == "precision":
+            try:
+                width = float(text) if len(text) <= MAX_NUMBER_CHARS and text.isascii() else -1.0
+            except ValueError:
+                width = -1.0
+            if 0.0 <= width < 0.5:
+                values[key] = width
+            else:
+                problems.append(f"W={text[:MAX_NUMBER_CHARS]!r} is not a precision in [0, 0.5)")
         else:
             number, problem = decode_int(text, name, minimum=0 if key == "seed" else 1)
             if problem is None:
