@@ -110,7 +110,7 @@ def reference_comparisons(models: pd.DataFrame, draws: pd.DataFrame) -> list[Com
     for every rate of :data:`COMPARED_METRICS` (the JSON's ``comparisons``)."""
     if models.empty or draws.empty:
         return []
-    out = []
+    out: list[Comparison] = []
     for role in ("retrained", "original"):
         refs = models.loc[models["role"] == role, "name"].tolist()
         if not refs:

@@ -14,7 +14,8 @@ separate) does not drive B and keeps its Korn–Graubard interval (it is withhel
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "PrecisionDesign",
     "design_from_pilot",
     "per_draw_rates",
+    "precision_json",
     "with_design",
 ]
 
@@ -133,3 +135,23 @@ def with_design(
     if not design.plans:
         notes.append("no precision target applied: every headline rate is withheld after the pilot")
     return replace(summary, notes="; ".join(notes), **changes)
+
+
+def precision_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A model's ``precision`` entry of the JSON document (method §10, §15) from its ``models``
+    row: ``{"precision": {target, half_width, draws, draws_needed, reached}}``, or nothing for a
+    fixed-design row (so fixed-design documents are unchanged)."""
+    target = float(row.get("precision_target", float("nan")))
+    if not math.isfinite(target):
+        return {}
+    half = float(row["precision_half_width"])
+    needed = int(row["draws_needed"])
+    return {
+        "precision": {
+            "target": target,
+            "half_width": half if math.isfinite(half) else None,
+            "draws": int(row["draws"]),
+            "draws_needed": needed,
+            "reached": bool(math.isfinite(half) and half <= target and row["draws"] >= needed),
+        }
+    }

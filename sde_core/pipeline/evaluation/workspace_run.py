@@ -17,6 +17,7 @@ from sde_core.pipeline.evaluation.caveats import Caveats, caveat_numbers
 from sde_core.pipeline.evaluation.comparisons import reference_comparisons
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies, model_near_ties
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
+from sde_core.pipeline.evaluation.precision import precision_json
 from sde_core.pipeline.evaluation.run import STAGES, ModelEvaluation, ModelRun, run_model
 from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary, model_json
@@ -144,6 +145,7 @@ class EvaluationResult:
         for row in records(self.models):
             entry = model_json(row, records(self.model_draws(row["name"])))
             entry["near_ties"] = self.near_ties(row["name"]).to_json()
+            entry.update(precision_json(row))
             models[row["name"]] = entry
         return {
             "settings": self.settings.result_key(),
