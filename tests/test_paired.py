@@ -20,18 +20,18 @@ def test_equal_trials_give_scipys_paired_and_welch_intervals():
     shared = rng.normal(0.6, 0.2, 12)  # the reference draw's effect, common to both models
     a = np.clip(shared + rng.normal(0.05, 0.03, 12), 0, 1)
     b = np.clip(shared + rng.normal(0.0, 0.03, 12), 0, 1)
-    paired = paired_difference(a, b, [20] * 12)
+    paired = paired_difference(a, b, [1000] * 12)  # many trials: the binomial floor is inert
     ci = stats.ttest_rel(a, b).confidence_interval(0.95)
     assert (paired.lo, paired.hi) == pytest.approx((ci.low, ci.high), rel=1e-10)
     assert paired.value == pytest.approx(float(np.mean(a - b)))
-    unpaired = unpaired_difference(a, b, [20] * 12)
+    unpaired = unpaired_difference(a, b, [1000] * 12)
     welch = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     assert (unpaired.lo, unpaired.hi) == pytest.approx((welch.low, welch.high), rel=1e-10)
     assert paired.half_width < 0.5 * unpaired.half_width  # common variance cancels
 
 
 def test_unequal_trials_use_the_pooled_ratio_estimator():
-    a, b, m = [0.5, 0.75, 0.6, 0.9], [0.4, 0.5, 0.6, 0.7], [10, 20, 15, 5]
+    a, b, m = [0.5, 0.75, 0.6, 0.9], [0.4, 0.5, 0.6, 0.7], [1000, 2000, 1500, 500]
     total = sum(m)
     pooled = sum(mi * (x - y) for mi, x, y in zip(m, a, b, strict=True)) / total
     var = (
@@ -54,9 +54,19 @@ def test_paired_interval_covers_under_shared_reference_noise():
         shared = rng.normal(0.5, 0.2, b_draws)
         a = shared + true + rng.normal(0, 0.04, b_draws)
         b = shared + rng.normal(0, 0.04, b_draws)
-        d = paired_difference(a, b, [1] * b_draws)
+        d = paired_difference(a, b, [10_000] * b_draws)
         hits += d.lo <= true <= d.hi
     assert abs(hits / 1000 - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / 1000)
+
+
+def test_a_constant_difference_keeps_the_binomial_floor():
+    """Two models that decide every target of every draw oppositely: no spread between draws,
+    yet the interval keeps the binomial variance of the more variable rate."""
+    d = paired_difference([1.0] * 5, [0.0] * 5, [20] * 5)
+    p = 100.5 / 101
+    half = stats.t.ppf(0.975, 4) * math.sqrt(p * (1 - p) / 100)
+    assert d.value == 1.0 and d.half_width == pytest.approx(half)
+    assert d.lo < 1.0 < d.hi
 
 
 def test_bad_inputs_are_refused():
@@ -85,7 +95,7 @@ def _tables() -> tuple[pd.DataFrame, pd.DataFrame]:
                               ("random", 0.5, 5)):  # fmt: skip
         for b in range(draws):
             rows.append(
-                {"model": name, "draw": b, "targets": 20, "controls": 10,
+                {"model": name, "draw": b, "targets": 5000, "controls": 5000,
                  "otr": base + rng.normal(0, 0.05), "calibrated_otr": 0.5,
                  "over_unlearned_rate": 0.0, "f1": 0.8 + rng.normal(0, 0.01)}
             )  # fmt: skip

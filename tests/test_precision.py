@@ -12,9 +12,11 @@ from scipy import stats
 from sde_core.errors import InputError, SettingsError
 from sde_core.pipeline.evaluate import EvalSettings, ModelInputs, draw_subsets
 from sde_core.pipeline.evaluation.planner import forecast, forecast_sentence
+from sde_core.pipeline.evaluation.precision import precision_json
 from sde_core.pipeline.evaluation.run import ModelRun
 from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.stats.precision import stein_draws, stein_interval
+from sde_core.stats.replication import replicate_proportion
 
 N_TR, N_TE, N_F, D = 1200, 800, 300, 6
 
@@ -150,9 +152,12 @@ def test_a_precision_run_fixes_its_draws_after_the_pilot_and_reuses_them(partly_
     per_draw = np.array([d.otr for d in run.evaluation().draws])
     plan_otr = design.plans["otr"]
     half = plan_otr.t * plan_otr.sd / math.sqrt(per_draw.size)
+    kg = replicate_proportion(per_draw, [4] * per_draw.size)
     assert m.otr == pytest.approx(per_draw.mean())
-    assert m.otr_lo == pytest.approx(max(0.0, per_draw.mean() - half))
-    assert m.otr_hi == pytest.approx(min(1.0, per_draw.mean() + half))
+    # Stein's interval joined with Korn–Graubard's (which guards the boundaries)
+    assert m.otr_lo == pytest.approx(min(max(0.0, per_draw.mean() - half), kg.lo))
+    assert m.otr_hi == pytest.approx(max(min(1.0, per_draw.mean() + half), kg.hi))
+    assert precision_json(m.to_row())["precision"]["draws_needed"] == design.needed
     if not design.budget_spent:
         assert m.precision_half_width <= 0.3 + 1e-12
     else:

@@ -28,9 +28,13 @@ away from 0 and 1 and ``m̄`` the mean trials per draw.
 :func:`paired_difference` estimates the difference of one rate between two models judged on the
 same draws (common random numbers: the same references, panels, targets and splits, method
 §12): the per-draw differences are independent replicates, so their pooled mean has a Student-t
-interval on B − 1 degrees of freedom (the paired t interval). :func:`unpaired_difference` is
-the same difference treated as two independent samples (Welch), what two separate evaluations
-would give; the ratio of the two widths is what pairing buys.
+interval on B − 1 degrees of freedom (the paired t interval). Its variance is at least the
+binomial variance of the more variable of the two pooled rates (``p̃(1 − p̃)/Σ m``, p̃ shrunk as
+above): a difference that happens to be constant over the draws — one model deciding every
+target one way, the other the other — would otherwise get a zero-width interval.
+:func:`unpaired_difference` is the same difference treated as two independent samples (Welch,
+each rate's variance floored the same way), what two separate evaluations would give; the
+ratio of the two widths is what pairing buys.
 
 References: C. Stein, "A two-sample test for a linear hypothesis whose power is independent of
 the variance", Annals of Mathematical Statistics 16 (1945) 243–258.
@@ -196,6 +200,14 @@ def _pooled(values: np.ndarray, w: np.ndarray) -> tuple[float, float]:
     return mean, var
 
 
+def _binomial_floor(values: np.ndarray, trials: np.ndarray) -> float:
+    """The variance of a pooled rate over ``Σ m`` independent trials, ``p̃(1 − p̃)/Σ m`` with
+    ``p̃ = (x + ½)/(Σ m + 1)``: what a rate measured on these trials carries at least."""
+    total = float(trials.sum())
+    p = (float(np.sum(values * trials)) + 0.5) / (total + 1.0)
+    return p * (1.0 - p) / total
+
+
 def paired_difference(
     first: Sequence[float] | np.ndarray,
     second: Sequence[float] | np.ndarray,
@@ -217,8 +229,10 @@ def paired_difference(
     a, b = _values(first, "first"), _values(second, "second")
     if a.size != b.size or a.size < 2:
         raise InputError("a paired difference needs the same B ≥ 2 draws for both models")
-    w = _weights(trials, a.size)
+    m = _values(trials, "trials")
+    w = _weights(m, a.size)
     value, var = _pooled(a - b, w)
+    var = max(var, _binomial_floor(a, m), _binomial_floor(b, m))
     df = float(a.size - 1)
     half = _quantile(confidence, df) * math.sqrt(var)
     return Difference(value, value - half, value + half, half, int(a.size), df, "paired-t")
@@ -235,9 +249,11 @@ def unpaired_difference(
     a, b = _values(first, "first"), _values(second, "second")
     if a.size != b.size or a.size < 2:
         raise InputError("give the same B ≥ 2 draws for both models")
-    w = _weights(trials, a.size)
+    m = _values(trials, "trials")
+    w = _weights(m, a.size)
     mean_a, var_a = _pooled(a, w)
     mean_b, var_b = _pooled(b, w)
+    var_a, var_b = max(var_a, _binomial_floor(a, m)), max(var_b, _binomial_floor(b, m))
     var = var_a + var_b
     df = float(a.size - 1)
     if var > 0:

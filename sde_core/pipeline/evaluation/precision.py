@@ -6,7 +6,11 @@ draws that bring every headline rate's half-width to W (:func:`~sde_core.stats.p
 stein_draws`, the largest over :data:`PRECISION_METRICS`), capped at ``max_draws`` (the budget).
 The run then computes draws n0 … B − 1 and everything else on all B draws. Every earlier stage is
 reused: the plan's draw b is the same whatever B is, and the stage cache keys each batch by its
-rows and seed. :func:`with_design` puts Stein's intervals (second stage) into the summary.
+rows and seed. :func:`with_design` puts Stein's intervals (second stage) into the summary, each
+joined with the rate's Korn–Graubard interval over the same draws: near 0 or 1 a rate of a few
+targets per draw is far from normal (mostly 0, now and then 1/20) and a pilot may not see one
+event; Korn–Graubard's Clopper–Pearson bound covers there, and it is narrower than Stein's
+elsewhere, so the union is Stein's interval except near the boundaries.
 
 A rate the gate withholds after the pilot (e.g. calibrated rates when the panels do not
 separate) does not drive B and keeps its Korn–Graubard interval (it is withheld anyway).
@@ -109,8 +113,9 @@ def design_from_pilot(
 def with_design(
     summary: ModelSummary, draws: Sequence[DrawState], design: PrecisionDesign
 ) -> ModelSummary:
-    """``summary`` with Stein's intervals (from the pilot's spread, over all ``draws``) for
-    each driving rate the gate publishes, and the design's fields."""
+    """``summary`` with Stein's intervals (from the pilot's spread, over all ``draws``) joined
+    with its Korn–Graubard intervals (module docstring) for each driving rate the gate
+    publishes, and the design's fields (``precision_half_width``: the widest half-width)."""
     changes: dict[str, Any] = {
         "precision_target": design.target,
         "draws_needed": float(design.needed),
@@ -122,7 +127,10 @@ def with_design(
             continue
         value, lo, hi, half = stein_interval(values, trials, plan)
         lo_field, hi_field = PRECISION_METRICS[metric]
+        kg_lo, kg_hi = getattr(summary, lo_field), getattr(summary, hi_field)
+        lo, hi = min(lo, kg_lo), max(hi, kg_hi)  # Korn–Graubard guards the boundaries
         changes.update({metric: value, lo_field: lo, hi_field: hi})
+        half = max(half, (kg_hi - kg_lo) / 2)
         widest = half if not np.isfinite(widest) else max(widest, half)
     changes["precision_half_width"] = widest
     notes = [summary.notes] if summary.notes else []
