@@ -109,6 +109,16 @@ def _run(args: argparse.Namespace) -> None:
             print(f"seed {seed} {name}: {m.draws} draws, {seconds:.1f} s", flush=True)
 
 
+def _reported(rec: dict, rate: str) -> tuple[float, float]:
+    """The interval the library reports for a record: Stein's joined with the Korn–Graubard
+    interval of the same draws (recomputed here, so records written before that join was
+    added are read as the current code reports them)."""
+    from sde_core.stats.replication import replicate_proportion
+
+    kg = replicate_proportion(rec["per_draw"][rate], rec["targets"])
+    return min(rec[rate][1], kg.lo), max(rec[rate][2], kg.hi)
+
+
 def _report(args: argparse.Namespace) -> None:
     recs = [json.loads(line) for p in args.files for line in Path(p).read_text().splitlines()]
     by_ws: dict[str, list[dict]] = {}
@@ -135,8 +145,9 @@ def _report(args: argparse.Namespace) -> None:
                 if not values:
                     continue
                 truth = float(np.mean(np.concatenate([r["per_draw"][rate] for r in mine])))
-                cover = sum(r[rate][1] <= truth <= r[rate][2] for r in values)
-                halves = np.array([(r[rate][2] - r[rate][1]) / 2 for r in values])
+                bounds = [_reported(r, rate) for r in values]
+                cover = sum(lo <= truth <= hi for lo, hi in bounds)
+                halves = np.array([(hi - lo) / 2 for lo, hi in bounds])
                 print(
                     f"| {name} | {rate} | {truth:.3f} | {draws.mean():.1f} ({draws.min()}–"
                     f"{draws.max()}) | {halves.mean():.3f} ({halves.max():.3f}) | "

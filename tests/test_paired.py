@@ -63,7 +63,7 @@ def test_a_constant_difference_keeps_the_binomial_floor():
     """Two models that decide every target of every draw oppositely: no spread between draws,
     yet the interval keeps the binomial variance of the more variable rate."""
     d = paired_difference([1.0] * 5, [0.0] * 5, [20] * 5)
-    p = 100.5 / 101
+    p = 102 / 104  # Agresti–Coull
     half = stats.t.ppf(0.975, 4) * math.sqrt(p * (1 - p) / 100)
     assert d.value == 1.0 and d.half_width == pytest.approx(half)
     assert d.lo < 1.0 < d.hi

@@ -29,8 +29,8 @@ away from 0 and 1 and ``m̄`` the mean trials per draw.
 same draws (common random numbers: the same references, panels, targets and splits, method
 §12): the per-draw differences are independent replicates, so their pooled mean has a Student-t
 interval on B − 1 degrees of freedom (the paired t interval). Its variance is at least the
-binomial variance of the more variable of the two pooled rates (``p̃(1 − p̃)/Σ m``, p̃ shrunk as
-above): a difference that happens to be constant over the draws — one model deciding every
+binomial variance of the more variable of the two pooled rates (``p̃(1 − p̃)/Σ m``, with the
+Agresti–Coull ``p̃ = (x + 2)/(Σ m + 4)``): a rare event no draw saw, or a difference that happens to be constant over the draws — one model deciding every
 target one way, the other the other — would otherwise get a zero-width interval.
 :func:`unpaired_difference` is the same difference treated as two independent samples (Welch,
 each rate's variance floored the same way), what two separate evaluations would give; the
@@ -202,9 +202,10 @@ def _pooled(values: np.ndarray, w: np.ndarray) -> tuple[float, float]:
 
 def _binomial_floor(values: np.ndarray, trials: np.ndarray) -> float:
     """The variance of a pooled rate over ``Σ m`` independent trials, ``p̃(1 − p̃)/Σ m`` with
-    ``p̃ = (x + ½)/(Σ m + 1)``: what a rate measured on these trials carries at least."""
+    the Agresti–Coull ``p̃ = (x + 2)/(Σ m + 4)``: what a rate measured on these trials carries
+    at least, kept away from 0 for a rare event no draw happened to see."""
     total = float(trials.sum())
-    p = (float(np.sum(values * trials)) + 0.5) / (total + 1.0)
+    p = (float(np.sum(values * trials)) + 2.0) / (total + 4.0)
     return p * (1.0 - p) / total
 
 
