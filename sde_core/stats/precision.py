@@ -84,8 +84,8 @@ class Difference:
     """A difference of one rate between two models over common draws.
 
     Attributes:
-        value: the pooled difference (first minus second). lo, hi: its interval.
-        half_width: half the interval's width. draws: the draws used. df: degrees of freedom.
+        value: the pooled difference (first minus second). lo, hi: its interval, clipped to
+            [−1, 1]. half_width: the half-width before clipping. draws: the draws used. df: degrees of freedom.
         method: ``"paired-t"`` or ``"welch"``.
     """
 
@@ -236,7 +236,8 @@ def paired_difference(
     var = max(var, _binomial_floor(a, m), _binomial_floor(b, m))
     df = float(a.size - 1)
     half = _quantile(confidence, df) * math.sqrt(var)
-    return Difference(value, value - half, value + half, half, int(a.size), df, "paired-t")
+    lo, hi = max(-1.0, value - half), min(1.0, value + half)  # a difference of rates
+    return Difference(value, lo, hi, half, int(a.size), df, "paired-t")
 
 
 def unpaired_difference(
@@ -261,4 +262,5 @@ def unpaired_difference(
         df = var**2 / ((var_a**2 + var_b**2) / (a.size - 1))
     half = _quantile(confidence, df) * math.sqrt(var)
     value = mean_a - mean_b
-    return Difference(value, value - half, value + half, half, int(a.size), df, "welch")
+    lo, hi = max(-1.0, value - half), min(1.0, value + half)
+    return Difference(value, lo, hi, half, int(a.size), df, "welch")
