@@ -66,7 +66,7 @@ def test_a_constant_difference_keeps_the_binomial_floor():
     p = 102 / 104  # Agresti–Coull
     half = stats.t.ppf(0.975, 4) * math.sqrt(p * (1 - p) / 100)
     assert d.value == 1.0 and d.half_width == pytest.approx(half)
-    assert d.lo < 1.0 < d.hi
+    assert d.lo == pytest.approx(1.0 - half) and d.hi == 1.0  # clipped: a difference of rates
 
 
 def test_bad_inputs_are_refused():
