@@ -115,12 +115,15 @@ def test_models_are_compared_on_their_common_draws_and_withheld_rates_are_not():
     assert withheld.to_json()["ci"] is None
 
 
-def test_reference_comparisons_pair_every_model_with_the_retrained_and_the_original():
+def test_reference_comparisons_pair_every_model_with_the_references_and_each_other():
     models, draws = _tables()
     out = reference_comparisons(models, draws)
     pairs = {(c.model, c.reference) for c in out}
     expected = {(m, "retrained") for m in ("original", "rl", "random")}
     expected |= {(m, "original") for m in ("retrained", "rl", "random")}
+    # one unlearned model here: no pair among the unlearned ones; with two, they are paired
+    two = models.assign(role=["original", "retrained", "unlearned", "unlearned"])
+    assert ("rl", "random") in {(c.model, c.reference) for c in reference_comparisons(two, draws)}
     assert pairs == expected
     assert {c.metric for c in out} == {"otr", "calibrated_otr", "over_unlearned_rate", "f1"}
     doc = next(c for c in out if c.model == "rl" and c.reference == "original").to_json()

@@ -107,16 +107,15 @@ def compare_models(
 
 def reference_comparisons(models: pd.DataFrame, draws: pd.DataFrame) -> list[Comparison]:
     """Each model against the retrained model (when there is one) and against the original,
+    and every two unlearned models against each other (the earlier one in the table first),
     for every rate of :data:`COMPARED_METRICS` (the JSON's ``comparisons``)."""
     if models.empty or draws.empty:
         return []
-    out: list[Comparison] = []
+    pairs: list[tuple[str, str]] = []
     for role in ("retrained", "original"):
         refs = models.loc[models["role"] == role, "name"].tolist()
-        if not refs:
-            continue
-        for name in models["name"]:
-            if name == refs[0]:
-                continue
-            out.extend(compare_models(models, draws, name, refs[0], m) for m in COMPARED_METRICS)
-    return out
+        if refs:
+            pairs += [(name, refs[0]) for name in models["name"] if name != refs[0]]
+    unlearned = models.loc[models["role"] == "unlearned", "name"].tolist()
+    pairs += [(a, b) for i, a in enumerate(unlearned) for b in unlearned[i + 1 :]]
+    return [compare_models(models, draws, a, b, m) for a, b in pairs for m in COMPARED_METRICS]
