@@ -30,8 +30,9 @@ same draws (common random numbers: the same references, panels, targets and spli
 §12): the per-draw differences are independent replicates, so their pooled mean has a Student-t
 interval on B − 1 degrees of freedom (the paired t interval). Its variance is at least the
 binomial variance of the more variable of the two pooled rates (``p̃(1 − p̃)/Σ m``, with the
-Agresti–Coull ``p̃ = (x + 2)/(Σ m + 4)``): a rare event no draw saw, or a difference that happens to be constant over the draws — one model deciding every
-target one way, the other the other — would otherwise get a zero-width interval.
+Agresti–Coull ``p̃ = (x + 2)/(Σ m + 4)``): a rare event no draw saw, or a difference that
+happens to be constant over the draws — one model deciding every target one way, the other the
+other — would otherwise get a zero-width interval.
 :func:`unpaired_difference` is the same difference treated as two independent samples (Welch,
 each rate's variance floored the same way), what two separate evaluations would give; the
 ratio of the two widths is what pairing buys.
@@ -85,8 +86,8 @@ class Difference:
 
     Attributes:
         value: the pooled difference (first minus second). lo, hi: its interval, clipped to
-            [−1, 1]. half_width: the half-width before clipping. draws: the draws used. df: degrees of freedom.
-        method: ``"paired-t"`` or ``"welch"``.
+            [−1, 1]. half_width: the half-width before clipping.
+        draws: the draws used. df: degrees of freedom. method: ``"paired-t"`` or ``"welch"``.
     """
 
     value: float
