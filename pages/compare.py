@@ -5,14 +5,19 @@ every model) or cheap; otherwise the page says what it would cost — models × 
 at a throughput measured on this machine — and waits for a click
 (:func:`pages._common.affordable_layers`).
 
+With a precision target (sidebar, method §15) the page first offers the planner: a pilot per
+model predicts the draws and seconds, and the evaluation starts on a click.
+
 Link parameters (besides the settings): ``layers``, ``metric``, ``chart`` (the chart's layer),
-``overlay`` (models whose target histograms are overlaid).
+``overlay`` (models whose target histograms are overlaid), ``pair`` (the two models of the
+paired differences).
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
 
+import pandas as pd
 import streamlit as st
 
 from pages._common import (
@@ -22,6 +27,7 @@ from pages._common import (
     compare_evaluate,
     current_settings,
     current_workspace,
+    evaluation_session,
     guarded,
     model_layers,
     plot,
@@ -30,7 +36,15 @@ from pages._common import (
     show_verdict,
     table,
 )
-from sde_core.services.cascade import EvaluationResult
+from sde_core.common.hashing import stable_hash
+from sde_core.services.cascade import (
+    COMPARED_METRICS,
+    EvalSettings,
+    EvaluationResult,
+    compare_models,
+    forecast_models,
+    forecast_sentence,
+)
 from sde_core.services.view_state import CompareView
 from sde_core.services.workspace_info import Workspace
 from sde_core.viz.figures import BAR_CHOICES, comparison_bars, draw_strip, target_overlay
@@ -40,7 +54,9 @@ from sde_core.viz.verdicts import retrain_row
 
 
 def apply_link(view: CompareView) -> None:
-    """The link's layers, chart metric, chart layer and overlaid models."""
+    """The link's layers, chart metric, chart layer, overlaid models and paired models."""
+    if view.pair is not None and len(view.pair) == 2:
+        st.session_state["c_pair_a"], st.session_state["c_pair_b"] = view.pair
     for name, key in (("layers", "compare_layers"), ("overlay", "c_overlay")):
         chosen = getattr(view, name)
         if chosen is not None:
@@ -125,6 +141,68 @@ def verdicts(result: EvaluationResult) -> None:
         show_verdict(row, result.settings.targets, retrain)
 
 
+def planned(ws: Workspace, settings: EvalSettings) -> bool:
+    """With a precision target: the planner's forecast (a pilot per model, kept in the stage
+    cache for the run) and a button to start; True once the user started this run."""
+    key = stable_hash(settings.result_key())
+    if st.session_state.get("c_precision_go") == key:
+        return True
+    width = f"±{settings.precision:g}"
+    forecasts = st.session_state.get("c_forecast", {}).get(key)
+    if forecasts is None:
+        st.info(
+            f"Precision target {width} at layer {settings.layer!r}: a pilot of "
+            f"{settings.pilot_draws} draws per model predicts the draws and time it takes "
+            "(method §15); the run reuses the pilot."
+        )
+        if not st.button("Plan the run", key=f"c_plan_{settings.layer}"):
+            return False
+        with st.spinner("Running the pilots…"):
+            forecasts = forecast_models(evaluation_session(ws), settings)
+        st.session_state["c_forecast"] = {key: forecasts}
+    st.info(f"Precision target {width} at layer {settings.layer!r}: "
+            f"{forecast_sentence(forecasts)}.")  # fmt: skip
+    if st.button(f"Evaluate at {width}", key=f"c_go_{settings.layer}", type="primary"):
+        st.session_state["c_precision_go"] = key
+        return True
+    return False
+
+
+def paired(result: EvaluationResult) -> None:
+    """Paired differences of any two models on their common draws (method §15)."""
+    names = result.models["name"].tolist()
+    if len(names) < 2 or result.draws.empty:
+        return
+    st.subheader("Paired differences")
+    roles = dict(zip(result.models["name"], result.models["role"], strict=True))
+    for key, role, fallback in (("c_pair_a", "unlearned", 0), ("c_pair_b", "retrained", 1)):
+        if st.session_state.get(key) not in names:
+            st.session_state[key] = next((n for n in names if roles[n] == role), names[fallback])
+    left, right = st.columns(2)
+    a = left.selectbox("Model", names, **bound("c_pair_a"))
+    b = right.selectbox("minus model", names, **bound("c_pair_b"))
+    if a == b:
+        st.info("Choose two different models.")
+        return
+    rows = []
+    for metric in COMPARED_METRICS:
+        c = compare_models(result.models, result.draws, a, b, metric)
+        p, u = c.paired, c.unpaired
+        rows.append(
+            {"rate": metric, "difference": None if p is None else p.value,
+             "95% CI, paired": "withheld" if p is None else f"[{p.lo:+.3f}, {p.hi:+.3f}]",
+             "95% CI, as if unpaired": "" if u is None else f"[{u.lo:+.3f}, {u.hi:+.3f}]",
+             "draws": None if p is None else p.draws, "why withheld": c.reason}
+        )  # fmt: skip
+    table(pd.DataFrame(rows), "c_paired", columns={"difference": "paired_difference"})
+    st.caption(
+        f"{a} minus {b}, draw by draw on the same references, panels, targets and splits "
+        "(common random numbers), pooled with a paired Student-t interval over the draws both "
+        "models ran; the variance they share cancels, so the paired interval is narrower than "
+        "two separate evaluations would give (the 'as if unpaired' column)."
+    )
+
+
 def column_help(table_columns: list[str]) -> dict[str, Any]:
     """Glossary keys of the comparison table's columns (``"OTR [output]"`` → ``otr``)."""
     keys = {"OTR": "otr_ci", "cal. OTR": "calibrated_otr",
@@ -150,7 +228,10 @@ with guarded("Cannot compare the models"):
     ready = affordable_layers(ws, current_settings(ws), layers, "c") if layers else []
     results: dict[str, EvaluationResult] = {}
     for layer in ready:
-        result = compare_evaluate(ws, current_settings(ws, layer=layer))
+        layer_settings = current_settings(ws, layer=layer)
+        if layer_settings.precision > 0 and not planned(ws, layer_settings):
+            break
+        result = compare_evaluate(ws, layer_settings)
         if result is None:
             break
         results[layer] = result
@@ -184,11 +265,15 @@ with guarded("Cannot compare the models"):
         )  # fmt: skip
         shown_layer = charts(results)
         verdicts(results[shown_layer])
+        paired(results[shown_layer])
 publish(
     CompareView(
         layers=tuple(layers),
         metric=str(st.session_state.get("c_metric", "")),
         chart=shown_layer,
         overlay=tuple(st.session_state.get("c_overlay", [])) if shown_layer else None,
+        pair=tuple(st.session_state.get(k, "") for k in ("c_pair_a", "c_pair_b"))
+        if shown_layer
+        else None,
     )
 )

@@ -55,6 +55,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     store_path = None if args.no_store else Path(args.store or workspace_store_path(ws.root))
     models = args.models.split(",") if args.models else None
+    if args.plan_only:
+        return _plan_only(ws, settings, models)
     report = None if args.quiet else progress
     engine = make_engine(args.engine, args.address)
     if store_path is None:
@@ -83,6 +85,24 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
+def _plan_only(ws: Any, settings: Any, models: list[str] | None) -> int:
+    """``--plan-only``: each model's pilot and the forecast of the precision run (method §15)."""
+    from sde_core.pipeline.evaluation.planner import forecast_sentence, forecast_workspace
+
+    forecasts = forecast_workspace(ws, settings, models=models)
+    for f in forecasts:
+        widths = ", ".join(f"{k} ±{v:.3f}" for k, v in f.half_widths.items()) or "none (withheld)"
+        seconds = "?" if f.seconds != f.seconds else f"{f.seconds:.0f}"
+        budget = f" (needs {f.needed}: budget max_draws spent)" if f.budget_spent else ""
+        print(
+            f"{f.model}: {f.draws} draws{budget}, {f.targets} targets, ≈ {seconds} s; "
+            f"predicted half-widths {widths} (pilot {f.pilot_draws} draws, "
+            f"{f.pilot_seconds:.1f} s)"
+        )
+    print(f"plan at ±{settings.precision:g}: {forecast_sentence(forecasts)}")
+    return 0
+
+
 def _print_table(result: Any) -> None:
     """The summary table, then why numbers are withheld ("–"), which models could not be
     evaluated (their own inputs failed) and what the plan reduced."""
@@ -92,6 +112,15 @@ def _print_table(result: Any) -> None:
         table = result.models[list(CLI_COLUMNS)]
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="–"))
     for row in result.models.to_dict("records"):
+        target = row.get("precision_target", float("nan"))
+        if target == target:  # a precision design (method §15)
+            half = row["precision_half_width"]
+            state = "budget spent" if row["draws"] < row["draws_needed"] else "reached"
+            print(
+                f"{row['name']}: precision ±{target:g} {state} — widest half-width "
+                f"{half:.3f} after {row['draws']} draws (the pilot asked for "
+                f"{int(row['draws_needed'])})"
+            )
         if row["inconclusive_reason"]:
             print(f"{row['name']}: inconclusive — {row['inconclusive_reason']}")
         if row.get("evidence_conflict"):
@@ -126,4 +155,10 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
     add_engine_arguments(p)
     add_time_limit_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars or table")
+    p.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="with --precision W: run each model's pilot and print the draws, targets and "
+        "seconds the run would take, without running it (the pilot is kept in the stage cache)",
+    )
     p.set_defaults(func=_cmd_evaluate)

@@ -50,6 +50,8 @@ _DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,3})?|mps")
 #: part of its layer name, hence of ``EvalSettings.layer`` and of every cache and store key; any
 #: positive level can be named (``--layer denoised@0.3``), these are the ones listed.
 NOISE_LEVELS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
+#: The precision design's settings (method §15): inert while ``precision`` is 0.
+_PRECISION_FIELDS = ("precision", "pilot_draws", "max_draws")
 
 #: How a setting's value is written: ``int``, ``float`` (a finite real number),
 #: ``sigma`` (:mod:`sde_core.common.sigma`), ``name`` (non-empty text: the layer), ``choice``
@@ -211,6 +213,12 @@ class EvalSettings:
             0 switches the baselines off (exact W2 is O(n³) per subset).
         pool: global-average-pool 4-D activations.
         device: ``"cpu"`` or a torch device for extraction and the HSIC engine.
+        precision: W, the requested half-width of the headline intervals (method §15); 0 (the
+            default) keeps the fixed design of ``draws`` draws. With W > 0 a pilot of
+            ``pilot_draws`` draws fixes how many draws reach W (Stein's two-stage design), each
+            draw judging ``targets // draws`` targets as in the fixed design.
+        pilot_draws: n0, the pilot's draws (precision only).
+        max_draws: the budget in draws (precision only): the run stops there and says so.
     """
 
     layer: str = "output"
@@ -229,12 +237,20 @@ class EvalSettings:
     pool: bool = True
     device: str = "cpu"
     draws: int = 5
+    precision: float = 0.0
+    pilot_draws: int = 10
+    max_draws: int = 60
 
     def __post_init__(self) -> None:
         for entry in SETTINGS:
             checked = entry.check(getattr(self, entry.name))
             if entry.kind == "sigma":  # σ text in its canonical form
                 object.__setattr__(self, entry.name, checked)
+        if self.precision > 0 and self.max_draws < self.pilot_draws:
+            raise SettingsError(
+                f"max_draws={self.max_draws} is smaller than the pilot's pilot_draws="
+                f"{self.pilot_draws}: raise max_draws or lower pilot_draws"
+            )
         if 1.0 / (self.panel_size + 1) >= self.alpha_calibrated:
             need = int(np.ceil(1.0 / self.alpha_calibrated))
             raise SettingsError(
@@ -262,8 +278,15 @@ class EvalSettings:
         return replace(self, **given)
 
     def result_key(self) -> dict[str, Any]:
-        """The settings that determine results (the store's run key), with the algorithm version."""
-        return {**asdict(self), "algorithm": ALGORITHM_VERSION}
+        """The settings that determine results (the store's run key), with the algorithm version.
+
+        Without a precision target its two budget fields change nothing and are left out, so a
+        fixed-design run keeps the key it had before they existed."""
+        key = {**asdict(self), "algorithm": ALGORITHM_VERSION}
+        if not self.precision:
+            for name in _PRECISION_FIELDS:
+                key.pop(name)
+        return key
 
 
 _FIELDS = {f.name: f for f in fields(EvalSettings)}
@@ -310,6 +333,22 @@ SETTINGS: tuple[Setting, ...] = (
         "targets and controls; the spread between draws gives every interval.",
         12, "int", "--draws", url_key="B", widget="number", widget_label="Reference draws B",
         minimum=1, maximum=100, label="draws",
+    ),
+    Setting(
+        "precision", "W",
+        "Half-width to reach for OTR, calibrated OTR and the over-unlearned share: a pilot of "
+        "draws fixes how many draws that takes (Stein's two stages); 0 keeps the fixed B draws.",
+        15, "float", "--precision", url_key="W", widget="number",
+        widget_label="Precision target ±W (0 = fixed B)", minimum=0.0, maximum=0.5, step=0.01,
+        label="precision target ±W",
+    ),
+    Setting(
+        "pilot_draws", "n0", "Pilot draws of a precision target: their spread fixes B.",
+        15, "int", "--pilot-draws", minimum=2, maximum=100, label="pilot draws",
+    ),
+    Setting(
+        "max_draws", "B_max", "Budget in draws of a precision target: the run stops there.",
+        15, "int", "--max-draws", minimum=2, maximum=500, label="draw budget",
     ),
     Setting(
         "bins", "bins", "Histogram bins of the Jensen–Shannon decision.",

@@ -21,6 +21,8 @@ import pandas as pd
 
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError
+from sde_core.pipeline.evaluation.comparisons import COMPARED_METRICS, compare_models
+from sde_core.pipeline.evaluation.planner import forecast_models, forecast_sentence
 from sde_core.pipeline.evaluation.run import EvaluationCancelled, PartialEvaluation
 from sde_core.pipeline.evaluation.session import (
     COMPARE_STAGES,
@@ -37,6 +39,7 @@ from sde_core.services.evaluation import stored_models
 from sde_core.viz.ui_support import ResultCache
 
 __all__ = [
+    "COMPARED_METRICS",
     "COMPARE_STAGES",
     "EXPLORE_STAGES",
     "EvalSettings",
@@ -49,6 +52,9 @@ __all__ = [
     "Runner",
     "StagedRunner",
     "StagedWork",
+    "compare_models",
+    "forecast_models",
+    "forecast_sentence",
     "open_results_store",
 ]
 

@@ -201,13 +201,15 @@ class ExploreView(PageView):
 
 @dataclasses.dataclass(frozen=True)
 class CompareView(PageView):
-    """Compare: the layers compared, the chart's metric and layer, the overlaid models."""
+    """Compare: the layers compared, the chart's metric and layer, the overlaid models, the two
+    models of the paired differences (method §15)."""
 
     PAGE: ClassVar[str] = "compare"
     layers: tuple[str, ...] | None = _field("list")
     metric: str | None = _field("text")
     chart: str | None = _field("text")
     overlay: tuple[str, ...] | None = _field("list")
+    pair: tuple[str, ...] | None = _field("list")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,6 +45,10 @@ METHOD_SECTIONS: dict[int | str, tuple[str, str]] = {
     10: ("Public API and outputs", "10-public-api-and-outputs"),
     11: ("The bundled demos", "11-the-bundled-demos"),
     12: ("Replication, disjointness and the gate", "12-replication-disjointness-and-the-gate"),
+    15: (
+        "Precision target, planner and paired comparisons",
+        "15-precision-target-planner-and-paired-comparisons",
+    ),
     "choices": ("Deviations and choices", "deviations-and-choices"),
 }
 
@@ -120,6 +124,12 @@ GLOSSARY: dict[str, Term] = {
     ),
     "otr_lo": Term("OTR lo", "Lower end of the OTR's 95% Korn–Graubard interval.", 12),
     "otr_hi": Term("OTR hi", "Upper end of the OTR's 95% Korn–Graubard interval.", 12),
+    "paired_difference": Term(
+        "paired difference",
+        "A rate of one model minus another's, draw by draw on the same references, panels and "
+        "targets, with its 95% interval: the variance the two share cancels.",
+        15,
+    ),
     "over_unlearned": Term(
         "over-unlearned",
         "The model-level over-unlearning test: the model's outputs on the forget set are "

@@ -305,6 +305,12 @@ def draw_subsets(
     controls_per = _shares(half, n_draws)
     pairs_per = _shares(settings.null_pairs, n_draws) if pairs_possible else [0] * n_draws
     baseline_per = _shares(min(k_baseline, half), n_draws)
+    if settings.precision > 0:  # method §15: up to max_draws draws of the fixed design's size
+        n_draws = settings.max_draws
+        targets_per = [targets_per[-1]] * n_draws
+        controls_per = [controls_per[-1]] * n_draws
+        pairs_per = [pairs_per[-1]] * n_draws
+        baseline_per = baseline_per + [0] * (n_draws - len(baseline_per))
     draws = []
     start = 0
     for b in range(n_draws):

@@ -40,6 +40,7 @@ from sde_core.pipeline.evaluation.plan import (
     SubsetPlan,
     default_f1_negatives,
 )
+from sde_core.pipeline.evaluation.precision import PrecisionDesign, design_from_pilot, with_design
 from sde_core.pipeline.evaluation.stages import (
     StageCache,
     classic_key,
@@ -161,6 +162,7 @@ class _Snapshot:
     draws: tuple[DrawState, ...]
     extras: dict[str, Any]
     elapsed: float
+    design: PrecisionDesign | None = None
 
 
 class ModelRun:
@@ -214,6 +216,11 @@ class ModelRun:
         self._groups = [d.groups(settings.seed, pool) for d in plan.draws]
         self._digests: dict[str, str] = {}
         self._elapsed = 0.0
+        #: The precision design (method §15), fixed after the pilot; None: the fixed design.
+        self.design: PrecisionDesign | None = None
+        self.pilot_draws = len(plan.draws)
+        if settings.precision > 0:
+            self.pilot_draws = min(settings.pilot_draws, len(plan.draws))
         references = self._reference_activations()
         self.sigma = resolve_sigma(settings.sigma, references, seed=settings.seed)
         self.extras["h_rtol"] = h_relative_tolerance(references, seed=settings.seed)
@@ -397,15 +404,22 @@ class ModelRun:
 
     # ------------------------------------------------------------------ schedule
 
-    def _schedule(self) -> list[tuple[str, str, Callable[[], None]]]:
-        """``(stage, label, action)`` of every step, in order."""
-        n_draws = len(self.plan.draws)
+    def _draw_steps(self, first: int, last: int) -> list[tuple[str, str, Callable[[], None]]]:
+        """The references, targets and panels of draws ``first`` … ``last − 1``."""
         steps: list[tuple[str, str, Callable[[], None]]] = []
-        for b in range(n_draws):
-            of = f"draw {b + 1} of {n_draws}"
+        pilot = self.settings.precision > 0 and last <= self.pilot_draws
+        for b in range(first, last):
+            of = f"{'pilot ' if pilot else ''}draw {b + 1} of {last}"
             steps.append(("references", f"{of}: references and targets", partial(self._core, b)))
             if "panels" in self.stages:
                 steps.append(("panels", f"{of}: reference panels", partial(self._panel, b)))
+        return steps
+
+    def _schedule(self, first: int = 0) -> list[tuple[str, str, Callable[[], None]]]:
+        """``(stage, label, action)`` of every step from draw ``first`` on, in order (the draws
+        in use: all the plan's, the pilot's, or those the precision design fixed)."""
+        n_draws = self.pilot_draws if self.design is None else self.design.draws
+        steps = self._draw_steps(first, n_draws)
         if "controls" in self.stages:
             for b in range(n_draws):
                 label = f"controlled F1: draw {b + 1} of {n_draws}"
@@ -421,7 +435,7 @@ class ModelRun:
         if baseline and "mmd" in self.stages:
             steps.append(("mmd", "MMD baseline", self._mmd))
         if baseline and "w2" in self.stages:
-            for b, d in enumerate(self.plan.draws):
+            for b, d in enumerate(self.plan.draws[:n_draws]):
                 for i in range(2 * d.baseline_controls):
                     label = f"Wasserstein-2 baseline: draw {b + 1}, subset {i + 1}"
                     steps.append(("w2", label, partial(self._w2_step, b, i)))
@@ -444,20 +458,60 @@ class ModelRun:
             )
             for st in self.draws
         )
-        return _Snapshot(draws=draws, extras=dict(self.extras), elapsed=self._elapsed)
+        return _Snapshot(
+            draws=draws, extras=dict(self.extras), elapsed=self._elapsed, design=self.design
+        )
 
     def steps(self) -> Iterator[PartialEvaluation]:
-        """Run every step, yielding a :class:`PartialEvaluation` after each."""
-        schedule = self._schedule()
-        for done, (stage, label, action) in enumerate(schedule, start=1):
-            t0 = time.perf_counter()
-            action()
-            self._elapsed += time.perf_counter() - t0
-            yield PartialEvaluation(
-                model=self.inputs.name, stage=stage, label=label, done=done,
-                total=len(schedule), complete=done == len(schedule), _run=self,
-                _state=self._snapshot(),
-            )  # fmt: skip
+        """Run every step, yielding a :class:`PartialEvaluation` after each.
+
+        With a precision target (method §15) the pilot's draws run first; their spread fixes
+        the draws (:meth:`decide`), then the remaining draws and the other stages run."""
+        precise = self.settings.precision > 0
+        pilot = self._draw_steps(0, self.pilot_draws) if precise and self.design is None else []
+        after_pilot = self.pilot_draws if precise else 0
+        rest = [] if pilot else self._schedule(after_pilot)
+        total = len(pilot) + len(self._schedule(after_pilot)) if pilot else len(rest)
+        done = 0
+        for stage, label, action in pilot:
+            done += 1
+            yield self._step(stage, label, action, done, total)
+        if pilot:
+            self.decide()
+            rest = self._schedule(after_pilot)
+            total = done + len(rest)
+        for stage, label, action in rest:
+            done += 1
+            yield self._step(stage, label, action, done, total)
+
+    def _step(
+        self, stage: str, label: str, action: Callable[[], None], done: int, total: int
+    ) -> PartialEvaluation:
+        t0 = time.perf_counter()
+        action()
+        self._elapsed += time.perf_counter() - t0
+        return PartialEvaluation(
+            model=self.inputs.name, stage=stage, label=label, done=done, total=total,
+            complete=done == total, _run=self, _state=self._snapshot(),
+        )  # fmt: skip
+
+    def decide(self) -> PrecisionDesign:
+        """Fix the precision design from the pilot's draws (computing any pilot draw not run
+        yet; method §15). The planner calls it to predict a run; :meth:`steps` calls it after
+        the pilot."""
+        if self.design is not None:
+            return self.design
+        t0 = time.perf_counter()
+        for b in range(self.pilot_draws):
+            if self.draws[b].core is None:
+                self._core(b)
+            if "panels" in self.stages and self.draws[b].panel is None:
+                self._panel(b)
+        self._elapsed += time.perf_counter() - t0
+        pilot = self.draws[: self.pilot_draws]
+        summary, _ = self._summarize(self._snapshot())
+        self.design = design_from_pilot(pilot, summary, self.settings)
+        return self.design
 
     # ------------------------------------------------------------------ results
 
@@ -478,6 +532,18 @@ class ModelRun:
     def evaluation(self, complete: bool = True, state: _Snapshot | None = None) -> ModelEvaluation:
         """The :class:`ModelEvaluation` of everything finished so far (or at ``state``)."""
         snap = state or self._snapshot()
+        summary, draws = self._summarize(snap)
+        return ModelEvaluation(
+            model=summary,
+            draws=draws,
+            subsets=self._subset_rows(snap.draws, summary),
+            arrays=self._arrays(snap.draws),
+            complete=complete,
+        )
+
+    def _summarize(self, snap: _Snapshot) -> tuple[ModelSummary, list[DrawSummary]]:
+        """The model's summary and draw rows at ``snap`` (Stein's intervals once a precision
+        design is fixed)."""
         inp, s = self.inputs, self.settings
         identity = {
             "name": inp.name,
@@ -495,13 +561,9 @@ class ModelRun:
         summary, draws = summarize(
             identity, snap.draws, s, extras, self.plan.notes, baselines=baselines
         )
-        return ModelEvaluation(
-            model=summary,
-            draws=draws,
-            subsets=self._subset_rows(snap.draws, summary),
-            arrays=self._arrays(snap.draws),
-            complete=complete,
-        )
+        if snap.design is not None:
+            summary = with_design(summary, snap.draws, snap.design)
+        return summary, draws
 
     def _subset_rows(
         self, states: tuple[DrawState, ...], summary: ModelSummary

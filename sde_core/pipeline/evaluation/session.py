@@ -70,7 +70,7 @@ COMPARE_STAGES: tuple[str, ...] = ("references", "panels", "controls", "classic"
 
 #: Settings that decide the subsets (everything else leaves the plan unchanged).
 _PLAN_FIELDS = ("subset_size", "targets", "panel_size", "seed", "null_pairs", "baseline_targets",
-                "draws")  # fmt: skip
+                "draws", "precision", "max_draws")  # fmt: skip
 
 
 class EvaluationSession:

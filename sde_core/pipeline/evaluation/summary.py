@@ -106,6 +106,9 @@ class ModelSummary:
             another machine may move this model's H values, from its activations'
             conditioning (method §13). seconds: the method's time;
             eval_seconds: this evaluation's.
+        precision_target, precision_half_width, draws_needed: the precision design (method
+            §15; NaN without one): W, the widest Stein half-width of the driving rates, and the
+            draws the pilot asked for (``draws`` < ``draws_needed``: the budget stopped it).
     """
 
     name: str
@@ -169,6 +172,9 @@ class ModelSummary:
     h_rtol: float = _NAN
     seconds: float = _NAN
     eval_seconds: float = _NAN
+    precision_target: float = _NAN
+    precision_half_width: float = _NAN
+    draws_needed: float = _NAN
 
     #: Fields filled from outside the per-draw statistics (classic metrics, the behaviour
     #: check, times), read from the flat ``extras`` of :func:`~.statistics.summarize`.

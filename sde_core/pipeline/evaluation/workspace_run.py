@@ -14,8 +14,10 @@ import pandas as pd
 from sde_core import errors
 from sde_core.errors import ActivationError, CheckpointError, DataError, SDEError, SettingsError
 from sde_core.pipeline.evaluation.caveats import Caveats, caveat_numbers
+from sde_core.pipeline.evaluation.comparisons import reference_comparisons
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies, model_near_ties
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
+from sde_core.pipeline.evaluation.precision import precision_json
 from sde_core.pipeline.evaluation.run import STAGES, ModelEvaluation, ModelRun, run_model
 from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary, model_json
@@ -143,6 +145,7 @@ class EvaluationResult:
         for row in records(self.models):
             entry = model_json(row, records(self.model_draws(row["name"])))
             entry["near_ties"] = self.near_ties(row["name"]).to_json()
+            entry.update(precision_json(row))
             models[row["name"]] = entry
         return {
             "settings": self.settings.result_key(),
@@ -150,6 +153,7 @@ class EvaluationResult:
             "intervals": INTERVAL_METHODS,
             "caveats": self.caveats().to_dict() if len(self.models) else None,
             "models": models,
+            "comparisons": [c.to_json() for c in reference_comparisons(self.models, self.draws)],
             **({"not_evaluated": dict(self.failed)} if self.failed else {}),
         }
 

@@ -1,0 +1,162 @@
+"""The precision design of one model (method §15): a pilot fixes the draws, Stein's intervals.
+
+With ``settings.precision = W > 0`` a :class:`~.run.ModelRun` first runs the references, targets
+and panels of ``pilot_draws`` draws (the pilot), then :func:`design_from_pilot` fixes B, the
+draws that bring every headline rate's half-width to W (:func:`~sde_core.stats.precision.
+stein_draws`, the largest over :data:`PRECISION_METRICS`), capped at ``max_draws`` (the budget).
+The run then computes draws n0 … B − 1 and everything else on all B draws. Every earlier stage is
+reused: the plan's draw b is the same whatever B is, and the stage cache keys each batch by its
+rows and seed. :func:`with_design` puts Stein's intervals (second stage) into the summary, each
+joined with the rate's Korn–Graubard interval over the same draws: near 0 or 1 a rate of a few
+targets per draw is far from normal (mostly 0, now and then 1/20) and a pilot may not see one
+event; Korn–Graubard's Clopper–Pearson bound covers there, and it is narrower than Stein's
+elsewhere, so the union is Stein's interval except near the boundaries.
+
+A rate the gate withholds after the pilot (e.g. calibrated rates when the panels do not
+separate) does not drive B and keeps its Korn–Graubard interval (it is withheld anyway).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from sde_core.pipeline.evaluation.metric_table import Estimate
+from sde_core.pipeline.evaluation.statistics import DrawState
+from sde_core.pipeline.evaluation.summary import ModelSummary
+from sde_core.pipeline.settings import EvalSettings
+from sde_core.stats.precision import PilotPlan, stein_draws, stein_interval
+
+__all__ = [
+    "PRECISION_METRICS",
+    "PrecisionDesign",
+    "design_from_pilot",
+    "per_draw_rates",
+    "precision_json",
+    "with_design",
+]
+
+#: The headline rates whose half-width the precision target bounds: ``ModelSummary`` point
+#: field -> its interval fields.
+PRECISION_METRICS: tuple[str, ...] = ("otr", "calibrated_otr", "over_unlearned_rate")
+
+
+@dataclass(frozen=True)
+class PrecisionDesign:
+    """What the pilot fixed for one model.
+
+    Attributes:
+        target: W. n0: pilot draws. plans: each driving rate's :class:`PilotPlan`.
+        needed: draws needed for every driving rate to reach W (≥ n0).
+        draws: draws run, ``min(needed, budget)``. budget: ``settings.max_draws``.
+    """
+
+    target: float
+    n0: int
+    plans: dict[str, PilotPlan]
+    needed: int
+    draws: int
+    budget: int
+
+    @property
+    def budget_spent(self) -> bool:
+        """Whether the budget stopped the run before W was reached."""
+        return self.draws < self.needed
+
+
+def per_draw_rates(draws: Sequence[DrawState], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, trials)`` of one rate over the draws that have it (``(B,)`` each): OTR from
+    the JSD decisions, calibrated OTR and the over-unlearned rate from the panel verdicts."""
+    values, trials = [], []
+    for d in draws:
+        if d.core is None or (metric != "otr" and d.panel is None):
+            continue
+        values.append(d.core.otr if metric == "otr" else getattr(d.panel, metric))
+        trials.append(len(d.core.decisions))
+    return np.asarray(values, dtype=np.float64), np.asarray(trials, dtype=np.float64)
+
+
+def design_from_pilot(
+    pilot: Sequence[DrawState], pilot_summary: ModelSummary, settings: EvalSettings
+) -> PrecisionDesign:
+    """Fix B from the pilot draws (Stein's first stage, for each rate the gate lets through).
+
+    Args:
+        pilot: the pilot's draw states (references, targets and panels computed).
+        pilot_summary: :func:`~.statistics.summarize` of the pilot (which rates are withheld).
+        settings: with ``precision`` > 0.
+    """
+    plans: dict[str, PilotPlan] = {}
+    for metric in PRECISION_METRICS:
+        values, trials = per_draw_rates(pilot, metric)
+        if np.isfinite(getattr(pilot_summary, metric).value) and values.size >= 2:
+            plans[metric] = stein_draws(values, trials, settings.precision)
+    n0 = sum(d.core is not None for d in pilot)
+    needed = max([n0, *(p.draws for p in plans.values())])
+    return PrecisionDesign(
+        target=settings.precision,
+        n0=n0,
+        plans=plans,
+        needed=needed,
+        draws=min(needed, settings.max_draws),
+        budget=settings.max_draws,
+    )
+
+
+def with_design(
+    summary: ModelSummary, draws: Sequence[DrawState], design: PrecisionDesign
+) -> ModelSummary:
+    """``summary`` with Stein's intervals (from the pilot's spread, over all ``draws``) joined
+    with its Korn–Graubard intervals (module docstring) for each driving rate the gate
+    publishes, and the design's fields (``precision_half_width``: the widest half-width)."""
+    changes: dict[str, Any] = {
+        "precision_target": design.target,
+        "draws_needed": float(design.needed),
+    }
+    widest = float("nan")
+    for metric, plan in design.plans.items():
+        values, trials = per_draw_rates(draws, metric)
+        kg: Estimate = getattr(summary, metric)
+        if values.size < plan.n0 or not np.isfinite(kg.value):
+            continue
+        value, lo, hi, half = stein_interval(values, trials, plan)
+        kg_lo, kg_hi = kg.lo, kg.hi
+        lo, hi = min(lo, kg_lo), max(hi, kg_hi)  # Korn–Graubard guards the boundaries
+        changes[metric] = Estimate(value, lo, hi, value)
+        half = max(half, (kg_hi - kg_lo) / 2)
+        widest = half if not np.isfinite(widest) else max(widest, half)
+    changes["precision_half_width"] = widest
+    notes = [summary.notes] if summary.notes else []
+    if design.budget_spent:
+        notes.append(
+            f"precision ±{design.target:g} not reached: the pilot asks for {design.needed} draws "
+            f"and the budget is max_draws = {design.budget} (raise it, or accept the wider "
+            "intervals)"
+        )
+    if not design.plans:
+        notes.append("no precision target applied: every headline rate is withheld after the pilot")
+    return replace(summary, notes="; ".join(notes), **changes)
+
+
+def precision_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A model's ``precision`` entry of the JSON document (method §10, §15) from its ``models``
+    row: ``{"precision": {target, half_width, draws, draws_needed, reached}}``, or nothing for a
+    fixed-design row (so fixed-design documents are unchanged)."""
+    target = float(row.get("precision_target", float("nan")))
+    if not math.isfinite(target):
+        return {}
+    half = float(row["precision_half_width"])
+    needed = int(row["draws_needed"])
+    return {
+        "precision": {
+            "target": target,
+            "half_width": half if math.isfinite(half) else None,
+            "draws": int(row["draws"]),
+            "draws_needed": needed,
+            "reached": bool(math.isfinite(half) and half <= target and row["draws"] >= needed),
+        }
+    }

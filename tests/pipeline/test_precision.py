@@ -1,0 +1,186 @@
+"""The precision design (method §15): Stein's two-stage interval against a textbook version and
+by simulation, the pipeline's pilot, its reuse of earlier draws, the budget and the planner."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from sde_core.errors import InputError, SettingsError
+from sde_core.pipeline.evaluation.plan import draw_subsets
+from sde_core.pipeline.evaluation.planner import forecast, forecast_sentence
+from sde_core.pipeline.evaluation.precision import precision_json
+from sde_core.pipeline.evaluation.run import ModelRun
+from sde_core.pipeline.evaluation.stages import StageCache
+from sde_core.pipeline.model_inputs import ModelInputs
+from sde_core.pipeline.settings import EvalSettings
+from sde_core.stats.precision import stein_draws, stein_interval
+from sde_core.stats.replication import replicate_proportion
+
+N_TR, N_TE, N_F, D = 1200, 800, 300, 6
+
+
+def textbook_stein(pilot: list[float], all_values: list[float], width: float, m: int):
+    """Stein (1945) written out by hand: pilot SD (with the binomial floor of one draw of m
+    trials), B, and the interval over every draw (equal trials)."""
+    n0 = len(pilot)
+    mean0 = sum(pilot) / n0
+    s2 = sum((x - mean0) ** 2 for x in pilot) / (n0 - 1)
+    x = sum(v * m for v in pilot)
+    p = (x + 0.5) / (n0 * m + 1)
+    s = max(math.sqrt(s2), math.sqrt(p * (1 - p) / m))
+    t = stats.t.ppf(0.975, n0 - 1)
+    b = max(n0, math.ceil((t * s / width) ** 2))
+    mean = sum(all_values) / len(all_values)
+    half = t * s / math.sqrt(len(all_values))
+    return b, mean, max(0.0, mean - half), min(1.0, mean + half)
+
+
+def test_stein_matches_the_textbook():
+    rng = np.random.default_rng(7)
+    values = list(rng.binomial(20, 0.7, size=40) / 20)
+    plan = stein_draws(values[:10], [20] * 10, 0.1)
+    b, mean, lo, hi = textbook_stein(values[:10], values[: plan.draws], 0.1, 20)
+    assert plan.draws == b
+    value, got_lo, got_hi, half = stein_interval(values[: plan.draws], [20] * plan.draws, plan)
+    assert (value, got_lo, got_hi) == pytest.approx((mean, lo, hi), rel=1e-12)
+    assert half <= 0.1 + 1e-12  # the pilot's B reaches the width by construction
+
+
+def test_stein_covers_at_its_level_under_normal_draws():
+    """Exact under normality (Stein 1945): 1,500 simulated two-stage runs, coverage 0.95 ±
+    three Monte Carlo SEs; every run reaches the requested half-width."""
+    rng = np.random.default_rng(11)
+    mu, sd, n0, width = 0.6, 0.25, 10, 0.1
+    hits, halves = 0, []
+    for _ in range(1500):
+        pilot = rng.normal(mu, sd, n0)
+        plan = stein_draws(np.clip(pilot, 0, 1), [1000] * n0, width)
+        rest = rng.normal(mu, sd, plan.draws - n0)
+        values = np.r_[pilot, rest]
+        mean = values.mean()
+        half = plan.t * plan.sd / math.sqrt(values.size)
+        hits += abs(mean - mu) <= half
+        halves.append(half)
+    assert abs(hits / 1500 - 0.95) <= 3 * math.sqrt(0.95 * 0.05 / 1500) + 0.005  # clip bias
+    assert max(halves) <= width + 1e-12
+
+
+def test_a_pilot_whose_draws_agree_keeps_the_binomial_floor():
+    plan = stein_draws([1.0] * 10, [20] * 10, 0.05)
+    p = 200.5 / 201
+    assert plan.sd == pytest.approx(math.sqrt(p * (1 - p) / 20))
+    assert plan.draws == 10
+    _, lo, hi, half = stein_interval([1.0] * 10, [20] * 10, plan)
+    assert hi == 1.0 and half > 0 and lo == pytest.approx(1.0 - half)
+
+
+@pytest.mark.parametrize(
+    ("pilot", "trials", "width", "match"),
+    [
+        ([0.5], [20], 0.1, "at least two draws"),
+        ([0.5, 1.2], [20, 20], 0.1, r"in \[0, 1\]"),
+        ([0.5, 0.6], [20], 0.1, "one count"),
+        ([0.5, 0.6], [20, 20], 0.0, "half_width"),
+        ([0.5, float("nan")], [20, 20], 0.1, "NaN"),
+    ],
+)
+def test_bad_pilots_are_refused(pilot, trials, width, match):
+    with pytest.raises(InputError, match=match):
+        stein_draws(pilot, trials, width)
+
+
+def test_settings_default_to_the_fixed_design_and_keep_its_store_key():
+    s = EvalSettings()
+    assert s.precision == 0 and "precision" not in s.result_key()
+    assert "max_draws" not in s.result_key()
+    on = s.with_overrides(precision=0.1)
+    assert on.result_key()["precision"] == 0.1 and on.result_key()["max_draws"] == 60
+    with pytest.raises(SettingsError, match="max_draws=5 is smaller"):
+        EvalSettings(precision=0.1, max_draws=5)
+    with pytest.raises(SettingsError, match="precision"):
+        EvalSettings(precision=0.7)
+
+
+@pytest.fixture(scope="module")
+def partly_forgotten():
+    """Half of D_f remembered (spread like training rows), half not: per-draw OTRs vary."""
+    rng = np.random.default_rng(3)
+    forget = rng.choice(N_TR, N_F, replace=False)
+    tr = 1.8 * rng.normal(size=(N_TR, D))
+    tr[forget[: N_F // 2]] = rng.normal(size=(N_F // 2, D))
+    return forget, ModelInputs("half", "unlearned", tr, rng.normal(size=(N_TE, D)))
+
+
+def _settings(**kw):
+    base = dict(
+        subset_size=40, targets=20, splits=20, panel_size=20, null_pairs=5, baseline_targets=0,
+        precision=0.3, pilot_draws=4, max_draws=10,
+    )  # fmt: skip
+    return EvalSettings(**{**base, **kw})
+
+
+def test_the_fixed_design_is_unchanged_by_the_precision_fields(partly_forgotten):
+    forget, _ = partly_forgotten
+    fixed = EvalSettings(subset_size=40, targets=20, splits=30, null_pairs=5)
+    plan = draw_subsets(N_TR, N_TE, forget, fixed)
+    budgeted = draw_subsets(N_TR, N_TE, forget, fixed.with_overrides(max_draws=9, pilot_draws=3))
+    assert plan.fingerprint() == budgeted.fingerprint() and len(plan.draws) == 5
+
+
+def test_a_precision_run_fixes_its_draws_after_the_pilot_and_reuses_them(partly_forgotten):
+    forget, inputs = partly_forgotten
+    s = _settings()
+    plan = draw_subsets(N_TR, N_TE, forget, s)
+    assert len(plan.draws) == 10 and {len(d.targets) for d in plan.draws} == {4}
+    cache = StageCache(None, memory_items=4096)
+    planner_run = ModelRun(inputs, plan, s, cache=cache, stages=("references", "panels"))
+    predicted = forecast(planner_run)
+    assert predicted.pilot_draws == 4 and predicted.targets == 4 * predicted.draws
+    assert math.isfinite(predicted.seconds) and "draws" in forecast_sentence([predicted])
+    hits = cache.hits["h"]
+    run = ModelRun(inputs, plan, s, cache=cache, stages=("references", "panels"))
+    labels = [p.label for p in run.steps()]
+    assert labels[0].startswith("pilot draw 1 of 4")
+    assert cache.hits["h"] - hits == 4 * 4  # the pilot's four batches per draw came back
+    design = run.design
+    assert design is not None and design.draws == predicted.draws
+    m = run.evaluation().model
+    assert m.draws == design.draws and m.draws_needed == design.needed
+    # Stein's second stage, by hand, for the OTR: the pilot's SD and quantile over all draws.
+    per_draw = np.array([d.otr for d in run.evaluation().draws])
+    plan_otr = design.plans["otr"]
+    half = plan_otr.t * plan_otr.sd / math.sqrt(per_draw.size)
+    kg = replicate_proportion(per_draw, [4] * per_draw.size)
+    assert m.otr.value == pytest.approx(per_draw.mean())
+    # Stein's interval joined with Korn–Graubard's (which guards the boundaries)
+    assert m.otr.lo == pytest.approx(min(max(0.0, per_draw.mean() - half), kg.lo))
+    assert m.otr.hi == pytest.approx(max(min(1.0, per_draw.mean() + half), kg.hi))
+    assert precision_json(m.to_row())["precision"]["draws_needed"] == design.needed
+    if not design.budget_spent:
+        assert m.precision_half_width <= 0.3 + 1e-12
+    else:
+        assert "not reached" in m.notes and m.draws == 10
+
+
+def test_the_budget_stops_the_run_and_says_so(partly_forgotten):
+    forget, inputs = partly_forgotten
+    s = _settings(precision=0.02, max_draws=5)
+    plan = draw_subsets(N_TR, N_TE, forget, s)
+    run = ModelRun(inputs, plan, s, stages=("references", "panels"))
+    for _ in run.steps():
+        pass
+    m = run.evaluation().model
+    assert m.draws == 5 and m.draws_needed > 5 and m.precision_half_width > 0.02
+    assert "precision ±0.02 not reached" in m.notes and "max_draws = 5" in m.notes
+
+
+def test_forecast_needs_a_precision_target(partly_forgotten):
+    forget, inputs = partly_forgotten
+    s = _settings(precision=0.0)
+    run = ModelRun(inputs, draw_subsets(N_TR, N_TE, forget, s), s)
+    with pytest.raises(SettingsError, match="precision target"):
+        forecast(run)
