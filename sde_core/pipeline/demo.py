@@ -41,6 +41,7 @@ import numpy as np
 
 from sde_core.common.fsio import atomic_write_bytes
 from sde_core.common.hashing import file_sha256, stable_hash
+from sde_core.common.sigma import SQRT_DIM
 from sde_core.common.validation import check_int
 from sde_core.errors import DataError, SDEError, SettingsError
 from sde_core.pipeline.settings import EvalSettings
@@ -202,7 +203,7 @@ def demo_defaults(layer: str, subset_size: int) -> EvalSettings:
     the library's defaults never silently changes a demo's shipped numbers."""
     return EvalSettings(
         layer=layer,
-        sigma="sqrt_dim",
+        sigma=SQRT_DIM,
         subset_size=subset_size,
         targets=100,
         splits=200,

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sde_core.common.sigma import MEDIAN, SQRT_DIM
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
@@ -291,6 +292,6 @@ def sigma_markers(
     it_rows, oot_rows = plan.reference_rows()
     pooled = np.concatenate([inputs.train_acts[it_rows], inputs.test_acts[oot_rows]])
     return {
-        "sqrt_dim": resolve_sigma("sqrt_dim", pooled),
-        "median": resolve_sigma("median", pooled, seed=settings.seed),
+        SQRT_DIM: resolve_sigma(SQRT_DIM, pooled),
+        MEDIAN: resolve_sigma(MEDIAN, pooled, seed=settings.seed),
     }

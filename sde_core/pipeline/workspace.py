@@ -80,7 +80,6 @@ __all__ = [
     "MODEL_NAME_RULE",
     "PRECOMPUTED",
     "ROLES",
-    "SIGMA_RULES",
     "SQLITE_SIDE_FILES",
     "WORKSPACE_FILE",
     "CheckpointRef",
@@ -106,7 +105,6 @@ __all__ = [
 
 WORKSPACE_FILE = "workspace.toml"
 ROLES = ("original", "retrained", "unlearned", "random")
-SIGMA_RULES = ("sqrt_dim", "median")
 #: ``arch`` of a model known only by its precomputed activations (no checkpoint).
 PRECOMPUTED = "precomputed"
 #: ``arch`` of a Hugging Face model folder (:mod:`sde_core.inputs.hf_models`).

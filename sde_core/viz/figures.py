@@ -38,6 +38,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sde_core.common.sigma import MEDIAN, SQRT_DIM
 from sde_core.errors import ExportError, SettingsError
 from sde_core.pipeline.evaluation.metric_table import BAR_METRICS, INTERVAL_METHODS, METRICS, Metric
 from sde_core.stats.jsd import histogram_edges
@@ -746,7 +747,7 @@ def draw_strip(result: Any, model: str) -> go.Figure:
     return fig
 
 
-_RULE_LABELS = {"sqrt_dim": "√d", "median": "median"}
+_RULE_LABELS = {SQRT_DIM: "√d", MEDIAN: "median"}
 _SWEEP_AXES = {
     "sigma": "kernel bandwidth σ (activation units)",
     "layer": "layer",
@@ -986,14 +987,14 @@ def _plan_sigma_markers(fig: go.Figure, points: pd.DataFrame) -> None:
             if not math.isfinite(sigma):
                 continue
             name = f"{label} rule: σ = {sigma:.3g}"
-            if rows["layer"].nunique() > 1 and rule != "sqrt_dim":
+            if rows["layer"].nunique() > 1 and rule != SQRT_DIM:
                 name += f" ({layer})"
             fig.add_vline(x=sigma, line={"color": "#000000", "dash": dash, "width": 1})
             fig.add_trace(
                 go.Scatter(x=[sigma], y=[None], mode="lines", name=name,
                            line={"color": "#000000", "dash": dash, "width": 1})
             )  # fmt: skip
-            if rule == "sqrt_dim":
+            if rule == SQRT_DIM:
                 break  # √d is one number per dimension: the layers of one plan share it
     finite = x[np.isfinite(x)]
     if finite.size and finite.min() > 0 and finite.max() / finite.min() >= 10:
