@@ -97,12 +97,8 @@ def _run(args: argparse.Namespace) -> None:
                 "per_draw": {r: [getattr(d, r) for d in ev.draws] for r in RATES},
                 "targets": [d.targets for d in ev.draws],
                 **{
-                    r: [getattr(m, r), getattr(m, lo_f), getattr(m, hi_f)]
-                    for r, lo_f, hi_f in (
-                        ("otr", "otr_lo", "otr_hi"),
-                        ("calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi"),
-                        ("over_unlearned_rate", "over_unlearned_lo", "over_unlearned_hi"),
-                    )
+                    r: [getattr(m, r).value, getattr(m, r).lo, getattr(m, r).hi]
+                    for r in ("otr", "calibrated_otr", "over_unlearned_rate")
                 },
             }
             with out.open("a") as fh:
