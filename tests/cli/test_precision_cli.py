@@ -4,6 +4,7 @@ forecast, the run that follows it, the JSON's precision entries and comparisons.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,19 @@ PRECISION = ["--precision", "0.3", "--pilot-draws", "3", "--max-draws", "6", "--
 
 
 @pytest.fixture(scope="module")
-def workspace(tiny_workspace: Path) -> Path:
-    return tiny_workspace
+def workspace(tiny_workspace: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the tiny workspace with its activations but without the stage cache and
+    results other tests left: the planner times the pilot it computes (a pilot answered from
+    the cache has no time, and the plan says so instead of "on this machine")."""
+    folder = tmp_path_factory.mktemp("precision-cli") / "ws"
+
+    def computed(where: str, names: list[str]) -> list[str]:
+        if Path(where).name != ".sde-cache":
+            return []
+        return [n for n in names if n == "stages" or n.startswith("results")]
+
+    shutil.copytree(tiny_workspace, folder, ignore=computed)
+    return folder
 
 
 def _planned_draws(printed: str) -> dict[str, int]:
