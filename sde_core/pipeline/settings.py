@@ -77,7 +77,9 @@ class Setting:
         kind: how the value is written (:data:`SettingKind`).
         cli_flag: the command-line flag (``--subset-size``).
         url_key: the deep link's query parameter, or None when links do not carry the setting
-            (it then comes from the workspace's ``[defaults]``).
+            (it then comes from the workspace's ``[defaults]``). link_off: the value that
+            switches the setting's feature off, which a link leaves out (so links made before
+            the setting existed stay as they were); None: every value is written.
         widget: the dashboard widget (:data:`WidgetKind`). widget_label: its label.
         minimum, maximum: bounds of an ``int`` or ``float`` (None: open), inclusive unless
             ``exclusive``.
@@ -94,6 +96,7 @@ class Setting:
     kind: SettingKind
     cli_flag: str
     url_key: str | None = None
+    link_off: Any = None
     widget: WidgetKind = "none"
     widget_label: str = ""
     minimum: float | None = None
@@ -338,7 +341,7 @@ SETTINGS: tuple[Setting, ...] = (
         "precision", "W",
         "Half-width to reach for OTR, calibrated OTR and the over-unlearned share: a pilot of "
         "draws fixes how many draws that takes (Stein's two stages); 0 keeps the fixed B draws.",
-        15, "float", "--precision", url_key="W", widget="number",
+        15, "float", "--precision", url_key="W", link_off=0.0, widget="number",
         widget_label="Precision target ±W (0 = fixed B)", minimum=0.0, maximum=0.5, step=0.01,
         label="precision target ±W",
     ),

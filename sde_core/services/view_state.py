@@ -300,15 +300,18 @@ def decode(page: str, query: Mapping[str, str]) -> tuple[PageView, list[str]]:
 
 def encode(view: PageView) -> dict[str, str]:
     """The query parameters of ``view``: ``ws``, ``wsh``, the settings (table order), then the
-    page's fields (a flag as ``1``/``0``); None fields and empty texts and lists are left out."""
+    page's fields (a flag as ``1``/``0``); None fields, empty texts and lists, and a setting at
+    its ``link_off`` value (a feature switched off: links stay as they were before it existed)
+    are left out."""
     out: dict[str, str] = {}
     if view.workspace is not None:
         out[WORKSPACE_PARAM] = view.workspace
     if view.workspace_hash is not None:
         out[HASH_PARAM] = view.workspace_hash
     for key, entry in SETTING_PARAMS.items():
-        if view.settings.get(entry.name) is not None:
-            out[key] = _encode_setting(entry, view.settings[entry.name])
+        value = view.settings.get(entry.name)
+        if value is not None and not (entry.link_off is not None and value == entry.link_off):
+            out[key] = _encode_setting(entry, value)
     for f in _page_fields(type(view)):
         text = _encode_field(f.metadata["codec"], getattr(view, f.name))
         if text:
