@@ -52,6 +52,7 @@ from scipy import stats
 
 from sde_core.common.validation import check_number
 from sde_core.errors import InputError
+from sde_core.stats.replication import per_draw_values
 
 __all__ = [
     "Difference",
@@ -99,17 +100,8 @@ class Difference:
     method: str
 
 
-def _values(values: object, name: str) -> np.ndarray:
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.ndim != 1 or arr.size == 0:
-        raise InputError(f"{name} must be a non-empty 1-D sequence (one value per draw)")
-    if not np.all(np.isfinite(arr)):
-        raise InputError(f"{name} contains NaN/inf: every draw needs a finite value")
-    return arr
-
-
 def _weights(trials: object, size: int) -> np.ndarray:
-    m = _values(trials, "trials")
+    m = per_draw_values(trials, "trials")
     if m.size != size or np.any(m < 1):
         raise InputError("trials must hold one count ≥ 1 per draw, as many as the values")
     return m / m.sum()
@@ -151,8 +143,8 @@ def stein_draws(
         >>> plan.n0, round(plan.sd, 3), plan.draws
         (5, 0.158, 20)
     """
-    v = _values(pilot, "pilot")
-    m = _values(trials, "trials")
+    v = per_draw_values(pilot, "pilot")
+    m = per_draw_values(trials, "trials")
     if v.size < 2:
         raise InputError("a pilot needs at least two draws to estimate the spread between draws")
     if m.size != v.size or np.any(m < 1):
@@ -183,7 +175,7 @@ def stein_interval(
         ``(value, lo, hi, half-width)``: the pooled rate ``Σ m_b v_b / Σ m_b``, the interval
         ``± plan.t · plan.sd · √(Σ w_b²)`` clipped to [0, 1], and that half-width (unclipped).
     """
-    v = _values(values, "values")
+    v = per_draw_values(values, "values")
     if v.size < plan.n0:
         raise InputError(f"{v.size} draws given, fewer than the pilot's {plan.n0}")
     w = _weights(trials, v.size)
@@ -228,10 +220,10 @@ def paired_difference(
         >>> round(d.value, 3), round(d.lo, 3), round(d.hi, 3)
         (0.167, 0.023, 0.31)
     """
-    a, b = _values(first, "first"), _values(second, "second")
+    a, b = per_draw_values(first, "first"), per_draw_values(second, "second")
     if a.size != b.size or a.size < 2:
         raise InputError("a paired difference needs the same B ≥ 2 draws for both models")
-    m = _values(trials, "trials")
+    m = per_draw_values(trials, "trials")
     w = _weights(m, a.size)
     value, var = _pooled(a - b, w)
     var = max(var, _binomial_floor(a, m), _binomial_floor(b, m))
@@ -249,10 +241,10 @@ def unpaired_difference(
 ) -> Difference:
     """The same difference as if the two models had been judged on independent draws: the
     variances of the two pooled rates add, Welch–Satterthwaite degrees of freedom."""
-    a, b = _values(first, "first"), _values(second, "second")
+    a, b = per_draw_values(first, "first"), per_draw_values(second, "second")
     if a.size != b.size or a.size < 2:
         raise InputError("give the same B ≥ 2 draws for both models")
-    m = _values(trials, "trials")
+    m = per_draw_values(trials, "trials")
     w = _weights(m, a.size)
     mean_a, var_a = _pooled(a, w)
     mean_b, var_b = _pooled(b, w)

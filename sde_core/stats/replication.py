@@ -40,6 +40,7 @@ from sde_core.errors import InputError
 
 __all__ = [
     "ReplicateEstimate",
+    "per_draw_values",
     "replicate_mean",
     "replicate_proportion",
     "replicate_range",
@@ -73,7 +74,12 @@ def _confidence(confidence: float) -> float:
     return check_number(confidence, "confidence", gt=0.0, lt=1.0)
 
 
-def _per_draw(values: object, name: str) -> np.ndarray:
+def per_draw_values(values: object, name: str) -> np.ndarray:
+    """``values`` as a float array ``(B,)``, one finite value per draw.
+
+    Raises:
+        InputError: not a non-empty 1-D sequence, or a NaN/inf in it (``name`` says which).
+    """
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
         raise InputError(f"{name} must be a non-empty 1-D sequence (one value per draw)")
@@ -104,8 +110,8 @@ def replicate_proportion(
         (0.25, 0.06, 0.558, 'korn-graubard')
     """
     conf = _confidence(confidence)
-    v = _per_draw(values, "values")
-    m = _per_draw(trials, "trials")
+    v = per_draw_values(values, "values")
+    m = per_draw_values(trials, "trials")
     if m.shape != v.shape or np.any(m < 1):
         raise InputError("trials must hold one count ≥ 1 per draw, as many as values")
     if np.any(v < 0) or np.any(v > 1):
@@ -149,7 +155,7 @@ def replicate_mean(
         (2.0, -0.484, 4.484)
     """
     conf = _confidence(confidence)
-    v = _per_draw(values, "values")
+    v = per_draw_values(values, "values")
     mean = float(v.mean())
     if v.size < 2:
         lo = hi = float("nan")
@@ -177,7 +183,7 @@ def replicate_range(values: Sequence[float] | np.ndarray) -> ReplicateEstimate:
         >>> r.value, r.lo, r.hi
         (0.05, 0.01, 0.2)
     """
-    v = _per_draw(values, "values")
+    v = per_draw_values(values, "values")
     return ReplicateEstimate(
         value=float(np.median(v)),
         lo=float(v.min()),
@@ -211,8 +217,8 @@ def replicate_ratio(
         ``per_draw`` = the per-draw ratios a_b / c_b (NaN where c_b = 0).
     """
     conf = _confidence(confidence)
-    a = _per_draw(numerators, "numerators")
-    c = _per_draw(denominators, "denominators")
+    a = per_draw_values(numerators, "numerators")
+    c = per_draw_values(denominators, "denominators")
     if a.shape != c.shape:
         raise InputError("give one numerator and one denominator per draw")
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -40,21 +40,6 @@ def _warm_server() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def ws(tiny_workspace: Path) -> Iterator[Path]:
-    """The tiny workspace, opened by the app through SDE_WORKSPACE."""
-    folder = tiny_workspace
-    saved = {k: os.environ.get(k) for k in ("SDE_WORKSPACE", "SDE_DATA_ROOTS")}
-    os.environ["SDE_WORKSPACE"] = str(folder)
-    os.environ["SDE_DATA_ROOTS"] = str(folder.parent)
-    yield folder
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
-@pytest.fixture(scope="module")
 def defaults(ws: Path) -> EvalSettings:
     return EvalSettings.from_mapping(dataclasses.asdict(load_workspace(ws).defaults))
 

@@ -3,8 +3,6 @@ the tiny workspace."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,20 +11,6 @@ from streamlit.testing.v1 import AppTest
 from sde_core.services.view_state import PageView, decode, encode
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
-
-
-@pytest.fixture(scope="module")
-def ws(tiny_workspace: Path) -> Iterator[Path]:
-    folder = tiny_workspace
-    saved = {k: os.environ.get(k) for k in ("SDE_WORKSPACE", "SDE_DATA_ROOTS")}
-    os.environ["SDE_WORKSPACE"] = str(folder)
-    os.environ["SDE_DATA_ROOTS"] = str(folder.parent)
-    yield folder
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
 
 
 def test_the_precision_target_travels_in_links():
