@@ -100,11 +100,23 @@ class Difference:
     method: str
 
 
-def _weights(trials: object, size: int) -> np.ndarray:
-    m = per_draw_values(trials, "trials")
+def _weights(m: np.ndarray, size: int) -> np.ndarray:
+    """Pooling weights ``m / Σ m`` of checked per-draw trial counts ``m`` (``(B,)``)."""
     if m.size != size or np.any(m < 1):
         raise InputError("trials must hold one count ≥ 1 per draw, as many as the values")
     return m / m.sum()
+
+
+def _common_draws(
+    first: object, second: object, trials: object
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(a, b, m, w)``: two models' checked per-draw rates on the same B ≥ 2 draws, the
+    trials behind each draw and the pooling weights (each ``(B,)``)."""
+    a, b = per_draw_values(first, "first"), per_draw_values(second, "second")
+    if a.size != b.size or a.size < 2:
+        raise InputError("a difference needs the same B ≥ 2 draws for both models")
+    m = per_draw_values(trials, "trials")
+    return a, b, m, _weights(m, a.size)
 
 
 def _quantile(confidence: float, df: float) -> float:
@@ -178,7 +190,7 @@ def stein_interval(
     v = per_draw_values(values, "values")
     if v.size < plan.n0:
         raise InputError(f"{v.size} draws given, fewer than the pilot's {plan.n0}")
-    w = _weights(trials, v.size)
+    w = _weights(per_draw_values(trials, "trials"), v.size)
     value = float(np.sum(w * v))
     half = plan.t * plan.sd * float(np.sqrt(np.sum(w * w)))
     return value, max(0.0, value - half), min(1.0, value + half), half
@@ -220,11 +232,7 @@ def paired_difference(
         >>> round(d.value, 3), round(d.lo, 3), round(d.hi, 3)
         (0.167, 0.023, 0.31)
     """
-    a, b = per_draw_values(first, "first"), per_draw_values(second, "second")
-    if a.size != b.size or a.size < 2:
-        raise InputError("a paired difference needs the same B ≥ 2 draws for both models")
-    m = per_draw_values(trials, "trials")
-    w = _weights(m, a.size)
+    a, b, m, w = _common_draws(first, second, trials)
     value, var = _pooled(a - b, w)
     var = max(var, _binomial_floor(a, m), _binomial_floor(b, m))
     df = float(a.size - 1)
@@ -241,11 +249,7 @@ def unpaired_difference(
 ) -> Difference:
     """The same difference as if the two models had been judged on independent draws: the
     variances of the two pooled rates add, Welch–Satterthwaite degrees of freedom."""
-    a, b = per_draw_values(first, "first"), per_draw_values(second, "second")
-    if a.size != b.size or a.size < 2:
-        raise InputError("give the same B ≥ 2 draws for both models")
-    m = per_draw_values(trials, "trials")
-    w = _weights(m, a.size)
+    a, b, m, w = _common_draws(first, second, trials)
     mean_a, var_a = _pooled(a, w)
     mean_b, var_b = _pooled(b, w)
     var_a, var_b = max(var_a, _binomial_floor(a, m)), max(var_b, _binomial_floor(b, m))
