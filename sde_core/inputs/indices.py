@@ -170,12 +170,13 @@ def check_unique(idx: np.ndarray, what: str) -> None:
 def as_labels(values: Any, what: str, rows: int | None = None) -> np.ndarray:
     """Class labels as a 1-D int64 array in ``[0, MAX_CLASSES)``.
 
-    Accepts integers (any width, range-checked before the cast), booleans (0/1) and floats with
-    integral values; ``rows`` (when given) is the number of samples the labels belong to.
+    Accepts integers of any width (range-checked before the cast); ``rows`` (when given) is the
+    number of samples the labels belong to. Booleans and floats are refused, even with whole
+    values: a float or true/false column is most often a score or a mask saved by mistake, and
+    reading it as class ids would evaluate against the wrong classes without a word.
 
     Raises:
-        DataError: wrong shape or length, fractional/non-finite/negative/huge or non-numeric
-            labels.
+        DataError: wrong shape or length, boolean/float/negative/huge or non-numeric labels.
     """
     arr = np.asarray(values)
     if arr.ndim != 1:
@@ -183,16 +184,15 @@ def as_labels(values: Any, what: str, rows: int | None = None) -> np.ndarray:
     if rows is not None and arr.shape[0] != rows:
         raise DataError(f"{what} has {arr.shape[0]} labels for {rows} rows: give one per row")
     kind = arr.dtype.kind
-    if kind == "b":
-        return arr.astype(np.int64)
-    if kind == "f":
-        frac = _not_whole(arr)
-        if frac.any():
-            raise DataError(
-                f"{what} must be whole numbers (class ids); offending values: "
-                f"{_excerpts(arr[frac].tolist())}"
-            )
-    elif kind not in "iu":
+    if kind in "bf":
+        frac = _not_whole(arr) if kind == "f" else np.zeros(arr.shape, dtype=bool)
+        shown = arr[frac] if frac.any() else arr
+        raise DataError(
+            f"{what} must be integer class ids, got {_kind_name(arr.dtype)} values (e.g. "
+            f"{_excerpts(shown[:5].tolist())}): save the labels as integers (y.astype('int64')), "
+            "or check that this column holds class ids and not a score or a mask"
+        )
+    if kind not in "iu":
         raise DataError(f"{what} must be integer class ids, got {_kind_name(arr.dtype)} values")
     bad = arr[(arr >= MAX_CLASSES) | (arr < 0)] if kind != "u" else arr[arr >= MAX_CLASSES]
     if bad.size:

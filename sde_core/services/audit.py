@@ -428,7 +428,7 @@ def load_report(path: str | Path) -> dict[str, Any]:
             "files written by `python -m sde_core report` or the dashboard's Report page"
         )
     version = document.get("format_version")
-    if not isinstance(version, int) or version > REPORT_FORMAT_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version > REPORT_FORMAT_VERSION:
         raise SettingsError(
             f"{p} has report format version {version!r}; this sde_core reads up to "
             f"{REPORT_FORMAT_VERSION}: upgrade sde_core"

@@ -253,7 +253,9 @@ def _xy(n: int = 6, d: int = 3) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"y_train": np.array([0.0, 1.5, 1.0, 0.0, 1.0, 0.0])}, r"whole numbers.*1\.5"),
+        ({"y_train": np.array([0.0, 1.5, 1.0, 0.0, 1.0, 0.0])}, r"integer class ids.*1\.5"),
+        ({"y_train": np.array([0.0, 1.0] * 3)}, r"got float64 values .*astype"),
+        ({"y_train": np.array([False, True] * 3)}, "got boolean values"),
         ({"y_train": np.arange(7) % 2}, "7 labels for 6 rows"),
         (
             {"x_train": np.arange(12).astype("datetime64[D]").reshape(6, 2)},
@@ -270,8 +272,8 @@ def test_npz_dataset_refuses_malformed_arrays(tmp_path: Path, change: dict, mess
         load_dataset(DatasetSpec("npz", path))
 
 
-def test_npz_float_labels_with_whole_values_and_class_names(tmp_path: Path):
-    arrays = {**_xy(), "y_train": np.array([0.0, 1.0] * 3), "classes": np.array(["cat", "dog"])}
+def test_npz_class_names(tmp_path: Path):
+    arrays = {**_xy(), "y_train": np.array([0, 1] * 3), "classes": np.array(["cat", "dog"])}
     bundle = load_dataset(DatasetSpec("npz", _npz(tmp_path / "d.npz", **arrays)))
     assert bundle.class_names == ["cat", "dog"] and bundle.train_labels.dtype == np.int64
     too_few = {**_xy(), "classes": np.array(["cat"])}
@@ -439,7 +441,7 @@ def test_precomputed_natural_layouts(tmp_path: Path):
         ),
         (
             {"train_h": np.zeros((3, 2)), "test_h": np.zeros((2, 2)), "y_train": [0.5, 1, 2]},
-            "whole numbers",
+            "integer class ids",
         ),
         ({"split": np.array(["train", "dev"]), "h": np.zeros((2, 2))}, "'dev'"),
         ({"hidden_states": np.zeros((10, 4))}, "not an activations layout"),
