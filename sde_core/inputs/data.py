@@ -58,7 +58,7 @@ from sde_core.inputs.indices import (
     load_index_file,
 )
 from sde_core.inputs.precomputed import PrecomputedActivations, load_precomputed, npz_arrays
-from sde_core.inputs.text_data import TextDataset, read_text_source
+from sde_core.inputs.text_data import TextDataset, parse_template, read_text_source
 
 __all__ = [
     "DATASET_KINDS",
@@ -101,7 +101,7 @@ _OPTIONS = {
     "tokenizer": "the model folder whose tokenizer tokenises the texts (text)",
     "max_length": "an integer in [4, 8192]: tokens per text (text; default 128)",
     "text_column": "the column holding each record's text (text)",
-    "template": "a Python format string joining a record's fields, e.g. "
+    "template": "a text naming a record's plain fields in braces, e.g. "
     "'Question: {question}\\nAnswer: {answer}' (text)",
 }
 #: Longest class name accepted (characters) in ``options.class_names``.
@@ -265,6 +265,8 @@ def _check_options(options: Mapping[str, Any]) -> None:
     for key in ("test_path", "tokenizer", "text_column", "template"):
         if key in options and not isinstance(options[key], str):
             raise DataError(f"options.{key} must be {_OPTIONS[key]}, got {excerpt(options[key])}")
+    if "template" in options:
+        parse_template(options["template"])  # plain fields only
     if "class_names" in options:
         names = options["class_names"]
         if (

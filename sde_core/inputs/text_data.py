@@ -26,7 +26,10 @@ a true/false column of D_tr.
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,17 +40,22 @@ import torch
 from torch.utils.data import Dataset
 
 from sde_core.common.hashing import file_sha256, stable_hash
-from sde_core.errors import DataError
+from sde_core.errors import CheckpointError, DataError
 from sde_core.inputs.indices import as_index_array, excerpt
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
+    "MAX_RECORD_BYTES",
+    "MAX_TEXT_CHARS",
+    "MAX_TEXT_COLUMNS",
+    "MAX_TEXT_FILE_BYTES",
     "MAX_TEXT_ROWS",
     "QA_TEMPLATE",
     "TEXT_SUFFIXES",
     "TextDataset",
     "TextSource",
     "forget_rows",
+    "parse_template",
     "read_records",
     "read_text_source",
     "record_texts",
@@ -60,6 +68,16 @@ QA_TEMPLATE = "Question: {question}\nAnswer: {answer}"
 DEFAULT_MAX_LENGTH = 128
 #: Most records a text split may hold.
 MAX_TEXT_ROWS = 2_000_000
+#: Largest record file (bytes) read; checked before any of it is read.
+MAX_TEXT_FILE_BYTES = 2 * 2**30
+#: Largest record (bytes of one JSON-lines line or one JSON-array record).
+MAX_RECORD_BYTES = 1 * 2**20
+#: Most fields a record may have (the columns of a CSV or Parquet file).
+MAX_TEXT_COLUMNS = 1_000
+#: Longest text (characters) a record may give, by its column or the filled template; checked
+#: before tokenising (the tokenizer's native code cannot be interrupted), far above any
+#: ``max_length`` of tokens.
+MAX_TEXT_CHARS = 100_000
 #: File endings of record files.
 TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 _TOKENIZER_FILES = (
@@ -139,8 +157,24 @@ class TextSource:
 # ----------------------------------------------------------------------------------------------
 
 
+def _check_file_size(path: Path) -> None:
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise DataError(f"cannot read {path} ({type(exc).__name__})") from None
+    if size > MAX_TEXT_FILE_BYTES:
+        raise DataError(
+            f"{path} is {size / 2**30:.1f} GiB, over the {MAX_TEXT_FILE_BYTES / 2**30:g} GiB a "
+            "record file may hold (MAX_TEXT_FILE_BYTES): split it or keep a subset"
+        )
+
+
 def _json_records(path: Path) -> list[Any]:
-    text = path.read_text(encoding="utf-8")
+    _check_file_size(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read {path} ({type(exc).__name__}): save it as UTF-8") from None
     stripped = text.lstrip()
     if stripped.startswith("["):
         try:
@@ -149,11 +183,22 @@ def _json_records(path: Path) -> list[Any]:
             raise DataError(f"{path} is not valid JSON: re-export it as JSON lines") from None
         if not isinstance(data, list):
             raise DataError(f"{path} must hold a JSON array of records")
+        if len(data) > MAX_TEXT_ROWS:
+            raise DataError(f"{path} holds more than {MAX_TEXT_ROWS} records")
         return data
     rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+    # Lines end at "\n" only: U+2028, U+2029 and U+0085 are valid inside a JSON string, and
+    # str.splitlines would cut a record there.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip(" \t\r"):
             continue
+        size = len(line.encode("utf-8", "surrogatepass"))
+        if size > MAX_RECORD_BYTES:
+            raise DataError(
+                f"{path} line {number} is {size:,} bytes, over the {MAX_RECORD_BYTES:,} a "
+                "record may hold (MAX_RECORD_BYTES): a language model reads at most max_length "
+                "tokens of it; shorten the record"
+            )
         try:
             rows.append(json.loads(line))
         except (ValueError, RecursionError):
@@ -166,7 +211,49 @@ def _json_records(path: Path) -> list[Any]:
     return rows
 
 
+def _plain_name(value: object, folder: Path, what: str) -> Path:
+    """A file or folder name a ``save_to_disk`` folder's JSON lists, kept inside the folder."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        raise DataError(f"{folder}/{what} lists {excerpt(value, 40)}, not a file name")
+    name = Path(value)
+    if name.is_absolute() or ".." in name.parts:
+        raise DataError(
+            f"{folder}/{what} lists {excerpt(value, 80)}, which leaves the dataset folder: a "
+            "save_to_disk folder names only its own files; re-save it with save_to_disk"
+        )
+    target = (folder / name).resolve()
+    if not target.is_relative_to(folder.resolve()):
+        raise DataError(
+            f"{folder}/{what} lists {excerpt(value, 80)}, which resolves outside the dataset "
+            f"folder (to {target}): re-save it with save_to_disk"
+        )
+    return target
+
+
+def _check_disk_names(path: Path, depth: int = 0) -> None:
+    """Refuse a ``save_to_disk`` folder whose ``dataset_dict.json`` splits or ``state.json``
+    ``_data_files`` name anything outside it (``../``, absolute paths, links out), before
+    ``datasets`` opens any of it."""
+    from sde_core.inputs.checkpoint_files import json_object
+
+    try:
+        splits = json_object(path / "dataset_dict.json").get("splits", [])
+        state = json_object(path / "state.json")
+    except CheckpointError as exc:
+        raise DataError(str(exc)) from None
+    if not isinstance(splits, list) or not isinstance(state.get("_data_files", []), list):
+        raise DataError(f"{path} has a malformed dataset_dict.json or state.json: re-save it")
+    for split in splits:
+        sub = _plain_name(split, path, "dataset_dict.json")
+        if depth == 0 and sub.is_dir():
+            _check_disk_names(sub, depth + 1)
+    for entry in state.get("_data_files", []):
+        name = entry.get("filename") if isinstance(entry, dict) else None
+        _plain_name(name, path, "state.json _data_files")
+
+
 def _disk_dataset(path: Path) -> Any:
+    _check_disk_names(path)
     try:
         import datasets
     except ImportError:
@@ -212,17 +299,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     elif p.suffix in (".jsonl", ".json"):
         rows = _json_records(p)
     elif p.suffix in (".csv", ".parquet"):
-        import pandas as pd
-
-        try:
-            frame = (
-                pd.read_csv(p, dtype=str, keep_default_na=False)
-                if p.suffix == ".csv"
-                else pd.read_parquet(p)
-            )
-        except (OSError, ValueError, ImportError) as exc:
-            raise DataError(f"cannot read {p} ({type(exc).__name__}): re-export it") from None
-        rows = frame.to_dict(orient="records")
+        rows = _table_records(p)
     else:
         raise DataError(
             f"{p.name} is not a text data file: use one of {', '.join(TEXT_SUFFIXES)} or a "
@@ -233,17 +310,132 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise DataError(f"{p}: record {i} is a {type(row).__name__}, not an object of fields")
+        if len(row) > MAX_TEXT_COLUMNS:
+            raise DataError(_columns_message(p, len(row), f"record {i}"))
     return rows
+
+
+def _columns_message(path: Path, n: int, what: str) -> str:
+    return (
+        f"{path}: {what} has {n:,} fields, over the {MAX_TEXT_COLUMNS:,} a text record may "
+        "have (MAX_TEXT_COLUMNS): keep the text columns only"
+    )
+
+
+def _csv_columns(path: Path) -> int:
+    """The number of columns of a CSV file's header, read without reading the file."""
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as fh:
+        head = fh.read(MAX_RECORD_BYTES + 1)
+    if len(head) > MAX_RECORD_BYTES and "\n" not in head:
+        raise DataError(
+            f"{path}: the header line is over {MAX_RECORD_BYTES:,} characters "
+            "(MAX_RECORD_BYTES): keep the text columns only"
+        )
+    try:
+        first = next(csv.reader(io.StringIO(head.split("\n", 1)[0])), [])
+    except csv.Error:
+        return 0  # pandas names the problem
+    return len(first)
+
+
+def _table_records(path: Path) -> list[Any]:
+    """The records of a CSV or Parquet file; the number of columns is checked first."""
+    import pandas as pd
+
+    _check_file_size(path)
+    try:
+        if path.suffix == ".csv":
+            columns = _csv_columns(path)
+        else:
+            import pyarrow.parquet as pq
+
+            columns = len(pq.read_schema(path).names)
+        if columns > MAX_TEXT_COLUMNS:
+            raise DataError(_columns_message(path, columns, "the header"))
+        frame = (
+            pd.read_csv(path, dtype=str, keep_default_na=False)
+            if path.suffix == ".csv"
+            else pd.read_parquet(path)
+        )
+    except DataError:
+        raise
+    except (OSError, ValueError, ImportError) as exc:
+        raise DataError(f"cannot read {path} ({type(exc).__name__}): re-export it") from None
+    rows: list[Any] = frame.to_dict(orient="records")
+    return rows
+
+
+_PLAIN_FIELD = re.compile(r"^[^.\[\]{}!:]+$")
+
+
+def parse_template(template: str) -> list[tuple[str, str | None]]:
+    """The pieces of a template: ``(literal text, field name or None)`` in order.
+
+    A template names plain fields only (``{question}``; ``{{`` and ``}}`` are literal braces):
+    no attribute or index access (``{question.__class__}``, ``{a[0]}``), no conversion
+    (``{a!r}``) and no format spec (``{a:>3000000}`` would pad each text to millions of
+    characters).
+
+    Raises:
+        DataError: an unbalanced brace, an empty ``{}``, or any of the forms above.
+    """
+    shown = excerpt(template, 60)
+    if not isinstance(template, str):
+        raise DataError(f"options.template must be text, got {shown}")
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise DataError(
+            f"options.template {shown} is malformed ({exc}): write fields as {{name}} and "
+            "literal braces as {{{{ and }}}}"
+        ) from None
+    pieces: list[tuple[str, str | None]] = []
+    for literal, name, spec, conversion in parsed:
+        if name is None:
+            pieces.append((literal, None))
+            continue
+        if not name.strip() or not _PLAIN_FIELD.match(name) or spec or conversion:
+            field = "{" + name + (f"!{conversion}" if conversion else "")
+            field += (f":{spec}" if spec else "") + "}"
+            raise DataError(
+                f"options.template {shown} has the field {excerpt(field, 40)}: a template names "
+                "plain fields only, such as {question} (no attribute or index access, no "
+                "conversion, no format spec)"
+            )
+        pieces.append((literal, name))
+    return pieces
+
+
+def _too_long(where: str, i: int, n: int, how: str) -> DataError:
+    return DataError(
+        f"{where}: record {i} gives a text of {n:,} characters by its {how}, over the "
+        f"{MAX_TEXT_CHARS:,} a text may have (MAX_TEXT_CHARS); a language model reads at most "
+        "max_length tokens of it: shorten the record"
+    )
+
+
+def _fill(pieces: list[tuple[str, str | None]], record: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    for literal, name in pieces:
+        out.append(literal)
+        if name is not None:
+            value = record[name]
+            out.append(value if isinstance(value, str) else str(value))
+    return out
 
 
 def record_texts(
     records: list[dict[str, Any]], options: Mapping[str, Any], where: str
 ) -> list[str]:
-    """One text per record: ``options.text_column``, else ``text``, else the template.
+    """One text per record: ``options.text_column``, else ``text``, else the template
+    (:func:`parse_template`); each at most :data:`MAX_TEXT_CHARS` characters.
 
     Raises:
-        DataError: the column is missing or not text in some record, or the template names a
-            field a record lacks (the message names the record and the fields it has).
+        DataError: the column is missing or not text in some record, the template is not
+            made of plain fields or names a field a record lacks (the message names the
+            record and the fields it has), or a text is too long.
     """
     column = options.get("text_column")
     template = options.get("template")
@@ -259,6 +451,7 @@ def record_texts(
                 f"have {[excerpt(f, 30) for f in fields[:10]]}); set options.text_column or "
                 "options.template"
             )
+    pieces = parse_template(str(template)) if column is None else []
     texts = []
     for i, record in enumerate(records):
         if column is not None:
@@ -268,16 +461,22 @@ def record_texts(
                     f"{where}: record {i} has no text in column {excerpt(column, 40)} (fields: "
                     f"{[excerpt(f, 30) for f in sorted(record)[:10]]})"
                 )
+            if len(value) > MAX_TEXT_CHARS:
+                raise _too_long(where, i, len(value), f"column {excerpt(column, 40)}")
             texts.append(value)
             continue
         try:
-            texts.append(str(template).format(**record))
-        except (KeyError, IndexError, ValueError) as exc:
+            parts = _fill(pieces, record)
+        except KeyError as exc:
             raise DataError(
                 f"{where}: record {i} does not fill the template {excerpt(template, 60)} "
-                f"({type(exc).__name__}: {excerpt(str(exc), 40)}); its fields are "
+                f"(no field {excerpt(exc.args[0], 40)}); its fields are "
                 f"{[excerpt(f, 30) for f in sorted(record)[:10]]}"
             ) from None
+        n = sum(map(len, parts))
+        if n > MAX_TEXT_CHARS:
+            raise _too_long(where, i, n, "template")
+        texts.append("".join(parts))
     return texts
 
 
