@@ -41,8 +41,10 @@ __all__ = [
     "CheckpointInfo",
     "checkpoint_kind",
     "checkpoint_suffix",
+    "folder_code",
     "has_checkpoint_suffix",
     "inspect_checkpoint",
+    "json_object",
     "plain_text",
     "safe_globals",
     "untrusted_message",
@@ -434,11 +436,54 @@ def _inspect_folder(folder: Path) -> CheckpointInfo:
             "pytorch_model.bin): copy the whole folder save_pretrained wrote"
         )
     code = [] if safetensors else [f"{name} (pickled weights)" for name in pickled]
-    if "auto_map" in cfg:
-        code.append("the custom model code config.json names (auto_map, trust_remote_code)")
-        code.extend(f"{p.name} (Python code)" for p in files if p.suffix == ".py")
+    code.extend(folder_code(folder, files, cfg))
     size = sum(p.stat().st_size for p in files)
     return CheckpointInfo(folder, "hf-folder", size, (), tuple(code))
+
+
+def json_object(file: Path) -> dict[str, Any]:
+    """A small JSON object file (``config.json``, ``tokenizer_config.json``), or ``{}`` when
+    absent.
+
+    Raises:
+        CheckpointError: too large, not JSON, or not an object.
+    """
+    if not file.is_file():
+        return {}
+    try:
+        if file.stat().st_size > _MAX_CONFIG:
+            raise ValueError(f"{file.name} is larger than any configuration")
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise CheckpointError(
+            f"cannot read {file} ({type(exc).__name__}): re-save the folder"
+        ) from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{file} is not a JSON object: re-save the folder")
+    return data
+
+
+def folder_code(
+    folder: Path, files: list[Path] | None = None, config: dict[str, Any] | None = None
+) -> list[str]:
+    """What in a Hugging Face model or tokenizer folder is code that ``trust_remote_code``
+    would run: an ``auto_map`` in ``config.json`` or ``tokenizer_config.json`` (custom model
+    or tokenizer classes) and any Python file in the folder. Read without running anything.
+
+    Raises:
+        CheckpointError: a configuration file that is too large or not a JSON object.
+    """
+    files = sorted(p for p in folder.iterdir() if p.is_file()) if files is None else files
+    cfg = json_object(folder / "config.json") if config is None else config
+    code = []
+    if "auto_map" in cfg:
+        code.append("the custom model code config.json names (auto_map, trust_remote_code)")
+    if "auto_map" in json_object(folder / "tokenizer_config.json"):
+        code.append(
+            "the custom tokenizer code tokenizer_config.json names (auto_map, trust_remote_code)"
+        )
+    code.extend(f"{p.name} (Python code)" for p in files if p.suffix == ".py")
+    return code
 
 
 def checkpoint_kind(path: str | Path) -> Literal["weights", "torchscript", "full-pickle"]:

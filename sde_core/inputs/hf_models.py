@@ -37,7 +37,12 @@ from torch import nn
 
 from sde_core.errors import CheckpointError
 from sde_core.inputs.architectures import MAX_MODEL_BYTES
-from sde_core.inputs.checkpoint_files import CheckpointInfo, inspect_checkpoint, untrusted_message
+from sde_core.inputs.checkpoint_files import (
+    CheckpointInfo,
+    folder_code,
+    inspect_checkpoint,
+    untrusted_message,
+)
 
 __all__ = [
     "HF_ARCH",
@@ -237,12 +242,19 @@ def _weights_bytes(folder: Path) -> int:
         return 2 * sum(p.stat().st_size for p in folder.glob("pytorch_model*.bin"))
     total = 0
     for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), framework="pt") as fh:
-            for key in fh.keys():  # noqa: SIM118 - safe_open is not a mapping
-                numel = 1
-                for size in fh.get_slice(key).get_shape():
-                    numel *= int(size)
-                total += 4 * numel
+        try:
+            with safe_open(str(file), framework="pt") as fh:
+                for key in fh.keys():  # noqa: SIM118 - safe_open is not a mapping
+                    numel = 1
+                    for size in fh.get_slice(key).get_shape():
+                        numel *= int(size)
+                    total += 4 * numel
+        except Exception as exc:  # SafetensorError, OSError: not a safetensors file
+            first = str(exc).strip().split("\n")[0][:160]
+            raise CheckpointError(
+                f"{folder.name}/{file.name} is not a readable safetensors file "
+                f"({type(exc).__name__}: {first}); re-save the model folder with save_pretrained"
+            ) from None
     return total
 
 
@@ -375,7 +387,22 @@ def load_tokenizer(folder: str | Path) -> Any:
             "holding tokenizer.json / tokenizer_config.json"
         )
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+        code = folder_code(path)
+    except CheckpointError as exc:
+        raise DataError(str(exc)) from None
+    if code:
+        raise DataError(
+            f"the tokenizer folder {path} was not loaded: it holds code that transformers "
+            f"would run (trust_remote_code): {', '.join(code[:4])}. Nothing in it was run; a "
+            "tokenizer's own code never runs here. Point options.tokenizer at a folder with a "
+            "standard tokenizer: tokenizer.json and a tokenizer_config.json without auto_map, "
+            "and no .py files (save the fast tokenizer with save_pretrained where you trust "
+            "its code, then delete auto_map and the .py files)"
+        )
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
+            path, local_files_only=True, trust_remote_code=False
+        )
     except Exception as exc:  # transformers raises many types for a missing tokenizer
         first = str(exc).strip().split("\n")[0][:200]
         raise DataError(
