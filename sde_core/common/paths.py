@@ -27,10 +27,12 @@ from pathlib import Path
 from sde_core.errors import PathError
 
 __all__ = [
+    "MAX_FOLDER_ENTRIES",
     "MAX_NAME_BYTES",
     "MAX_PATH_BYTES",
     "ROOTS_ENV",
     "allowed_roots",
+    "check_folder_in_roots",
     "check_path_text",
     "env_roots",
     "is_inside",
@@ -42,6 +44,9 @@ ROOTS_ENV = "SDE_DATA_ROOTS"
 #: Longest path and file-name component (bytes, UTF-8) accepted; the Linux limits.
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255
+#: Most files and sub-folders a named folder (a model or tokenizer folder, a ``save_to_disk``
+#: dataset) may hold: each is resolved and checked, so the walk is bounded.
+MAX_FOLDER_ENTRIES = 20_000
 
 
 def _entries(env: Mapping[str, str] | None) -> list[str]:
@@ -156,3 +161,33 @@ def resolve_in_roots(
     if must_exist and not resolved.exists():
         raise PathError(f"{what} {resolved} does not exist: check the spelling")
     return resolved
+
+
+def check_folder_in_roots(folder: Path, roots: Sequence[Path], *, what: str = "folder") -> int:
+    """Check that every file and sub-folder below ``folder`` (already resolved) resolves
+    inside ``roots``, so a loader that opens the folder's files by name (transformers reading
+    ``model.safetensors``, a tokenizer reading ``tokenizer.json``, ``datasets`` reading its
+    shards) never reads outside them through a symbolic link. Symlinked sub-folders are
+    followed (their own links count too); the walk stops at :data:`MAX_FOLDER_ENTRIES`.
+
+    Returns:
+        The number of entries checked.
+
+    Raises:
+        PathError: an entry outside every root (named, with where it points), too many
+            entries, or one that cannot be resolved.
+    """
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        for name in (*dirnames, *filenames):
+            count += 1
+            if count > MAX_FOLDER_ENTRIES:
+                raise PathError(
+                    f"{what} {folder} holds more than {MAX_FOLDER_ENTRIES:,} files and folders "
+                    "(MAX_FOLDER_ENTRIES): point it at the folder that holds only the model, "
+                    "tokenizer or dataset files"
+                )
+            entry = Path(dirpath) / name
+            shown = f"{what} file {entry.relative_to(folder).as_posix()}"
+            resolve_in_roots(str(entry), roots, what=shown, must_exist=False)
+    return count

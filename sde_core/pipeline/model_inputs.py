@@ -127,7 +127,10 @@ def load_entry_model(
             f"model {entry.name!r} is known only by its activations file: it has no weights"
         )
     file = ws.path(
-        path or entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True
+        path or entry.checkpoint,
+        what=f"model {entry.name!r} checkpoint",
+        must_exist=True,
+        contents=True,
     )
     checkpoint_metadata(file)  # refuses malformed metadata before the loader reads it
     arch = resolve_arch(ws, entry)
@@ -183,7 +186,12 @@ def entry_layer_infos(
     from sde_core.inputs.activations import LayerInfo, checkpoint_layers
 
     if not entry.activations:
-        file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
+        file = ws.path(
+            entry.checkpoint,
+            what=f"model {entry.name!r} checkpoint",
+            must_exist=True,
+            contents=True,
+        )
         arch, kwargs = _build_arguments(ws, file, entry)
         return checkpoint_layers(
             file, input_shape, arch=arch, arch_kwargs=kwargs, trusted=bool(entry.trusted),
@@ -269,7 +277,9 @@ def entry_activations(
             raise ActivationError(str(exc)) from None
     if entry.activations:
         return _precomputed(ws, entry, bundle, split, names, idx)
-    file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
+    file = ws.path(
+        entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True, contents=True
+    )
     arch, kwargs = _build_arguments(ws, file, entry)
     return get_activations(
         file, bundle, split, names, cache, arch=arch, arch_kwargs=kwargs or None,
@@ -294,7 +304,9 @@ def entry_cached_layers(
 
     if entry.activations:
         return set(layers)
-    file = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True)
+    file = ws.path(
+        entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True, contents=True
+    )
     arch, kwargs = _build_arguments(ws, file, entry)
     return cached_layers(
         file, bundle, split, layers, cache, arch=arch, arch_kwargs=kwargs or None, pool=pool

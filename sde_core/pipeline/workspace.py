@@ -63,7 +63,12 @@ import tomli_w
 
 from sde_core.common.fsio import atomic_write_text
 from sde_core.common.hashing import file_sha256, stable_hash
-from sde_core.common.paths import check_path_text, env_roots, resolve_in_roots
+from sde_core.common.paths import (
+    check_folder_in_roots,
+    check_path_text,
+    env_roots,
+    resolve_in_roots,
+)
 from sde_core.common.staging import Staging
 from sde_core.common.toml_limits import nesting_depth, read_toml
 from sde_core.errors import CheckpointError, SDEError, SettingsError, WorkspaceError
@@ -319,17 +324,33 @@ class Workspace:
         """The workspace folder (resolved) followed by :attr:`roots`."""
         return [Path(self.root).resolve(), *self.roots]
 
-    def path(self, relative: str | Path, *, what: str = "path", must_exist: bool = False) -> Path:
+    def path(
+        self,
+        relative: str | Path,
+        *,
+        what: str = "path",
+        must_exist: bool = False,
+        contents: bool = False,
+    ) -> Path:
         """Absolute, resolved path of a path written in the file (or of a file to create).
 
+        With ``contents``, a folder's every file and sub-folder is checked too
+        (:func:`~sde_core.common.paths.check_folder_in_roots`): a model or tokenizer folder, or
+        a ``save_to_disk`` dataset, whose loader opens the files inside by name.
+
         Raises:
-            WorkspaceError: the path leaves the workspace folder and the allowed roots (symlinks
-                count where they point), is malformed, or is missing when ``must_exist``.
+            WorkspaceError: the path (or, with ``contents``, a file inside the folder) leaves
+                the workspace folder and the allowed roots (symlinks count where they point),
+                is malformed, or is missing when ``must_exist``.
         """
         try:
-            return resolve_in_roots(
-                relative, self.allowed_roots(), what=what, must_exist=must_exist, base=self.root
+            roots = self.allowed_roots()
+            resolved = resolve_in_roots(
+                relative, roots, what=what, must_exist=must_exist, base=self.root
             )
+            if contents and resolved.is_dir():
+                check_folder_in_roots(resolved, roots, what=what)
+            return resolved
         except SDEError as exc:
             raise WorkspaceError(str(exc)) from None
 
@@ -365,8 +386,10 @@ class Workspace:
         from sde_core.inputs.data import DatasetSpec
 
         spec = DatasetSpec.from_dict(self.dataset)
-        resolved = {
-            key: self.path(value, what=f"dataset.{key}")
+        resolved = {  # a text dataset's folders (tokenizer, save_to_disk) are read by name
+            key: self.path(
+                value, what=f"dataset.{key}", contents=spec.kind == "text" or "tokenizer" in key
+            )
             for key, value in spec.path_fields().items()
         }
         return spec.with_paths(resolved)
@@ -630,7 +653,9 @@ def _dataset_problems(ws: Workspace, check_data: bool) -> tuple[list[Problem], i
     problems = []
     for key, value in raw_spec.path_fields().items():
         try:
-            ws.path(value, what=f"dataset.{key}")
+            ws.path(
+                value, what=f"dataset.{key}", contents=raw_spec.kind == "text" or "tokenizer" in key
+            )
         except SDEError as exc:
             problems.append(Problem(f"dataset.{key}", str(exc)))
     if problems:
@@ -657,7 +682,7 @@ def _file_problem(where: str, ws: Workspace, relative: str) -> Problem | None:
     if not relative:
         return Problem(where, "is empty: give a path relative to the workspace folder")
     try:
-        ws.path(relative, what=where, must_exist=True)
+        ws.path(relative, what=where, must_exist=True, contents=where.endswith(".checkpoint"))
     except SDEError as exc:
         return Problem(where, str(exc))
     target = ws.path(relative)
