@@ -165,7 +165,8 @@ def model_widgets(upload: UploadedFile, prefix: str, suffix: str = "") -> None:
         f"Trusted: I created {upload.name} or know where it comes from",
         key=f"{prefix}_trusted{suffix}",
         help="Allows a TorchScript archive, a full pickle or a file: architecture, which can "
-        "run code while it loads; recorded as trusted = true on this model.",
+        "run code while it loads; recorded as trusted = true on this model and, by SHA-256, in "
+        "your local trust store (a workspace received from someone else trusts nothing).",
     )
     if st.session_state.get(f"{prefix}_trusted{suffix}"):
         st.number_input(

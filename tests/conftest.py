@@ -15,6 +15,15 @@ from ui_fixtures import build_tiny_workspace
 from sde_core.pipeline.demo import default_demo_folder
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_trust_store(tmp_path_factory: pytest.TempPathFactory):
+    """Every test trusts into a store of its session, never the user's
+    ``~/.config/sde-explorer/trusted.json``; a test about trust itself sets its own."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SDE_TRUST_STORE", str(tmp_path_factory.mktemp("trust") / "trusted.json"))
+        yield
+
+
 @pytest.fixture
 def ws_root(tmp_path: Path) -> Path:
     """A small valid workspace folder (``test_workspace.make_workspace``)."""

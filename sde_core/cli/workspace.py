@@ -108,6 +108,31 @@ def _cmd_workspace_validate(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
+def _cmd_workspace_trust(args: argparse.Namespace) -> int:
+    from sde_core.common.trust_store import trust_store_path
+    from sde_core.pipeline.local_trust import model_code, trust_model, untrust_model
+    from sde_core.pipeline.workspace import load_workspace
+
+    ws = load_workspace(args.folder, validate=False)
+    names = args.model or [m.name for m in ws.models if m.trusted]
+    if not names:
+        print(f"no model of {ws.root} is marked trusted: name one with --model")
+        return 1
+    for name in names:
+        m = ws.model(name)
+        if args.list:
+            for piece in model_code(ws, m):
+                print(f"{name}: {piece.sha256}  {piece.label}")
+            continue
+        done = untrust_model(ws, m) if args.untrust else trust_model(ws, m)
+        verb = "no longer trusted" if args.untrust else "trusted"
+        for piece in done:
+            print(f"{verb}: {name}: {piece.sha256[:16]}…  {piece.label}")
+    if not args.list:
+        print(f"trust store: {trust_store_path()}")
+    return 0
+
+
 def _cmd_workspace_show(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -140,7 +165,7 @@ def _cmd_workspace_show(args: argparse.Namespace) -> int:
 
 
 def register_workspace(subparsers: argparse._SubParsersAction) -> None:
-    """``workspace init | add-model | validate | show``."""
+    """``workspace init | add-model | validate | trust | show``."""
     from sde_core.pipeline.workspace import ROLES
 
     parser = subparsers.add_parser("workspace", help="create, check or list a workspace")
@@ -228,7 +253,8 @@ def register_workspace(subparsers: argparse._SubParsersAction) -> None:
         "--trusted", action="store_true",
         help="I vouch for this file: allow TorchScript archives, full pickles, a file: "
         "architecture and model folders with pickled .bin weights or custom code (they run "
-        "code); recorded as trusted = true",
+        "code); recorded as trusted = true in the workspace and, by SHA-256, in your local "
+        "trust store",
     )  # fmt: skip
     add_time_limit_argument(add)
     add.add_argument("--copy", action="store_true", help="copy the files into the workspace")
@@ -240,6 +266,24 @@ def register_workspace(subparsers: argparse._SubParsersAction) -> None:
     validate.add_argument("--check-data", action="store_true", help="load the dataset too")
     validate.add_argument("--rehash", action="store_true", help="record current checkpoint hashes")
     validate.set_defaults(func=_cmd_workspace_validate)
+
+    trust = sub.add_parser(
+        "trust",
+        help="trust a model's code on this machine (after reading it): a workspace's "
+        "'trusted = true' is not enough",
+        description="Record the SHA-256 of the code a model runs (its TorchScript / pickle / "
+        "model folder, or its file: class and every module beside it) in your local trust "
+        "store ($SDE_TRUST_STORE, else ~/.config/sde-explorer/trusted.json). Read the files "
+        "first: a workspace folder may come from someone else.",
+    )
+    trust.add_argument("folder")
+    trust.add_argument(
+        "--model", action="append", default=[],
+        help="model name (repeatable; default: every model marked trusted)",
+    )  # fmt: skip
+    trust.add_argument("--list", action="store_true", help="only print what would be trusted")
+    trust.add_argument("--untrust", action="store_true", help="remove the models' code instead")
+    trust.set_defaults(func=_cmd_workspace_trust)
 
     show = sub.add_parser("show", help="print the workspace's data and models")
     show.add_argument("folder")

@@ -660,8 +660,8 @@ def _check_trusted(info: Any, arch: str | None, trusted: bool) -> None:
         raise CheckpointError(untrusted_message(info))
     raise CheckpointError(
         f"architecture {str(arch).partition('#')[0]!r} is code from a Python file: it runs only "
-        "for a model marked trusted (--trusted, trusted = true in workspace.toml, the page's "
-        "trusted box); nothing was run"
+        "for a model you trusted (--trusted, `python -m sde_core workspace trust WORKSPACE "
+        "--model NAME`, the page's trusted box); nothing was run"
     )
 
 

@@ -709,8 +709,8 @@ def _file_spec(arch: str) -> ArchSpec:
     if cls is None:
         raise CheckpointError(
             f"architecture {arch.partition('#')[0]!r} is code from a Python file: it is run only "
-            "for a model marked trusted (--trusted on the command line, trusted = true in "
-            "workspace.toml, the page's trusted box); it was not run"
+            "for a model you trusted (--trusted on the command line, `python -m sde_core "
+            "workspace trust WORKSPACE --model NAME`, the page's trusted box); it was not run"
         )
     takes = accepted_kwargs(cls)
     with torch.device("meta"):

@@ -499,8 +499,9 @@ def untrusted_message(info: CheckpointInfo) -> str:
     """The refusal message for a code checkpoint loaded without the trusted opt-in."""
     return (
         f"{info.path.name} was not loaded: it is {info.describe()}. Nothing in it was run. "
-        "If you trust the person who made this file, mark this file as trusted: "
-        "'trusted = true' for the model in workspace.toml, --trusted on the command line, or "
-        "the 'trusted' box in the dashboard. Otherwise ask for its weights as a state dict or "
-        "safetensors file"
+        "If you trust the person who made this file, trust it yourself: --trusted on the "
+        "command line (workspace add-model … --trusted), `python -m sde_core workspace trust "
+        "WORKSPACE --model NAME` for a model a workspace names with 'trusted = true' (which "
+        "alone runs nothing), or the 'trusted' box in the dashboard. Otherwise ask for its "
+        "weights as a state dict or safetensors file"
     )

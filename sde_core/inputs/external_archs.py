@@ -20,6 +20,7 @@ import functools
 import hashlib
 import importlib
 import inspect
+import os
 import re
 import sys
 import threading
@@ -34,11 +35,15 @@ from torch import nn
 from sde_core.errors import CheckpointError
 
 __all__ = [
+    "CODE_SUFFIXES",
     "FILE_PREFIX",
+    "MAX_CODE_ENTRIES",
+    "MAX_CODE_FILES",
     "TIMM_EXTRA_HINT",
     "TIMM_PREFIX",
     "FileArch",
     "accepted_kwargs",
+    "code_digest",
     "file_arch_string",
     "is_file_arch",
     "load_file_class",
@@ -101,6 +106,63 @@ def parse_file_arch(arch: str) -> FileArch:
     if pin and not _HEX64.match(pin):
         raise CheckpointError(f"architecture {arch!r} has a malformed sha256 pin")
     return FileArch(Path(path), name, pin or None)
+
+
+#: File endings Python imports code from (sources, compiled modules, extension modules).
+CODE_SUFFIXES = (".py", ".pyc", ".pyw", ".so", ".pyd")
+#: Most code files, and most entries walked, below a ``file:`` architecture's folder.
+MAX_CODE_FILES = 2_000
+MAX_CODE_ENTRIES = 200_000
+
+
+def code_digest(path: str | Path) -> str:
+    """SHA-256 of the code a ``file:`` architecture can run: the file and every module it can
+    import from its folder (the folder is first on ``sys.path`` while it is imported) — every
+    :data:`CODE_SUFFIXES` file in the folder and below it, by relative path and content.
+
+    Editing, adding or removing any of them changes the digest, so a neighbour module changed
+    after trust is refused like the file itself. Hidden folders and ``__pycache__`` are
+    skipped (Python never imports a module from them by name).
+
+    Raises:
+        CheckpointError: the file is unreadable, or its folder holds more than
+            :data:`MAX_CODE_FILES` code files or :data:`MAX_CODE_ENTRIES` entries.
+    """
+    file = Path(path).resolve()
+    if not file.is_file():
+        raise CheckpointError(f"the architecture file {path} does not exist: check the path")
+    folder = file.parent
+    found: list[tuple[str, Path]] = []
+    walked = 0
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        walked += len(dirnames) + len(filenames)
+        if walked > MAX_CODE_ENTRIES:
+            raise CheckpointError(_crowded(file, f"{MAX_CODE_ENTRIES:,} files and folders"))
+        for name in filenames:
+            if name.endswith(CODE_SUFFIXES):
+                found.append(
+                    (Path(dirpath, name).relative_to(folder).as_posix(), Path(dirpath, name))
+                )
+        if len(found) > MAX_CODE_FILES:
+            raise CheckpointError(_crowded(file, f"{MAX_CODE_FILES:,} Python files"))
+    digest = hashlib.sha256(f"code\0{file.name}\n".encode())
+    for name, member in sorted(found):
+        try:
+            digest.update(f"{name}\0{hashlib.sha256(member.read_bytes()).hexdigest()}\n".encode())
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot read {member} beside the architecture file ({type(exc).__name__})"
+            ) from None
+    return digest.hexdigest()
+
+
+def _crowded(file: Path, what: str) -> str:
+    return (
+        f"the folder of the architecture file {file.name} holds more than {what}: every module "
+        "beside the file is pinned with it, so put the file (and the modules it imports) in a "
+        "folder of their own"
+    )
 
 
 def _read_source(spec: FileArch) -> tuple[bytes, str]:

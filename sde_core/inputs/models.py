@@ -8,8 +8,9 @@ Nothing from a file is executed unless that file is explicitly trusted:
 2. Weights load with ``safetensors`` or ``torch.load(weights_only=True)`` under an allowlist
    that also admits NumPy scalars/arrays/dtypes (what training scripts keep next to weights,
    e.g. SalUn's ``evaluation_result``), whatever the caller's ``trusted`` flag.
-3. Code loads only with ``trusted=True`` (per file: the workspace's ``trusted = true`` for that
-   model, ``--trusted`` on the command line, the dashboard's "trusted" box); without it the
+3. Code loads only with ``trusted=True`` (per file: ``--trusted`` on the command line, the
+   dashboard's "trusted" box, or for a workspace model ``trusted = true`` *and* the local trust
+   store, :mod:`sde_core.pipeline.local_trust`); without it the
    message says what the file contains and how to mark it trusted. Running such a model for an
    evaluation happens in a child process under a time limit (see
    :func:`sde_core.inputs.activations.get_activations`).
@@ -364,8 +365,8 @@ def _torch_load(path: Path, info: CheckpointInfo) -> Any:
         raise CheckpointError(
             f"{path.name} was not loaded: it holds objects a weights-only load refuses "
             f"({reason}). Nothing in it was run. If you trust the person who made this file, "
-            "mark this file as trusted: 'trusted = true' for the model in workspace.toml, "
-            "--trusted on the command line, or the 'trusted' box in the dashboard"
+            "trust it yourself: --trusted on the command line, `python -m sde_core workspace "
+            "trust WORKSPACE --model NAME`, or the 'trusted' box in the dashboard"
         ) from None
 
 
@@ -672,8 +673,9 @@ def load_checkpoint_details(
         if not trusted:
             raise CheckpointError(
                 f"architecture {str(arch).partition('#')[0]!r} is code from a Python file: it "
-                "runs only for a model marked trusted (--trusted on the command line, trusted = "
-                "true in workspace.toml, the page's trusted box); nothing was run"
+                "runs only for a model you trusted (--trusted on the command line, `python -m "
+                "sde_core workspace trust WORKSPACE --model NAME`, the page's trusted box); "
+                "nothing was run"
             )
         load_file_class(str(arch))  # the user's class: runs the file (trusted)
     try:

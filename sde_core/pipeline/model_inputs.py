@@ -134,7 +134,7 @@ def load_entry_model(
     )
     checkpoint_metadata(file)  # refuses malformed metadata before the loader reads it
     arch = resolve_arch(ws, entry)
-    if entry.trusted and inspect_checkpoint(file).is_code:
+    if _trusted_here(ws, entry) and inspect_checkpoint(file).is_code:
         return trusted_weights(
             file, arch=arch, arch_kwargs=dict(entry.arch_kwargs), time_limit=time_limit,
         )  # fmt: skip
@@ -144,6 +144,18 @@ def load_entry_model(
 
     trusted = bool(entry.trusted) and is_file_arch(arch)  # weights never need it
     return load_checkpoint(file, arch=arch, trusted=trusted, **dict(entry.arch_kwargs))
+
+
+def _trusted_here(ws: Any, entry: Any) -> bool:
+    """Whether ``entry``'s code may run: marked ``trusted`` in the workspace *and* trusted on
+    this machine (the local trust store; :func:`~sde_core.pipeline.local_trust.
+    require_local_trust` raises, naming the command that trusts it, when it is not)."""
+    if not entry.trusted:
+        return False
+    from sde_core.pipeline.local_trust import require_local_trust
+
+    require_local_trust(ws, entry)
+    return True
 
 
 def _build_arguments(ws: Any, file: Path, entry: Any) -> tuple[str | None, dict[str, Any]]:
@@ -194,7 +206,7 @@ def entry_layer_infos(
         )
         arch, kwargs = _build_arguments(ws, file, entry)
         return checkpoint_layers(
-            file, input_shape, arch=arch, arch_kwargs=kwargs, trusted=bool(entry.trusted),
+            file, input_shape, arch=arch, arch_kwargs=kwargs, trusted=_trusted_here(ws, entry),
             time_limit=time_limit,
             noise_levels=NOISE_LEVELS,
         )  # fmt: skip
@@ -283,7 +295,7 @@ def entry_activations(
     arch, kwargs = _build_arguments(ws, file, entry)
     return get_activations(
         file, bundle, split, names, cache, arch=arch, arch_kwargs=kwargs or None,
-        trusted=bool(entry.trusted), time_limit=time_limit, device=device,
+        trusted=_trusted_here(ws, entry), time_limit=time_limit, device=device,
         batch_size=batch_size, progress=progress, indices=idx, pool=pool,
     )  # fmt: skip
 

@@ -27,6 +27,7 @@ Layout of ``workspace.toml`` (paths are relative to the workspace folder unless 
     checkpoint = "models/original/ckpt_100.safetensors"
     sha256 = "..."                         # of the checkpoint; a mismatch is a warning
     trusted = true                         # optional: this file may be a full pickle / TorchScript
+                                           # (runs only once trusted locally: workspace trust)
     activations = "acts/original.npz"      # optional: precomputed activations of this model
     seed = 0
     seconds = 91.2
@@ -694,25 +695,51 @@ def _file_problem(where: str, ws: Workspace, relative: str) -> Problem | None:
 
 
 def _arch_file_problems(ws: Workspace, m: ModelEntry, where: str) -> list[Problem]:
-    """Problems of a ``file:`` architecture: not trusted, no pinned hash, or a changed file."""
+    """Problems of a ``file:`` architecture: not trusted, no pinned hash, or a changed file
+    (errors); code not trusted on this machine (a warning: ``workspace trust`` fixes it, and
+    running the model is refused until then)."""
     try:
-        resolve_arch(ws, m)
+        resolve_arch(ws, m, local=False)
     except SDEError as exc:
         return [Problem(f"{where}.arch", str(exc))]
+    return _local_trust_problems(ws, m, where)
+
+
+def _local_trust_problems(ws: Workspace, m: ModelEntry, where: str) -> list[Problem]:
+    from sde_core.pipeline.local_trust import require_local_trust
+
+    try:
+        require_local_trust(ws, m)
+    except SDEError as exc:
+        return [Problem(f"{where}.trusted", str(exc), "warning")]
     return []
 
 
-def resolve_arch(ws: Workspace, m: ModelEntry) -> str | None:
+def resolve_arch(ws: Workspace, m: ModelEntry, *, local: bool = True) -> str | None:
     """The architecture string to build ``m`` with: its ``arch`` (None when empty), a ``file:``
-    architecture resolved under the path policy and pinned to the recorded ``arch_sha256``.
+    architecture resolved under the path policy, checked against the recorded
+    ``arch_sha256`` (the SHA-256 of the file and every module beside it,
+    :func:`~sde_core.inputs.external_archs.code_digest`) and pinned to the file's bytes.
+
+    Args:
+        local: also require the code to be trusted on this machine (the local trust store,
+            :func:`~sde_core.pipeline.local_trust.require_local_trust`); validation alone
+            passes ``False`` and reports it as a warning.
 
     Raises:
-        WorkspaceError: a ``file:`` architecture of a model that is not trusted or has no
-            recorded hash, or whose file leaves the allowed folders or is missing.
-        CheckpointError: a malformed ``file:`` string, or a file changed since it was trusted
+        WorkspaceError: a ``file:`` architecture of a model that is not trusted, has no
+            recorded hash or is not trusted locally, or whose file leaves the allowed folders or
+            is missing.
+        CheckpointError: a malformed ``file:`` string, a file (or a module beside it) changed
+            since it was trusted, or an inline ``#sha256=`` pin that disagrees with the file
             (nothing of it is run).
     """
-    from sde_core.inputs.external_archs import file_arch_string, is_file_arch, parse_file_arch
+    from sde_core.inputs.external_archs import (
+        code_digest,
+        file_arch_string,
+        is_file_arch,
+        parse_file_arch,
+    )
 
     if not is_file_arch(m.arch):
         return m.arch or None
@@ -735,14 +762,26 @@ def resolve_arch(ws: Workspace, m: ModelEntry) -> str | None:
         )
     what = f"model {m.name!r} architecture file"
     file = ws.path(spec.path.as_posix(), what=what, must_exist=True)
-    actual = file_sha256(file)
+    actual = code_digest(file)
     if actual != m.arch_sha256:
         raise CheckpointError(
-            f"the architecture file {spec.path} of model {m.name!r} changed since it was trusted "
-            f"(SHA-256 {m.arch_sha256[:12]}… recorded, {actual[:12]}… now); none of it was run. "
-            f"Check the change, then trust it again: {again}"
+            f"the architecture file {spec.path} of model {m.name!r}, or a Python module beside "
+            f"it, changed since it was trusted (SHA-256 {m.arch_sha256[:12]}… recorded, "
+            f"{actual[:12]}… now); none of it was run. Check the change, then trust it again: "
+            f"{again}"
         )
-    return file_arch_string(file, spec.class_name, m.arch_sha256)
+    own = file_sha256(file)
+    if spec.sha256 is not None and spec.sha256 != own:
+        raise CheckpointError(
+            f"the architecture of model {m.name!r} pins {spec.path} to SHA-256 "
+            f"{spec.sha256[:12]}… but the file is {own[:12]}… now; none of it was run. Check "
+            f"the change, then trust it again: {again}"
+        )
+    if local:
+        from sde_core.pipeline.local_trust import require_local_trust
+
+        require_local_trust(ws, m)
+    return file_arch_string(file, spec.class_name, own)
 
 
 def _model_problems(ws: Workspace) -> list[Problem]:
@@ -824,6 +863,8 @@ def _model_problems(ws: Workspace) -> list[Problem]:
                         "warning",
                     )
                 )
+            elif key == "checkpoint" and m.trusted and m.arch_file is None:
+                out.extend(_local_trust_problems(ws, m, where))
         if m.init_checkpoint is not None and not m.init_checkpoint.strip():
             out.append(
                 Problem(

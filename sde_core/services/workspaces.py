@@ -415,8 +415,9 @@ class AddedModel:
 
 @dataclass(frozen=True)
 class _ArchFile:
-    """A ``file:`` architecture being added: the string to load with (absolute, pinned), the
-    string to record (relative to the workspace when inside it) and the file's SHA-256."""
+    """A ``file:`` architecture being added: the string to load with (absolute, pinned to the
+    file's bytes), the string to record (relative to the workspace when inside it) and the
+    SHA-256 of the file and every module beside it (``arch_sha256``)."""
 
     load: str
     record: str
@@ -431,7 +432,7 @@ def _pin_arch_file(ws: Workspace, arch: str, trusted: bool, base: Path) -> _Arch
     Raises:
         CheckpointError, WorkspaceError: naming the problem; nothing was run.
     """
-    from sde_core.inputs.external_archs import file_arch_string, parse_file_arch
+    from sde_core.inputs.external_archs import code_digest, file_arch_string, parse_file_arch
 
     parsed = parse_file_arch(arch)
     if not trusted:
@@ -450,7 +451,8 @@ def _pin_arch_file(ws: Workspace, arch: str, trusted: bool, base: Path) -> _Arch
         ) from None
     digest = file_sha256(file)
     record = file_arch_string(relative_to_workspace(ws, file), parsed.class_name)
-    return _ArchFile(file_arch_string(file, parsed.class_name, digest), record, digest)
+    code = code_digest(file)  # the file and every module beside it: what arch_sha256 pins
+    return _ArchFile(file_arch_string(file, parsed.class_name, digest), record, code)
 
 
 #: The language-model route's ``--arch`` (a transformers model folder; issue 26).
@@ -541,7 +543,10 @@ def _describe(
         notes.extend(load_notes)  # e.g. pruning masks folded into the weights
         if arch_file is not None:
             arch = arch_file.record
-            notes.append(f"{arch} trusted with SHA-256 {arch_file.sha256[:12]}… (recorded)")
+            notes.append(
+                f"{arch} trusted with SHA-256 {arch_file.sha256[:12]}… of the file and the "
+                "modules beside it (recorded)"
+            )
     elif arch and arch != PRECOMPUTED:
         raise WorkspaceError(f"a model without a checkpoint has arch {PRECOMPUTED!r}, not {arch!r}")
     else:
@@ -655,7 +660,19 @@ def add_model(
         _precomputed_default_layer(ws, entry.name, layers, notes)
     staged[WORKSPACE_FILE] = workspace_toml(ws).encode()
     commit_files(ws.root, staged)
+    if spec.trusted:
+        _record_trust(ws, entry, notes)
     return AddedModel(entry, notes)
+
+
+def _record_trust(ws: Workspace, entry: ModelEntry, notes: list[str]) -> None:
+    """The user's explicit opt-in (``--trusted``, the page's trusted box) for a model just
+    added: the SHA-256 of the code it runs goes into their own trust store."""
+    from sde_core.pipeline.local_trust import model_code, trust_model
+
+    if model_code(ws, entry):
+        trusted = trust_model(ws, entry)
+        notes.append("trusted on this machine: " + ", ".join(f"{t.sha256[:12]}…" for t in trusted))
 
 
 def _arch_file_of(ws: Workspace, spec: ModelSpec, base: Path) -> _ArchFile | None:
@@ -806,6 +823,9 @@ def build_from_uploads(request: BuildRequest, page_roots: Sequence[Path]) -> Bui
             return BuildResult(problems)
         staging.put(WORKSPACE_FILE, workspace_toml(ws).encode())
         staging.commit(last=[WORKSPACE_FILE])
+    for _, spec in request.models:
+        if spec.trusted:
+            _record_trust(ws, ws.model(spec.name), notes)
     return BuildResult(problems, folder, notes)
 
 
@@ -886,6 +906,8 @@ def add_uploaded_model(
             _precomputed_default_layer(ws, entry.name, layers, notes)
         staging.put(WORKSPACE_FILE, workspace_toml(ws).encode())
         staging.commit(last=[WORKSPACE_FILE])
+    if spec.trusted:
+        _record_trust(ws, entry, notes)
     return BuildResult(validate_workspace(ws), Path(ws.root), notes)
 
 

@@ -387,7 +387,7 @@ def test_file_arch_runs_only_trusted_and_pinned(tmp_path: Path):
     arch = file_arch_string(tmp_path / "nets.py", "MyCNN")
     for call in (lambda: load_checkpoint(tmp_path / "w.pt", arch=arch),
                  lambda: checkpoint_layers(tmp_path / "w.pt", (3, 8, 8), arch=arch)):  # fmt: skip
-        with pytest.raises(CheckpointError, match="runs only for a model marked trusted"):
+        with pytest.raises(CheckpointError, match="runs only for a model you trusted"):
             call()
     assert not marker.exists()  # nothing of the file ran
     import hashlib

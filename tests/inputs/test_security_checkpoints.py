@@ -187,7 +187,7 @@ def test_refusal_message_is_in_the_users_words(attack):
     text = str(err.value)
     assert text.startswith("setstate.pth.tar was not loaded: it is a TorchScript archive")
     assert "Nothing in it was run" in text
-    for way in ("trusted = true", "--trusted", "'trusted' box"):
+    for way in ("workspace trust", "--trusted", "'trusted' box"):
         assert way in text
     assert "trusted=True" not in text and "\x1b[" not in text
 
@@ -256,7 +256,7 @@ def test_object_arrays_still_need_the_opt_in(tmp_path: Path):
     model = build_model("mlp", input_dim=6, hidden=(5,), num_classes=3)
     path = tmp_path / "objects.pt"
     torch.save({"state_dict": model.state_dict(), "notes": np.array([{"a": 1}], object)}, path)
-    with pytest.raises(CheckpointError, match="mark this file as trusted") as err:
+    with pytest.raises(CheckpointError, match="trust it yourself") as err:
         load_checkpoint(path)
     assert "\x1b" not in str(err.value)
 

@@ -156,6 +156,7 @@ def test_evaluate_layers_and_unlearn_keep_the_limit(ws_root, capsys, tmp_path):
     ws.add_model(entry)
     write_workspace(ws)
     assert loop.is_file()
+    assert main(["workspace", "trust", str(ws_root), "--model", "looping"]) == 0  # local opt-in
     start = time.monotonic()
     out = tmp_path / "o.json"
     assert main(["evaluate", str(ws_root), "--no-store", "--time-limit", LIMIT, *FAST,

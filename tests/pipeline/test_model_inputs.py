@@ -16,11 +16,12 @@ import torch
 from safetensors.torch import save_file
 from test_workspace import MLP_KWARGS, N_TRAIN, make_workspace
 
-from sde_core.errors import ActivationError, CheckpointError
+from sde_core.errors import ActivationError, CheckpointError, WorkspaceError
 from sde_core.inputs import activations
 from sde_core.inputs.activations import ActivationCache, get_activations
 from sde_core.inputs.architectures import build_model
 from sde_core.inputs.data import load_dataset
+from sde_core.pipeline.local_trust import trust_model
 from sde_core.pipeline.model_inputs import (
     entry_activations,
     entry_layer_infos,
@@ -123,6 +124,9 @@ def test_trusted_code_is_read_only_in_the_child(ws, monkeypatch):
     assert seen == {"trusted": False, "kwargs": MLP_KWARGS, "arch": "mlp"}
     torch.save(build_model("mlp", **MLP_KWARGS), ws.root / "models" / "full.pt")  # a full pickle
     entry.checkpoint = "models/full.pt"
+    with pytest.raises(WorkspaceError, match="not trusted on this machine"):
+        load_entry_model(ws, entry)  # trusted = true alone: the workspace cannot trust itself
+    trust_model(ws, entry)  # the local opt-in (`workspace trust`)
     load_entry_model(ws, entry, time_limit=5.0)
     assert seen["child"] == ("full.pt", "mlp", MLP_KWARGS, 5.0)
     assert json.dumps(seen["kwargs"])  # plain, serialisable kwargs
