@@ -428,7 +428,12 @@ def load_report(path: str | Path) -> dict[str, Any]:
             "files written by `python -m sde_core report` or the dashboard's Report page"
         )
     version = document.get("format_version")
-    if isinstance(version, bool) or not isinstance(version, int) or version > REPORT_FORMAT_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise SettingsError(
+            f"{p} has report format version {str(version)[:40]!r}, not a whole number ≥ 1: it "
+            "was not written by sde_core or was altered; ask for the original report"
+        )
+    if version > REPORT_FORMAT_VERSION:
         raise SettingsError(
             f"{p} has report format version {version!r}; this sde_core reads up to "
             f"{REPORT_FORMAT_VERSION}: upgrade sde_core"

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 from test_workspace import MLP_KWARGS
 
-from sde_core.__main__ import main
+from sde_core.cli import main
 from sde_core.common.trust_store import TRUST_STORE_ENV, is_trusted, trust, trusted_entries
 from sde_core.errors import CheckpointError, InputError, WorkspaceError
 from sde_core.inputs.architectures import build_model
