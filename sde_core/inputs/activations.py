@@ -366,7 +366,8 @@ def list_layers(
             capture.close()
         model.train(was_training)
     infos = []
-    for alias in ALIASES:
+    family_aliases = [a for a in aliases if a not in ALIASES]  # a family's own (its order)
+    for alias in (*ALIASES, *family_aliases):
         if alias in values:
             ref = aliases[alias]
             kept = ref.kind == "output" and ref.module in raw
