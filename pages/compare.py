@@ -49,7 +49,7 @@ from sde_core.services.view_state import CompareView
 from sde_core.services.workspace_info import Workspace
 from sde_core.viz.figures import BAR_CHOICES, comparison_bars, draw_strip, target_overlay
 from sde_core.viz.report import to_csv_bytes
-from sde_core.viz.ui_support import comparison_display, comparison_table
+from sde_core.viz.ui_support import comparison_display, layer_comparison_table
 from sde_core.viz.verdicts import retrain_row
 
 
@@ -239,7 +239,7 @@ with guarded("Cannot compare the models"):
         by_layer = {layer: r.models for layer, r in results.items()}
         retrain_first = {"key": lambda r: r != "retrained", "kind": "stable"}
         shown = comparison_display(by_layer).sort_values("role", **retrain_first)
-        numbers = comparison_table(by_layer).sort_values("role", **retrain_first)
+        numbers = layer_comparison_table(by_layer).sort_values("role", **retrain_first)
         retrained = shown.loc[shown["role"] == "retrained", "name"].tolist()
         st.caption(
             f"Reference: the retrained model {retrained[0]!r} (first row); click a column "

@@ -1,4 +1,4 @@
-"""Safe checkpoint loading and saving; re-exports the architecture registry.
+"""Safe checkpoint loading and saving (the architectures: :mod:`sde_core.inputs.architectures`).
 
 Nothing from a file is executed unless that file is explicitly trusted:
 

@@ -40,7 +40,7 @@ from sde_core.pipeline.model_inputs import entry_activations, entry_cached_layer
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, cache_path
-from sde_core.viz.ui_support import ResultCache
+from sde_core.services.result_cache import ResultCache
 
 __all__ = [
     "CHEAP_SECONDS",
