@@ -18,7 +18,7 @@ from sde_core.pipeline.demo import default_demo_folder
 @pytest.fixture
 def ws_root(tmp_path: Path) -> Path:
     """A small valid workspace folder (``test_workspace.make_workspace``)."""
-    from test_workspace import make_workspace
+    from helpers.workspaces import make_workspace
 
     root = tmp_path / "ws"
     root.mkdir()
