@@ -25,6 +25,8 @@ from sde_core.inputs.architectures import build_model, model_layer_refs
 from sde_core.inputs.denoisers import DENOISED
 from sde_core.learning.unlearning import METHODS
 from sde_core.pipeline.settings import NOISE_LEVELS
+from sde_core.pipeline.workspace import ModelEntry, Workspace
+from sde_core.services.workspace_info import weak_layer_advice
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -105,3 +107,14 @@ def test_the_softmax_hint_is_the_classifiers_only():
     for family in FAMILIES:
         if family is not CLASSIFIER:
             assert "softmax" not in family.advice["weak_layer"] + family.advice["weak_output"]
+
+
+def test_the_dashboard_advice_follows_the_models_family(tmp_path):
+    ws = Workspace(root=tmp_path, dataset={"kind": "npz"}, forget_indices="forget.npy")
+    for name, arch in (("cnn", "fmnist_cnn"), ("edm", "edm_unet"), ("lm", "hf")):
+        ws.add_model(ModelEntry(name=name, role="original", arch=arch, checkpoint="m"))
+    assert weak_layer_advice(ws, "cnn", "penultimate") == CLASSIFIER.advice["weak_layer"]
+    assert weak_layer_advice(ws, "cnn", "output") == CLASSIFIER.advice["weak_output"]
+    assert weak_layer_advice(ws, "edm", "denoised@0.5") == DENOISER.advice["weak_output"]
+    assert weak_layer_advice(ws, "lm", "layer.1") == CAUSAL_LM.advice["weak_layer"]
+    assert "softmax" not in weak_layer_advice(ws, "lm", "output")
