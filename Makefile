@@ -8,7 +8,8 @@ BIN    := $(VENV)/bin
 REQ_HASH := $(shell cat requirements.txt requirements-dev.txt pyproject.toml | sha256sum | cut -c1-12)
 RUN_STAMP  := $(VENV)/.run-$(REQ_HASH)
 TEST_STAMP := $(VENV)/.test-$(REQ_HASH)
-PYTEST_ARGS ?= -x -q
+# --durations=25: the 25 slowest tests, printed after every run (the suite's time budget).
+PYTEST_ARGS ?= -x -q --durations=25
 
 .PHONY: run test lint bench clean-venv browser-setup
 

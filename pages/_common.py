@@ -9,9 +9,10 @@ a copyable link to it. The session state stays the source of truth; a link is ap
 when it arrives.
 
 Caching: the dataset bundle and layer listings live in ``st.cache_resource`` keyed by content
-hashes; evaluation results live in one process-wide :class:`~sde_core.viz.ui_support.ResultCache`
-keyed by ``(workspace hash, settings dict, models)``, which this module hands to the
-evaluation cascade and cost policy of :mod:`sde_core.services.cascade` and
+hashes; evaluation results live in one process-wide
+:class:`~sde_core.services.result_cache.ResultCache` keyed by ``(workspace hash, settings
+dict, models)``, which this module hands to the evaluation cascade and cost policy of
+:mod:`sde_core.services.cascade` and
 :mod:`sde_core.services.evaluation` (this module adds the progress displays, Stop buttons and
 confirmations around them). Activations always come from the on-disk
 activation cache, so changing σ, bins or a plot option never re-extracts them, and finished
@@ -48,6 +49,7 @@ from sde_core.services.cascade import (
     StagedWork,
 )
 from sde_core.services.evaluation import confirmation_token, priced_layers, runs_without_asking
+from sde_core.services.result_cache import ResultCache
 from sde_core.services.view_state import (
     NUMBER_WIDGETS,
     PUBLIC_URL_ENV,
@@ -73,7 +75,6 @@ from sde_core.services.workspace_info import (
 from sde_core.viz.figures import PLOTLY_CONFIG
 from sde_core.viz.formatting import format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
-from sde_core.viz.ui_support import ResultCache
 from sde_core.viz.verdicts import explain_verdict
 
 WS_KEY = "ws_path"

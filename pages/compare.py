@@ -47,9 +47,16 @@ from sde_core.services.cascade import (
 )
 from sde_core.services.view_state import CompareView
 from sde_core.services.workspace_info import Workspace
-from sde_core.viz.figures import BAR_CHOICES, comparison_bars, draw_strip, target_overlay
+from sde_core.viz.figures import (
+    BAR_CHOICES,
+    comparison_bars,
+    draw_strip,
+    metric_label,
+    target_overlay,
+    with_metric_label,
+)
 from sde_core.viz.report import to_csv_bytes
-from sde_core.viz.ui_support import comparison_display, comparison_table
+from sde_core.viz.ui_support import comparison_display, layer_comparison_table
 from sde_core.viz.verdicts import retrain_row
 
 
@@ -189,10 +196,11 @@ def paired(result: EvaluationResult) -> None:
         c = compare_models(result.models, result.draws, a, b, metric)
         p, u = c.paired, c.unpaired
         rows.append(
-            {"rate": metric, "difference": None if p is None else p.value,
+            {"rate": metric_label(metric), "difference": None if p is None else p.value,
              "95% CI, paired": "withheld" if p is None else f"[{p.lo:+.3f}, {p.hi:+.3f}]",
              "95% CI, as if unpaired": "" if u is None else f"[{u.lo:+.3f}, {u.hi:+.3f}]",
-             "draws": None if p is None else p.draws, "why withheld": c.reason}
+             "draws": None if p is None else p.draws,
+             "why withheld": with_metric_label(c.reason, metric)}
         )  # fmt: skip
     table(pd.DataFrame(rows), "c_paired", columns={"difference": "paired_difference"})
     st.caption(
@@ -239,7 +247,7 @@ with guarded("Cannot compare the models"):
         by_layer = {layer: r.models for layer, r in results.items()}
         retrain_first = {"key": lambda r: r != "retrained", "kind": "stable"}
         shown = comparison_display(by_layer).sort_values("role", **retrain_first)
-        numbers = comparison_table(by_layer).sort_values("role", **retrain_first)
+        numbers = layer_comparison_table(by_layer).sort_values("role", **retrain_first)
         retrained = shown.loc[shown["role"] == "retrained", "name"].tolist()
         st.caption(
             f"Reference: the retrained model {retrained[0]!r} (first row); click a column "

@@ -50,7 +50,7 @@ from sde_core.services.cascade import (
 )
 from sde_core.services.evaluation import progress_note, session_result, target_texts, thumbnails
 from sde_core.services.view_state import ExploreView, restrict
-from sde_core.services.workspace_info import Workspace
+from sde_core.services.workspace_info import Workspace, weak_layer_advice
 from sde_core.viz.figures import (
     draw_strip,
     hsic_histogram,
@@ -160,14 +160,7 @@ def headline(result: EvaluationResult, model: str, tag: str) -> None:
             st.warning(f"**Withheld**: {reason.strip()} (method §12): {', '.join(hidden)} "
                        "are not shown as numbers.")  # fmt: skip
     if not valid:
-        layer = str(row["layer"])
-        where = (
-            "Try another σ, a larger subset size n or more splits K (this layer, the softmax "
-            "`output`, is usually the strongest)."
-            if layer == "output"
-            else "Try another layer (the softmax `output` is usually strongest), another σ, a "
-            "larger subset size n or more splits K."
-        )
+        where = weak_layer_advice(current_workspace(), model, str(row["layer"]))
         st.warning(
             f"The paper's split-level reference test does not separate at this layer (median p "
             f"= {fmt_p(row['reference_p'])} ≥ α = {result.settings.alpha}), so every decision "

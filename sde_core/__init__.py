@@ -14,12 +14,14 @@ list (``tests/test_architecture.py`` enforces it; ``docs/architecture.md`` expla
   (:mod:`~sde_core.stats.replication`) and the MMD / Wasserstein baselines
   (:mod:`~sde_core.stats.baselines`).
 - :mod:`sde_core.inputs` — datasets, architectures and safe checkpoints, cached activation
-  extraction (torch).
-- :mod:`sde_core.learning` — training, the seven unlearning methods, the classic metrics.
+  extraction (torch); :mod:`sde_core.families` beside it — what differs between a classifier,
+  a denoiser and a causal language model (one module per family, one registry table).
+- :mod:`sde_core.learning` — training, the unlearning methods (every one registered in
+  :data:`sde_core.learning.unlearning.METHODS`), the classic metrics.
 - :mod:`sde_core.pipeline` — workspaces, evaluation settings and orchestration, the results
-  store, the job engines, sweeps, experiment plans and the demo builder.
-- :mod:`sde_core.viz` — plotly figures, the plain-language report and UI-free helpers that the
-  dashboard calls.
+  store, the job engines, sweeps, experiment plans and the demos.
+- :mod:`sde_core.viz`, :mod:`sde_core.services` — plotly figures, the plain-language report
+  and UI-free helpers / the application logic the dashboard's pages call.
 - :mod:`sde_core.cli` — ``python -m sde_core``: one module per command group.
 
 Every public name has one import path: the module that defines it, e.g.

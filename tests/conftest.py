@@ -27,7 +27,7 @@ def private_trust_store(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def ws_root(tmp_path: Path) -> Path:
     """A small valid workspace folder (``test_workspace.make_workspace``)."""
-    from test_workspace import make_workspace
+    from helpers.workspaces import make_workspace
 
     root = tmp_path / "ws"
     root.mkdir()

@@ -24,6 +24,7 @@ LAYERS = {
     "common": 0,
     "stats": 1,
     "inputs": 2,
+    "families": 2,
     "learning": 3,
     "pipeline": 4,
     "viz": 5,

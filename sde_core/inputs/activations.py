@@ -38,10 +38,11 @@ from sde_core.common.fsio import atomic_write, atomic_write_text
 from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
 from sde_core.common.validation import as_index_vector, check_int
 from sde_core.errors import ActivationError, CheckpointError, DataError
+from sde_core.families.registry import family_of
 from sde_core.inputs.architectures import ALIASES, LayerRef, model_layer_refs
 from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
 from sde_core.inputs.data import DatasetBundle
-from sde_core.inputs.denoisers import is_denoiser, noise_layer_name, parse_noise_layer
+from sde_core.inputs.denoisers import noise_layer_name, parse_noise_layer
 from sde_core.inputs.external_archs import is_file_arch, parse_file_arch
 from sde_core.inputs.isolation import (
     DEFAULT_MEMORY_LIMIT,
@@ -125,7 +126,7 @@ def resolve_layer(model: nn.Module, name: str) -> LayerRef:
     if not isinstance(name, str) or not name:
         raise ActivationError(f"layer name must be a non-empty string, got {name!r}")
     base, level = parse_noise_layer(name)
-    denoiser = is_denoiser(model)
+    denoiser = family_of(model).probes_at_noise_levels
     if denoiser and level is None:
         raise ActivationError(
             f"layer {name!r} has no noise level, which a denoiser's layers need (method §14): "
@@ -150,7 +151,7 @@ def _resolve_base(model: nn.Module, name: str, full: str) -> LayerRef:
     if module in modules and (not sep or kind in ("output", "input", "softmax", "flat")):
         return LayerRef(module, kind if sep else "output")  # type: ignore[arg-type]
     valid = [a for a in ALIASES if a in refs] + sorted(modules)
-    if is_denoiser(model):
+    if family_of(model).probes_at_noise_levels:
         valid = [noise_layer_name(v, 0.5) for v in valid]
     shown = ", ".join(valid[:80]) + (f", ... ({len(valid)} in all)" if len(valid) > 80 else "")
     extra = " (TorchScript models expose only their output)" if _is_script(model) else ""
@@ -319,7 +320,7 @@ def list_layers(
         )
     aliases = model_layer_refs(model)
     levels = [float(v) for v in noise_levels]
-    if is_denoiser(model):
+    if family_of(model).probes_at_noise_levels:
         if not levels or not all(np.isfinite(v) and v > 0 for v in levels):
             raise ActivationError(
                 f"a denoiser's layers are listed at noise levels; pass positive noise_levels, "
@@ -365,7 +366,8 @@ def list_layers(
             capture.close()
         model.train(was_training)
     infos = []
-    for alias in ALIASES:
+    family_aliases = [a for a in aliases if a not in ALIASES]  # a family's own (its order)
+    for alias in (*ALIASES, *family_aliases):
         if alias in values:
             ref = aliases[alias]
             kept = ref.kind == "output" and ref.module in raw

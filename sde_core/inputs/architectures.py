@@ -35,8 +35,9 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
 from sde_core.errors import CheckpointError, SDEError
+from sde_core.families.registry import family_of
 from sde_core.inputs.cifar_resnets import CIFAR_RESNET_DEPTHS, CifarResNetS, Normalize
-from sde_core.inputs.denoisers import DENOISED, EDMDenoiser, is_denoiser, parse_noise_layer
+from sde_core.inputs.denoisers import DENOISED, EDMDenoiser, parse_noise_layer
 from sde_core.inputs.external_archs import (
     TIMM_PREFIX,
     accepted_kwargs,
@@ -827,8 +828,9 @@ def model_layer_refs(model: nn.Module) -> dict[str, LayerRef]:
     if isinstance(model, torch.jit.ScriptModule):  # no hooks: only the model's own output
         return {"output": LayerRef("", "softmax"), "logits": LayerRef("")}
     final = _last_linear(model)
-    if is_denoiser(model):  # its linear layers embed the noise level: no classifier aliases
-        derived = {DENOISED: ":flat"}
+    family_aliases = family_of(model).output_aliases  # e.g. a denoiser's: its output image
+    if family_aliases is not None:
+        derived = dict(family_aliases)
     elif final is not None:
         derived = _classifier_presets(final)
     else:

@@ -34,7 +34,6 @@ __all__ = [
     "DENOISED",
     "PROBE_NOISE_SEED",
     "EDMDenoiser",
-    "is_denoiser",
     "noise_layer_name",
     "parse_noise_layer",
     "probe_noise",
@@ -48,11 +47,6 @@ PROBE_NOISE_SEED = 0
 DENOISED = "denoised"
 
 _LEVEL = re.compile(r"^(?P<base>.+)@(?P<level>[^@]*)$")
-
-
-def is_denoiser(model: object) -> bool:
-    """Whether ``model`` is an :class:`EDMDenoiser` (layers need a noise level ``@σ_t``)."""
-    return isinstance(model, EDMDenoiser)
 
 
 def parse_noise_layer(name: str) -> tuple[str, float | None]:

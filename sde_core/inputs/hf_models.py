@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from sde_core.errors import CheckpointError
+from sde_core.families.causal_lm import CAUSAL_LM
 from sde_core.inputs.architectures import MAX_MODEL_BYTES
 from sde_core.inputs.checkpoint_files import (
     CheckpointInfo,
@@ -45,7 +46,6 @@ from sde_core.inputs.checkpoint_files import (
 )
 
 __all__ = [
-    "HF_ARCH",
     "POOLINGS",
     "HFHiddenStates",
     "hf_layer_names",
@@ -58,7 +58,6 @@ __all__ = [
 ]
 
 #: ``arch`` of a Hugging Face model folder in a workspace (``--arch hf``).
-HF_ARCH = "hf"
 #: How the hidden states of a text's tokens become one vector.
 POOLINGS = ("mean", "last")
 _INSTALL = "pip install -e '.[llm]' (transformers, tokenizers, datasets)"
@@ -152,7 +151,7 @@ class HFHiddenStates(nn.Module):
         # what sde_core.inputs.activations lists and resolves (not the wrapped model's modules)
         self.sde_exposed_modules = self.layer_names
         self.sde_layer_refs = {"output": "final"}
-        self.sde_arch = HF_ARCH
+        self.sde_arch = CAUSAL_LM.arch
         self.sde_arch_kwargs: dict[str, Any] = {}
 
     def set_pooling(self, pooling: str) -> None:

@@ -1,4 +1,4 @@
-"""Safe checkpoint loading and saving; re-exports the architecture registry.
+"""Safe checkpoint loading and saving (the architectures: :mod:`sde_core.inputs.architectures`).
 
 Nothing from a file is executed unless that file is explicitly trusted:
 
@@ -655,15 +655,16 @@ def load_checkpoint_details(
     file = Path(path)
     info = inspect_checkpoint(file)
     if info.format == "hf-folder":
-        from sde_core.inputs.hf_models import HF_ARCH, load_hf_folder
+        from sde_core.families.causal_lm import CAUSAL_LM
+        from sde_core.inputs.hf_models import load_hf_folder
 
-        if arch not in (None, "", HF_ARCH):
+        if arch not in (None, "", CAUSAL_LM.arch):
             raise CheckpointError(
                 f"{file.name} is a Hugging Face model folder: its architecture is its "
-                f"config.json; use arch {HF_ARCH!r} (--arch {HF_ARCH}), not {arch!r}"
+                f"config.json; use arch {CAUSAL_LM.arch!r} (--arch {CAUSAL_LM.arch}), not {arch!r}"
             )
         folder_model = load_hf_folder(file, trusted=trusted, max_bytes=max_bytes)
-        return LoadedCheckpoint(folder_model, HF_ARCH, {}, info)
+        return LoadedCheckpoint(folder_model, str(CAUSAL_LM.arch), {}, info)
     if arch == "hf":
         raise CheckpointError(
             f"arch 'hf' is for a Hugging Face model folder (config.json + model.safetensors); "

@@ -36,7 +36,7 @@ from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import stable_hash
 from sde_core.common.validation import check_int, check_number
 from sde_core.errors import TrainingError
-from sde_core.inputs.denoisers import is_denoiser
+from sde_core.families.registry import family_of
 from sde_core.inputs.models import save_checkpoint
 from sde_core.learning.diffusion import edm_loss
 
@@ -349,7 +349,7 @@ def batch_objective(
     Raises:
         TrainingError: a ``loss_fn`` for a denoiser (it trains with the EDM loss only).
     """
-    if is_denoiser(model):
+    if family_of(model).objective == "edm":
         if loss_fn is not None:
             raise TrainingError("a denoiser trains with the EDM loss: do not pass loss_fn")
         return lambda m, x, _y: edm_loss(m, x)
@@ -367,11 +367,12 @@ def check_forward(model: nn.Module, dataset: Dataset, device: torch.device, inde
     """
     x, _ = dataset[index]
     x = torch.as_tensor(x).unsqueeze(0).to(device)
+    family = family_of(model)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            out = model(x, 1.0) if is_denoiser(model) else model(x)
+            out = model(x, 1.0) if family.probes_at_noise_levels else model(x)
     except RuntimeError as exc:
         first = str(exc).strip().split("\n")[0]
         raise TrainingError(
@@ -380,7 +381,7 @@ def check_forward(model: nn.Module, dataset: Dataset, device: torch.device, inde
         ) from exc
     finally:
         model.train(was_training)
-    if is_denoiser(model):
+    if family.probes_at_noise_levels:
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
             raise TrainingError(
                 f"the denoiser must return images of its input's shape {tuple(x.shape[1:])}: "

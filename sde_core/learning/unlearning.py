@@ -47,7 +47,7 @@ from torch.utils.data import Dataset, Subset
 
 from sde_core.common.validation import as_index_vector, check_int, check_number
 from sde_core.errors import TrainingError
-from sde_core.inputs.denoisers import is_denoiser
+from sde_core.families.registry import family_of
 from sde_core.learning.llm_unlearning import (
     LMGAParams,
     LMGDParams,
@@ -514,11 +514,14 @@ def _ce(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return batch_objective(model)(model, x, y)
 
 
-def _refuse_denoiser(model: nn.Module, method: str, why: str) -> None:
-    if is_denoiser(model):
+def _refuse_family(model: nn.Module, method: str, key: str) -> None:
+    """Refuse ``method`` (registry name ``key``) for a model whose family declares it does not
+    apply (:attr:`sde_core.families.base.Family.refusals`)."""
+    family = family_of(model)
+    why = family.refusals.get(key)
+    if why is not None:
         raise TrainingError(
-            f"{method} cannot unlearn a denoiser ({why}); use retrain, ft, ga, neggrad_plus or "
-            "l1_sparse (method §14)"
+            f"{method} cannot unlearn a {family.label} ({why}); {family.advice['refused_method']}"
         )
 
 
@@ -660,7 +663,7 @@ def random_label(
 ) -> UnlearnResult:
     """RL: each epoch one pass over ``D_f`` with uniform random labels, then one over ``D_r``."""
     _check_params(params, RLParams)
-    _refuse_denoiser(original, "RL", "it has no class labels to randomise")
+    _refuse_family(original, "RL", "rl")
     t0 = time.perf_counter()
     model, device = _prepare(original, data)
     _random_label_epochs(model, data, params, device, _sgd(model, params), None)
@@ -712,7 +715,7 @@ def salun(
     to ``h_or``. Batch-norm running statistics (buffers, not weights) still update.
     """
     _check_params(params, SalUnParams)
-    _refuse_denoiser(original, "SalUn", "its saliency and updates are random-label cross-entropy")
+    _refuse_family(original, "SalUn", "salun")
     t0 = time.perf_counter()
     model, device = _prepare(original, data)
     masks = salun_mask(model, data, params.mask_ratio, params.batch_size)
@@ -761,7 +764,7 @@ def unroll(
     eval mode; only parameters change (buffers keep h_or's values).
     """
     _check_params(params, UnrollParams)
-    _refuse_denoiser(original, "Unroll", "its one step needs an exact, noise-free loss gradient")
+    _refuse_family(original, "Unroll", "unroll")
     t0 = time.perf_counter()
     cfg = data.train_config
     lr = params.lr if params.lr is not None else (cfg.lr if cfg is not None else None)

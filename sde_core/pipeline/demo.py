@@ -1,6 +1,7 @@
 """The bundled demo workspaces (method §11): deterministic, resumable builders and their checks.
 
-Two demos are rebuilt from scratch by :func:`build_demo` (CLI: ``python -m sde_core demo build``):
+Two demos are rebuilt from scratch by :func:`build_demo` (CLI: ``python -m sde_core demo build``,
+through the one table of demos, :data:`sde_core.pipeline.demos.DEMOS`):
 
 - ``assets/demo/`` (``dataset="fashion-mnist"``): 6,000 Fashion-MNIST training images, 4,000 test
   images, a random 20% forget set, the demo CNN ``fmnist_cnn`` trained with Adam.
@@ -11,7 +12,8 @@ Each demo ships its data as a compressed ``data.npz`` (dataset kind ``npz``, wri
 deterministically), ``forget.npy``, ``LICENSE-data.txt``, nine half-precision safetensors models
 (original with its initial weights and the checkpoints at 10/20/40/80% of training, retrained,
 FT, GA, RL, SalUn, l1-Sparse, Unroll, random) and a results store ``results.sqlite`` holding the
-evaluation at the workspace's ``[defaults]``, so the dashboard opens instantly.
+evaluation at the workspace's ``[defaults]``, from which Compare, Report and ``verify`` answer
+without computing (Explore's first open of a model still computes its views).
 
 Determinism: every random draw is seeded from :attr:`DemoRecipe.seed`; every model after the
 original is produced from the original's saved (half-precision) checkpoint, so a resumed build and

@@ -129,6 +129,8 @@ def unlearn_model_job(
     """
     from sde_core.common.hashing import file_sha256
     from sde_core.errors import TrainingError
+    from sde_core.families.causal_lm import CAUSAL_LM
+    from sde_core.families.registry import family_of
     from sde_core.inputs.architectures import build_model
     from sde_core.inputs.data import load_dataset
     from sde_core.inputs.indices import load_index_file
@@ -136,7 +138,6 @@ def unlearn_model_job(
     from sde_core.learning.unlearning import UnlearnData, unlearn
     from sde_core.pipeline.model_inputs import load_entry_model
     from sde_core.pipeline.workspace import (
-        HF_ARCH,
         fresh_model_path,
         load_workspace,
         relative_to_workspace,
@@ -171,7 +172,7 @@ def unlearn_model_job(
     )  # fmt: skip
     result = unlearn(method, model, data, **dict(params))
     path: Path
-    if arch == HF_ARCH:  # a Hugging Face model folder: save one, with the source's tokenizer
+    if family_of(model) is CAUSAL_LM:  # a Hugging Face model folder: save one, with its tokenizer
         from sde_core.inputs.hf_models import HFHiddenStates, save_hf_folder
 
         target = ws.path(out or fresh_model_path(ws, f"models/{name}"))

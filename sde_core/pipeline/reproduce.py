@@ -30,9 +30,9 @@ from sde_core.stats.near_ties import ACTIVATION_RTOL, H_RTOL
 
 __all__ = [
     "EXACT_RTOL",
-    "Comparison",
     "FieldDifference",
     "Outcome",
+    "ResultDiff",
     "compare_model",
     "worst_outcome",
 ]
@@ -95,7 +95,7 @@ class FieldDifference:
 
 
 @dataclass
-class Comparison:
+class ResultDiff:
     """The comparison of one model's two results.
 
     Attributes:
@@ -365,7 +365,7 @@ def compare_model(
     recomputed: Mapping[str, Any],
     ties: Iterable[ModelNearTies] = (),
     rows: Mapping[str, int] | None = None,
-) -> Comparison:
+) -> ResultDiff:
     """Compare two results of one model field by field (method §13).
 
     Args:
@@ -376,7 +376,7 @@ def compare_model(
             for the movement their near-ties allow.
 
     Returns:
-        The :class:`Comparison`: every field that is not identical, with its outcome and reason.
+        The :class:`ResultDiff`: every field that is not identical, with its outcome and reason.
     """
     draws = reported.get("draws") or recomputed.get("draws") or 1
     allow = _Allowance(
@@ -384,7 +384,7 @@ def compare_model(
         rows=dict(rows or {}),
         per_draw=max(1, int(draws) if isinstance(draws, (int, float)) else 1),
     )
-    out = Comparison()
+    out = ResultDiff()
     for key in sorted(set(reported) | set(recomputed)):
         if key in _SKIPPED or key.endswith("_ties"):
             continue

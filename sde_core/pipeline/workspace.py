@@ -73,11 +73,11 @@ from sde_core.common.paths import (
 from sde_core.common.staging import Staging
 from sde_core.common.toml_limits import nesting_depth, read_toml
 from sde_core.errors import CheckpointError, SDEError, SettingsError, WorkspaceError
+from sde_core.families.registry import family_by_arch
 from sde_core.pipeline.settings import EvalSettings
 
 __all__ = [
     "CACHE_FOLDER",
-    "HF_ARCH",
     "MAX_DESCRIPTION_CHARS",
     "MAX_MODELS",
     "MAX_TABLE_KEYS",
@@ -113,8 +113,6 @@ WORKSPACE_FILE = "workspace.toml"
 ROLES = ("original", "retrained", "unlearned", "random")
 #: ``arch`` of a model known only by its precomputed activations (no checkpoint).
 PRECOMPUTED = "precomputed"
-#: ``arch`` of a Hugging Face model folder (:mod:`sde_core.inputs.hf_models`).
-HF_ARCH = "hf"
 #: Folder of every cache of a workspace (activations, results store, staging).
 CACHE_FOLDER = ".sde-cache"
 _CACHE_KINDS = {
@@ -832,7 +830,7 @@ def _model_problems(ws: Workspace) -> list[Problem]:
         else:
             if m.arch_file is not None:
                 out.extend(_arch_file_problems(ws, m, where))
-            elif m.arch and m.arch != HF_ARCH:
+            elif m.arch and family_by_arch(m.arch) is None:  # not a model-folder route
                 try:
                     get_arch(m.arch)
                 except SDEError as exc:

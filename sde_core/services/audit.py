@@ -53,7 +53,7 @@ from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
 from sde_core.pipeline.model_inputs import Progress
-from sde_core.pipeline.reproduce import Comparison, Outcome, compare_model, worst_outcome
+from sde_core.pipeline.reproduce import Outcome, ResultDiff, compare_model, worst_outcome
 from sde_core.pipeline.settings import ALGORITHM_VERSION, EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, load_workspace
@@ -456,7 +456,7 @@ class ModelCheck:
 
     name: str
     files: list[str] = field(default_factory=list)
-    comparison: Comparison = field(default_factory=Comparison)
+    comparison: ResultDiff = field(default_factory=ResultDiff)
     problems: list[str] = field(default_factory=list)
 
     @property

@@ -3,7 +3,7 @@ results store, or a computation — in that order.
 
 :class:`Evaluations` answers one workspace's requests (a full evaluation, the Compare page's
 staged one, a sweep, σ markers). The front end passes in what it owns: the process-wide
-:class:`~sde_core.viz.ui_support.ResultCache`, a callable returning the workspace's
+:class:`~sde_core.services.result_cache.ResultCache`, a callable returning the workspace's
 :class:`~sde_core.pipeline.evaluation.EvaluationSession` (the dashboard keeps one per workspace
 in its resource cache), and *runners* that wrap a computation with its progress display and
 Stop button — so this module never imports Streamlit. A runner returns None when the user
@@ -36,7 +36,7 @@ from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.sweeps import run_sweep, sigma_markers
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.evaluation import stored_models
-from sde_core.viz.ui_support import ResultCache
+from sde_core.services.result_cache import ResultCache
 
 __all__ = [
     "COMPARED_METRICS",

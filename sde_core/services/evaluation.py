@@ -27,6 +27,7 @@ import numpy as np
 
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import SettingsError
+from sde_core.families.registry import family_of_entry
 from sde_core.inputs.activations import ActivationCache
 from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name, parse_noise_layer, probe_noise
@@ -39,7 +40,7 @@ from sde_core.pipeline.model_inputs import entry_activations, entry_cached_layer
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, cache_path
-from sde_core.viz.ui_support import ResultCache
+from sde_core.services.result_cache import ResultCache
 
 __all__ = [
     "CHEAP_SECONDS",
@@ -176,7 +177,8 @@ def thumbnails(
         inputs = images
     entry = ws.model(model)
     level = parse_noise_layer(settings.layer)[1]
-    if level is not None:
+    views = family_of_entry(entry.arch, settings.layer).input_views
+    if "noisy and denoised images" in views and level is not None:
         return _denoiser_thumbnails(ws, bundle, settings, model, int(target), idx, level)
     probs = entry_activations(
         ws, entry, bundle, "train", "output", activation_cache(ws), indices=idx,

@@ -1,7 +1,7 @@
 """Checks of user-supplied files before anything loads them: names, sizes, suffixes, formats.
 
-:func:`inspect_checkpoint` tells what a checkpoint file is *without running any of its code*
-(it reads a safetensors header or a zip directory only), so a front end can ask the user to vouch
+:func:`inspect_upload` tells what an uploaded checkpoint is *without running any of its code*
+(it reads the zip directory only), so a front end can ask the user to vouch
 for a TorchScript archive or a full pickle before it is loaded.
 """
 
@@ -16,16 +16,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sde_core.errors import InputError
-from sde_core.pipeline.model_inputs import checkpoint_metadata
 
 __all__ = [
     "ACTIVATION_SUFFIXES",
     "MAX_UPLOAD_MB",
-    "CheckpointInfo",
+    "UploadInfo",
     "check_upload",
     "file_suffix",
     "guess_role",
-    "inspect_checkpoint",
     "inspect_upload",
     "safe_name",
 ]
@@ -87,13 +85,13 @@ def guess_role(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class CheckpointInfo:
-    """What a checkpoint file is, found without loading it.
+class UploadInfo:
+    """What an uploaded checkpoint is, found without loading it (a file on disk is described by
+    :class:`sde_core.inputs.checkpoint_files.CheckpointInfo`).
 
     Attributes:
         format: ``"safetensors"``, ``"torchscript"`` (runs code when loaded: needs trust),
-            ``"pickle"`` (``torch.save``; loaded with ``weights_only`` unless trusted) or
-            ``"hf-folder"`` (a Hugging Face model folder).
+            or ``"pickle"`` (``torch.save``; loaded with ``weights_only`` unless trusted).
         arch, arch_kwargs: the architecture recorded in a safetensors header (else None/{}).
     """
 
@@ -107,31 +105,12 @@ class CheckpointInfo:
         return self.format == "torchscript"
 
 
-def inspect_checkpoint(path: str | Path) -> CheckpointInfo:
-    """Identify a checkpoint file by its header or zip directory; nothing in it is executed.
-
-    Raises:
-        CheckpointError: a safetensors header that is corrupt or records malformed
-            ``arch_kwargs``.
-    """
-    path = Path(path)
-    if path.is_dir():  # a Hugging Face model folder: the loader checks what it would run
-        return CheckpointInfo("hf-folder", "hf")
-    if path.suffix == ".safetensors":
-        arch, kwargs = checkpoint_metadata(path)
-        return CheckpointInfo("safetensors", arch, dict(kwargs or {}))
-    try:
-        with open(path, "rb") as fh:
-            return CheckpointInfo(_zip_format(fh))
-    except OSError:
-        return CheckpointInfo("pickle")
-
-
-def inspect_upload(name: str, data: bytes) -> CheckpointInfo:
-    """:func:`inspect_checkpoint` for uploaded bytes (safetensors metadata is read on save)."""
+def inspect_upload(name: str, data: bytes) -> UploadInfo:
+    """What uploaded checkpoint bytes are, from their zip directory; nothing in them is executed
+    (safetensors metadata is read on save)."""
     if name.lower().endswith(".safetensors"):
-        return CheckpointInfo("safetensors")
-    return CheckpointInfo(_zip_format(io.BytesIO(data)))
+        return UploadInfo("safetensors")
+    return UploadInfo(_zip_format(io.BytesIO(data)))
 
 
 def _zip_format(fh: BinaryIO) -> str:

@@ -8,7 +8,9 @@ know about a workspace without importing the pipeline or the input layers themse
   a checkpoint or index file may have (:data:`CHECKPOINT_SUFFIXES`, :data:`INDEX_SUFFIXES`);
 - :func:`load_bundle` (its dataset), :func:`content_hash` (what a link and the results store
   are keyed by), :func:`layer_listing_key` / :func:`model_layer_infos` (a model's layers) and
-  :func:`checkpoint_fractions` (a model's training checkpoints).
+  :func:`checkpoint_fractions` (a model's training checkpoints);
+- :func:`weak_layer_advice`: what to try when a layer does not separate, in the words of the
+  model's family (:mod:`sde_core.families`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sde_core.common.hashing import file_sha256, stable_hash
+from sde_core.families.registry import family_of_entry
 from sde_core.inputs.activations import LayerInfo
 from sde_core.inputs.architectures import ARCHITECTURES
 from sde_core.inputs.checkpoint_files import CHECKPOINT_SUFFIXES
@@ -53,6 +56,7 @@ __all__ = [
     "load_workspace",
     "model_layer_infos",
     "validate_workspace",
+    "weak_layer_advice",
 ]
 
 
@@ -85,3 +89,11 @@ def checkpoint_fractions(ws: Workspace, model: str) -> list[float]:
     """The fractions of training at which ``model`` has a checkpoint, sorted (1.0 is the final
     one; 0.0 when it records its initial weights)."""
     return available_fractions(ws.model(model))
+
+
+def weak_layer_advice(ws: Workspace, model: str, layer: str) -> str:
+    """What to try when the paper's reference test does not separate at ``layer`` of
+    ``model``: its family's advice (the softmax ``output`` hint is a classifier's)."""
+    family = family_of_entry(ws.model(model).arch, layer)
+    at_strongest = layer == family.advice["strongest_layer"]
+    return family.advice["weak_output" if at_strongest else "weak_layer"]

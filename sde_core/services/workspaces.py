@@ -29,6 +29,7 @@ from sde_core.common.hashing import file_sha256
 from sde_core.common.paths import check_path_text, env_roots, resolve_in_roots
 from sde_core.common.staging import Staging
 from sde_core.errors import CheckpointError, DataError, SDEError, SettingsError, WorkspaceError
+from sde_core.families.registry import folder_family
 from sde_core.inputs.checkpoint_files import CHECKPOINT_SUFFIXES
 from sde_core.inputs.indices import INDEX_SUFFIXES
 from sde_core.pipeline.settings import EvalSettings
@@ -455,18 +456,6 @@ def _pin_arch_file(ws: Workspace, arch: str, trusted: bool, base: Path) -> _Arch
     return _ArchFile(file_arch_string(file, parsed.class_name, digest), record, code)
 
 
-#: The language-model route's ``--arch`` (a transformers model folder; issue 26).
-_HF_ARCH = "hf"
-
-
-def _is_transformers_folder(folder: Path) -> bool:
-    """Whether a folder holds a Hugging Face ``transformers`` model (``config.json`` + weights),
-    as ``save_pretrained`` / ``trainer.save_model`` write it."""
-    if not (folder / "config.json").is_file():
-        return False
-    return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
-
-
 def _model_kind(arch: str, info: Any, class_name: str) -> str:
     """How the added model was built, for the user: its architecture, or what the file held."""
     if arch:
@@ -630,8 +619,8 @@ def add_model(
     }
     for key, file in files.items():
         if file is not None and file.is_dir():
-            if key == "checkpoint" and (spec.arch == _HF_ARCH or _is_transformers_folder(file)):
-                continue  # a Hugging Face model folder: the language-model route (arch hf)
+            if key == "checkpoint" and folder_family(spec.arch, file) is not None:
+                continue  # a model folder (a Hugging Face one: the language-model route, arch hf)
             raise WorkspaceError(f"{key} {file} is a folder: give the file inside it")
         if file is not None and not file.is_file():
             raise WorkspaceError(f"{key} file {file} does not exist: check the path")

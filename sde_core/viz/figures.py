@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -57,6 +58,7 @@ __all__ = [
     "figure_to_image",
     "find_chromium",
     "hsic_histogram",
+    "metric_label",
     "model_styles",
     "panel_figure",
     "plotly_config",
@@ -64,6 +66,7 @@ __all__ = [
     "spread_figure",
     "sweep_figure",
     "target_overlay",
+    "with_metric_label",
 ]
 
 #: Okabe–Ito colours by meaning.
@@ -129,6 +132,21 @@ def _metric(metric: str) -> Metric:
     if metric not in METRICS:
         raise SettingsError(f"unknown metric {metric!r}; choose one of {sorted(METRICS)}")
     return METRICS[metric]
+
+
+def metric_label(metric: str) -> str:
+    """The display name of a metric of the metric table (``"calibrated_otr"`` → its label).
+
+    Raises:
+        SettingsError: not a metric of the table (the message lists them).
+    """
+    return _metric(metric).label
+
+
+def with_metric_label(text: str, metric: str) -> str:
+    """``text``, a message stored with a metric's key (``"ft's calibrated_otr is withheld"``),
+    with that key, where it stands as a word, replaced by the metric's display name."""
+    return re.sub(rf"\b{re.escape(metric)}\b", metric_label(metric), text)
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, **extra: Any) -> go.Figure:

@@ -1,4 +1,4 @@
-"""Small UI-free helpers of the dashboard: tables, parsers, a result cache.
+"""Small UI-free helpers of the dashboard: tables and parsers.
 
 Nothing here imports Streamlit, so the checks are testable on their own and reusable by any
 front end. Every rejection raises :class:`~sde_core.errors.InputError` (an
@@ -11,9 +11,7 @@ they are re-exported here for the pages that import them from this module.
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -28,9 +26,8 @@ from sde_core.viz.formatting import format_estimate, records
 from sde_core.viz.verdicts import estimate_text, over_unlearning_text, verdict_label
 
 __all__ = [
-    "ResultCache",
     "comparison_display",
-    "comparison_table",
+    "layer_comparison_table",
     "parse_int_values",
     "parse_sigma_values",
     "problems_by_field",
@@ -117,7 +114,7 @@ def _per_layer_columns() -> list[tuple[str, str]]:
             ("draws", "draws")]  # fmt: skip
 
 
-def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+def layer_comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per model: Acc_r/f/te and ASR (%), then OTR (with its 95% interval), calibrated
     OTR, F1, dependence score, reference validity and the verdict per layer, then the time in
     seconds.
@@ -161,9 +158,9 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
     0.77]"`` (F1, dependence score; value and 95% interval over the draws, method §12),
     ``"withheld"`` when the gate withholds it (the ``why inconclusive`` column says why), then
     the accuracies, ASR (%) and time, which stay numbers. The numeric table (for CSV export,
-    rates in [0, 1]) is :func:`comparison_table`.
+    rates in [0, 1]) is :func:`layer_comparison_table`.
     """
-    table = comparison_table(models_by_layer)
+    table = layer_comparison_table(models_by_layer)
     out = table[["name", "role"]].copy()
     for layer, models in models_by_layer.items():
         rows = records(models.set_index("name").loc[table["name"]].reset_index())
@@ -183,32 +180,3 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
     ]
     out["time (s)"] = table["time (s)"].to_numpy()
     return out
-
-
-class ResultCache:
-    """A small thread-safe LRU mapping, for evaluation results keyed by content hashes.
-
-    Args:
-        max_entries: entries kept; the least recently used is dropped first.
-    """
-
-    def __init__(self, max_entries: int = 64) -> None:
-        self.max_entries = max_entries
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Any | None:
-        """The value stored under ``key`` (marked as recently used), or None."""
-        with self._lock:
-            if key not in self._items:
-                return None
-            self._items.move_to_end(key)
-            return self._items[key]
-
-    def put(self, key: Hashable, value: Any) -> None:
-        """Store ``value`` under ``key``, dropping the oldest entries beyond the limit."""
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)

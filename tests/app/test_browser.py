@@ -42,6 +42,8 @@ from sde_core.pipeline.workspace import load_workspace
 from sde_core.viz.formatting import format_estimate, format_number, format_percent
 from sde_core.viz.report import REPORT_SECTIONS
 
+pytestmark = pytest.mark.slow  # a real Chromium against real servers
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 CHROMIUM_ARGS = [

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.workspaces import MLP_KWARGS, make_workspace
 from streamlit.testing.v1 import AppTest
-from test_workspace import MLP_KWARGS, make_workspace
 
 from sde_core.inputs.architectures import build_model
 from sde_core.pipeline.workspace import load_workspace

@@ -195,7 +195,7 @@ def test_dataset_tables(scratch: Path, values: dict):
 @pytest.fixture(scope="module")
 def skeleton(scratch: Path) -> tuple[Path, dict]:
     """A valid workspace folder (one model) and its TOML document."""
-    from test_workspace import make_workspace
+    from helpers.workspaces import make_workspace
 
     from sde_core.pipeline.workspace import write_workspace
 

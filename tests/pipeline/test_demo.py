@@ -136,6 +136,7 @@ def test_workspace_hash_does_not_depend_on_location(dataset, tmp_path):
     )
 
 
+@pytest.mark.slow  # builds a demo
 def test_tiny_build_is_valid_deterministic_and_resumable(tmp_path):
     """Two builds agree file for file; a rerun reuses every model; a lost file is rebuilt."""
     recipe = _tiny_recipe()

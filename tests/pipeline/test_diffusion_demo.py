@@ -46,6 +46,7 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow  # builds a demo
 def test_tiny_diffusion_build(source, tmp_path):
     recipe = diffusion_recipe(train_size=60, test_size=50, epochs=1, method_epochs=1,
                               subset_size=8, channels=(4, 8))  # fmt: skip

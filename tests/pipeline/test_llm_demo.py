@@ -52,6 +52,7 @@ def test_facts_corpus_is_seeded_and_held_out_words_occur_in_training() -> None:
     assert words["test"] <= words["train"]
 
 
+@pytest.mark.slow  # builds a demo
 def test_build_on_a_tiny_recipe(tmp_path: Path) -> None:
     recipe = replace(
         FactsRecipe(train_authors=12, test_authors=8),

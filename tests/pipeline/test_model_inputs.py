@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.workspaces import MLP_KWARGS, N_TRAIN, make_workspace
 from safetensors.torch import save_file
-from test_workspace import MLP_KWARGS, N_TRAIN, make_workspace
 
 from sde_core.errors import ActivationError, CheckpointError, WorkspaceError
 from sde_core.inputs import activations

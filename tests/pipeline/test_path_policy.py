@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.workspaces import make_workspace
 from streamlit.testing.v1 import AppTest
-from test_workspace import make_workspace
 
 from sde_core.cli import main
 from sde_core.common.paths import allowed_roots, env_roots, resolve_in_roots

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from test_workspace import N_TRAIN
+from helpers.workspaces import N_TRAIN
 
 from sde_core.cli import main
 from sde_core.errors import CheckpointError, DataError, InputError, WorkspaceError

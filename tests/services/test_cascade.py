@@ -26,8 +26,8 @@ from sde_core.services.evaluation import (
     priced_layers,
     runs_without_asking,
 )
+from sde_core.services.result_cache import ResultCache
 from sde_core.services.workspace_info import content_hash, load_bundle
-from sde_core.viz.ui_support import ResultCache
 
 SETTINGS = TINY_DEFAULTS
 

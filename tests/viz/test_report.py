@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import numpy as np
 import pandas as pd
 import pytest
-from test_figures import synthetic_result
+from helpers.results import synthetic_result
 
 from sde_core import __version__
 from sde_core.errors import SettingsError

@@ -52,10 +52,10 @@ def _write_manifest(job: PlanJob, work: Path, info: Mapping[str, Any]) -> None:
 
 def _accuracy(model: Any, dataset: Any, device: str) -> float:
     """Top-1 accuracy in %; NaN for a denoiser (it has no classes, method §14)."""
-    from sde_core.inputs.denoisers import is_denoiser
+    from sde_core.families.registry import family_of
     from sde_core.learning.metrics import accuracy_from_probs, predict_probs
 
-    if is_denoiser(model):
+    if not family_of(model).has_class_outputs:
         return math.nan
     probs, labels = predict_probs(model, dataset, device=device)
     return accuracy_from_probs(probs, labels)

@@ -1,0 +1,71 @@
+"""The causal language-model family: a Hugging Face ``transformers`` model folder (issue 26).
+
+Detected from the ``arch`` of its route (``"hf"``), from the loaded wrapper
+(:class:`~sde_core.inputs.hf_models.HFHiddenStates` carries that ``arch``) or from a folder
+that ``save_pretrained`` wrote (``config.json`` and weights). Its layers are the pooled hidden
+states ``embeddings``, ``layer.<i>``, ``final`` (the wrapper's ``sde_layer_refs``); it trains
+with the next-token negative log-likelihood and is unlearned by the ``llm_*`` methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sde_core.families.base import BehaviourMeasure
+
+__all__ = ["CAUSAL_LM", "CausalLMFamily"]
+
+
+@dataclass(frozen=True)
+class CausalLMFamily:
+    """The causal language-model family (see :class:`sde_core.families.base.Family`)."""
+
+    name: str = "causal_lm"
+    label: str = "causal language model"
+    #: the workspace ``arch`` of a Hugging Face model folder
+    arch: str | None = "hf"
+    probes_at_noise_levels: bool = False
+    has_class_outputs: bool = False
+    output_aliases: Mapping[str, str] | None = None  # the wrapper's own sde_layer_refs
+    objective: str = "next_token_nll"
+    objective_by: str = "sde_core.learning.llm_unlearning.causal_lm_losses"
+    methods: frozenset[str] | None = frozenset({"llm_retrain", "llm_ga", "llm_gd", "llm_npo"})
+    refusals: Mapping[str, str] = field(default_factory=dict)
+    behaviour: tuple[BehaviourMeasure, ...] = (
+        BehaviourMeasure(
+            "token_loss", "mean next-token loss per text on D_f and D_te (nats per token)",
+            "sde_core.learning.llm_unlearning.causal_lm_losses",
+        ),
+        BehaviourMeasure(
+            "likelihood_attack", "AUC of the loss-threshold membership attack on D_f vs D_te",
+            "sde_core.pipeline.llm_demo.loss_mia_auc",
+            pending="computed by the facts demo only; in evaluations a later issue",
+        ),
+    )  # fmt: skip
+    input_views: tuple[str, ...] = ("texts",)
+    advice: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "weak_layer": "Try another layer (a middle `layer.<i>` or `final`), another σ, a "
+            "larger subset size n or more splits K.",
+            "weak_output": "Try another layer (a middle `layer.<i>`), another σ, a larger "
+            "subset size n or more splits K.",
+            "strongest_layer": "final",
+        }
+    )
+
+    def detects(self, model: object) -> bool:
+        """Whether ``model`` is a loaded model folder (it carries this family's ``arch``)."""
+        return getattr(model, "sde_arch", None) == self.arch
+
+    def detects_folder(self, folder: Path) -> bool:
+        """Whether a folder holds a ``transformers`` model (``config.json`` + weights), as
+        ``save_pretrained`` / ``trainer.save_model`` write it."""
+        if not (folder / "config.json").is_file():
+            return False
+        return any(folder.glob("*.safetensors")) or any(folder.glob("pytorch_model*.bin"))
+
+
+#: The causal language-model family.
+CAUSAL_LM = CausalLMFamily()

@@ -1,0 +1,195 @@
+"""The bundled demos in one table: one call builds any of them, one result type reports it.
+
+:data:`DEMOS` maps each ``demo build --dataset`` name to its :class:`Demo`: the folder under
+``assets/`` and a builder with the one signature :data:`DemoBuilder`, returning a
+:class:`DemoResult` (what was built, the lines to show, whether the demo's acceptance checks
+passed). The builders are thin adapters over the demos' own modules, which hold the recipes:
+:func:`sde_core.pipeline.demo.build_demo` (Fashion-MNIST and mnist1d classifiers, method §11),
+:func:`sde_core.pipeline.demo_diffusion.build_diffusion_demo` (an EDM denoiser, method §14) and
+:func:`sde_core.pipeline.llm_demo.build_facts_demo` (a small GPT-2 on fictitious facts). Adding
+a demo: its module, one adapter here and one line in :data:`DEMOS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sde_core.errors import SettingsError
+from sde_core.pipeline.demo import DEMO_DATASETS, DEMO_FOLDERS
+from sde_core.pipeline.demo_diffusion import DIFFUSION_DEMOS
+from sde_core.pipeline.llm_demo import FACTS_DATASET, default_facts_folder
+
+__all__ = ["DEMOS", "Demo", "DemoBuilder", "DemoResult", "build_named_demo"]
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What building a demo did.
+
+    Attributes:
+        folder: the workspace folder. workspace_hash: its content hash.
+        total_seconds: the whole build. store: the results store (None without one).
+        summary: the lines the command line prints after the build.
+        passed: the demo's acceptance checks passed (True for a demo without checks).
+        report: the builder's own report (a ``BuildReport`` or ``FactsReport``).
+    """
+
+    folder: Path
+    workspace_hash: str
+    total_seconds: float
+    store: Path | None
+    summary: tuple[str, ...] = ()
+    passed: bool = True
+    report: Any = field(default=None, compare=False, repr=False)
+
+
+#: ``builder(name, out, seed=, source=, store=, log=)``: ``out`` None builds in the demo's
+#: folder under ``assets/``; ``source`` is the raw data folder where the demo has one.
+DemoBuilder = Callable[..., DemoResult]
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One bundled demo: its ``--dataset`` name, folder under ``assets/`` and builder."""
+
+    name: str
+    folder: str
+    build: DemoBuilder
+
+
+def _built_line(report: Any) -> str:
+    return (
+        f"built {report.folder}: {len(report.built)} model(s) produced, "
+        f"{len(report.skipped)} reused, workspace hash {report.workspace_hash[:16]}, "
+        f"{report.total_seconds:.1f}s in all"
+    )
+
+
+def _classifier_demo(
+    name: str,
+    out: str | Path | None,
+    *,
+    seed: int = 0,
+    source: str | Path | None = None,
+    store: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> DemoResult:
+    """The Fashion-MNIST or mnist1d classifier demo, with its method §11 acceptance checks."""
+    from sde_core.pipeline.demo import (
+        acceptance_checks,
+        build_demo,
+        default_demo_folder,
+        demo_recipe,
+    )
+    from sde_core.pipeline.store import ResultsStore
+
+    folder = Path(out) if out else default_demo_folder(name)
+    report = build_demo(demo_recipe(name, seed=seed), folder, source=source, store=store, log=log)
+    lines = [_built_line(report)]
+    passed = True
+    if report.store is not None:
+        with ResultsStore(report.store) as st:
+            run_id = int(st.list_runs()["id"].iloc[-1])
+            checks = acceptance_checks(st.rows(run_id, "models"))
+        lines += [str(check) for check in checks]
+        passed = all(check.passed for check in checks)
+    return DemoResult(
+        report.folder, report.workspace_hash, report.total_seconds, report.store,
+        tuple(lines), passed, report,
+    )  # fmt: skip
+
+
+def _diffusion_demo(
+    name: str,
+    out: str | Path | None,
+    *,
+    seed: int = 0,
+    source: str | Path | None = None,
+    store: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> DemoResult:
+    """The diffusion demo, with its denoising-loss table."""
+    from sde_core.pipeline.demo_diffusion import (
+        build_diffusion_demo,
+        default_diffusion_folder,
+        diffusion_recipe,
+    )
+
+    folder = Path(out) if out else default_diffusion_folder(name)
+    report, rows = build_diffusion_demo(
+        diffusion_recipe(name, seed=seed), folder, source=source, store=store, log=log
+    )
+    lines = [
+        _built_line(report),
+        "denoising loss D_f / D_r / D_te, gap = (D_te − D_f) / D_te; paired with the "
+        "retrained model on D_f and on D_te (± standard error):",
+        *(
+            f"  {r.model:<13} σ_t={r.noise_level:<5g} {r.forget:.5f} / {r.retain:.5f} / "
+            f"{r.test:.5f}  gap {r.gap:+.4f}  paired D_f {r.paired_forget:+.4f} "
+            f"± {r.paired_forget_se:.4f}, D_te {r.paired_test:+.4f} "
+            f"± {r.paired_test_se:.4f}"
+            for r in rows
+        ),
+    ]
+    return DemoResult(
+        report.folder, report.workspace_hash, report.total_seconds, report.store, tuple(lines),
+        report=(report, rows),
+    )  # fmt: skip
+
+
+def _facts_demo(
+    name: str,
+    out: str | Path | None,
+    *,
+    seed: int = 0,
+    source: str | Path | None = None,
+    store: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> DemoResult:
+    """The language-model demo (its corpus is generated: ``source`` is not used)."""
+    from sde_core.pipeline.llm_demo import FactsRecipe, build_facts_demo
+
+    report = build_facts_demo(
+        Path(out) if out else default_facts_folder(), FactsRecipe(seed=seed), store=store, log=log
+    )
+    line = (
+        f"built {report.folder} in {report.total_seconds:.0f}s ("
+        + ", ".join(f"{k} {v:.0f}s" for k, v in report.seconds.items())
+        + f"); workspace hash {report.workspace_hash[:16]}"
+    )
+    return DemoResult(
+        report.folder, report.workspace_hash, report.total_seconds, report.store, (line,),
+        report=report,
+    )  # fmt: skip
+
+
+#: Every bundled demo by its ``demo build --dataset`` name; the first is the default demo.
+DEMOS: dict[str, Demo] = {
+    **{name: Demo(name, DEMO_FOLDERS[name], _classifier_demo) for name in DEMO_DATASETS},
+    **{name: Demo(name, folder, _diffusion_demo) for name, folder in DIFFUSION_DEMOS.items()},
+    FACTS_DATASET: Demo(FACTS_DATASET, default_facts_folder().name, _facts_demo),
+}
+
+
+def build_named_demo(
+    name: str,
+    out: str | Path | None = None,
+    *,
+    seed: int = 0,
+    source: str | Path | None = None,
+    store: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> DemoResult:
+    """Build (or finish building) the demo called ``name`` (a key of :data:`DEMOS`).
+
+    Raises:
+        SettingsError: no demo has that name (the message lists them).
+        SDEError: the demo's own errors (missing source data, an invalid result).
+    """
+    demo = DEMOS.get(name)
+    if demo is None:
+        raise SettingsError(f"no demo {name!r}; choose one of {', '.join(DEMOS)}")
+    return demo.build(name, out, seed=seed, source=source, store=store, log=log)
