@@ -1,6 +1,9 @@
 """Explore page: one model at one layer — verdict, histograms, decisions, calibrated panel.
 
-Progressive: the workspace's :class:`~sde_core.services.cascade.EvaluationSession` streams
+A view the workspace's results store holds (the shipped demos: their defaults) is read back
+(:meth:`~sde_core.services.cascade.Evaluations.stored`): no session is opened, no activation
+extracted, no HSIC computed. Otherwise it is progressive: the workspace's
+:class:`~sde_core.services.cascade.EvaluationSession` streams
 the evaluation stage by stage (method §12), so the first histogram (draw 1's references and
 targets) appears before the other draws, the controls and the null check; a progress bar and a
 Stop button follow it. Stop keeps what finished (shown with "stopped after k of B draws");
@@ -366,8 +369,9 @@ def provisional_line(result: EvaluationResult, model: str, settings: EvalSetting
 
 
 def _milestone(part: PartialEvaluation, previous: PartialEvaluation | None) -> bool:
-    """Redraw after the first step, when a stage ends and when a model completes — a handful
-    of redraws per evaluation, not one per draw (the progress bar moves at every step)."""
+    """A step after which the live view may be redrawn: the first, and each end of a stage or
+    of a model (``progressive`` also throttles these to one per ``REDRAW_SECONDS``, and always
+    draws the first finished draw, marked provisional; the progress bar moves at every step)."""
     if previous is None or previous.model != part.model:
         return True
     return part.complete or part.stage != previous.stage
