@@ -27,7 +27,7 @@ $(TEST_STAMP): $(RUN_STAMP) requirements-dev.txt
 	touch $@
 
 run: $(RUN_STAMP)
-	$(BIN)/streamlit run app.py
+	$(BIN)/python serve.py
 
 test: lint browser-setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -47,8 +47,16 @@ from sde_core.services.cascade import (
     PartialEvaluation,
     Progress,
     StagedWork,
+    process_cache,
 )
-from sde_core.services.evaluation import confirmation_token, priced_layers, runs_without_asking
+from sde_core.services.evaluation import (
+    Thumbnails,
+    confirmation_token,
+    priced_layers,
+    runs_without_asking,
+    thumbnails,
+    thumbnails_key,
+)
 from sde_core.services.result_cache import ResultCache
 from sde_core.services.view_state import (
     NUMBER_WIDGETS,
@@ -322,6 +330,21 @@ def dataset_bundle(ws: Workspace) -> DatasetBundle:
     return _bundle(str(ws.root), stable_hash(ws.dataset), ws)
 
 
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _thumbnails(ws_key: str, model: str, target: int, count: int, settings_key: str,
+                _ws: Workspace, _settings: EvalSettings) -> Thumbnails | None:  # fmt: skip
+    return thumbnails(_ws, dataset_bundle(_ws), _settings, model, target, count)
+
+
+def cached_thumbnails(
+    ws: Workspace, settings: EvalSettings, model: str, target: int, count: int
+) -> Thumbnails | None:
+    """:func:`~sde_core.services.evaluation.thumbnails`, kept per workspace, model, target and
+    the settings they depend on (a σ, bins or α change reuses them: no model is run)."""
+    return _thumbnails(workspace_key(ws), model, int(target), int(count),
+                       thumbnails_key(settings), ws, settings)  # fmt: skip
+
+
 def workspace_key(ws: Workspace) -> str:
     """Content hash of the workspace (data fingerprint, forget set, checkpoint hashes)."""
     return content_hash(ws, dataset_bundle(ws))
@@ -479,10 +502,10 @@ def current_settings(ws: Workspace, **overrides: Any) -> EvalSettings:
 # and the progress displays, Stop buttons and confirmations around them.
 
 
-@st.cache_resource
 def shared_cache() -> ResultCache:
-    """The process-wide LRU of results, keyed by content hashes (workspace, settings, …)."""
-    return ResultCache(max_entries=64)
+    """The process-wide LRU of results, keyed by content hashes (workspace, settings, …); the
+    server's launcher (``serve.py``) fills it with the default workspace's stored results."""
+    return process_cache()
 
 
 @st.cache_resource(show_spinner="Opening the workspace for interactive evaluation…",

@@ -1,6 +1,9 @@
 """Explore page: one model at one layer — verdict, histograms, decisions, calibrated panel.
 
-Progressive: the workspace's :class:`~sde_core.services.cascade.EvaluationSession` streams
+A view the workspace's results store holds (the shipped demos: their defaults) is read back
+(:meth:`~sde_core.services.cascade.Evaluations.stored`): no session is opened, no activation
+extracted, no HSIC computed. Otherwise it is progressive: the workspace's
+:class:`~sde_core.services.cascade.EvaluationSession` streams
 the evaluation stage by stage (method §12), so the first histogram (draw 1's references and
 targets) appears before the other draws, the controls and the null check; a progress bar and a
 Stop button follow it. Stop keeps what finished (shown with "stopped after k of B draws");
@@ -23,6 +26,7 @@ from pages._common import (
     STOP_KEY,
     begin_page,
     bound,
+    cached_thumbnails,
     current_settings,
     current_workspace,
     dataset_bundle,
@@ -48,7 +52,7 @@ from sde_core.services.cascade import (
     EvaluationResult,
     PartialEvaluation,
 )
-from sde_core.services.evaluation import progress_note, session_result, target_texts, thumbnails
+from sde_core.services.evaluation import progress_note, session_result, target_texts
 from sde_core.services.view_state import ExploreView, restrict
 from sde_core.services.workspace_info import Workspace, weak_layer_advice
 from sde_core.viz.figures import (
@@ -64,6 +68,9 @@ from sde_core.viz.verdicts import null_check_readings, over_unlearning_meaning
 THUMBNAILS = 16
 #: An evaluation that finishes within this many seconds shows no progress box and no redraws.
 QUIET_SECONDS = 0.5
+#: Later redraws of a streaming evaluation come at most this often (each costs the page's
+#: charts: a redraw per step made a change several times slower than the library).
+REDRAW_SECONDS = 2.0
 #: Session key of the evaluation in progress: ``(key, {model: PartialEvaluation})``.
 PARTIAL_KEY = "x_partial"
 #: Verdict counts of the calibrated test (the ones a result has are shown).
@@ -300,7 +307,7 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
     """Inputs of one target subset with the model's predictions (images, or 1-D signals drawn
     as curves), or texts."""
     bundle = dataset_bundle(ws)
-    strip = thumbnails(ws, bundle, settings, model, target, THUMBNAILS)
+    strip = cached_thumbnails(ws, settings, model, target, THUMBNAILS)
     if strip is None:
         samples = target_texts(ws, bundle, settings, target, THUMBNAILS)
         if samples is not None:
@@ -345,9 +352,19 @@ def show(result: EvaluationResult, model: str, control: str | None, pick: int | 
         negative_control(result, model, control, tag)
 
 
+def provisional_line(result: EvaluationResult, model: str, settings: EvalSettings) -> str:
+    """The one marker of a streamed, unfinished result: how many draws it covers so far."""
+    rows = result.models.set_index("name")
+    k = int(rows.loc[model, "draws"]) if model in rows.index else 0
+    of = f"up to {settings.max_draws}" if settings.precision > 0 else str(settings.draws)
+    return (f"**Provisional: draw {k} of {of}.** The numbers below change as the remaining "
+            "draws and stages stream in.")  # fmt: skip
+
+
 def _milestone(part: PartialEvaluation, previous: PartialEvaluation | None) -> bool:
-    """Redraw after the first step, when a stage ends and when a model completes — a handful
-    of redraws per evaluation, not one per draw (the progress bar moves at every step)."""
+    """A step after which the live view may be redrawn: the first, and each end of a stage or
+    of a model (``progressive`` also throttles these to one per ``REDRAW_SECONDS``, and always
+    draws the first finished draw, marked provisional; the progress bar moves at every step)."""
     if previous is None or previous.model != part.model:
         return True
     return part.complete or part.stage != previous.stage
@@ -373,16 +390,23 @@ def progressive(
     """
     try:
         source = evaluations(ws)
-        session = source.session()
     except SDEError as exc:
         st.error(f"Cannot evaluate this workspace: {exc}")
         return None
     ws_hash = source.workspace_hash
     key = source.key("explore", settings, tuple(names))
     done = source.cached("explore", settings, tuple(names))
+    if done is None:  # a view the results store holds: read back, nothing computed
+        with guarded("Cannot read the stored results (they are computed instead)"):
+            done = source.stored(settings, names)
     if done is not None:
         show(done, model, control, pick, "")
         return done
+    try:
+        session = source.session()
+    except SDEError as exc:
+        st.error(f"Cannot evaluate this workspace: {exc}")
+        return None
     saved = st.session_state.get(PARTIAL_KEY)
     parts: dict[str, PartialEvaluation] = dict(saved[1]) if saved and saved[0] == key else {}
     if st.session_state.get(STOP_KEY):
@@ -395,6 +419,8 @@ def progressive(
     bar: Any = None
     start = time.perf_counter()
     previous: PartialEvaluation | None = None
+    drawn = start  # when the live view was last redrawn
+    shown_draw = False  # whether it has shown a finished draw (references and panels)
     parts = {}
     try:
         for i, part in enumerate(session.stream(names, settings, stages=EXPLORE_STAGES)):
@@ -409,12 +435,24 @@ def progressive(
                 box.button("Stop", on_click=_request_stop, key="x_stop")
             if bar is not None:
                 bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
-                if part.model == model and (first or _milestone(part, previous)):
+                now = time.perf_counter()
+                if (
+                    part.model == model
+                    and not part.complete
+                    and (
+                        first
+                        or (part.stage == "panels" and not shown_draw)
+                        or (_milestone(part, previous) and now - drawn >= REDRAW_SECONDS)
+                    )
+                ):
                     partial = session_result(
                         ws_hash, settings, [p.evaluation() for p in parts.values()]
                     )
                     with live.container():
+                        st.info(provisional_line(partial, model, settings))
                         show(partial, model, control, pick, f"_live{i}")
+                    drawn = time.perf_counter()
+                    shown_draw = shown_draw or part.stage == "panels"
             previous = part
             if st.session_state.get(STOP_KEY):
                 break

@@ -172,7 +172,7 @@ def test_the_library_never_imports_the_ui() -> None:
 
 
 #: Where imports of library names are checked (every Python file of the repository but .venv).
-IMPORTERS = ("sde_core", "pages", "tests", "bench", "reproduction", "app.py")
+IMPORTERS = ("sde_core", "pages", "tests", "bench", "reproduction", "app.py", "serve.py")
 #: The dashboard's facades (docs/architecture.md, "One import path per name"): the only modules
 #: that re-export names, each a pipeline or inputs name a page needs, for the pages and app.py
 #: only; library code, tests and scripts import those names from their defining modules.

@@ -115,7 +115,12 @@ def _print_table(result: Any) -> None:
         target = row.get("precision_target", float("nan"))
         if target == target:  # a precision design (method §15)
             half = row["precision_half_width"]
-            state = "budget spent" if row["draws"] < row["draws_needed"] else "reached"
+            if row["draws"] < row["draws_needed"]:
+                state = "not reached (budget spent)"
+            elif not half <= target:  # the pilot underestimated the spread (method §15)
+                state = "not reached"
+            else:
+                state = "reached"
             print(
                 f"{row['name']}: precision ±{target:g} {state} — widest half-width "
                 f"{half:.3f} after {row['draws']} draws (the pilot asked for "

@@ -256,8 +256,8 @@ class _Capture:
 
 
 def torch_device(device: object) -> torch.device:
-    """The torch device named ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``), after
-    checking that this machine has it.
+    """The torch device named ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``;
+    ``"auto"``: CUDA when available, else the CPU), after checking that this machine has it.
 
     Raises:
         ActivationError: another name (e.g. ``"meta"``, which holds no data, or ``""``), or a
@@ -265,10 +265,12 @@ def torch_device(device: object) -> torch.device:
     """
     if isinstance(device, torch.device):
         device = str(device)
+    if isinstance(device, str) and device.strip() == "auto":  # a CUDA GPU when there is one
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if not isinstance(device, str) or not _DEVICE_NAME.fullmatch(device.strip()):
         raise ActivationError(
-            f"device {str(device)[:40]!r} is not a compute device: use 'cpu', 'cuda', 'cuda:N' "
-            "or 'mps'"
+            f"device {str(device)[:40]!r} is not a compute device: use 'auto', 'cpu', 'cuda', "
+            "'cuda:N' or 'mps'"
         )
     dev = torch.device(device.strip())
     if dev.type == "cuda":

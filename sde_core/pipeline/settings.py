@@ -43,7 +43,7 @@ __all__ = [
 ALGORITHM_VERSION = 5
 #: Device names a setting may hold (whether this machine has the device is checked where the
 #: device is used, and by ``workspace validate``).
-_DEVICE = re.compile(r"cpu|cuda(:[0-9]{1,3})?|mps")
+_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]{1,3})?|mps")
 
 #: Noise levels σ_t (in the units of the data: images in [−1, 1]) at which a denoiser's layers are
 #: offered (``denoised@0.5``, ``block2@0.5``; method §14). The noise level of an evaluation is
@@ -159,8 +159,8 @@ class Setting:
             return bool(value)
         if not isinstance(value, str) or not _DEVICE.fullmatch(value):
             raise SettingsError(
-                f"{name} {str(value)[:40]!r} is not a compute device: use 'cpu', 'cuda', "
-                "'cuda:N' or 'mps'"
+                f"{name} {str(value)[:40]!r} is not a compute device: use 'auto', 'cpu', "
+                "'cuda', 'cuda:N' or 'mps'"
             )
         return value
 
@@ -215,7 +215,9 @@ class EvalSettings:
         baseline_targets: controlled subsets (half in, half out) scored by the MMD/W2 baselines;
             0 switches the baselines off (exact W2 is O(n³) per subset).
         pool: global-average-pool 4-D activations.
-        device: ``"cpu"`` or a torch device for extraction and the HSIC engine.
+        device: ``"cpu"`` or a torch device for extraction and the HSIC engine; ``"auto"``: a
+            CUDA GPU when torch sees one (the HSIC stage then runs the torch kernel, results
+            equivalent to the CPU engine's under method §13), else the CPU.
         precision: W, the requested half-width of the headline intervals (method §15); 0 (the
             default) keeps the fixed design of ``draws`` draws. With W > 0 a pilot of
             ``pilot_draws`` draws fixes how many draws reach W (Stein's two-stage design), each
@@ -392,7 +394,9 @@ SETTINGS: tuple[Setting, ...] = (
         1, "bool", "--token-pooling", cli_words=(("mean", True), ("last", False)),
     ),
     Setting(
-        "device", "device", "Where activations and HSIC are computed (cpu or a GPU).",
+        "device", "device",
+        "Where activations and HSIC are computed: cpu, a GPU (cuda, cuda:N, mps) or auto (a CUDA "
+        "GPU when one is available, else the CPU).",
         2, "device", "--device",
     ),
 )  # fmt: skip

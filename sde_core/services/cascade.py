@@ -29,7 +29,11 @@ from sde_core.pipeline.evaluation.session import (
     EXPLORE_STAGES,
     EvaluationSession,
 )
-from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
+from sde_core.pipeline.evaluation.workspace_run import (
+    EvaluationResult,
+    evaluate_workspace,
+    stored_result,
+)
 from sde_core.pipeline.model_inputs import Progress
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
@@ -56,6 +60,9 @@ __all__ = [
     "forecast_models",
     "forecast_sentence",
     "open_results_store",
+    "process_cache",
+    "slice_result",
+    "warm_workspace",
 ]
 
 #: ``runner(work)``: run ``work(progress)`` with a progress display; its result, or None when
@@ -68,13 +75,80 @@ StagedWork = Callable[[Callable[[PartialEvaluation], None], Callable[[], bool]],
 StagedRunner = Callable[[StagedWork], EvaluationResult | None]
 
 
-def open_results_store(ws: Workspace) -> ResultsStore:
-    """The workspace's results store (in its cache folder).
+#: The process's result cache: one per server, shared by every browser session, and filled by
+#: :func:`warm_workspace` before the first visitor arrives.
+_PROCESS_CACHE = ResultCache(max_entries=64)
+
+
+def process_cache() -> ResultCache:
+    """The process-wide result cache (see :func:`warm_workspace`)."""
+    return _PROCESS_CACHE
+
+
+def warm_workspace(path: str) -> EvaluationResult | None:
+    """Do before the first visit what a cold open of ``path`` would: import the library (torch,
+    the HSIC engine and plotly included), load the workspace, its dataset and content hash, read
+    its stored evaluation at its defaults into :func:`process_cache` and build one chart.
+
+    Nothing is computed: a workspace whose store lacks its defaults is only loaded.
+
+    Returns:
+        The stored result at the workspace's defaults, or None.
+
+    Raises:
+        SDEError: the workspace cannot be loaded or its store read.
+    """
+    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.services.workspace_info import content_hash, load_bundle
+    from sde_core.viz.figures import hsic_histogram
+
+    ws = load_workspace(path)
+    if not ws.models:
+        return None
+    source = Evaluations(ws, content_hash(ws, load_bundle(ws)), _PROCESS_CACHE, _no_session)
+    result = source.stored(ws.defaults, [m.name for m in ws.models])
+    if result is not None:
+        hsic_histogram(result, ws.models[0].name, "pooled")
+    return result
+
+
+def _no_session() -> EvaluationSession:
+    raise SDEError("warm_workspace reads the results store only")
+
+
+def open_results_store(ws: Workspace, read_only: bool = False) -> ResultsStore:
+    """The workspace's results store (in its cache folder); ``read_only`` changes nothing
+    on disk (no upgrade of an older store, no WAL switch).
 
     Raises:
         SDEError: it cannot be opened (a read-only folder, a damaged file).
     """
-    return ResultsStore(workspace_store_path(ws.root))
+    return ResultsStore(workspace_store_path(ws.root), read_only=read_only)
+
+
+def slice_result(result: EvaluationResult, models: Sequence[str]) -> EvaluationResult:
+    """The part of ``result`` that concerns ``models`` (every table, array and failure)."""
+    wanted = list(models)
+    keep = set(wanted)
+
+    def rows(frame: pd.DataFrame, column: str) -> pd.DataFrame:
+        if frame.empty or column not in frame:
+            return frame
+        part = frame[frame[column].isin(keep)]
+        rank = part[column].map({name: i for i, name in enumerate(wanted)})
+        return part.iloc[rank.argsort(kind="stable")].reset_index(drop=True)
+
+    return EvaluationResult(
+        settings=result.settings,
+        workspace_hash=result.workspace_hash,
+        models=rows(result.models, "name"),
+        subsets=rows(result.subsets, "model"),
+        arrays={k: v for k, v in result.arrays.items() if k.split("/", 1)[0] in keep},
+        run_id=result.run_id,
+        cached_models=[n for n in result.cached_models if n in keep],
+        draws=rows(result.draws, "model"),
+        failed={k: v for k, v in result.failed.items() if k in keep},
+    )
 
 
 class Evaluations:
@@ -122,12 +196,54 @@ class Evaluations:
     def _names(self, models: Sequence[str] | None) -> tuple[str, ...]:
         return tuple(models) if models is not None else tuple(m.name for m in self.ws.models)
 
-    def _store(self) -> ResultsStore | None:
+    def _store(self, read_only: bool = False) -> ResultsStore | None:
         try:
-            return open_results_store(self.ws)
+            return open_results_store(self.ws, read_only=read_only)
         except SDEError as exc:
             self._store_problem(exc)
             return None
+
+    def stored(self, settings: EvalSettings, models: Sequence[str]) -> EvaluationResult | None:
+        """``models`` at ``settings`` from the cache or the results store only — no activation
+        is extracted and no HSIC computed (a cold open of a view the store holds); None when
+        neither holds all of them.
+
+        The whole stored run is read once (every model of the workspace, cached as the
+        :meth:`evaluate` answer for all of them, which Compare and Report reuse), so a model
+        change answers from memory; ``models`` is a slice of it.
+
+        Raises:
+            DamagedUnitError: a stored unit it would read is damaged (an SDEError).
+        """
+        names = self._names(models)
+        found = self.cached("evaluation", settings, names)
+        if found is not None:
+            return found
+        every = self._names(None)
+        whole = self.cached("evaluation", settings, every)
+        if whole is None and not self.store_path_exists():
+            return None
+        if whole is None:
+            store = self._store(read_only=True)
+            if store is None:
+                return None
+            try:
+                whole = stored_result(store, self.workspace_hash, settings, every)
+                if whole is None:  # not every model is stored: read the ones asked for
+                    found = stored_result(store, self.workspace_hash, settings, names)
+            finally:
+                store.close()
+            if whole is not None:
+                self.remember("evaluation", settings, whole, every)
+        if whole is not None:
+            found = whole if names == every else slice_result(whole, names)
+        if found is not None:
+            self.remember("evaluation", settings, found, names)
+        return found
+
+    def store_path_exists(self) -> bool:
+        """Whether the workspace has a results store file yet."""
+        return workspace_store_path(self.ws.root).is_file()
 
     def evaluate(
         self, settings: EvalSettings, models: Sequence[str] | None, run: Runner

@@ -35,6 +35,7 @@ from sde_core.inputs.indices import load_index_file
 from sde_core.inputs.text_data import TextDataset
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.run import ModelEvaluation
+from sde_core.pipeline.evaluation.session import PLAN_FIELDS
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, result_tables
 from sde_core.pipeline.model_inputs import entry_activations, entry_cached_layers
 from sde_core.pipeline.settings import EvalSettings
@@ -60,6 +61,7 @@ __all__ = [
     "target_subsets",
     "target_texts",
     "thumbnails",
+    "thumbnails_key",
 ]
 
 
@@ -138,6 +140,14 @@ def target_texts(
     texts = bundle.texts("train", idx)
     assert texts is not None
     return TextSamples(int(target), idx, texts)
+
+
+def thumbnails_key(settings: EvalSettings) -> str:
+    """What :func:`thumbnails` depends on, as a hash: the settings that draw the subsets, the
+    layer (a denoiser's noise level), the device and the pooling — not σ, bins or α, so a
+    change of those reuses the thumbnails."""
+    fields = (*PLAN_FIELDS, "layer", "device", "pool")
+    return stable_hash({f: getattr(settings, f) for f in fields})
 
 
 def thumbnails(

@@ -71,6 +71,7 @@ __all__ = [
     "PrecisionRule",
     "SigmaRule",
     "draw_batch_splits",
+    "engine_device",
     "gaussian_gram",
     "hsic",
     "kernel_spread",
@@ -486,6 +487,14 @@ def _cuda_available() -> bool:
     except ImportError:  # pragma: no cover - torch is a dependency of the project
         return False
     return bool(torch.cuda.is_available())
+
+
+def engine_device(device: str) -> str:
+    """The device a setting's ``device`` runs on here: ``"auto"`` is ``"cuda"`` when torch sees
+    a CUDA GPU and ``"cpu"`` otherwise; any other name is itself."""
+    if device == "auto":
+        return "cuda" if _cuda_available() else "cpu"
+    return device
 
 
 def _engine(device: object | None, backend: str, acts: object) -> object | None:

@@ -717,3 +717,31 @@ def test_compare_second_visit_is_served_without_recomputation(ws, monkeypatch):
     no_exception(again)
     pd.testing.assert_frame_equal(frame(again, "OTR [output]"), first)
     assert frame(again, "name")["name"].iloc[0] == "retrained"
+
+
+def test_a_cold_explore_answers_from_the_results_store(ws, defaults, monkeypatch):
+    """A view the results store holds is read back: the page opens with an empty result
+    cache and an interactive session that may not evaluate anything (method §12's stages
+    would extract activations and compute HSIC), and shows the stored numbers."""
+    import sde_core.services.cascade as cascade
+    from sde_core.pipeline.evaluation.session import EvaluationSession
+    from sde_core.pipeline.store import ResultsStore, workspace_store_path
+    from sde_core.services.result_cache import ResultCache
+
+    with ResultsStore(workspace_store_path(ws)) as store:
+        stored = evaluate_workspace(ws, defaults, store=store)
+
+    def no_evaluation(*args, **kwargs):
+        raise AssertionError("a stored view was evaluated")
+
+    monkeypatch.setattr(cascade, "_PROCESS_CACHE", ResultCache())
+    monkeypatch.setattr(EvaluationSession, "stream", no_evaluation)
+    monkeypatch.setattr(EvaluationSession, "evaluate", no_evaluation)
+    at = app()
+    no_exception(at)
+    assert not at.error
+    row = stored.models.set_index("name").loc["original"]
+    shown = metrics(at)
+    assert shown["OTR (out-of-training rate)"] == pct(row["otr"])
+    assert shown["Calibrated OTR"] == pct(row["calibrated_otr"])
+    assert not any("Provisional" in m.value for m in [*at.markdown, *at.info])

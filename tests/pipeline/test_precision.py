@@ -184,3 +184,29 @@ def test_forecast_needs_a_precision_target(partly_forgotten):
     run = ModelRun(inputs, draw_subsets(N_TR, N_TE, forget, s), s)
     with pytest.raises(SettingsError, match="precision target"):
         forecast(run)
+
+
+def test_a_miss_without_the_budget_says_not_reached_and_why(partly_forgotten):
+    """W missed with budget left (method §15): a pilot SD below the full run's leaves the
+    Korn–Graubard half of the joined interval wider than W; the notes say so in words."""
+    from dataclasses import replace
+
+    forget, inputs = partly_forgotten
+    s = _settings(precision=0.3, max_draws=10)
+    run = ModelRun(inputs, draw_subsets(N_TR, N_TE, forget, s), s, stages=("references",
+                   "panels"))  # fmt: skip
+    for _ in run.steps():
+        pass
+    design = run.design
+    assert design is not None and not design.budget_spent
+    kg = run.evaluation().model.otr
+    # the same draws, judged as if the pilot had seen a 20× smaller spread and W were half the
+    # interval the draws give: Stein's half shrinks below W, Korn–Graubard's stays above it
+    quiet = {k: replace(p, sd=p.sd / 20) for k, p in design.plans.items()}
+    target = min(0.3, (kg.hi - kg.lo) / 4)
+    run.design = replace(design, plans=quiet, target=target)
+    m = run.evaluation().model
+    assert m.precision_half_width > target
+    assert f"precision ±{target:g} not reached after the {design.draws} draws" in m.notes
+    assert "underestimated the full run's" in m.notes and "budget" not in m.notes
+    assert precision_json(m.to_row())["precision"]["reached"] is False

@@ -164,3 +164,34 @@ def test_a_report_verifies_on_another_cpu_and_a_changed_byte_differs(dataset, tm
     tampered = capsys.readouterr().out
     assert "file hash differs: models/rl.safetensors" in tampered
     assert "rl: DIFFERS" in tampered and "random: DIFFERS" not in tampered
+
+
+def test_the_gpu_kernel_reproduces_the_cpu_engine(tiny_workspace, tmp_path, monkeypatch):
+    """A GPU's HSIC stage (the torch kernel with its float32 gathers, run here on the CPU)
+    gives an evaluation identical or equivalent to the numba engine's under method §13, for
+    a trained model and the random-init one (flat activations, the harder case)."""
+    import sde_core.pipeline.evaluation.stages as stages
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.stats.hsic import split_half_batch_stats
+
+    ws = load_workspace(tiny_workspace)
+    names = [m.name for m in ws.models if m.role in ("original", "random")]
+    common = {"models": names, "cache_dir": tmp_path / "acts", "stage_dir": False}
+    cpu = evaluate_workspace(ws, ws.defaults, **common)
+    calls: list[str] = []
+
+    def torch_kernel(*args, **kwargs):
+        calls.append(kwargs.get("device"))
+        return split_half_batch_stats(*args, **{**kwargs, "device": "cpu", "backend": "torch"})
+
+    monkeypatch.setattr(stages, "split_half_batch_stats", torch_kernel)
+    gpu = evaluate_workspace(ws, ws.defaults, **common)
+    assert calls  # the torch kernel ran the HSIC stage
+    for name in names:
+        a = cpu.models[cpu.models["name"] == name].iloc[0].to_dict()
+        b = gpu.models[gpu.models["name"] == name].iloc[0].to_dict()
+        comparison = compare_model(a, b, [cpu.near_ties(name), gpu.near_ties(name)])
+        assert comparison.outcome in ("identical", "equivalent"), "\n".join(comparison.lines())
+        h_cpu, h_gpu = cpu.model_arrays(name)["targets_h"], gpu.model_arrays(name)["targets_h"]
+        assert not (h_cpu == h_gpu).all()  # other arithmetic: not a copy of the CPU numbers

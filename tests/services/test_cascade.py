@@ -115,7 +115,7 @@ def test_compare_uses_the_session_unless_the_store_holds_every_model(
 def test_a_store_that_cannot_be_opened_is_reported_and_the_evaluation_runs(
     tmp_path, full_runs, monkeypatch
 ):
-    def broken(ws):
+    def broken(ws, read_only=False):
         raise StoreError("results.sqlite is damaged: run evaluate --repair")
 
     monkeypatch.setattr(cascade, "open_results_store", broken)
@@ -164,3 +164,63 @@ def test_throughput_is_measured_once_per_architecture(tiny_workspace):
     again = priced_layers(ws, bundle, settings, layers, content_hash(ws, bundle), cache,
                           measuring)  # fmt: skip
     assert len(timed) == 1 and [c.seconds for c in again] == [c.seconds for c in costs]
+
+
+def test_a_view_the_store_holds_is_read_back_without_computing(tiny_workspace, monkeypatch):
+    """Evaluations.stored answers from the results store alone (no evaluation, no session),
+    with exactly the stored tables and H arrays of the models asked for, in their order."""
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+    from sde_core.pipeline.store import ResultsStore, workspace_store_path
+
+    ws = load_workspace(tiny_workspace)
+    ws_hash = content_hash(ws, load_bundle(ws))
+    with ResultsStore(workspace_store_path(ws.root)) as store:
+        full = evaluate_workspace(ws, SETTINGS, store=store)
+    names = [m.name for m in ws.models]
+
+    def no_evaluation(*args, **kwargs):
+        raise AssertionError("a stored view was computed")
+
+    monkeypatch.setattr(cascade, "evaluate_workspace", no_evaluation)
+    source = Evaluations(ws, ws_hash, ResultCache(), no_evaluation)
+    picked = [names[-1], names[0]]
+    found = source.stored(SETTINGS, picked)
+    assert found is not None and list(found.models["name"]) == picked
+    for name in picked:
+        assert (
+            found.models[found.models["name"] == name]
+            .reset_index(drop=True)
+            .equals(full.models[full.models["name"] == name].reset_index(drop=True))
+        )
+        assert (
+            found.subsets[found.subsets["model"] == name]
+            .reset_index(drop=True)
+            .equals(full.subsets[full.subsets["model"] == name].reset_index(drop=True))
+        )
+        assert (
+            found.model_draws(name)
+            .reset_index(drop=True)
+            .equals(full.model_draws(name).reset_index(drop=True))
+        )
+        mine, theirs = found.model_arrays(name), full.model_arrays(name)
+        assert sorted(mine) == sorted(theirs) and "targets_h" in mine
+        assert all((mine[k] == theirs[k]).all() for k in mine)
+    assert set(found.models["name"]) == set(picked)
+    assert source.cached("evaluation", SETTINGS, tuple(names)) is not None  # the whole run
+    assert source.stored(SETTINGS.with_overrides(bins=SETTINGS.bins + 1), picked) is None
+
+
+def test_warming_reads_the_default_view_into_the_process_cache(tiny_workspace):
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+    from sde_core.pipeline.store import ResultsStore, workspace_store_path
+
+    ws = load_workspace(tiny_workspace)
+    with ResultsStore(workspace_store_path(ws.root)) as store:  # the defaults are stored
+        evaluate_workspace(ws, ws.defaults, store=store)
+    found = cascade.warm_workspace(str(tiny_workspace))
+    names = tuple(m.name for m in ws.models)
+    assert found is not None and list(found.models["name"]) == list(names)
+    source = Evaluations(
+        ws, content_hash(ws, load_bundle(ws)), cascade.process_cache(), FakeSession
+    )
+    assert source.cached("evaluation", ws.defaults, names) is found

@@ -716,3 +716,16 @@ def test_an_outlier_row_in_pool_distances_and_grams() -> None:
     )  # fmt: skip
     np.testing.assert_allclose(fresh, want, rtol=RTOL, atol=1e-15)
     np.testing.assert_allclose(cached, want, rtol=RTOL, atol=1e-15)
+
+
+def test_the_auto_device_is_cuda_when_torch_sees_one_else_the_cpu(monkeypatch):
+    """``device = "auto"`` (the evaluation setting): the HSIC stage runs the torch kernel on
+    CUDA where there is one, the numba engine elsewhere; explicit devices are kept."""
+    import sde_core.stats.hsic as hsic
+    from sde_core.pipeline.settings import EvalSettings
+
+    monkeypatch.setattr(hsic, "_cuda_available", lambda: False)
+    assert hsic.engine_device("auto") == "cpu" and hsic.engine_device("cuda:1") == "cuda:1"
+    monkeypatch.setattr(hsic, "_cuda_available", lambda: True)
+    assert hsic.engine_device("auto") == "cuda" and hsic.engine_device("cpu") == "cpu"
+    assert EvalSettings(device="auto").result_key()["device"] == "auto"

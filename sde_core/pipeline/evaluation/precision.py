@@ -118,6 +118,7 @@ def with_design(
         "draws_needed": float(design.needed),
     }
     widest = float("nan")
+    misses: list[str] = []  # why a rate's half-width exceeds W although B was not capped
     for metric, plan in design.plans.items():
         values, trials = per_draw_rates(draws, metric)
         kg: Estimate = getattr(summary, metric)
@@ -127,15 +128,30 @@ def with_design(
         kg_lo, kg_hi = kg.lo, kg.hi
         lo, hi = min(lo, kg_lo), max(hi, kg_hi)  # Korn–Graubard guards the boundaries
         changes[metric] = Estimate(value, lo, hi, value)
-        half = max(half, (kg_hi - kg_lo) / 2)
+        kg_half = (kg_hi - kg_lo) / 2
+        if not design.budget_spent and max(half, kg_half) > design.target:
+            full_sd = float(np.std(values, ddof=1)) if values.size > 1 else float("nan")
+            misses.append(
+                f"{metric} ±{max(half, kg_half):.3f}: the pilot's per-draw SD {plan.sd:.3f} "
+                f"underestimated the full run's {full_sd:.3f}, so the Korn–Graubard interval "
+                f"over all {values.size} draws, joined to Stein's ±{half:.3f}, is the wider"
+            )
+        half = max(half, kg_half)
         widest = half if not np.isfinite(widest) else max(widest, half)
     changes["precision_half_width"] = widest
     notes = [summary.notes] if summary.notes else []
     if design.budget_spent:
+        spent = f" at half-width {widest:.3f}" if np.isfinite(widest) else ""
         notes.append(
-            f"precision ±{design.target:g} not reached: the pilot asks for {design.needed} draws "
-            f"and the budget is max_draws = {design.budget} (raise it, or accept the wider "
-            "intervals)"
+            f"precision ±{design.target:g} not reached: budget spent{spent} — the pilot asks "
+            f"for {design.needed} draws and the budget is max_draws = {design.budget} (raise "
+            "it, or accept the wider intervals)"
+        )
+    elif misses:
+        notes.append(
+            f"precision ±{design.target:g} not reached after the {design.draws} draws the pilot "
+            f"fixed: {'; '.join(misses)} (Stein's design may not add draws after seeing them, "
+            "method §15)"
         )
     if not design.plans:
         notes.append("no precision target applied: every headline rate is withheld after the pilot")

@@ -60,7 +60,7 @@ from sde_core.pipeline.model_inputs import ModelInputs, Progress, load_model_inp
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import cache_path
 
-__all__ = ["COMPARE_STAGES", "EXPLORE_STAGES", "EvaluationSession"]
+__all__ = ["COMPARE_STAGES", "EXPLORE_STAGES", "PLAN_FIELDS", "EvaluationSession"]
 
 #: What the Explore page shows (histograms, decisions, calibrated panel, F1, null check,
 #: accuracies and ASR); the baselines (``"mmd"``, ``"w2"``) are left to the report.
@@ -69,7 +69,7 @@ EXPLORE_STAGES: tuple[str, ...] = ("references", "panels", "controls", "null", "
 COMPARE_STAGES: tuple[str, ...] = ("references", "panels", "controls", "classic")
 
 #: Settings that decide the subsets (everything else leaves the plan unchanged).
-_PLAN_FIELDS = ("subset_size", "targets", "panel_size", "seed", "null_pairs", "baseline_targets",
+PLAN_FIELDS = ("subset_size", "targets", "panel_size", "seed", "null_pairs", "baseline_targets",
                 "draws", "precision", "max_draws")  # fmt: skip
 
 
@@ -121,7 +121,7 @@ class EvaluationSession:
 
     def plan(self, settings: EvalSettings) -> SubsetPlan:
         """The subsets for ``settings`` (drawn once per plan-relevant settings)."""
-        key = tuple(getattr(settings, f) for f in _PLAN_FIELDS)
+        key = tuple(getattr(settings, f) for f in PLAN_FIELDS)
         with self._lock:
             found = self._plans.get(key)
         if found is None:

@@ -41,7 +41,7 @@ from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import array_sha256, stable_hash
 from sde_core.pipeline.evaluation.plan import HGroup
 from sde_core.pipeline.settings import ALGORITHM_VERSION, EvalSettings
-from sde_core.stats.hsic import split_half_batch_stats
+from sde_core.stats.hsic import engine_device, split_half_batch_stats
 
 __all__ = [
     "STAGE_KINDS",
@@ -145,7 +145,8 @@ def distance_key(acts_digest: str, rows: np.ndarray) -> str:
 
 def h_key(dist_key: str, sigma: float, settings: EvalSettings, seed: int) -> str:
     """Key of one group's H values and spreads: its distances, σ, estimator, K, split seed and
-    the device (the float32 path of a GPU gives other last digits)."""
+    the device it runs on (the float32 path of a GPU gives other last digits; ``"auto"`` is
+    keyed as the device it resolves to here)."""
     return _versioned(
         "h",
         distances=dist_key,
@@ -153,7 +154,7 @@ def h_key(dist_key: str, sigma: float, settings: EvalSettings, seed: int) -> str
         estimator=settings.estimator,
         splits=settings.splits,
         seed=int(seed),
-        device=str(settings.device),
+        device=engine_device(str(settings.device)),
     )
 
 

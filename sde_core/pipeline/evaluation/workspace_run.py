@@ -24,6 +24,7 @@ from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary, mode
 from sde_core.pipeline.model_inputs import Progress, load_model_inputs
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import cache_path
+from sde_core.stats.hsic import engine_device
 
 __all__ = [
     "INTERVAL_METHODS",
@@ -32,6 +33,7 @@ __all__ = [
     "evaluate_model_job",
     "evaluate_workspace",
     "stage_cache_dir",
+    "stored_result",
 ]
 
 #: How each headline number's point value and interval are formed (method §12); also in JSON.
@@ -271,7 +273,7 @@ def evaluate_workspace(
     done = store.finished_units(run.id) if run is not None else set()
     engine = engine or LocalEngine()
     local = isinstance(engine, LocalEngine)
-    gpus = 0.0 if settings.device == "cpu" else 1.0
+    gpus = 0.0 if engine_device(settings.device) == "cpu" else 1.0
     jobs = [
         Job(
             key=entry.name,
@@ -336,21 +338,7 @@ def evaluate_workspace(
         complete = set(wanted) >= {m.name for m in ws.models} and not failed
         if complete and run.status != "complete" and not store.read_only:
             store.mark_complete(run.id)
-        model_df = store.rows(run.id, "models")
-        model_df = model_df[model_df["name"].isin(wanted)]
-        subset_df = store.rows(run.id, "subsets")
-        subset_df = subset_df[subset_df["model"].isin(wanted)].reset_index(drop=True)
-        draw_df = (
-            store.rows(run.id, "draws")
-            if "draws" in store.tables(run.id)
-            else pd.DataFrame(columns=list(DrawSummary.__dataclass_fields__))
-        )
-        draw_df = draw_df[draw_df["model"].isin(wanted)]
-        arrays = {
-            k: store.array(run.id, k)
-            for k in store.array_names(run.id)
-            if k.split("/", 1)[0] in set(wanted)
-        }
+        model_df, subset_df, draw_df, arrays = _read_back(store, run.id, wanted)
     else:
         model_df, subset_df, draw_df = result_tables(finished)
         arrays = {f"{ev.model.name}/{k}": v for ev in finished for k, v in ev.arrays.items()}
@@ -365,6 +353,62 @@ def evaluate_workspace(
         draws=_in_order(draw_df, "model", wanted),
         failed={name: failed[name] for name in wanted if name in failed},
     )
+
+
+def stored_result(
+    store: Any, workspace_hash: str, settings: EvalSettings, models: Sequence[str]
+) -> EvaluationResult | None:
+    """The result of ``models`` at ``settings`` read back from ``store`` — no activation is
+    extracted and no HSIC computed — or None when the store lacks one of them.
+
+    Args:
+        store: a :class:`sde_core.pipeline.store.ResultsStore` (read-only is enough).
+        workspace_hash: the workspace's content hash. models: the model names, in order.
+
+    Raises:
+        DamagedUnitError: a stored unit it would read is damaged.
+    """
+    from sde_core.common.hashing import stable_hash
+
+    runs = store.list_runs(workspace_hash)
+    found = runs[runs["settings_hash"] == stable_hash(settings.result_key())]
+    if found.empty:
+        return None
+    run_id = int(found["id"].iloc[0])
+    wanted = list(models)
+    if not set(wanted) <= store.finished_units(run_id):
+        return None
+    model_df, subset_df, draw_df, arrays = _read_back(store, run_id, wanted)
+    return EvaluationResult(
+        settings=settings,
+        workspace_hash=workspace_hash,
+        models=_in_order(model_df, "name", wanted),
+        subsets=_in_order(subset_df, "model", wanted),
+        arrays=arrays,
+        run_id=run_id,
+        cached_models=wanted,
+        draws=_in_order(draw_df, "model", wanted),
+    )
+
+
+def _read_back(
+    store: Any, run_id: int, wanted: Sequence[str]
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, np.ndarray]]:
+    """``(models, subsets, draws, arrays)`` of the ``wanted`` models of a stored run."""
+    model_df = store.rows(run_id, "models")
+    model_df = model_df[model_df["name"].isin(wanted)]
+    subset_df = store.rows(run_id, "subsets")
+    subset_df = subset_df[subset_df["model"].isin(wanted)].reset_index(drop=True)
+    draw_df = (
+        store.rows(run_id, "draws")
+        if "draws" in store.tables(run_id)
+        else pd.DataFrame(columns=list(DrawSummary.__dataclass_fields__))
+    )
+    draw_df = draw_df[draw_df["model"].isin(wanted)]
+    arrays = {
+        k: store.array(run_id, k) for name in wanted for k in store.array_names(run_id, f"{name}/")
+    }
+    return model_df, subset_df, draw_df, arrays
 
 
 def _in_order(table: pd.DataFrame, column: str, names: Sequence[str]) -> pd.DataFrame:
