@@ -74,7 +74,7 @@ from sde_core.viz.figures import PLOTLY_CONFIG
 from sde_core.viz.formatting import format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
 from sde_core.viz.ui_support import ResultCache
-from sde_core.viz.verdicts import explain_verdict
+from sde_core.viz.verdicts import VERDICT_ICONS, explain_verdict
 
 WS_KEY = "ws_path"
 STOP_KEY = "stop_requested"
@@ -109,13 +109,6 @@ SHARE_HELP = (
     "folder holds other files says so instead of showing other numbers. Others can open it "
     f"only where this server is reachable (set ${PUBLIC_URL_ENV} to its public address)."
 )
-VERDICT_ICONS = {
-    "not forgotten": ":material/memory:",
-    "consistent with forgetting": ":material/check_circle:",
-    "over-unlearned": ":material/warning:",
-    "mixed": ":material/contrast:",
-    "inconclusive": ":material/help:",
-}
 
 
 def default_workspace() -> str:
@@ -750,12 +743,25 @@ def show_verdict(
     *,
     name: bool = True,
     compare: bool = True,
+    draws: Any = None,
+    provisional: str = "",
 ) -> None:
-    """A model's verdict: label, the evidence it rests on and what it cannot certify."""
-    explained = explain_verdict(row, targets, retrain, compare=compare)
-    icon = VERDICT_ICONS.get(explained.label, ":material/info:")
+    """A model's verdict: its short sentence in the verdict's style (a warning for conflicting
+    evidence, marked provisional while the evaluation runs), the evidence it rests on and what
+    it cannot certify behind an expander."""
+    explained = explain_verdict(
+        row, targets, retrain, compare=compare, draws=draws, provisional=provisional
+    )
     who = f"{row['name']} ({row.get('role', '')}) — " if name else ""
-    st.markdown(f"{icon} **{who}{explained.headline}.** {explained.body}")
+    text = f"**{who}{explained.headline}.** {explained.short}"
+    if provisional:
+        text += " The verdict may change when the run completes."
+    show = {"error": st.error, "warning": st.warning, "success": st.success}.get(
+        explained.style, st.info
+    )
+    show(text, icon=VERDICT_ICONS.get(explained.label, ":material/info:"))
+    with st.expander("Evidence and limits"):
+        st.markdown(explained.body)
 
 
 def app_root() -> Path:

@@ -42,6 +42,7 @@ from pages._common import (
     table,
 )
 from sde_core.errors import SDEError
+from sde_core.services.answer import model_family
 from sde_core.services.cascade import (
     EXPLORE_STAGES,
     EvalSettings,
@@ -51,6 +52,7 @@ from sde_core.services.cascade import (
 from sde_core.services.evaluation import progress_note, session_result, target_texts, thumbnails
 from sde_core.services.view_state import ExploreView, restrict
 from sde_core.services.workspace_info import Workspace
+from sde_core.viz.family_texts import layer_advice
 from sde_core.viz.figures import (
     draw_strip,
     hsic_histogram,
@@ -123,20 +125,47 @@ def pick_model_and_layer(ws: Workspace) -> str:
     return model
 
 
-def headline(result: EvaluationResult, model: str, tag: str) -> None:
-    """The verdict in words, then the reference check, OTR with interval, F1, score and σ."""
+def headline(result: EvaluationResult, model: str, tag: str, provisional: str = "") -> None:
+    """The verdict in words (provisional while the run streams), then the reference check,
+    OTR with interval, F1, score and σ — under the verdict, and behind an expander when the
+    evidence conflicts (those numbers are then not certified)."""
     row = result.models.set_index("name").loc[model]
     record = {"name": model, **row.to_dict()}
-    show_verdict(record, result.settings.targets, None, name=False, compare=False)
+    show_verdict(record, result.settings.targets, None, name=False, compare=False,
+                 provisional=provisional)  # fmt: skip
+    conflict = row.get("evidence_conflict")
+    conflicting = isinstance(conflict, str) and bool(conflict.strip())
+    holder = (
+        st.expander("The headline numbers — not certified: the evidence conflicts")
+        if conflicting
+        else st.container()
+    )
+    with holder:
+        numbers(result, row, provisional)
+        if not result.model_draws(model).empty:
+            plot(draw_strip(result, model), f"x_strip{tag}")
+
+
+def numbers(result: EvaluationResult, row: pd.Series, provisional: str) -> None:
+    """The headline numbers of one model's row."""
     valid = bool(row["references_valid"])
+    s = result.settings
     cols = st.columns(5)
     metric(cols[0], "Reference U-test p", fmt_p(row["reference_p"]), "reference_p")
+    conflict = row.get("evidence_conflict")
+    certified = valid and not (isinstance(conflict, str) and conflict.strip()) and not provisional
     with cols[0]:
         st.badge(
-            "references valid" if valid else "references invalid",
-            color="green" if valid else "red",
-            icon=":material/check:" if valid else ":material/close:",
+            "references valid (paper's test)" if valid else "references invalid",
+            color="green" if certified else ("gray" if valid else "red"),
+            icon=(":material/check:" if certified else None) if valid else ":material/close:",
         )
+        split = null_check_readings(row.to_dict(), s.alpha, s.alpha_calibrated)[0]
+        if split.passed is not None:
+            st.caption(
+                f"its measured level: {pct(split.rate)} false alarms at nominal α = {s.alpha:g}"
+                + ("" if split.passed else " (fails its null check)")
+            )
     draws = int(row["draws"])
     for col, label, key, show, pct_ in (
         (cols[1], "OTR (out-of-training rate)", "otr", pct, True),
@@ -150,7 +179,7 @@ def headline(result: EvaluationResult, model: str, tag: str) -> None:
            "dependence_score")  # fmt: skip
     cols[3].caption("not a verdict: its interval is rarely informative (method §5)")
     metric(cols[4], "σ used", fmt(row["sigma"], 4), "sigma")
-    cols[4].caption(f"layer {row['layer']}, d = {int(row['dim'])}")
+    cols[4].caption(f"kernel bandwidth σ · layer {row['layer']}, d = {int(row['dim'])}")
     reason = row.get("inconclusive_reason")
     if isinstance(reason, str) and reason.strip():
         names = {"otr": "OTR", "calibrated_otr": "calibrated OTR", "f1": "F1",
@@ -160,21 +189,12 @@ def headline(result: EvaluationResult, model: str, tag: str) -> None:
             st.warning(f"**Withheld**: {reason.strip()} (method §12): {', '.join(hidden)} "
                        "are not shown as numbers.")  # fmt: skip
     if not valid:
-        layer = str(row["layer"])
-        where = (
-            "Try another σ, a larger subset size n or more splits K (this layer, the softmax "
-            "`output`, is usually the strongest)."
-            if layer == "output"
-            else "Try another layer (the softmax `output` is usually strongest), another σ, a "
-            "larger subset size n or more splits K."
-        )
+        where = layer_advice(model_family(current_workspace()), str(row["layer"]))
         st.warning(
             f"The paper's split-level reference test does not separate at this layer (median p "
             f"= {fmt_p(row['reference_p'])} ≥ α = {result.settings.alpha}), so every decision "
             f"of the paper's rule is **inconclusive**. {where}"
         )
-    if not result.model_draws(model).empty:
-        plot(draw_strip(result, model), f"x_strip{tag}")
 
 
 def hist_controls(settings: EvalSettings) -> int | None:
@@ -339,10 +359,11 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
 
 
 def show(result: EvaluationResult, model: str, control: str | None, pick: int | None,
-         tag: str) -> None:  # fmt: skip
+         tag: str, provisional: str = "") -> None:  # fmt: skip
     """Everything the page shows of a (possibly partial) result; ``tag`` makes element keys
-    unique when the streaming evaluation redraws it."""
-    headline(result, model, tag)
+    unique when the streaming evaluation redraws it; ``provisional`` says what is still
+    running (the verdict is then labelled provisional)."""
+    headline(result, model, tag, provisional)
     st.subheader("Split-half HSIC: references and targets")
     decisions(result, model, pick, tag)
     st.subheader("Calibrated evidence, spread control and null check")
@@ -421,7 +442,8 @@ def progressive(
                         ws_hash, settings, [p.evaluation() for p in parts.values()]
                     )
                     with live.container():
-                        show(partial, model, control, pick, f"_live{i}")
+                        show(partial, model, control, pick, f"_live{i}",
+                             provisional=part.label.split(":")[0])  # fmt: skip
             previous = part
             if st.session_state.get(STOP_KEY):
                 break
@@ -459,7 +481,9 @@ def stopped(
     if model not in parts:
         return None
     result = session_result(ws_hash, settings, [p.evaluation() for p in parts.values()])
-    show(result, model, control, pick, "")
+    part = parts[model]
+    show(result, model, control, pick, "",
+         provisional="" if part.complete else f"stopped at {part.label.split(':')[0]}")  # fmt: skip
     return result
 
 

@@ -121,7 +121,7 @@ def test_a_deep_link_is_the_first_request_of_a_fresh_server(ws):
 
 
 def test_explore_shows_the_library_numbers(ws, expected):
-    at = app()
+    at = app("explore")
     no_exception(at)
     assert not at.error
     row = expected.models.set_index("name").loc["original"]
@@ -233,7 +233,7 @@ def test_bad_link_values_are_named_not_fatal(ws):
 
 
 def test_explore_negative_control_and_other_layer(ws, defaults):
-    at = app()
+    at = app("explore")
     at.toggle(key="w_x_negative").set_value(True).run()
     no_exception(at)
     control = frame(at, "random")
@@ -250,7 +250,7 @@ def test_explore_negative_control_and_other_layer(ws, defaults):
 
 
 def test_changing_sigma_and_bins_reuses_cached_activations(ws, monkeypatch):
-    at = app()  # fills the on-disk activation cache for the default layer
+    at = app("explore")  # fills the on-disk activation cache for the default layer
 
     def no_extraction(*args, **kwargs):
         raise AssertionError("activations were re-extracted")
@@ -266,14 +266,14 @@ def test_changing_sigma_and_bins_reuses_cached_activations(ws, monkeypatch):
 
 
 def test_subset_larger_than_the_pool_is_an_inline_error(ws):
-    at = app()
+    at = app("explore")
     at.number_input(key="w_s_subset_size").set_value(5000).run()
     no_exception(at)
     assert any("subset size 5000 is larger" in e.value for e in at.error)
 
 
 def test_stop_keeps_the_page_and_resume_continues(ws):
-    at = app()
+    at = app("explore")
     at.session_state["stop_requested"] = True  # as if Stop was pressed during the next run
     at.number_input(key="w_s_seed").set_value(7).run()
     no_exception(at)
@@ -617,7 +617,7 @@ def _traces(at: AppTest, name: str) -> list[dict]:
 
 
 def test_explore_dot_strip_shows_each_draw(ws, expected):
-    at = app()
+    at = app("explore")
     no_exception(at)
     draws = expected.model_draws("original")
     assert len(draws) == 5
