@@ -332,9 +332,16 @@ def model_layers(ws: Workspace, name: str) -> list[LayerInfo]:
 
 
 def layer_label(info: LayerInfo) -> str:
-    """``"penultimate — (128,) · d = 128 · alias of head:input"``."""
+    """``"penultimate — (128,) · d = 128 · shortcut"`` / ``"conv1 — (32×14×14) · d = 32 ·
+    Conv2d"``: no internal names (an alias says it is a shortcut, not which tap it reads; a
+    private module class such as ``_Tap`` is shown as a hidden state)."""
     shape = "×".join(str(s) for s in info.output_shape)
-    return f"{info.name} — ({shape}) · d = {info.dim} · {info.module_type}"
+    kind = info.module_type
+    if kind.startswith("alias of"):
+        kind = "shortcut"
+    elif kind.startswith("_"):
+        kind = "hidden state"
+    return f"{info.name} — ({shape}) · d = {info.dim} · {kind}"
 
 
 # ------------------------------------------------------------------------------- settings

@@ -17,7 +17,7 @@ from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import Workspace
-from sde_core.viz.answer import Scope
+from sde_core.viz.answer import Scope, make_scope
 
 __all__ = ["Family", "answer_scope", "model_family"]
 
@@ -34,15 +34,6 @@ def model_family(ws: Workspace) -> Family:
     if ws.dataset.get("kind") == "text" or "hf" in archs:
         return "language model"
     return "classifier"
-
-
-def _design(settings: EvalSettings) -> str:
-    if settings.precision > 0:
-        return (
-            f"precision target ±{settings.precision:g} (pilot {settings.pilot_draws} draws, at "
-            f"most {settings.max_draws}; method §15)"
-        )
-    return f"fixed: B = {settings.draws} reference draws, T = {settings.targets} targets each"
 
 
 def answer_scope(
@@ -64,14 +55,4 @@ def answer_scope(
             forget = int(np.unique(load_index_file(path, len(bundle.train_labels))).size)
         except SDEError:
             forget = None
-    return Scope(
-        data=data,
-        forget_size=forget,
-        layer=settings.layer,
-        sigma=str(settings.sigma),
-        subset_size=settings.subset_size,
-        draws=settings.draws,
-        design=_design(settings),
-        seed=settings.seed,
-        models=models,
-    )
+    return make_scope(settings, data, forget, models)

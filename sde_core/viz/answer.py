@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -39,6 +39,7 @@ __all__ = [
     "answer_counts",
     "difference_text",
     "judge",
+    "make_scope",
     "workspace_answer",
 ]
 
@@ -92,6 +93,28 @@ class Scope:
             ("Seed", str(self.seed)),
             ("Models evaluated", str(self.models)),
         ]
+
+
+def make_scope(settings: Any, data: str, forget_size: int | None, models: int) -> Scope:
+    """The :class:`Scope` of an answer at ``settings`` (an ``EvalSettings``)."""
+    if settings.precision > 0:
+        design = (
+            f"precision target ±{settings.precision:g} (pilot {settings.pilot_draws} draws, at "
+            f"most {settings.max_draws}; method §15)"
+        )
+    else:
+        design = f"fixed: B = {settings.draws} reference draws, T = {settings.targets} targets each"
+    return Scope(
+        data=data,
+        forget_size=forget_size,
+        layer=str(settings.layer),
+        sigma=str(settings.sigma),
+        subset_size=int(settings.subset_size),
+        draws=int(settings.draws),
+        design=design,
+        seed=int(settings.seed),
+        models=models,
+    )
 
 
 @dataclass(frozen=True)
@@ -336,7 +359,20 @@ def workspace_answer(
             )
         )
     decided = [r for r in rows if verdict_label(r) != "inconclusive"]
-    return Answer(tuple(lines), tuple(_shared_text(k, decided, alpha) for k in shared))
+    common = [_shared_text(k, decided, alpha) for k in shared]
+    # a caveat several lines would repeat word for word is stated once, naming its models
+    repeated = {}
+    for line in lines:
+        if line.caveat:
+            repeated.setdefault(line.caveat, []).append(line.name)
+    for text, names in repeated.items():
+        if len(names) > 1:
+            common.append(f"For {', '.join(names)}: {text}")
+    lines = [
+        replace(line, caveat="") if len(repeated.get(line.caveat, [])) > 1 else line
+        for line in lines
+    ]
+    return Answer(tuple(lines), tuple(common))
 
 
 def answer_counts(lines: Sequence[AnswerLine]) -> str:
