@@ -361,7 +361,7 @@ def workspace_answer(
     decided = [r for r in rows if verdict_label(r) != "inconclusive"]
     common = [_shared_text(k, decided, alpha) for k in shared]
     # a caveat several lines would repeat word for word is stated once, naming its models
-    repeated = {}
+    repeated: dict[str, list[str]] = {}
     for line in lines:
         if line.caveat:
             repeated.setdefault(line.caveat, []).append(line.name)

@@ -82,7 +82,6 @@ __all__ = [
     "report_figures",
     "report_from_html",
     "settings_table",
-    "summary_html",
     "tables_for_export",
     "tables_to_zip",
     "to_csv_bytes",
@@ -703,25 +702,6 @@ def _verdicts_html(table: pd.DataFrame, caveats: Mapping[str, str]) -> str:
     )
 
 
-def summary_html(result: Any) -> str:
-    """The first page's answers: one box per model (audited models first) with the verdict in a
-    sentence, its interval, the cross-check and the one caveat that matters for it."""
-    s = result.settings
-    boxes = []
-    for row in summary_order(result.models):
-        a = summarize_verdict(row, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated)
-        css = f"answer verdict-box-{a.label.replace(' ', '-')}" + (" conflict" * a.conflict)
-        boxes.append(
-            f'<div class="{css}"><p class="head">{html.escape(a.name)} '
-            f'<span class="meta">({html.escape(a.role)})</span> — '
-            f'<span class="verdict-{a.label.replace(" ", "-")}">{html.escape(a.label)}</span>'
-            f"</p><p>{html.escape(a.sentence)} {html.escape(a.interval)}.</p>"
-            f'<p class="check">{html.escape(a.cross_check)}</p>'
-            f'<p class="caveat">Caveat: {html.escape(a.caveat)}</p></div>'
-        )
-    return f'<div class="answers">{"".join(boxes)}</div>'
-
-
 def answer_html(
     result: Any, criterion: Criterion | None = None, manifest: Mapping[str, Any] | None = None
 ) -> str:
@@ -938,7 +918,7 @@ def build_html_report(
     """A self-contained HTML report of an evaluation (opens offline: plotly.js is inlined once).
 
     The first page answers: who asked and why (``context``), one box per model with its verdict
-    in a sentence, its interval, the cross-check and its caveat (:func:`summary_html`), and how
+    in a sentence, its paired differences and its own caveat (:func:`answer_html`), and how
     to check the report. Printed, every page is numbered.
 
     Args:

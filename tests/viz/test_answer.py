@@ -66,13 +66,17 @@ def test_each_audited_model_gets_the_criterions_word_from_the_paired_test():
         answer_counts(answer.lines)
         == "1 conflicting evidence, 1 not forgotten, 2 undecided, 1 forgotten"
     )
-    # the caveats every audited model shares are stated once, not on every line
-    # the null-check caveat every decided model shares is stated once, not on every line; the
-    # spread caveat qualifies only the 'remembered' verdicts (far, wide), so it stays theirs
-    (shared,) = answer.shared_caveats
+    # the null-check caveat every decided model shares is stated once; the spread caveat
+    # qualifies the verdicts that are not "no trace" (far, wide, clash): once, naming them
+    shared, spread, *_ = answer.shared_caveats
     assert "fails its null check" in shared and "25% of no-difference checks" in shared
+    assert (
+        spread.startswith("For far, wide, clash: The score tracks the spread")
+        and "r = 0.99" in spread
+    )
     assert all("null check" not in line.caveat for line in answer.lines)
-    assert "r = 0.99" in by["far"].caveat and "spread" not in by["close"].caveat
+    assert by["far"].caveat == by["wide"].caveat == "" and "spread" not in by["close"].caveat
+    assert by["gated"].caveat.startswith("Inconclusive is not evidence of forgetting")
     # the paper's test is named as the paper's, with its measured level beside it
     assert (
         "measured false-alarm rate on no-difference checks is 25% at nominal 1%"

@@ -388,14 +388,19 @@ def test_report_page_one_answers_for_every_model_and_names_who_asked(result):
     )
     first = doc[: doc.index("<h2>Verdicts</h2>")]  # printed: page 1 (a page break follows)
     assert first.endswith('<div class="page-break"></div>')
-    assert first.count('class="answer ') == len(result.models)
+    audited = result.models.loc[result.models["role"] == "unlearned", "name"].tolist()
+    assert first.count('<div class="line line-') == len(audited)  # one line per audited model
+    assert "<strong>Criterion:</strong> calibrated OTR within 0.1" in first
     for name in result.models["name"]:
-        assert f"{name} <span" in first
-    assert first.index(">ga <") < first.index(">retrain <")  # audited models first
+        assert f"<strong>{name}</strong>" in first or f"<strong>{name} " in first, name
+    assert first.index("<strong>ga ") < first.index("<strong>retrain</strong>")  # audited first
+    assert "Scope and limitations" in first and "Subset size n" in first
+    assert "Signed by" in first and 'class="blank"' in first  # the signer's name is blank
     assert "Erasure request #17" in first and "the regulator" in first
     assert "Operated by" not in first  # a blank field is not printed
     assert "ab" * 32 in first and "SHA256:x" in first and "verify" in first
     assert "counter(page)" in doc  # printed pages are numbered
+    assert f'@bottom-left {{ content: "SDE report: syn · SHA-256 {"ab" * 32}"' in doc  # every page
     assert "the caveat that matters for it" in doc
     document = report_from_html(doc)
     assert document["audit"] == {"purpose": "Erasure request #17", "requester": "the regulator"}
