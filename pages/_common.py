@@ -77,6 +77,8 @@ from sde_core.viz.ui_support import ResultCache
 from sde_core.viz.verdicts import VERDICT_ICONS, explain_verdict
 
 WS_KEY = "ws_path"
+#: Session key of the open link's workspace as it was written, with the folder it resolved to.
+WS_AS_SENT_KEY = "ws_as_sent"
 STOP_KEY = "stop_requested"
 SETTINGS_OWNER = "settings_workspace"
 URL_KEY = "url_published"
@@ -124,6 +126,9 @@ def publish(view: PageView) -> None:
     settings into the URL, and show the link to it in the sidebar."""
     workspace = str(st.session_state.get(WS_KEY) or default_workspace())
     digest = workspace_digest(workspace)
+    sent = st.session_state.get(WS_AS_SENT_KEY)
+    if sent is not None and sent[1] == workspace:
+        workspace = sent[0]
     settings = _session_settings() if all(k in st.session_state for k in SETTING_KEYS) else {}
     view = dataclasses.replace(
         view,
@@ -248,6 +253,9 @@ def begin_page(page: str) -> PageView:
             path = resolve_in_roots(linked, allowed_roots(), what="workspace folder")
             load_workspace(path, validate=False)
             st.session_state[WS_KEY] = str(path)  # the folder checked, as "Open folder" keeps
+            # the link keeps the folder as its sender wrote it (a relative path stays relative:
+            # a re-shared link neither leaks this server's layout nor names another checkout)
+            st.session_state[WS_AS_SENT_KEY] = (linked, str(path))
         except SDEError as exc:
             shown = st.session_state.get(WS_KEY) or default_workspace()
             st.error(

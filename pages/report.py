@@ -116,7 +116,7 @@ def verdicts(result: EvaluationResult) -> None:
     """One plain-language paragraph per model, with the evidence it rests on."""
     retrain = retrain_row(result.models)
     for row in result.models.to_dict("records"):
-        show_verdict(row, result.settings.targets, retrain)
+        show_verdict(row, result.settings.targets, retrain, draws=result.draws)
 
 
 def certify() -> None:

@@ -20,7 +20,12 @@ from typing import Any
 import pandas as pd
 
 from sde_core.pipeline.criterion import Criterion
-from sde_core.pipeline.evaluation.comparisons import Comparison, compare_models
+from sde_core.pipeline.evaluation.comparisons import (
+    COMPARED_METRICS,
+    Comparison,
+    compare_models,
+)
+from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.viz.formatting import format_percent
 from sde_core.viz.verdicts import (
     caveat_list,
@@ -40,6 +45,7 @@ __all__ = [
     "difference_text",
     "judge",
     "make_scope",
+    "paired_table",
     "workspace_answer",
 ]
 
@@ -379,3 +385,31 @@ def answer_counts(lines: Sequence[AnswerLine]) -> str:
     """``"2 forgotten, 5 not forgotten"`` (in :data:`ANSWER_LABELS` order)."""
     counts = {label: sum(line.label == label for line in lines) for label in ANSWER_LABELS}
     return ", ".join(f"{n} {label}" for label, n in counts.items() if n) or "no audited model"
+
+
+def _ci(d: Any, scale: float, digits: int) -> str:
+    lo, hi = d.lo * scale, d.hi * scale
+    return f"[{lo:+.{digits}f}, {hi:+.{digits}f}]".replace("-", "−")
+
+
+def paired_table(models: pd.DataFrame, draws: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """The paired differences ``a − b`` of every compared rate (method §15) for reading: the
+    rate's display name, the difference and both intervals in the rate's shown unit
+    (percentage points for a rate shown in %, F1 units for F1 — named in ``unit``), the
+    draws and why a difference is withheld."""
+    rows = []
+    for metric in COMPARED_METRICS:
+        c = compare_models(models, draws, a, b, metric)
+        m = METRICS[metric]
+        p, u = c.paired, c.unpaired
+        digits = 0 if m.unit == "%" else 2
+        rows.append({
+            "rate": m.label,
+            "unit": "points" if m.unit == "%" else f"{m.label} units",
+            "difference": None if p is None else round(p.value * m.scale, 6),
+            "95% CI, paired": "withheld" if p is None else _ci(p, m.scale, digits),
+            "95% CI, as if unpaired": "" if u is None else _ci(u, m.scale, digits),
+            "draws": None if p is None else p.draws,
+            "why withheld": c.reason,
+        })  # fmt: skip
+    return pd.DataFrame(rows)

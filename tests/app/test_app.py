@@ -656,7 +656,62 @@ def test_over_unlearned_is_its_own_verdict_with_its_p_value(ws, monkeypatch):
     no_exception(at)
     assert metrics(at)["Over-unlearned (model test)"] == "yes"
     assert any("**Over-unlearned** (p = 1.5e-" in w.value for w in at.warning)
-    assert any("Over-unlearned.** " in m.value and "(p = 1.5e-" in m.value for m in at.markdown)
+    assert any(w.value.startswith("**Over-unlearned.** ") for w in at.warning)  # short first
+    assert any("(p = 1.5e-" in m.value for m in at.markdown)  # the evidence, in its expander
+
+
+def test_conflicting_evidence_dominates_and_gets_no_green_tick(ws, monkeypatch):
+    """Issue 34: conflicting evidence is a warning above everything; the headline numbers are
+    behind an expander, and no green 'references valid' tick stands beside it."""
+    import sde_core.services.evaluation as services
+
+    real = services.session_result
+
+    def conflict(*args, **kwargs):
+        result = real(*args, **kwargs)
+        models = result.models.copy()
+        models["evidence_conflict"] = "the model still fits D_f: accuracy 100% on D_f vs 40%"
+        models["references_valid"] = True
+        return dataclasses.replace(result, models=models)
+
+    monkeypatch.setattr(services, "session_result", conflict)
+    at = app("explore", seed="16")
+    no_exception(at)
+    warnings = [w.value for w in at.warning]
+    assert warnings and warnings[0].startswith("**Conflicting evidence.** ")
+    assert "do not treat it as unlearned" in warnings[0]
+    assert not [s for s in at.success], "no success box beside conflicting evidence"
+    badges = [m.value for m in at.markdown if "badge[" in m.value]
+    assert badges and not [b for b in badges if ":green-badge" in b or "check" in b], badges
+    labels = [e.label for e in at.expander]
+    assert "The headline numbers — not certified: the evidence conflicts" in labels
+
+
+def test_an_unfinished_run_labels_its_verdict_provisional(ws, monkeypatch):
+    """A run that has not completed (here: stopped after draw 1) shows its verdict as
+    provisional, never as final; the streaming redraws pass the same label."""
+    import streamlit as st
+
+    import sde_core.pipeline.evaluation.session as session_module
+
+    real = session_module.EvaluationSession.stream
+
+    def stop_after_two(self, *args, **kwargs):
+        for i, part in enumerate(real(self, *args, **kwargs)):
+            if i == 1:
+                st.session_state["stop_requested"] = True
+            yield part
+
+    monkeypatch.setattr(session_module.EvaluationSession, "stream", stop_after_two)
+    at = app("explore", seed="17")
+    no_exception(at)
+    verdicts = [i.value for i in at.info if "Provisional (" in i.value]
+    assert verdicts and verdicts[0].startswith("**Provisional (stopped at draw 1 of 5): ")
+    assert "The verdict may change when the run completes." in verdicts[0]
+    monkeypatch.setattr(session_module.EvaluationSession, "stream", real)
+    at.button(key="resume_button").click().run()
+    no_exception(at)
+    assert not [i for i in at.info if "Provisional (" in i.value], "complete: final"
 
 
 def test_stop_leaves_a_partial_result_and_resume_completes(ws, monkeypatch):

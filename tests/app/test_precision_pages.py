@@ -37,7 +37,8 @@ def test_compare_plans_before_it_runs_and_shows_paired_differences(ws):
     at.button(key="c_go_output").click().run()
     assert not at.exception, [e.value for e in at.exception]
     paired = next(d.value for d in at.dataframe if "difference" in d.value.columns)
-    assert list(paired["rate"]) == ["otr", "calibrated_otr", "over_unlearned_rate", "f1"]
+    assert list(paired["rate"]) == ["OTR", "calibrated OTR", "over-unlearned share", "F1"]
+    assert list(paired["unit"]) == ["points"] * 3 + ["F1 units"]  # one unit per row, named
     (forecasts,) = at.session_state["c_forecast"].values()
     assert {f.model for f in forecasts} == {"original", "retrained", "FT", "random"}
     assert all(f.draws >= f.pilot_draws for f in forecasts)
