@@ -102,10 +102,12 @@ else:
         st.info("This workspace has no audited model (role 'unlearned') to answer for.")
     else:
         st.markdown(f"### {answer_counts(answer.lines)}")
-    for text in answer.shared_caveats:
-        st.caption(f"Caveat: {text}")
     for line in answer.lines:
         answer_line(line)
+    if answer.shared_caveats:
+        st.markdown("**Caveats** (each names the models it qualifies)")
+        for text in answer.shared_caveats:
+            st.caption(text)
     scope_box(ws, s, len(result.models))
     st.caption(
         "Differences are paired (the same reference draws for both models, method §15), in "

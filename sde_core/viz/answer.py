@@ -160,8 +160,9 @@ def difference_text(comparison: Comparison | None, what: str) -> str:
     if comparison is None:
         return f"no {what} model"
     d = comparison.paired
-    if d is None:
-        return f"vs {what}: not compared ({comparison.reason})"
+    if d is None:  # the reason names the metric by its display name, not its column
+        reason = comparison.reason.replace(comparison.metric, METRICS[comparison.metric].label)
+        return f"vs {what}: not compared ({reason})"
 
     def pts(x: float) -> str:
         return "n/a" if not math.isfinite(x) else f"{100 * x:+.0f}".replace("-", "−")
@@ -215,7 +216,8 @@ def judge(
         )
     d = vs_retrained.paired
     if d is None:
-        return "undecided", f"{name} is undecided: {vs_retrained.reason}."
+        reason = vs_retrained.reason.replace(criterion.metric, criterion.label)
+        return "undecided", f"{name} is undecided: {reason}."
     m, what = criterion.margin, criterion.label
     band = f"±{100 * m:.0f}-point margin"
     gap = f"{abs(100 * d.value):.0f} points {'below' if d.value < 0 else 'above'}"
