@@ -246,7 +246,7 @@ def begin_page(page: str) -> PageView:
     fresh = bool(incoming) and incoming != st.session_state.get(URL_KEY)
     view, problems = decode(page, incoming if fresh else {})
     for problem in problems:
-        st.warning(problem)
+        st.warning(literal(problem))
     linked = view.workspace
     if linked:
         try:
@@ -285,6 +285,13 @@ def bound(key: str) -> dict[str, Any]:
     return {"key": widget_key, "on_change": _copy_widget, "args": (widget_key, key)}
 
 
+def literal(message: object) -> str:
+    """A message shown as written: markdown's emphasis marks escaped (``0.5*sqrt_dim`` would
+    otherwise lose its ``*`` and turn italic); code spans in backticks are kept."""
+    parts = str(message).split("`")
+    return "`".join(p if i % 2 else p.replace("*", "\\*") for i, p in enumerate(parts))
+
+
 @contextmanager
 def guarded(context: str) -> Iterator[None]:
     """Show any :class:`SDEError` raised inside as an inline error (with its fix), not a
@@ -292,7 +299,7 @@ def guarded(context: str) -> Iterator[None]:
     try:
         yield
     except SDEError as exc:
-        st.error(f"{context}: {exc}")
+        st.error(f"{context}: {literal(exc)}")
 
 
 def current_workspace() -> Workspace:
@@ -301,7 +308,7 @@ def current_workspace() -> Workspace:
     try:
         ws = load_workspace(path)
     except SDEError as exc:
-        st.error(f"Cannot open the workspace {path}: {exc}")
+        st.error(f"Cannot open the workspace {path}: {literal(exc)}")
         st.page_link(PAGES["workspace"], label="Open or fix a workspace on the Workspace page")
         st.stop()
         raise  # unreachable: st.stop() ends the run
@@ -475,7 +482,7 @@ def current_settings(ws: Workspace, **overrides: Any) -> EvalSettings:
         base = EvalSettings.from_mapping(dataclasses.asdict(ws.defaults))
         return base.with_overrides(**values)
     except SDEError as exc:
-        st.error(f"Invalid settings: {exc}")
+        st.error(f"Invalid settings: {literal(exc)}")
         st.stop()
         raise  # unreachable
 
@@ -581,14 +588,14 @@ def evaluate(
     try:
         source = evaluations(ws)
     except SDEError as exc:
-        st.error(f"Cannot evaluate this workspace: {exc}")
+        st.error(f"Cannot evaluate this workspace: {literal(exc)}")
         return None
     names = list(models) if models is not None else [m.name for m in ws.models]
     what = f"Evaluating {_label(names)} at layer {settings.layer!r}…"
     try:
         return source.evaluate(settings, names, lambda work: run_with_progress(work, what))
     except SDEError as exc:
-        st.error(f"Evaluation failed: {exc}")
+        st.error(f"Evaluation failed: {literal(exc)}")
         return None
 
 
@@ -633,7 +640,7 @@ def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult 
     try:
         source = evaluations(ws)
     except SDEError as exc:
-        st.error(f"Cannot evaluate this workspace: {exc}")
+        st.error(f"Cannot evaluate this workspace: {literal(exc)}")
         return None
     names = [m.name for m in ws.models]
     what = f"Evaluating {_label(names)} at layer {settings.layer!r}…"
@@ -644,7 +651,7 @@ def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult 
             _compare_progress(names, settings),
         )
     except SDEError as exc:
-        st.error(f"Evaluation failed: {exc}")
+        st.error(f"Evaluation failed: {literal(exc)}")
         return None
 
 

@@ -36,6 +36,7 @@ from pages._common import (
     table,
 )
 from sde_core.common.hashing import stable_hash
+from sde_core.services.answer import model_family
 from sde_core.services.cascade import (
     EvalSettings,
     EvaluationResult,
@@ -227,7 +228,7 @@ with guarded("Cannot compare the models"):
     if results and len(results) == len(ready):
         by_layer = {layer: r.models for layer, r in results.items()}
         retrain_first = {"key": lambda r: r != "retrained", "kind": "stable"}
-        shown = comparison_display(by_layer).sort_values("role", **retrain_first)
+        shown = comparison_display(by_layer, model_family(ws)).sort_values("role", **retrain_first)
         numbers = comparison_table(by_layer).sort_values("role", **retrain_first)
         retrained = shown.loc[shown["role"] == "retrained", "name"].tolist()
         st.caption(

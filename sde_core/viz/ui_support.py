@@ -24,6 +24,7 @@ from sde_core.errors import InputError
 from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.pipeline.settings import setting
 from sde_core.pipeline.workspace import Problem
+from sde_core.viz.family_texts import behaviour_missing
 from sde_core.viz.formatting import format_estimate, records
 from sde_core.viz.verdicts import estimate_text, over_unlearning_text, verdict_label
 
@@ -154,14 +155,19 @@ def comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFram
     return table.reset_index(drop=True)
 
 
-def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+def comparison_display(
+    models_by_layer: Mapping[str, pd.DataFrame], family: str = "classifier"
+) -> pd.DataFrame:
     """The comparison as the page shows it, the answer first: model, role, then per layer the
     verdict and the over-unlearning test (``"yes (p = 1.2e-4)"``), then each headline number as
     ``"62% [48%, 77%]"`` (OTR and calibrated OTR in %, as in the charts) or ``"0.62 [0.48,
     0.77]"`` (F1, dependence score; value and 95% interval over the draws, method §12),
     ``"withheld"`` when the gate withholds it (the ``why inconclusive`` column says why), then
     the accuracies, ASR (%) and time, which stay numbers. The numeric table (for CSV export,
-    rates in [0, 1]) is :func:`comparison_table`.
+    rates in [0, 1]) is :func:`comparison_table`. A classifier's accuracy and attack columns
+    that a language model or a denoiser has no value in say so (``"n/a (language model)"``,
+    :func:`~sde_core.viz.family_texts.behaviour_missing`; ``family`` from
+    :func:`sde_core.services.answer.model_family`).
     """
     table = comparison_table(models_by_layer)
     out = table[["name", "role"]].copy()
@@ -176,7 +182,11 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
             if column in table:
                 out[column] = table[column].to_numpy()
     for column in ("method", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)", "ASR (%)"):
-        out[column] = table[column].to_numpy()
+        values = table[column].to_numpy()
+        missing = pd.isna(pd.to_numeric(pd.Series(values), errors="coerce")).all()
+        if column != "method" and family != "classifier" and missing:
+            values = np.array([behaviour_missing(family)] * len(values), dtype=object)
+        out[column] = values
     out["Acc gap D_f−D_te (pts)"] = [
         format_estimate(v, lo, hi)
         for v, lo, hi in table[["Acc gap D_f−D_te (pts)", "Acc gap lo", "Acc gap hi"]].to_numpy()

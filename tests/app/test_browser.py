@@ -59,6 +59,7 @@ LOAD_TIMEOUT_MS = 90_000
 QUIET_SECONDS = 0.5
 #: Page URL path -> the title it shows.
 TITLES = {
+    "answer": "The answer",
     "workspace": "Workspace",
     "explore": "Explore one model",
     "compare": "Compare models",
@@ -263,9 +264,10 @@ def test_a_shared_link_reproduces_the_view_and_the_pages_walk_through(
         assert "model=FT" in page.url and "sigma=0.5" in page.url
         shot(page, "1-explore-link")
 
-        page.goto(url)  # the bare address lands on Explore, at the workspace defaults
-        expect(page.get_by_text("OTR (out-of-training rate)")).to_be_visible()
-        assert page.url.split("?")[0] == f"{url}/explore"
+        page.goto(url)  # the bare address lands on the answer, at the workspace defaults
+        expect(page.get_by_role("heading", name="The answer", level=1)).to_be_visible()
+        expect(page.get_by_text("Criterion:")).to_be_visible()
+        assert page.url.split("?")[0] == f"{url}/answer"
 
         nav = page.get_by_test_id("stTopNavLinkContainer")
         nav.get_by_role("link", name="Compare").click()
