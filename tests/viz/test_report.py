@@ -436,6 +436,38 @@ def test_written_report_prints_the_sha256_of_its_json_and_signs_every_file(resul
     assert sorted(name for name, _ in check.files) == ["sde-report-syn.html", "sde-report-syn.json"]
 
 
+def test_the_dashboards_signed_report_is_a_zip_of_signed_files(result, tmp_path):
+    """The Report page signs with a key file the operator names (an encrypted one with its
+    password) through the signing API; the ZIP's files verify; a missing key is a clear
+    SigningError, not a traceback."""
+    import io
+    import zipfile
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from sde_core.errors import SigningError
+    from sde_core.services.report_bundle import signed_report_zip
+    from sde_core.services.signing import verify_signature
+
+    key = tmp_path / "op.pem"
+    key.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"s3cret"),
+        )
+    )
+    bundle = signed_report_zip(result, {"models": {}}, "syn", key, password="s3cret", pdf=False)
+    assert bundle.names == ("sde-report-syn.json", "sde-report-syn.html", "sde-report-syn.sig.json")
+    out = tmp_path / "unzipped"
+    zipfile.ZipFile(io.BytesIO(bundle.data)).extractall(out)
+    check = verify_signature(out / "sde-report-syn.sig.json")
+    assert check.ok and check.fingerprint == bundle.fingerprint
+    with pytest.raises(SigningError, match="is not a file"):
+        signed_report_zip(result, {"models": {}}, "syn", tmp_path / "nope.pem", pdf=False)
+
+
 def test_messages_do_not_contradict_the_model_they_describe():
     """The retrained model is never said to have 'overshot' an unlearning, and its name is not
     repeated as 'The retrained model retrained'."""
