@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sde_core.common.sigma import SQRT_DIM, parse_sigma
-from sde_core.errors import InputError
+from sde_core.errors import InputError, SettingsError
 from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.pipeline.settings import setting
 from sde_core.pipeline.workspace import Problem
@@ -32,10 +32,48 @@ __all__ = [
     "ResultCache",
     "comparison_display",
     "comparison_table",
+    "field_label",
     "parse_int_values",
     "parse_sigma_values",
     "problems_by_field",
 ]
+
+
+#: Readable names of a workspace's fields (the keys of validation problems).
+_FIELD_NAMES = {
+    "dataset": "Dataset",
+    "dataset.root": "Dataset folder or file",
+    "dataset.kind": "Dataset kind",
+    "forget_indices": "Forget set",
+    "models": "Models",
+    "defaults": "Evaluation defaults",
+    "workspace folder": "Workspace folder",
+    "workspace": "Workspace",
+}
+_MODEL_FIELDS = {"arch": "architecture", "name": "name", "role": "role",
+                 "seconds": "method time", "checkpoint": "checkpoint file"}  # fmt: skip
+
+
+def field_label(field: str) -> str:
+    """A problem's field as the person reading it names it: ``"dataset.root"`` → ``"Dataset
+    folder or file"``, ``"models[2].arch"`` → ``"Model 3: architecture"``,
+    ``"defaults.subset_size"`` → ``"Evaluation default: Subset size n"``."""
+    if field in _FIELD_NAMES:
+        return _FIELD_NAMES[field]
+    found = re.fullmatch(r"models\[(\d+)\](?:\.(\w+))?", field)
+    if found:
+        number, key = int(found.group(1)) + 1, found.group(2)
+        return f"Model {number}" + (f": {_MODEL_FIELDS.get(key, key)}" if key else "")
+    if field.startswith("defaults."):
+        key = field.split(".", 1)[1]
+        try:
+            shown = setting(key).widget_label or key
+        except SettingsError:
+            shown = key
+        return f"Evaluation default: {shown}"
+    if field.startswith("dataset."):
+        return f"Dataset {field.split('.', 1)[1]}"
+    return field
 
 
 def problems_by_field(problems: Iterable[Problem]) -> dict[str, list[Problem]]:
