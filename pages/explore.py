@@ -344,8 +344,11 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
             f"inputs of the probe at σ_t = {strip.noise_level:g} and {model}'s denoised images** "
             "(error: mean squared error against the clean image)"
         )
+        st.caption("Clean images (rows of the forget set D_f)")
         st.image(list(strip.images), width=72, clamp=True)
+        st.caption(f"Noisy inputs of the probe (noise level σ_t = {strip.noise_level:g})")
         st.image(list(strip.noisy), width=72, clamp=True)
+        st.caption(f"Denoised by {model} (error under each image)")
         st.image(list(strip.denoised), caption=strip.captions, width=72, clamp=True)
         return
     st.markdown(
