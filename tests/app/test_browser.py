@@ -212,6 +212,7 @@ def settle(page) -> None:
     expect(page.get_by_test_id("stStatusWidget")).to_have_count(0)
 
 
+@pytest.mark.timeout(600)  # seven fresh servers in turn, each answering its first request
 def test_every_deep_link_is_the_first_request_of_a_fresh_server(servers: Servers, chromium) -> None:
     """One new server per page (started together), each opened first on that page's URL."""
     from playwright.sync_api import expect
