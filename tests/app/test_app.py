@@ -328,9 +328,11 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
         assert table.loc[row["name"], "cal. OTR [penultimate]"] == shown
     assert len(at.get("plotly_chart")) == 3  # bars with the Retrain line, dot strip, overlay
     assert len(_traces(at, "OTR: per-draw values")) <= 1
-    text = " ".join(m.value for m in at.markdown)
-    for row in expected.models.to_dict("records"):
-        assert f"**{row['name']} ({row['role']}) — " in text  # each verdict, with its evidence
+    alerts = " ".join(a.value for kind in ("error", "warning", "success", "info")
+                      for a in getattr(at, kind))  # fmt: skip
+    for row in expected.models.to_dict("records"):  # each verdict's short sentence first
+        assert f"**{row['name']} ({row['role']}) — " in alerts
+    assert any("paired difference" in m.value for m in at.markdown)  # its evidence, expanded
     assert "layers=output,penultimate" in shared_link(at)
 
 
@@ -588,7 +590,8 @@ def test_withheld_numbers_show_as_withheld_with_the_reason(ws, monkeypatch):
     assert shown["Controlled F1"] == "withheld" and shown["Calibrated OTR"] == "withheld"
     assert shown["over-unlearned"] == "withheld" and shown["in-training"] == "withheld"
     assert any(reason in w.value for w in at.warning)
-    assert any("Inconclusive.** The calibrated panels" in m.value for m in at.markdown)
+    assert any(i.value.startswith("**Inconclusive.** No verdict for original: ") for i in at.info)
+    assert any(m.value.startswith("The calibrated panels") for m in at.markdown)  # the evidence
     strip = _traces(at, "OTR: point value and 95% interval")
     assert strip == [], "a withheld number draws no point value"
     at = app("compare", seed="11")
