@@ -4,7 +4,7 @@ The workspace comes from ``$SDE_WORKSPACE`` (default ``assets/demo``) or a link'
 parameter; file inputs are limited to ``$SDE_DATA_ROOTS`` (default: the working directory and
 ``assets/``). Every page has its own URL (``/explore``, ``/compare`` …, listed in
 ``pages/__init__.py``) and keeps its settings and selection in the query string, so a copied
-link reproduces the view; ``/`` forwards to Explore with the link's parameters.
+link reproduces the view; ``/`` forwards to the Answer page with the link's parameters.
 """
 
 from __future__ import annotations

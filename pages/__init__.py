@@ -29,6 +29,7 @@ APP_ROOT = Path(__file__).resolve().parent.parent
 
 #: URL path -> (script, title, icon), in navigation order.
 PAGES: dict[str, tuple[str, str, str]] = {
+    "answer": ("pages/answer.py", "Answer", ":material/traffic:"),
     "workspace": ("pages/workspace.py", "Workspace", ":material/folder_open:"),
     "explore": ("pages/explore.py", "Explore", ":material/query_stats:"),
     "compare": ("pages/compare.py", "Compare", ":material/leaderboard:"),
@@ -37,7 +38,7 @@ PAGES: dict[str, tuple[str, str, str]] = {
     "method": ("pages/method.py", "Method", ":material/menu_book:"),
 }
 #: The page ``/`` forwards to (with the link's query parameters).
-LANDING = "explore"
+LANDING = "answer"
 
 
 def _forward_to(target: st.Page) -> Callable[[], None]:

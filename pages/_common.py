@@ -83,9 +83,11 @@ from sde_core.services.workspace_info import (
 from sde_core.viz.figures import PLOTLY_CONFIG
 from sde_core.viz.formatting import format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
-from sde_core.viz.verdicts import explain_verdict
+from sde_core.viz.verdicts import VERDICT_ICONS, explain_verdict
 
 WS_KEY = "ws_path"
+#: Session key of the open link's workspace as it was written, with the folder it resolved to.
+WS_AS_SENT_KEY = "ws_as_sent"
 STOP_KEY = "stop_requested"
 SETTINGS_OWNER = "settings_workspace"
 URL_KEY = "url_published"
@@ -118,13 +120,6 @@ SHARE_HELP = (
     "folder holds other files says so instead of showing other numbers. Others can open it "
     f"only where this server is reachable (set ${PUBLIC_URL_ENV} to its public address)."
 )
-VERDICT_ICONS = {
-    "not forgotten": ":material/memory:",
-    "consistent with forgetting": ":material/check_circle:",
-    "over-unlearned": ":material/warning:",
-    "mixed": ":material/contrast:",
-    "inconclusive": ":material/help:",
-}
 
 
 def default_workspace() -> str:
@@ -140,6 +135,9 @@ def publish(view: PageView) -> None:
     settings into the URL, and show the link to it in the sidebar."""
     workspace = str(st.session_state.get(WS_KEY) or default_workspace())
     digest = workspace_digest(workspace)
+    sent = st.session_state.get(WS_AS_SENT_KEY)
+    if sent is not None and sent[1] == workspace:
+        workspace = sent[0]
     settings = _session_settings() if all(k in st.session_state for k in SETTING_KEYS) else {}
     view = dataclasses.replace(
         view,
@@ -257,13 +255,16 @@ def begin_page(page: str) -> PageView:
     fresh = bool(incoming) and incoming != st.session_state.get(URL_KEY)
     view, problems = decode(page, incoming if fresh else {})
     for problem in problems:
-        st.warning(problem)
+        st.warning(literal(problem))
     linked = view.workspace
     if linked:
         try:
             path = resolve_in_roots(linked, allowed_roots(), what="workspace folder")
             load_workspace(path, validate=False)
             st.session_state[WS_KEY] = str(path)  # the folder checked, as "Open folder" keeps
+            # the link keeps the folder as its sender wrote it (a relative path stays relative:
+            # a re-shared link neither leaks this server's layout nor names another checkout)
+            st.session_state[WS_AS_SENT_KEY] = (linked, str(path))
         except SDEError as exc:
             shown = st.session_state.get(WS_KEY) or default_workspace()
             st.error(
@@ -293,6 +294,13 @@ def bound(key: str) -> dict[str, Any]:
     return {"key": widget_key, "on_change": _copy_widget, "args": (widget_key, key)}
 
 
+def literal(message: object) -> str:
+    """A message shown as written: markdown's emphasis marks escaped (``0.5*sqrt_dim`` would
+    otherwise lose its ``*`` and turn italic); code spans in backticks are kept."""
+    parts = str(message).split("`")
+    return "`".join(p if i % 2 else p.replace("*", "\\*") for i, p in enumerate(parts))
+
+
 @contextmanager
 def guarded(context: str) -> Iterator[None]:
     """Show any :class:`SDEError` raised inside as an inline error (with its fix), not a
@@ -300,7 +308,7 @@ def guarded(context: str) -> Iterator[None]:
     try:
         yield
     except SDEError as exc:
-        st.error(f"{context}: {exc}")
+        st.error(f"{context}: {literal(exc)}")
 
 
 def current_workspace() -> Workspace:
@@ -309,7 +317,7 @@ def current_workspace() -> Workspace:
     try:
         ws = load_workspace(path)
     except SDEError as exc:
-        st.error(f"Cannot open the workspace {path}: {exc}")
+        st.error(f"Cannot open the workspace {path}: {literal(exc)}")
         st.page_link(PAGES["workspace"], label="Open or fix a workspace on the Workspace page")
         st.stop()
         raise  # unreachable: st.stop() ends the run
@@ -363,9 +371,16 @@ def model_layers(ws: Workspace, name: str) -> list[LayerInfo]:
 
 
 def layer_label(info: LayerInfo) -> str:
-    """``"penultimate — (128,) · d = 128 · alias of head:input"``."""
+    """``"penultimate — (128,) · d = 128 · shortcut"`` / ``"conv1 — (32×14×14) · d = 32 ·
+    Conv2d"``: no internal names (an alias says it is a shortcut, not which tap it reads; a
+    private module class such as ``_Tap`` is shown as a hidden state)."""
     shape = "×".join(str(s) for s in info.output_shape)
-    return f"{info.name} — ({shape}) · d = {info.dim} · {info.module_type}"
+    kind = info.module_type
+    if kind.startswith("alias of"):
+        kind = "shortcut"
+    elif kind.startswith("_"):
+        kind = "hidden state"
+    return f"{info.name} — ({shape}) · d = {info.dim} · {kind}"
 
 
 # ------------------------------------------------------------------------------- settings
@@ -491,7 +506,7 @@ def current_settings(ws: Workspace, **overrides: Any) -> EvalSettings:
         base = EvalSettings.from_mapping(dataclasses.asdict(ws.defaults))
         return base.with_overrides(**values)
     except SDEError as exc:
-        st.error(f"Invalid settings: {exc}")
+        st.error(f"Invalid settings: {literal(exc)}")
         st.stop()
         raise  # unreachable
 
@@ -597,14 +612,14 @@ def evaluate(
     try:
         source = evaluations(ws)
     except SDEError as exc:
-        st.error(f"Cannot evaluate this workspace: {exc}")
+        st.error(f"Cannot evaluate this workspace: {literal(exc)}")
         return None
     names = list(models) if models is not None else [m.name for m in ws.models]
     what = f"Evaluating {_label(names)} at layer {settings.layer!r}…"
     try:
         return source.evaluate(settings, names, lambda work: run_with_progress(work, what))
     except SDEError as exc:
-        st.error(f"Evaluation failed: {exc}")
+        st.error(f"Evaluation failed: {literal(exc)}")
         return None
 
 
@@ -649,7 +664,7 @@ def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult 
     try:
         source = evaluations(ws)
     except SDEError as exc:
-        st.error(f"Cannot evaluate this workspace: {exc}")
+        st.error(f"Cannot evaluate this workspace: {literal(exc)}")
         return None
     names = [m.name for m in ws.models]
     what = f"Evaluating {_label(names)} at layer {settings.layer!r}…"
@@ -660,7 +675,7 @@ def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult 
             _compare_progress(names, settings),
         )
     except SDEError as exc:
-        st.error(f"Evaluation failed: {exc}")
+        st.error(f"Evaluation failed: {literal(exc)}")
         return None
 
 
@@ -774,12 +789,25 @@ def show_verdict(
     *,
     name: bool = True,
     compare: bool = True,
+    draws: Any = None,
+    provisional: str = "",
 ) -> None:
-    """A model's verdict: label, the evidence it rests on and what it cannot certify."""
-    explained = explain_verdict(row, targets, retrain, compare=compare)
-    icon = VERDICT_ICONS.get(explained.label, ":material/info:")
+    """A model's verdict: its short sentence in the verdict's style (a warning for conflicting
+    evidence, marked provisional while the evaluation runs), the evidence it rests on and what
+    it cannot certify behind an expander."""
+    explained = explain_verdict(
+        row, targets, retrain, compare=compare, draws=draws, provisional=provisional
+    )
     who = f"{row['name']} ({row.get('role', '')}) — " if name else ""
-    st.markdown(f"{icon} **{who}{explained.headline}.** {explained.body}")
+    text = f"**{who}{explained.headline}.** {explained.short}"
+    if provisional:
+        text += " The verdict may change when the run completes."
+    show = {"error": st.error, "warning": st.warning, "success": st.success}.get(
+        explained.style, st.info
+    )
+    show(text, icon=VERDICT_ICONS.get(explained.label, ":material/info:"))
+    with st.expander("Evidence and limits"):
+        st.markdown(explained.body)
 
 
 def app_root() -> Path:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import pandas as pd
 import streamlit as st
 
 from pages._common import (
@@ -37,23 +36,21 @@ from pages._common import (
     table,
 )
 from sde_core.common.hashing import stable_hash
+from sde_core.services.answer import model_family
 from sde_core.services.cascade import (
-    COMPARED_METRICS,
     EvalSettings,
     EvaluationResult,
-    compare_models,
     forecast_models,
     forecast_sentence,
 )
 from sde_core.services.view_state import CompareView
 from sde_core.services.workspace_info import Workspace
+from sde_core.viz.answer import paired_table
 from sde_core.viz.figures import (
     BAR_CHOICES,
     comparison_bars,
     draw_strip,
-    metric_label,
     target_overlay,
-    with_metric_label,
 )
 from sde_core.viz.report import to_csv_bytes
 from sde_core.viz.ui_support import comparison_display, layer_comparison_table
@@ -145,7 +142,7 @@ def verdicts(result: EvaluationResult) -> None:
     retrain = retrain_row(result.models)
     st.subheader(f"Verdicts at layer {result.settings.layer}")
     for row in result.models.to_dict("records"):
-        show_verdict(row, result.settings.targets, retrain)
+        show_verdict(row, result.settings.targets, retrain, draws=result.draws)
 
 
 def planned(ws: Workspace, settings: EvalSettings) -> bool:
@@ -191,18 +188,8 @@ def paired(result: EvaluationResult) -> None:
     if a == b:
         st.info("Choose two different models.")
         return
-    rows = []
-    for metric in COMPARED_METRICS:
-        c = compare_models(result.models, result.draws, a, b, metric)
-        p, u = c.paired, c.unpaired
-        rows.append(
-            {"rate": metric_label(metric), "difference": None if p is None else p.value,
-             "95% CI, paired": "withheld" if p is None else f"[{p.lo:+.3f}, {p.hi:+.3f}]",
-             "95% CI, as if unpaired": "" if u is None else f"[{u.lo:+.3f}, {u.hi:+.3f}]",
-             "draws": None if p is None else p.draws,
-             "why withheld": with_metric_label(c.reason, metric)}
-        )  # fmt: skip
-    table(pd.DataFrame(rows), "c_paired", columns={"difference": "paired_difference"})
+    shown = paired_table(result.models, result.draws, a, b)
+    table(shown, "c_paired", columns={"difference": "paired_difference"})
     st.caption(
         f"{a} minus {b}, draw by draw on the same references, panels, targets and splits "
         "(common random numbers), pooled with a paired Student-t interval over the draws both "
@@ -246,7 +233,7 @@ with guarded("Cannot compare the models"):
     if results and len(results) == len(ready):
         by_layer = {layer: r.models for layer, r in results.items()}
         retrain_first = {"key": lambda r: r != "retrained", "kind": "stable"}
-        shown = comparison_display(by_layer).sort_values("role", **retrain_first)
+        shown = comparison_display(by_layer, model_family(ws)).sort_values("role", **retrain_first)
         numbers = layer_comparison_table(by_layer).sort_values("role", **retrain_first)
         retrained = shown.loc[shown["role"] == "retrained", "name"].tolist()
         st.caption(

@@ -130,20 +130,47 @@ def pick_model_and_layer(ws: Workspace) -> str:
     return model
 
 
-def headline(result: EvaluationResult, model: str, tag: str) -> None:
-    """The verdict in words, then the reference check, OTR with interval, F1, score and σ."""
+def headline(result: EvaluationResult, model: str, tag: str, provisional: str = "") -> None:
+    """The verdict in words (provisional while the run streams), then the reference check,
+    OTR with interval, F1, score and σ — under the verdict, and behind an expander when the
+    evidence conflicts (those numbers are then not certified)."""
     row = result.models.set_index("name").loc[model]
     record = {"name": model, **row.to_dict()}
-    show_verdict(record, result.settings.targets, None, name=False, compare=False)
+    show_verdict(record, result.settings.targets, None, name=False, compare=False,
+                 provisional=provisional)  # fmt: skip
+    conflict = row.get("evidence_conflict")
+    conflicting = isinstance(conflict, str) and bool(conflict.strip())
+    holder = (
+        st.expander("The headline numbers — not certified: the evidence conflicts")
+        if conflicting
+        else st.container()
+    )
+    with holder:
+        numbers(result, row, provisional)
+        if not result.model_draws(model).empty:
+            plot(draw_strip(result, model), f"x_strip{tag}")
+
+
+def numbers(result: EvaluationResult, row: pd.Series, provisional: str) -> None:
+    """The headline numbers of one model's row."""
     valid = bool(row["references_valid"])
+    s = result.settings
     cols = st.columns(5)
     metric(cols[0], "Reference U-test p", fmt_p(row["reference_p"]), "reference_p")
+    conflict = row.get("evidence_conflict")
+    certified = valid and not (isinstance(conflict, str) and conflict.strip()) and not provisional
     with cols[0]:
         st.badge(
-            "references valid" if valid else "references invalid",
-            color="green" if valid else "red",
-            icon=":material/check:" if valid else ":material/close:",
+            "references valid (paper's test)" if valid else "references invalid",
+            color="green" if certified else ("gray" if valid else "red"),
+            icon=(":material/check:" if certified else None) if valid else ":material/close:",
         )
+        split = null_check_readings(row.to_dict(), s.alpha, s.alpha_calibrated)[0]
+        if split.passed is not None:
+            st.caption(
+                f"its measured level: {pct(split.rate)} false alarms at nominal α = {s.alpha:g}"
+                + ("" if split.passed else " (fails its null check)")
+            )
     draws = int(row["draws"])
     for col, label, key, show, pct_ in (
         (cols[1], "OTR (out-of-training rate)", "otr", pct, True),
@@ -157,7 +184,7 @@ def headline(result: EvaluationResult, model: str, tag: str) -> None:
            "dependence_score")  # fmt: skip
     cols[3].caption("not a verdict: its interval is rarely informative (method §5)")
     metric(cols[4], "σ used", fmt(row["sigma"], 4), "sigma")
-    cols[4].caption(f"layer {row['layer']}, d = {int(row['dim'])}")
+    cols[4].caption(f"kernel bandwidth σ · layer {row['layer']}, d = {int(row['dim'])}")
     reason = row.get("inconclusive_reason")
     if isinstance(reason, str) and reason.strip():
         names = {"otr": "OTR", "calibrated_otr": "calibrated OTR", "f1": "F1",
@@ -173,8 +200,6 @@ def headline(result: EvaluationResult, model: str, tag: str) -> None:
             f"= {fmt_p(row['reference_p'])} ≥ α = {result.settings.alpha}), so every decision "
             f"of the paper's rule is **inconclusive**. {where}"
         )
-    if not result.model_draws(model).empty:
-        plot(draw_strip(result, model), f"x_strip{tag}")
 
 
 def hist_controls(settings: EvalSettings) -> int | None:
@@ -324,8 +349,11 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
             f"inputs of the probe at σ_t = {strip.noise_level:g} and {model}'s denoised images** "
             "(error: mean squared error against the clean image)"
         )
+        st.caption("Clean images (rows of the forget set D_f)")
         st.image(list(strip.images), width=72, clamp=True)
+        st.caption(f"Noisy inputs of the probe (noise level σ_t = {strip.noise_level:g})")
         st.image(list(strip.noisy), width=72, clamp=True)
+        st.caption(f"Denoised by {model} (error under each image)")
         st.image(list(strip.denoised), caption=strip.captions, width=72, clamp=True)
         return
     st.markdown(
@@ -339,10 +367,11 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
 
 
 def show(result: EvaluationResult, model: str, control: str | None, pick: int | None,
-         tag: str) -> None:  # fmt: skip
+         tag: str, provisional: str = "") -> None:  # fmt: skip
     """Everything the page shows of a (possibly partial) result; ``tag`` makes element keys
-    unique when the streaming evaluation redraws it."""
-    headline(result, model, tag)
+    unique when the streaming evaluation redraws it; ``provisional`` says what is still
+    running (the verdict is then labelled provisional)."""
+    headline(result, model, tag, provisional)
     st.subheader("Split-half HSIC: references and targets")
     decisions(result, model, pick, tag)
     st.subheader("Calibrated evidence, spread control and null check")
@@ -352,13 +381,13 @@ def show(result: EvaluationResult, model: str, control: str | None, pick: int | 
         negative_control(result, model, control, tag)
 
 
-def provisional_line(result: EvaluationResult, model: str, settings: EvalSettings) -> str:
-    """The one marker of a streamed, unfinished result: how many draws it covers so far."""
+def provisional_state(result: EvaluationResult, model: str, settings: EvalSettings) -> str:
+    """What a streamed, unfinished result covers so far (``"draw 2 of 5"``): the verdict's
+    provisional label (:class:`~sde_core.viz.verdicts.VerdictExplanation`)."""
     rows = result.models.set_index("name")
     k = int(rows.loc[model, "draws"]) if model in rows.index else 0
     of = f"up to {settings.max_draws}" if settings.precision > 0 else str(settings.draws)
-    return (f"**Provisional: draw {k} of {of}.** The numbers below change as the remaining "
-            "draws and stages stream in.")  # fmt: skip
+    return f"draw {k} of {of}"
 
 
 def _milestone(part: PartialEvaluation, previous: PartialEvaluation | None) -> bool:
@@ -449,8 +478,8 @@ def progressive(
                         ws_hash, settings, [p.evaluation() for p in parts.values()]
                     )
                     with live.container():
-                        st.info(provisional_line(partial, model, settings))
-                        show(partial, model, control, pick, f"_live{i}")
+                        show(partial, model, control, pick, f"_live{i}",
+                             provisional=provisional_state(partial, model, settings))  # fmt: skip
                     drawn = time.perf_counter()
                     shown_draw = shown_draw or part.stage == "panels"
             previous = part
@@ -490,7 +519,9 @@ def stopped(
     if model not in parts:
         return None
     result = session_result(ws_hash, settings, [p.evaluation() for p in parts.values()])
-    show(result, model, control, pick, "")
+    part = parts[model]
+    show(result, model, control, pick, "",
+         provisional="" if part.complete else f"stopped at {part.label.split(':')[0]}")  # fmt: skip
     return result
 
 

@@ -19,6 +19,7 @@ with st.sidebar:
             f"- [{'§' + str(n) + ' ' if isinstance(n, int) else ''}{title}](#{anchor})"
             for n, (title, anchor) in METHOD_SECTIONS.items()
         )
+        + "\n- [Glossary](#glossary)"
     )
 if doc.is_file():
     st.markdown(doc.read_text(encoding="utf-8"))

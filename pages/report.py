@@ -29,6 +29,7 @@ from pages._common import (
 from sde_core.common.hashing import stable_hash
 from sde_core.services.audit import build_manifest, report_file_stem, report_json_bytes
 from sde_core.services.cascade import EvaluationResult
+from sde_core.services.report_bundle import signed_report_zip
 from sde_core.services.view_state import ReportView
 from sde_core.services.workspace_info import Workspace
 from sde_core.viz.figures import figure_to_image, plotly_config
@@ -72,11 +73,12 @@ def manifest_of(ws: Workspace, result: EvaluationResult) -> dict[str, Any]:
 
 
 def html_report(
-    result: EvaluationResult, name: str, notes: str, manifest: dict, context: AuditContext
-) -> str:
+    result: EvaluationResult, name: str, notes: str, manifest: dict, context: AuditContext,
+    ws: Workspace,
+) -> str:  # fmt: skip
     """The self-contained HTML report (built once per result, notes and context); its first
     page prints the SHA-256 of the JSON report the page offers next to it."""
-    key = ("report", *_key(result, notes, context))
+    key = ("report", *_key(result, notes, context, ws.criterion))
     page = shared_cache().get(key)
     if page is None:
         page = build_html_report(
@@ -87,6 +89,7 @@ def html_report(
             file_hint=f"{report_file_stem(name)}.html",
             context=context,
             document_sha256=hashlib.sha256(to_json_document(result, manifest, context)).hexdigest(),
+            criterion=ws.criterion,
         )
         shared_cache().put(key, page)
     return page
@@ -113,7 +116,7 @@ def verdicts(result: EvaluationResult) -> None:
     """One plain-language paragraph per model, with the evidence it rests on."""
     retrain = retrain_row(result.models)
     for row in result.models.to_dict("records"):
-        show_verdict(row, result.settings.targets, retrain)
+        show_verdict(row, result.settings.targets, retrain, draws=result.draws)
 
 
 def certify() -> None:
@@ -123,17 +126,20 @@ def certify() -> None:
     right.markdown("**It cannot establish**\n\n" + "\n".join(f"- {t}" for t in CANNOT_CERTIFY))
 
 
-def report_downloads(result: EvaluationResult, name: str, manifest: dict) -> None:
-    """The HTML, JSON and PDF report."""
-    left, middle, right = st.columns(3)
+def report_downloads(result: EvaluationResult, name: str, manifest: dict, ws: Workspace) -> None:
+    """The HTML, JSON and PDF report, and the signed report files."""
+    left, middle, right, far = st.columns(4)
     context = AuditContext(
         purpose=left.text_input("Purpose (optional)", key="r_purpose",
                                 placeholder="e.g. erasure request #17"),
         requester=middle.text_input("Requested by (optional)", key="r_requester"),
-        operator=right.text_input("Operated by (optional)", key="r_operator"),
+        operator=right.text_input("Operated by — the signer's name (optional)",
+                                  key="r_operator"),
+        role=far.text_input("The signer's role (optional)", key="r_role",
+                            placeholder="e.g. data-protection officer"),
     )  # fmt: skip
     notes = st.text_area("Notes to include in the report (optional)", key="r_notes")
-    page = html_report(result, name, notes, manifest, context)
+    page = html_report(result, name, notes, manifest, context, ws)
     stem = report_file_stem(name)
     left, middle, right = st.columns(3)
     left.download_button(
@@ -167,6 +173,7 @@ def report_downloads(result: EvaluationResult, name: str, manifest: dict) -> Non
         if pdf is not None:
             st.download_button("Download the PDF report", pdf, file_name=f"{stem}.pdf",
                                mime="application/pdf", key="r_pdf")  # fmt: skip
+    sign(result, name, manifest, ws, notes, context)
     st.caption(
         f"Re-check a saved report against the workspace: `python -m sde_core verify "
         f"{stem}.json` (or the .html) — it re-hashes every file and recomputes every number, "
@@ -174,9 +181,43 @@ def report_downloads(result: EvaluationResult, name: str, manifest: dict) -> Non
         "another machine's last-bit differences allow — near-tie decisions and numbers within "
         "their conditioning, each named); or **differs** (exit 1: a file hash, a decision that "
         "is not a near-tie, or a number beyond its tolerance). Method §13. "
-        "To sign the report with your Ed25519 key, write it with `python -m sde_core report "
-        "WORKSPACE --out DIR --sign-key KEY` (keys stay on your machine, never uploaded here)."
+        "The command line signs too: `python -m sde_core report WORKSPACE --out DIR "
+        "--sign-key KEY`."
     )
+
+
+def sign(result: EvaluationResult, name: str, manifest: dict, ws: Workspace, notes: str,
+         context: AuditContext) -> None:  # fmt: skip
+    """Sign the report files with the operator's Ed25519 key (a file on the server's machine,
+    read where it lies, never uploaded or kept) and offer them as one ZIP."""
+    with st.expander("Sign the report with your Ed25519 key"):
+        left, right = st.columns([3, 2])
+        key_file = left.text_input(
+            "Private key file (a path on the machine that runs this dashboard)",
+            key="r_sign_key", placeholder="~/.ssh/sde_ed25519",
+            help="PEM or OpenSSH Ed25519 private key. It is read once to sign and never stored.",
+        )  # fmt: skip
+        password = right.text_input("Key password (if encrypted)", type="password",
+                                    key="r_sign_password")  # fmt: skip
+        with_pdf = st.checkbox("Include the PDF (Chromium)", value=True, key="r_sign_pdf")
+        if st.button("Write and sign the report files", key="r_sign", type="primary"):
+            with guarded("Not signed"), st.spinner("Writing and signing the report files…"):
+                bundle = signed_report_zip(
+                    result, manifest, name, key_file, password=password, pdf=with_pdf,
+                    notes=notes or None, context=context, criterion=ws.criterion,
+                )  # fmt: skip
+                st.session_state["r_signed"] = bundle
+        bundle = st.session_state.get("r_signed")
+        if bundle is not None:
+            st.success(
+                f"Signed with the key {bundle.fingerprint}: {', '.join(bundle.names)}. The "
+                f"report's SHA-256 is {bundle.sha256}."
+            )
+            if bundle.pdf_error:
+                st.warning(f"No PDF: {bundle.pdf_error}")
+            st.download_button("Download the signed report (ZIP)", bundle.data,
+                               file_name=f"{report_file_stem(name)}-signed.zip",
+                               mime="application/zip", key="r_signed_zip")  # fmt: skip
 
 
 def to_json_document(result: EvaluationResult, manifest: dict, context: AuditContext) -> bytes:
@@ -253,7 +294,7 @@ if result is not None:
     certify()
     if manifest is not None:
         st.subheader("Report files")
-        report_downloads(result, name, manifest)
+        report_downloads(result, name, manifest, ws)
         st.subheader("What was evaluated")
         evaluated(manifest)
     st.subheader("Settings")

@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from pages._common import PAGES, WS_KEY, app_root, default_workspace, guarded
+from pages._common import PAGES, WS_KEY, app_root, default_workspace, guarded, literal
 from sde_core.common.paths import ROOTS_ENV, allowed_roots, env_roots, resolve_in_roots
 from sde_core.errors import InputError, SDEError
 from sde_core.services.uploads import (
@@ -42,7 +42,7 @@ from sde_core.services.workspaces import (
     add_uploaded_model,
     build_from_uploads,
 )
-from sde_core.viz.ui_support import problems_by_field
+from sde_core.viz.ui_support import field_label, problems_by_field
 
 AUTO_ARCH = "(read from the file)"
 MODEL_TYPES = sorted({s.rsplit(".", 1)[-1] for s in CHECKPOINT_SUFFIXES + ACTIVATION_SUFFIXES})
@@ -51,7 +51,7 @@ MODEL_TYPES = sorted({s.rsplit(".", 1)[-1] for s in CHECKPOINT_SUFFIXES + ACTIVA
 def show_problems(problems: list[Problem]) -> None:
     """One inline message per field: an error if any of its problems is one, else a warning."""
     for field, found in problems_by_field(problems).items():
-        text = f"**{field}** — " + " · ".join(p.message for p in found)
+        text = f"**{field_label(field)}** — " + " · ".join(literal(p.message) for p in found)
         (st.error if any(p.severity == "error" for p in found) else st.warning)(text)
 
 
@@ -207,6 +207,11 @@ def model_spec(prefix: str, suffix: str = "") -> ModelSpec:
 def build_section() -> None:
     """Widgets to build a workspace from a dataset folder and uploaded files."""
     page_roots = allowed_roots()
+    st.caption(
+        "Step by step, with the formats each kind of model and dataset accepts: the guide "
+        "`docs/bring-your-own.md` in the repository (the command line builds the same "
+        "workspace: `python -m sde_core workspace init`)."
+    )
     st.caption(
         "New workspaces go inside: " + ", ".join(f"`{r}`" for r in page_roots) + ". The data "
         f"must lie inside the new workspace folder or a folder of `{ROOTS_ENV}` "

@@ -74,6 +74,7 @@ from sde_core.common.staging import Staging
 from sde_core.common.toml_limits import nesting_depth, read_toml
 from sde_core.errors import CheckpointError, SDEError, SettingsError, WorkspaceError
 from sde_core.families.registry import family_by_arch
+from sde_core.pipeline.criterion import Criterion, criterion_from_table
 from sde_core.pipeline.settings import EvalSettings
 
 __all__ = [
@@ -304,6 +305,8 @@ class Workspace:
         models: the ``[[models]]`` entries, in file order.
         defaults: the evaluation defaults (one :class:`EvalSettings`).
         name, description: free text.
+        criterion: when an audited model counts as forgotten (the ``[criterion]`` table;
+            :class:`~sde_core.pipeline.criterion.Criterion`'s default when absent).
         roots: allowed folders besides ``root`` for the files the workspace names (default:
             ``$SDE_DATA_ROOTS``); not part of the file, not compared.
     """
@@ -315,6 +318,7 @@ class Workspace:
     defaults: EvalSettings = field(default_factory=EvalSettings)
     name: str = ""
     description: str = ""
+    criterion: Criterion = field(default_factory=Criterion)
     roots: tuple[Path, ...] = field(
         default_factory=lambda: tuple(env_roots()), compare=False, repr=False
     )
@@ -604,7 +608,10 @@ def load_workspace(
         error=WorkspaceError,
     )  # fmt: skip
     _check_caps(file, raw)
-    allowed = {"version", "name", "description", "dataset", "forget_indices", "models", "defaults"}
+    allowed = {
+        "version", "name", "description", "dataset", "forget_indices", "models", "defaults",
+        "criterion",
+    }  # fmt: skip
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise WorkspaceError(
@@ -631,6 +638,7 @@ def load_workspace(
         defaults=defaults,
         name=_expect("name", raw.get("name", ""), (str,), "a string"),
         description=_expect("description", raw.get("description", ""), (str,), "a string"),
+        criterion=criterion_from_table(raw.get("criterion"), str(file)),
         roots=extra,
     )
     if validate:
@@ -969,6 +977,8 @@ def workspace_toml(ws: Workspace) -> str:
     doc["forget_indices"] = ws.forget_indices
     doc["dataset"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in ws.dataset.items()}
     doc["defaults"] = dataclasses.asdict(ws.defaults)
+    if ws.criterion.stated:
+        doc["criterion"] = ws.criterion.to_table()
     doc["models"] = [_model_table(m) for m in ws.models]
     file = Path(ws.root) / WORKSPACE_FILE
     _check_caps(file, doc)  # never write what load_workspace would refuse

@@ -50,6 +50,7 @@ from sde_core.common.hashing import array_sha256, file_sha256
 from sde_core.errors import ExportError, SDEError, SettingsError
 from sde_core.inputs.data import DatasetBundle, load_dataset
 from sde_core.inputs.indices import load_index_file
+from sde_core.pipeline.criterion import Criterion
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
 from sde_core.pipeline.model_inputs import Progress
@@ -283,6 +284,8 @@ def write_report_files(
     notes: str | None = None,
     context: AuditContext | None = None,
     sign_key: str | Path | None = None,
+    key_password: bytes | None = None,
+    criterion: Criterion | None = None,
 ) -> ReportFiles:
     """Write ``<stem>.json``, ``<stem>.html``, (with ``pdf`` and Chromium) ``<stem>.pdf`` and,
     with ``sign_key``, ``<stem>.sig.json`` signing all of them.
@@ -294,15 +297,17 @@ def write_report_files(
     Args:
         context: purpose, requester and operator, printed on the first page.
         sign_key: the operator's Ed25519 private key file (PEM or OpenSSH; an encrypted one
-            reads its password from ``$SDE_SIGN_KEY_PASSWORD``).
+            reads its password from ``key_password``, else from ``$SDE_SIGN_KEY_PASSWORD``).
+        key_password: the password of an encrypted key (the dashboard asks for it).
+        criterion: the workspace's criterion of forgetting, stated on the first page.
 
     Raises:
         SigningError: the key cannot be loaded (checked before anything is written).
     """
     key = None
     if sign_key is not None:
-        password = os.environ.get(SIGN_KEY_PASSWORD_ENV)
-        key = load_private_key(sign_key, password.encode() if password else None)
+        password = key_password or (os.environ.get(SIGN_KEY_PASSWORD_ENV) or "").encode() or None
+        key = load_private_key(sign_key, password)
     fingerprint = public_key_fingerprint(key) if key is not None else None
     folder = Path(out_dir)
     stem = report_file_stem(workspace_name)
@@ -319,6 +324,7 @@ def write_report_files(
         context=context,
         document_sha256=digest,
         signed_by=fingerprint,
+        criterion=criterion,
     )
     atomic_write_text(html_path, page)
     pdf_path: Path | None = None
@@ -395,7 +401,7 @@ def create_report(
     name = ws.name or ws.root.name
     return write_report_files(
         result, manifest, out_dir, name, pdf=pdf, notes=notes, context=context,
-        sign_key=sign_key,
+        sign_key=sign_key, criterion=ws.criterion,
     )  # fmt: skip
 
 

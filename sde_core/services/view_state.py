@@ -38,6 +38,7 @@ __all__ = [
     "SIGMA_WIDGET",
     "VIEWS",
     "WORKSPACE_PARAM",
+    "AnswerView",
     "CompareView",
     "ExploreView",
     "PageView",
@@ -223,6 +224,13 @@ class SweepsView(PageView):
 
 
 @dataclasses.dataclass(frozen=True)
+class AnswerView(PageView):
+    """Answer (the landing page): the workspace and settings only."""
+
+    PAGE: ClassVar[str] = "answer"
+
+
+@dataclasses.dataclass(frozen=True)
 class ReportView(PageView):
     """Report: the workspace and settings only."""
 
@@ -231,7 +239,7 @@ class ReportView(PageView):
 
 #: Page path -> its view class; other pages (workspace, method) use :class:`PageView`.
 VIEWS: dict[str, type[PageView]] = {
-    cls.PAGE: cls for cls in (ExploreView, CompareView, SweepsView, ReportView)
+    cls.PAGE: cls for cls in (AnswerView, ExploreView, CompareView, SweepsView, ReportView)
 }
 #: Values a page field may take whatever the workspace (others are checked by :func:`restrict`).
 _FIXED_CHOICES: dict[tuple[str, str], tuple[str, ...]] = {("sweeps", "sweep"): SWEEP_PARAMS}

@@ -788,8 +788,9 @@ def sweep_figure(
     Returns:
         A Figure with one line per model (x = numeric σ for σ sweeps, the layer name, n, or the
         checkpoint in % of training; open markers where the references are invalid), one
-        ``"<model>: withheld"`` trace of ✕ markers on the axis floor where the gate withholds
-        the number (method §12; the reason on hover) and one
+        ``"<model>: withheld"`` trace labelled "withheld" above the plot, with a dotted
+        vertical line at each x, where the gate withholds the number (method §12; never drawn
+        at a value; the reason on hover) and one
         vertical dotted line trace per marker, named ``"<rule> rule: σ = …"`` (e.g.
         ``"√d rule: σ = 6.32"``). σ axes are logarithmic when the values span ≥ 10×.
     """
@@ -855,23 +856,33 @@ def sweep_figure(
         y_span = (float(finite.min()), float(finite.max()))
     else:
         y_span = (0.0, 1.0)
-    for i, model, x, why in withheld:  # a withheld point is marked, never silently dropped
+    # A withheld point is marked, never silently dropped — and never drawn at a value: a
+    # dotted vertical line over the whole height at its x, and a "withheld" label above the
+    # plot (on a hidden [0, 1] axis, so no y value is implied; the reason on hover).
+    for i, model, x, why in withheld:
+        colour = MODEL_COLORS[i % len(MODEL_COLORS)]
+        for at in x:
+            fig.add_shape(type="line", x0=at, x1=at, y0=0, y1=1, xref="x", yref="paper",
+                          line={"color": colour, "dash": "dot", "width": 1.5})  # fmt: skip
         fig.add_trace(
             go.Scatter(
                 x=x,
-                y=[y_span[0]] * len(x),
-                mode="markers",
+                y=[1.0] * len(x),
+                yaxis="y2",
+                mode="markers+text",
+                text=["withheld"] * len(x),
+                textposition="top center",
+                cliponaxis=False,
                 name=f"{model}: withheld",
-                marker={
-                    "symbol": "x-thin-open",
-                    "size": 12,
-                    "line": {"width": 2},
-                    "color": MODEL_COLORS[i % len(MODEL_COLORS)],
-                },
+                marker={"symbol": "triangle-down-open", "size": 10, "color": colour},
                 customdata=np.array(why, dtype=object)[:, None],
                 hovertemplate=f"{model}<br>{param} = %{{x}}<br>withheld: %{{customdata[0]}}"
                 "<extra></extra>",
             )
+        )
+    if withheld:
+        fig.update_layout(
+            yaxis2={"overlaying": "y", "range": [0, 1], "visible": False, "fixedrange": True}
         )
     for (rule, sigma), dash in zip(
         (markers or {}).items(), ("dot", "dashdot", "dash"), strict=False

@@ -45,6 +45,8 @@ METHOD_SECTIONS: dict[int | str, tuple[str, str]] = {
     10: ("Public API and outputs", "10-public-api-and-outputs"),
     11: ("The bundled demos", "11-the-bundled-demos"),
     12: ("Replication, disjointness and the gate", "12-replication-disjointness-and-the-gate"),
+    13: ("Reproduced: what a re-run must match", "13-reproduced-what-a-re-run-must-match"),
+    14: ("Diffusion models (denoisers)", "14-diffusion-models-denoisers"),
     15: (
         "Precision target, planner and paired comparisons",
         "15-precision-target-planner-and-paired-comparisons",

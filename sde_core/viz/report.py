@@ -35,7 +35,9 @@ import plotly.graph_objects as go
 from sde_core import __version__
 from sde_core.common.csv_cells import neutralise_formula
 from sde_core.errors import SettingsError
+from sde_core.pipeline.criterion import Criterion
 from sde_core.pipeline.evaluation.metric_table import METRICS
+from sde_core.viz.answer import ANSWER_COLOURS, answer_counts, make_scope, workspace_answer
 from sde_core.viz.figures import PLOTLY_CONFIG, comparison_bars, hsic_histogram
 from sde_core.viz.formatting import (
     format_count,
@@ -67,6 +69,7 @@ __all__ = [
     "REPORT_FORMAT_VERSION",
     "REPORT_SECTIONS",
     "AuditContext",
+    "answer_html",
     "build_html_report",
     "comparison_table",
     "dataset_table",
@@ -79,7 +82,6 @@ __all__ = [
     "report_figures",
     "report_from_html",
     "settings_table",
-    "summary_html",
     "tables_for_export",
     "tables_to_zip",
     "to_csv_bytes",
@@ -131,16 +133,18 @@ class AuditContext:
     Attributes:
         purpose: why the audit was run (e.g. "erasure request #123, Art. 17 GDPR").
         requester: who asked for it. operator: who ran it (and signs it, with a key).
+        role: the operator's role (printed in the signer block).
     """
 
     purpose: str | None = None
     requester: str | None = None
     operator: str | None = None
+    role: str | None = None
 
     def items(self) -> list[tuple[str, str]]:
         """The given fields as ``(label, text)`` in print order (blank ones left out)."""
         fields = (("Purpose", self.purpose), ("Requested by", self.requester),
-                  ("Operated by", self.operator))  # fmt: skip
+                  ("Operated by", self.operator), ("Role", self.role))  # fmt: skip
         return [(label, text.strip()) for label, text in fields if text and text.strip()]
 
     def to_dict(self) -> dict[str, str]:
@@ -548,7 +552,9 @@ def report_document(
     by_name = {row["name"]: row for row in records(result.models)}
     s = result.settings
     for name, entry in doc["models"].items():
-        explained = explain_verdict(by_name[name], s.targets, retrain)
+        explained = explain_verdict(
+            by_name[name], s.targets, retrain, draws=getattr(result, "draws", None)
+        )
         entry["verdict"] = explained.label
         entry["explanation"] = explained.text
         summary = summarize_verdict(
@@ -625,9 +631,27 @@ h1 { margin: 0 0 0.2em 0; }
 .audit { border-collapse: collapse; margin: 0.4em 0; }
 .audit th { background: none; border: none; padding: 0 1em 0 0; }
 .audit td { border: none; padding: 0; }
-.check-report { font-size: 0.78em; color: #333; border-top: 1px solid #ccc; padding-top: 0.3em; }
+.check-report { font-size: 0.7em; color: #333; border-top: 1px solid #ccc; padding-top: 0.3em; }
 .withheld-list { font-size: 0.85em; }
 .verdict-conflicting-evidence { color: #b00020; font-weight: bold; }
+.line { border: 1px solid #bbb; border-left: 6px solid #777; border-radius: 3px;
+        padding: 0.1em 0.5em; margin: 0.2em 0; break-inside: avoid; font-size: 0.78em; }
+.line p { margin: 0.08em 0; }
+.line .word { font-weight: bold; text-transform: uppercase; letter-spacing: 0.03em; }
+.line .nums, .line .own { color: #444; font-size: 0.92em; }
+.line-green { border-left-color: #00795a; } .line-green .word { color: #00795a; }
+.line-red { border-left-color: #b24000; } .line-red .word { color: #b24000; }
+.line-orange { border-left-color: #c77700; background: #fff6e5; }
+.line-orange .word { color: #8a5000; }
+.line-gray { border-left-color: #777; } .line-gray .word { color: #555; }
+.criterion, .shared { font-size: 0.78em; margin: 0.15em 0; }
+.page1 { display: grid; grid-template-columns: 5fr 2fr; gap: 0.8em; align-items: start; }
+.scope, .signer { border: 1px solid #999; padding: 0.3em 0.6em; font-size: 0.74em;
+                  break-inside: avoid; margin-bottom: 0.5em; }
+.scope ul { margin: 0.1em 0; padding-left: 1.2em; }
+.scope table, .signer table { font-size: 1em; margin: 0.2em 0; }
+.scope td, .scope th, .signer td, .signer th { border: none; padding: 0.05em 0.6em 0.05em 0; }
+.signer .blank { border-bottom: 1px solid #333; min-width: 14em; display: inline-block; }
 @media print {
   body { max-width: none; margin: 0; font-size: 9.5pt; }
   table { font-size: 7.5pt; }
@@ -678,23 +702,104 @@ def _verdicts_html(table: pd.DataFrame, caveats: Mapping[str, str]) -> str:
     )
 
 
-def summary_html(result: Any) -> str:
-    """The first page's answers: one box per model (audited models first) with the verdict in a
-    sentence, its interval, the cross-check and the one caveat that matters for it."""
+def answer_html(
+    result: Any, criterion: Criterion | None = None, manifest: Mapping[str, Any] | None = None
+) -> str:
+    """Page 1's answer: the criterion, one line per audited model (its word, sentence,
+    interval, paired differences and own caveat), the caveats they share stated once, the
+    yardsticks in a line each, and the scope-and-limitations box."""
     s = result.settings
-    boxes = []
-    for row in summary_order(result.models):
-        a = summarize_verdict(row, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated)
-        css = f"answer verdict-box-{a.label.replace(' ', '-')}" + (" conflict" * a.conflict)
-        boxes.append(
-            f'<div class="{css}"><p class="head">{html.escape(a.name)} '
-            f'<span class="meta">({html.escape(a.role)})</span> — '
-            f'<span class="verdict-{a.label.replace(" ", "-")}">{html.escape(a.label)}</span>'
-            f"</p><p>{html.escape(a.sentence)} {html.escape(a.interval)}.</p>"
-            f'<p class="check">{html.escape(a.cross_check)}</p>'
-            f'<p class="caveat">Caveat: {html.escape(a.caveat)}</p></div>'
+    criterion = criterion or Criterion()
+    answer = workspace_answer(
+        result.models, result.draws, criterion, s.targets,
+        alpha=s.alpha, alpha_calibrated=s.alpha_calibrated,
+    )  # fmt: skip
+    parts = [
+        f'<p class="criterion"><strong>Criterion:</strong> {html.escape(criterion.describe())}.'
+        f" <strong>Answer:</strong> {html.escape(answer_counts(answer.lines))}.</p>"
+    ]
+    for line in answer.lines:
+        own = f'<p class="own">Caveat: {html.escape(line.caveat)}</p>' if line.caveat else ""
+        nums = " · ".join((line.interval, line.vs_retrained, line.vs_original))
+        parts.append(
+            f'<div class="line line-{ANSWER_COLOURS[line.label]}"><p>'
+            f'<span class="word">{html.escape(line.label)}</span> — '
+            f"<strong>{html.escape(line.sentence)}</strong></p>"
+            f'<p class="nums">{html.escape(nums)}</p>{own}</div>'
         )
-    return f'<div class="answers">{"".join(boxes)}</div>'
+    for text in answer.shared_caveats:
+        parts.append(f'<p class="shared"><strong>Caveat:</strong> {html.escape(text)}</p>')
+    yardsticks = [
+        summarize_verdict(r, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated)
+        for r in summary_order(result.models)
+        if r.get("role") != "unlearned"
+    ]
+    if yardsticks:
+        items = "".join(
+            f"<li><strong>{html.escape(a.name)}</strong> ({html.escape(a.role)}): "
+            f"{html.escape(a.sentence)} {html.escape(a.interval)}.</li>"
+            for a in yardsticks
+        )
+        parts.append(f'<ul class="shared">{items}</ul>')
+    return "".join(parts)
+
+
+def _scope_html(result: Any, manifest: Mapping[str, Any] | None, workspace_name: str) -> str:
+    data = (manifest or {}).get("data", {})
+    forget = (manifest or {}).get("forget_set", {}).get("size")
+    kind = data.get("spec", {}).get("kind", "")
+    text = f"{workspace_name}" + (f" ({kind})" if kind else "")
+    if data.get("n_train") is not None:
+        text += f": {data['n_train']} training rows, {data.get('n_test')} unseen"
+    scope = make_scope(result.settings, text, forget, len(result.models))
+    rows = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in scope.rows()
+    )
+    limits = "".join(f"<li>{html.escape(t)}</li>" for t in CANNOT_CERTIFY[:3])
+    return (
+        f'<div class="scope"><strong>Scope and limitations</strong><table>{rows}</table>'
+        f"<p>This answer does not establish:</p><ul>{limits}</ul></div>"
+    )
+
+
+def _signer_html(context: AuditContext | None, signed_by: str | None, date: str) -> str:
+    def cell(value: str | None) -> str:
+        return (
+            html.escape(value.strip()) if value and value.strip() else '<span class="blank"></span>'
+        )
+
+    name = context.operator if context is not None else None
+    role = context.role if context is not None else None
+    key = (
+        f"Ed25519 key <code>{html.escape(signed_by)}</code>"
+        if signed_by
+        else "not signed electronically"
+    )
+    return (
+        '<div class="signer"><strong>Signed by</strong><table>'
+        f"<tr><th>Name</th><td>{cell(name)}</td></tr>"
+        f"<tr><th>Role</th><td>{cell(role)}</td></tr>"
+        f"<tr><th>Date</th><td>{html.escape(date)}</td></tr>"
+        f"<tr><th>Signature</th><td>{key}</td></tr></table></div>"
+    )
+
+
+def _vector(fig: go.Figure) -> go.Figure:
+    """A copy of ``fig`` without fill patterns (Chromium prints a patterned fill as a raster
+    image per bar, which made a demo's PDF 85 MB): patterned traces keep their outline, drawn
+    heavier, over a light fill; bars keep their text labels, which say what the patterns did."""
+    out = go.Figure(fig)
+    for trace in out.data:
+        marker = getattr(trace, "marker", None)
+        pattern = getattr(marker, "pattern", None) if marker is not None else None
+        shape = getattr(pattern, "shape", None) if pattern is not None else None
+        if not shape or (not isinstance(shape, str) and not any(shape)):
+            continue
+        trace.marker.pattern = None
+        if trace.type == "histogram":
+            trace.marker.line.width = 2.5
+            trace.opacity = 0.35
+    return out
 
 
 def _comparison_html(models: pd.DataFrame) -> str:
@@ -743,6 +848,17 @@ def _check_html(file_hint: str, document_sha256: str | None, signed_by: str | No
         f"<code>python -m sde_core verify {html.escape(file_hint)}</code> re-hashes every "
         "file the manifest names, recomputes every number and checks the signature; "
         "<code>--signature-only</code> checks only that no byte changed.</p>"
+    )
+
+
+def _footer_css(title: str, document_sha256: str | None) -> str:
+    """The printed footer of every page: the report and its SHA-256 (the page number is at
+    the right, from the static style)."""
+    text = " ".join((title + (f" · SHA-256 {document_sha256}" if document_sha256 else "")).split())
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"').replace("<", "\\3c ")
+    return (
+        f'@page {{ @bottom-left {{ content: "{quoted}"; font-size: 7pt; color: #555; '
+        "font-family: ui-monospace, monospace; } }"
     )
 
 
@@ -797,11 +913,12 @@ def build_html_report(
     context: AuditContext | None = None,
     document_sha256: str | None = None,
     signed_by: str | None = None,
+    criterion: Criterion | None = None,
 ) -> str:
     """A self-contained HTML report of an evaluation (opens offline: plotly.js is inlined once).
 
     The first page answers: who asked and why (``context``), one box per model with its verdict
-    in a sentence, its interval, the cross-check and its caveat (:func:`summary_html`), and how
+    in a sentence, its paired differences and its own caveat (:func:`answer_html`), and how
     to check the report. Printed, every page is numbered.
 
     Args:
@@ -816,6 +933,7 @@ def build_html_report(
         context: purpose, requester and operator, printed when given.
         document_sha256: the SHA-256 of the report's JSON file, printed on the first page.
         signed_by: the fingerprint of the key that signs the report files, if any.
+        criterion: the workspace's criterion of forgetting (default: :class:`Criterion`'s).
 
     Returns:
         The HTML document with the sections of :data:`REPORT_SECTIONS` (and the notes), and the
@@ -827,7 +945,7 @@ def build_html_report(
     charts = []
     for i, (title, fig) in enumerate(items):
         caption = f"<figcaption>{html.escape(title)}</figcaption>" if title else ""
-        body = fig.to_html(
+        body = _vector(fig).to_html(
             full_html=False, include_plotlyjs=i == 0, config=PLOTLY_CONFIG, default_width="100%"
         )
         charts.append(f"<figure>{body}{caption}</figure>")
@@ -862,7 +980,13 @@ def build_html_report(
         zip(
             REPORT_SECTIONS,
             (
-                summary_html(result) + _check_html(file_hint, document_sha256, signed_by),
+                '<div class="page1"><div>'
+                + answer_html(result, criterion, manifest)
+                + "</div><div>"
+                + _scope_html(result, manifest, workspace_name)
+                + _signer_html(context, signed_by, now)
+                + _check_html(file_hint, document_sha256, signed_by)
+                + "</div></div>",
                 _verdicts_html(verdict_table(result), model_caveats),
                 _certify_html(),
                 _comparison_html(result.models),
@@ -891,7 +1015,7 @@ def build_html_report(
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)}</title>
-<style>{_STYLE}</style>
+<style>{_STYLE}{_footer_css(title, document_sha256)}</style>
 </head>
 <body>
 <h1>{html.escape(title)}</h1>

@@ -18,20 +18,59 @@ import numpy as np
 import pandas as pd
 
 from sde_core.common.sigma import SQRT_DIM, parse_sigma
-from sde_core.errors import InputError
+from sde_core.errors import InputError, SettingsError
 from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.pipeline.settings import setting
 from sde_core.pipeline.workspace import Problem
+from sde_core.viz.family_texts import behaviour_missing
 from sde_core.viz.formatting import format_estimate, records
 from sde_core.viz.verdicts import estimate_text, over_unlearning_text, verdict_label
 
 __all__ = [
     "comparison_display",
+    "field_label",
     "layer_comparison_table",
     "parse_int_values",
     "parse_sigma_values",
     "problems_by_field",
 ]
+
+
+#: Readable names of a workspace's fields (the keys of validation problems).
+_FIELD_NAMES = {
+    "dataset": "Dataset",
+    "dataset.root": "Dataset folder or file",
+    "dataset.kind": "Dataset kind",
+    "forget_indices": "Forget set",
+    "models": "Models",
+    "defaults": "Evaluation defaults",
+    "workspace folder": "Workspace folder",
+    "workspace": "Workspace",
+}
+_MODEL_FIELDS = {"arch": "architecture", "name": "name", "role": "role",
+                 "seconds": "method time", "checkpoint": "checkpoint file"}  # fmt: skip
+
+
+def field_label(field: str) -> str:
+    """A problem's field as the person reading it names it: ``"dataset.root"`` → ``"Dataset
+    folder or file"``, ``"models[2].arch"`` → ``"Model 3: architecture"``,
+    ``"defaults.subset_size"`` → ``"Evaluation default: Subset size n"``."""
+    if field in _FIELD_NAMES:
+        return _FIELD_NAMES[field]
+    found = re.fullmatch(r"models\[(\d+)\](?:\.(\w+))?", field)
+    if found:
+        number, key = int(found.group(1)) + 1, found.group(2)
+        return f"Model {number}" + (f": {_MODEL_FIELDS.get(key, key)}" if key else "")
+    if field.startswith("defaults."):
+        key = field.split(".", 1)[1]
+        try:
+            shown = setting(key).widget_label or key
+        except SettingsError:
+            shown = key
+        return f"Evaluation default: {shown}"
+    if field.startswith("dataset."):
+        return f"Dataset {field.split('.', 1)[1]}"
+    return field
 
 
 def problems_by_field(problems: Iterable[Problem]) -> dict[str, list[Problem]]:
@@ -151,14 +190,19 @@ def layer_comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.Da
     return table.reset_index(drop=True)
 
 
-def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+def comparison_display(
+    models_by_layer: Mapping[str, pd.DataFrame], family: str = "classifier"
+) -> pd.DataFrame:
     """The comparison as the page shows it, the answer first: model, role, then per layer the
     verdict and the over-unlearning test (``"yes (p = 1.2e-4)"``), then each headline number as
     ``"62% [48%, 77%]"`` (OTR and calibrated OTR in %, as in the charts) or ``"0.62 [0.48,
     0.77]"`` (F1, dependence score; value and 95% interval over the draws, method §12),
     ``"withheld"`` when the gate withholds it (the ``why inconclusive`` column says why), then
     the accuracies, ASR (%) and time, which stay numbers. The numeric table (for CSV export,
-    rates in [0, 1]) is :func:`layer_comparison_table`.
+    rates in [0, 1]) is :func:`layer_comparison_table`. A classifier's accuracy and attack columns
+    that a language model or a denoiser has no value in say so (``"n/a (language model)"``,
+    :func:`~sde_core.viz.family_texts.behaviour_missing`; ``family`` from
+    :func:`sde_core.services.answer.model_family`).
     """
     table = layer_comparison_table(models_by_layer)
     out = table[["name", "role"]].copy()
@@ -173,7 +217,11 @@ def comparison_display(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFr
             if column in table:
                 out[column] = table[column].to_numpy()
     for column in ("method", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)", "ASR (%)"):
-        out[column] = table[column].to_numpy()
+        values = table[column].to_numpy()
+        missing = pd.isna(pd.to_numeric(pd.Series(values), errors="coerce")).all()
+        if column != "method" and family != "classifier" and missing:
+            values = np.array([behaviour_missing(family)] * len(values), dtype=object)
+        out[column] = values
     out["Acc gap D_f−D_te (pts)"] = [
         format_estimate(v, lo, hi)
         for v, lo, hi in table[["Acc gap D_f−D_te (pts)", "Acc gap lo", "Acc gap hi"]].to_numpy()

@@ -33,10 +33,13 @@ from sde_core.viz.formatting import (
 __all__ = [
     "CANNOT_CERTIFY",
     "CAN_CERTIFY",
+    "VERDICT_ICONS",
     "VERDICT_LABELS",
+    "VERDICT_STYLES",
     "NullCheckReading",
     "VerdictExplanation",
     "VerdictSummary",
+    "caveat_list",
     "estimate_text",
     "explain_verdict",
     "null_check_readings",
@@ -59,6 +62,26 @@ VERDICT_LABELS = (
     "mixed",
     "inconclusive",
 )
+
+#: How each verdict is shown (a Streamlit alert kind; the report maps it to its CSS classes):
+#: conflicting evidence is a warning that dominates its page, never a success.
+VERDICT_STYLES = {
+    "conflicting evidence": "warning",
+    "not forgotten": "error",
+    "consistent with forgetting": "success",
+    "over-unlearned": "warning",
+    "mixed": "info",
+    "inconclusive": "info",
+}
+#: Each verdict's icon (Material icon names, as Streamlit writes them).
+VERDICT_ICONS = {
+    "conflicting evidence": ":material/warning:",
+    "not forgotten": ":material/memory:",
+    "consistent with forgetting": ":material/check_circle:",
+    "over-unlearned": ":material/warning:",
+    "mixed": ":material/contrast:",
+    "inconclusive": ":material/help:",
+}
 
 #: What an SDE verdict can establish, for the report's "What SDE can and cannot certify".
 CAN_CERTIFY = (
@@ -202,6 +225,8 @@ class VerdictExplanation:
         calibrated: what the calibrated subset-level test found (method §9).
         comparison: how the model compares with the retrained model.
         limits: what this result cannot certify.
+        provisional: what is still running ("" when the evaluation is complete).
+        short: the verdict in one short sentence (shown first; the rest behind an expander).
         text: all of it, as one paragraph.
     """
 
@@ -210,11 +235,21 @@ class VerdictExplanation:
     calibrated: str
     comparison: str
     limits: str
+    provisional: str = ""
+    short: str = ""
 
     @property
     def headline(self) -> str:
-        """The verdict as a heading (``"Not forgotten"``)."""
+        """The verdict as a heading (``"Not forgotten"``; ``"Provisional (draw 4 of 5): not
+        forgotten"`` while the evaluation runs)."""
+        if self.provisional:
+            return f"Provisional ({self.provisional}): {self.label}"
         return self.label[:1].upper() + self.label[1:]
+
+    @property
+    def style(self) -> str:
+        """How a page shows it: :data:`VERDICT_STYLES` (``"info"`` while provisional)."""
+        return "info" if self.provisional else VERDICT_STYLES[self.label]
 
     @property
     def body(self) -> str:
@@ -250,9 +285,16 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
         )
     k_out = round(otr * targets)
     k_in = targets - k_out
+    fpr = _number(row, "null_split_fpr")
+    level = (
+        ""
+        if math.isnan(fpr) or not _count(row, "null_pairs")
+        else f", a test that declared a difference in {format_percent(fpr)} of no-difference "
+        "checks here"
+    )
     test = (
         f"Under the paper's test (split-half HSIC with the Jensen–Shannon rule; references "
-        f"valid, U-test p = {_p(p_ref)})"
+        f"valid by the paper's U-test, p = {_p(p_ref)}{level})"
     )
     stats = f"(OTR {format_percent(otr)}, 95% interval over the draws {interval})"
     if label == "conflicting evidence":
@@ -338,7 +380,9 @@ def _calibrated(row: Mapping[str, Any], targets: int, label: str) -> str:
     return text
 
 
-def _comparison(row: Mapping[str, Any], retrain: Mapping[str, Any] | None) -> str:
+def _comparison(
+    row: Mapping[str, Any], retrain: Mapping[str, Any] | None, draws: pd.DataFrame | None
+) -> str:
     if _value(row, "role") == "retrained":
         return "This retrained model is the gold standard the other models are compared with."
     if _value(row, "role") == "random":
@@ -364,14 +408,38 @@ def _comparison(row: Mapping[str, Any], retrain: Mapping[str, Any] | None) -> st
     )
     if verdict_label(row) == "inconclusive":
         return f"{ref}."
-    lo, hi = _estimate(row, "otr").lo, _estimate(row, "otr").hi
-    if hi < re_lo:
-        where = "this model's OTR is clearly lower, so it forgets less than retraining would"
-    elif lo > re_hi:
-        where = "this model's OTR is clearly higher than retraining's"
-    else:
-        where = "this model is within the uncertainty of it"
+    where = _paired_where(row, retrain, draws)
     return f"{ref}: {where}.{_behaviour_vs_retrain(row, retrain)}"
+
+
+def _points(x: float) -> str:
+    return "n/a" if not math.isfinite(x) else f"{100 * x:+.0f}".replace("-", "−")
+
+
+def _paired_where(
+    row: Mapping[str, Any], retrain: Mapping[str, Any], draws: pd.DataFrame | None
+) -> str:
+    """Where the model stands against retraining by the paired test of method §15 (never by
+    overlapping intervals): "within the uncertainty of it" only when the paired interval of
+    ``model − retrained`` includes 0."""
+    from sde_core.pipeline.evaluation.comparisons import compare_models
+
+    name, ref = str(_value(row, "name")), str(_value(retrain, "name"))
+    if draws is None or draws.empty:
+        return (
+            "the paired difference (method §15, on the Compare page) says whether the two "
+            "differ; overlapping intervals alone do not"
+        )
+    both = pd.DataFrame([dict(row), dict(retrain)])
+    d = compare_models(both, draws, name, ref, "otr").paired
+    if d is None:
+        return "the paired difference of their OTRs is withheld"
+    shown = f"paired difference {_points(d.value)} points [{_points(d.lo)}, {_points(d.hi)}]"
+    if d.lo <= 0 <= d.hi:
+        return f"this model is within the uncertainty of it ({shown})"
+    if d.hi < 0:
+        return f"this model's OTR is lower, so it forgets less than retraining would ({shown})"
+    return f"this model's OTR is higher than retraining's ({shown})"
 
 
 def _behaviour_vs_retrain(row: Mapping[str, Any], retrain: Mapping[str, Any]) -> str:
@@ -419,6 +487,8 @@ def explain_verdict(
     retrain: Mapping[str, Any] | None = None,
     *,
     compare: bool = True,
+    draws: pd.DataFrame | None = None,
+    provisional: str = "",
 ) -> VerdictExplanation:
     """One model's verdict in words, with the evidence it rests on and its limits.
 
@@ -428,6 +498,10 @@ def explain_verdict(
         retrain: the retrained model's row, or None when the workspace has none.
         compare: include the comparison with the retrained model (False where the retrained
             model was not evaluated alongside, e.g. a one-model view).
+        draws: the evaluation's ``draws`` table, for the paired difference to the retrained
+            model (method §15); without it the comparison names no direction.
+        provisional: what is still running ("draw 4 of 5"), when the evaluation is not
+            complete: the headline then says the verdict is provisional.
 
     Raises:
         SettingsError: ``targets`` is not a positive integer.
@@ -439,8 +513,10 @@ def explain_verdict(
         label=label,
         evidence=_evidence(row, int(targets), label),
         calibrated=_calibrated(row, int(targets), label),
-        comparison=_comparison(row, retrain) if compare else "",
+        comparison=_comparison(row, retrain, draws) if compare else "",
         limits=_LIMITS[label],
+        provisional=provisional,
+        short=_sentence(row, int(targets), label),
     )
 
 
@@ -527,10 +603,14 @@ def null_check_readings(
 
 
 def verdict_sentence(
-    row: Mapping[str, Any], targets: int, retrain: Mapping[str, Any] | None = None
+    row: Mapping[str, Any],
+    targets: int,
+    retrain: Mapping[str, Any] | None = None,
+    *,
+    draws: pd.DataFrame | None = None,
 ) -> str:
     """:func:`explain_verdict`'s full paragraph."""
-    return explain_verdict(row, targets, retrain).text
+    return explain_verdict(row, targets, retrain, draws=draws).text
 
 
 def retrain_row(models: pd.DataFrame) -> dict[str, Any] | None:
@@ -546,7 +626,9 @@ def verdict_table(result: Any) -> pd.DataFrame:
     retrain = retrain_row(result.models)
     rows = []
     for row in result.models.to_dict("records"):
-        explained = explain_verdict(row, result.settings.targets, retrain)
+        explained = explain_verdict(
+            row, result.settings.targets, retrain, draws=getattr(result, "draws", None)
+        )
         rows.append(
             {
                 "name": row["name"],
@@ -602,6 +684,11 @@ def _sentence(row: Mapping[str, Any], targets: int, label: str) -> str:
             "its references do not separate training from unseen data at these settings"
         )
         return f"No verdict for {name}: {why.rstrip('.')}."
+    if label == "conflicting evidence":
+        return (
+            f"{name}: conflicting evidence — the dependence test and the model's own behaviour "
+            "on the forget set disagree; do not treat it as unlearned."
+        )
     if role == "retrained":
         return (
             f"{name} is the retrained yardstick (never trained on the forget set): {k_out} of "
@@ -668,39 +755,61 @@ def _cross_check(row: Mapping[str, Any], targets: int, label: str) -> tuple[str,
     return f"Calibrated cross-check {verb}: calibrated OTR {shown}.", False
 
 
-def _caveat(row: Mapping[str, Any], label: str, alpha: float, alpha_calibrated: float) -> str:
+def caveat_list(
+    row: Mapping[str, Any], label: str, alpha: float, alpha_calibrated: float
+) -> list[tuple[str, str]]:
+    """Every caveat that applies to a verdict as ``(kind, text)``, the one that matters most
+    first; kind is ``"spread"``, ``"null check"`` or ``"verdict"`` (the answer page states a
+    kind every audited model shares once, and each model's own caveat beside it)."""
     role = _value(row, "role")
     if label == "inconclusive":
-        return "Inconclusive is not evidence of forgetting: try another layer, σ or a larger n."
+        return [
+            ("verdict", "Inconclusive is not evidence of forgetting: try another layer, σ or a "
+             "larger n.")
+        ]  # fmt: skip
     if role == "random":
-        return (
-            "A negative control that looks like it 'remembers' means the forget set differs from "
-            "the unseen data, not memory."
-        )
+        return [
+            ("verdict", "A negative control that looks like it 'remembers' means the forget "
+             "set differs from the unseen data, not memory.")
+        ]  # fmt: skip
+    out = []
     corr = _number(row, "score_spread_corr")
     if label != "consistent with forgetting" and corr >= SPREAD_CAVEAT_CORR:
-        return (
+        out.append((
+            "spread",
             f"The score tracks the spread of the outputs (r = {format_number(corr, digits=2)}): "
             "the verdict means 'spread like training data', a trace of training rather than "
-            "proof of a deeper dependence."
-        )
+            "proof of a deeper dependence.",
+        ))  # fmt: skip
     split = null_check_readings(row, alpha, alpha_calibrated)[0]
     if split.passed is False:
-        return (
+        out.append((
+            "null check",
             f"The paper's reference test declared a difference in {format_percent(split.rate)} "
             f"of no-difference checks at nominal {format_percent(alpha)}: its 'references "
-            "valid' is weaker evidence than its p-value says."
-        )
+            "valid' is weaker evidence than its p-value says.",
+        ))  # fmt: skip
     if label == "conflicting evidence":
-        return (
+        text = (
             "SDE and what the model still does disagree: no verdict is certified; trust the "
             "behaviour (accuracy, loss, attack on D_f against unseen data) until they agree."
         )
-    if label == "over-unlearned":
-        return "An over-unlearned forget set stands out from unseen data: an attacker may see it."
-    if label == "consistent with forgetting":
-        return "No trace found is not proof of erasure: other attacks, layers or larger n might."
-    return "Neither forgetting nor memory is established at these settings."
+    elif label == "over-unlearned":
+        text = "An over-unlearned forget set stands out from unseen data: an attacker may see it."
+    elif label == "not forgotten":
+        text = (
+            "A trace is evidence of memory, not a measure of it: how much of the forget set "
+            "could be recovered is not established."
+        )
+    elif label == "consistent with forgetting":
+        text = "No trace found is not proof of erasure: other attacks, layers or larger n might."
+    else:
+        text = "Neither forgetting nor memory is established at these settings."
+    return [*out, ("verdict", text)]
+
+
+def _caveat(row: Mapping[str, Any], label: str, alpha: float, alpha_calibrated: float) -> str:
+    return caveat_list(row, label, alpha, alpha_calibrated)[0][1]
 
 
 def summarize_verdict(

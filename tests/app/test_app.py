@@ -121,7 +121,7 @@ def test_a_deep_link_is_the_first_request_of_a_fresh_server(ws):
 
 
 def test_explore_shows_the_library_numbers(ws, expected):
-    at = app()
+    at = app("explore")
     no_exception(at)
     assert not at.error
     row = expected.models.set_index("name").loc["original"]
@@ -233,7 +233,7 @@ def test_bad_link_values_are_named_not_fatal(ws):
 
 
 def test_explore_negative_control_and_other_layer(ws, defaults):
-    at = app()
+    at = app("explore")
     at.toggle(key="w_x_negative").set_value(True).run()
     no_exception(at)
     control = frame(at, "random")
@@ -250,7 +250,7 @@ def test_explore_negative_control_and_other_layer(ws, defaults):
 
 
 def test_changing_sigma_and_bins_reuses_cached_activations(ws, monkeypatch):
-    at = app()  # fills the on-disk activation cache for the default layer
+    at = app("explore")  # fills the on-disk activation cache for the default layer
 
     def no_extraction(*args, **kwargs):
         raise AssertionError("activations were re-extracted")
@@ -266,14 +266,14 @@ def test_changing_sigma_and_bins_reuses_cached_activations(ws, monkeypatch):
 
 
 def test_subset_larger_than_the_pool_is_an_inline_error(ws):
-    at = app()
+    at = app("explore")
     at.number_input(key="w_s_subset_size").set_value(5000).run()
     no_exception(at)
     assert any("subset size 5000 is larger" in e.value for e in at.error)
 
 
 def test_stop_keeps_the_page_and_resume_continues(ws):
-    at = app()
+    at = app("explore")
     at.session_state["stop_requested"] = True  # as if Stop was pressed during the next run
     at.number_input(key="w_s_seed").set_value(7).run()
     no_exception(at)
@@ -328,9 +328,11 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
         assert table.loc[row["name"], "cal. OTR [penultimate]"] == shown
     assert len(at.get("plotly_chart")) == 3  # bars with the Retrain line, dot strip, overlay
     assert len(_traces(at, "OTR: per-draw values")) <= 1
-    text = " ".join(m.value for m in at.markdown)
-    for row in expected.models.to_dict("records"):
-        assert f"**{row['name']} ({row['role']}) — " in text  # each verdict, with its evidence
+    alerts = " ".join(a.value for kind in ("error", "warning", "success", "info")
+                      for a in getattr(at, kind))  # fmt: skip
+    for row in expected.models.to_dict("records"):  # each verdict's short sentence first
+        assert f"**{row['name']} ({row['role']}) — " in alerts
+    assert any("paired difference" in m.value for m in at.markdown)  # its evidence, expanded
     assert "layers=output,penultimate" in shared_link(at)
 
 
@@ -402,9 +404,11 @@ def test_report_verdicts_manifest_and_downloads(ws, expected):
     at = app("report")
     no_exception(at)
     text = " ".join(m.value for m in at.markdown)
-    for row in expected.models.to_dict("records"):
+    alerts = " ".join(a.value for kind in ("error", "warning", "success", "info")
+                      for a in getattr(at, kind))  # fmt: skip
+    for row in expected.models.to_dict("records"):  # the short sentence in the verdict's style
         label = verdict_label(row)
-        assert f"**{row['name']} ({row['role']}) — {label[0].upper()}{label[1:]}.**" in text
+        assert f"**{row['name']} ({row['role']}) — {label[0].upper()}{label[1:]}.**" in alerts
     assert "What this cannot certify" in text and "It cannot establish" in text
     keys = {b.key for b in at.get("download_button")}
     assert {"r_html", "r_json", "r_zip", "r_csv_models", "r_json_subsets"} <= keys
@@ -586,7 +590,8 @@ def test_withheld_numbers_show_as_withheld_with_the_reason(ws, monkeypatch):
     assert shown["Controlled F1"] == "withheld" and shown["Calibrated OTR"] == "withheld"
     assert shown["over-unlearned"] == "withheld" and shown["in-training"] == "withheld"
     assert any(reason in w.value for w in at.warning)
-    assert any("Inconclusive.** The calibrated panels" in m.value for m in at.markdown)
+    assert any(i.value.startswith("**Inconclusive.** No verdict for original: ") for i in at.info)
+    assert any(m.value.startswith("The calibrated panels") for m in at.markdown)  # the evidence
     strip = _traces(at, "OTR: point value and 95% interval")
     assert strip == [], "a withheld number draws no point value"
     at = app("compare", seed="11")
@@ -617,7 +622,7 @@ def _traces(at: AppTest, name: str) -> list[dict]:
 
 
 def test_explore_dot_strip_shows_each_draw(ws, expected):
-    at = app()
+    at = app("explore")
     no_exception(at)
     draws = expected.model_draws("original")
     assert len(draws) == 5
@@ -656,7 +661,62 @@ def test_over_unlearned_is_its_own_verdict_with_its_p_value(ws, monkeypatch):
     no_exception(at)
     assert metrics(at)["Over-unlearned (model test)"] == "yes"
     assert any("**Over-unlearned** (p = 1.5e-" in w.value for w in at.warning)
-    assert any("Over-unlearned.** " in m.value and "(p = 1.5e-" in m.value for m in at.markdown)
+    assert any(w.value.startswith("**Over-unlearned.** ") for w in at.warning)  # short first
+    assert any("(p = 1.5e-" in m.value for m in at.markdown)  # the evidence, in its expander
+
+
+def test_conflicting_evidence_dominates_and_gets_no_green_tick(ws, monkeypatch):
+    """Issue 34: conflicting evidence is a warning above everything; the headline numbers are
+    behind an expander, and no green 'references valid' tick stands beside it."""
+    import sde_core.services.evaluation as services
+
+    real = services.session_result
+
+    def conflict(*args, **kwargs):
+        result = real(*args, **kwargs)
+        models = result.models.copy()
+        models["evidence_conflict"] = "the model still fits D_f: accuracy 100% on D_f vs 40%"
+        models["references_valid"] = True
+        return dataclasses.replace(result, models=models)
+
+    monkeypatch.setattr(services, "session_result", conflict)
+    at = app("explore", seed="16")
+    no_exception(at)
+    warnings = [w.value for w in at.warning]
+    assert warnings and warnings[0].startswith("**Conflicting evidence.** ")
+    assert "do not treat it as unlearned" in warnings[0]
+    assert not [s for s in at.success], "no success box beside conflicting evidence"
+    badges = [m.value for m in at.markdown if "badge[" in m.value]
+    assert badges and not [b for b in badges if ":green-badge" in b or "check" in b], badges
+    labels = [e.label for e in at.expander]
+    assert "The headline numbers — not certified: the evidence conflicts" in labels
+
+
+def test_an_unfinished_run_labels_its_verdict_provisional(ws, monkeypatch):
+    """A run that has not completed (here: stopped after draw 1) shows its verdict as
+    provisional, never as final; the streaming redraws pass the same label."""
+    import streamlit as st
+
+    import sde_core.pipeline.evaluation.session as session_module
+
+    real = session_module.EvaluationSession.stream
+
+    def stop_after_two(self, *args, **kwargs):
+        for i, part in enumerate(real(self, *args, **kwargs)):
+            if i == 1:
+                st.session_state["stop_requested"] = True
+            yield part
+
+    monkeypatch.setattr(session_module.EvaluationSession, "stream", stop_after_two)
+    at = app("explore", seed="17")
+    no_exception(at)
+    verdicts = [i.value for i in at.info if "Provisional (" in i.value]
+    assert verdicts and verdicts[0].startswith("**Provisional (stopped at draw 1 of 5): ")
+    assert "The verdict may change when the run completes." in verdicts[0]
+    monkeypatch.setattr(session_module.EvaluationSession, "stream", real)
+    at.button(key="resume_button").click().run()
+    no_exception(at)
+    assert not [i for i in at.info if "Provisional (" in i.value], "complete: final"
 
 
 def test_stop_leaves_a_partial_result_and_resume_completes(ws, monkeypatch):

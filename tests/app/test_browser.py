@@ -61,6 +61,7 @@ LOAD_TIMEOUT_MS = 90_000
 QUIET_SECONDS = 0.5
 #: Page URL path -> the title it shows.
 TITLES = {
+    "answer": "The answer",
     "workspace": "Workspace",
     "explore": "Explore one model",
     "compare": "Compare models",
@@ -213,6 +214,7 @@ def settle(page) -> None:
     expect(page.get_by_test_id("stStatusWidget")).to_have_count(0)
 
 
+@pytest.mark.timeout(600)  # seven fresh servers in turn, each answering its first request
 def test_every_deep_link_is_the_first_request_of_a_fresh_server(servers: Servers, chromium) -> None:
     """One new server per page (started together), each opened first on that page's URL."""
     from playwright.sync_api import expect
@@ -265,9 +267,10 @@ def test_a_shared_link_reproduces_the_view_and_the_pages_walk_through(
         assert "model=FT" in page.url and "sigma=0.5" in page.url
         shot(page, "1-explore-link")
 
-        page.goto(url)  # the bare address lands on Explore, at the workspace defaults
-        expect(page.get_by_text("OTR (out-of-training rate)")).to_be_visible()
-        assert page.url.split("?")[0] == f"{url}/explore"
+        page.goto(url)  # the bare address lands on the answer, at the workspace defaults
+        expect(page.get_by_role("heading", name="The answer", level=1)).to_be_visible()
+        expect(page.get_by_text("Criterion:")).to_be_visible()
+        assert page.url.split("?")[0] == f"{url}/answer"
 
         nav = page.get_by_test_id("stTopNavLinkContainer")
         nav.get_by_role("link", name="Compare").click()

@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from sde_core.pipeline.evaluation.comparisons import COMPARED_METRICS
 from sde_core.services.view_state import PageView, decode, encode
-from sde_core.viz.figures import metric_label
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 
@@ -39,10 +37,8 @@ def test_compare_plans_before_it_runs_and_shows_paired_differences(ws):
     at.button(key="c_go_output").click().run()
     assert not at.exception, [e.value for e in at.exception]
     paired = next(d.value for d in at.dataframe if "difference" in d.value.columns)
-    # display names from the metric table, never code identifiers
-    assert list(paired["rate"]) == [metric_label(k) for k in COMPARED_METRICS]
-    assert list(paired["rate"])[:2] == ["OTR", "calibrated OTR"]
-    assert not any("_" in str(why) for why in paired["why withheld"])
+    assert list(paired["rate"]) == ["OTR", "calibrated OTR", "over-unlearned share", "F1"]
+    assert list(paired["unit"]) == ["points"] * 3 + ["F1 units"]  # one unit per row, named
     (forecasts,) = at.session_state["c_forecast"].values()
     assert {f.model for f in forecasts} == {"original", "retrained", "FT", "random"}
     assert all(f.draws >= f.pilot_draws for f in forecasts)

@@ -380,3 +380,29 @@ def test_init_writes_nothing_when_it_fails(tmp_path):
     with pytest.raises(SDEError):
         init_workspace(tmp_path / "new", {"kind": "npz"}, "forget.npy", defaults={"layer": "x"})  # type: ignore[arg-type]
     assert not (tmp_path / "new").exists()
+
+
+def test_a_stated_criterion_round_trips_and_a_bad_one_is_refused(ws):
+    """[criterion] (the answer page's yardstick): absent = the default, stated = kept as
+    written, a value out of range = a WorkspaceError naming the key."""
+    from sde_core.pipeline.criterion import Criterion
+
+    assert load_workspace(ws.root).criterion == Criterion() and not ws.criterion.stated
+    ws.criterion = Criterion(metric="otr", margin=0.05, behaviour=False, stated=True)
+    write_workspace(ws)
+    text = (ws.root / "workspace.toml").read_text()
+    assert "[criterion]" in text and 'metric = "otr"' in text
+    loaded = load_workspace(ws.root)
+    assert loaded.criterion == ws.criterion
+    assert loaded.criterion.describe().startswith("OTR within 0.05 of the retrained model's")
+    assert "the default" not in loaded.criterion.describe()
+    for bad, words in (
+        ("margin = 1.5", "criterion.margin must lie strictly between 0 and 1"),
+        ('metric = "f1"', "criterion.metric 'f1' is not one of"),
+        ("behaviour = 1", "criterion.behaviour must be true or false"),
+        ("width = 0.1", "unknown key(s) ['width'] in [criterion]"),
+    ):
+        body = re.sub(r"\[criterion\][^\[]*", f"[criterion]\n{bad}\n\n", text)
+        (ws.root / "workspace.toml").write_text(body)
+        with pytest.raises(WorkspaceError, match=re.escape(words)):
+            load_workspace(ws.root)

@@ -141,3 +141,15 @@ def test_estimates_keep_the_unit_scale_of_rates():
     assert format_estimate(0.62, 0.48, 0.77, percent=True) == "62% [48%, 77%]"
     assert format_estimate(float("nan"), reason="panels do not separate") == "withheld"
     assert format_estimate(None) == "n/a"
+
+
+def test_problem_fields_read_as_their_labels():
+    """The Workspace page names a problem's field as a person does, not by its key."""
+    from sde_core.viz.ui_support import field_label
+
+    assert field_label("dataset.root") == "Dataset folder or file"
+    assert field_label("models[2].arch") == "Model 3: architecture"
+    assert field_label("models[0]") == "Model 1"
+    assert field_label("defaults.subset_size") == "Evaluation default: Subset size n"
+    assert field_label("defaults.nope") == "Evaluation default: nope"
+    assert field_label("forget_indices") == "Forget set"

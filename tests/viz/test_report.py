@@ -57,33 +57,69 @@ def row(name: str, role: str, k_out: int, t: int = 100, valid: bool = True, **ex
 RETRAIN = row("retrain", "retrained", 92)
 
 
+def draws_of(**per_model: list[float]) -> pd.DataFrame:
+    """A ``draws`` table: each model's OTR per draw (T = 100 targets each)."""
+    return pd.DataFrame(
+        [{"model": name, "draw": b, "otr": v, "targets": 100, "controls": 100}
+         for name, values in per_model.items() for b, v in enumerate(values)]
+    )  # fmt: skip
+
+
 def test_remembered_sentence_names_test_p_value_interval_and_limits():
-    explained = explain_verdict(row("original", "original", 3), 100, RETRAIN)
+    draws = draws_of(original=[0.02, 0.03, 0.04, 0.03, 0.03], retrain=[0.9, 0.93, 0.92, 0.91, 0.94])
+    explained = explain_verdict(row("original", "original", 3), 100, RETRAIN, draws=draws)
     assert explained.label == "not forgotten"
     assert explained.headline == "Not forgotten"
     assert explained.evidence == (
         "Under the paper's test (split-half HSIC with the Jensen–Shannon rule; "
-        "references valid, U-test p = 1.0e-6), 97 of 100 subsets of the forget set still look "
-        "like training data (OTR 3%, 95% interval over the draws 1–8%): the model has NOT "
-        "forgotten them."
+        "references valid by the paper's U-test, p = 1.0e-6), 97 of 100 subsets of the "
+        "forget set still look like training data (OTR 3%, 95% interval over the draws "
+        "1–8%): the model has NOT forgotten them."
     )
     assert "97 training-like" in explained.calibrated
     assert "panel U-test p = 1.0e-4" in explained.calibrated
     assert "calibrated OTR 3%" in explained.calibrated
     assert "retrain (the gold standard) has OTR 92% (95% interval 85–96%)" in explained.comparison
-    assert "clearly lower" in explained.comparison
+    assert "lower, so it forgets less than retraining" in explained.comparison
+    assert "paired difference −89 points" in explained.comparison
     assert explained.limits.startswith("What this cannot certify:")
-    text = verdict_sentence(row("original", "original", 3), 100, RETRAIN)
+    text = verdict_sentence(row("original", "original", 3), 100, RETRAIN, draws=draws)
     assert text == explained.text and text.startswith(f"Not forgotten. {explained.evidence}")
 
 
 def test_forgotten_sentence_compares_with_retrain_and_says_no_trace_is_no_proof():
-    explained = explain_verdict(row("salun", "unlearned", 91), 100, RETRAIN)
+    draws = draws_of(salun=[0.9, 0.93, 0.9, 0.91, 0.91], retrain=[0.92, 0.91, 0.93, 0.9, 0.94])
+    explained = explain_verdict(row("salun", "unlearned", 91), 100, RETRAIN, draws=draws)
     assert explained.text.startswith("Consistent with forgetting. Under the paper's test")
     assert "91 of 100 subsets of the forget set look like unseen data" in explained.evidence
     assert "(OTR 91%, 95% interval over the draws 84–95%)" in explained.evidence
     assert "within the uncertainty" in explained.comparison
     assert "that the forget set was erased" in explained.limits
+
+
+def test_within_the_uncertainty_of_retraining_only_when_the_paired_interval_includes_0():
+    """Overlapping intervals are not enough (issue 34: Fashion-MNIST RL and SalUn): a model
+    consistently 12 points below the retrained one in every draw differs from it, whatever its
+    interval; without the draws no direction is claimed."""
+    rl = row("rl", "unlearned", 80) | {"otr_lo": 0.6, "otr_hi": 0.95}
+    assert rl["otr_lo"] < RETRAIN["otr_hi"] and RETRAIN["otr_lo"] < rl["otr_hi"]  # overlap
+    draws = draws_of(rl=[0.8, 0.79, 0.82, 0.78, 0.81], retrain=[0.92, 0.91, 0.94, 0.9, 0.93])
+    text = explain_verdict(rl, 100, RETRAIN, draws=draws).comparison
+    assert "within the uncertainty" not in text
+    assert "lower, so it forgets less than retraining" in text
+    unpaired = explain_verdict(rl, 100, RETRAIN).comparison
+    assert "within the uncertainty" not in unpaired and "overlapping intervals alone" in unpaired
+
+
+def test_a_provisional_verdict_says_so_and_conflicting_evidence_is_a_warning():
+    explained = explain_verdict(row("rl", "unlearned", 100, over_unlearned=True), 100,
+                                provisional="draw 4 of 5")  # fmt: skip
+    assert explained.headline == "Provisional (draw 4 of 5): over-unlearned"
+    assert explained.style == "info"
+    conflict = row("rl", "unlearned", 100, evidence_conflict="the model still fits D_f")
+    final = explain_verdict(conflict, 100)
+    assert final.headline == "Conflicting evidence" and final.style == "warning"
+    assert "do not treat it as unlearned" in final.short
     assert verdict_label(row("salun", "unlearned", 91)) == "consistent with forgetting"
 
 
@@ -352,14 +388,19 @@ def test_report_page_one_answers_for_every_model_and_names_who_asked(result):
     )
     first = doc[: doc.index("<h2>Verdicts</h2>")]  # printed: page 1 (a page break follows)
     assert first.endswith('<div class="page-break"></div>')
-    assert first.count('class="answer ') == len(result.models)
+    audited = result.models.loc[result.models["role"] == "unlearned", "name"].tolist()
+    assert first.count('<div class="line line-') == len(audited)  # one line per audited model
+    assert "<strong>Criterion:</strong> calibrated OTR within 0.1" in first
     for name in result.models["name"]:
-        assert f"{name} <span" in first
-    assert first.index(">ga <") < first.index(">retrain <")  # audited models first
+        assert f"<strong>{name}</strong>" in first or f"<strong>{name} " in first, name
+    assert first.index("<strong>ga ") < first.index("<strong>retrain</strong>")  # audited first
+    assert "Scope and limitations" in first and "Subset size n" in first
+    assert "Signed by" in first and 'class="blank"' in first  # the signer's name is blank
     assert "Erasure request #17" in first and "the regulator" in first
     assert "Operated by" not in first  # a blank field is not printed
     assert "ab" * 32 in first and "SHA256:x" in first and "verify" in first
     assert "counter(page)" in doc  # printed pages are numbered
+    assert f'@bottom-left {{ content: "SDE report: syn · SHA-256 {"ab" * 32}"' in doc  # every page
     assert "the caveat that matters for it" in doc
     document = report_from_html(doc)
     assert document["audit"] == {"purpose": "Erasure request #17", "requester": "the regulator"}
@@ -393,6 +434,38 @@ def test_written_report_prints_the_sha256_of_its_json_and_signs_every_file(resul
     check = verify_signature(files.signature)
     assert check.ok and check.fingerprint == files.fingerprint
     assert sorted(name for name, _ in check.files) == ["sde-report-syn.html", "sde-report-syn.json"]
+
+
+def test_the_dashboards_signed_report_is_a_zip_of_signed_files(result, tmp_path):
+    """The Report page signs with a key file the operator names (an encrypted one with its
+    password) through the signing API; the ZIP's files verify; a missing key is a clear
+    SigningError, not a traceback."""
+    import io
+    import zipfile
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from sde_core.errors import SigningError
+    from sde_core.services.report_bundle import signed_report_zip
+    from sde_core.services.signing import verify_signature
+
+    key = tmp_path / "op.pem"
+    key.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"s3cret"),
+        )
+    )
+    bundle = signed_report_zip(result, {"models": {}}, "syn", key, password="s3cret", pdf=False)
+    assert bundle.names == ("sde-report-syn.json", "sde-report-syn.html", "sde-report-syn.sig.json")
+    out = tmp_path / "unzipped"
+    zipfile.ZipFile(io.BytesIO(bundle.data)).extractall(out)
+    check = verify_signature(out / "sde-report-syn.sig.json")
+    assert check.ok and check.fingerprint == bundle.fingerprint
+    with pytest.raises(SigningError, match="is not a file"):
+        signed_report_zip(result, {"models": {}}, "syn", tmp_path / "nope.pem", pdf=False)
 
 
 def test_messages_do_not_contradict_the_model_they_describe():
