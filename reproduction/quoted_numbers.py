@@ -10,6 +10,12 @@ name where it comes from, and this script writes it from the demo's shipped stor
       ... generated ...
       <!-- /quoted -->
 
+- a **generated file** shown in full (a table another script writes, e.g. the layer sweep)::
+
+      <!-- quoted:file reproduction/results/facts/layers.md -->
+      ... the file's text ...
+      <!-- /quoted -->
+
 - an **inline number** inside a sentence (the HTML comments do not render)::
 
       OTR <!-- quoted:demo-facts/original/otr -->0.15 [0.07, 0.28]<!-- /quoted -->
@@ -50,6 +56,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The documents whose marked numbers are generated.
 DOCUMENTS = ("README.md", "REPRODUCTION.md")
 
+_FILE = re.compile(
+    r"<!-- quoted:file (?P<path>[\w./-]+) -->\n(?P<body>.*?)<!-- /quoted -->", re.DOTALL
+)
 _INLINE = re.compile(
     r"<!-- quoted:(?P<key>[\w.@:-]+/[^/ ]+/[\w:]+) -->(?P<body>.*?)<!-- /quoted -->"
 )
@@ -159,8 +168,20 @@ def table(demo: str, root: Path = ROOT) -> str:
     return "\n".join(lines) + "\n"
 
 
+def included(path: str, root: Path = ROOT) -> str:
+    """The text of a generated file of the repository (inside it: no absolute path, no ``..``)."""
+    target = (root / path).resolve()
+    if Path(path).is_absolute() or ".." in Path(path).parts or not target.is_file():
+        raise QuotedNumberError(f"no generated file {path!r} in the repository")
+    return target.read_text(encoding="utf-8")
+
+
 def render(text: str, root: Path = ROOT) -> str:
     """``text`` with every marked number and table regenerated from the stores."""
+    text = _FILE.sub(
+        lambda m: f"<!-- quoted:file {m['path']} -->\n{included(m['path'], root)}<!-- /quoted -->",
+        text,
+    )
     text = _TABLE.sub(
         lambda m: f"<!-- quoted:table {m['demo']} -->\n{table(m['demo'], root)}<!-- /quoted -->",
         text,
@@ -172,6 +193,8 @@ def render(text: str, root: Path = ROOT) -> str:
 
 def markers(text: str) -> Iterator[tuple[str, str]]:
     """Every marker of ``text`` as (key, the text it holds now)."""
+    for m in _FILE.finditer(text):
+        yield f"file {m['path']}", m["body"]
     for m in _TABLE.finditer(text):
         yield f"table {m['demo']}", m["body"]
     for m in _INLINE.finditer(text):
@@ -182,8 +205,13 @@ def stale(text: str, root: Path = ROOT) -> list[tuple[str, str, str]]:
     """The markers of ``text`` whose content differs from the store: (key, found, expected)."""
     out = []
     for key, body in markers(text):
-        is_table = key.startswith("table ")
-        want = table(key.split(" ", 1)[1], root) if is_table else quoted(key, root)
+        kind, _, name = key.partition(" ")
+        if kind == "file":
+            want = included(name, root)
+        elif kind == "table":
+            want = table(name, root)
+        else:
+            want = quoted(key, root)
         if body != want:
             out.append((key, body, want))
     return out

@@ -88,3 +88,19 @@ def test_quoted_estimates_match_a_plain_reading_of_the_store(demo: str) -> None:
 def test_a_marker_naming_nothing_is_an_error(key: str) -> None:
     with pytest.raises(q.QuotedNumberError):
         q.quoted(key)
+
+
+def test_the_layer_sweep_table_is_its_jsons() -> None:
+    """reproduction/results/facts/layers.md is what llm_facts.py makes of the committed JSONs."""
+    spec = importlib.util.spec_from_file_location(
+        "llm_facts", ROOT / "reproduction" / "llm_facts.py"
+    )
+    assert spec is not None and spec.loader is not None
+    facts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(facts)
+    folder = ROOT / "reproduction" / "results" / "facts" / "json"
+    layers = ("embeddings", "layer.0", "layer.1", "layer.2", "layer.3", "final")
+    files = [str(folder / f"sweep_{layer}_{p}.json") for p in ("mean", "last") for layer in layers]
+    table = facts.sweep_table(files)
+    assert table == (folder.parent / "layers.md").read_text(encoding="utf-8")
+    assert "algorithm version 5" in table
