@@ -53,9 +53,13 @@ def sweep_table(files: list[str]) -> str:
     docs = [json.loads(Path(f).read_text()) for f in files]
     models = list(docs[0]["models"])
     head = "| layer | pooling | " + " | ".join(models) + " | null FPR split / calibrated |"
+    versions = sorted({str(d["settings"].get("algorithm")) for d in docs})
+    s0 = docs[0]["settings"]
     lines = [
         "OTR [95% interval] · calibrated OTR · dependence score per model; – : withheld by the "
-        "gate (the reference panels do not separate)",
+        "gate (the reference panels do not separate); algorithm version "
+        f"{', '.join(versions)}; n = {s0['subset_size']}, T = {s0['targets']}, "
+        f"K = {s0['splits']}, B = {s0['draws']} draws, seed {s0['seed']}",
         "",
         head,
         "|" + "---|" * (len(models) + 3),

@@ -1,0 +1,241 @@
+"""Numbers quoted in README.md and REPRODUCTION.md, generated from the shipped results stores.
+
+A number the docs quote for a bundled demo is never typed by hand: it sits between markers that
+name where it comes from, and this script writes it from the demo's shipped store
+(``assets/<demo>/results.sqlite``). Two kinds of marker:
+
+- a **table** of every model of a demo's default run::
+
+      <!-- quoted:table demo-facts -->
+      ... generated ...
+      <!-- /quoted -->
+
+- a **generated file** shown in full (a table another script writes, e.g. the layer sweep)::
+
+      <!-- quoted:file reproduction/results/facts/layers.md -->
+      ... the file's text ...
+      <!-- /quoted -->
+
+- an **inline number** inside a sentence (the HTML comments do not render)::
+
+      OTR <!-- quoted:demo-facts/original/otr -->0.15 [0.07, 0.28]<!-- /quoted -->
+
+  The key is ``<demo folder>/<model>/<field>``. ``field`` is a metric of the metric table
+  (:data:`~sde_core.pipeline.evaluation.metric_table.METRICS`), shown with its 95% interval as
+  the dashboard's tables show it (:func:`~sde_core.viz.formatting.format_estimate`); append
+  ``:point`` for the value alone; ``verdict`` is the verdict label
+  (:func:`~sde_core.viz.verdicts.verdict_label`).
+
+Usage::
+
+    python reproduction/quoted_numbers.py            # rewrite every marked number in place
+    python reproduction/quoted_numbers.py --check    # exit 1 and list the stale ones
+
+``tests/test_quoted_numbers.py`` runs the check, so a rebuilt store can never leave stale prose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from sde_core.pipeline.evaluation.metric_table import METRICS
+from sde_core.pipeline.store import ResultsStore
+from sde_core.viz.formatting import format_estimate
+from sde_core.viz.verdicts import verdict_label
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The documents whose marked numbers are generated.
+DOCUMENTS = ("README.md", "REPRODUCTION.md")
+
+_FILE = re.compile(
+    r"<!-- quoted:file (?P<path>[\w./-]+) -->\n(?P<body>.*?)<!-- /quoted -->", re.DOTALL
+)
+_INLINE = re.compile(
+    r"<!-- quoted:(?P<key>[\w.@:-]+/[^/ ]+/[\w:]+) -->(?P<body>.*?)<!-- /quoted -->"
+)
+_TABLE = re.compile(
+    r"<!-- quoted:table (?P<demo>[\w.-]+) -->\n(?P<body>.*?)<!-- /quoted -->", re.DOTALL
+)
+
+#: The columns of a generated table: header and the field each cell shows.
+TABLE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("verdict", "verdict"),
+    ("OTR", "otr"),
+    ("calibrated OTR", "calibrated_otr"),
+    ("F1", "f1"),
+    ("over-unlearned share", "over_unlearned_rate"),
+    ("Acc_f − Acc_te, points (classifiers)", "acc_gap"),
+)
+
+
+class QuotedNumberError(ValueError):
+    """A marker names a demo, model or field the shipped stores do not have."""
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """The default run a demo's shipped store holds: its settings and one row per model."""
+
+    demo: str
+    settings: Mapping[str, Any]
+    models: dict[str, dict[str, Any]]
+
+
+@cache
+def stored_run(demo: str, root: Path = ROOT) -> StoredRun:
+    """The single complete run of ``assets/<demo>/results.sqlite``."""
+    path = root / "assets" / demo / "results.sqlite"
+    if not path.is_file():
+        raise QuotedNumberError(f"no shipped store for demo {demo!r} ({path})")
+    with ResultsStore(path) as store:
+        runs = store.list_runs()
+        runs = runs[runs["status"] == "complete"]
+        if len(runs) != 1:
+            raise QuotedNumberError(
+                f"{path} holds {len(runs)} complete runs; the docs quote exactly one"
+            )
+        run = runs.iloc[0]
+        rows = store.rows(int(run["id"]), "models").to_dict("records")
+    return StoredRun(demo, json.loads(run["settings"]), {str(r["name"]): r for r in rows})
+
+
+def _percent(key: str) -> bool:
+    metric = METRICS.get(key)
+    return metric is not None and metric.unit == "%" and metric.scale == 100
+
+
+def field_text(row: Mapping[str, Any], field: str) -> str:
+    """One model's ``field`` as the docs quote it (see the module docstring)."""
+    name, _, option = field.partition(":")
+    if option not in ("", "point"):
+        raise QuotedNumberError(f"unknown option {option!r} in field {field!r} (only ':point')")
+    if name == "verdict":
+        return verdict_label(row)
+    metric = METRICS.get(name)
+    if metric is None:
+        raise QuotedNumberError(f"unknown field {name!r}: use a metric of the metric table")
+    estimate = metric.from_columns(row, str(row.get("inconclusive_reason") or ""))
+    if name == "acc_gap":  # percentage points, stored as points already
+        value = estimate.value
+        if not math.isfinite(value):
+            return "n/a"
+        if option or not (math.isfinite(estimate.lo) and math.isfinite(estimate.hi)):
+            return f"{value:+.1f}".replace("-", "−")
+        return f"{value:+.1f} [{estimate.lo:+.1f}, {estimate.hi:+.1f}]".replace("-", "−")
+    if metric.unit == "%" and metric.scale == 1:  # stored in percent already (Acc_f, Acc_te)
+        return "n/a" if not math.isfinite(estimate.value) else f"{estimate.value:.1f}%"
+    lo, hi = (None, None) if option else (estimate.lo, estimate.hi)
+    return format_estimate(
+        estimate.value, lo, hi, percent=False, reason=estimate.withheld_reason or None
+    )
+
+
+def quoted(key: str, root: Path = ROOT) -> str:
+    """The text of an inline marker's key ``<demo>/<model>/<field>``."""
+    demo, model, field = key.split("/")
+    run = stored_run(demo, root)
+    if model not in run.models:
+        raise QuotedNumberError(
+            f"{key}: demo {demo!r} has no model {model!r} (it has {', '.join(run.models)})"
+        )
+    return field_text(run.models[model], field)
+
+
+def table(demo: str, root: Path = ROOT) -> str:
+    """The markdown table of every model of ``demo``'s stored default run."""
+    run = stored_run(demo, root)
+    s = run.settings
+    scope = (
+        f"`assets/{demo}`, layer `{s.get('layer')}`, σ = {s.get('sigma')}, n = "
+        f"{s.get('subset_size')}, T = {s.get('targets')}, B = {s.get('draws')} draws, seed "
+        f"{s.get('seed')}, algorithm version {s.get('algorithm')}; point value [95% interval]"
+    )
+    head = "| model | " + " | ".join(h for h, _ in TABLE_FIELDS) + " |"
+    rule = "|---" * (len(TABLE_FIELDS) + 1) + "|"
+    lines = [scope, "", head, rule]
+    for name, row in run.models.items():
+        cells = [field_text(row, f) for _, f in TABLE_FIELDS]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def included(path: str, root: Path = ROOT) -> str:
+    """The text of a generated file of the repository (inside it: no absolute path, no ``..``)."""
+    target = (root / path).resolve()
+    if Path(path).is_absolute() or ".." in Path(path).parts or not target.is_file():
+        raise QuotedNumberError(f"no generated file {path!r} in the repository")
+    return target.read_text(encoding="utf-8")
+
+
+def render(text: str, root: Path = ROOT) -> str:
+    """``text`` with every marked number and table regenerated from the stores."""
+    text = _FILE.sub(
+        lambda m: f"<!-- quoted:file {m['path']} -->\n{included(m['path'], root)}<!-- /quoted -->",
+        text,
+    )
+    text = _TABLE.sub(
+        lambda m: f"<!-- quoted:table {m['demo']} -->\n{table(m['demo'], root)}<!-- /quoted -->",
+        text,
+    )
+    return _INLINE.sub(
+        lambda m: f"<!-- quoted:{m['key']} -->{quoted(m['key'], root)}<!-- /quoted -->", text
+    )
+
+
+def markers(text: str) -> Iterator[tuple[str, str]]:
+    """Every marker of ``text`` as (key, the text it holds now)."""
+    for m in _FILE.finditer(text):
+        yield f"file {m['path']}", m["body"]
+    for m in _TABLE.finditer(text):
+        yield f"table {m['demo']}", m["body"]
+    for m in _INLINE.finditer(text):
+        yield m["key"], m["body"]
+
+
+def stale(text: str, root: Path = ROOT) -> list[tuple[str, str, str]]:
+    """The markers of ``text`` whose content differs from the store: (key, found, expected)."""
+    out = []
+    for key, body in markers(text):
+        kind, _, name = key.partition(" ")
+        if kind == "file":
+            want = included(name, root)
+        elif kind == "table":
+            want = table(name, root)
+        else:
+            want = quoted(key, root)
+        if body != want:
+            out.append((key, body, want))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="list stale numbers, write nothing")
+    args = parser.parse_args(argv)
+    bad = 0
+    for name in DOCUMENTS:
+        path = ROOT / name
+        text = path.read_text(encoding="utf-8")
+        if args.check:
+            for key, found, want in stale(text):
+                bad += 1
+                print(f"{name}: {key}: quotes {found.strip()!r}, the store gives {want.strip()!r}")
+        else:
+            new = render(text)
+            if new != text:
+                path.write_text(new, encoding="utf-8")
+                print(f"{name}: updated")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

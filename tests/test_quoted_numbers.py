@@ -1,0 +1,106 @@
+"""Every number README.md and REPRODUCTION.md quote for a bundled demo is the shipped store's.
+
+The numbers sit between ``<!-- quoted:… -->`` markers (reproduction/quoted_numbers.py); this
+test regenerates each from ``assets/<demo>/results.sqlite`` and fails on any difference, so a
+rebuilt store cannot leave stale prose behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMOS = ("demo", "demo-mnist1d", "demo-facts", "demo-fashion-edm")
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "quoted_numbers", ROOT / "reproduction" / "quoted_numbers.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["quoted_numbers"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+q = _load()
+
+
+@pytest.mark.parametrize("name", q.DOCUMENTS)
+def test_every_quoted_number_is_the_shipped_stores(name: str) -> None:
+    text = (ROOT / name).read_text(encoding="utf-8")
+    stale = q.stale(text)
+    assert not stale, "\n".join(
+        f"{key}: quotes {found.strip()!r}, the store gives {want.strip()!r} "
+        "(run python reproduction/quoted_numbers.py)"
+        for key, found, want in stale
+    )
+
+
+def test_the_docs_quote_every_demo_with_markers() -> None:
+    """The check cannot pass vacuously: the demo tables and the LM prose are marked."""
+    keys = [k for name in q.DOCUMENTS for k, _ in q.markers((ROOT / name).read_text("utf-8"))]
+    for demo in ("demo", "demo-mnist1d", "demo-facts"):
+        assert f"table {demo}" in keys
+    assert "demo-facts/original/otr" in keys  # the sentence issue 35 found stale
+    assert len(keys) >= 30
+
+
+def test_the_old_readme_sentence_is_caught() -> None:
+    """The README sentence of the version-4 store (original OTR 0.10 [0.03, 0.22]) is stale."""
+    old = (
+        "SDE on `layer.3` says original *<!-- quoted:demo-facts/original/verdict -->not "
+        "forgotten<!-- /quoted -->* (OTR <!-- quoted:demo-facts/original/otr -->0.10 "
+        "[0.03, 0.22]<!-- /quoted -->, calibrated <!-- quoted:demo-facts/original/"
+        "calibrated_otr:point -->0.03<!-- /quoted -->)"
+    )
+    found = {key: (body, want) for key, body, want in q.stale(old)}
+    assert set(found) == {"demo-facts/original/otr", "demo-facts/original/calibrated_otr:point"}
+    assert q.render(old) != old
+    assert q.stale(q.render(old)) == []
+
+
+@pytest.mark.parametrize("demo", DEMOS)
+def test_quoted_estimates_match_a_plain_reading_of_the_store(demo: str) -> None:
+    """Textbook formatting of the stored columns (two decimals, [lo, hi]) gives the same text."""
+    run = q.stored_run(demo)
+    assert run.models
+    for name, row in run.models.items():
+        value, lo, hi = (float(row[c]) for c in ("otr", "otr_lo", "otr_hi"))
+        text = q.quoted(f"{demo}/{name}/otr")
+        if math.isnan(value):
+            assert text in ("withheld", "n/a")
+        else:
+            assert text == f"{value:.2f} [{lo:.2f}, {hi:.2f}]".replace("-", "−")
+            assert q.quoted(f"{demo}/{name}/otr:point") == f"{value:.2f}"
+
+
+@pytest.mark.parametrize(
+    "key", ["demo-facts/nobody/otr", "demo-facts/original/no_such_metric", "nowhere/original/otr"]
+)
+def test_a_marker_naming_nothing_is_an_error(key: str) -> None:
+    with pytest.raises(q.QuotedNumberError):
+        q.quoted(key)
+
+
+def test_the_layer_sweep_table_is_its_jsons() -> None:
+    """reproduction/results/facts/layers.md is what llm_facts.py makes of the committed JSONs."""
+    spec = importlib.util.spec_from_file_location(
+        "llm_facts", ROOT / "reproduction" / "llm_facts.py"
+    )
+    assert spec is not None and spec.loader is not None
+    facts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(facts)
+    folder = ROOT / "reproduction" / "results" / "facts" / "json"
+    layers = ("embeddings", "layer.0", "layer.1", "layer.2", "layer.3", "final")
+    files = [str(folder / f"sweep_{layer}_{p}.json") for p in ("mean", "last") for layer in layers]
+    table = facts.sweep_table(files)
+    assert table == (folder.parent / "layers.md").read_text(encoding="utf-8")
+    assert "algorithm version 5" in table
