@@ -106,15 +106,17 @@ def check_accuracy(
     if p <= ALPHA:
         return f"accuracy on a sample of D_r: {said}; the preprocessing matches"
     raise DataError(
-        f"{file} classifies only {said} correctly, no better than chance "
-        f"({100 * chance:.1f}%, the commonest class; binomial p = {p:.2g}): the workspace most "
+        f"{file} classifies only {said} correctly, not significantly better than chance "
+        f"({100 * chance:.1f}%, the commonest class; binomial p = {p:.2g} ≥ {ALPHA:g}): the "
+        "workspace most "
         "likely does not preprocess the data as the model's training did, and every SDE number "
         "would describe a model that sees noise. The workspace gives it "
         f"{preprocessing_text(bundle)}. Check, against the training code: the normalisation "
         "(mean and std), the image size, and the channel order (RGB here; a model trained on "
         "BGR images needs the images converted). Set them when creating the workspace, e.g. "
         f"`python -m sde_core workspace init {workspace} --overwrite … --dataset-option "
-        "normalize=[[0.4914,0.4822,0.4465],[0.2470,0.2435,0.2616]]` (CIFAR-10's usual values), "
+        "'normalize=[[0.4914,0.4822,0.4465],[0.2470,0.2435,0.2616]]'` (CIFAR-10's usual "
+        "values), "
         "or in [dataset.options] of workspace.toml. If the model really is this inaccurate, "
         "add it with --no-accuracy-check"
     )

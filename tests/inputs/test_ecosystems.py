@@ -449,3 +449,21 @@ def test_file_arch_runs_only_trusted_and_pinned(tmp_path: Path):
         load_checkpoint(tmp_path / "w.pt", arch=file_arch_string(tmp_path / "nets.py", "MyCNN",
                                                                  pin), trusted=True)  # fmt: skip
     assert not marker.exists()
+
+
+def test_a_file_module_that_runs_a_script_at_import_gets_the_main_guard_hint(tmp_path: Path):
+    import hashlib
+
+    from sde_core.errors import ActivationError
+    from sde_core.inputs.activations import checkpoint_layers
+    from sde_core.inputs.external_archs import file_arch_string
+
+    source = MYNETS + "\nimport sys\nsys.exit(0)  # a training script's end, unguarded\n"
+    (tmp_path / "train.py").write_text(source, encoding="utf-8")
+    namespace: dict = {}
+    exec(compile(MYNETS, "train.py", "exec"), namespace)
+    torch.save(namespace["MyCNN"](num_classes=3).state_dict(), tmp_path / "w.pt")
+    pin = hashlib.sha256(source.encode()).hexdigest()
+    arch = file_arch_string(tmp_path / "train.py", "MyCNN", pin)
+    with pytest.raises(ActivationError, match=r'if __name__ == "__main__":'):
+        checkpoint_layers(tmp_path / "w.pt", (3, 8, 8), arch=arch, trusted=True)

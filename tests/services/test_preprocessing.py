@@ -65,7 +65,7 @@ def test_add_model_refuses_a_model_fed_unlike_its_training_and_names_the_users_p
     path = tmp_path / "original.pt"
     torch.save(model.state_dict(), path)
     spec = ModelSpec(name="original", arch="mlp", arch_kwargs={"input_dim": 192, "hidden": [32]})
-    with pytest.raises(DataError, match="no better than chance"):
+    with pytest.raises(DataError, match="not significantly better than chance"):
         add_model(ws, spec, checkpoint=path, roots=[tmp_path])
     spec.check_accuracy = False
     assert add_model(ws, spec, checkpoint=path, roots=[tmp_path]).entry.name == "original"

@@ -371,8 +371,11 @@ def evaluate_workspace(
 def _withhold_for_class_mix(models: pd.DataFrame, bundle: Any, forget: np.ndarray) -> pd.DataFrame:
     """``models`` with every verdict withheld when D_f's class mix differs from the reference
     pools' (class-wise forgetting, method §16): the reason leads each row's
-    ``inconclusive_reason``; the numbers stay, measured but not a verdict. Computed from the
-    workspace at every read, so stored results need no new version."""
+    ``inconclusive_reason``; the numbers stay, measured but not a verdict, and
+    ``evidence_conflict`` (SDE's reading against the model's behaviour) is cleared: the SDE
+    reading it contradicts is itself withheld, and the behaviour stays in the accuracy and
+    attack columns. Computed from the workspace at every read, so stored results need no new
+    version."""
     from sde_core.stats.class_mix import class_mix_reason
 
     if models.empty or "inconclusive_reason" not in models:
@@ -386,6 +389,8 @@ def _withhold_for_class_mix(models: pd.DataFrame, bundle: Any, forget: np.ndarra
     out["inconclusive_reason"] = [
         f"{reason}; {old}" if old else reason for old in out["inconclusive_reason"].fillna("")
     ]
+    if "evidence_conflict" in out:
+        out["evidence_conflict"] = ""
     return out
 
 
