@@ -2,7 +2,9 @@
 
 Evaluates every model of a workspace (CLI flags override the workspace's ``[defaults]``), keeps
 results in the workspace's results store so a repeat with the same settings is instant and an
-interrupted run resumes, prints a summary table and writes the JSON document of method §10.
+interrupted run resumes, prints a summary table with each model's verdict in words (the
+sentences of the report and the dashboard, :mod:`sde_core.viz.verdicts`) and writes the JSON
+document of method §10 with each model's ``verdict`` and ``verdict_sentence``.
 """
 
 from __future__ import annotations
@@ -20,12 +22,43 @@ from sde_core.cli._args import (
 )
 from sde_core.common.fsio import atomic_write_json
 
-__all__ = ["register_evaluate", "write_json_atomic"]
+__all__ = ["json_document", "register_evaluate", "verdict_lines", "write_json_atomic"]
 
 
 def write_json_atomic(path: str | Path, document: Any) -> Path:
     """Write ``document`` as indented JSON via a temporary file and an atomic rename."""
     return atomic_write_json(path, document)
+
+
+def _summaries(result: Any) -> dict[str, Any]:
+    """Each model's :class:`~sde_core.viz.verdicts.VerdictSummary` (name → summary)."""
+    from sde_core.viz.verdicts import summarize_verdict
+
+    s = result.settings
+    return {
+        str(row["name"]): summarize_verdict(
+            row, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated
+        )
+        for row in result.models.to_dict("records")
+    }
+
+
+def verdict_lines(result: Any) -> list[str]:
+    """One line per model: its verdict, the OTR interval it rests on and the verdict in a
+    sentence — the words of the report's first page (:func:`summarize_verdict`)."""
+    return [
+        f"{name}: {v.label} ({v.interval}) — {v.sentence}" for name, v in _summaries(result).items()
+    ]
+
+
+def json_document(result: Any) -> dict[str, Any]:
+    """The method §10 JSON document with each model's ``verdict`` (the label) and
+    ``verdict_sentence`` added, the same words as the table's verdict lines and the report."""
+    doc = result.to_json_dict()
+    for name, summary in _summaries(result).items():
+        doc["models"][name]["verdict"] = summary.label
+        doc["models"][name]["verdict_sentence"] = summary.sentence
+    return doc
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -77,7 +110,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if not args.quiet:
         _print_table(result)
     if args.json:
-        write_json_atomic(args.json, result.to_json_dict())
+        write_json_atomic(args.json, json_document(result))
         if not args.quiet:
             print(f"wrote {args.json}")
     for name, message in result.failed.items():
@@ -111,6 +144,9 @@ def _print_table(result: Any) -> None:
     if not result.models.empty:
         table = result.models[list(CLI_COLUMNS)]
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="–"))
+        print("verdicts:")
+        for line in verdict_lines(result):
+            print(f"  {line}")
     for row in result.models.to_dict("records"):
         target = row.get("precision_target", float("nan"))
         if target == target:  # a precision design (method §15)

@@ -73,6 +73,7 @@ def _cmd_workspace_add_model(args: argparse.Namespace) -> int:
     spec = ModelSpec(
         name=args.name, role=args.role or "", method=args.method, arch=args.arch,
         arch_kwargs=kwargs, trusted=args.trusted, time_limit=args.time_limit,
+        check_accuracy=not args.no_accuracy_check,
     )  # fmt: skip
     added = add_model(
         args.workspace, spec, checkpoint=args.checkpoint, activations=args.activations,
@@ -257,6 +258,12 @@ def register_workspace(subparsers: argparse._SubParsersAction) -> None:
         "trust store",
     )  # fmt: skip
     add_time_limit_argument(add)
+    add.add_argument(
+        "--no-accuracy-check", action="store_true",
+        help="do not refuse an original or retrained classifier that is no better than chance "
+        "on a sample of D_r (by default such a model is refused: its training's preprocessing "
+        "— normalisation, image size, channel order — most likely differs from the workspace's)",
+    )  # fmt: skip
     add.add_argument("--copy", action="store_true", help="copy the files into the workspace")
     add.add_argument("--replace", action="store_true", help="replace a model of the same name")
     add.set_defaults(func=_cmd_workspace_add_model)

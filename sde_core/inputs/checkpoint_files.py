@@ -12,12 +12,15 @@ harmless NumPy values training scripts keep next to them) or *code*:
 pickles (:mod:`pickletools`, which only parses), never by loading the file. Loading code needs
 the explicit per-file trusted opt-in (see :mod:`sde_core.inputs.models`); weights load with
 ``torch.load(weights_only=True)`` under :func:`safe_globals`, which also admits the NumPy
-allowlist :data:`NUMPY_SAFE_GLOBALS` (SalUn's ``main_forget`` checkpoints hold NumPy floats).
+allowlist :data:`NUMPY_SAFE_GLOBALS` (SalUn's ``main_forget`` checkpoints hold NumPy floats)
+and the plain-data classes of :data:`PLAIN_DATA_SAFE_GLOBALS` (``argparse.Namespace``: timm's
+``CheckpointSaver`` stores the training arguments in every checkpoint).
 """
 
 from __future__ import annotations
 
 import _compat_pickle
+import argparse
 import contextlib
 import io
 import json
@@ -37,6 +40,7 @@ from sde_core.errors import CheckpointError
 __all__ = [
     "CHECKPOINT_SUFFIXES",
     "NUMPY_SAFE_GLOBALS",
+    "PLAIN_DATA_SAFE_GLOBALS",
     "CheckpointFormat",
     "CheckpointInfo",
     "checkpoint_kind",
@@ -117,9 +121,18 @@ def _numpy_globals() -> list[Any]:
 NUMPY_SAFE_GLOBALS: list[Any] = _numpy_globals()
 
 
+#: Plain-data classes admitted next to weights. ``argparse.Namespace`` is what timm's
+#: ``CheckpointSaver`` (and many ``train.py`` scripts) store as ``args``: the unpickler makes
+#: an empty instance and fills its ``__dict__`` with values that must themselves be allowed
+#: (numbers, text, containers, tensors); the class has no ``__setstate__``/``__reduce__`` of
+#: its own, so nothing of the file's choosing runs. Subclasses are other classes and stay out.
+PLAIN_DATA_SAFE_GLOBALS: list[Any] = [argparse.Namespace]
+
+
 def safe_globals() -> contextlib.AbstractContextManager[None]:
-    """A context in which ``torch.load(weights_only=True)`` also accepts NUMPY_SAFE_GLOBALS."""
-    return torch.serialization.safe_globals(NUMPY_SAFE_GLOBALS)
+    """A context in which ``torch.load(weights_only=True)`` also accepts NUMPY_SAFE_GLOBALS
+    and PLAIN_DATA_SAFE_GLOBALS (what timm's own loader admits, ``argparse.Namespace``)."""
+    return torch.serialization.safe_globals([*NUMPY_SAFE_GLOBALS, *PLAIN_DATA_SAFE_GLOBALS])
 
 
 def _global_name(item: Any) -> str:
@@ -129,8 +142,9 @@ def _global_name(item: Any) -> str:
 
 
 def _weights_globals() -> set[str]:
-    """Dotted names a weights-only load accepts: torch's own allowlist plus NumPy's."""
-    names = {_global_name(item) for item in NUMPY_SAFE_GLOBALS}
+    """Dotted names a weights-only load accepts: torch's own allowlist, NumPy's and the plain
+    data classes."""
+    names = {_global_name(item) for item in [*NUMPY_SAFE_GLOBALS, *PLAIN_DATA_SAFE_GLOBALS]}
     names |= {_global_name(item) for item in torch.serialization.get_safe_globals()}
     try:  # torch's built-in allowlist (tensor rebuilders, storages, dtypes, OrderedDict, ...)
         from torch import _weights_only_unpickler

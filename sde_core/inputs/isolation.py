@@ -281,7 +281,9 @@ class IsolatedWorker:
             self._process.join(5)
             raise ActivationError(
                 f"the process running {self.label} ended while {what} (exit code "
-                f"{self._process.exitcode}); the model's code crashed it"
+                f"{self._process.exitcode}); the model's code crashed it. If the model's class "
+                "comes from a file: module that runs a script when it is imported (training, "
+                'sys.exit(), a main() call), put that part under `if __name__ == "__main__":`'
             ) from None
         if reply[0] == "error":
             _, name, text = reply
@@ -293,7 +295,14 @@ class IsolatedWorker:
                     f"{self.label} ran out of its memory limit of "
                     f"{self.memory_limit / 2**30:g} GiB while {what} and was stopped"
                 )
-            raise ActivationError(f"{self.label} failed while {what} ({name}: {text})")
+            hint = ""
+            if name == "SystemExit":  # a script's sys.exit(), e.g. an unguarded file: module
+                hint = (
+                    ": the code called sys.exit(). If the model's class comes from a file: "
+                    "module that runs a script when it is imported, put that part under "
+                    '`if __name__ == "__main__":`'
+                )
+            raise ActivationError(f"{self.label} failed while {what} ({name}: {text}){hint}")
         return reply[1] if len(reply) > 1 else None
 
     def _kill(self) -> None:

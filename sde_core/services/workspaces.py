@@ -49,7 +49,9 @@ from sde_core.pipeline.workspace import (
     validate_workspace,
     workspace_toml,
 )
+from sde_core.services.preprocessing import accuracy_sample, check_accuracy, preprocessing_text
 from sde_core.services.uploads import ACTIVATION_SUFFIXES, check_upload, file_suffix, guess_role
+from sde_core.stats.class_mix import class_mix_reason
 
 __all__ = [
     "AddedModel",
@@ -109,6 +111,22 @@ def check_fits(model: Any, bundle: Any) -> int:
     if not isinstance(out, torch.Tensor):
         return check_outputs(type(out).__name__, bundle)
     return check_outputs(tuple(out.shape), bundle)
+
+
+def _outputs(model: Any, x: np.ndarray, batch: int = 50) -> np.ndarray | None:
+    """``model``'s outputs on ``x`` in batches (the first element of a tuple output), or None
+    when they are not tensors."""
+    import torch
+
+    parts = []
+    with torch.inference_mode():
+        for start in range(0, len(x), batch):
+            out = model(torch.from_numpy(x[start : start + batch]))
+            out = out[0] if isinstance(out, tuple | list) else out
+            if not isinstance(out, torch.Tensor):
+                return None
+            parts.append(out.float().cpu().numpy())
+    return np.concatenate(parts) if parts else None
 
 
 def check_outputs(shape: tuple[int, ...] | str, bundle: Any) -> int:
@@ -314,6 +332,8 @@ def create_workspace(
     files: dict[str, bytes | Path] = {}
     file_mask = None if bundle.precomputed is None else bundle.precomputed.forget_mask
     notes = []
+    if bundle.spec.kind not in ("text", "activations"):
+        notes.append(f"models get {preprocessing_text(bundle)}: match the training's")
     if not any(given):
         if file_mask is None:
             raise SettingsError(
@@ -357,6 +377,11 @@ def create_workspace(
         files["forget.npy"] = _npy_bytes(idx)
     if idx.size >= n_train:
         raise DataError("the forget set holds every training row: D_r would be empty")
+    mix = class_mix_reason(
+        bundle.train_labels, bundle.test_labels, idx, bundle.num_classes, bundle.class_names
+    )
+    if mix:
+        notes.append(f"warning: evaluate will give no SDE verdict: {mix}")
     values = dict(defaults or {})
     if bundle.precomputed is not None and "layer" not in values:
         layers = bundle.precomputed.layers
@@ -395,6 +420,9 @@ class ModelSpec:
         time_limit: seconds a trusted file may take to load and to run on two samples (None:
             :data:`~sde_core.inputs.isolation.DEFAULT_TIME_LIMIT`); its process tree is
             killed after.
+        check_accuracy: run an original or retrained classifier on a sample of D_r and refuse
+            it when it is no better than chance (the preprocessing differs from its training:
+            :func:`~sde_core.services.preprocessing.check_accuracy`).
     """
 
     name: str
@@ -404,6 +432,7 @@ class ModelSpec:
     arch_kwargs: dict[str, Any] = field(default_factory=dict)
     trusted: bool = False
     time_limit: float | None = None
+    check_accuracy: bool = True
 
 
 @dataclass
@@ -472,11 +501,15 @@ def _describe(
     checkpoint: Path | None,
     activations: Path | None,
     arch_file: _ArchFile | None = None,
+    sample: tuple[np.ndarray, np.ndarray, Path] | None = None,
 ) -> tuple[ModelEntry, list[str], list[str] | None]:
     """Load and check the files of a model: its entry (paths still to fill in), notes for the
     user and the layers of its activations file (None without one). A trusted code checkpoint
     is loaded and run only in a child process under ``spec.time_limit``. ``arch_file``: the
-    pinned ``file:`` architecture (from :func:`_pin_arch_file`) when ``spec.arch`` is one."""
+    pinned ``file:`` architecture (from :func:`_pin_arch_file`) when ``spec.arch`` is one.
+    ``sample``: rows of D_r, their labels and the workspace folder, to check the model's
+    accuracy on (:func:`~sde_core.services.preprocessing.check_accuracy`)."""
+
     from sde_core.inputs.activations import probe_trusted_checkpoint
     from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
     from sde_core.inputs.external_archs import is_file_arch
@@ -505,16 +538,17 @@ def _describe(
         if code.is_code and not spec.trusted:
             raise CheckpointError(untrusted_message(code))
         if code.is_code:  # trusted code runs only in the isolated child, under its limits
+            x = _fit_inputs(bundle).numpy() if sample is None else sample[0]
             probe = probe_trusted_checkpoint(
-                checkpoint, _fit_inputs(bundle).numpy(), arch=arch or None, arch_kwargs=kwargs,
-                time_limit=spec.time_limit,
-            )  # fmt: skip
+                checkpoint, x, arch=arch or None, arch_kwargs=kwargs, time_limit=spec.time_limit
+            )
             if probe.error:
                 raise _fit_failure(bundle, probe.error)
             shape = probe.returned if probe.output is None else tuple(probe.output.shape)
             outputs = check_outputs(shape, bundle)
             arch, kwargs, load_notes = probe.arch or arch, probe.arch_kwargs or kwargs, probe.notes
             class_name = probe.class_name
+            sample_out = probe.output
         else:
             # Weights only; a trusted, hash-pinned file: architecture builds the user's class.
             trusted = bool(spec.trusted) and is_file_arch(arch)
@@ -527,8 +561,13 @@ def _describe(
             arch = getattr(model, "sde_arch", None) or arch
             kwargs = dict(getattr(model, "sde_arch_kwargs", None) or kwargs)
             load_notes = loaded.notes
+            sample_out = None if sample is None else _outputs(model, sample[0])
+        if sample is not None and sample_out is not None:
+            said = check_accuracy(sample_out, sample[1], bundle, checkpoint, sample[2])
+            load_notes = (*load_notes, said) if said else tuple(load_notes)
         digest = file_sha256(checkpoint)
-        notes.append(f"architecture {_model_kind(arch, code, class_name)} with {outputs} outputs")
+        size = f"hidden size {outputs}" if arch == _HF_ARCH else f"{outputs} outputs"
+        notes.append(f"architecture {_model_kind(arch, code, class_name)} with {size}")
         notes.extend(load_notes)  # e.g. pruning masks folded into the weights
         if arch_file is not None:
             arch = arch_file.record
@@ -626,9 +665,13 @@ def add_model(
             raise WorkspaceError(f"{key} file {file} does not exist: check the path")
     arch_file = _arch_file_of(ws, spec, Path.cwd())
     bundle = load_dataset(ws.dataset_spec())
-    entry, notes, layers = _describe(
-        spec, bundle, ws.defaults, files["checkpoint"], files["activations"], arch_file
-    )
+    try:
+        entry, notes, layers = _describe(
+            spec, bundle, ws.defaults, files["checkpoint"], files["activations"], arch_file,
+            _accuracy_rows(ws, spec, bundle) if files["checkpoint"] is not None else None,
+        )  # fmt: skip
+    except CheckpointError as exc:
+        raise type(exc)(_user_paths(str(exc), workspace, spec.name, files["checkpoint"])) from None
     _check_addition(ws, entry, replace)
     if replace and entry.name in {m.name for m in ws.models}:
         ws.models = [m for m in ws.models if m.name != entry.name]
@@ -662,6 +705,35 @@ def _record_trust(ws: Workspace, entry: ModelEntry, notes: list[str]) -> None:
     if model_code(ws, entry):
         trusted = trust_model(ws, entry)
         notes.append("trusted on this machine: " + ", ".join(f"{t.sha256[:12]}…" for t in trusted))
+
+
+def _user_paths(message: str, workspace: str | Path, name: str, checkpoint: Path | None) -> str:
+    """``message`` with the commands it suggests written for this model: the user's workspace,
+    model name and checkpoint path instead of the placeholders ``WS``, ``NAME`` and the file's
+    base name."""
+    command = f"python -m sde_core workspace add-model {workspace} --name {name}"
+    if checkpoint is not None:
+        message = message.replace(
+            f"add-model WS --name NAME --checkpoint {checkpoint.name}",
+            f"add-model {workspace} --name {name} --checkpoint {checkpoint}",
+        )
+    return message.replace("python -m sde_core workspace add-model WS --name NAME", command)
+
+
+def _accuracy_rows(
+    ws: Workspace, spec: ModelSpec, bundle: Any
+) -> tuple[np.ndarray, np.ndarray, Path] | None:
+    """The D_r sample an original or retrained classifier is checked on (None: no check)."""
+    from sde_core.inputs.indices import load_index_file
+
+    role = spec.role or guess_role(spec.name)
+    if not spec.check_accuracy or role not in ("original", "retrained"):
+        return None
+    if bundle.num_classes < 2 or bundle.spec.kind == "text":
+        return None
+    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
+    x, y = accuracy_sample(bundle, forget)
+    return x, y, ws.root
 
 
 def _arch_file_of(ws: Workspace, spec: ModelSpec, base: Path) -> _ArchFile | None:

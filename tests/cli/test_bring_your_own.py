@@ -183,16 +183,24 @@ def test_arch_kwargs_are_honoured_everywhere(torchvision_ws: Path, tmp_path: Pat
                  str(ws / "tv.pth"), "--arch", TV]) == 1  # fmt: skip
     assert "(1000,)" in capsys.readouterr().err  # without its kwargs the head does not fit
     kwarg = ("--arch", TV, "--arch-kwarg", "num_classes=4")
+    assert main(["workspace", "add-model", str(ws), "--name", "plain", "--role", "original",
+                 "--checkpoint", str(ws / "tv.pth"), *kwarg]) == 1  # fmt: skip
+    err = capsys.readouterr().err  # an untrained original: at chance on D_r (issue 40)
+    assert (
+        f"{ws / 'tv.pth'} classifies only" in err and "not significantly better than chance" in err
+    )
+    assert f"workspace init {ws} " in err and "--no-accuracy-check" in err
     run("workspace", "add-model", str(ws), "--name", "plain", "--role", "original",
-        "--checkpoint", str(ws / "tv.pth"), *kwarg)  # fmt: skip
+        "--checkpoint", str(ws / "tv.pth"), *kwarg, "--no-accuracy-check")  # fmt: skip
     run("workspace", "add-model", str(ws), "--name", "resaved", "--role", "unlearned",
         "--checkpoint", str(ws / "tv.safetensors"))  # fmt: skip
     assert load_workspace(ws).model("plain").arch_kwargs == {"num_classes": 4}
     flags = ("--subset-size", "8", "--targets", "4", "--splits", "6")
     rows = evaluate(ws, tmp_path / "a.json", *flags)
     plain, resaved = rows["plain"], rows["resaved"]
-    assert {k: v for k, v in plain.items() if k != "role"} == {
-        k: v for k, v in resaved.items() if k != "role"
+    named = ("role", "verdict_sentence")  # the sentence names the model
+    assert {k: v for k, v in plain.items() if k not in named} == {
+        k: v for k, v in resaved.items() if k not in named
     }
     run("unlearn", str(ws), "--method", "ft", "--name", "ft", "--original", "plain",
         "--param", "epochs=1", "--param", "batch_size=16")  # fmt: skip

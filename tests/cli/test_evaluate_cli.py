@@ -128,3 +128,28 @@ def test_bad_workspaces_are_one_error_line(tmp_path, capsys):
     shutil.copytree(default_demo_folder("mnist1d"), no_data, ignore=skip)
     assert main(["evaluate", str(no_data), "--quiet"]) != 0
     one_error_line(capsys)
+
+
+def test_the_table_and_the_json_carry_each_models_verdict(workspace, tmp_path, capsys):
+    """Each model's verdict words beside its numbers, the same as the report's (issue 40)."""
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.viz.report import report_document
+
+    out = tmp_path / "v.json"
+    argv = ["evaluate", str(workspace), "--json", str(out), *FAST, "--seed", "0",
+            "--models", "original,retrained", "--no-store"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    ws = load_workspace(workspace)
+    settings = ws.defaults.with_overrides(subset_size=100, targets=6, splits=20,
+                                          baseline_targets=2, seed=0)  # fmt: skip
+    report = report_document(evaluate_workspace(ws, settings, models=["original", "retrained"]))
+    assert "verdicts:" in printed
+    for name in ("original", "retrained"):
+        entry = doc["models"][name]
+        assert entry["verdict"] == report["models"][name]["verdict"]
+        assert entry["verdict_sentence"] == report["models"][name]["summary"]["sentence"]
+        line = next(x for x in printed.splitlines() if x.strip().startswith(f"{name}: "))
+        assert entry["verdict"] in line and entry["verdict_sentence"] in line

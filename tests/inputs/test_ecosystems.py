@@ -11,6 +11,7 @@ forgotten class (retrained), so the rows must differ.
 
 from __future__ import annotations
 
+import argparse
 import os
 import textwrap
 from pathlib import Path
@@ -67,12 +68,20 @@ def head_input(model: nn.Module, head: nn.Linear, x: torch.Tensor) -> torch.Tens
     return seen[0]
 
 
-def two_heads(model: nn.Module, head: nn.Linear, x: torch.Tensor, y: np.ndarray, keep: np.ndarray):
-    """Yield the model with a head memorising D_tr, then one fitted without the forget class."""
+def two_heads(
+    model: nn.Module,
+    head: nn.Linear,
+    x: torch.Tensor,
+    y: np.ndarray,
+    keep: np.ndarray,
+    ridge: float = 1e3,
+):
+    """Yield the model with a head memorising D_tr, then one fitted without the forget class
+    (``ridge``: small enough that it still classifies D_r, which add-model checks)."""
     features = head_input(model, head, x)
     fit_head(head, features, y)
     yield "original"
-    fit_head(head, features[keep], y[keep], ridge=1e3)
+    fit_head(head, features[keep], y[keep], ridge=ridge)
     yield "retrained"
 
 
@@ -176,6 +185,32 @@ def _lightning_runs(folder: Path, x: torch.Tensor, y: np.ndarray, keep: np.ndarr
     (folder / "cnn.py").write_text(MYNETS, encoding="utf-8")
 
 
+def timm_train_args(model: str, num_classes: int) -> argparse.Namespace:
+    """The ``args`` timm's ``train.py`` hands to ``CheckpointSaver``: its argument parser's kinds
+    of values (text, numbers, None, flags, lists, nargs=3 sizes) and what the script sets later
+    (device, world size), parsed from a command line as the script does."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("data_dir")
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--num-classes", type=int, default=None)
+    parser.add_argument("--input-size", default=None, nargs=3, type=int)
+    parser.add_argument("--mean", type=float, nargs="+", default=None)
+    parser.add_argument("--std", type=float, nargs="+", default=None)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--epochs", type=int, default=300)
+    parser.add_argument("--decay-milestones", default=[30, 60], type=int, nargs="+")
+    parser.add_argument("--scale", type=float, nargs="+", default=[0.08, 1.0])
+    parser.add_argument("--pretrained", action="store_true", default=False)
+    parser.add_argument("--opt", default="sgd")
+    parser.add_argument("--aa", type=str, default=None)
+    argv = ["data", "--model", model, "--num-classes", str(num_classes), "--input-size", "3",
+            "32", "32", "--mean", "0.4914", "0.4822", "0.4465", "--lr", "0.1"]  # fmt: skip
+    args = parser.parse_args(argv)
+    args.device, args.distributed, args.world_size, args.rank = "cpu", False, 1, 0
+    args.prefetcher = not getattr(args, "no_prefetcher", False)
+    return args
+
+
 def _timm_runs(folder: Path, x: torch.Tensor, y: np.ndarray, keep: np.ndarray) -> None:
     import timm
     from timm.utils import CheckpointSaver
@@ -183,9 +218,13 @@ def _timm_runs(folder: Path, x: torch.Tensor, y: np.ndarray, keep: np.ndarray) -
     folder.mkdir(parents=True)
     model = timm.create_model("mobilenetv3_small_100", pretrained=False, num_classes=10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    for name in two_heads(model, model.classifier, x, y, keep):
+    args = timm_train_args("mobilenetv3_small_100", 10)
+    # mobilenetv3's untrained features are small: a ridge of 1e3 flattens the head to chance
+    for name in two_heads(model, model.classifier, x, y, keep, ridge=1e-2):
         if name == "original":
-            saver = CheckpointSaver(model, optimizer, checkpoint_dir=str(folder), max_history=1)
+            saver = CheckpointSaver(
+                model, optimizer, args=args, checkpoint_dir=str(folder), max_history=1
+            )
             saver.save_checkpoint(epoch=0, metric=1.0)
         else:
             torch.save(model.state_dict(), folder / "retrained.pth")
@@ -352,14 +391,22 @@ def test_timm_arch_hint_is_checked_against_the_shapes(tmp_path: Path, monkeypatc
     import sys
 
     import timm
+    from timm.utils import CheckpointSaver
 
     from sde_core.errors import CheckpointError
+    from sde_core.inputs.checkpoint_files import inspect_checkpoint
     from sde_core.inputs.external_archs import timm_builder
     from sde_core.inputs.models import load_checkpoint_details
 
     model = timm.create_model("resnet18", pretrained=False, num_classes=7)
-    path = tmp_path / "last.pth.tar"  # timm's CheckpointSaver with args: arch = args.model
-    torch.save({"epoch": 3, "arch": "resnet18", "state_dict": model.state_dict()}, path)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    saver = CheckpointSaver(  # with args, as train.py saves: arch = args.model
+        model, optimizer, args=timm_train_args("resnet18", 7), checkpoint_dir=str(tmp_path)
+    )
+    saver.save_checkpoint(epoch=3, metric=0.5)
+    path = tmp_path / "last.pth.tar"
+    info = inspect_checkpoint(path)  # the argparse.Namespace is plain data: no opt-in
+    assert "argparse.Namespace" in info.objects and info.kind == "weights"
     loaded = load_checkpoint_details(path)  # not the registry's CIFAR resnet18: shapes decide
     assert loaded.arch == "timm:resnet18" and loaded.arch_kwargs["num_classes"] == 7
     x = torch.randn(2, 3, 64, 64)
@@ -411,3 +458,21 @@ def test_file_arch_runs_only_trusted_and_pinned(tmp_path: Path):
         load_checkpoint(tmp_path / "w.pt", arch=file_arch_string(tmp_path / "nets.py", "MyCNN",
                                                                  pin), trusted=True)  # fmt: skip
     assert not marker.exists()
+
+
+def test_a_file_module_that_runs_a_script_at_import_gets_the_main_guard_hint(tmp_path: Path):
+    import hashlib
+
+    from sde_core.errors import ActivationError
+    from sde_core.inputs.activations import checkpoint_layers
+    from sde_core.inputs.external_archs import file_arch_string
+
+    source = MYNETS + "\nimport sys\nsys.exit(0)  # a training script's end, unguarded\n"
+    (tmp_path / "train.py").write_text(source, encoding="utf-8")
+    namespace: dict = {}
+    exec(compile(MYNETS, "train.py", "exec"), namespace)
+    torch.save(namespace["MyCNN"](num_classes=3).state_dict(), tmp_path / "w.pt")
+    pin = hashlib.sha256(source.encode()).hexdigest()
+    arch = file_arch_string(tmp_path / "train.py", "MyCNN", pin)
+    with pytest.raises(ActivationError, match=r'if __name__ == "__main__":'):
+        checkpoint_layers(tmp_path / "w.pt", (3, 8, 8), arch=arch, trusted=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 # the same torch kernels (through the hooks, and directly): they differ only by float32
 # summation order, ~1e-6 relative. Results that cross machines are compared by
 # sde_core.pipeline.reproduce (docs/method.md §13).
+import argparse
 import json
 import time
 import warnings
@@ -234,17 +235,28 @@ def test_a_model_that_loops_forever_is_stopped_by_the_time_limit(attack, bundle)
         get_activations(attack["loop"], bundle, "test", "output", None, trusted=True, time_limit=0)
 
 
-def test_full_pickles_need_the_opt_in_and_numpy_values_do_not(tmp_path: Path):
-    import argparse
+class _NamespaceSubclass(argparse.Namespace):
+    """A subclass is another class: it could define ``__setstate__``, so it stays code."""
 
+
+def test_full_pickles_need_the_opt_in_and_plain_values_do_not(tmp_path: Path):
     model = build_model("mlp", input_dim=6, hidden=(5,), num_classes=3)
-    with_args = tmp_path / "with_args.pth.tar"
-    torch.save({"state_dict": model.state_dict(), "args": argparse.Namespace(lr=0.1)}, with_args)
+    with_args = tmp_path / "with_args.pth.tar"  # what timm's CheckpointSaver stores as args
+    args = argparse.Namespace(lr=0.1, model="mlp", mean=[0.5, 0.5], input_size=None)
+    torch.save({"state_dict": model.state_dict(), "args": args}, with_args)
     info = inspect_checkpoint(with_args)
-    assert info.kind == "full-pickle" and info.code_objects == ("argparse.Namespace",)
-    with pytest.raises(CheckpointError, match=r"argparse\.Namespace"):
-        load_checkpoint(with_args)
-    assert load_checkpoint(with_args, trusted=True).head.out_features == 3
+    assert info.kind == "weights" and "argparse.Namespace" in info.objects
+    assert load_checkpoint(with_args).head.out_features == 3  # no opt-in needed
+    for name, value in [
+        ("subclass", _NamespaceSubclass(lr=0.1)),
+        ("holds_code", argparse.Namespace(loss=nn.CrossEntropyLoss())),  # an object inside
+    ]:
+        path = tmp_path / f"{name}.pth.tar"
+        torch.save({"state_dict": model.state_dict(), "args": value}, path)
+        assert inspect_checkpoint(path).kind == "full-pickle"
+        with pytest.raises(CheckpointError, match="mark this file as trusted"):
+            load_checkpoint(path)
+    assert load_checkpoint(path, trusted=True).head.out_features == 3  # the opt-in still works
     with_numpy = tmp_path / "with_numpy.pth.tar"
     torch.save({"state_dict": model.state_dict(), "score": np.float64(0.5),
                 "curve": np.arange(3.0), "kind": np.dtype("float32")}, with_numpy)  # fmt: skip

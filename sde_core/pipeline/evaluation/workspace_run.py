@@ -342,6 +342,7 @@ def evaluate_workspace(
     else:
         model_df, subset_df, draw_df = result_tables(finished)
         arrays = {f"{ev.model.name}/{k}": v for ev in finished for k, v in ev.arrays.items()}
+    model_df = _withhold_for_class_mix(model_df, bundle, forget)
     return EvaluationResult(
         settings=settings,
         workspace_hash=ws_hash,
@@ -409,6 +410,32 @@ def _read_back(
         k: store.array(run_id, k) for name in wanted for k in store.array_names(run_id, f"{name}/")
     }
     return model_df, subset_df, draw_df, arrays
+
+
+def _withhold_for_class_mix(models: pd.DataFrame, bundle: Any, forget: np.ndarray) -> pd.DataFrame:
+    """``models`` with every verdict withheld when D_f's class mix differs from the reference
+    pools' (class-wise forgetting, method §16): the reason leads each row's
+    ``inconclusive_reason``; the numbers stay, measured but not a verdict, and
+    ``evidence_conflict`` (SDE's reading against the model's behaviour) is cleared: the SDE
+    reading it contradicts is itself withheld, and the behaviour stays in the accuracy and
+    attack columns. Computed from the workspace at every read, so stored results need no new
+    version."""
+    from sde_core.stats.class_mix import class_mix_reason
+
+    if models.empty or "inconclusive_reason" not in models:
+        return models
+    reason = class_mix_reason(
+        bundle.train_labels, bundle.test_labels, forget, bundle.num_classes, bundle.class_names
+    )
+    if not reason:
+        return models
+    out = models.copy()
+    out["inconclusive_reason"] = [
+        f"{reason}; {old}" if old else reason for old in out["inconclusive_reason"].fillna("")
+    ]
+    if "evidence_conflict" in out:
+        out["evidence_conflict"] = ""
+    return out
 
 
 def _in_order(table: pd.DataFrame, column: str, names: Sequence[str]) -> pd.DataFrame:
