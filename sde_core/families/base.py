@@ -67,7 +67,9 @@ class Family(Protocol):
             ``"noisy and denoised images"``).
         advice: key → text the user reads; ``"weak_layer"``: what to try when the reference
             test does not separate at a layer (``{layer}`` is filled in),
-            ``"weak_output"``: the same at the family's strongest layer.
+            ``"weak_output"``: the same at the family's strongest layer; ``"output_size"``:
+            how a model's output width is named (``"hidden size {n}"``; default
+            ``"{n} outputs"``).
     """
 
     @property

@@ -52,6 +52,7 @@ class CausalLMFamily:
             "weak_output": "Try another layer (a middle `layer.<i>`), another σ, a larger "
             "subset size n or more splits K.",
             "strongest_layer": "final",
+            "output_size": "hidden size {n}",
         }
     )
 

@@ -29,7 +29,7 @@ from sde_core.common.hashing import file_sha256
 from sde_core.common.paths import check_path_text, env_roots, resolve_in_roots
 from sde_core.common.staging import Staging
 from sde_core.errors import CheckpointError, DataError, SDEError, SettingsError, WorkspaceError
-from sde_core.families.registry import folder_family
+from sde_core.families.registry import family_by_arch, folder_family
 from sde_core.inputs.checkpoint_files import CHECKPOINT_SUFFIXES
 from sde_core.inputs.indices import INDEX_SUFFIXES
 from sde_core.pipeline.settings import EvalSettings
@@ -566,7 +566,9 @@ def _describe(
             said = check_accuracy(sample_out, sample[1], bundle, checkpoint, sample[2])
             load_notes = (*load_notes, said) if said else tuple(load_notes)
         digest = file_sha256(checkpoint)
-        size = f"hidden size {outputs}" if arch == _HF_ARCH else f"{outputs} outputs"
+        family = family_by_arch(arch)
+        size = (family.advice if family else {}).get("output_size", "{n} outputs")
+        size = size.format(n=outputs)
         notes.append(f"architecture {_model_kind(arch, code, class_name)} with {size}")
         notes.extend(load_notes)  # e.g. pruning masks folded into the weights
         if arch_file is not None:
