@@ -1,38 +1,32 @@
 """What the answer page needs besides the evaluation: its scope and the workspace's family.
 
 :func:`answer_scope` says what an answer covers (data, forget-set size, layer, σ, n, B, design,
-seed); :func:`model_family` is the one place that tells a classifier from a language model and
-a denoiser for the texts that differ by family (:mod:`sde_core.viz.family_texts`) — kept in
-one small function so it can move into a model-family seam.
+seed); :func:`model_family` asks the model-family seam (:mod:`sde_core.families`) which family
+the workspace's models are, for the texts that differ by family (:mod:`sde_core.viz.family_texts`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 
 from sde_core.errors import SDEError
+from sde_core.families.registry import family_of_entry
 from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import Workspace
 from sde_core.viz.answer import Scope, make_scope
 
-__all__ = ["Family", "answer_scope", "model_family"]
-
-#: The model families whose texts differ.
-Family = Literal["classifier", "language model", "denoiser"]
+__all__ = ["answer_scope", "model_family"]
 
 
-def model_family(ws: Workspace) -> Family:
-    """The workspace's model family: a denoiser (architecture ``edm_unet``), a language model
-    (a ``text`` dataset or a Hugging Face model) or a classifier (everything else)."""
-    archs = {m.arch for m in ws.models}
-    if "edm_unet" in archs:
-        return "denoiser"
-    if ws.dataset.get("kind") == "text" or "hf" in archs:
-        return "language model"
+def model_family(ws: Workspace) -> str:
+    """The user's word for the workspace's model family (``"classifier"``, ``"denoiser"``,
+    ``"causal language model"``): the family seam's answer for its first model, known by its
+    ``arch`` and the default layer without loading it (every model of a workspace reads the same
+    data, so they share a family)."""
+    for entry in ws.models:
+        return family_of_entry(entry.arch, ws.defaults.layer).label
     return "classifier"
 
 

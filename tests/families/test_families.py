@@ -118,3 +118,22 @@ def test_the_dashboard_advice_follows_the_models_family(tmp_path):
     assert weak_layer_advice(ws, "edm", "denoised@0.5") == DENOISER.advice["weak_output"]
     assert weak_layer_advice(ws, "lm", "layer.1") == CAUSAL_LM.advice["weak_layer"]
     assert "softmax" not in weak_layer_advice(ws, "lm", "output")
+
+
+def test_the_answer_page_names_each_demo_family_through_the_seam() -> None:
+    """model_family asks the family registry: a denoiser, a causal LM and classifiers."""
+    from pathlib import Path
+
+    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.services.answer import model_family
+    from sde_core.viz.family_texts import behaviour_missing
+
+    assets = Path(__file__).resolve().parents[2] / "assets"
+    found = {d: model_family(load_workspace(assets / d)) for d in
+             ("demo", "demo-mnist1d", "demo-facts", "demo-fashion-edm")}  # fmt: skip
+    assert found == {
+        "demo": CLASSIFIER.label, "demo-mnist1d": CLASSIFIER.label,
+        "demo-facts": CAUSAL_LM.label, "demo-fashion-edm": DENOISER.label,
+    }  # fmt: skip
+    assert behaviour_missing(CAUSAL_LM.label) == "n/a (causal language model)"
+    assert behaviour_missing(CLASSIFIER.label) == "n/a"
