@@ -149,7 +149,7 @@ def publish(view: PageView) -> None:
         st.code(link, language=None, wrap_lines=True)
         configured = os.environ.get(PUBLIC_URL_ENV, "").strip()
         if configured and base != configured:
-            st.caption(f"${PUBLIC_URL_ENV} = {configured!r} is not an http(s) address: "
+            st.caption(f"${PUBLIC_URL_ENV} = {md_literal(configured)} is not an http(s) address: "
                        "the link uses this browser's address.")  # fmt: skip
 
 
@@ -672,8 +672,8 @@ def affordable_layers(
             out.append(cost.layer)
             continue
         with st.container(border=True):
-            st.markdown(f"**{cost.layer}** is not cached yet: {cost.describe()}.")
-            if st.button(f"Evaluate {cost.layer}", key=f"{prefix}_go_{cost.layer}",
+            st.markdown(f"{md_literal(cost.layer)} is not cached yet: {cost.describe()}.")
+            if st.button(f"Evaluate {md_literal(cost.layer)}", key=f"{prefix}_go_{cost.layer}",
                          type="primary"):  # fmt: skip
                 confirmed.add(token)
                 st.rerun()
@@ -760,7 +760,7 @@ def show_verdict(
     """A model's verdict: label, the evidence it rests on and what it cannot certify."""
     explained = explain_verdict(row, targets, retrain, compare=compare)
     icon = VERDICT_ICONS.get(explained.label, ":material/info:")
-    who = f"{row['name']} ({row.get('role', '')}) — " if name else ""
+    who = f"{md_plain(row['name'])} ({row.get('role', '')}) — " if name else ""
     st.markdown(f"{icon} **{who}{explained.headline}.** {explained.body}")
 
 

@@ -141,7 +141,7 @@ def charts(results: dict[str, EvaluationResult]) -> str:
 def verdicts(result: EvaluationResult) -> None:
     """Every model's verdict at the chart's layer, with the evidence it rests on."""
     retrain = retrain_row(result.models)
-    st.subheader(f"Verdicts at layer {result.settings.layer}")
+    st.subheader(f"Verdicts at layer {md_literal(result.settings.layer)}")
     for row in result.models.to_dict("records"):
         show_verdict(row, result.settings.targets, retrain)
 
