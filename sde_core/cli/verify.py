@@ -87,7 +87,7 @@ def _check_signature(args: argparse.Namespace) -> bool | None:
 
     path = args.signature or signature_path(args.report)
     asked = bool(args.signature or args.expect_key or args.signature_only)
-    if not asked and not path.is_file():
+    if not asked and not path.exists() and not path.is_symlink():  # a FIFO there is refused
         print(f"not signed: no {path.name} beside the report")
         return None
     check = verify_signature(

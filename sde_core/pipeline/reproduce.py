@@ -11,7 +11,9 @@ difference:
 - **equivalent** — different, by no more than the run's own near-ties allow (a rate over N
   decisions moves by the near-ties it contains divided by N; a gate's p-value within the range
   its near-tie pairs allow; a verdict that rests on a near-tie); the reason is given;
-- **differs** — anything else: that is a different result.
+- **differs** — anything else: that is a different result. A non-finite reported number
+  (``NaN``, ``±inf``: sde_core writes a withheld number as ``null``, so the report was edited)
+  always differs, and NaN is never within a near-tie range.
 
 File hashes are not compared here: they are the tamper check and must match exactly (see
 :func:`sde_core.services.audit.verify_report`).

@@ -268,3 +268,7 @@ def test_a_fifo_or_a_device_as_the_signature_is_refused_at_once(tmp_path, capsys
     report_file.write_text("{}")
     assert main(["verify", str(report_file), "--signature-only"]) == 1
     assert "not a regular file" in capsys.readouterr().err
+    beside_fifo = tmp_path / "fifo.json"  # a full verify finds the FIFO beside the report
+    beside_fifo.write_text("{}")
+    assert main(["verify", str(beside_fifo)]) == 1
+    assert "not a regular file" in capsys.readouterr().err
