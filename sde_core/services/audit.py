@@ -47,8 +47,7 @@ import numpy as np
 from sde_core import __version__
 from sde_core.common.fsio import atomic_write_bytes, atomic_write_text
 from sde_core.common.hashing import array_sha256, file_sha256
-from sde_core.common.paths import ROOTS_ENV, allowed_roots, resolve_in_roots
-from sde_core.errors import ExportError, PathError, SDEError, SettingsError
+from sde_core.errors import ExportError, SDEError
 from sde_core.inputs.data import DatasetBundle, load_dataset
 from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies
@@ -58,7 +57,7 @@ from sde_core.pipeline.reproduce import Comparison, Outcome, compare_model, wors
 from sde_core.pipeline.settings import ALGORITHM_VERSION, EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, load_workspace
-from sde_core.services.report_input import read_report
+from sde_core.services.report_input import read_report, recorded_workspace
 from sde_core.services.signing import (
     load_private_key,
     public_key_fingerprint,
@@ -592,35 +591,6 @@ def _check_model(
     return check
 
 
-def _recorded_workspace(manifest: Mapping[str, Any]) -> Path:
-    """The workspace folder a report's manifest names, if it lies inside the allowed folders
-    (:func:`~sde_core.common.paths.allowed_roots`: ``$SDE_DATA_ROOTS``, or the working folder
-    and its ``assets/`` when unset): a report someone hands over must not choose which folder
-    is read and which of its code runs.
-
-    Raises:
-        PathError: the folder is outside the allowed folders (or not a plain path).
-        SettingsError: it does not exist here.
-    """
-    recorded = manifest["workspace"]["path"]
-    roots = allowed_roots()
-    try:
-        folder = resolve_in_roots(recorded, roots, what="workspace folder", must_exist=False)
-    except PathError as exc:
-        raise PathError(
-            f"the report names the workspace folder {recorded!r:.300}, which is outside the "
-            f"allowed folders ({', '.join(map(str, roots))}) or not a plain path ({exc}): "
-            "verify never opens it on the report's word; pass the folder you mean with "
-            f"--workspace, or add its parent to {ROOTS_ENV}"
-        ) from None
-    if not folder.exists():
-        raise SettingsError(
-            f"the workspace folder {folder} recorded in the report does not exist here: pass "
-            "the workspace's folder (--workspace)"
-        )
-    return folder
-
-
 def verify_report(
     report: str | Path,
     workspace: str | Path | None = None,
@@ -654,7 +624,7 @@ def verify_report(
     path = Path(report)
     doc = load_report(path)
     manifest = doc["manifest"]
-    folder = Path(workspace) if workspace is not None else _recorded_workspace(manifest)
+    folder = Path(workspace) if workspace is not None else recorded_workspace(manifest)
     ws = load_workspace(folder, validate=False)
     settings_doc = dict(doc.get("settings") or manifest.get("settings") or {})
     reported_algorithm = settings_doc.pop("algorithm", None)

@@ -6,7 +6,8 @@ from anyone. :func:`read_report` reads it only if it is a regular file of at mos
 with a depth and an integer-digit cap, and :func:`check_report_shape` checks the type of every
 field ``verify`` uses before anything uses it, so a damaged or forged report gives one
 :class:`~sde_core.errors.SettingsError` naming the field — never a ``KeyError`` or a
-``TypeError``. Non-finite numbers (``NaN``, ``Infinity``, ``1e999``) are left in place: the
+``TypeError``; :func:`recorded_workspace` opens the folder the report names only inside the
+allowed folders. Non-finite numbers (``NaN``, ``Infinity``, ``1e999``) are left in place: the
 comparison (:func:`sde_core.pipeline.reproduce.compare_model`) counts each as a difference.
 """
 
@@ -17,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from sde_core.common.bounded_json import loads_bounded, read_regular_file
-from sde_core.errors import SettingsError
+from sde_core.common.paths import (
+    ROOTS_ENV,
+    allowed_roots,
+    check_path_text,
+    is_inside,
+    resolve_in_roots,
+)
+from sde_core.errors import PathError, SettingsError
 from sde_core.viz.report import (
     REPORT_FORMAT,
     REPORT_FORMAT_VERSION,
@@ -25,7 +33,7 @@ from sde_core.viz.report import (
     report_from_html,
 )
 
-__all__ = ["MAX_REPORT_BYTES", "check_report_shape", "read_report"]
+__all__ = ["MAX_REPORT_BYTES", "check_report_shape", "read_report", "recorded_workspace"]
 
 #: Largest report file read (the demo's HTML has 6 MB, its JSON 0.2 MB; 1,000 models fit).
 MAX_REPORT_BYTES = 256 * 1024 * 1024
@@ -130,3 +138,35 @@ def read_report(path: str | Path) -> dict[str, Any]:
             data, max_depth=REPORT_MAX_DEPTH, what=f"report {p}", error=SettingsError
         )
     return check_report_shape(document, p)
+
+
+def recorded_workspace(manifest: Mapping[str, Any]) -> Path:
+    """The workspace folder a report's manifest names, if it lies inside the allowed folders
+    (:func:`~sde_core.common.paths.allowed_roots`: ``$SDE_DATA_ROOTS``, or the working folder
+    and its ``assets/`` when unset): a report someone hands over must not choose which folder
+    is read and which of its code runs.
+
+    Raises:
+        PathError: the folder is outside the allowed folders (or not a plain path).
+        SettingsError: it does not exist here.
+    """
+    what = "the workspace folder the report names"
+    text = check_path_text(manifest["workspace"]["path"], what)
+    roots = allowed_roots()
+    try:
+        resolved = Path(text).expanduser().resolve()
+    except (OSError, RuntimeError):
+        raise PathError(f"{what}, {text!r:.300}, cannot be resolved") from None
+    if not is_inside(resolved, roots):
+        raise PathError(
+            f"the report names the workspace folder {resolved}, outside the allowed folders "
+            f"({', '.join(map(str, roots))}): verify never opens a folder on a report's word; "
+            f"pass the folder you mean with --workspace, or add it to {ROOTS_ENV}"
+        )
+    folder = resolve_in_roots(text, roots, what=what, must_exist=False)
+    if not folder.exists():
+        raise SettingsError(
+            f"the workspace folder {folder} recorded in the report does not exist here: pass "
+            "the workspace's folder (--workspace)"
+        )
+    return folder
