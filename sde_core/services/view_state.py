@@ -81,6 +81,8 @@ SIGMA_WIDGET: Setting = setting("sigma")
 _ASCII_DIGITS = frozenset("0123456789")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _KEPT = "kept the current value"
+#: A name that renders as itself in markdown (no ``_``, ``*`` or other markup character).
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]{0,31}")
 
 
 # ------------------------------------------------------------------------------- values
@@ -91,9 +93,15 @@ def _shown(text: str) -> str:
     return md_literal(text) if len(text) <= MAX_NUMBER_CHARS else f"({len(text)} characters)"
 
 
-def _named(text: str) -> str:
-    """A name from a link (a parameter's, a model's) as literal markdown, cut at 60 characters."""
+def _value(text: str) -> str:
+    """A value from a link (a model's name) as literal markdown, cut at 60 characters."""
     return md_literal(text if len(text) <= 60 else text[:60] + "…")
+
+
+def _named(text: str) -> str:
+    """A parameter's name from a link: a plain ASCII word (``seed``, ``model``) as it is, any
+    other as literal markdown (:func:`_value`)."""
+    return text if _WORD.fullmatch(text) else _value(text)
 
 
 def _decode_int(text: str, name: str, minimum: int = 0) -> tuple[int | None, str | None]:
@@ -351,7 +359,7 @@ def restrict(view: PageView, choices: Mapping[str, Collection[str]]) -> tuple[Pa
             unknown = [v for v in value if v not in allowed]
             if unknown:
                 changes[name] = tuple(v for v in value if v in allowed)
-                shown = ", ".join(_named(str(v)) for v in unknown[:10])
+                shown = ", ".join(_value(str(v)) for v in unknown[:10])
                 more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
                 problems.append(
                     f"The link's {name} {shown}{more} are not in this workspace: left out."
@@ -359,7 +367,7 @@ def restrict(view: PageView, choices: Mapping[str, Collection[str]]) -> tuple[Pa
         elif value not in allowed:
             changes[name] = None
             problems.append(
-                f"The link's {name} {_named(str(value))} is not in this workspace: {_KEPT}."
+                f"The link's {name} {_value(str(value))} is not in this workspace: {_KEPT}."
             )
     return dataclasses.replace(view, **changes), problems
 

@@ -98,7 +98,7 @@ def test_bad_values_are_named_with_what_the_page_does_instead():
     assert view == SweepsView(models=("a",)) and "sweep=`bins` is not one of" in problems[0]
     view, problems = decode("explore", {"model": "x" * 5000})
     assert view.model is None and problems == [
-        "The link's `model` has 5000 characters: kept the current value."
+        "The link's model has 5000 characters: kept the current value."
     ]
 
 
