@@ -34,6 +34,7 @@ import streamlit as st
 from pages import APP_ROOT
 from pages import PAGES as NAV_PAGES
 from sde_core.common.hashing import stable_hash
+from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.common.sigma import MEDIAN, SQRT_DIM, Sigma, parse_sigma
 from sde_core.common.validation import SIGMA_MIN
@@ -155,7 +156,7 @@ def publish(view: PageView) -> None:
         st.code(link, language=None, wrap_lines=True)
         configured = os.environ.get(PUBLIC_URL_ENV, "").strip()
         if configured and base != configured:
-            st.caption(f"${PUBLIC_URL_ENV} = {configured!r} is not an http(s) address: "
+            st.caption(f"${PUBLIC_URL_ENV} = {md_literal(configured)} is not an http(s) address: "
                        "the link uses this browser's address.")  # fmt: skip
 
 
@@ -219,16 +220,17 @@ def _show_link_mismatch() -> None:
     mismatch = st.session_state.get(MISMATCH_KEY)
     if not mismatch or mismatch["path"] != str(st.session_state.get(WS_KEY) or default_workspace()):
         return
-    now = f"`{mismatch['open'][:16]}`" if mismatch["open"] else "no hash (it cannot be opened)"
+    now = md_literal(mismatch["open"][:16]) if mismatch["open"] else "no hash (it cannot be opened)"
     st.warning(
-        f"This link was made on a workspace with content hash `{mismatch['linked']}`, but the "
-        f"workspace open here, `{mismatch['path']}`, has {now}: the numbers below are NOT the "
+        f"This link was made on a workspace with content hash {md_literal(mismatch['linked'])}, "
+        f"but the workspace open here, {md_literal(mismatch['path'])}, has {now}: the numbers "
+        "below are NOT the "
         "ones the link's sender saw.",
         icon=":material/link_off:",
     )
     if mismatch["match"]:
         st.button(
-            f"Open {mismatch['match']}, which matches the link",
+            f"Open {md_literal(mismatch['match'])}, which matches the link",
             on_click=_open_matching,
             args=(mismatch["match"],),
             type="primary",
@@ -268,8 +270,8 @@ def begin_page(page: str) -> PageView:
         except SDEError as exc:
             shown = st.session_state.get(WS_KEY) or default_workspace()
             st.error(
-                f"The link's workspace cannot be opened: {exc}. Showing the workspace "
-                f"{shown} instead — its numbers are not the link's."
+                f"The link's workspace cannot be opened: {md_plain(exc)}. Showing the workspace "
+                f"{md_literal(shown)} instead — its numbers are not the link's."
             )
     linked_hash = view.workspace_hash
     if linked_hash is not None:
@@ -308,7 +310,7 @@ def guarded(context: str) -> Iterator[None]:
     try:
         yield
     except SDEError as exc:
-        st.error(f"{context}: {literal(exc)}")
+        st.error(f"{context}: {md_plain(exc)}")
 
 
 def current_workspace() -> Workspace:
@@ -317,12 +319,14 @@ def current_workspace() -> Workspace:
     try:
         ws = load_workspace(path)
     except SDEError as exc:
-        st.error(f"Cannot open the workspace {path}: {literal(exc)}")
+        st.error(f"Cannot open the workspace {md_literal(path)}: {md_plain(exc)}")
         st.page_link(PAGES["workspace"], label="Open or fix a workspace on the Workspace page")
         st.stop()
         raise  # unreachable: st.stop() ends the run
     if not ws.models:
-        st.warning(f"The workspace {path} has no models yet: add checkpoints to evaluate.")
+        st.warning(
+            f"The workspace {md_literal(path)} has no models yet: add checkpoints to evaluate."
+        )
         st.page_link(PAGES["workspace"], label="Build or open a workspace")
         st.stop()
     return ws
@@ -478,7 +482,9 @@ def settings_sidebar(ws: Workspace, view: PageView | None = None) -> EvalSetting
     sigma = SIGMA_WIDGET
     with st.sidebar:
         st.subheader("Evaluation settings")
-        st.caption(f"Workspace: **{ws.name or ws.root.name}** · defaults from its workspace.toml")
+        st.caption(
+            f"Workspace: **{md_plain(ws.name or ws.root.name)}** · defaults from its workspace.toml"
+        )
         st.radio(sigma.widget_label, list(SIGMA_RULES), help=help_text(sigma.name),
                  **bound("s_sigma_rule"))  # fmt: skip
         rule = SIGMA_RULES[st.session_state["s_sigma_rule"]]
@@ -506,7 +512,7 @@ def current_settings(ws: Workspace, **overrides: Any) -> EvalSettings:
         base = EvalSettings.from_mapping(dataclasses.asdict(ws.defaults))
         return base.with_overrides(**values)
     except SDEError as exc:
-        st.error(f"Invalid settings: {literal(exc)}")
+        st.error(f"Invalid settings: {md_plain(exc)}")
         st.stop()
         raise  # unreachable
 
@@ -612,14 +618,14 @@ def evaluate(
     try:
         source = evaluations(ws)
     except SDEError as exc:
-        st.error(f"Cannot evaluate this workspace: {literal(exc)}")
+        st.error(f"Cannot evaluate this workspace: {md_plain(exc)}")
         return None
     names = list(models) if models is not None else [m.name for m in ws.models]
-    what = f"Evaluating {_label(names)} at layer {settings.layer!r}…"
+    what = f"Evaluating {_label(names)} at layer {md_literal(settings.layer)}…"
     try:
         return source.evaluate(settings, names, lambda work: run_with_progress(work, what))
     except SDEError as exc:
-        st.error(f"Evaluation failed: {literal(exc)}")
+        st.error(f"Evaluation failed: {md_plain(exc)}")
         return None
 
 
@@ -632,7 +638,7 @@ def _compare_progress(names: list[str], settings: EvalSettings) -> Any:
             return None
         slot = st.empty()
         box = slot.container(border=True)
-        box.caption(f"Evaluating {len(names)} models at layer {settings.layer!r}…")
+        box.caption(f"Evaluating {len(names)} models at layer {md_literal(settings.layer)}…")
         overall = box.progress(0.0, text=f"model 1 of {len(names)}")
         bar = box.progress(0.0, text="loading the activations…")
         box.button("Stop", on_click=_request_stop, key=f"stop_compare_{settings.layer}")
@@ -664,10 +670,10 @@ def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult 
     try:
         source = evaluations(ws)
     except SDEError as exc:
-        st.error(f"Cannot evaluate this workspace: {literal(exc)}")
+        st.error(f"Cannot evaluate this workspace: {md_plain(exc)}")
         return None
     names = [m.name for m in ws.models]
-    what = f"Evaluating {_label(names)} at layer {settings.layer!r}…"
+    what = f"Evaluating {_label(names)} at layer {md_literal(settings.layer)}…"
     try:
         return source.compare(
             settings,
@@ -675,7 +681,7 @@ def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult 
             _compare_progress(names, settings),
         )
     except SDEError as exc:
-        st.error(f"Evaluation failed: {literal(exc)}")
+        st.error(f"Evaluation failed: {md_plain(exc)}")
         return None
 
 
@@ -705,8 +711,8 @@ def affordable_layers(
             out.append(cost.layer)
             continue
         with st.container(border=True):
-            st.markdown(f"**{cost.layer}** is not cached yet: {cost.describe()}.")
-            if st.button(f"Evaluate {cost.layer}", key=f"{prefix}_go_{cost.layer}",
+            st.markdown(f"{md_literal(cost.layer)} is not cached yet: {cost.describe()}.")
+            if st.button(f"Evaluate {md_literal(cost.layer)}", key=f"{prefix}_go_{cost.layer}",
                          type="primary"):  # fmt: skip
                 confirmed.add(token)
                 st.rerun()
@@ -798,7 +804,7 @@ def show_verdict(
     explained = explain_verdict(
         row, targets, retrain, compare=compare, draws=draws, provisional=provisional
     )
-    who = f"{row['name']} ({row.get('role', '')}) — " if name else ""
+    who = f"{md_plain(row['name'])} ({row.get('role', '')}) — " if name else ""
     text = f"**{who}{explained.headline}.** {explained.short}"
     if provisional:
         text += " The verdict may change when the run completes."

@@ -36,6 +36,7 @@ from pages._common import (
     table,
 )
 from sde_core.common.hashing import stable_hash
+from sde_core.common.markdown_text import md_literal
 from sde_core.services.answer import model_family
 from sde_core.services.cascade import (
     EvalSettings,
@@ -80,7 +81,11 @@ def choose_layers(ws: Workspace) -> list[str]:
         st.session_state["compare_layers"] = [st.session_state.get("s_layer", "output")]
     unknown = [x for x in st.session_state["compare_layers"] if x not in options]
     if unknown:
-        st.warning(f"Unknown layers {unknown} dropped; the models have {options[:6]}…")
+        shown = ", ".join(md_literal(x[:60]) for x in unknown[:10])
+        st.warning(
+            f"Unknown layers {shown} dropped; the models have "
+            f"{', '.join(md_literal(x) for x in options[:6])}…"
+        )
         st.session_state["compare_layers"] = [
             x for x in st.session_state["compare_layers"] if x in options
         ]
@@ -140,7 +145,7 @@ def charts(results: dict[str, EvaluationResult]) -> str:
 def verdicts(result: EvaluationResult) -> None:
     """Every model's verdict at the chart's layer, with the evidence it rests on."""
     retrain = retrain_row(result.models)
-    st.subheader(f"Verdicts at layer {result.settings.layer}")
+    st.subheader(f"Verdicts at layer {md_literal(result.settings.layer)}")
     for row in result.models.to_dict("records"):
         show_verdict(row, result.settings.targets, retrain, draws=result.draws)
 
@@ -155,7 +160,7 @@ def planned(ws: Workspace, settings: EvalSettings) -> bool:
     forecasts = st.session_state.get("c_forecast", {}).get(key)
     if forecasts is None:
         st.info(
-            f"Precision target {width} at layer {settings.layer!r}: a pilot of "
+            f"Precision target {width} at layer {md_literal(settings.layer)}: a pilot of "
             f"{settings.pilot_draws} draws per model predicts the draws and time it takes "
             "(method §15); the run reuses the pilot."
         )
@@ -164,7 +169,7 @@ def planned(ws: Workspace, settings: EvalSettings) -> bool:
         with st.spinner("Running the pilots…"):
             forecasts = forecast_models(evaluation_session(ws), settings)
         st.session_state["c_forecast"] = {key: forecasts}
-    st.info(f"Precision target {width} at layer {settings.layer!r}: "
+    st.info(f"Precision target {width} at layer {md_literal(settings.layer)}: "
             f"{forecast_sentence(forecasts)}.")  # fmt: skip
     if st.button(f"Evaluate at {width}", key=f"c_go_{settings.layer}", type="primary"):
         st.session_state["c_precision_go"] = key

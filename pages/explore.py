@@ -45,6 +45,7 @@ from pages._common import (
     show_verdict,
     table,
 )
+from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.errors import SDEError
 from sde_core.services.cascade import (
     EXPLORE_STAGES,
@@ -118,7 +119,8 @@ def pick_model_and_layer(ws: Workspace) -> str:
         labels = {info.name: layer_label(info) for info in layers}
         if st.session_state.get("s_layer") not in labels:
             if st.session_state.get("s_layer"):
-                st.warning(f"{model} has no layer {st.session_state['s_layer']!r}.")
+                layer = md_literal(st.session_state["s_layer"])
+                st.warning(f"{md_literal(model)} has no layer {layer}.")
             st.session_state["s_layer"] = "output" if "output" in labels else layers[0].name
         right.selectbox(
             "Layer (aliases first, then every module)",
@@ -420,7 +422,7 @@ def progressive(
     try:
         source = evaluations(ws)
     except SDEError as exc:
-        st.error(f"Cannot evaluate this workspace: {exc}")
+        st.error(f"Cannot evaluate this workspace: {md_plain(exc)}")
         return None
     ws_hash = source.workspace_hash
     key = source.key("explore", settings, tuple(names))
@@ -458,7 +460,7 @@ def progressive(
             first = bar is None and time.perf_counter() - start > QUIET_SECONDS
             if first:
                 box = slot.container(border=True)
-                box.caption(f"Evaluating {', '.join(names)} at layer {settings.layer!r}, "
+                box.caption(f"Evaluating {', '.join(names)} at layer {md_literal(settings.layer)}, "
                             "stage by stage…")  # fmt: skip
                 bar = box.progress(0.0)
                 box.button("Stop", on_click=_request_stop, key="x_stop")
@@ -487,7 +489,7 @@ def progressive(
                 break
     except SDEError as exc:
         slot.empty()
-        st.error(f"Evaluation failed: {exc}")
+        st.error(f"Evaluation failed: {md_plain(exc)}")
         return None
     slot.empty()
     live.empty()

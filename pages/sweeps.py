@@ -25,6 +25,7 @@ from pages._common import (
     settings_sidebar,
     table,
 )
+from sde_core.common.markdown_text import md_literal
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.common.sigma import SIGMA_SYNTAX
 from sde_core.services.cascade import EvalSettings, Progress
@@ -73,7 +74,8 @@ def apply_link(view: SweepsView, ws: Workspace, settings: EvalSettings, original
             try:
                 wanted = [float(v) for v in view.values]
             except ValueError:
-                st.warning(f"The link's values {list(view.values)} are not checkpoint fractions.")
+                shown = ", ".join(md_literal(v[:60]) for v in view.values[:10])
+                st.warning(f"The link's values {shown} are not checkpoint fractions.")
             else:
                 known = checkpoint_fractions(ws, original)
                 st.session_state[key] = [f for f in known if f in wanted]

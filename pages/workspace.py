@@ -12,7 +12,8 @@ import pandas as pd
 import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from pages._common import PAGES, WS_KEY, app_root, default_workspace, guarded, literal
+from pages._common import PAGES, WS_KEY, app_root, default_workspace, guarded
+from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.common.paths import ROOTS_ENV, allowed_roots, env_roots, resolve_in_roots
 from sde_core.errors import InputError, SDEError
 from sde_core.services.uploads import (
@@ -51,7 +52,7 @@ MODEL_TYPES = sorted({s.rsplit(".", 1)[-1] for s in CHECKPOINT_SUFFIXES + ACTIVA
 def show_problems(problems: list[Problem]) -> None:
     """One inline message per field: an error if any of its problems is one, else a warning."""
     for field, found in problems_by_field(problems).items():
-        text = f"**{field_label(field)}** — " + " · ".join(literal(p.message) for p in found)
+        text = f"**{field_label(field)}** — " + " · ".join(md_plain(p.message) for p in found)
         (st.error if any(p.severity == "error" for p in found) else st.warning)(text)
 
 
@@ -67,17 +68,18 @@ def show_current(path: str) -> None:
     try:
         ws = load_workspace(path, validate=False)
     except SDEError as exc:
-        st.error(f"Cannot read the workspace {path}: {exc}")
+        st.error(f"Cannot read the workspace {md_literal(path)}: {md_plain(exc)}")
         return
-    st.subheader(f"Open: {ws.name or ws.root.name}")
-    st.caption(f"{ws.root} · {ws.description}" if ws.description else str(ws.root))
+    st.subheader(f"Open: {md_plain(ws.name or ws.root.name)}")
+    where = md_literal(ws.root)
+    st.caption(f"{where} · {md_plain(ws.description)}" if ws.description else where)
     left, right = st.columns([2, 3])
     with left:
         st.markdown("**Dataset**")
         st.json(ws.dataset, expanded=False)
-        st.markdown(f"**Forget set:** `{ws.forget_indices}`")
+        st.markdown(f"**Forget set:** {md_literal(ws.forget_indices)}")
         defaults = ", ".join(f"{k} = {v}" for k, v in dataclasses.asdict(ws.defaults).items())
-        st.markdown(f"**Defaults:** {defaults}")
+        st.markdown(f"**Defaults:** {md_plain(defaults)}")
     with right:
         st.markdown(f"**Models** ({len(ws.models)})")
         rows = [
@@ -266,7 +268,9 @@ def build_section() -> None:
 
 def add_section(path: str) -> None:
     """Widgets to add one checkpoint or activations file to the open workspace."""
-    st.caption(f"Adds a model to the open workspace `{path}` (its file goes to models/NAME/).")
+    st.caption(
+        f"Adds a model to the open workspace {md_literal(path)} (its file goes to models/NAME/)."
+    )
     upload = st.file_uploader(
         f"Checkpoint ({', '.join(CHECKPOINT_SUFFIXES)}) or activations file "
         f"({', '.join(ACTIVATION_SUFFIXES)})",

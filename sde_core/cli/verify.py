@@ -12,10 +12,16 @@ conditioning allow on another machine, each moved field named; method §13) or w
 (fields, file hashes). Exit status 0 when identical or equivalent, 1 when anything differs.
 
 ``report --sign-key KEY`` signs every report file with the operator's Ed25519 key
-(``<stem>.sig.json``); ``verify`` then checks that signature first (every listed file
-unchanged, the key's fingerprint named; ``--expect-key`` pins the key) and fails on one changed
-byte. ``verify --signature-only`` checks only the signature (no workspace needed; any of the
-report's files may be given, the PDF included).
+(``<stem>.sig.json``); ``verify`` then checks that signature first (the given file is one of
+the signed files, every listed file unchanged, the key's fingerprint named) and fails on one
+changed byte. ``--expect-key`` names the operator's key; without it the verdict is "signed by
+an unknown key" and the exit status 1 unless ``--accept-unknown-key``. ``verify
+--signature-only`` checks only the signature (no workspace needed; any of the report's files
+may be given, the PDF included).
+
+Without ``--workspace``, ``verify`` opens the workspace folder the report's manifest names
+only when it lies inside the allowed folders (``$SDE_DATA_ROOTS``, or the working folder and
+its ``assets/`` when unset): a report someone hands you does not choose which folder is read.
 """
 
 from __future__ import annotations
@@ -81,10 +87,15 @@ def _check_signature(args: argparse.Namespace) -> bool | None:
 
     path = args.signature or signature_path(args.report)
     asked = bool(args.signature or args.expect_key or args.signature_only)
-    if not asked and not path.is_file():
+    if not asked and not path.exists() and not path.is_symlink():  # a FIFO there is refused
         print(f"not signed: no {path.name} beside the report")
         return None
-    check = verify_signature(path, expect_key=args.expect_key)
+    check = verify_signature(
+        path,
+        expect_key=args.expect_key,
+        subject=args.report,
+        accept_unknown_key=args.accept_unknown_key,
+    )
     for line in check.lines():
         print(line)
     return check.ok
@@ -157,7 +168,9 @@ def register_verify(subparsers: argparse._SubParsersAction) -> None:
     )
     v.add_argument("report", help="the report's .json (or .html) file")
     v.add_argument(
-        "--workspace", help="the workspace folder (default: the one recorded in the report)"
+        "--workspace",
+        help="the workspace folder (default: the one recorded in the report, if it lies "
+        "inside $SDE_DATA_ROOTS, or the working folder when that is unset)",
     )
     v.add_argument(
         "--fresh-activations",
@@ -174,6 +187,12 @@ def register_verify(subparsers: argparse._SubParsersAction) -> None:
         "--expect-key",
         help="the operator's key: its fingerprint (SHA256:…) or public-key file; another "
         "signing key fails",
+    )
+    v.add_argument(
+        "--accept-unknown-key",
+        action="store_true",
+        help="accept a valid signature by a key you did not name with --expect-key (the "
+        "verdict still says 'signed by an unknown key'); without it such a signature fails",
     )
     v.add_argument(
         "--signature-only",

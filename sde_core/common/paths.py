@@ -158,6 +158,11 @@ def resolve_in_roots(
             f"{what} {resolved} is outside the allowed folders {_roots_text(roots)}{link}: move "
             f"the file into the workspace folder or add its folder to {ROOTS_ENV}"
         )
+    if len(os.fsencode(resolved)) >= MAX_PATH_BYTES:  # joined to its base: too long to open
+        raise PathError(
+            f"{what} is {len(os.fsencode(resolved))} bytes long once joined to its folder; the "
+            f"file system allows {MAX_PATH_BYTES - 1}: give a shorter path"
+        )
     if must_exist and not resolved.exists():
         raise PathError(f"{what} {resolved} does not exist: check the spelling")
     return resolved

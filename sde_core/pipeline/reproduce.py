@@ -11,7 +11,9 @@ difference:
 - **equivalent** — different, by no more than the run's own near-ties allow (a rate over N
   decisions moves by the near-ties it contains divided by N; a gate's p-value within the range
   its near-tie pairs allow; a verdict that rests on a near-tie); the reason is given;
-- **differs** — anything else: that is a different result.
+- **differs** — anything else: that is a different result. A non-finite reported number
+  (``NaN``, ``±inf``: sde_core writes a withheld number as ``null``, so the report was edited)
+  always differs, and NaN is never within a near-tie range.
 
 File hashes are not compared here: they are the tamper check and must match exactly (see
 :func:`sde_core.services.audit.verify_report`).
@@ -172,6 +174,21 @@ def _numbers(value: Any) -> list[float] | None:
     return None
 
 
+def _non_finite(value: Any) -> float | None:
+    """The first NaN or ±inf *number* in a value (a withheld value is ``None``, never NaN: a
+    report is written as strict JSON), else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return value
+    if isinstance(value, Mapping):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            found = _non_finite(v)
+            if found is not None:
+                return found
+    return None
+
+
 def _largest_change(a: list[float], b: list[float]) -> tuple[float, float]:
     """``(largest absolute change, largest relative change)``; inf when only one side is a
     number (a value withheld on one side only) or the shapes differ."""
@@ -205,7 +222,7 @@ def _within_range(values: list[float], ranges: Iterable[tuple[float, float]]) ->
         return False
     lo = min(s[0] for s in spans) * (1 - 1e-9)
     hi = max(s[1] for s in spans) * (1 + 1e-9)
-    return all(math.isnan(v) or lo <= v <= hi for v in values)
+    return all(lo <= v <= hi for v in values)  # NaN compares False: never within a range
 
 
 @dataclass(frozen=True)
@@ -379,16 +396,22 @@ def compare_model(
         The :class:`ResultDiff`: every field that is not identical, with its outcome and reason.
     """
     draws = reported.get("draws") or recomputed.get("draws") or 1
+    finite_draws = isinstance(draws, (int, float)) and math.isfinite(draws)
     allow = _Allowance(
         ties=tuple(ties),
         rows=dict(rows or {}),
-        per_draw=max(1, int(draws) if isinstance(draws, (int, float)) else 1),
+        per_draw=max(1, min(int(draws), 10**6) if finite_draws else 1),
     )
     out = ResultDiff()
     for key in sorted(set(reported) | set(recomputed)):
         if key in _SKIPPED or key.endswith("_ties"):
             continue
         a, b = reported.get(key), recomputed.get(key)
+        odd = _non_finite(a)
+        if odd is not None:  # sde_core never writes one: the report was edited
+            why = "a non-finite number is never a result (sde_core writes a withheld one as null)"
+            out.differences.append(FieldDifference(key, a, b, "differs", f"{odd} reported: {why}"))
+            continue
         na, nb = _numbers(a), _numbers(b)
         numbers = (na, nb) if na is not None and nb is not None else None
         if numbers is not None:

@@ -27,10 +27,11 @@ import numpy as np
 from sde_core.common.sigma import SIGMA_SYNTAX, SQRT_DIM, parse_sigma
 from sde_core.common.validation import check_int, check_number
 from sde_core.errors import SettingsError
-from sde_core.stats.hsic import MAX_SPLITS
+from sde_core.stats.hsic import MAX_POOL_ROWS, MAX_SPLITS
 
 __all__ = [
     "ALGORITHM_VERSION",
+    "MAX_SEED",
     "NOISE_LEVELS",
     "SETTINGS",
     "EvalSettings",
@@ -50,6 +51,17 @@ _DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]{1,3})?|mps")
 #: part of its layer name, hence of ``EvalSettings.layer`` and of every cache and store key; any
 #: positive level can be named (``--layer denoised@0.3``), these are the ones listed.
 NOISE_LEVELS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0)
+#: Largest seed: 2**32 − 1, the range of a 32-bit seed that every seeded library accepts
+#: (NumPy's legacy ``RandomState``, scikit-learn's ``random_state``), so a seed means the same
+#: on every route; far more seeds than anyone enumerates.
+MAX_SEED = 2**32 - 1
+#: Why every number setting has a maximum (a link's ``?n=1000000000`` was applied): n at most
+#: ``MAX_POOL_ROWS`` (32,768) — the rows of the largest pool whose distances are precomputed
+#: (8 GiB of float64), already two 16,384² Gram matrices per split, beyond any forget set of the
+#: paper; T, K, B, bins, R, the null pairs and the baseline subsets as declared below (each at
+#: least 10x what the paper or a shipped plan uses); W at most 0.5 (half the [0, 1] range of a
+#: rate); α levels below 1.
+
 #: The precision design's settings (method §15): inert while ``precision`` is 0.
 _PRECISION_FIELDS = ("precision", "pilot_draws", "max_draws")
 
@@ -164,16 +176,21 @@ class Setting:
             )
         return value
 
+    def number_text(self, value: float) -> str:
+        """A bound as text: whole digits for an ``int`` setting (``4294967295``), else ``:g``."""
+        return str(int(value)) if self.kind == "int" else f"{value:g}"
+
     def bounds_text(self) -> str:
         """The accepted values in words: ``"2 to 10000"``, ``"≥ 0"``, ``"biased or unbiased"``."""
         if self.kind in ("int", "float"):
             strict = self.exclusive
-            lo, hi = self.minimum, self.maximum
+            lo = None if self.minimum is None else self.number_text(self.minimum)
+            hi = None if self.maximum is None else self.number_text(self.maximum)
             if lo is not None and hi is not None:
-                return f"{lo:g} to {hi:g}" + (" (exclusive)" if strict else "")
+                return f"{lo} to {hi}" + (" (exclusive)" if strict else "")
             if lo is not None:
-                return f"{'>' if strict else '≥'} {lo:g}"
-            return "any" if hi is None else f"{'<' if strict else '≤'} {hi:g}"
+                return f"{'>' if strict else '≥'} {lo}"
+            return "any" if hi is None else f"{'<' if strict else '≤'} {hi}"
         if self.kind == "choice":
             return " or ".join(self.choices)
         if self.kind == "bool":
@@ -316,7 +333,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "subset_size", "n", "Rows per subset (targets, references, panels).",
         5, "int", "--subset-size", url_key="n", widget="number", widget_label="Subset size n",
-        minimum=4, step=50,
+        minimum=4, maximum=MAX_POOL_ROWS, step=50,
     ),
     Setting(
         "targets", "T", "Number of forget-set subsets drawn (the targets).",
@@ -331,6 +348,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "seed", "seed", "Seed of every subset draw and split: the same seed, the same result.",
         2, "int", "--seed", url_key="seed", widget="number", widget_label="Seed", minimum=0,
+        maximum=MAX_SEED,
     ),
     Setting(
         "draws", "B",

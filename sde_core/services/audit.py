@@ -47,7 +47,7 @@ import numpy as np
 from sde_core import __version__
 from sde_core.common.fsio import atomic_write_bytes, atomic_write_text
 from sde_core.common.hashing import array_sha256, file_sha256
-from sde_core.errors import ExportError, SDEError, SettingsError
+from sde_core.errors import ExportError, SDEError
 from sde_core.inputs.data import DatasetBundle, load_dataset
 from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.criterion import Criterion
@@ -58,6 +58,7 @@ from sde_core.pipeline.reproduce import Outcome, ResultDiff, compare_model, wors
 from sde_core.pipeline.settings import ALGORITHM_VERSION, EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, load_workspace
+from sde_core.services.report_input import read_report, recorded_workspace
 from sde_core.services.signing import (
     load_private_key,
     public_key_fingerprint,
@@ -65,14 +66,7 @@ from sde_core.services.signing import (
     signature_path,
 )
 from sde_core.viz.pdf import html_to_pdf
-from sde_core.viz.report import (
-    REPORT_FORMAT,
-    REPORT_FORMAT_VERSION,
-    AuditContext,
-    build_html_report,
-    report_document,
-    report_from_html,
-)
+from sde_core.viz.report import AuditContext, build_html_report, report_document
 
 __all__ = [
     "PACKAGES",
@@ -409,44 +403,14 @@ def create_report(
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
-    """The report document of a ``.json`` report or the one embedded in an ``.html`` report.
+    """The report document of a ``.json`` report or the one embedded in an ``.html`` report
+    (read as hostile input: :func:`sde_core.services.report_input.read_report`).
 
     Raises:
-        SettingsError: missing/unreadable file, not an SDE report, or a newer format.
+        SettingsError: missing, not a regular file, too large or deep, not an SDE report, a
+            newer format, or a field of the wrong type.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise SettingsError(f"report {p} does not exist: give the report's .json or .html file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"cannot read report {p} ({exc})") from exc
-    if p.suffix.lower() in (".html", ".htm"):
-        document = report_from_html(text)
-    else:
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SettingsError(f"{p} is not valid JSON ({exc}): give the report's file") from exc
-    if not isinstance(document, dict) or document.get("format") != REPORT_FORMAT:
-        raise SettingsError(
-            f'{p} is not an SDE report (no "format": "{REPORT_FORMAT}"): verify reads the '
-            "files written by `python -m sde_core report` or the dashboard's Report page"
-        )
-    version = document.get("format_version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise SettingsError(
-            f"{p} has report format version {str(version)[:40]!r}, not a whole number ≥ 1: it "
-            "was not written by sde_core or was altered; ask for the original report"
-        )
-    if version > REPORT_FORMAT_VERSION:
-        raise SettingsError(
-            f"{p} has report format version {version!r}; this sde_core reads up to "
-            f"{REPORT_FORMAT_VERSION}: upgrade sde_core"
-        )
-    if not isinstance(document.get("manifest"), dict):
-        raise SettingsError(f"{p} has no manifest, so there is nothing to verify against")
-    return document
+    return read_report(path)
 
 
 @dataclass
@@ -620,11 +584,15 @@ def _check_model(
         what = "" if isinstance(exc, SDEError) else f"{type(exc).__name__}: "
         check.problems.append(f"cannot recompute: {what}{' '.join(str(exc).split())}")
         return check
-    ties = [
-        ModelNearTies.from_json(doc["near_ties"])
-        for doc in (reported, recomputed)
-        if isinstance(doc.get("near_ties"), Mapping)
-    ]
+    try:
+        ties = [
+            ModelNearTies.from_json(doc["near_ties"])
+            for doc in (reported, recomputed)
+            if isinstance(doc.get("near_ties"), Mapping)
+        ]
+    except (TypeError, ValueError, OverflowError):
+        check.problems.append("the report's near_ties record is malformed (not numbers)")
+        return check
     check.comparison = compare_model(reported, recomputed, ties, rows)
     return check
 
@@ -641,7 +609,8 @@ def verify_report(
 
     Args:
         report: the report's ``.json`` (or ``.html``).
-        workspace: the workspace folder (default: the folder recorded in the manifest).
+        workspace: the workspace folder, the caller's choice (default: the folder recorded
+            in the manifest, only if it lies inside the allowed folders).
         fresh_activations: extract every activation again in a temporary cache instead of
             reading the workspace's activation cache (whose entries are keyed by checkpoint and
             data hashes and checked against their own SHA-256).
@@ -653,18 +622,15 @@ def verify_report(
 
     Raises:
         SettingsError: the report cannot be read, or its settings are not valid here.
+        PathError: no ``workspace`` is given and the report's folder is outside the allowed
+            folders.
         WorkspaceError: the workspace cannot be opened.
     """
     t0 = time.perf_counter()
     path = Path(report)
     doc = load_report(path)
     manifest = doc["manifest"]
-    folder = Path(workspace) if workspace is not None else Path(manifest["workspace"]["path"])
-    if not folder.exists():
-        raise SettingsError(
-            f"the workspace folder {folder} recorded in the report does not exist here: pass "
-            "the workspace's folder (--workspace)"
-        )
+    folder = Path(workspace) if workspace is not None else recorded_workspace(manifest)
     ws = load_workspace(folder, validate=False)
     settings_doc = dict(doc.get("settings") or manifest.get("settings") or {})
     reported_algorithm = settings_doc.pop("algorithm", None)

@@ -3,7 +3,9 @@
 A link is a page plus a flat mapping of short parameter names to text, e.g.
 ``/explore?ws=assets/demo&wsh=0123456789abcdef&model=ft&sigma=0.5&n=400&B=5&target=3``.
 :func:`decode` turns the parameters into the page's view (:data:`VIEWS`) and one readable
-problem per value it cannot use — never an exception, whatever the text — and :func:`encode`
+problem per value it cannot use — never an exception, whatever the text; each value of the
+link in a problem is literal markdown (:func:`~sde_core.common.markdown_text.md_literal`), so
+a page shows it as text, never as a link or an image — and :func:`encode`
 turns a view back into parameters (``decode(page, encode(view))`` gives ``view`` back).
 
 Every view carries the workspace folder (``ws``), the first :data:`LINK_HASH_CHARS` hex digits
@@ -23,6 +25,7 @@ import urllib.parse
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, ClassVar
 
+from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.common.sigma import SIGMA_SYNTAX, parse_sigma
 from sde_core.errors import SDEError
 from sde_core.pipeline.settings import SETTINGS, Setting, setting
@@ -79,13 +82,27 @@ SIGMA_WIDGET: Setting = setting("sigma")
 _ASCII_DIGITS = frozenset("0123456789")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _KEPT = "kept the current value"
+#: A name that renders as itself in markdown (no ``_``, ``*`` or other markup character).
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]{0,31}")
 
 
 # ------------------------------------------------------------------------------- values
 
 
 def _shown(text: str) -> str:
-    return repr(text) if len(text) <= MAX_NUMBER_CHARS else f"({len(text)} characters)"
+    """A link's value as literal markdown (never a link or an image), or its length."""
+    return md_literal(text) if len(text) <= MAX_NUMBER_CHARS else f"({len(text)} characters)"
+
+
+def _value(text: str) -> str:
+    """A value from a link (a model's name) as literal markdown, cut at 60 characters."""
+    return md_literal(text if len(text) <= 60 else text[:60] + "…")
+
+
+def _named(text: str) -> str:
+    """A parameter's name from a link: a plain ASCII word (``seed``, ``model``) as it is, any
+    other as literal markdown (:func:`_value`)."""
+    return text if _WORD.fullmatch(text) else _value(text)
 
 
 def _decode_int(text: str, name: str, minimum: int = 0) -> tuple[int | None, str | None]:
@@ -129,12 +146,12 @@ def _decode_setting(entry: Setting, key: str, text: str) -> tuple[Any, str | Non
         try:
             return parse_sigma(text, key).setting(), None
         except SDEError:
-            return None, f"{key}={_shown(text)} is not a σ ({SIGMA_SYNTAX})"
+            return None, f"{key}={_shown(text)} is not a σ ({md_plain(SIGMA_SYNTAX)})"
     if entry.kind == "int":
         lowest = int(entry.minimum or 0) + int(entry.exclusive)
         value, problem = _decode_int(text, key, minimum=lowest)
         if value is not None and entry.maximum is not None and value > entry.maximum:
-            return None, f"{key}={_shown(text)} is more than {entry.maximum:g}"
+            return None, f"{key}={_shown(text)} is more than {entry.number_text(entry.maximum)}"
         return value, problem
     if entry.kind == "float":
         number = _decode_float(text)
@@ -278,7 +295,7 @@ def decode(page: str, query: Mapping[str, str]) -> tuple[PageView, list[str]]:
     values: dict[str, Any] = {}
     long = sorted(k for k, v in params.items() if len(v) > MAX_TEXT_CHARS)
     for key in long:
-        problems.append(f"The link's {key} has {len(params.pop(key))} characters: {_KEPT}.")
+        problems.append(f"The link's {_named(key)} has {len(params.pop(key))} characters: {_KEPT}.")
     if WORKSPACE_PARAM in params:
         values["workspace"] = params[WORKSPACE_PARAM]
     if HASH_PARAM in params:
@@ -350,10 +367,16 @@ def restrict(view: PageView, choices: Mapping[str, Collection[str]]) -> tuple[Pa
             unknown = [v for v in value if v not in allowed]
             if unknown:
                 changes[name] = tuple(v for v in value if v in allowed)
-                problems.append(f"The link's {name} {unknown} are not in this workspace: left out.")
+                shown = ", ".join(_value(str(v)) for v in unknown[:10])
+                more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+                problems.append(
+                    f"The link's {name} {shown}{more} are not in this workspace: left out."
+                )
         elif value not in allowed:
             changes[name] = None
-            problems.append(f"The link's {name} {value!r} is not in this workspace: {_KEPT}.")
+            problems.append(
+                f"The link's {name} {_value(str(value))} is not in this workspace: {_KEPT}."
+            )
     return dataclasses.replace(view, **changes), problems
 
 

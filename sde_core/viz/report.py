@@ -33,6 +33,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from sde_core import __version__
+from sde_core.common.bounded_json import loads_bounded
 from sde_core.common.csv_cells import neutralise_formula
 from sde_core.errors import SettingsError
 from sde_core.pipeline.criterion import Criterion
@@ -67,6 +68,7 @@ __all__ = [
     "REPORT_DATA_ID",
     "REPORT_FORMAT",
     "REPORT_FORMAT_VERSION",
+    "REPORT_MAX_DEPTH",
     "REPORT_SECTIONS",
     "AuditContext",
     "answer_html",
@@ -95,6 +97,8 @@ REPORT_FORMAT = "sde-report"
 REPORT_FORMAT_VERSION = 1
 #: ``id`` of the HTML element that holds the report document.
 REPORT_DATA_ID = "sde-report"
+#: Deepest nesting of a report document that is read (the reports written nest 6 levels).
+REPORT_MAX_DEPTH = 64
 #: The section titles of the HTML/PDF report, in order (the notes section only with notes).
 REPORT_SECTIONS = (
     "The answer, per model",
@@ -590,10 +594,12 @@ def report_from_html(text: str) -> dict[str, Any]:
             "this HTML file holds no SDE report document: give the .json or .html written by "
             "`python -m sde_core report` or the dashboard's Report page"
         )
-    try:
-        return json.loads(text[start + len(marker) : end])
-    except json.JSONDecodeError as exc:
-        raise SettingsError(f"the report document in this HTML file is damaged ({exc})") from exc
+    return loads_bounded(
+        text[start + len(marker) : end].encode("utf-8", "surrogatepass"),
+        max_depth=REPORT_MAX_DEPTH,
+        what="the report document in this HTML file",
+        error=SettingsError,
+    )
 
 
 # --------------------------------------------------------------------------- HTML

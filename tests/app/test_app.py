@@ -227,9 +227,59 @@ def test_bad_link_values_are_named_not_fatal(ws):
     at = app("explore", model="nope", n="ten", sigma="wide", target="x")
     no_exception(at)
     warnings = " ".join(w.value for w in at.warning)
-    assert "model 'nope'" in warnings and "n='ten'" in warnings and "sigma='wide'" in warnings
-    assert "target='x'" in warnings
+    assert "model `nope`" in warnings and "n=`ten`" in warnings and "sigma=`wide`" in warnings
+    assert "target=`x`" in warnings
     assert metrics(at)["OTR (out-of-training rate)"]  # the default view is shown
+
+
+#: Issue 31's link: in Chromium its wsh rendered a clickable link and fetched the image.
+ATTACK = "0000` [Re-login here](http://evil.example/x) ![t](http://127.0.0.1:9/track.png) `"
+
+
+def _live_markdown(text: str) -> list[str]:
+    """What in ``text`` would render as more than text (markdown-it-py, CommonMark): links,
+    images, HTML, and plain text that GFM's autolinks would make a link."""
+    from markdown_it import MarkdownIt
+
+    found = []
+    for block in MarkdownIt("commonmark").parse(text):
+        for child in block.children or []:
+            if child.type in ("link_open", "image", "html_inline"):
+                found.append(child.type)
+            if child.type == "text" and (
+                "evil.example" in child.content or "127.0.0" in child.content
+            ):
+                found.append(f"plain text {child.content!r}")
+    return found
+
+
+def test_link_values_are_shown_as_literal_text(ws):
+    """Issue 31 item 5: ws, wsh, model, layer, a setting and a parameter's name from a link are
+    shown as literal text in every message — no link, no image fetch."""
+    at = app(
+        "explore",
+        ws=str(ws),
+        wsh=ATTACK,
+        model="[m](http://evil.example/m)",
+        layer="![l](http://127.0.0.1:9/l.png)",
+        n="[n](http://evil.example/n)",
+        **{"[k](http://evil.example/k)": "x" * 5000},
+    )
+    no_exception(at)
+    shown = [m.value for m in [*at.warning, *at.error, *at.caption, *at.info]]
+    assert any("[Re-login here](http://evil.example/x)" in v for v in shown), shown
+    for part in ("[m](http://evil.example/m)", "![l](http://127.0.0.1:9/l.png)",
+                 "[n](http://evil.example/n)", "[k](http://evil.example/k)"):  # fmt: skip
+        assert any(part in v for v in shown), (part, shown)
+    assert [(v, _live_markdown(v)) for v in shown if _live_markdown(v)] == []
+    at = app("explore", ws="/nowhere/[w](http://evil.example/w) ![i](http://127.0.0.1:9/i.png)")
+    no_exception(at)
+    (error,) = [e.value for e in at.error if "cannot be opened" in e.value]
+    assert "evil.example/w" in error and not _live_markdown(error), error
+    at = app("explore", ws="a/" * 2048)  # 4,096 characters: was "File name too long"
+    no_exception(at)
+    (error,) = [e.value for e in at.error if "cannot be opened" in e.value]
+    assert "give a shorter path" in error
 
 
 def test_explore_negative_control_and_other_layer(ws, defaults):

@@ -18,7 +18,7 @@ def test_the_precision_target_travels_in_links():
     view, problems = decode("compare", {"W": "0.05"})
     assert dict(view.settings) == {"precision": 0.05} and not problems
     view, problems = decode("compare", {"W": "0.7"})
-    assert not view.settings and "W='0.7' is not a number 0 to 0.5" in problems[0]
+    assert not view.settings and "W=`0.7` is not a number 0 to 0.5" in problems[0]
 
 
 def test_compare_plans_before_it_runs_and_shows_paired_differences(ws):

@@ -5,6 +5,8 @@ of one checkpoint changes. Two models at reduced settings keep it to seconds."""
 from __future__ import annotations
 
 import json
+import math
+import os
 import shutil
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 
 from sde_core.cli import main
 from sde_core.common.hashing import file_sha256
+from sde_core.common.paths import ROOTS_ENV
 from sde_core.errors import SettingsError
 from sde_core.pipeline.settings import ALGORITHM_VERSION
 from sde_core.services.audit import load_report, verify_report
@@ -56,8 +59,9 @@ def test_report_pins_what_was_evaluated(report):
     assert load_report(path.with_suffix(".html")) == load_report(path)
 
 
-def test_verify_passes_then_names_the_changed_checkpoint(report, capsys):
+def test_verify_passes_then_names_the_changed_checkpoint(report, capsys, monkeypatch):
     ws, path = report
+    monkeypatch.setenv(ROOTS_ENV, str(ws.parent))  # the report's folder is an allowed one
     assert main(["verify", str(path), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "original: identical" in out and "ft: identical" in out
@@ -105,3 +109,92 @@ def test_bad_reports_are_one_line_errors(tmp_path, capsys):
     assert main(["verify", str(tmp_path / "other.json")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "not an SDE report" in err[0]
+
+
+def test_verify_never_follows_a_report_outside_the_allowed_folders(report, tmp_path, capsys,
+                                                                    monkeypatch):  # fmt: skip
+    """Issue 31 item 3: without --workspace the report's manifest does not choose the folder."""
+    ws, path = report
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    monkeypatch.setenv(ROOTS_ENV, str(allowed))
+    assert main(["verify", str(path), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: the report names the workspace folder")
+    assert str(ws) in err[0] and "--workspace" in err[0] and ROOTS_ENV in err[0]
+
+
+def test_non_finite_reported_numbers_always_differ(report, tmp_path):
+    """Issue 31 item 3: every reference_p* / panel_p* set to NaN (and a score to Infinity) is a
+    difference, never "within the near-tie p range"."""
+    ws, path = report
+    doc = json.loads(path.read_text())
+    del doc["models"]["ft"]
+    entry = doc["models"]["original"]
+    forged = sorted(k for k in entry if k.startswith(("reference_p", "panel_p")))
+    assert len(forged) >= 4
+    for key in forged:
+        value = entry[key]
+        entry[key] = [math.nan] * len(value) if isinstance(value, list) else math.nan
+    entry["dependence_score"] = math.inf
+    edited = tmp_path / "nan.json"
+    edited.write_text(json.dumps(doc))  # allow_nan: NaN and Infinity literals
+    result = verify_report(edited, ws)
+    assert not result.ok and result.differing == ["original"]
+    differs = {d.field: d for d in result.models[0].comparison.differences}
+    for key in [*forged, "dependence_score"]:
+        assert differs[key].outcome == "differs", key
+        assert "non-finite" in differs[key].reason
+    assert "near-tie p range" not in "\n".join(result.lines())
+
+
+_HOSTILE = {
+    "deep.json": "[" * 100_000 + "]" * 100_000,
+    "digits.json": '{"format": "sde-report", "format_version": ' + "1" * 5000 + "}",
+    "version.json": '{"format": "sde-report", "format_version": true, "manifest": {}}',
+    "manifest.json": '{"format": "sde-report", "format_version": 1, "manifest": {}}',
+    "path.json": '{"format": "sde-report", "format_version": 1, '
+    '"manifest": {"workspace": {"path": 12345}}}',
+    "models.json": '{"format": "sde-report", "format_version": 1, '
+    '"manifest": {"workspace": {"path": "/x"}}, "models": "x"}',
+    "counts.json": '{"format": "sde-report", "format_version": 1, '
+    '"manifest": {"workspace": {"path": "/x"}, "data": {"n_train": NaN}}}',
+    "deep.html": '<script type="application/json" id="sde-report">'
+    + "[" * 100_000
+    + "]" * 100_000
+    + "</script>",
+}
+_EXPECTED = {
+    "deep.json": "nested 100000 levels deep",
+    "digits.json": "integer of 5000 digits",
+    "version.json": "format version 'True'",
+    "manifest.json": "manifest.workspace must be a table",
+    "path.json": "manifest.workspace.path must be a folder path, not int",
+    "models.json": "models must be a table of models, not str",
+    "counts.json": "manifest.data.n_train must be a whole number",
+    "deep.html": "nested 100000 levels deep",
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("name", sorted(_HOSTILE))
+def test_hostile_reports_are_one_line_errors(name, tmp_path, capsys):
+    """Issue 31 item 8: each of these raised a traceback (RecursionError, ValueError, KeyError,
+    TypeError, AttributeError); now one line naming the problem."""
+    bad = tmp_path / name
+    bad.write_text(_HOSTILE[name])
+    assert main(["verify", str(bad), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and _EXPECTED[name] in err[0], err
+
+
+@pytest.mark.timeout(30)
+def test_a_report_that_is_a_fifo_or_a_device_is_refused_at_once(tmp_path, capsys):
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.html"
+    zero.symlink_to("/dev/zero")
+    for bad in (fifo, zero):
+        assert main(["verify", str(bad), "--quiet"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is not a regular file" in err[0], err

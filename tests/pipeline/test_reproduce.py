@@ -4,6 +4,7 @@ and a report verified as another machine would verify it."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sde_core.cli import main
+from sde_core.common.paths import ROOTS_ENV
 from sde_core.pipeline.demo import default_demo_folder
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.pipeline.reproduce import compare_model, worst_outcome
@@ -110,6 +112,21 @@ def test_each_draws_p_value_moves_within_its_own_draws_range():
     assert compare_model(entry, outside, [ties]).outcome == "differs"
 
 
+def test_a_non_finite_reported_number_is_never_within_a_range():
+    """Issue 31: a p-value forged to NaN (or inf) is a difference, however wide the near-tie
+    ranges, and so is a withheld (null) one against a number when no gate is a near-tie."""
+    ties = _ties(reference_p_draws=((0.0, 1.0), (0.0, 1.0)))
+    entry = {**ENTRY, "reference_p_draws": [0.05, 0.97]}
+    for bad in (math.nan, math.inf, -math.inf):
+        forged = {**entry, "reference_p_draws": [bad, 0.97]}
+        c = compare_model(forged, entry, [ties])
+        assert c.outcome == "differs", bad
+        assert "non-finite" in c.differences[0].reason
+    withheld = {**entry, "reference_p_draws": [None, 0.97]}
+    assert compare_model(withheld, entry, [ties]).outcome == "differs"
+    assert compare_model({**ENTRY, "draws": math.nan}, ENTRY).outcome == "differs"
+
+
 def test_what_was_evaluated_must_match_exactly():
     c = compare_model(ENTRY, _moved(role="original", draws=4), [_ties(targets=50)])
     assert c.outcome == "differs"
@@ -138,10 +155,13 @@ def _verify(report: Path, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 @pytest.mark.parametrize("dataset", ["mnist1d"])
-def test_a_report_verifies_on_another_cpu_and_a_changed_byte_differs(dataset, tmp_path, capsys):
+def test_a_report_verifies_on_another_cpu_and_a_changed_byte_differs(
+    dataset, tmp_path, capsys, monkeypatch
+):
     """Report with this machine's native kernels, verify on an emulated other CPU: identical or
     equivalent (exit 0), never differs; one changed checkpoint byte: differs (exit 1), naming
     the file."""
+    monkeypatch.setenv(ROOTS_ENV, str(tmp_path))  # verify opens the report's folder only there
     ws = _copy_demo(dataset, tmp_path / "ws")
     out = tmp_path / "out"
     args = ["report", str(ws), "--out", str(out), "--models", "rl,random", "--no-pdf", *SMALL]

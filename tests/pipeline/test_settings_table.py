@@ -213,3 +213,18 @@ def test_sigma_messages_name_the_syntax_and_the_value():
     assert setting("sigma").check(" 0.50*sqrt_dim") == "0.5*sqrt_dim"
     with pytest.raises(SettingsError, match="unknown setting 'colour'"):
         setting("colour")
+
+
+def test_every_number_setting_has_a_maximum():
+    """Issue 31 item 9: ``?n=1000000000`` was applied (n had no maximum while T and K had):
+    every int and float setting is bounded above, and a link or a flag beyond it is refused."""
+    unbounded = [s.name for s in SETTINGS if s.kind in ("int", "float") and s.maximum is None]
+    assert unbounded == []
+    view, problems = decode("explore", {"n": "1000000000", "seed": "99999999999"})
+    assert view.settings == {}
+    assert problems == [
+        "The link's n=`1000000000` is more than 32768: kept the current value.",
+        "The link's seed=`99999999999` is more than 4294967295: kept the current value.",
+    ]
+    with pytest.raises(SettingsError, match="subset_size"):
+        EvalSettings(subset_size=1_000_000_000)

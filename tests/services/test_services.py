@@ -139,11 +139,11 @@ def test_settings_round_trip_through_a_link():
     )
     assert view.settings == {"sigma": "median", "seed": 0}
     assert problems == [
-        "The link's n='ten' is not a whole number ≥ 4: kept the current value.",
-        "The link's K='-3' is not a whole number ≥ 2: kept the current value.",
-        "The link's B='0' is not a whole number ≥ 1: kept the current value.",
+        "The link's n=`ten` is not a whole number ≥ 4: kept the current value.",
+        "The link's K=`-3` is not a whole number ≥ 2: kept the current value.",
+        "The link's B=`0` is not a whole number ≥ 1: kept the current value.",
     ]
-    assert decode("explore", {"sigma": "wide"})[1][0].startswith("The link's sigma='wide' is not")
+    assert decode("explore", {"sigma": "wide"})[1][0].startswith("The link's sigma=`wide` is not")
 
 
 def test_list_bool_and_links():

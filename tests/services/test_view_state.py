@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import urllib.parse
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 
 from sde_core.common.sigma import Sigma
 from sde_core.pipeline.settings import SETTINGS, EvalSettings, setting
@@ -84,15 +87,15 @@ def test_bad_values_are_named_with_what_the_page_does_instead():
     assert view.settings == {"seed": 0} and view.target is None and view.control is False
     assert problems == [
         "The link's layer is empty: kept the current value.",
-        "The link's sigma='wide' is not a σ ('sqrt_dim', '<factor>*sqrt_dim' (e.g. "
-        "'0.5*sqrt_dim'), 'median' or a positive number): kept the current value.",
-        "The link's n='ten' is not a whole number ≥ 4: kept the current value.",
-        "The link's K='-3' is not a whole number ≥ 2: kept the current value.",
-        "The link's B='101' is more than 100: kept the current value.",
-        "The link's target='x' is not a whole number ≥ 0: showing all targets pooled.",
+        "The link's sigma=`wide` is not a σ ('sqrt\\_dim', '\\<factor\\>\\*sqrt\\_dim' (e.g. "
+        "'0.5\\*sqrt\\_dim'), 'median' or a positive number): kept the current value.",
+        "The link's n=`ten` is not a whole number ≥ 4: kept the current value.",
+        "The link's K=`-3` is not a whole number ≥ 2: kept the current value.",
+        "The link's B=`101` is more than 100: kept the current value.",
+        "The link's target=`x` is not a whole number ≥ 0: showing all targets pooled.",
     ]
     view, problems = decode("sweeps", {"sweep": "bins", "models": "a"})
-    assert view == SweepsView(models=("a",)) and "sweep='bins' is not one of" in problems[0]
+    assert view == SweepsView(models=("a",)) and "sweep=`bins` is not one of" in problems[0]
     view, problems = decode("explore", {"model": "x" * 5000})
     assert view.model is None and problems == [
         "The link's model has 5000 characters: kept the current value."
@@ -132,10 +135,10 @@ def test_every_kind_of_setting_has_a_link_codec(monkeypatch):
 def test_restrict_keeps_only_what_the_workspace_has():
     view, problems = restrict(ExploreView(model="nope"), {"model": ["FT", "GA"]})
     assert view.model is None and problems == [
-        "The link's model 'nope' is not in this workspace: kept the current value."
+        "The link's model `nope` is not in this workspace: kept the current value."
     ]
     view, problems = restrict(SweepsView(models=("FT", "ghost")), {"models": ["FT"]})
-    assert view.models == ("FT",) and "['ghost']" in problems[0]
+    assert view.models == ("FT",) and "models `ghost` are not" in problems[0]
     assert restrict(ExploreView(model="FT"), {"model": ["FT"]}) == (ExploreView(model="FT"), [])
 
 
@@ -209,6 +212,42 @@ def test_decode_inverts_encode(view):
     assert decode(page, encode(view)) == (view, [])
 
 
+_MARKDOWN = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+#: What GFM autolinks and Streamlit's emoji, icons and directives rewrite in plain text.
+_REWRITTEN = re.compile(r"://|@|www\.|:\S", re.IGNORECASE)
+
+
+def _live(problem: str) -> list[str]:
+    """What in a problem renders as more than text: a link, an image, HTML, emphasis, a block,
+    or plain text that GFM or Streamlit would rewrite (values belong in code spans)."""
+    found = []
+    for block in _MARKDOWN.parse(problem):
+        if block.type not in ("paragraph_open", "inline", "paragraph_close"):
+            found.append(block.type)
+        for child in block.children or []:
+            if child.type not in ("text", "code_inline", "softbreak"):
+                found.append(child.type)
+            elif child.type == "text" and _REWRITTEN.search(child.content):
+                found.append(f"rewritable {child.content!r}")
+    return found
+
+
+def test_link_values_in_problems_are_literal_markdown():
+    """Issue 31 item 5: the link's values (and a parameter's name) in a problem render as
+    exactly themselves, in code font: no link, no image."""
+    attack = "[Re-login here](http://evil.example/x) ![t](http://127.0.0.1:9/track.png)"
+    query = {"n": attack[:30], "sigma": "`x` [a](b)", "target": "![t](http://e.x/t.png)",
+             attack: "y" * 5000, "sweep": "[s](http://e.x)"}  # fmt: skip
+    for page in ("explore", "sweeps"):
+        _, problems = decode(page, query)
+        assert len(problems) >= 3 and [p for p in problems if _live(p)] == []
+    assert any(attack[:60] in p for p in decode("explore", query)[1])
+    _, problems = restrict(ExploreView(model=attack), {"model": ["FT"]})
+    assert _live(problems[0]) == [] and "`" in problems[0]
+    _, problems = restrict(SweepsView(models=(attack, "www.evil.example")), {"models": ["FT"]})
+    assert _live(problems[0]) == [] and "www.evil.example" in problems[0]
+
+
 HOSTILE = (
     st.text(max_size=40)
     | st.integers(-(10**40), 10**60).map(str)
@@ -246,6 +285,7 @@ def test_hostile_links_give_problems_not_exceptions(page, query):
     view, problems = decode(page, query)
     assert isinstance(view, VIEWS.get(page, PageView))
     assert all(isinstance(p, str) and len(p) < 300 for p in problems)
+    assert [p for p in problems if _live(p)] == []  # every value of the link is literal text
     settings_ = EvalSettings().with_overrides(**view.settings)  # every decoded setting is valid
     assert settings_.layer
     if isinstance(view, ExploreView):
@@ -279,3 +319,15 @@ def test_a_link_with_a_multiple_of_sqrt_d_sets_the_sidebar_and_the_evaluation(
     shown = {m.label: m.value for m in at.metric}
     assert shown["σ used"] == format_number(2 * math.sqrt(10), digits=4)  # d = 10 outputs
     assert dict(at.query_params)["sigma"] == "2*sqrt_dim"
+
+
+def test_a_workspace_path_too_long_to_open_is_a_clean_refusal(tmp_path):
+    """Issue 31 item 8: ``?ws=`` with 4,096 characters raised "File name too long" (OSError)
+    when the page opened it; the path check the page makes now refuses it first."""
+    from sde_core.common.paths import resolve_in_roots
+    from sde_core.errors import PathError
+
+    view, problems = decode("explore", {"ws": "a/" * 2048})
+    assert not problems and len(view.workspace) == 4096
+    with pytest.raises(PathError, match="give a shorter path"):
+        resolve_in_roots(view.workspace, [tmp_path], what="workspace folder")

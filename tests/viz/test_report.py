@@ -431,7 +431,7 @@ def test_written_report_prints_the_sha256_of_its_json_and_signs_every_file(resul
     assert files.sha256 == hashlib.sha256(files.json.read_bytes()).hexdigest()
     assert files.sha256 in files.html.read_text(encoding="utf-8")
     assert files.signature is not None and files.fingerprint is not None
-    check = verify_signature(files.signature)
+    check = verify_signature(files.signature, expect_key=files.fingerprint, subject=files.json)
     assert check.ok and check.fingerprint == files.fingerprint
     assert sorted(name for name, _ in check.files) == ["sde-report-syn.html", "sde-report-syn.json"]
 
