@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.workspaces import MLP_KWARGS
 from safetensors.torch import save_file
-from test_workspace import MLP_KWARGS
 
 from sde_core.cli import main
 from sde_core.common.trust_store import TRUST_STORE_ENV, is_trusted, trust, trusted_entries
