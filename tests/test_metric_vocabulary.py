@@ -48,7 +48,7 @@ ALLOWED = {
     "sde_core/viz/glossary.py": 24,
     "sde_core/viz/report.py": 55,
     "sde_core/viz/ui_support.py": 18,
-    "sde_core/viz/verdicts.py": 20,
+    "sde_core/viz/verdicts.py": 19,
 }
 
 

@@ -23,14 +23,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from sde_core.errors import WorkspaceError
+from sde_core.pipeline.evaluation.comparisons import COMPARED_METRICS
+from sde_core.pipeline.evaluation.metric_table import METRICS
 
-__all__ = ["CRITERION_METRICS", "Criterion", "criterion_from_table"]
+__all__ = ["CRITERION_METRICS", "DEFAULT_METRIC", "Criterion", "criterion_from_table"]
 
-#: The rates a criterion may compare (``models`` columns, all paired in method §15).
-CRITERION_METRICS: dict[str, str] = {
-    "calibrated_otr": "calibrated OTR",
-    "otr": "OTR",
-}
+#: The rates a criterion may compare, key -> display name from the metric table: the first two
+#: paired rates of method §15, the paper's OTR and the calibrated OTR (the over-unlearned share
+#: and F1, paired too, answer other questions than "forgotten like retraining?").
+CRITERION_METRICS: dict[str, str] = {k: METRICS[k].label for k in tuple(COMPARED_METRICS)[:2]}
+#: The default criterion's rate: the calibrated OTR (it holds its level, method §9).
+DEFAULT_METRIC = tuple(CRITERION_METRICS)[1]
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class Criterion:
         stated: whether the workspace states it (False: the default).
     """
 
-    metric: str = "calibrated_otr"
+    metric: str = DEFAULT_METRIC
     margin: float = 0.1
     behaviour: bool = True
     stated: bool = False

@@ -382,6 +382,8 @@ def compare_model(
     recomputed: Mapping[str, Any],
     ties: Iterable[ModelNearTies] = (),
     rows: Mapping[str, int] | None = None,
+    *,
+    report: bool = False,
 ) -> ResultDiff:
     """Compare two results of one model field by field (method §13).
 
@@ -391,6 +393,10 @@ def compare_model(
             model_near_ties`); a decision that is a near-tie in either may differ.
         rows: the rows behind each classic metric (``acc_r``, ``acc_f``, ``acc_te``, ``asr``),
             for the movement their near-ties allow.
+        report: ``reported`` is a report's JSON entry, where sde_core writes a withheld or
+            unbounded number as ``null``: any non-finite number in it was put there by hand and
+            differs. Rows of a ``models`` table (False) hold NaN for withheld and ±inf for an
+            unbounded Fieller side; a NaN compared with a number still differs.
 
     Returns:
         The :class:`ResultDiff`: every field that is not identical, with its outcome and reason.
@@ -407,7 +413,7 @@ def compare_model(
         if key in _SKIPPED or key.endswith("_ties"):
             continue
         a, b = reported.get(key), recomputed.get(key)
-        odd = _non_finite(a)
+        odd = _non_finite(a) if report else None
         if odd is not None:  # sde_core never writes one: the report was edited
             why = "a non-finite number is never a result (sde_core writes a withheld one as null)"
             out.differences.append(FieldDifference(key, a, b, "differs", f"{odd} reported: {why}"))

@@ -593,7 +593,7 @@ def _check_model(
     except (TypeError, ValueError, OverflowError):
         check.problems.append("the report's near_ties record is malformed (not numbers)")
         return check
-    check.comparison = compare_model(reported, recomputed, ties, rows)
+    check.comparison = compare_model(reported, recomputed, ties, rows, report=True)
     return check
 
 

@@ -847,7 +847,7 @@ def test_a_cold_explore_answers_from_the_results_store(ws, defaults, monkeypatch
     monkeypatch.setattr(cascade, "_PROCESS_CACHE", ResultCache())
     monkeypatch.setattr(EvaluationSession, "stream", no_evaluation)
     monkeypatch.setattr(EvaluationSession, "evaluate", no_evaluation)
-    at = app()
+    at = app("explore")
     no_exception(at)
     assert not at.error
     row = stored.models.set_index("name").loc["original"]

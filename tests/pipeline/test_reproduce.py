@@ -119,12 +119,16 @@ def test_a_non_finite_reported_number_is_never_within_a_range():
     entry = {**ENTRY, "reference_p_draws": [0.05, 0.97]}
     for bad in (math.nan, math.inf, -math.inf):
         forged = {**entry, "reference_p_draws": [bad, 0.97]}
-        c = compare_model(forged, entry, [ties])
+        c = compare_model(forged, entry, [ties], report=True)
         assert c.outcome == "differs", bad
         assert "non-finite" in c.differences[0].reason
+        # rows of a models table hold NaN (withheld) and ±inf (unbounded Fieller side): against
+        # a number they still differ, against the same value they are identical
+        assert compare_model(forged, entry, [ties]).outcome == "differs", bad
+        assert compare_model(forged, dict(forged), [ties]).outcome == "identical", bad
     withheld = {**entry, "reference_p_draws": [None, 0.97]}
-    assert compare_model(withheld, entry, [ties]).outcome == "differs"
-    assert compare_model({**ENTRY, "draws": math.nan}, ENTRY).outcome == "differs"
+    assert compare_model(withheld, entry, [ties], report=True).outcome == "differs"
+    assert compare_model({**ENTRY, "draws": math.nan}, ENTRY, report=True).outcome == "differs"
 
 
 def test_what_was_evaluated_must_match_exactly():

@@ -277,7 +277,7 @@ def test_missing_checkpoint_is_a_clear_settings_error(workspace, extractions):
         ("sigma", [], "at least one value"),
         ("sigma", [1.0, 1.0], "repeat"),
         ("sigma", [-1.0], "> 0"),
-        ("subset_size", [2], "integer ≥ 4"),
+        ("subset_size", [2], "integer between 4 and 32768"),
         ("checkpoint", ["final"], "fractions"),
     ],
 )

@@ -238,7 +238,7 @@ def test_generated_dataset_cache_need_not_exist_yet(ws):
         ("sigma = -1.0", {"defaults.sigma": "> 0"}),
         ("alpha = 2.0", {"defaults.alpha": "> 0 and < 1"}),
         ('estimator = "debiased"', {"defaults.estimator": "'biased'"}),
-        ("subset_size = 2", {"defaults.subset_size": "integer ≥ 4"}),
+        ("subset_size = 2", {"defaults.subset_size": "integer between 4 and 32768"}),
         ('layer = ""', {"defaults.layer": "non-empty"}),
         ("panel_size = 5", {"defaults.panel_size": "panel_size"}),
         ("pool = 1", {"defaults.pool": "expected bool"}),
@@ -406,3 +406,11 @@ def test_a_stated_criterion_round_trips_and_a_bad_one_is_refused(ws):
         (ws.root / "workspace.toml").write_text(body)
         with pytest.raises(WorkspaceError, match=re.escape(words)):
             load_workspace(ws.root)
+
+
+def test_the_criterion_compares_the_otr_or_the_calibrated_otr():
+    """The criterion's rates come from the paired comparisons and the metric table."""
+    from sde_core.pipeline.criterion import CRITERION_METRICS, DEFAULT_METRIC, Criterion
+
+    assert CRITERION_METRICS == {"otr": "OTR", "calibrated_otr": "calibrated OTR"}
+    assert Criterion().metric == DEFAULT_METRIC == "calibrated_otr"

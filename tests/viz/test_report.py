@@ -462,7 +462,7 @@ def test_the_dashboards_signed_report_is_a_zip_of_signed_files(result, tmp_path)
     assert bundle.names == ("sde-report-syn.json", "sde-report-syn.html", "sde-report-syn.sig.json")
     out = tmp_path / "unzipped"
     zipfile.ZipFile(io.BytesIO(bundle.data)).extractall(out)
-    check = verify_signature(out / "sde-report-syn.sig.json")
+    check = verify_signature(out / "sde-report-syn.sig.json", bundle.fingerprint)
     assert check.ok and check.fingerprint == bundle.fingerprint
     with pytest.raises(SigningError, match="is not a file"):
         signed_report_zip(result, {"models": {}}, "syn", tmp_path / "nope.pem", pdf=False)
