@@ -11,7 +11,7 @@ TEST_STAMP := $(VENV)/.test-$(REQ_HASH)
 # --durations=25: the 25 slowest tests, printed after every run (the suite's time budget).
 PYTEST_ARGS ?= -x -q --durations=25
 
-.PHONY: run test lint bench clean-venv browser-setup
+.PHONY: run test test-slow lint bench clean-venv browser-setup
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,13 @@ $(TEST_STAMP): $(RUN_STAMP) requirements-dev.txt
 run: $(RUN_STAMP)
 	$(BIN)/python serve.py
 
+# make test: lint and every test but the slow ones (`-m "not slow"`: browser tests, demo
+# builds, Ray, whole evaluations in child processes); make test-slow: those; CI runs both.
 test: lint browser-setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_ARGS) -m "not slow"
+
+test-slow: $(TEST_STAMP) browser-setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS) -m slow
 
 # Style and types: ruff (lint + format) and mypy on sde_core ([tool.mypy] in pyproject.toml;
 # its incremental cache lives in .mypy_cache).

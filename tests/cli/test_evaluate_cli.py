@@ -54,6 +54,7 @@ def one_error_line(capsys: pytest.CaptureFixture) -> str:
     return err[0]
 
 
+@pytest.mark.slow  # a whole evaluation in a child process
 def test_python_dash_m_writes_the_spec_json(workspace, tmp_path):
     out = tmp_path / "result.json"
     # the vision path never imports the optional language-model packages: shadow them with
@@ -82,6 +83,7 @@ def test_python_dash_m_writes_the_spec_json(workspace, tmp_path):
     assert roles["original"] == "original" and roles["random"] == "random"
 
 
+@pytest.mark.slow  # two whole evaluations
 def test_same_seed_gives_identical_json(workspace, tmp_path, capsys):
     """Two runs with one seed agree byte for byte; another seed draws other subsets."""
     few = ["--models", "original,random", "--no-store", "--quiet"]

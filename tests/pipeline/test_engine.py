@@ -140,6 +140,7 @@ def tiny_workspace(tmp_path_factory) -> Path:
     return ws
 
 
+@pytest.mark.slow  # starts a Ray cluster
 def test_evaluation_rows_identical_on_both_engines(ray_engine, tiny_workspace, tmp_path):
     from sde_core.cli import main
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
@@ -207,6 +208,7 @@ def jobs_mod():
     return jobs
 
 
+@pytest.mark.slow  # starts a Ray cluster and kills a worker
 def test_plan_on_ray_matches_local_and_survives_a_killed_worker(ray_engine, tmp_path):
     from sde_core.pipeline.plans.driver import run_plan
     from sde_core.pipeline.plans.spec import load_plan

@@ -179,6 +179,7 @@ def _write_fake_cifar10(root: Path, n_per_batch: int = 40, n_test: int = 60) -> 
     return root
 
 
+@pytest.mark.slow  # trains a ResNet-18
 def test_cifar10_resnet18_variant_on_a_fake_cifar_folder(tmp_path: Path):
     root = _write_fake_cifar10(tmp_path / "cifar")
     overrides = [

@@ -159,6 +159,7 @@ def _verify(report: Path, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 @pytest.mark.parametrize("dataset", ["mnist1d"])
+@pytest.mark.slow  # recomputes a demo on a generic CPU in a child process
 def test_a_report_verifies_on_another_cpu_and_a_changed_byte_differs(
     dataset, tmp_path, capsys, monkeypatch
 ):
