@@ -256,7 +256,7 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str) ->
                 page.set_default_timeout(600_000)
                 expect.set_options(timeout=600_000)
                 running = page.get_by_test_id("stStatusWidget")
-                provisional = page.get_by_text("Provisional (draw")  # the verdict's label while streaming
+                provisional = page.get_by_text("Provisional (draw")  # the streamed label
 
                 def done(pattern: str) -> bool:
                     return bool(re.search(pattern, page.url)) and running.count() == 0
