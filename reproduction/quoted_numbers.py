@@ -108,11 +108,6 @@ def stored_run(demo: str, root: Path = ROOT) -> StoredRun:
     return StoredRun(demo, json.loads(run["settings"]), {str(r["name"]): r for r in rows})
 
 
-def _percent(key: str) -> bool:
-    metric = METRICS.get(key)
-    return metric is not None and metric.unit == "%" and metric.scale == 100
-
-
 def field_text(row: Mapping[str, Any], field: str) -> str:
     """One model's ``field`` as the docs quote it (see the module docstring)."""
     name, _, option = field.partition(":")

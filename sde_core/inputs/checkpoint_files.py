@@ -429,17 +429,13 @@ def _inspect_folder(folder: Path) -> CheckpointInfo:
             f"{folder} is a folder without config.json: give a checkpoint file, or a Hugging "
             "Face model folder as save_pretrained / Trainer.save_model write it"
         )
+    cfg = json_object(config, fix="re-save the model folder")
     try:
-        if config.stat().st_size > _MAX_CONFIG:
-            raise ValueError("config.json is larger than any model configuration")
-        cfg = json.loads(config.read_text(encoding="utf-8"))
         files = sorted(p for p in folder.iterdir() if p.is_file())
-    except (OSError, ValueError, RecursionError) as exc:
+    except OSError as exc:
         raise CheckpointError(
-            f"cannot read {config} ({type(exc).__name__}): re-save the model folder"
+            f"cannot read {folder} ({type(exc).__name__}): re-save the model folder"
         ) from None
-    if not isinstance(cfg, dict):
-        raise CheckpointError(f"{config} is not a JSON object: re-save the model folder")
     safetensors = [p for p in files if p.suffix == ".safetensors"]
     pickled = [
         p.name for p in files if p.suffix in _HF_PICKLED_WEIGHTS and p.name not in _HF_TRAINER_FILES
@@ -455,9 +451,12 @@ def _inspect_folder(folder: Path) -> CheckpointInfo:
     return CheckpointInfo(folder, "hf-folder", size, (), tuple(code))
 
 
-def json_object(file: Path) -> dict[str, Any]:
+def json_object(file: Path, *, fix: str = "re-save the folder") -> dict[str, Any]:
     """A small JSON object file (``config.json``, ``tokenizer_config.json``), or ``{}`` when
     absent.
+
+    Args:
+        fix: what the error tells the user to do.
 
     Raises:
         CheckpointError: too large, not JSON, or not an object.
@@ -469,11 +468,9 @@ def json_object(file: Path) -> dict[str, Any]:
             raise ValueError(f"{file.name} is larger than any configuration")
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
-        raise CheckpointError(
-            f"cannot read {file} ({type(exc).__name__}): re-save the folder"
-        ) from None
+        raise CheckpointError(f"cannot read {file} ({type(exc).__name__}): {fix}") from None
     if not isinstance(data, dict):
-        raise CheckpointError(f"{file} is not a JSON object: re-save the folder")
+        raise CheckpointError(f"{file} is not a JSON object: {fix}")
     return data
 
 
