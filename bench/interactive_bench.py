@@ -203,7 +203,7 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str) ->
 
     from playwright.sync_api import expect, sync_playwright
 
-    from sde_core.viz.figures import find_chromium
+    from sde_core.viz.figures.export import find_chromium
 
     chromium = find_chromium()
     if chromium is None:

@@ -81,10 +81,11 @@ from sde_core.services.workspace_info import (
     load_workspace,
     model_layer_infos,
 )
-from sde_core.viz.figures import PLOTLY_CONFIG
+from sde_core.viz.figures.style import PLOTLY_CONFIG
 from sde_core.viz.formatting import format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
-from sde_core.viz.verdicts import VERDICT_ICONS, explain_verdict
+from sde_core.viz.verdicts.explanation import explain_verdict
+from sde_core.viz.verdicts.labels import VERDICT_ICONS
 
 WS_KEY = "ws_path"
 #: Session key of the open link's workspace as it was written, with the folder it resolved to.

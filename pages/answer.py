@@ -27,7 +27,7 @@ from sde_core.services.evaluation import stored_models
 from sde_core.services.view_state import AnswerView
 from sde_core.services.workspace_info import Workspace
 from sde_core.viz.answer import AnswerLine, answer_counts, workspace_answer
-from sde_core.viz.verdicts import CANNOT_CERTIFY
+from sde_core.viz.verdicts.labels import CANNOT_CERTIFY
 
 #: The icon of each answer's badge.
 ICONS = {

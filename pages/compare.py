@@ -47,15 +47,11 @@ from sde_core.services.cascade import (
 from sde_core.services.view_state import CompareView
 from sde_core.services.workspace_info import Workspace
 from sde_core.viz.answer import paired_table
-from sde_core.viz.figures import (
-    BAR_CHOICES,
-    comparison_bars,
-    draw_strip,
-    target_overlay,
-)
-from sde_core.viz.report import to_csv_bytes
+from sde_core.viz.figures.comparison import BAR_CHOICES, comparison_bars, draw_strip
+from sde_core.viz.figures.distributions import target_overlay
+from sde_core.viz.report.exports import to_csv_bytes
 from sde_core.viz.ui_support import comparison_display, layer_comparison_table
-from sde_core.viz.verdicts import retrain_row
+from sde_core.viz.verdicts.explanation import retrain_row
 
 
 def apply_link(view: CompareView) -> None:

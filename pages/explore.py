@@ -56,15 +56,16 @@ from sde_core.services.cascade import (
 from sde_core.services.evaluation import progress_note, session_result, target_texts
 from sde_core.services.view_state import ExploreView, restrict
 from sde_core.services.workspace_info import Workspace, weak_layer_advice
-from sde_core.viz.figures import (
-    draw_strip,
+from sde_core.viz.figures.comparison import draw_strip
+from sde_core.viz.figures.distributions import (
     hsic_histogram,
     panel_figure,
     signal_grid,
     spread_figure,
 )
 from sde_core.viz.formatting import format_estimate
-from sde_core.viz.verdicts import null_check_readings, over_unlearning_meaning
+from sde_core.viz.verdicts.labels import over_unlearning_meaning
+from sde_core.viz.verdicts.null_check import null_check_readings
 
 THUMBNAILS = 16
 #: An evaluation that finishes within this many seconds shows no progress box and no redraws.
@@ -385,7 +386,7 @@ def show(result: EvaluationResult, model: str, control: str | None, pick: int | 
 
 def provisional_state(result: EvaluationResult, model: str, settings: EvalSettings) -> str:
     """What a streamed, unfinished result covers so far (``"draw 2 of 5"``): the verdict's
-    provisional label (:class:`~sde_core.viz.verdicts.VerdictExplanation`)."""
+    provisional label (:class:`~sde_core.viz.verdicts.explanation.VerdictExplanation`)."""
     rows = result.models.set_index("name")
     k = int(rows.loc[model, "draws"]) if model in rows.index else 0
     of = f"up to {settings.max_draws}" if settings.precision > 0 else str(settings.draws)

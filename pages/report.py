@@ -32,30 +32,27 @@ from sde_core.services.cascade import EvaluationResult
 from sde_core.services.report_bundle import signed_report_zip
 from sde_core.services.view_state import ReportView
 from sde_core.services.workspace_info import Workspace
-from sde_core.viz.figures import figure_to_image, plotly_config
+from sde_core.viz.figures.export import figure_to_image
+from sde_core.viz.figures.style import plotly_config
 from sde_core.viz.pdf import html_to_pdf
-from sde_core.viz.report import (
-    AuditContext,
-    build_html_report,
-    draws_table,
-    manifest_tables,
-    measured_caveats,
-    null_calibration_text,
-    report_document,
-    report_figures,
-    settings_table,
+from sde_core.viz.report.caveats import measured_caveats
+from sde_core.viz.report.document import AuditContext, report_document
+from sde_core.viz.report.exports import (
     tables_for_export,
     tables_to_zip,
     to_csv_bytes,
     to_json_bytes,
 )
-from sde_core.viz.verdicts import (
-    CAN_CERTIFY,
-    CANNOT_CERTIFY,
-    retrain_row,
-    summarize_verdict,
-    summary_order,
+from sde_core.viz.report.html_page import build_html_report, report_figures
+from sde_core.viz.report.tables import (
+    draws_table,
+    manifest_tables,
+    null_calibration_text,
+    settings_table,
 )
+from sde_core.viz.verdicts.explanation import retrain_row
+from sde_core.viz.verdicts.labels import CAN_CERTIFY, CANNOT_CERTIFY
+from sde_core.viz.verdicts.summary import summarize_verdict, summary_order
 
 
 def _key(result: EvaluationResult, *extra: Any) -> tuple:

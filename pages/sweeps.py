@@ -32,7 +32,7 @@ from sde_core.services.cascade import EvalSettings, Progress
 from sde_core.services.plans import plan_points, plan_runs
 from sde_core.services.view_state import SweepsView, decode_list, restrict
 from sde_core.services.workspace_info import Workspace, checkpoint_fractions
-from sde_core.viz.figures import plan_figure, sweep_figure
+from sde_core.viz.figures.sweeps import plan_figure, sweep_figure
 from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
 
 PARAMS = {

@@ -24,7 +24,7 @@ name where it comes from, and this script writes it from the demo's shipped stor
   (:data:`~sde_core.pipeline.evaluation.metric_table.METRICS`), shown with its 95% interval as
   the dashboard's tables show it (:func:`~sde_core.viz.formatting.format_estimate`); append
   ``:point`` for the value alone; ``verdict`` is the verdict label
-  (:func:`~sde_core.viz.verdicts.verdict_label`).
+  (:func:`~sde_core.viz.verdicts.labels.verdict_label`).
 
 Usage::
 
@@ -50,7 +50,7 @@ from typing import Any
 from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.pipeline.store import ResultsStore
 from sde_core.viz.formatting import format_estimate
-from sde_core.viz.verdicts import verdict_label
+from sde_core.viz.verdicts.labels import verdict_label
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The documents whose marked numbers are generated.

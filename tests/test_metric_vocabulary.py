@@ -44,11 +44,17 @@ ALLOWED = {
     "sde_core/pipeline/reproduce.py": 16,
     "sde_core/pipeline/sweeps.py": 9,
     "sde_core/services/audit.py": 4,
-    "sde_core/viz/figures.py": 9,
+    "sde_core/viz/figures/comparison.py": 6,
+    "sde_core/viz/figures/distributions.py": 1,
+    "sde_core/viz/figures/sweeps.py": 2,
     "sde_core/viz/glossary.py": 24,
-    "sde_core/viz/report.py": 55,
+    "sde_core/viz/report/html_page.py": 22,
+    "sde_core/viz/report/tables.py": 33,
     "sde_core/viz/ui_support.py": 18,
-    "sde_core/viz/verdicts.py": 19,
+    "sde_core/viz/verdicts/explanation.py": 12,
+    "sde_core/viz/verdicts/labels.py": 2,
+    "sde_core/viz/verdicts/null_check.py": 2,
+    "sde_core/viz/verdicts/summary.py": 3,
 }
 
 

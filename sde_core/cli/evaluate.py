@@ -31,8 +31,8 @@ def write_json_atomic(path: str | Path, document: Any) -> Path:
 
 
 def _summaries(result: Any) -> dict[str, Any]:
-    """Each model's :class:`~sde_core.viz.verdicts.VerdictSummary` (name → summary)."""
-    from sde_core.viz.verdicts import summarize_verdict
+    """Each model's :class:`~sde_core.viz.verdicts.summary.VerdictSummary` (name → summary)."""
+    from sde_core.viz.verdicts.summary import summarize_verdict
 
     s = result.settings
     return {

@@ -42,7 +42,7 @@ __all__ = ["register_verify"]
 def _cmd_report(args: argparse.Namespace) -> int:
     from sde_core.pipeline.workspace import load_workspace
     from sde_core.services.audit import create_report
-    from sde_core.viz.report import AuditContext
+    from sde_core.viz.report.document import AuditContext
 
     ws = load_workspace(args.workspace)
     settings = ws.defaults.with_overrides(**settings_overrides(args))

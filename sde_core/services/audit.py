@@ -66,7 +66,8 @@ from sde_core.services.signing import (
     signature_path,
 )
 from sde_core.viz.pdf import html_to_pdf
-from sde_core.viz.report import AuditContext, build_html_report, report_document
+from sde_core.viz.report.document import AuditContext, report_document
+from sde_core.viz.report.html_page import build_html_report
 
 __all__ = [
     "PACKAGES",

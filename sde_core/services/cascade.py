@@ -100,7 +100,7 @@ def warm_workspace(path: str) -> EvaluationResult | None:
     """
     from sde_core.pipeline.workspace import load_workspace
     from sde_core.services.workspace_info import content_hash, load_bundle
-    from sde_core.viz.figures import hsic_histogram
+    from sde_core.viz.figures.distributions import hsic_histogram
 
     ws = load_workspace(path)
     if not ws.models:

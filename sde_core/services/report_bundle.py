@@ -16,7 +16,7 @@ from sde_core.errors import SigningError
 from sde_core.pipeline.criterion import Criterion
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
 from sde_core.services.audit import write_report_files
-from sde_core.viz.report import AuditContext
+from sde_core.viz.report.document import AuditContext
 
 __all__ = ["SignedBundle", "signed_report_zip"]
 

@@ -26,7 +26,7 @@ from sde_core.common.paths import (
     resolve_in_roots,
 )
 from sde_core.errors import PathError, SettingsError
-from sde_core.viz.report import (
+from sde_core.viz.report.document import (
     REPORT_FORMAT,
     REPORT_FORMAT_VERSION,
     REPORT_MAX_DEPTH,

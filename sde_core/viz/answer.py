@@ -27,13 +27,9 @@ from sde_core.pipeline.evaluation.comparisons import (
 )
 from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.viz.formatting import format_percent
-from sde_core.viz.verdicts import (
-    caveat_list,
-    estimate_text,
-    null_check_readings,
-    summarize_verdict,
-    verdict_label,
-)
+from sde_core.viz.verdicts.labels import estimate_text, verdict_label
+from sde_core.viz.verdicts.null_check import null_check_readings
+from sde_core.viz.verdicts.summary import caveat_list, summarize_verdict
 
 __all__ = [
     "ANSWER_COLOURS",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sde_core.common.fsio import atomic_write
 from sde_core.errors import ExportError
-from sde_core.viz.figures import find_chromium
+from sde_core.viz.figures.export import find_chromium
 
 __all__ = ["CHROMIUM_PRINT_FLAGS", "html_to_pdf"]
 
@@ -50,8 +50,9 @@ def html_to_pdf(
     Args:
         html_file: the HTML report on disk.
         pdf_file: where the PDF goes (its folder is created).
-        chromium: the Chromium executable (default :func:`sde_core.viz.figures.find_chromium`:
-            ``$BROWSER_PATH`` or ``chromium`` on the PATH).
+        chromium: the Chromium executable (default
+            :func:`sde_core.viz.figures.export.find_chromium`: ``$BROWSER_PATH`` or ``chromium``
+            on the PATH).
         timeout: seconds before the print is abandoned.
 
     Returns:

@@ -24,7 +24,7 @@ from sde_core.pipeline.settings import setting
 from sde_core.pipeline.workspace import Problem
 from sde_core.viz.family_texts import behaviour_missing
 from sde_core.viz.formatting import format_estimate, records
-from sde_core.viz.verdicts import estimate_text, over_unlearning_text, verdict_label
+from sde_core.viz.verdicts.labels import estimate_text, over_unlearning_text, verdict_label
 
 __all__ = [
     "comparison_display",

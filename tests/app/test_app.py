@@ -25,7 +25,8 @@ from sde_core.pipeline.workspace import load_workspace
 from sde_core.services.uploads import check_upload, guess_role
 from sde_core.viz.formatting import format_estimate, format_number
 from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
-from sde_core.viz.verdicts import explain_verdict, verdict_label
+from sde_core.viz.verdicts.explanation import explain_verdict
+from sde_core.viz.verdicts.labels import verdict_label
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app.py"

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from sde_core.pipeline.evaluation.workspace_run import _withhold_for_class_mix
-from sde_core.viz.verdicts import verdict_label
+from sde_core.viz.verdicts.labels import verdict_label
 
 
 def _rows() -> pd.DataFrame:

@@ -26,7 +26,7 @@ from sde_core.pipeline.demo_diffusion import (
 from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.workspace import load_workspace, validate_workspace
-from sde_core.viz.figures import plan_figure
+from sde_core.viz.figures.sweeps import plan_figure
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = EvalSettings(layer="denoised@0.5", subset_size=8, targets=2, splits=10, panel_size=20,

@@ -37,7 +37,7 @@ from sde_core.pipeline.workspace import (
 )
 from sde_core.services.view_state import decode
 from sde_core.stats.proportions import wilson_interval
-from sde_core.viz.report import to_csv_bytes
+from sde_core.viz.report.exports import to_csv_bytes
 
 FAST = ["--subset-size", "8", "--targets", "4", "--splits", "4", "--panel-size", "20"]
 TINY = EvalSettings(subset_size=8, targets=4, splits=4, panel_size=20, baseline_targets=0)

@@ -43,7 +43,7 @@ from sde_core.pipeline.workspace import (
     workspace_hash,
     write_workspace,
 )
-from sde_core.viz.figures import sweep_figure
+from sde_core.viz.figures.sweeps import sweep_figure
 
 MLP = {"input_dim": 40, "hidden": [128, 128], "num_classes": 10}
 SETTINGS = EvalSettings(

@@ -191,7 +191,7 @@ def test_store_path_is_not_spelled_by_services():
 
 def test_dataset_as_a_small_table(tiny):
     from sde_core.services.audit import data_manifest
-    from sde_core.viz.report import dataset_table
+    from sde_core.viz.report.tables import dataset_table
 
     ws, bundle, _ = tiny
     named = dataclasses.replace(bundle, class_names=[f"c{i}" for i in range(10)])

@@ -17,20 +17,17 @@ from helpers.results import synthetic_result
 from sde_core.errors import ExportError, SDEError, SettingsError
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
 from sde_core.stats.jsd import histogram_edges
-from sde_core.viz import figures
-from sde_core.viz.figures import (
-    COLORS,
-    PLOTLY_CONFIG,
-    VERDICT_COLORS,
-    comparison_bars,
-    figure_to_image,
+from sde_core.viz.figures import export
+from sde_core.viz.figures.comparison import comparison_bars
+from sde_core.viz.figures.distributions import (
     hsic_histogram,
     panel_figure,
-    plotly_config,
     spread_figure,
-    sweep_figure,
     target_overlay,
 )
+from sde_core.viz.figures.export import figure_to_image
+from sde_core.viz.figures.style import COLORS, PLOTLY_CONFIG, VERDICT_COLORS, plotly_config
+from sde_core.viz.figures.sweeps import sweep_figure
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +106,7 @@ def test_target_overlay(result):
 def test_every_model_keeps_its_colour_and_traces_read_apart_in_grayscale(result):
     """One colour per model in every chart (the overlay's order does not change it), and the
     histogram's three traces differ by fill pattern, not only by hue."""
-    from sde_core.viz.figures import ROLE_COLORS, model_styles
+    from sde_core.viz.figures.style import ROLE_COLORS, model_styles
 
     styles = model_styles(result.models)
     assert styles["original"][0] == ROLE_COLORS["original"]
@@ -247,12 +244,12 @@ def test_plotly_config_downloads_client_side():
 
 def test_figure_to_image_without_chromium_says_what_to_do(monkeypatch):
     fig = go.Figure(go.Bar(x=[1, 2], y=[3, 4]))
-    monkeypatch.setattr(figures, "_kaleido_installed", lambda: True)
-    monkeypatch.setattr(figures, "find_chromium", lambda: None)
+    monkeypatch.setattr(export, "_kaleido_installed", lambda: True)
+    monkeypatch.setattr(export, "find_chromium", lambda: None)
     with pytest.raises(ExportError, match=r"needs Chromium.*camera button") as info:
         figure_to_image(fig, "svg")
     assert isinstance(info.value, SDEError)
-    monkeypatch.setattr(figures, "_kaleido_installed", lambda: False)
+    monkeypatch.setattr(export, "_kaleido_installed", lambda: False)
     with pytest.raises(ExportError, match="kaleido"):
         figure_to_image(fig, "png")
     with pytest.raises(SettingsError, match="format"):
@@ -262,7 +259,7 @@ def test_figure_to_image_without_chromium_says_what_to_do(monkeypatch):
 def test_figure_to_image_renders_or_explains():
     """With kaleido and Chromium installed this renders a real PNG; otherwise it explains."""
     fig = go.Figure(go.Bar(x=[1, 2], y=[3, 4]))
-    if figures._kaleido_installed() and figures.find_chromium():
+    if export._kaleido_installed() and export.find_chromium():
         assert figure_to_image(fig, "png").startswith(b"\x89PNG\r\n\x1a\n")
     else:
         with pytest.raises(ExportError, match="camera button"):
@@ -305,7 +302,7 @@ def test_panel_figure_draws_every_verdict_present(result):
 
 
 def test_signal_grid_draws_each_1d_input_as_a_curve():
-    from sde_core.viz.figures import signal_grid
+    from sde_core.viz.figures.distributions import signal_grid
 
     signals = np.sin(np.linspace(0, 6, 40))[None, :] * np.arange(1, 6)[:, None]
     fig = signal_grid(signals, [f"✓ {i}" for i in range(4)] + ["✗ 1 (is 7)"], [True] * 4 + [False])

@@ -16,20 +16,18 @@ from sde_core import __version__
 from sde_core.errors import SettingsError
 from sde_core.stats.proportions import wilson_interval
 from sde_core.viz.formatting import format_interval
-from sde_core.viz.report import (
-    CAVEATS,
-    REPORT_SECTIONS,
-    build_html_report,
-    comparison_table,
-    null_calibration_text,
-    report_document,
-    report_from_html,
+from sde_core.viz.report.caveats import CAVEATS
+from sde_core.viz.report.document import report_document, report_from_html
+from sde_core.viz.report.exports import (
     tables_for_export,
     tables_to_zip,
     to_csv_bytes,
     to_json_bytes,
 )
-from sde_core.viz.verdicts import explain_verdict, verdict_label, verdict_sentence, verdict_table
+from sde_core.viz.report.html_page import REPORT_SECTIONS, build_html_report
+from sde_core.viz.report.tables import comparison_table, null_calibration_text
+from sde_core.viz.verdicts.explanation import explain_verdict, verdict_sentence, verdict_table
+from sde_core.viz.verdicts.labels import verdict_label
 
 
 def row(name: str, role: str, k_out: int, t: int = 100, valid: bool = True, **extra) -> dict:
@@ -343,7 +341,7 @@ def test_pdf_without_chromium_says_what_to_do(tmp_path, monkeypatch):
 
 
 def test_summary_answers_in_one_sentence_with_interval_cross_check_and_caveat():
-    from sde_core.viz.verdicts import summarize_verdict
+    from sde_core.viz.verdicts.summary import summarize_verdict
 
     kept = summarize_verdict(row("ft", "unlearned", 3, score_spread_corr=0.98), 100)
     assert kept.label == "not forgotten" and kept.sentence.count(".") == 1
@@ -380,7 +378,7 @@ def test_summary_answers_in_one_sentence_with_interval_cross_check_and_caveat():
 
 
 def test_report_page_one_answers_for_every_model_and_names_who_asked(result):
-    from sde_core.viz.report import AuditContext
+    from sde_core.viz.report.document import AuditContext
 
     context = AuditContext("Erasure request #17", "the regulator", "  ")
     doc = build_html_report(
