@@ -1,68 +1,48 @@
-"""Streamlit helpers shared by the dashboard pages: the view (URL), settings, evaluations.
+"""The page frame shared by the dashboard pages: the open workspace, the link, the caches.
 
-Every number shown comes from :mod:`sde_core`; this module only loads, caches and displays.
+Every number shown comes from :mod:`sde_core`; the ``pages._*`` modules only load, cache and
+display: this one the frame, :mod:`pages._settings` the settings sidebar, :mod:`pages._run`
+the evaluations with their progress and Stop buttons, :mod:`pages._display` tables, charts and
+verdicts.
 
-Views: a page starts with :func:`begin_page`, which returns the page's typed view decoded from
-the link that opened it (:mod:`sde_core.services.view_state`), and ends with :func:`publish`,
-which writes the page's view, with the workspace and the settings, back into the URL and shows
-a copyable link to it. The session state stays the source of truth; a link is applied once,
-when it arrives.
+Views: a page starts with :func:`open_page`, which reads the link that opened it
+(:func:`begin_page`: the page's typed view decoded by :mod:`sde_core.services.view_state`),
+opens the workspace (:func:`current_workspace`) and draws the settings sidebar; it ends with
+:func:`publish`, which writes the page's view, with the workspace and the settings, back into
+the URL and shows a copyable link to it. The session state stays the source of truth; a link
+is applied once, when it arrives.
 
 Caching: the dataset bundle and layer listings live in ``st.cache_resource`` keyed by content
 hashes; evaluation results live in one process-wide
-:class:`~sde_core.services.result_cache.ResultCache` keyed by ``(workspace hash, settings
-dict, models)``, which this module hands to the evaluation cascade and cost policy of
-:mod:`sde_core.services.cascade` and
-:mod:`sde_core.services.evaluation` (this module adds the progress displays, Stop buttons and
-confirmations around them). Activations always come from the on-disk
-activation cache, so changing σ, bins or a plot option never re-extracts them, and finished
-models are stored in the workspace's results store as they complete.
+:class:`~sde_core.services.result_cache.ResultCache` (:mod:`pages._run`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Generic, NamedTuple, TypeVar, cast
 
-import pandas as pd
 import streamlit as st
 
 from pages import APP_ROOT
 from pages import PAGES as NAV_PAGES
+from pages._settings import SETTING_KEYS, SETTINGS_OWNER, session_settings, settings_sidebar
 from sde_core.common.hashing import stable_hash
 from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.common.paths import allowed_roots, resolve_in_roots
-from sde_core.common.sigma import MEDIAN, SQRT_DIM, Sigma, parse_sigma
-from sde_core.common.validation import SIGMA_MIN
 from sde_core.errors import SDEError
-from sde_core.services.cascade import (
-    EvalSettings,
-    EvaluationCancelled,
-    EvaluationResult,
-    Evaluations,
-    EvaluationSession,
-    PartialEvaluation,
-    Progress,
-    StagedWork,
-    process_cache,
-)
+from sde_core.services.cascade import EvalSettings
 from sde_core.services.evaluation import (
     Thumbnails,
-    confirmation_token,
-    priced_layers,
-    runs_without_asking,
     thumbnails,
     thumbnails_key,
 )
-from sde_core.services.result_cache import ResultCache
 from sde_core.services.view_state import (
-    NUMBER_WIDGETS,
     PUBLIC_URL_ENV,
-    SIGMA_WIDGET,
     PageView,
     decode,
     encode,
@@ -81,39 +61,15 @@ from sde_core.services.workspace_info import (
     load_workspace,
     model_layer_infos,
 )
-from sde_core.viz.figures.style import PLOTLY_CONFIG
-from sde_core.viz.formatting import format_number, format_percent, style_table
-from sde_core.viz.glossary import GLOSSARY, help_text
-from sde_core.viz.verdicts.explanation import explain_verdict
-from sde_core.viz.verdicts.labels import VERDICT_ICONS
 
+#: The view type of a page (:func:`open_page`).
+V = TypeVar("V", bound=PageView)
 WS_KEY = "ws_path"
 #: Session key of the open link's workspace as it was written, with the folder it resolved to.
 WS_AS_SENT_KEY = "ws_as_sent"
-STOP_KEY = "stop_requested"
-SETTINGS_OWNER = "settings_workspace"
 URL_KEY = "url_published"
-CONFIRMED_KEY = "costs_confirmed"
 #: Session key of a link whose workspace hash differs from the open workspace's.
 MISMATCH_KEY = "link_mismatch"
-#: The σ widget's choices -> the kind of σ they give (:class:`~sde_core.common.sigma.Sigma`):
-#: the √d rule, a multiple f·√d (f in ``s_sigma_factor``), the median rule, a value
-#: (``s_sigma_value``).
-SIGMA_RULES = {
-    f"√d rule ({SQRT_DIM})": SQRT_DIM,
-    "multiple of √d": "factor",
-    f"{MEDIAN} rule": MEDIAN,
-    "value": "value",
-}
-#: Session keys of the evaluation settings (plain keys: they survive page switches); each
-#: number setting of the sidebar lives in ``s_<name>``.
-SETTING_KEYS = (
-    "s_layer",
-    "s_sigma_rule",
-    "s_sigma_value",
-    "s_sigma_factor",
-    *(f"s_{s.name}" for s in NUMBER_WIDGETS),
-)
 #: Page name -> script (for ``st.page_link``).
 PAGES = {name: script for name, (script, _, _) in NAV_PAGES.items()}
 SHARE_HELP = (
@@ -129,9 +85,6 @@ def default_workspace() -> str:
     return os.environ.get("SDE_WORKSPACE", "assets/demo")
 
 
-# ------------------------------------------------------------------------------- views
-
-
 def publish(view: PageView) -> None:
     """Write ``view`` with the open workspace (folder and content hash) and the session's
     settings into the URL, and show the link to it in the sidebar."""
@@ -140,7 +93,7 @@ def publish(view: PageView) -> None:
     sent = st.session_state.get(WS_AS_SENT_KEY)
     if sent is not None and sent[1] == workspace:
         workspace = sent[0]
-    settings = _session_settings() if all(k in st.session_state for k in SETTING_KEYS) else {}
+    settings = session_settings() if all(k in st.session_state for k in SETTING_KEYS) else {}
     view = dataclasses.replace(
         view,
         workspace=workspace,
@@ -281,20 +234,30 @@ def begin_page(page: str) -> PageView:
     return view
 
 
-def _copy_widget(widget_key: str, key: str) -> None:
-    st.session_state[key] = st.session_state[widget_key]
+class PageFrame(NamedTuple, Generic[V]):
+    """What :func:`open_page` drew: the page's view (from the link), the open workspace and
+    the validated settings of the sidebar."""
+
+    view: V
+    ws: Workspace
+    settings: EvalSettings
 
 
-def bound(key: str) -> dict[str, Any]:
-    """Widget kwargs that keep its value in the plain session key ``key``.
+def open_page(page: str, view_type: type[V]) -> PageFrame[V]:
+    """The frame every analysis page starts with, drawn once here: read the link
+    (:func:`begin_page`), open the workspace (:func:`current_workspace`, which stops the page
+    when it cannot be opened) and draw the settings sidebar
+    (:func:`~pages._settings.settings_sidebar`, the link's settings applied first). The page
+    ends with :func:`publish` of its own view.
 
-    Widget state is dropped on pages that do not show the widget; the value lives in ``key``
-    instead, is copied into the widget before it is drawn and back when the user changes it.
-    Use as ``st.number_input("n", **bound("s_subset_size"))``.
+    Args:
+        page: the page's name (its URL path).
+        view_type: the page's view class (the type :func:`begin_page` decodes for ``page``).
     """
-    widget_key = f"w_{key}"
-    st.session_state[widget_key] = st.session_state[key]
-    return {"key": widget_key, "on_change": _copy_widget, "args": (widget_key, key)}
+    view = begin_page(page)
+    ws = current_workspace()
+    settings = settings_sidebar(ws, view)
+    return PageFrame(cast(V, view), ws, settings)
 
 
 def literal(message: object) -> str:
@@ -386,435 +349,6 @@ def layer_label(info: LayerInfo) -> str:
     elif kind.startswith("_"):
         kind = "hidden state"
     return f"{info.name} — ({shape}) · d = {info.dim} · {kind}"
-
-
-# ------------------------------------------------------------------------------- settings
-
-
-def _sigma_state(sigma: str | float) -> dict[str, Any]:
-    """The σ widget's session values for a σ (rule choice, value, factor)."""
-    spec = parse_sigma(sigma)
-    factor = spec.sqrt_d_factor()
-    kind = "factor" if factor not in (None, 1.0) else spec.kind
-    state: dict[str, Any] = {"s_sigma_rule": next(k for k, v in SIGMA_RULES.items() if v == kind)}
-    if kind == "value":
-        state["s_sigma_value"] = spec.number
-    if kind == "factor":
-        state["s_sigma_factor"] = spec.number
-    return state
-
-
-def _init_settings(ws: Workspace) -> None:
-    """Reset the settings widgets to the workspace's ``[defaults]`` when it changes."""
-    owner = str(ws.root)
-    if st.session_state.get(SETTINGS_OWNER) == owner and all(
-        k in st.session_state for k in SETTING_KEYS
-    ):
-        return
-    d = ws.defaults
-    st.session_state.update(
-        {
-            SETTINGS_OWNER: owner,
-            "s_layer": d.layer,
-            "s_sigma_value": 1.0,
-            "s_sigma_factor": 1.0,
-            **_sigma_state(d.sigma),
-            **{f"s_{s.name}": _number(s, getattr(d, s.name)) for s in NUMBER_WIDGETS},
-        }
-    )
-    st.session_state.pop("compare_layers", None)
-    st.session_state.pop("x_model", None)
-
-
-def _apply_linked_settings(view: PageView) -> None:
-    """Copy the settings a link carries into the session (their problems were named by
-    :func:`begin_page`)."""
-    for name, value in view.settings.items():
-        if name == "sigma":
-            st.session_state.update(_sigma_state(value))
-        else:
-            st.session_state[f"s_{name}"] = value  # the layer or a number setting
-
-
-def _session_settings() -> dict[str, Any]:
-    """The settings of the session's widgets (unvalidated)."""
-    s = st.session_state
-    rule = SIGMA_RULES[s["s_sigma_rule"]]
-    sigma = {
-        "value": float(s["s_sigma_value"]),
-        "factor": Sigma.times_sqrt_d(float(s["s_sigma_factor"])).setting(),
-    }.get(rule, rule)
-    return {
-        "layer": s["s_layer"],
-        "sigma": sigma,
-        **{entry.name: _number(entry, s[f"s_{entry.name}"]) for entry in NUMBER_WIDGETS},
-    }
-
-
-def _number(entry: Any, value: Any) -> int | float:
-    """``value`` as the type of the number setting ``entry`` (``int`` or ``float``)."""
-    return int(value) if entry.kind == "int" else float(value)
-
-
-def _number_input(entry: Any) -> None:
-    """The sidebar's number input of ``entry``, a number setting of the settings table (its
-    bounds, step, label and glossary help)."""
-    lo, hi = entry.minimum, entry.maximum
-    st.number_input(
-        entry.widget_label,
-        min_value=None if lo is None else _number(entry, lo),
-        max_value=None if hi is None else _number(entry, hi),
-        step=_number(entry, entry.step),
-        help=help_text(entry.name),
-        **bound(f"s_{entry.name}"),
-    )
-
-
-def settings_sidebar(ws: Workspace, view: PageView | None = None) -> EvalSettings:
-    """Sidebar widgets of the evaluation settings (built from the settings table); returns
-    the validated settings.
-
-    The settings of ``view``'s link (if any) are applied first. On invalid settings the error
-    (with its fix) is shown and the page stops.
-    """
-    _init_settings(ws)
-    if view is not None:
-        _apply_linked_settings(view)
-    sigma = SIGMA_WIDGET
-    with st.sidebar:
-        st.subheader("Evaluation settings")
-        st.caption(
-            f"Workspace: **{md_plain(ws.name or ws.root.name)}** · defaults from its workspace.toml"
-        )
-        st.radio(sigma.widget_label, list(SIGMA_RULES), help=help_text(sigma.name),
-                 **bound("s_sigma_rule"))  # fmt: skip
-        rule = SIGMA_RULES[st.session_state["s_sigma_rule"]]
-        if rule == "value":
-            st.number_input("σ value", min_value=SIGMA_MIN, format="%.4g", **bound("s_sigma_value"))
-        elif rule == "factor":
-            st.number_input("factor f of σ = f·√d", min_value=SIGMA_MIN, format="%.4g",
-                            **bound("s_sigma_factor"))  # fmt: skip
-        for entry in NUMBER_WIDGETS:
-            if not entry.advanced:
-                _number_input(entry)
-        with st.expander("More settings"):
-            for entry in NUMBER_WIDGETS:
-                if entry.advanced:
-                    _number_input(entry)
-    return current_settings(ws)
-
-
-def current_settings(ws: Workspace, **overrides: Any) -> EvalSettings:
-    """The settings from the session (layer included), with ``overrides``; stops on errors."""
-    _init_settings(ws)
-    values = _session_settings()
-    values.update(overrides)
-    try:
-        base = EvalSettings.from_mapping(dataclasses.asdict(ws.defaults))
-        return base.with_overrides(**values)
-    except SDEError as exc:
-        st.error(f"Invalid settings: {md_plain(exc)}")
-        st.stop()
-        raise  # unreachable
-
-
-# ------------------------------------------------------------------------------- evaluation
-# The cascade (cache -> results store -> session) and the cost policy are in
-# sde_core.services (cascade.py, evaluation.py); here are the Streamlit caches they are given
-# and the progress displays, Stop buttons and confirmations around them.
-
-
-def shared_cache() -> ResultCache:
-    """The process-wide LRU of results, keyed by content hashes (workspace, settings, …); the
-    server's launcher (``serve.py``) fills it with the default workspace's stored results."""
-    return process_cache()
-
-
-@st.cache_resource(show_spinner="Opening the workspace for interactive evaluation…",
-                   max_entries=4)  # fmt: skip
-def _session(root: str, ws_hash: str, _ws: Workspace) -> EvaluationSession:
-    return EvaluationSession(_ws)
-
-
-def evaluation_session(ws: Workspace) -> EvaluationSession:
-    """The workspace's :class:`EvaluationSession` (one per folder and content hash): it keeps
-    the activations and the stage cache between reruns, so a σ, bins or α change recomputes
-    only what it changes (method §12)."""
-    return _session(str(ws.root), workspace_key(ws), ws)
-
-
-def _store_warning(exc: SDEError) -> None:
-    st.warning(f"Results are not saved to disk ({exc}); they are kept for this session only.")
-
-
-def evaluations(ws: Workspace) -> Evaluations:
-    """The workspace's evaluations (:class:`~sde_core.services.cascade.Evaluations`) over this
-    server's caches; a results store that cannot be opened is a warning, not an error.
-
-    Raises:
-        SDEError: the workspace's content hash cannot be computed (e.g. unreadable data).
-    """
-    return Evaluations(
-        ws, workspace_key(ws), shared_cache(), lambda: evaluation_session(ws), _store_warning
-    )
-
-
-def _request_stop() -> None:
-    st.session_state[STOP_KEY] = True
-
-
-def _clear_stop() -> None:
-    st.session_state[STOP_KEY] = False
-
-
-def _show_stopped() -> None:
-    st.info(
-        "Stopped. Every model that had finished is kept in the workspace's results store and "
-        "will not be recomputed."
-    )
-    st.button("Resume", on_click=_clear_stop, type="primary", key="resume_button")
-
-
-def run_with_progress(work: Callable[[Progress], Any], what: str) -> Any:
-    """Run ``work(progress)`` with a progress bar, the current stage and a Stop button.
-
-    Returns:
-        ``work``'s result, or None when the user stopped it (finished units stay stored).
-    """
-    if st.session_state.get(STOP_KEY):
-        _show_stopped()
-        return None
-    slot = st.empty()
-    box = slot.container(border=True)
-    box.caption(what)
-    bar = box.progress(0.0, text="starting…")
-    box.button("Stop", on_click=_request_stop, key=f"stop_{stable_hash(what)[:12]}")
-
-    def progress(stage: str, done: int, total: int) -> None:
-        if st.session_state.get(STOP_KEY):
-            raise EvaluationCancelled(None)
-        bar.progress(min(1.0, done / total) if total else 1.0, text=f"{stage}: {done}/{total}")
-
-    try:
-        return work(progress)
-    except EvaluationCancelled:
-        _show_stopped()
-        return None
-    finally:
-        slot.empty()
-
-
-def _label(names: Sequence[str]) -> str:
-    return ", ".join(names) if len(names) <= 3 else f"{len(names)} models"
-
-
-def evaluate(
-    ws: Workspace, settings: EvalSettings, models: Sequence[str] | None = None
-) -> EvaluationResult | None:
-    """Evaluate (or fetch) ``models`` under ``settings``; errors are shown inline.
-
-    Returns:
-        The result, or None when evaluation failed (error shown) or was stopped.
-    """
-    try:
-        source = evaluations(ws)
-    except SDEError as exc:
-        st.error(f"Cannot evaluate this workspace: {md_plain(exc)}")
-        return None
-    names = list(models) if models is not None else [m.name for m in ws.models]
-    what = f"Evaluating {_label(names)} at layer {md_literal(settings.layer)}…"
-    try:
-        return source.evaluate(settings, names, lambda work: run_with_progress(work, what))
-    except SDEError as exc:
-        st.error(f"Evaluation failed: {md_plain(exc)}")
-        return None
-
-
-def _compare_progress(names: list[str], settings: EvalSettings) -> Any:
-    """The Compare page's runner: a box with the overall and the per-model progress and Stop."""
-
-    def run(work: StagedWork) -> EvaluationResult | None:
-        if st.session_state.get(STOP_KEY):
-            _show_stopped()
-            return None
-        slot = st.empty()
-        box = slot.container(border=True)
-        box.caption(f"Evaluating {len(names)} models at layer {md_literal(settings.layer)}…")
-        overall = box.progress(0.0, text=f"model 1 of {len(names)}")
-        bar = box.progress(0.0, text="loading the activations…")
-        box.button("Stop", on_click=_request_stop, key=f"stop_compare_{settings.layer}")
-
-        def on_update(part: PartialEvaluation) -> None:
-            i = names.index(part.model)
-            overall.progress(i / len(names), text=f"model {i + 1} of {len(names)}: {part.model}")
-            bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
-
-        try:
-            return work(on_update, lambda: bool(st.session_state.get(STOP_KEY)))
-        except EvaluationCancelled:
-            _show_stopped()
-            return None
-        finally:
-            slot.empty()
-
-    return run
-
-
-def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult | None:
-    """Every model at ``settings`` for the Compare page, with per-model progress and Stop
-    (:meth:`~sde_core.services.cascade.Evaluations.compare`: cache, results store, or the
-    session's Compare stages). Errors are shown inline.
-
-    Returns:
-        The result, or None when evaluation failed (error shown) or was stopped.
-    """
-    try:
-        source = evaluations(ws)
-    except SDEError as exc:
-        st.error(f"Cannot evaluate this workspace: {md_plain(exc)}")
-        return None
-    names = [m.name for m in ws.models]
-    what = f"Evaluating {_label(names)} at layer {md_literal(settings.layer)}…"
-    try:
-        return source.compare(
-            settings,
-            lambda work: run_with_progress(work, what),
-            _compare_progress(names, settings),
-        )
-    except SDEError as exc:
-        st.error(f"Evaluation failed: {md_plain(exc)}")
-        return None
-
-
-def affordable_layers(
-    ws: Workspace, settings: EvalSettings, layers: Sequence[str], prefix: str
-) -> list[str]:
-    """The layers to evaluate every model at now, asking first where that is expensive.
-
-    A layer is evaluated at once when it is ready or cheap
-    (:func:`~sde_core.services.evaluation.runs_without_asking`, at a throughput measured on
-    this machine); otherwise its cost is shown with a button, and it is evaluated once the
-    user accepts.
-
-    Args:
-        prefix: the page's widget-key prefix (one button per page and layer).
-    """
-    ws_hash = workspace_key(ws)
-    costs = priced_layers(
-        ws, dataset_bundle(ws), settings, layers, ws_hash, shared_cache(),
-        lambda name: st.spinner(f"Timing {name} on 256 rows to estimate the cost…"),
-    )  # fmt: skip
-    confirmed: set = st.session_state.setdefault(CONFIRMED_KEY, set())
-    out = []
-    for cost in costs:
-        token = confirmation_token(ws_hash, settings, cost.layer)
-        if runs_without_asking(cost) or token in confirmed:
-            out.append(cost.layer)
-            continue
-        with st.container(border=True):
-            st.markdown(f"{md_literal(cost.layer)} is not cached yet: {cost.describe()}.")
-            if st.button(f"Evaluate {md_literal(cost.layer)}", key=f"{prefix}_go_{cost.layer}",
-                         type="primary"):  # fmt: skip
-                confirmed.add(token)
-                st.rerun()
-    return out
-
-
-# ------------------------------------------------------------------------------- display
-
-
-def plot(fig: Any, key: str | None = None) -> None:
-    """Show a plotly figure with the project's chart config (camera button exports PNG)."""
-    st.plotly_chart(fig, config=PLOTLY_CONFIG, key=key)
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """A number for display (:func:`sde_core.viz.formatting.format_number`)."""
-    return format_number(value, digits=digits)
-
-
-def fmt_p(value: Any) -> str:
-    """A p-value for display (scientific below 10⁻³, 2 significant digits)."""
-    return format_number(value, digits=2)
-
-
-def pct(value: Any) -> str:
-    """A rate in [0, 1] as a whole percentage."""
-    return format_percent(value)
-
-
-def headline_value(row: Mapping[str, Any], key: str, show: Callable[[Any], str]) -> str:
-    """A headline number as text; ``"withheld"`` when the gate withholds it with a reason
-    (``inconclusive_reason``, method §12), ``"n/a"`` when it is missing."""
-    value = row.get(key)
-    reason = row.get("inconclusive_reason")
-    withheld = value is None or (isinstance(value, float) and value != value)
-    if withheld and isinstance(reason, str) and reason.strip():
-        return "withheld"
-    return show(value)
-
-
-def metric(column: Any, label: str, value: str, key: str, **kwargs: Any) -> None:
-    """``column.metric`` with the glossary definition of ``key`` on hover."""
-    column.metric(label, value, help=help_text(key), **kwargs)
-
-
-def table(
-    df: pd.DataFrame,
-    key: str,
-    *,
-    columns: Mapping[str, str] | None = None,
-    pinned: Sequence[str] = (),
-    **kwargs: Any,
-) -> None:
-    """A table with readable numbers and the glossary definitions on its column headers.
-
-    Args:
-        df: the table (numbers stay numbers: sorting and the CSV download keep precision).
-        key: the element key.
-        columns: displayed column name -> glossary key, for the header tooltips (columns whose
-            name is itself a glossary key need no entry).
-        pinned: columns kept in view while the table scrolls sideways (e.g. model, verdict).
-    """
-    config: dict[str, Any] = {}
-    glossary_keys = dict(columns or {})
-    for column in df.columns:
-        name = str(column)
-        entry = glossary_keys.get(name, name if name in GLOSSARY else None)
-        if entry is not None or name in pinned:
-            config[name] = st.column_config.Column(
-                help=help_text(entry, link=None) if entry is not None else None,
-                pinned=True if name in pinned else None,
-            )
-    st.dataframe(style_table(df), key=key, column_config=config, hide_index=True, **kwargs)
-
-
-def show_verdict(
-    row: Mapping[str, Any],
-    targets: int,
-    retrain: Mapping[str, Any] | None,
-    *,
-    name: bool = True,
-    compare: bool = True,
-    draws: Any = None,
-    provisional: str = "",
-) -> None:
-    """A model's verdict: its short sentence in the verdict's style (a warning for conflicting
-    evidence, marked provisional while the evaluation runs), the evidence it rests on and what
-    it cannot certify behind an expander."""
-    explained = explain_verdict(
-        row, targets, retrain, compare=compare, draws=draws, provisional=provisional
-    )
-    who = f"{md_plain(row['name'])} ({row.get('role', '')}) — " if name else ""
-    text = f"**{who}{explained.headline}.** {explained.short}"
-    if provisional:
-        text += " The verdict may change when the run completes."
-    show = {"error": st.error, "warning": st.warning, "success": st.success}.get(
-        explained.style, st.info
-    )
-    show(text, icon=VERDICT_ICONS.get(explained.label, ":material/info:"))
-    with st.expander("Evidence and limits"):
-        st.markdown(explained.body)
 
 
 def app_root() -> Path:

@@ -11,15 +11,13 @@ import streamlit as st
 
 from pages._common import (
     PAGES,
-    begin_page,
-    current_workspace,
     dataset_bundle,
-    evaluate,
     guarded,
+    open_page,
     publish,
-    settings_sidebar,
     workspace_key,
 )
+from pages._run import evaluate
 from sde_core.errors import SDEError
 from sde_core.services.answer import answer_scope
 from sde_core.services.cascade import EvalSettings
@@ -70,9 +68,7 @@ def scope_box(ws: Workspace, settings: EvalSettings, models: int) -> None:
     box.caption("Not established by this answer: " + " ".join(CANNOT_CERTIFY[:2]))
 
 
-view = begin_page("answer")
-ws = current_workspace()
-settings = settings_sidebar(ws, view)
+view, ws, settings = open_page("answer", AnswerView)
 st.title("The answer")
 criterion = ws.criterion
 st.markdown(f"**Criterion:** {criterion.describe()}.")

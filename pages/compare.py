@@ -15,32 +15,33 @@ paired differences).
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import streamlit as st
 
-from pages._common import (
+from pages._common import guarded, model_layers, open_page, publish
+from pages._display import plot, show_verdict, table
+from pages._run import (
+    STOP_KEY,
     affordable_layers,
-    begin_page,
-    bound,
-    compare_evaluate,
-    current_settings,
-    current_workspace,
     evaluation_session,
-    guarded,
-    model_layers,
-    plot,
-    publish,
-    settings_sidebar,
-    show_verdict,
-    table,
+    evaluations,
+    models_label,
+    request_stop,
+    run_with_progress,
+    show_stopped,
 )
+from pages._settings import bound, current_settings
 from sde_core.common.hashing import stable_hash
-from sde_core.common.markdown_text import md_literal
+from sde_core.common.markdown_text import md_literal, md_plain
+from sde_core.errors import SDEError
 from sde_core.services.answer import model_family
 from sde_core.services.cascade import (
     EvalSettings,
+    EvaluationCancelled,
     EvaluationResult,
+    PartialEvaluation,
+    StagedWork,
     forecast_models,
     forecast_sentence,
 )
@@ -50,8 +51,64 @@ from sde_core.viz.answer import paired_table
 from sde_core.viz.figures.comparison import BAR_CHOICES, comparison_bars, draw_strip
 from sde_core.viz.figures.distributions import target_overlay
 from sde_core.viz.report.exports import to_csv_bytes
-from sde_core.viz.ui_support import comparison_display, layer_comparison_table
+from sde_core.viz.ui_support import comparison_display, comparison_terms, layer_comparison_table
 from sde_core.viz.verdicts.explanation import retrain_row
+
+
+def _compare_progress(names: list[str], settings: EvalSettings) -> Any:
+    """The Compare page's runner: a box with the overall and the per-model progress and Stop."""
+
+    def run(work: StagedWork) -> EvaluationResult | None:
+        if st.session_state.get(STOP_KEY):
+            show_stopped()
+            return None
+        slot = st.empty()
+        box = slot.container(border=True)
+        box.caption(f"Evaluating {len(names)} models at layer {md_literal(settings.layer)}…")
+        overall = box.progress(0.0, text=f"model 1 of {len(names)}")
+        bar = box.progress(0.0, text="loading the activations…")
+        box.button("Stop", on_click=request_stop, key=f"stop_compare_{settings.layer}")
+
+        def on_update(part: PartialEvaluation) -> None:
+            i = names.index(part.model)
+            overall.progress(i / len(names), text=f"model {i + 1} of {len(names)}: {part.model}")
+            bar.progress(part.done / part.total, text=f"{part.model}: {part.label}")
+
+        try:
+            return work(on_update, lambda: bool(st.session_state.get(STOP_KEY)))
+        except EvaluationCancelled:
+            show_stopped()
+            return None
+        finally:
+            slot.empty()
+
+    return run
+
+
+def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult | None:
+    """Every model at ``settings`` for the Compare page, with per-model progress and Stop
+    (:meth:`~sde_core.services.cascade.Evaluations.compare`: cache, results store, or the
+    session's Compare stages). Errors are shown inline.
+
+    Returns:
+        The result, or None when evaluation failed (error shown) or was stopped.
+    """
+    try:
+        source = evaluations(ws)
+    except SDEError as exc:
+        st.error(f"Cannot evaluate this workspace: {md_plain(exc)}")
+        return None
+    names = [m.name for m in ws.models]
+    what = f"Evaluating {models_label(names)} at layer {md_literal(settings.layer)}…"
+    try:
+        return source.compare(
+            settings,
+            lambda work: run_with_progress(work, what),
+            _compare_progress(names, settings),
+        )
+    except SDEError as exc:
+        st.error(f"Evaluation failed: {md_plain(exc)}")
+        return None
 
 
 def apply_link(view: CompareView) -> None:
@@ -199,20 +256,7 @@ def paired(result: EvaluationResult) -> None:
     )
 
 
-def column_help(table_columns: list[str]) -> dict[str, Any]:
-    """Glossary keys of the comparison table's columns (``"OTR [output]"`` → ``otr``)."""
-    keys = {"OTR": "otr_ci", "cal. OTR": "calibrated_otr",
-            "F1": "f1", "dependence": "dependence_score", "refs valid": "references_valid",
-            "verdict": "verdict", "Acc_r (%)": "acc_r", "Acc_f (%)": "acc_f",
-            "Acc_te (%)": "acc_te", "ASR (%)": "asr", "time (s)": "seconds",
-            "why inconclusive": "inconclusive_reason",
-            "over-unlearned": "over_unlearned"}  # fmt: skip
-    return {c: keys[c.split(" [")[0]] for c in table_columns if c.split(" [")[0] in keys}
-
-
-view = cast(CompareView, begin_page("compare"))
-ws = current_workspace()
-settings_sidebar(ws, view)
+view, ws, _ = open_page("compare", CompareView)
 st.title("Compare models")
 apply_link(view)
 layers: list[str] = []
@@ -246,7 +290,7 @@ with guarded("Cannot compare the models"):
             else "This workspace has no retrained model to compare with."
         )
         pinned = ["name", *(c for c in shown.columns if c.startswith("verdict ["))]
-        table(shown, "c_table", columns=column_help(list(shown.columns)), pinned=pinned)
+        table(shown, "c_table", columns=comparison_terms(list(shown.columns)), pinned=pinned)
         draws = sorted({int(d) for r in results.values() for d in r.models["draws"]})
         st.caption(
             f"Each value: the point value over B = {'/'.join(map(str, draws))} independent "

@@ -17,34 +17,24 @@ histogram), ``control=1`` (the random-init negative control).
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from pages._common import (
-    STOP_KEY,
-    begin_page,
-    bound,
     cached_thumbnails,
-    current_settings,
     current_workspace,
     dataset_bundle,
-    evaluations,
-    fmt,
-    fmt_p,
     guarded,
-    headline_value,
     layer_label,
-    metric,
     model_layers,
-    pct,
-    plot,
+    open_page,
     publish,
-    settings_sidebar,
-    show_verdict,
-    table,
 )
+from pages._display import fmt, fmt_p, headline_value, metric, pct, plot, show_verdict, table
+from pages._run import STOP_KEY, evaluations
+from pages._settings import bound, current_settings
 from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.errors import SDEError
 from sde_core.services.cascade import (
@@ -528,9 +518,7 @@ def stopped(
     return result
 
 
-view = cast(ExploreView, begin_page("explore"))
-ws = current_workspace()
-settings_sidebar(ws, view)
+view, ws, _ = open_page("explore", ExploreView)
 st.title("Explore one model")
 names = [m.name for m in ws.models]
 apply_link(view, names)

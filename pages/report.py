@@ -13,19 +13,9 @@ from typing import Any
 
 import streamlit as st
 
-from pages._common import (
-    affordable_layers,
-    begin_page,
-    current_workspace,
-    dataset_bundle,
-    evaluate,
-    guarded,
-    publish,
-    settings_sidebar,
-    shared_cache,
-    show_verdict,
-    table,
-)
+from pages._common import dataset_bundle, guarded, open_page, publish
+from pages._display import show_verdict, table
+from pages._run import affordable_layers, evaluate, shared_cache
 from sde_core.common.hashing import stable_hash
 from sde_core.services.audit import build_manifest, report_file_stem, report_json_bytes
 from sde_core.services.cascade import EvaluationResult
@@ -272,9 +262,7 @@ def charts(result: EvaluationResult, name: str) -> None:
                                    f"{name}-chart.{image}", key="r_server_download")  # fmt: skip
 
 
-view = begin_page("report")
-ws = current_workspace()
-settings = settings_sidebar(ws, view)
+view, ws, settings = open_page("report", ReportView)
 st.title("Report")
 name = ws.name or ws.root.name
 affordable = affordable_layers(ws, settings, [settings.layer], "r")

@@ -8,23 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import cast
 
 import pandas as pd
 import streamlit as st
 
-from pages._common import (
-    begin_page,
-    current_workspace,
-    evaluations,
-    guarded,
-    model_layers,
-    plot,
-    publish,
-    run_with_progress,
-    settings_sidebar,
-    table,
-)
+from pages._common import guarded, model_layers, open_page, publish
+from pages._display import plot, table
+from pages._run import evaluations, run_with_progress
 from sde_core.common.markdown_text import md_literal
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.common.sigma import SIGMA_SYNTAX
@@ -32,7 +22,7 @@ from sde_core.services.cascade import EvalSettings, Progress
 from sde_core.services.plans import plan_points, plan_runs
 from sde_core.services.view_state import SweepsView, decode_list, restrict
 from sde_core.services.workspace_info import Workspace, checkpoint_fractions
-from sde_core.viz.figures.sweeps import plan_figure, sweep_figure
+from sde_core.viz.figures.sweeps import PLAN_METRICS, SWEEP_METRICS, plan_figure, sweep_figure
 from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
 
 PARAMS = {
@@ -170,8 +160,8 @@ def plan_results() -> None:
         if points.empty:
             st.info("This run has no evaluation points (yet): toy runs are in REPRODUCTION.md.")
             return
-        metric = st.radio("Metric", ["f1", "otr", "calibrated_otr"], horizontal=True,
-                          key="pl_metric")  # fmt: skip
+        metric = st.radio("Metric", list(PLAN_METRICS), format_func=PLAN_METRICS.__getitem__,
+                          horizontal=True, key="pl_metric")  # fmt: skip
         by_layer = False
         if str(points["param"].iloc[0]) == "sigma" and points["layer"].nunique() > 1:
             by_layer = st.radio("Against", ["σ", "layer (a denoiser: its noise level)"],
@@ -180,9 +170,7 @@ def plan_results() -> None:
         table(points, "pl_table")
 
 
-view = cast(SweepsView, begin_page("sweeps"))
-ws = current_workspace()
-settings = settings_sidebar(ws, view)
+view, ws, settings = open_page("sweeps", SweepsView)
 st.title("Sweeps")
 with st.expander("Experiment plans (the paper's protocols: `run-plan`, local or on Ray)"):
     plan_results()
@@ -208,11 +196,9 @@ with guarded("Cannot run this sweep"):
         sweep = run(ws, settings, param, values, models)
         if sweep is not None:
             markers = markers_of(ws, settings, models[0]) if param == "sigma" else None
-            left, right = st.columns(2)
-            with left:
-                plot(sweep_figure(sweep, "f1", markers=markers), "sw_f1")
-            with right:
-                plot(sweep_figure(sweep, "otr", markers=markers), "sw_otr")
+            for metric, column in zip(SWEEP_METRICS, st.columns(len(SWEEP_METRICS)), strict=True):
+                with column:
+                    plot(sweep_figure(sweep, metric, markers=markers), f"sw_{metric}")
             with st.expander("Sweep table"):
                 table(sweep, "sw_table")
 publish(SweepsView(sweep=param, values=values_param(param, settings), models=tuple(models)))

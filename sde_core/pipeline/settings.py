@@ -69,10 +69,12 @@ _PRECISION_FIELDS = ("precision", "pilot_draws", "max_draws")
 #: ``sigma`` (:mod:`sde_core.common.sigma`), ``name`` (non-empty text: the layer), ``choice``
 #: (one of ``choices``), ``bool``, ``device`` (``cpu``, ``cuda``, ``cuda:N``, ``mps``).
 SettingKind = Literal["int", "float", "sigma", "name", "choice", "bool", "device"]
-#: The dashboard's widget: ``number`` (a number input in the sidebar; ``advanced`` ones in its
-#: "More settings"), ``sigma`` (the σ rule radio and its number), ``layer`` (each page's layer
-#: picker) or ``none`` (set in ``workspace.toml`` or on the command line only).
-WidgetKind = Literal["number", "sigma", "layer", "none"]
+#: The dashboard's widget: ``number`` (a number input in the sidebar), ``choice`` (a select box
+#: of ``choices``), ``toggle`` (a checkbox of a ``bool``), ``sigma`` (the σ rule radio and its
+#: number), ``layer`` (each page's layer picker) or ``none`` (set in ``workspace.toml`` or on the
+#: command line only). A ``number``, ``choice`` or ``toggle`` with a ``group`` is shown under
+#: that heading in the sidebar's "More settings".
+WidgetKind = Literal["number", "choice", "toggle", "sigma", "layer", "none"]
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,8 @@ class Setting:
             ``exclusive``.
         choices: the values of a ``choice``.
         cli_words: for a ``bool`` given as words on the command line, word -> value.
-        step: the number input's step (its type is the setting's). advanced: shown under the
-            sidebar's "More settings".
+        step: the number input's step (its type is the setting's). group: the heading it is
+            shown under in the sidebar's "More settings" (empty: at the top of the sidebar).
     """
 
     name: str
@@ -117,7 +119,7 @@ class Setting:
     choices: tuple[str, ...] = ()
     cli_words: tuple[tuple[str, bool], ...] = ()
     step: float = 1
-    advanced: bool = False
+    group: str = ""
     label: str = ""
 
     @property
@@ -367,49 +369,64 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "pilot_draws", "n0", "Pilot draws of a precision target: their spread fixes B.",
-        15, "int", "--pilot-draws", minimum=2, maximum=100, label="pilot draws",
+        15, "int", "--pilot-draws", url_key="n0", widget="number",
+        widget_label="Pilot draws n0 (precision target only)", minimum=2, maximum=100,
+        label="pilot draws", group="Precision design",
     ),
     Setting(
         "max_draws", "B_max", "Budget in draws of a precision target: the run stops there.",
-        15, "int", "--max-draws", minimum=2, maximum=500, label="draw budget",
+        15, "int", "--max-draws", url_key="Bmax", widget="number",
+        widget_label="Draw budget B_max (precision target only)", minimum=2, maximum=500,
+        label="draw budget", group="Precision design",
     ),
     Setting(
         "bins", "bins", "Histogram bins of the Jensen–Shannon decision.",
         4, "int", "--bins", url_key="bins", widget="number",
-        widget_label="Histogram bins (JSD)", minimum=2, maximum=1000, advanced=True,
+        widget_label="Histogram bins (JSD)", minimum=2, maximum=1000, group="Decision",
     ),
     Setting(
         "panel_size", "R", "Reference subsets per side of the calibrated test.",
         9, "int", "--panel-size", url_key="R", widget="number",
-        widget_label="Reference panel size R", minimum=3, maximum=1000, advanced=True,
+        widget_label="Reference panel size R", minimum=3, maximum=1000,
+        group="Calibrated test",
     ),
     Setting(
         "null_pairs", "null pairs", "Pairs of unseen subsets in the null check.",
-        9, "int", "--null-pairs", minimum=1, maximum=10_000,
+        9, "int", "--null-pairs", url_key="nulls", widget="number",
+        widget_label="Null-check pairs", minimum=1, maximum=10_000, group="Calibrated test",
     ),
     Setting(
         "baseline_targets", "baseline subsets",
         "Controlled subsets scored by the MMD/W2 baselines (0 = off).",
-        6, "int", "--baseline-targets", minimum=0, maximum=10_000,
+        6, "int", "--baseline-targets", url_key="baselines", widget="number",
+        widget_label="Baseline subsets (MMD/W2; 0 = off)", minimum=0, maximum=10_000, step=10,
+        group="Baselines",
     ),
     Setting(
         "alpha", "α", "Significance level of the reference checks (paper's and panel).",
-        3, "float", "--alpha", minimum=0.0, maximum=1.0, exclusive=True,
+        3, "float", "--alpha", url_key="alpha", widget="number",
+        widget_label="Level α of the reference checks", minimum=0.0, maximum=1.0,
+        exclusive=True, step=0.005, group="Decision",
     ),
     Setting(
         "alpha_calibrated", "α_cal", "Level of the calibrated verdicts.",
-        9, "float", "--alpha-calibrated", minimum=0.0, maximum=1.0, exclusive=True,
-        label="α (calibrated)",
+        9, "float", "--alpha-calibrated", url_key="acal", widget="number",
+        widget_label="Level α_cal of the calibrated verdicts", minimum=0.0, maximum=1.0,
+        exclusive=True, step=0.01, label="α (calibrated)", group="Calibrated test",
     ),
     Setting(
         "estimator", "estimator", "Biased (the paper's) or unbiased HSIC estimator.",
-        2, "choice", "--estimator", choices=("biased", "unbiased"),
+        2, "choice", "--estimator", url_key="estimator", widget="choice",
+        widget_label="HSIC estimator", choices=("biased", "unbiased"),
+        group="Estimator and pooling",
     ),
     Setting(
         "pool", "pool",
         "Global-average-pool convolutional feature maps; for language models, a text's hidden "
         "state is the mean over its real tokens (true) or its last real token's (false).",
-        1, "bool", "--token-pooling", cli_words=(("mean", True), ("last", False)),
+        1, "bool", "--token-pooling", url_key="pool", widget="toggle",
+        widget_label="Pool (average a feature map; a text's mean over its tokens)",
+        cli_words=(("mean", True), ("last", False)), group="Estimator and pooling",
     ),
     Setting(
         "device", "device",

@@ -35,9 +35,9 @@ __all__ = [
     "HASH_PARAM",
     "LINK_HASH_CHARS",
     "MAX_NUMBER_CHARS",
-    "NUMBER_WIDGETS",
     "PUBLIC_URL_ENV",
     "SETTING_PARAMS",
+    "SIDEBAR_WIDGETS",
     "SIGMA_WIDGET",
     "VIEWS",
     "WORKSPACE_PARAM",
@@ -74,9 +74,12 @@ MAX_NUMBER_CHARS = 32
 MAX_TEXT_CHARS = 4096
 #: URL parameter -> the evaluation setting it carries (from the settings table).
 SETTING_PARAMS: dict[str, Setting] = {s.url_key: s for s in SETTINGS if s.url_key}
-#: The settings the dashboard's sidebar shows as number inputs (table order; ``advanced`` ones
-#: under "More settings"), each kept in session key ``s_<name>``.
-NUMBER_WIDGETS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.widget == "number")
+#: The settings the dashboard's sidebar shows as a number input, a select box or a checkbox (table
+#: order; those with a ``group`` under that heading in "More settings"), each kept in session key
+#: ``s_<name>``.
+SIDEBAR_WIDGETS: tuple[Setting, ...] = tuple(
+    s for s in SETTINGS if s.widget in ("number", "choice", "toggle")
+)
 #: The σ setting (its widget is the σ rule radio and the rule's number).
 SIGMA_WIDGET: Setting = setting("sigma")
 _ASCII_DIGITS = frozenset("0123456789")

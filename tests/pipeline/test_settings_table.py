@@ -52,7 +52,7 @@ def test_every_field_is_declared_once_with_everything_it_needs():
     sections = _sections()
     for s in SETTINGS:
         assert s.symbol and s.definition and re.fullmatch(r"--[a-z][a-z-]+", s.cli_flag), s
-        assert s.widget in ("number", "sigma", "layer", "none"), s
+        assert s.widget in ("number", "choice", "toggle", "sigma", "layer", "none"), s
         assert s.widget == "none" or s.widget_label, s
         if s.kind in ("int", "float"):
             assert s.minimum is not None, f"{s.name} declares no lower bound"

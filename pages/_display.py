@@ -1,0 +1,113 @@
+"""Display helpers of the dashboard pages: charts with the project's config, numbers as the
+tables write them, tables with glossary tooltips, and a model's verdict in its style.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+import pages  # noqa: F401  (the legacy-mode switch runs first: pages/__init__.py)
+from sde_core.common.markdown_text import md_plain
+from sde_core.viz.figures.style import PLOTLY_CONFIG
+from sde_core.viz.formatting import format_number, format_percent, style_table
+from sde_core.viz.glossary import GLOSSARY, help_text
+from sde_core.viz.verdicts.explanation import explain_verdict
+from sde_core.viz.verdicts.labels import VERDICT_ICONS
+
+
+def plot(fig: Any, key: str | None = None) -> None:
+    """Show a plotly figure with the project's chart config (camera button exports PNG)."""
+    st.plotly_chart(fig, config=PLOTLY_CONFIG, key=key)
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number for display (:func:`sde_core.viz.formatting.format_number`)."""
+    return format_number(value, digits=digits)
+
+
+def fmt_p(value: Any) -> str:
+    """A p-value for display (scientific below 10⁻³, 2 significant digits)."""
+    return format_number(value, digits=2)
+
+
+def pct(value: Any) -> str:
+    """A rate in [0, 1] as a whole percentage."""
+    return format_percent(value)
+
+
+def headline_value(row: Mapping[str, Any], key: str, show: Callable[[Any], str]) -> str:
+    """A headline number as text; ``"withheld"`` when the gate withholds it with a reason
+    (``inconclusive_reason``, method §12), ``"n/a"`` when it is missing."""
+    value = row.get(key)
+    reason = row.get("inconclusive_reason")
+    withheld = value is None or (isinstance(value, float) and value != value)
+    if withheld and isinstance(reason, str) and reason.strip():
+        return "withheld"
+    return show(value)
+
+
+def metric(column: Any, label: str, value: str, key: str, **kwargs: Any) -> None:
+    """``column.metric`` with the glossary definition of ``key`` on hover."""
+    column.metric(label, value, help=help_text(key), **kwargs)
+
+
+def table(
+    df: pd.DataFrame,
+    key: str,
+    *,
+    columns: Mapping[str, str] | None = None,
+    pinned: Sequence[str] = (),
+    **kwargs: Any,
+) -> None:
+    """A table with readable numbers and the glossary definitions on its column headers.
+
+    Args:
+        df: the table (numbers stay numbers: sorting and the CSV download keep precision).
+        key: the element key.
+        columns: displayed column name -> glossary key, for the header tooltips (columns whose
+            name is itself a glossary key need no entry).
+        pinned: columns kept in view while the table scrolls sideways (e.g. model, verdict).
+    """
+    config: dict[str, Any] = {}
+    glossary_keys = dict(columns or {})
+    for column in df.columns:
+        name = str(column)
+        entry = glossary_keys.get(name, name if name in GLOSSARY else None)
+        if entry is not None or name in pinned:
+            config[name] = st.column_config.Column(
+                help=help_text(entry, link=None) if entry is not None else None,
+                pinned=True if name in pinned else None,
+            )
+    st.dataframe(style_table(df), key=key, column_config=config, hide_index=True, **kwargs)
+
+
+def show_verdict(
+    row: Mapping[str, Any],
+    targets: int,
+    retrain: Mapping[str, Any] | None,
+    *,
+    name: bool = True,
+    compare: bool = True,
+    draws: Any = None,
+    provisional: str = "",
+) -> None:
+    """A model's verdict: its short sentence in the verdict's style (a warning for conflicting
+    evidence, marked provisional while the evaluation runs), the evidence it rests on and what
+    it cannot certify behind an expander."""
+    explained = explain_verdict(
+        row, targets, retrain, compare=compare, draws=draws, provisional=provisional
+    )
+    who = f"{md_plain(row['name'])} ({row.get('role', '')}) — " if name else ""
+    text = f"**{who}{explained.headline}.** {explained.short}"
+    if provisional:
+        text += " The verdict may change when the run completes."
+    show = {"error": st.error, "warning": st.warning, "success": st.success}.get(
+        explained.style, st.info
+    )
+    show(text, icon=VERDICT_ICONS.get(explained.label, ":material/info:"))
+    with st.expander("Evidence and limits"):
+        st.markdown(explained.body)
