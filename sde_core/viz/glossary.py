@@ -17,6 +17,28 @@ from dataclasses import dataclass
 import pandas as pd
 
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.metric_table import (
+    ACC_F,
+    ACC_GAP,
+    ACC_R,
+    ACC_TE,
+    ASR,
+    CALIBRATED_F1,
+    CALIBRATED_OTR,
+    DEPENDENCE_SCORE,
+    F1,
+    LOSS_GAP,
+    MMD_F1,
+    NULL_CALIBRATED_FPR,
+    NULL_OUT_OF_TRAINING_FPR,
+    NULL_OVER_UNLEARNED_FPR,
+    OTR,
+    OVER_UNLEARNED_RATE,
+    OVER_UNLEARNING_P,
+    PANEL_P,
+    REFERENCE_P,
+    W2_F1,
+)
 from sde_core.pipeline.settings import SETTINGS
 
 __all__ = [
@@ -81,8 +103,8 @@ GLOSSARY: dict[str, Term] = {
     "h_median": Term("median H", "The median of a subset's K split-half HSIC values.", 2),
     "dim": Term("d", "Dimension of the layer's activations (after pooling feature maps).", 1),
     # ------------------------------------------------------------------ paper's evidence
-    "reference_p": Term(
-        "reference p",
+    REFERENCE_P.key: Term(
+        REFERENCE_P.label,
         "The paper's check of the references: one-sided Mann–Whitney U p-value that H on "
         "training data (S_IT) exceeds H on unseen data (S_OOT), over the splits of one subset "
         "each; below α = 0.01 the references are valid.",
@@ -112,8 +134,8 @@ GLOSSARY: dict[str, Term] = {
         "S_IT's than to S_OOT's, else out-of-training (ties count as in-training).",
         4,
     ),
-    "otr": Term(
-        "OTR",
+    OTR.key: Term(
+        OTR.label,
         "Out-of-training rate: the share of forget-set subsets the paper's rule finds "
         "unseen-like; higher means more forgetting.",
         5,
@@ -139,8 +161,8 @@ GLOSSARY: dict[str, Term] = {
         "over_unlearning_p). A change in how the model answers, not proof it forgot.",
         9,
     ),
-    "over_unlearned_rate": Term(
-        "over-unlearned share",
+    OVER_UNLEARNED_RATE.key: Term(
+        OVER_UNLEARNED_RATE.label,
         "Share of forget-set subsets judged over-unlearned (flatter outputs than unseen data); "
         "never counted as forgotten.",
         9,
@@ -152,14 +174,14 @@ GLOSSARY: dict[str, Term] = {
         "95% intervals): the verdict is not certified.",
         9,
     ),
-    "acc_gap": Term(
-        "accuracy gap",
+    ACC_GAP.key: Term(
+        ACC_GAP.label,
         "Accuracy on the forget set minus on unseen test data, in percentage points, with a "
         "95% interval (positive: the model still fits the forget set better).",
         9,
     ),
-    "loss_gap": Term(
-        "loss gap",
+    LOSS_GAP.key: Term(
+        LOSS_GAP.label,
         "Mean cross-entropy on the forget set minus on unseen test data (nats; negative: the "
         "model still fits the forget set better).",
         9,
@@ -174,21 +196,21 @@ GLOSSARY: dict[str, Term] = {
         "Share of held-out unseen rows the same attack calls 'member' (its false-alarm rate).",
         9,
     ),
-    "over_unlearning_p": Term(
-        "over-unlearning p",
+    OVER_UNLEARNING_P.key: Term(
+        OVER_UNLEARNING_P.label,
         "p-value of the model-level over-unlearning test (the draws combined).",
         12,
     ),
-    "f1": Term(
-        "F1",
+    F1.key: Term(
+        F1.label,
         "Controlled F1 (0–1): how well the paper's rule tells known training subsets from known "
         "unseen ones (in-training is the positive class).",
         5,
     ),
     "f1_precision": Term("F1 precision", "Precision of the controlled decisions.", 5),
     "f1_recall": Term("F1 recall", "Recall of the controlled decisions.", 5),
-    "dependence_score": Term(
-        "dependence score",
+    DEPENDENCE_SCORE.key: Term(
+        DEPENDENCE_SCORE.label,
         "Where the forget set's median H lies between unseen data (0) and training data (1).",
         5,
     ),
@@ -205,8 +227,8 @@ GLOSSARY: dict[str, Term] = {
         "Correlation between subset scores and spreads; near 1, the test mostly measures spread.",
         9,
     ),
-    "panel_p": Term(
-        "panel p",
+    PANEL_P.key: Term(
+        PANEL_P.label,
         "Subset-level check: one-sided Mann–Whitney U p-value that the R training panel "
         "subsets score above the R unseen panel subsets.",
         9,
@@ -232,15 +254,17 @@ GLOSSARY: dict[str, Term] = {
         "over-unlearned or inconclusive.",
         9,
     ),
-    "calibrated_otr": Term(
-        "calibrated OTR",
+    CALIBRATED_OTR.key: Term(
+        CALIBRATED_OTR.label,
         "Share of forget-set subsets whose calibrated verdict is out-of-training "
         "(over-unlearned subsets are not counted).",
         9,
     ),
     "calibrated_otr_lo": Term("cal. OTR lo", "Lower end of the calibrated OTR's interval.", 9),
     "calibrated_otr_hi": Term("cal. OTR hi", "Upper end of the calibrated OTR's interval.", 9),
-    "calibrated_f1": Term("calibrated F1", "Controlled F1 of the calibrated verdicts (0–1).", 9),
+    CALIBRATED_F1.key: Term(
+        CALIBRATED_F1.label, "Controlled F1 of the calibrated verdicts (0–1).", 9
+    ),
     "n_in_training": Term(
         "in-training", "Forget-set subsets the calibrated test finds training-like.", 9
     ),
@@ -262,20 +286,20 @@ GLOSSARY: dict[str, Term] = {
         "unseen data, where none exists (should be about α).",
         9,
     ),
-    "null_calibrated_fpr": Term(
-        "null FPR (calibrated)",
+    NULL_CALIBRATED_FPR.key: Term(
+        NULL_CALIBRATED_FPR.label,
         "The same false-alarm rate for the calibrated subset-level test: unseen subsets called "
         "in-training (should be at most α).",
         9,
     ),
-    "null_over_unlearned_fpr": Term(
-        "null FPR (over-unlearned)",
+    NULL_OVER_UNLEARNED_FPR.key: Term(
+        NULL_OVER_UNLEARNED_FPR.label,
         "The calibrated test's false alarms in the other direction: unseen subsets called "
         "over-unlearned (should be at most α).",
         9,
     ),
-    "null_out_of_training_fpr": Term(
-        "null FPR (training → out)",
+    NULL_OUT_OF_TRAINING_FPR.key: Term(
+        NULL_OUT_OF_TRAINING_FPR.label,
         "Share of training subsets the calibrated test calls out-of-training — the unsafe "
         "direction (should be at most α).",
         9,
@@ -294,19 +318,19 @@ GLOSSARY: dict[str, Term] = {
         12,
     ),
     # ------------------------------------------------------------------ baselines, classic
-    "mmd_f1": Term(
-        "MMD F1", "Controlled F1 of the MMD² distance baseline (0–1), over the draws, gated.", 6
+    MMD_F1.key: Term(
+        MMD_F1.label, "Controlled F1 of the MMD² distance baseline (0–1), over the draws, gated.", 6
     ),
-    "w2_f1": Term(
-        "W2 F1",
+    W2_F1.key: Term(
+        W2_F1.label,
         "Controlled F1 of the Wasserstein-2 distance baseline (0–1), over the draws, gated.",
         6,
     ),
-    "acc_r": Term("Acc_r", "Top-1 accuracy on the retained training data D_r (%).", 6),
-    "acc_f": Term("Acc_f", "Top-1 accuracy on the forget set D_f (%).", 6),
-    "acc_te": Term("Acc_te", "Top-1 accuracy on the test data D_te (%).", 6),
-    "asr": Term(
-        "MIA ASR",
+    ACC_R.key: Term(ACC_R.label, "Top-1 accuracy on the retained training data D_r (%).", 6),
+    ACC_F.key: Term(ACC_F.label, "Top-1 accuracy on the forget set D_f (%).", 6),
+    ACC_TE.key: Term(ACC_TE.label, "Top-1 accuracy on the test data D_te (%).", 6),
+    ASR.key: Term(
+        ASR.label,
         "Membership-inference attack success: share of the forget set a confidence attack "
         "calls 'member'; lower means more forgetting (compare with the retrained model).",
         6,

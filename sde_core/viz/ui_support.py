@@ -11,7 +11,7 @@ they are re-exported here for the pages that import them from this module.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,7 +19,22 @@ import pandas as pd
 
 from sde_core.common.sigma import SQRT_DIM, parse_sigma
 from sde_core.errors import InputError, SettingsError
-from sde_core.pipeline.evaluation.metric_table import METRICS
+from sde_core.pipeline.evaluation.metric_table import (
+    ACC_F,
+    ACC_GAP,
+    ACC_R,
+    ACC_TE,
+    ASR,
+    CALIBRATED_OTR,
+    DEPENDENCE_SCORE,
+    F1,
+    METRICS,
+    MMD_F1,
+    OTR,
+    OVER_UNLEARNED_RATE,
+    OVER_UNLEARNING_P,
+    W2_F1,
+)
 from sde_core.pipeline.settings import setting
 from sde_core.pipeline.workspace import Problem
 from sde_core.viz.family_texts import behaviour_missing
@@ -28,6 +43,7 @@ from sde_core.viz.verdicts.labels import estimate_text, over_unlearning_text, ve
 
 __all__ = [
     "comparison_display",
+    "comparison_terms",
     "field_label",
     "layer_comparison_table",
     "parse_int_values",
@@ -124,20 +140,28 @@ def parse_int_values(text: str, minimum: int = _SMALLEST_SUBSET) -> list[int]:
 
 
 #: Layer-independent columns of the comparison (from the ``output`` probabilities).
-_CLASSIC = (("acc_r", "Acc_r (%)"), ("acc_f", "Acc_f (%)"), ("acc_te", "Acc_te (%)"))
+_CLASSIC = tuple((m.key, f"{m.label} (%)") for m in (ACC_R, ACC_F, ACC_TE))
+#: The attack's column (its rate in %, as the accuracies).
+_ASR_COLUMN = f"{ASR.label} (%)"
 #: The behaviour check (method §9), layer-independent: D_f against unseen data.
 _BEHAVIOUR = (
-    ("acc_gap", "Acc gap D_f−D_te (pts)"),
+    (ACC_GAP.key, ACC_GAP.short_label),
     ("acc_gap_lo", "Acc gap lo"),
     ("acc_gap_hi", "Acc gap hi"),
     ("mia_forget", "MIA on D_f"),
     ("mia_unseen", "MIA on unseen"),
 )
 #: Metrics shown per layer by the comparison, each as its value and interval columns.
-_PER_LAYER_METRICS = ("otr", "calibrated_otr", "f1", "dependence_score", "over_unlearning_p")
+_PER_LAYER_METRICS = (
+    OTR.key,
+    CALIBRATED_OTR.key,
+    F1.key,
+    DEPENDENCE_SCORE.key,
+    OVER_UNLEARNING_P.key,
+)
 #: Headline numbers shown as "value [lo, hi]" by :func:`comparison_display` (rates in % as in
 #: the charts; F1 on its own scale).
-_ESTIMATES = ("otr", "calibrated_otr", "over_unlearned_rate", "f1", "mmd_f1", "w2_f1")
+_ESTIMATES = (OTR.key, CALIBRATED_OTR.key, OVER_UNLEARNED_RATE.key, F1.key, MMD_F1.key, W2_F1.key)
 
 
 def _per_layer_columns() -> list[tuple[str, str]]:
@@ -154,7 +178,7 @@ def _per_layer_columns() -> list[tuple[str, str]]:
 
 
 def layer_comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per model: Acc_r/f/te and ASR (%), then OTR (with its 95% interval), calibrated
+    """One row per model: Acc_r/f/te and MIA ASR (%), then OTR (with its 95% interval), calibrated
     OTR, F1, dependence score, reference validity and the verdict per layer, then the time in
     seconds.
 
@@ -174,7 +198,7 @@ def layer_comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.Da
     table = first[["name", "role", "method"]].copy()
     for col, label in _CLASSIC:
         table[label] = column(first, col)
-    table["ASR (%)"] = column(first, "asr").astype(float) * 100
+    table[_ASR_COLUMN] = column(first, ASR.key).astype(float) * 100
     for col, label in _BEHAVIOUR:
         table[label] = column(first, col)
     for layer, models in models_by_layer.items():
@@ -190,6 +214,24 @@ def layer_comparison_table(models_by_layer: Mapping[str, pd.DataFrame]) -> pd.Da
     return table.reset_index(drop=True)
 
 
+def comparison_terms(columns: Sequence[str]) -> dict[str, str]:
+    """The glossary keys of :func:`comparison_display`'s columns, for their header tooltips
+    (``"OTR [output]"`` → ``otr_ci``: the column shows the value with its interval)."""
+    keys = {
+        **{METRICS[key].short_label: METRICS[key].glossary_key for key in _ESTIMATES},
+        OTR.short_label: "otr_ci",
+        DEPENDENCE_SCORE.short_label: DEPENDENCE_SCORE.glossary_key,
+        **{label: key for key, label in _CLASSIC},
+        _ASR_COLUMN: ASR.glossary_key,
+        "refs valid": "references_valid",
+        "verdict": "verdict",
+        "time (s)": "seconds",
+        "why inconclusive": "inconclusive_reason",
+        "over-unlearned": "over_unlearned",
+    }
+    return {c: keys[c.split(" [")[0]] for c in columns if c.split(" [")[0] in keys}
+
+
 def comparison_display(
     models_by_layer: Mapping[str, pd.DataFrame], family: str = "classifier"
 ) -> pd.DataFrame:
@@ -198,7 +240,7 @@ def comparison_display(
     ``"62% [48%, 77%]"`` (OTR and calibrated OTR in %, as in the charts) or ``"0.62 [0.48,
     0.77]"`` (F1, dependence score; value and 95% interval over the draws, method §12),
     ``"withheld"`` when the gate withholds it (the ``why inconclusive`` column says why), then
-    the accuracies, ASR (%) and time, which stay numbers. The numeric table (for CSV export,
+    the accuracies, MIA ASR (%) and time, which stay numbers. The numeric table (for CSV export,
     rates in [0, 1]) is :func:`layer_comparison_table`. A classifier's accuracy and attack columns
     that a language model or a denoiser has no value in say so (``"n/a (language model)"``,
     :func:`~sde_core.viz.family_texts.behaviour_missing`; ``family`` from
@@ -216,15 +258,13 @@ def comparison_display(
             column = f"{name} [{layer}]"
             if column in table:
                 out[column] = table[column].to_numpy()
-    for column in ("method", "Acc_r (%)", "Acc_f (%)", "Acc_te (%)", "ASR (%)"):
+    for column in ("method", *(label for _, label in _CLASSIC), _ASR_COLUMN):
         values = table[column].to_numpy()
         missing = pd.isna(pd.to_numeric(pd.Series(values), errors="coerce")).all()
         if column != "method" and family != "classifier" and missing:
             values = np.array([behaviour_missing(family)] * len(values), dtype=object)
         out[column] = values
-    out["Acc gap D_f−D_te (pts)"] = [
-        format_estimate(v, lo, hi)
-        for v, lo, hi in table[["Acc gap D_f−D_te (pts)", "Acc gap lo", "Acc gap hi"]].to_numpy()
-    ]
+    gap = [label for _, label in _BEHAVIOUR[:3]]
+    out[gap[0]] = [format_estimate(v, lo, hi) for v, lo, hi in table[gap].to_numpy()]
     out["time (s)"] = table["time (s)"].to_numpy()
     return out

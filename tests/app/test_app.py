@@ -368,7 +368,7 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
             )
             assert table.loc[name, f"{column} [output]"] == shown
         assert table.loc[name, "Acc_f (%)"] == pytest.approx(r["acc_f"])
-        assert table.loc[name, "ASR (%)"] == pytest.approx(100 * r["asr"])
+        assert table.loc[name, "MIA ASR (%)"] == pytest.approx(100 * r["asr"])
         assert table.loc[name, "verdict [output]"] == verdict_label(r)
         assert table.loc[name, "conflicting evidence [output]"] == r["evidence_conflict"]
         assert table.loc[name, "over-unlearned [output]"].split(" ")[0] in ("yes", "no", "withheld")

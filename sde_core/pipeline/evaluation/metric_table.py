@@ -28,9 +28,30 @@ from typing import Any, Literal
 from sde_core.stats.replication import ReplicateEstimate
 
 __all__ = [
+    "ACC_F",
+    "ACC_GAP",
+    "ACC_R",
+    "ACC_TE",
+    "ASR",
     "BAR_METRICS",
+    "CALIBRATED_F1",
+    "CALIBRATED_OTR",
+    "DEPENDENCE_SCORE",
+    "F1",
     "INTERVAL_METHODS",
+    "LOSS_GAP",
     "METRICS",
+    "MMD_F1",
+    "NULL_CALIBRATED_FPR",
+    "NULL_OUT_OF_TRAINING_FPR",
+    "NULL_OVER_UNLEARNED_FPR",
+    "OTR",
+    "OVER_UNLEARNED_RATE",
+    "OVER_UNLEARNING_P",
+    "PANEL_P",
+    "REFERENCE_P",
+    "SCORE_SPREAD_CORR_WITHIN",
+    "W2_F1",
     "Estimate",
     "Gate",
     "IntervalKind",
@@ -327,6 +348,30 @@ METRICS: dict[str, Metric] = {
 
 #: The metrics the Compare page offers as a bar chart, in table order.
 BAR_METRICS: tuple[str, ...] = tuple(k for k, m in METRICS.items() if m.bar)
+
+# Named handles of the metrics that code outside this table reads one by one: ``OTR.key``,
+# ``OTR.label``, ``OTR.lo`` rather than the literal ``"otr"`` (tests/test_metric_vocabulary.py).
+OTR = METRICS["otr"]
+CALIBRATED_OTR = METRICS["calibrated_otr"]
+F1 = METRICS["f1"]
+CALIBRATED_F1 = METRICS["calibrated_f1"]
+DEPENDENCE_SCORE = METRICS["dependence_score"]
+OVER_UNLEARNED_RATE = METRICS["over_unlearned_rate"]
+MMD_F1 = METRICS["mmd_f1"]
+W2_F1 = METRICS["w2_f1"]
+NULL_CALIBRATED_FPR = METRICS["null_calibrated_fpr"]
+NULL_OVER_UNLEARNED_FPR = METRICS["null_over_unlearned_fpr"]
+NULL_OUT_OF_TRAINING_FPR = METRICS["null_out_of_training_fpr"]
+ACC_GAP = METRICS["acc_gap"]
+LOSS_GAP = METRICS["loss_gap"]
+REFERENCE_P = METRICS["reference_p"]
+PANEL_P = METRICS["panel_p"]
+SCORE_SPREAD_CORR_WITHIN = METRICS["score_spread_corr_within"]
+OVER_UNLEARNING_P = METRICS["over_unlearning_p"]
+ACC_R = METRICS["acc_r"]
+ACC_F = METRICS["acc_f"]
+ACC_TE = METRICS["acc_te"]
+ASR = METRICS["asr"]
 
 
 def metric_columns(name: str) -> tuple[str, ...]:

@@ -16,7 +16,17 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sde_core.errors import SettingsError
-from sde_core.pipeline.evaluation.metric_table import BAR_METRICS, INTERVAL_METHODS, METRICS, Metric
+from sde_core.pipeline.evaluation.metric_table import (
+    BAR_METRICS,
+    CALIBRATED_OTR,
+    DEPENDENCE_SCORE,
+    F1,
+    INTERVAL_METHODS,
+    METRICS,
+    OTR,
+    REFERENCE_P,
+    Metric,
+)
 from sde_core.viz.figures.style import (
     _TEMPLATE,
     COLORS,
@@ -69,7 +79,7 @@ def _bar_pattern(valid: bool, over_unlearned: bool, conflict: bool) -> str:
 
 
 def comparison_bars(
-    models: pd.DataFrame, metric: str = "otr", *, reference_role: str = "retrained"
+    models: pd.DataFrame, metric: str = OTR.key, *, reference_role: str = "retrained"
 ) -> go.Figure:
     """One bar per model for ``metric``, with interval error bars and a reference line.
 
@@ -190,9 +200,7 @@ def comparison_bars(
 BAR_CHOICES: dict[str, str] = {key: METRICS[key].label for key in BAR_METRICS}
 
 #: The rows of :func:`draw_strip`, in order (:data:`METRICS` entries).
-DRAW_STRIP_METRICS: tuple[Metric, ...] = tuple(
-    METRICS[k] for k in ("otr", "calibrated_otr", "f1", "dependence_score", "reference_p")
-)
+DRAW_STRIP_METRICS: tuple[Metric, ...] = (OTR, CALIBRATED_OTR, F1, DEPENDENCE_SCORE, REFERENCE_P)
 
 
 def _interval(row: pd.Series, metric: Metric) -> tuple[float, float]:

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.metric_table import PANEL_P
 from sde_core.stats.jsd import histogram_edges
 from sde_core.viz.figures.style import (
     _H_AXIS,
@@ -263,7 +264,7 @@ def panel_figure(result: Any, model: str) -> go.Figure:
     fig.update_xaxes(**AXIS_NUMBERS)
     return _layout(
         fig,
-        f"{model}: calibrated evidence (panels {validity}, p = {row['panel_p']:.2g})",
+        f"{model}: calibrated evidence (panels {validity}, p = {row[PANEL_P.key]:.2g})",
         "subset score s(S) = mean split-half HSIC (unitless)",
         "",
     )

@@ -17,12 +17,17 @@ import plotly.graph_objects as go
 
 from sde_core.common.sigma import MEDIAN, SQRT_DIM
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.metric_table import CALIBRATED_OTR, F1, OTR
 from sde_core.viz.figures.comparison import _validity, _withheld
 from sde_core.viz.figures.style import MODEL_COLORS, _layout, _metric
 from sde_core.viz.formatting import AXIS_NUMBERS
 
-__all__ = ["sweep_figure"]
+__all__ = ["PLAN_METRICS", "SWEEP_METRICS", "sweep_figure"]
 
+#: The metrics of a sweep's charts, side by side (key -> label).
+SWEEP_METRICS: dict[str, str] = {m.key: m.label for m in (F1, OTR)}
+#: The metrics a plan's chart offers (key -> label).
+PLAN_METRICS: dict[str, str] = {m.key: m.label for m in (F1, OTR, CALIBRATED_OTR)}
 _RULE_LABELS = {SQRT_DIM: "√d", MEDIAN: "median"}
 _SWEEP_AXES = {
     "sigma": "kernel bandwidth σ (activation units)",
@@ -33,7 +38,7 @@ _SWEEP_AXES = {
 
 
 def sweep_figure(
-    sweep: pd.DataFrame, metric: str = "otr", *, markers: Mapping[str, float] | None = None
+    sweep: pd.DataFrame, metric: str = OTR.key, *, markers: Mapping[str, float] | None = None
 ) -> go.Figure:
     """A metric against the swept parameter, one line per model.
 
@@ -165,7 +170,7 @@ def sweep_figure(
     return _layout(fig, f"{spec.label} vs {_SWEEP_AXES[param]}", _SWEEP_AXES[param], spec.axis)
 
 
-def plan_figure(points: pd.DataFrame, metric: str = "f1", *, by_layer: bool = False) -> go.Figure:
+def plan_figure(points: pd.DataFrame, metric: str = F1.key, *, by_layer: bool = False) -> go.Figure:
     """A metric of an experiment plan's ``points`` table against its sweep axis.
 
     One line per (model, layer), the mean over seeds (and forget ratios unless they are the

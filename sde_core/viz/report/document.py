@@ -12,9 +12,7 @@ from typing import Any
 
 from sde_core.common.bounded_json import loads_bounded
 from sde_core.errors import SettingsError
-from sde_core.viz.formatting import (
-    records,
-)
+from sde_core.viz.formatting import records
 from sde_core.viz.verdicts.explanation import explain_verdict, retrain_row
 from sde_core.viz.verdicts.summary import summarize_verdict
 

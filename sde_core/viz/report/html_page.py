@@ -18,13 +18,29 @@ import plotly.graph_objects as go
 
 from sde_core import __version__
 from sde_core.pipeline.criterion import Criterion
+from sde_core.pipeline.evaluation.metric_table import (
+    ACC_F,
+    ACC_GAP,
+    ACC_R,
+    ACC_TE,
+    ASR,
+    CALIBRATED_F1,
+    CALIBRATED_OTR,
+    DEPENDENCE_SCORE,
+    F1,
+    MMD_F1,
+    NULL_CALIBRATED_FPR,
+    NULL_OUT_OF_TRAINING_FPR,
+    OTR,
+    PANEL_P,
+    REFERENCE_P,
+    W2_F1,
+)
 from sde_core.viz.answer import ANSWER_COLOURS, answer_counts, make_scope, workspace_answer
 from sde_core.viz.figures.comparison import comparison_bars
 from sde_core.viz.figures.distributions import hsic_histogram
 from sde_core.viz.figures.style import PLOTLY_CONFIG
-from sde_core.viz.formatting import (
-    records,
-)
+from sde_core.viz.formatting import records
 from sde_core.viz.glossary import glossary_table
 from sde_core.viz.report.caveats import measured_caveats
 from sde_core.viz.report.document import (
@@ -69,11 +85,11 @@ REPORT_SECTIONS = (
 def report_figures(result: Any) -> dict[str, go.Figure]:
     """The default charts of a report: OTR, calibrated OTR and (when computed) MIA ASR per model,
     and the histograms of the first original, retrained and random model (paper Fig. 2)."""
-    figs = {"OTR per model": comparison_bars(result.models, "otr")}
-    if "calibrated_otr" in result.models:
-        figs["Calibrated OTR per model"] = comparison_bars(result.models, "calibrated_otr")
-    if "asr" in result.models and np.isfinite(result.models["asr"].astype(float)).any():
-        figs["MIA attack success rate per model"] = comparison_bars(result.models, "asr")
+    figs = {"OTR per model": comparison_bars(result.models, OTR.key)}
+    if CALIBRATED_OTR.key in result.models:
+        figs["Calibrated OTR per model"] = comparison_bars(result.models, CALIBRATED_OTR.key)
+    if ASR.key in result.models and np.isfinite(result.models[ASR.key].astype(float)).any():
+        figs["MIA attack success rate per model"] = comparison_bars(result.models, ASR.key)
     for role in ("original", "retrained", "random"):
         found = result.models[result.models["role"] == role]
         if not found.empty:
@@ -153,12 +169,12 @@ h1 { margin: 0 0 0.2em 0; }
 
 #: Glossary entries the report's tables and sentences use.
 _REPORT_TERMS = (
-    "h", "sigma", "layer", "reference_p", "references_valid", "decision", "otr", "otr_ci",
-    "f1", "dependence_score", "score", "spread", "score_spread_corr", "panel_p", "p_in",
-    "p_out", "verdict", "calibrated_otr", "calibrated_f1", "n_over_unlearned",
-    "null_split_fpr", "null_calibrated_fpr", "null_out_of_training_fpr", "panel_outliers",
-    "inconclusive_reason", "evidence_conflict", "acc_gap", "mmd_f1", "w2_f1",
-    "acc_r", "acc_f", "acc_te", "asr", "seconds", "eval_seconds", "subset_size", "targets",
+    "h", "sigma", "layer", REFERENCE_P.key, "references_valid", "decision", OTR.key, "otr_ci",
+    F1.key, DEPENDENCE_SCORE.key, "score", "spread", "score_spread_corr", PANEL_P.key, "p_in",
+    "p_out", "verdict", CALIBRATED_OTR.key, CALIBRATED_F1.key, "n_over_unlearned",
+    "null_split_fpr", NULL_CALIBRATED_FPR.key, NULL_OUT_OF_TRAINING_FPR.key, "panel_outliers",
+    "inconclusive_reason", "evidence_conflict", ACC_GAP.key, MMD_F1.key, W2_F1.key,
+    ACC_R.key, ACC_F.key, ACC_TE.key, ASR.key, "seconds", "eval_seconds", "subset_size", "targets",
     "splits", "panel_size", "seed", "alpha", "alpha_calibrated",
 )  # fmt: skip
 

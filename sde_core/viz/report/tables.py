@@ -13,7 +13,25 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sde_core.pipeline.evaluation.metric_table import METRICS
+from sde_core.pipeline.evaluation.metric_table import (
+    ACC_F,
+    ACC_R,
+    ACC_TE,
+    ASR,
+    CALIBRATED_F1,
+    CALIBRATED_OTR,
+    DEPENDENCE_SCORE,
+    F1,
+    METRICS,
+    MMD_F1,
+    NULL_CALIBRATED_FPR,
+    NULL_OUT_OF_TRAINING_FPR,
+    OTR,
+    OVER_UNLEARNED_RATE,
+    PANEL_P,
+    REFERENCE_P,
+    W2_F1,
+)
 from sde_core.viz.formatting import (
     format_count,
     format_interval,
@@ -39,8 +57,8 @@ __all__ = [
 ]
 
 #: The metrics the comparison table shows as "value [lo, hi]": SDE's, then the baselines'.
-_HEADLINE_ESTIMATES = ("f1", "calibrated_f1", "dependence_score")
-_BASELINE_ESTIMATES = ("mmd_f1", "w2_f1")
+_HEADLINE_ESTIMATES = (F1.key, CALIBRATED_F1.key, DEPENDENCE_SCORE.key)
+_BASELINE_ESTIMATES = (MMD_F1.key, W2_F1.key)
 #: The comparison table's columns, printed as two tables (one would squeeze 25 columns into a page).
 COMPARISON_GROUPS: dict[str, tuple[str, ...]] = {
     "Headline numbers": (
@@ -93,7 +111,7 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
     """
     out = []
     for r in records(models):
-        cal = _float(_get(r, "calibrated_otr"))
+        cal = _float(_get(r, CALIBRATED_OTR.key))
         panel_invalid = _get(r, "panel_valid") is not None and not bool(r["panel_valid"])
         out.append(
             {
@@ -103,21 +121,21 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
                 "layer": _get(r, "layer"),
                 "σ": format_number(_get(r, "sigma")),
                 "draws": format_count(_get(r, "draws")),
-                "reference p": format_number(_get(r, "reference_p"), digits=2),
-                f"{METRICS['otr'].label} (95% CI)": _rate_with_interval(r, "otr"),
-                f"{METRICS['calibrated_otr'].label} (95% CI)": "n/a (panels invalid)"
+                REFERENCE_P.label: format_number(_get(r, REFERENCE_P.key), digits=2),
+                f"{OTR.label} (95% CI)": _rate_with_interval(r, OTR.key),
+                f"{CALIBRATED_OTR.label} (95% CI)": "n/a (panels invalid)"
                 if panel_invalid and math.isnan(cal)
-                else _rate_with_interval(r, "calibrated_otr"),
+                else _rate_with_interval(r, CALIBRATED_OTR.key),
                 **{METRICS[k].label: estimate_text(r, k) for k in _HEADLINE_ESTIMATES},
                 "over-unlearned": over_unlearning_text(r),
-                "Acc_r (%)": format_number(_get(r, "acc_r")),
-                "Acc_f (%)": format_number(_get(r, "acc_f")),
-                "Acc_te (%)": format_number(_get(r, "acc_te")),
-                METRICS["asr"].label: format_percent(_get(r, "asr")),
+                f"{ACC_R.label} (%)": format_number(_get(r, ACC_R.key)),
+                f"{ACC_F.label} (%)": format_number(_get(r, ACC_F.key)),
+                f"{ACC_TE.label} (%)": format_number(_get(r, ACC_TE.key)),
+                ASR.label: format_percent(_get(r, ASR.key)),
                 **{METRICS[k].label: estimate_text(r, k) for k in _BASELINE_ESTIMATES},
                 "null FPR, split U-test": format_percent(_get(r, "null_split_fpr")),
-                "null FPR, calibrated": format_percent(_get(r, "null_calibrated_fpr")),
-                "null FPR, training → out": format_percent(_get(r, "null_out_of_training_fpr")),
+                "null FPR, calibrated": format_percent(_get(r, NULL_CALIBRATED_FPR.key)),
+                "null FPR, training → out": format_percent(_get(r, NULL_OUT_OF_TRAINING_FPR.key)),
                 "score–spread r": format_number(_get(r, "score_spread_corr"), digits=2),
                 "method time (s)": format_number(_get(r, "seconds")),
                 "why withheld": _get(r, "inconclusive_reason") or "",
@@ -145,9 +163,9 @@ def near_ties_table(result: Any) -> pd.DataFrame:
                 "controls": f"{t.controls} of {t.controls_total}",
                 "gates": "; ".join(t.gates) or "none",
                 "top-1 (D_r, D_f, D_te)": ", ".join(
-                    classic(k) for k in ("acc_r", "acc_f", "acc_te")
+                    classic(k) for k in (ACC_R.key, ACC_F.key, ACC_TE.key)
                 ),
-                "attack": classic("asr"),
+                "attack": classic(ASR.key),
                 "H tolerance (relative)": format_number(t.h_rtol, digits=2),
             }
         )
@@ -166,10 +184,10 @@ def null_calibration_text(result: Any) -> str:
     """A paragraph on the null-calibration diagnostic (method §9) across the result's models."""
     s = result.settings
     models = result.models
-    if "null_split_fpr" not in models or "null_calibrated_fpr" not in models:
+    if "null_split_fpr" not in models or NULL_CALIBRATED_FPR.key not in models:
         return "This evaluation has no null-calibration diagnostic."
     split = models["null_split_fpr"].astype(float)
-    cal = models["null_calibrated_fpr"].astype(float)
+    cal = models[NULL_CALIBRATED_FPR.key].astype(float)
 
     def span(x: pd.Series) -> str:
         x = x[np.isfinite(x)]
@@ -230,16 +248,16 @@ def draws_table(result: Any) -> pd.DataFrame:
                 "draw": int(d["draw"]) + 1,
                 "targets": int(d["targets"]),
                 "controls": int(d["controls"]),
-                "reference p": format_number(d["reference_p"], digits=2),
-                "panel p": format_number(d["panel_p"], digits=2),
-                "OTR": num("otr"),
-                "calibrated OTR": num("calibrated_otr"),
-                "over-unlearned": num("over_unlearned_rate"),
-                "F1": num("f1"),
-                "calibrated F1": num("calibrated_f1"),
-                "dependence score": num("dependence_score"),
+                REFERENCE_P.label: format_number(d[REFERENCE_P.key], digits=2),
+                PANEL_P.label: format_number(d[PANEL_P.key], digits=2),
+                OTR.label: num(OTR.key),
+                CALIBRATED_OTR.label: num(CALIBRATED_OTR.key),
+                "over-unlearned": num(OVER_UNLEARNED_RATE.key),
+                F1.label: num(F1.key),
+                CALIBRATED_F1.label: num(CALIBRATED_F1.key),
+                DEPENDENCE_SCORE.label: num(DEPENDENCE_SCORE.key),
                 "null FPR, split U-test": format_percent(d["null_split_fpr"]),
-                "null FPR, calibrated": format_percent(d["null_calibrated_fpr"]),
+                "null FPR, calibrated": format_percent(d[NULL_CALIBRATED_FPR.key]),
             }
         )
     return pd.DataFrame(rows)

@@ -15,6 +15,16 @@ import numpy as np
 import pandas as pd
 
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.metric_table import (
+    ACC_F,
+    ACC_TE,
+    CALIBRATED_OTR,
+    OTR,
+    OVER_UNLEARNED_RATE,
+    OVER_UNLEARNING_P,
+    PANEL_P,
+    REFERENCE_P,
+)
 from sde_core.viz.formatting import (
     format_interval,
     format_number,
@@ -93,8 +103,8 @@ class VerdictExplanation:
 
 
 def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
-    p_ref = _number(row, "reference_p")
-    e = _estimate(row, "otr")
+    p_ref = _number(row, REFERENCE_P.key)
+    e = _estimate(row, OTR.key)
     otr, interval = e.value, format_interval(e.lo, e.hi)
     reason = _reason(row)
     if reason is not None:
@@ -132,12 +142,12 @@ def _evidence(row: Mapping[str, Any], targets: int, label: str) -> str:
             conflict[:1].upper() + conflict[1:]
         )
     if label == "over-unlearned":
-        share = estimate_text(row, "over_unlearned_rate")
+        share = estimate_text(row, OVER_UNLEARNED_RATE.key)
         return (
             f"{test}, {k_out} of {targets} subsets of the forget set look unseen {stats}, and "
             f"the model-level over-unlearning test finds the model's outputs on them "
             f"significantly flatter (lower spread) than on data it never saw (p = "
-            f"{_p(_number(row, 'over_unlearning_p'))}; share over-unlearned {share}): "
+            f"{_p(_number(row, OVER_UNLEARNING_P.key))}; share over-unlearned {share}): "
             + over_unlearning_meaning(str(_value(row, "role")))
         )
     if label == "not forgotten":
@@ -170,7 +180,7 @@ def _split_level(row: Mapping[str, Any]) -> str:
 def _calibrated(row: Mapping[str, Any], targets: int, label: str) -> str:
     if _value(row, "panel_valid") is None:
         return ""
-    panel_p = _number(row, "panel_p")
+    panel_p = _number(row, PANEL_P.key)
     if not _flag(row, "panel_valid"):
         return (
             "The calibrated test's reference panels do not separate training from unseen data "
@@ -181,7 +191,7 @@ def _calibrated(row: Mapping[str, Any], targets: int, label: str) -> str:
     n_inc = _count(row, "n_inconclusive") or 0
     over = _count(row, "n_over_unlearned")
     over_text = "" if over is None else f", {over} over-unlearned"
-    e = _estimate(row, "calibrated_otr")
+    e = _estimate(row, CALIBRATED_OTR.key)
     cal, cal_lo, cal_hi = e.value, e.lo, e.hi
     cal_text = "withheld" if math.isnan(cal) else format_percent(cal)
     if not math.isnan(cal) and not math.isnan(cal_lo):
@@ -224,7 +234,7 @@ def _comparison(
     who = "The retrained model" if name == "retrained" else f"The retrained model {name}"
     if verdict_label(retrain) == "inconclusive":
         return f"{who} gives no reference OTR (its result is inconclusive)."
-    re = _estimate(retrain, "otr")
+    re = _estimate(retrain, OTR.key)
     re_otr, re_lo, re_hi = re.value, re.lo, re.hi
     ref = (
         f"{who} (the gold standard) has OTR {format_percent(re_otr)} "
@@ -255,7 +265,7 @@ def _paired_where(
             "differ; overlapping intervals alone do not"
         )
     both = pd.DataFrame([dict(row), dict(retrain)])
-    d = compare_models(both, draws, name, ref, "otr").paired
+    d = compare_models(both, draws, name, ref, OTR.key).paired
     if d is None:
         return "the paired difference of their OTRs is withheld"
     shown = f"paired difference {_points(d.value)} points [{_points(d.lo)}, {_points(d.hi)}]"
@@ -268,14 +278,14 @@ def _paired_where(
 
 def _behaviour_vs_retrain(row: Mapping[str, Any], retrain: Mapping[str, Any]) -> str:
     """The forget-set accuracy beside the retrained model's (method §9's behaviour check)."""
-    acc_f, re_acc_f = _number(row, "acc_f"), _number(retrain, "acc_f")
+    acc_f, re_acc_f = _number(row, ACC_F.key), _number(retrain, ACC_F.key)
     if math.isnan(acc_f) or math.isnan(re_acc_f):
         return ""
     return (
         f" On the forget set this model is right {format_number(acc_f)}% of the time, the "
         f"retrained model {format_number(re_acc_f)}% (unseen test data: "
-        f"{format_number(_number(row, 'acc_te'))}% and "
-        f"{format_number(_number(retrain, 'acc_te'))}%)."
+        f"{format_number(_number(row, ACC_TE.key))}% and "
+        f"{format_number(_number(retrain, ACC_TE.key))}%)."
     )
 
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from sde_core.pipeline.evaluation.metric_table import METRICS, Estimate
+from sde_core.pipeline.evaluation.metric_table import METRICS, OTR, OVER_UNLEARNING_P, Estimate
 from sde_core.viz.formatting import (
     format_estimate,
     format_number,
@@ -158,7 +158,7 @@ def estimate_text(row: Mapping[str, Any], key: str) -> str:
 def over_unlearning_text(row: Mapping[str, Any]) -> str:
     """The model-level over-unlearning test of a ``models`` row as ``"yes (p = 1.2e-4)"`` /
     ``"no (p = 0.31)"``, ``"withheld"`` when the gate withholds it, else ``"n/a"``."""
-    p = _number(row, "over_unlearning_p")
+    p = _number(row, OVER_UNLEARNING_P.key)
     if math.isnan(p):
         return "withheld" if _reason(row) else "n/a"
     return f"{'yes' if _flag(row, 'over_unlearned') else 'no'} (p = {_p(p)})"
@@ -176,7 +176,7 @@ def verdict_label(row: Mapping[str, Any]) -> str:
         unseen data), ``"not forgotten"`` (OTR's 95% interval below 50%), ``"consistent with
         forgetting"`` (interval above 50%) or ``"mixed"``.
     """
-    e = _estimate(row, "otr")
+    e = _estimate(row, OTR.key)
     otr, lo, hi = e.value, e.lo, e.hi
     if _reason(row, "evidence_conflict"):
         return "conflicting evidence"

@@ -8,9 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sde_core.viz.formatting import (
-    format_percent,
-)
+from sde_core.pipeline.evaluation.metric_table import NULL_CALIBRATED_FPR, NULL_OUT_OF_TRAINING_FPR
+from sde_core.viz.formatting import format_percent
 from sde_core.viz.verdicts.labels import _NAN, _count, _number, _p
 
 __all__ = ["NullCheckReading", "null_check_readings"]
@@ -82,7 +81,7 @@ def null_check_readings(
     readings = [
         _reading("paper's split-level U-test", _number(row, "null_split_fpr"), pairs, alpha),
         _reading(
-            "calibrated test", _number(row, "null_calibrated_fpr"), 2 * pairs, alpha_calibrated
+            "calibrated test", _number(row, NULL_CALIBRATED_FPR.key), 2 * pairs, alpha_calibrated
         ),
     ]
     train = _count(row, "null_train_subsets")
@@ -90,7 +89,7 @@ def null_check_readings(
         readings.append(
             _reading(
                 "calibrated test on training subsets (false out-of-training)",
-                _number(row, "null_out_of_training_fpr"),
+                _number(row, NULL_OUT_OF_TRAINING_FPR.key),
                 train,
                 alpha_calibrated,
             )

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from sde_core.pipeline.evaluation.metric_table import CALIBRATED_OTR, OTR
 from sde_core.viz.formatting import (
     format_interval,
     format_number,
@@ -63,7 +64,7 @@ class VerdictSummary:
 
 def _sentence(row: Mapping[str, Any], targets: int, label: str) -> str:
     name, role = str(_value(row, "name")), str(_value(row, "role") or "")
-    otr = _number(row, "otr")
+    otr = _number(row, OTR.key)
     k_out = 0 if math.isnan(otr) else round(otr * targets)
     k_in = targets - k_out
     if label == "inconclusive":
@@ -109,7 +110,7 @@ def _sentence(row: Mapping[str, Any], targets: int, label: str) -> str:
 
 
 def _interval(row: Mapping[str, Any]) -> str:
-    e = _estimate(row, "otr")
+    e = _estimate(row, OTR.key)
     if math.isnan(e.value):
         return "OTR withheld" if _reason(row) else "OTR not computed"
     return f"OTR {format_percent(e.value)} (95% interval {format_interval(e.lo, e.hi)})"
@@ -123,7 +124,7 @@ def _cross_check(row: Mapping[str, Any], targets: int, label: str) -> tuple[str,
         return "No calibrated cross-check in this evaluation.", False
     if not _flag(row, "panel_valid"):
         return "Calibrated cross-check: inconclusive (its reference panels do not separate).", False
-    e = _estimate(row, "calibrated_otr")
+    e = _estimate(row, CALIBRATED_OTR.key)
     cal, lo, hi = e.value, e.lo, e.hi
     if math.isnan(cal):
         return "Calibrated cross-check: withheld with the verdict.", False
