@@ -37,8 +37,8 @@ test: lint browser-setup
 test-slow: $(TEST_STAMP) browser-setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS) -m slow
 
-# Style and types: ruff (lint + format) and mypy on sde_core ([tool.mypy] in pyproject.toml;
-# its incremental cache lives in .mypy_cache).
+# Style and types: ruff (lint + format) and mypy on sde_core, pages/ and app.py ([tool.mypy]
+# in pyproject.toml; its incremental cache lives in .mypy_cache).
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

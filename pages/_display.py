@@ -39,7 +39,7 @@ def pct(value: Any) -> str:
     return format_percent(value)
 
 
-def headline_value(row: Mapping[str, Any], key: str, show: Callable[[Any], str]) -> str:
+def headline_value(row: Mapping[Any, Any] | pd.Series, key: str, show: Callable[[Any], str]) -> str:
     """A headline number as text; ``"withheld"`` when the gate withholds it with a reason
     (``inconclusive_reason``, method §12), ``"n/a"`` when it is missing."""
     value = row.get(key)
@@ -86,7 +86,7 @@ def table(
 
 
 def show_verdict(
-    row: Mapping[str, Any],
+    row: Mapping[Any, Any],
     targets: int,
     retrain: Mapping[str, Any] | None,
     *,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from pages._common import guarded, model_layers, open_page, publish
@@ -277,9 +278,16 @@ with guarded("Cannot compare the models"):
         results[layer] = result
     if results and len(results) == len(ready):
         by_layer = {layer: r.models for layer, r in results.items()}
-        retrain_first = {"key": lambda r: r != "retrained", "kind": "stable"}
-        shown = comparison_display(by_layer, model_family(ws)).sort_values("role", **retrain_first)
-        numbers = layer_comparison_table(by_layer).sort_values("role", **retrain_first)
+
+        def retrain_first(roles: pd.Series) -> pd.Series:
+            return roles != "retrained"
+
+        shown = comparison_display(by_layer, model_family(ws)).sort_values(
+            "role", key=retrain_first, kind="stable"
+        )
+        numbers = layer_comparison_table(by_layer).sort_values(
+            "role", key=retrain_first, kind="stable"
+        )
         retrained = shown.loc[shown["role"] == "retrained", "name"].tolist()
         st.caption(
             f"Reference: the retrained model {retrained[0]!r} (first row); click a column "

@@ -19,7 +19,7 @@ from pages._run import affordable_layers, evaluate, shared_cache
 from sde_core.common.hashing import stable_hash
 from sde_core.services.audit import build_manifest, report_file_stem, report_json_bytes
 from sde_core.services.cascade import EvaluationResult
-from sde_core.services.report_bundle import signed_report_zip
+from sde_core.services.report_bundle import SignedBundle, signed_report_zip
 from sde_core.services.view_state import ReportView
 from sde_core.services.workspace_info import Workspace
 from sde_core.viz.figures.export import figure_to_image
@@ -189,7 +189,7 @@ def sign(result: EvaluationResult, name: str, manifest: dict, ws: Workspace, not
         with_pdf = st.checkbox("Include the PDF (Chromium)", value=True, key="r_sign_pdf")
         if st.button("Write and sign the report files", key="r_sign", type="primary"):
             with guarded("Not signed"), st.spinner("Writing and signing the report files…"):
-                bundle = signed_report_zip(
+                bundle: SignedBundle | None = signed_report_zip(
                     result, manifest, name, key_file, password=password, pdf=with_pdf,
                     notes=notes or None, context=context, criterion=ws.criterion,
                 )  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import pandas as pd
 import streamlit as st
@@ -98,7 +99,7 @@ def sweep_values(ws: Workspace, settings: EvalSettings, param: str, original: st
         return parse_sigma_values(text)
     if param == "layer":
         names = [i.name for i in model_layers(ws, original)]
-        preferred = [n for n in ("output", "logits", "penultimate") if n in names]
+        preferred: list[str] = [n for n in ("output", "logits", "penultimate") if n in names]
         # a denoiser: its output at every listed noise level (method §14)
         preferred = preferred or [n for n in names if n.startswith("denoised@")]
         st.session_state.setdefault(key, preferred)
@@ -152,7 +153,7 @@ def plan_results() -> None:
         if runs.empty:
             st.info(f"No plan runs in {path} yet: run `python -m sde_core run-plan PLAN`.")
             return
-        labels = {int(r.id): f"{r.label} — run {r.id} ({r.status}, {r.units} jobs done)"
+        labels = {int(cast(int, r.id)): f"{r.label} — run {r.id} ({r.status}, {r.units} jobs done)"
                   for r in runs.itertuples()}  # fmt: skip
         run_id = st.selectbox("Plan run", list(labels), format_func=labels.__getitem__,
                               key="pl_run")  # fmt: skip

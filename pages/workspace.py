@@ -107,9 +107,9 @@ def open_section() -> None:
     found = (app_root() / "assets").glob(f"*/{WORKSPACE_FILE}")
     demos = sorted((p.parent for p in found), key=lambda d: (d.name != "demo", d.name))
     cols = st.columns(max(1, len(demos)))
-    for col, folder in zip(cols, demos, strict=False):
-        if col.button(f"Open the bundled {folder.name}", key=f"open_{folder.name}"):
-            st.session_state[WS_KEY] = str(folder)
+    for col, demo in zip(cols, demos, strict=False):
+        if col.button(f"Open the bundled {demo.name}", key=f"open_{demo.name}"):
+            st.session_state[WS_KEY] = str(demo)
             st.rerun()
     folder = st.text_input(
         "Workspace folder",

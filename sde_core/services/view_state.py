@@ -23,7 +23,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.common.sigma import SIGMA_SYNTAX, parse_sigma
@@ -356,7 +356,11 @@ def _encode_field(codec: str, value: Any) -> str:
     return encode_list(value) if codec == "list" else str(value)
 
 
-def restrict(view: PageView, choices: Mapping[str, Collection[str]]) -> tuple[PageView, list[str]]:
+#: A page's view type (:func:`restrict` keeps it).
+_View = TypeVar("_View", bound=PageView)
+
+
+def restrict(view: _View, choices: Mapping[str, Collection[str]]) -> tuple[_View, list[str]]:
     """``view`` with the page fields named in ``choices`` limited to the names this workspace
     has (a text field outside them becomes None, a list keeps its known entries), and one
     problem per name left out."""

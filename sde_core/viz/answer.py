@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -53,8 +53,10 @@ ANSWER_LABELS = (
     "undecided",
     "forgotten",
 )
-#: Each answer's colour (a name Streamlit's badges and the report's CSS both know).
-ANSWER_COLOURS = {
+#: A colour name Streamlit's badges and the report's CSS both know.
+Colour = Literal["green", "red", "orange", "gray"]
+#: Each answer's colour.
+ANSWER_COLOURS: dict[str, Colour] = {
     "forgotten": "green",
     "not forgotten": "red",
     "over-unlearned": "red",
@@ -140,7 +142,7 @@ class AnswerLine:
     name: str
     method: str
     label: str
-    colour: str
+    colour: Colour
     sentence: str
     interval: str
     vs_retrained: str
