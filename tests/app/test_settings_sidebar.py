@@ -103,4 +103,6 @@ def test_an_invalid_combination_is_an_inline_error(ws):
     # R = 3 gives a smallest calibrated p of 1/4, above α_cal = 0.05: no verdict is possible
     at.number_input(key="w_s_panel_size").set_value(3).run()
     assert not at.exception
-    assert any("panel_size=3" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("smallest calibrated p-value is 1/4" in e.value for e in at.error), [
+        e.value for e in at.error
+    ]

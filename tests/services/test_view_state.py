@@ -106,6 +106,7 @@ def test_a_new_number_setting_needs_only_its_table_entry(monkeypatch):
     """What issue 23's ``precision`` (a float with a URL key) gets from its entry alone: here
     α, given a URL key for the test."""
     entry = dataclasses.replace(setting("alpha"), url_key="a")
+    monkeypatch.delitem(SETTING_PARAMS, "alpha")  # its own key, as if it had none
     monkeypatch.setitem(SETTING_PARAMS, "a", entry)
     view, problems = decode("explore", {"a": "0.02", "n": "50"})
     assert not problems and view.settings == {"alpha": 0.02, "subset_size": 50}
@@ -174,6 +175,10 @@ def setting_values(draw: st.DrawFn) -> dict[str, object]:
                 # a value at link_off is left out of links by design (tested apart)
                 .filter(lambda v, off=entry.link_off: v != off)
             )
+        elif entry.kind == "choice":
+            out[entry.name] = draw(st.sampled_from(entry.choices))
+        elif entry.kind == "bool":
+            out[entry.name] = draw(st.booleans())
         else:
             assert entry.kind == "name", entry
             out[entry.name] = draw(NAMES)
