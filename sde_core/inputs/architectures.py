@@ -35,7 +35,7 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
 from sde_core.errors import CheckpointError, SDEError
-from sde_core.families.registry import family_of
+from sde_core.families.registry import FAMILIES, family_of
 from sde_core.inputs.cifar_resnets import CIFAR_RESNET_DEPTHS, CifarResNetS, Normalize
 from sde_core.inputs.denoisers import DENOISED, EDMDenoiser, parse_noise_layer
 from sde_core.inputs.external_archs import (
@@ -597,6 +597,19 @@ for _spec in (
     ),
 ):
     register_architecture(_spec)
+
+for _family in FAMILIES:  # the architectures a model family brings (e.g. the signal regressor's)
+    for _entry in _family.architectures:
+        register_architecture(
+            ArchSpec(
+                name=_entry.name,
+                builder=_entry.builder,
+                default_kwargs=_entry.default_kwargs,
+                input_shape=_entry.input_shape,
+                layer_presets=_entry.layer_presets,
+                description=_entry.description,
+            )
+        )
 
 
 def _torchvision_names() -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from sde_core.errors import ActivationError, CheckpointError, DataError
+from sde_core.families.registry import family_of_entry
 from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
 from sde_core.pipeline.workspace import resolve_arch
 
@@ -337,17 +338,15 @@ def load_model_inputs(
     """Load (or read from the activation cache) one model's activations and probabilities.
 
     ``output`` probabilities (for Acc_r, Acc_f, Acc_te and ASR) come along when the model has
-    them: for a checkpoint unless the layer is a denoiser's (``@σ_t``, method §14: a denoiser
-    has no class probabilities), when its file holds an ``output`` layer for a precomputed
-    model. A trusted code checkpoint runs in a child process, each step within ``time_limit``
-    seconds (None: the default of :mod:`sde_core.inputs.isolation`).
+    them: for a checkpoint when its family has class outputs (a denoiser, method §14, a
+    language model or a regressor has none), when its file holds an ``output`` layer for a
+    precomputed model. A trusted code checkpoint runs in a child process, each step within
+    ``time_limit`` seconds (None: the default of :mod:`sde_core.inputs.isolation`).
     """
-    from sde_core.inputs.denoisers import parse_noise_layer
-
     layers = [settings.layer]
     available = entry_layers(ws, entry)
-    denoiser_layer = parse_noise_layer(settings.layer)[1] is not None  # no class probabilities
-    if (available is None and not denoiser_layer) or (available and "output" in available):
+    classes = family_of_entry(entry.arch, settings.layer).has_class_outputs
+    if (available is None and classes) or (available and "output" in available):
         layers = list(dict.fromkeys([settings.layer, "output"]))
     acts: dict[str, Mapping[str, np.ndarray]] = {}
     for sp in ("train", "test"):

@@ -95,5 +95,5 @@ def weak_layer_advice(ws: Workspace, model: str, layer: str) -> str:
     """What to try when the paper's reference test does not separate at ``layer`` of
     ``model``: its family's advice (the softmax ``output`` hint is a classifier's)."""
     family = family_of_entry(ws.model(model).arch, layer)
-    at_strongest = layer == family.advice["strongest_layer"]
+    at_strongest = layer == family.default_layer
     return family.advice["weak_output" if at_strongest else "weak_layer"]
