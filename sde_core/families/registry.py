@@ -12,6 +12,7 @@ from sde_core.families.base import Family
 from sde_core.families.causal_lm import CAUSAL_LM
 from sde_core.families.classifier import CLASSIFIER
 from sde_core.families.denoiser import DENOISER
+from sde_core.families.signal_regressor import SIGNAL_REGRESSOR
 
 __all__ = [
     "FAMILIES",
@@ -27,6 +28,7 @@ __all__ = [
 FAMILIES: tuple[Family, ...] = (
     DENOISER,
     CAUSAL_LM,
+    SIGNAL_REGRESSOR,
     CLASSIFIER,
 )
 
