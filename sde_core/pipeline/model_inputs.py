@@ -113,15 +113,15 @@ def load_entry_model(
     """Build a workspace model: its checkpoint (or ``path``, e.g. its ``init_checkpoint``)
     loaded with the entry's architecture, ``arch_kwargs`` and ``trusted`` flag. A trusted code
     checkpoint is loaded in a child process (within ``time_limit`` seconds) and only its
-    weights come back (:func:`~sde_core.inputs.activations.trusted_weights`).
+    weights come back (:func:`~sde_core.inputs.trusted_probing.trusted_weights`).
 
     Raises:
         WorkspaceError: the file leaves the allowed folders or is missing.
         CheckpointError: the file cannot be loaded or does not fit the architecture.
     """
-    from sde_core.inputs.activations import trusted_weights
     from sde_core.inputs.checkpoint_files import inspect_checkpoint
     from sde_core.inputs.models import load_checkpoint
+    from sde_core.inputs.trusted_probing import trusted_weights
 
     if entry.precomputed:
         raise CheckpointError(
@@ -191,12 +191,13 @@ def entry_layer_infos(
     ws: Any, entry: Any, input_shape: Sequence[int], time_limit: float | None = None
 ) -> list[Any]:
     """The layers a workspace model offers, as
-    :class:`~sde_core.inputs.activations.LayerInfo`: the layers of its activations file, or
+    :class:`~sde_core.inputs.layers.LayerInfo`: the layers of its activations file, or
     those of its checkpoint for inputs of ``input_shape`` (a trusted code checkpoint runs in a
     child process, within ``time_limit`` seconds). A denoiser's layers are listed at each of the
     :data:`~sde_core.pipeline.settings.NOISE_LEVELS` (method §14).
     """
-    from sde_core.inputs.activations import LayerInfo, checkpoint_layers
+    from sde_core.inputs.activations import checkpoint_layers
+    from sde_core.inputs.layers import LayerInfo
 
     if not entry.activations:
         file = ws.path(
@@ -264,7 +265,7 @@ def entry_activations(
 
     Reads the model's own activations file when it has one; otherwise
     :func:`~sde_core.inputs.activations.get_activations` computes only the layers missing from
-    ``cache`` (an :class:`~sde_core.inputs.activations.ActivationCache` or None), with the
+    ``cache`` (an :class:`~sde_core.inputs.activation_cache.ActivationCache` or None), with the
     entry's ``arch_kwargs``, and runs a trusted code checkpoint in a child process under
     ``time_limit`` seconds.
 

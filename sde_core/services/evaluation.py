@@ -28,7 +28,7 @@ import numpy as np
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import SettingsError
 from sde_core.families.registry import family_of_entry
-from sde_core.inputs.activations import ActivationCache
+from sde_core.inputs.activation_cache import ActivationCache
 from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name, parse_noise_layer, probe_noise
 from sde_core.inputs.indices import load_index_file

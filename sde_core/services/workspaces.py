@@ -512,10 +512,10 @@ def _describe(
     ``sample``: rows of D_r, their labels and the workspace folder, to check the model's
     accuracy on (:func:`~sde_core.services.preprocessing.check_accuracy`)."""
 
-    from sde_core.inputs.activations import probe_trusted_checkpoint
     from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
     from sde_core.inputs.external_archs import is_file_arch
     from sde_core.inputs.models import load_checkpoint_details
+    from sde_core.inputs.trusted_probing import probe_trusted_checkpoint
 
     check_model_name(spec.name)
     role = spec.role or guess_role(spec.name)

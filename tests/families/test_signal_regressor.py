@@ -21,8 +21,9 @@ from sde_core.cli import main
 from sde_core.errors import ActivationError
 from sde_core.families.registry import family_of, family_of_entry
 from sde_core.families.signal_regressor import SIGNAL_REGRESSOR
-from sde_core.inputs.activations import extract_activations, list_layers, resolve_layer
 from sde_core.inputs.architectures import build_model
+from sde_core.inputs.extraction import extract_activations
+from sde_core.inputs.layers import list_layers, resolve_layer
 from sde_core.learning.training import save_weights
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.run import evaluate_arrays
