@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from sde_core.errors import DataError
-from sde_core.inputs.data import DatasetSpec, load_dataset, read_idx
+from sde_core.inputs.data import DatasetSpec, load_dataset
+from sde_core.inputs.dataset_readers import read_idx
 from sde_core.inputs.indices import load_index_file, save_index_file
 from sde_core.inputs.precomputed import load_precomputed
 
@@ -329,7 +330,7 @@ def test_mnist1d_size_is_bounded_before_generating(tmp_path: Path, monkeypatch):
     def never(*_args, **_kwargs):
         raise AssertionError("generated although the size is out of bounds")
 
-    monkeypatch.setattr("sde_core.inputs.data._generate_mnist1d", never)
+    monkeypatch.setattr("sde_core.inputs.dataset_readers._generate_mnist1d", never)
     spec = DatasetSpec.__new__(DatasetSpec)  # bypass __post_init__: the loader checks again
     object.__setattr__(spec, "kind", "mnist1d")
     for key, value in (("root", tmp_path / "m.npz"), ("train_indices", None),
