@@ -14,7 +14,8 @@ from safetensors.torch import save_file
 from torch.utils.data import Subset, TensorDataset
 
 from sde_core.errors import ActivationError, TrainingError
-from sde_core.inputs.architectures import build_model, infer_architecture_from_shapes
+from sde_core.inputs.arch_inference import infer_architecture_from_shapes
+from sde_core.inputs.architectures import build_model
 from sde_core.inputs.denoisers import (
     EDMDenoiser,
     noise_layer_name,
