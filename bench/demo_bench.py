@@ -34,7 +34,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sde_core.inputs.activations import ActivationCache, get_activations
+from sde_core.inputs.activation_cache import ActivationCache
+from sde_core.inputs.activations import get_activations
 from sde_core.inputs.data import load_dataset
 from sde_core.pipeline.demo import DEMO_DATASETS, acceptance_checks, default_demo_folder
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace

@@ -23,9 +23,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sde_core.inputs.activations import ActivationCache, extract_activations, get_activations
+from sde_core.inputs.activation_cache import ActivationCache
+from sde_core.inputs.activations import get_activations
 from sde_core.inputs.architectures import build_model
 from sde_core.inputs.data import DatasetBundle, DatasetSpec, load_dataset
+from sde_core.inputs.extraction import extract_activations
 from sde_core.inputs.models import save_checkpoint
 
 FASHION_ROOT = Path("/usr/share/datasets/fashion-mnist")

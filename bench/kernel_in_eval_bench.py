@@ -158,7 +158,8 @@ class BusyCore:
 
 def sigma_change(workspace: Path, cache: Path, n_subsets: int, quick: bool) -> dict[str, Any]:
     """Nine models × ``n_subsets`` subsets of n = 400 at a new σ (the issue's 30 s target)."""
-    from sde_core.inputs.activations import ActivationCache, get_activations
+    from sde_core.inputs.activation_cache import ActivationCache
+    from sde_core.inputs.activations import get_activations
     from sde_core.inputs.data import DatasetSpec, load_dataset
     from sde_core.pipeline.workspace import load_workspace
 

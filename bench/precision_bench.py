@@ -39,7 +39,7 @@ RATES = ("otr", "calibrated_otr", "over_unlearned_rate")
 
 
 def _run(args: argparse.Namespace) -> None:
-    from sde_core.inputs.activations import ActivationCache
+    from sde_core.inputs.activation_cache import ActivationCache
     from sde_core.inputs.data import DatasetSpec, load_dataset
     from sde_core.inputs.indices import load_index_file
     from sde_core.pipeline.evaluation.plan import draw_subsets

@@ -349,12 +349,14 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
         st.caption(f"Denoised by {model} (error under each image)")
         st.image(list(strip.denoised), caption=strip.captions, width=72, clamp=True)
         return
+    right = f" ({sum(strip.correct)} of {len(strip.correct)} right)" if strip.correct else ""
     st.markdown(
         f"**Target subset {strip.target}: first {len(strip.indices)} inputs, {model}'s "
-        f"predictions** ({sum(strip.correct)} of {len(strip.correct)} right)"
+        f"predictions**{right}"
     )
     if strip.signal:  # 1-D inputs (mnist1d): the signals as curves, wrong ones dashed
-        plot(signal_grid(strip.images, strip.captions, strip.correct), "x_signals")
+        flags = strip.correct or [True] * len(strip.captions)  # no classes: nothing is wrong
+        plot(signal_grid(strip.images, strip.captions, flags), "x_signals")
     else:
         st.image(list(strip.images), caption=strip.captions, width=72, clamp=True)
 

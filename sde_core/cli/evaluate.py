@@ -64,7 +64,7 @@ def json_document(result: Any) -> dict[str, Any]:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from sde_core.inputs.activations import torch_device as check_device
+    from sde_core.inputs.extraction import torch_device as check_device
     from sde_core.pipeline.engine import make_engine
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore, workspace_store_path

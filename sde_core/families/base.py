@@ -10,12 +10,12 @@ that every such path names a function.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-__all__ = ["OBJECTIVES", "BehaviourMeasure", "Family"]
+__all__ = ["OBJECTIVES", "ArchitectureEntry", "BehaviourMeasure", "Family"]
 
 #: The training objectives a family may declare: cross-entropy on class scores, the EDM
 #: denoising loss (Karras et al. 2022), the next-token negative log-likelihood of a text, the
@@ -42,6 +42,30 @@ class BehaviourMeasure:
     pending: str = ""
 
 
+@dataclass(frozen=True)
+class ArchitectureEntry:
+    """An architecture a family brings to the registry (:data:`~sde_core.inputs.architectures.
+    ARCHITECTURES` registers it as an ``ArchSpec`` under ``name``), so a workspace model of the
+    family is built by name (``arch = "signal_mlp"``) and known as the family's without loading.
+
+    Attributes:
+        name: registry key (a workspace's ``arch``).
+        builder: returns a fresh, randomly initialised ``nn.Module`` (imports torch itself, so
+            the family stays torch-free when imported).
+        default_kwargs: the builder's keyword arguments when none are given.
+        input_shape: per-sample input shape for the default kwargs, e.g. ``(16,)``.
+        layer_presets: alias -> layer reference string (``{"hidden": "hidden"}``).
+        description: one line for the UI.
+    """
+
+    name: str
+    builder: Callable[..., Any]
+    default_kwargs: Mapping[str, Any]
+    input_shape: tuple[int, ...]
+    layer_presets: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
 class Family(Protocol):
     """What the library asks about a kind of model.
 
@@ -51,6 +75,13 @@ class Family(Protocol):
         arch: the workspace ``arch`` naming this family's whole route, whose checkpoints are
             model folders (a Hugging Face folder: ``"hf"``); None when its architectures come
             from the architecture registry.
+        architectures: the architectures it adds to the registry (none: its models come from
+            the built-in registry, a model folder or a ``file:`` class).
+        default_layer: the layer evaluated when the workspace names none of its own (the
+            family's strongest, e.g. the softmax ``output``).
+        prediction_layer: for a family without class outputs, the layer whose value captions
+            each input shown (a regressor's ``prediction``); None: the softmax ``output`` (a
+            classifier) or the family's own view.
         probes_at_noise_levels: layers are named ``<layer>@<σ_t>`` and read on noisy inputs
             (method §14); the forward pass takes the noise level.
         has_class_outputs: the model outputs class scores (softmax ``output``, accuracy, MIA).
@@ -67,7 +98,7 @@ class Family(Protocol):
             ``"noisy and denoised images"``).
         advice: key → text the user reads; ``"weak_layer"``: what to try when the reference
             test does not separate at a layer (``{layer}`` is filled in),
-            ``"weak_output"``: the same at the family's strongest layer; ``"output_size"``:
+            ``"weak_output"``: the same at its default (strongest) layer; ``"output_size"``:
             how a model's output width is named (``"hidden size {n}"``; default
             ``"{n} outputs"``).
     """
@@ -78,6 +109,12 @@ class Family(Protocol):
     def label(self) -> str: ...
     @property
     def arch(self) -> str | None: ...
+    @property
+    def architectures(self) -> tuple[ArchitectureEntry, ...]: ...
+    @property
+    def default_layer(self) -> str: ...
+    @property
+    def prediction_layer(self) -> str | None: ...
     @property
     def probes_at_noise_levels(self) -> bool: ...
     @property

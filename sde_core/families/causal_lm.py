@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sde_core.families.base import BehaviourMeasure
+from sde_core.families.base import ArchitectureEntry, BehaviourMeasure
 
 __all__ = ["CAUSAL_LM", "CausalLMFamily"]
 
@@ -26,6 +26,9 @@ class CausalLMFamily:
     label: str = "causal language model"
     #: the workspace ``arch`` of a Hugging Face model folder
     arch: str | None = "hf"
+    architectures: tuple[ArchitectureEntry, ...] = ()
+    default_layer: str = "final"
+    prediction_layer: str | None = None
     probes_at_noise_levels: bool = False
     has_class_outputs: bool = False
     output_aliases: Mapping[str, str] | None = None  # the wrapper's own sde_layer_refs
@@ -51,7 +54,6 @@ class CausalLMFamily:
             "larger subset size n or more splits K.",
             "weak_output": "Try another layer (a middle `layer.<i>`), another σ, a larger "
             "subset size n or more splits K.",
-            "strongest_layer": "final",
             "output_size": "hidden size {n}",
         }
     )

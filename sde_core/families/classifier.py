@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sde_core.families.base import BehaviourMeasure
+from sde_core.families.base import ArchitectureEntry, BehaviourMeasure
 
 __all__ = ["CLASSIFIER", "ClassifierFamily"]
 
@@ -24,6 +24,9 @@ class ClassifierFamily:
     name: str = "classifier"
     label: str = "classifier"
     arch: str | None = None
+    architectures: tuple[ArchitectureEntry, ...] = ()
+    default_layer: str = "output"
+    prediction_layer: str | None = None
     probes_at_noise_levels: bool = False
     has_class_outputs: bool = True
     output_aliases: Mapping[str, str] | None = None
@@ -58,7 +61,6 @@ class ClassifierFamily:
             "σ, a larger subset size n or more splits K.",
             "weak_output": "Try another σ, a larger subset size n or more splits K (this layer, "
             "the softmax `output`, is usually the strongest).",
-            "strongest_layer": "output",
         }
     )
 

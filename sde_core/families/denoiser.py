@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sde_core.families.base import BehaviourMeasure
+from sde_core.families.base import ArchitectureEntry, BehaviourMeasure
 
 __all__ = ["DENOISER", "DenoiserFamily"]
 
@@ -24,6 +24,9 @@ class DenoiserFamily:
     name: str = "denoiser"
     label: str = "denoiser"
     arch: str | None = None
+    architectures: tuple[ArchitectureEntry, ...] = ()
+    default_layer: str = "denoised@0.5"
+    prediction_layer: str | None = None
     probes_at_noise_levels: bool = True
     has_class_outputs: bool = False
     #: its linear layers embed the noise level: no classifier aliases, only its output image
@@ -52,7 +55,6 @@ class DenoiserFamily:
             "size n or more splits K.",
             "weak_output": "Try another noise level σ_t, another σ, a larger subset size n or "
             "more splits K.",
-            "strongest_layer": "denoised@0.5",
             "refused_method": "use retrain, ft, ga, neggrad_plus or l1_sparse (method §14)",
         }
     )

@@ -19,6 +19,7 @@ __all__ = [
     "family_by_arch",
     "family_named",
     "family_of",
+    "family_of_arch",
     "family_of_entry",
     "folder_family",
 ]
@@ -57,6 +58,16 @@ def family_by_arch(arch: str | None) -> Family | None:
     return next((f for f in FAMILIES if f.arch == arch), None)
 
 
+def family_of_arch(arch: str | None) -> Family | None:
+    """The family a workspace ``arch`` belongs to without loading the model: the one whose
+    route it names (``"hf"``) or that brought it to the registry (``"signal_mlp"``); None for
+    the built-in registry's architectures (or an empty ``arch``)."""
+    named = family_by_arch(arch)
+    if named is not None or not arch:
+        return named
+    return next((f for f in FAMILIES if any(a.name == arch for a in f.architectures)), None)
+
+
 def folder_family(arch: str | None, folder: Path) -> Family | None:
     """The family of a model given as a folder: the one its ``arch`` names, else the first
     that recognises the folder's files; None when the folder holds no model."""
@@ -65,9 +76,10 @@ def folder_family(arch: str | None, folder: Path) -> Family | None:
 
 def family_of_entry(arch: str | None, layer: str) -> Family:
     """The family of a workspace model known by its ``arch`` and an evaluated ``layer``,
-    without loading it: the family its ``arch`` names, else one probed at noise levels when the
-    layer names one (``denoised@0.5``), else the classifier."""
-    named = family_by_arch(arch)
+    without loading it: the family its ``arch`` names or belongs to (:func:`family_of_arch`),
+    else one probed at noise levels when the layer names one (``denoised@0.5``), else the
+    classifier."""
+    named = family_of_arch(arch)
     if named is not None:
         return named
     if "@" in layer:  # <layer>@<σ_t>: the naming of a family probed at noise levels (method §14)

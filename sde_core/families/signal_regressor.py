@@ -1,10 +1,14 @@
 """The 1-D signal regressor family: a model mapping a signal ``(d,)`` to one real number.
 
-The smallest family, and the template for a new one: a model declares it by its attribute
-``sde_family = "signal_regressor"`` and names its hidden layer ``hidden``. Its layers are
-``prediction`` (the model's output, ``(N, 1)``) and ``hidden`` (that module's output); it has
-no classes (no softmax ``output``, no accuracy or membership attack), trains with the mean
-squared error and no unlearning method of the registry applies to it yet.
+The smallest family, and the template for a new one: everything the library asks about it is
+declared here. It brings its architecture to the registry, ``signal_mlp`` (flatten, a hidden
+layer ``hidden``, a linear ``head`` to one number), so a workspace model is ``arch =
+"signal_mlp"`` and is known as this family's without loading it; a model built elsewhere
+declares the family by its attribute ``sde_family = "signal_regressor"``. Its layers are
+``prediction`` (the model's output, ``(N, 1)``, its default layer) and ``hidden``; it has no
+classes (no softmax ``output``, no accuracy or membership attack), trains with the mean squared
+error, no unlearning method of the registry applies to it yet, and its inputs are shown as
+curves captioned with its prediction.
 """
 
 from __future__ import annotations
@@ -12,10 +16,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from sde_core.families.base import BehaviourMeasure
+from sde_core.families.base import ArchitectureEntry, BehaviourMeasure
 
-__all__ = ["SIGNAL_REGRESSOR", "SignalRegressorFamily"]
+__all__ = ["SIGNAL_REGRESSOR", "SignalRegressorFamily", "build_signal_mlp"]
+
+#: the family's layers: alias -> layer reference (the whole model's output, the hidden layer)
+_LAYERS = {"prediction": "", "hidden": "hidden"}
+
+
+def build_signal_mlp(input_dim: int = 16, width: int = 128) -> Any:
+    """A fresh signal regressor: ``(N, input_dim)`` signals → ``(N, 1)`` predictions through one
+    hidden ReLU layer of ``width`` units (the modules ``hidden`` and ``head``)."""
+    from collections import OrderedDict
+
+    from torch import nn  # torch only once a model is built
+
+    hidden = nn.Sequential(nn.Linear(input_dim, width), nn.ReLU())
+    layers = [("flat", nn.Flatten()), ("hidden", hidden), ("head", nn.Linear(width, 1))]
+    return nn.Sequential(OrderedDict(layers))
 
 
 @dataclass(frozen=True)
@@ -25,11 +45,17 @@ class SignalRegressorFamily:
     name: str = "signal_regressor"
     label: str = "1-D signal regressor"
     arch: str | None = None
+    architectures: tuple[ArchitectureEntry, ...] = (
+        ArchitectureEntry(
+            "signal_mlp", build_signal_mlp, {"input_dim": 16, "width": 128}, (16,), _LAYERS,
+            "1-D signal regressor: a hidden layer of 128 ReLU units, one real output",
+        ),
+    )  # fmt: skip
+    default_layer: str = "prediction"
+    prediction_layer: str | None = "prediction"
     probes_at_noise_levels: bool = False
     has_class_outputs: bool = False
-    output_aliases: Mapping[str, str] | None = field(
-        default_factory=lambda: {"prediction": "", "hidden": "hidden"}
-    )
+    output_aliases: Mapping[str, str] | None = field(default_factory=lambda: dict(_LAYERS))
     objective: str = "mse"
     objective_by: str = "torch.nn.functional.mse_loss"
     methods: frozenset[str] | None = frozenset()
@@ -53,14 +79,18 @@ class SignalRegressorFamily:
             "subset size n or more splits K.",
             "weak_output": "Try the `hidden` layer, another σ, a larger subset size n or more "
             "splits K.",
-            "strongest_layer": "prediction",
             "refused_method": "no unlearning method of the registry applies to it yet",
+            "output_size": "{n} output",
         }
     )
 
     def detects(self, model: object) -> bool:
-        """Whether ``model`` declares this family (``sde_family = "signal_regressor"``)."""
-        return getattr(model, "sde_family", None) == self.name
+        """Whether ``model`` is one of this family's: built from its architecture (it carries
+        that ``sde_arch``) or declaring it (``sde_family = "signal_regressor"``)."""
+        arch = getattr(model, "sde_arch", None)
+        return any(a.name == arch for a in self.architectures) or (
+            getattr(model, "sde_family", None) == self.name
+        )
 
     def detects_folder(self, folder: Path) -> bool:
         """Never: its checkpoint is a file."""

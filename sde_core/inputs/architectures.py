@@ -1,9 +1,10 @@
-"""Model zoo and architecture registry: named builders, layer presets, shape-based inference.
+"""The architecture registry: named builders, layer presets, and building a model within a budget.
 
 Architectures are registered in :data:`ARCHITECTURES` by name (``"resnet18"``, ``"allcnn"``,
-``"mlp"``, ``"cnn1d"``, ``"fmnist_cnn"`` and the CIFAR ResNets ``"resnet20s"`` …
-``"resnet110s"`` of the unlearning code bases); any torchvision classification model is
-available as ``"torchvision:<name>"`` (always randomly initialised, never downloaded).
+``"mlp"``, ``"cnn1d"``, ``"fmnist_cnn"`` of :mod:`sde_core.inputs.builtin_nets`, the CIFAR
+ResNets ``"resnet20s"`` … ``"resnet110s"`` of the unlearning code bases, the EDM denoiser and the
+architectures a model family brings, :mod:`sde_core.families`); any torchvision classification
+model is available as ``"torchvision:<name>"`` (always randomly initialised, never downloaded).
 
 Layers are addressed by qualified module names (``model.named_modules()``) or by aliases
 (method §1): ``"logits"`` (output of the final classifier), ``"output"`` (softmax of the logits, the
@@ -15,15 +16,14 @@ means that module's output; ``"fc:input"`` its input; ``"fc:softmax"`` the softm
 Every model is first built on PyTorch's ``meta`` device (no memory) and refused when its
 parameters and buffers would need more than a memory budget (:data:`MAX_MODEL_BYTES`), so a
 checkpoint's metadata or a workspace entry cannot make the library allocate gigabytes.
-:func:`infer_architecture_from_shapes` names the registered or torchvision architecture whose
-state-dict keys and shapes a checkpoint has (``num_classes`` read from the head's shape).
+Which architecture a bare state dict is, from its keys and shapes, is
+:mod:`sde_core.inputs.arch_inference`.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,11 +32,25 @@ from typing import Any, Literal
 import torch
 import torchvision
 from torch import nn
-from torchvision.models.resnet import BasicBlock, ResNet
 
 from sde_core.errors import CheckpointError, SDEError
-from sde_core.families.registry import family_of
-from sde_core.inputs.cifar_resnets import CIFAR_RESNET_DEPTHS, CifarResNetS, Normalize
+from sde_core.families.registry import FAMILIES, family_of
+from sde_core.inputs.builtin_nets import (
+    CNN1D,
+    MLP,
+    AllCNN,
+    CifarResNet18,
+    FashionCNN,
+    Shapes,
+    _infer_allcnn,
+    _infer_cifar_resnet,
+    _infer_cnn1d,
+    _infer_edm_unet,
+    _infer_fmnist_cnn,
+    _infer_mlp,
+    _infer_resnet18,
+)
+from sde_core.inputs.cifar_resnets import CIFAR_RESNET_DEPTHS, CifarResNetS
 from sde_core.inputs.denoisers import DENOISED, EDMDenoiser, parse_noise_layer
 from sde_core.inputs.external_archs import (
     TIMM_PREFIX,
@@ -51,21 +65,15 @@ __all__ = [
     "ALIASES",
     "ARCHITECTURES",
     "MAX_MODEL_BYTES",
-    "TORCHVISION_FAMILIES",
     "ArchSpec",
     "LayerRef",
     "build_model",
     "build_model_within",
-    "candidate_kwargs",
     "get_arch",
-    "infer_architecture_from_shapes",
     "layer_presets",
-    "meta_model",
     "model_bytes",
     "model_layer_refs",
     "register_architecture",
-    "shape_report",
-    "state_shapes",
 ]
 
 #: Memory budget (bytes of parameters and buffers) of one model built by :func:`build_model`;
@@ -86,10 +94,7 @@ ALIASES: tuple[str, ...] = (
 """Layer aliases, in the order the UI lists them."""
 
 _TORCHVISION_PREFIX = "torchvision:"
-_CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
-_CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
-Shapes = Mapping[str, tuple[int, ...]]
 
 RefKind = Literal["output", "input", "softmax", "flat"]
 _KINDS = ("output", "input", "softmax", "flat")
@@ -161,298 +166,7 @@ class ArchSpec:
     )
 
 
-# ----------------------------------------------------------------------------------------------
-# Architectures
-# ----------------------------------------------------------------------------------------------
-
-
-class CifarResNet18(ResNet):
-    """ResNet-18 for 32×32 inputs: 3×3 stride-1 stem, no max-pool (torchvision key names).
-
-    Module names: ``normalize`` (optional), ``conv1``, ``bn1``, ``layer1``..``layer4``,
-    ``avgpool``, ``fc``. Input ``(N, C, 32, 32)`` -> logits ``(N, num_classes)``.
-    """
-
-    def __init__(
-        self,
-        num_classes: int = 10,
-        in_channels: int = 3,
-        normalize: bool = False,
-        mean: tuple[float, ...] = _CIFAR10_MEAN,
-        std: tuple[float, ...] = _CIFAR10_STD,
-    ) -> None:
-        super().__init__(BasicBlock, [2, 2, 2, 2], num_classes=num_classes)
-        self.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
-        nn.init.kaiming_normal_(self.conv1.weight, mode="fan_out", nonlinearity="relu")
-        self.maxpool = nn.Identity()
-        if normalize:
-            if len(mean) != in_channels or len(std) != in_channels:
-                raise CheckpointError(
-                    f"normalize mean/std need {in_channels} values (one per channel); "
-                    f"got {len(mean)} and {len(std)}"
-                )
-            self.normalize: nn.Module | None = Normalize(tuple(mean), tuple(std))
-        else:
-            self.normalize = None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``(N, num_classes)`` of an ``(N, C, H, W)`` batch."""
-        if self.normalize is not None:
-            x = self.normalize(x)
-        return super().forward(x)
-
-
-def _conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=kernel // 2, bias=False),
-        nn.BatchNorm2d(c_out),
-        nn.ReLU(inplace=True),
-    )
-
-
-class AllCNN(nn.Module):
-    """All-CNN as used in unlearning work (Golatkar et al.), with BatchNorm conv blocks.
-
-    ``features``: 96-96-192(s2)-drop-192-192-192(s2)-drop-192-192(1×1), global average pool,
-    flatten; ``classifier.0``: Linear(192·width, num_classes). Input ``(N, C, 32, 32)``.
-    """
-
-    def __init__(
-        self,
-        num_classes: int = 10,
-        in_channels: int = 3,
-        width: float = 1.0,
-        dropout: bool = False,
-    ) -> None:
-        super().__init__()
-        c1, c2 = int(96 * width), int(192 * width)
-        if c1 < 1:
-            raise CheckpointError(f"allcnn width {width} gives no filters; use width >= 0.02")
-
-        def drop() -> nn.Module:
-            return nn.Dropout(0.5) if dropout else nn.Identity()
-
-        self.features = nn.Sequential(
-            _conv_bn_relu(in_channels, c1, 3, 1),
-            _conv_bn_relu(c1, c1, 3, 1),
-            _conv_bn_relu(c1, c2, 3, 2),
-            drop(),
-            _conv_bn_relu(c2, c2, 3, 1),
-            _conv_bn_relu(c2, c2, 3, 1),
-            _conv_bn_relu(c2, c2, 3, 2),
-            drop(),
-            _conv_bn_relu(c2, c2, 3, 1),
-            _conv_bn_relu(c2, c2, 1, 1),
-            nn.AdaptiveAvgPool2d(1),
-            nn.Flatten(),
-        )
-        self.classifier = nn.Sequential(nn.Linear(c2, num_classes))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``(N, num_classes)``."""
-        return self.classifier(self.features(x))
-
-
-class MLP(nn.Module):
-    """Fully connected ReLU network: ``body`` (Linear, ReLU pairs) then ``head`` (Linear).
-
-    Input ``(N, input_dim)`` (any trailing shape is flattened) -> logits ``(N, num_classes)``.
-    """
-
-    def __init__(
-        self, input_dim: int = 40, hidden: tuple[int, ...] = (256, 256), num_classes: int = 10
-    ) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        width = input_dim
-        for h in hidden:
-            layers += [nn.Linear(width, int(h)), nn.ReLU()]
-            width = int(h)
-        self.flatten = nn.Flatten()
-        self.body = nn.Sequential(*layers)
-        self.head = nn.Linear(width, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``(N, num_classes)``."""
-        return self.head(self.body(self.flatten(x)))
-
-
-class CNN1D(nn.Module):
-    """Small 1-D CNN for mnist1d (Greydanus 2020 style): three stride-2 convs, linear head.
-
-    Input ``(N, length)`` or ``(N, 1, length)`` -> logits ``(N, num_classes)``.
-    """
-
-    def __init__(self, length: int = 40, channels: int = 32, num_classes: int = 10) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv1d(1, channels, 5, stride=2, padding=2)
-        self.conv2 = nn.Conv1d(channels, channels, 3, stride=2, padding=1)
-        self.conv3 = nn.Conv1d(channels, channels, 3, stride=2, padding=1)
-        self.act = nn.ReLU()
-        out_len = length
-        for _ in range(3):
-            out_len = (out_len - 1) // 2 + 1
-        self.flatten = nn.Flatten()
-        self.head = nn.Linear(channels * out_len, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``(N, num_classes)``."""
-        if x.dim() == 2:
-            x = x.unsqueeze(1)
-        x = self.act(self.conv1(x))
-        x = self.act(self.conv2(x))
-        x = self.act(self.conv3(x))
-        return self.head(self.flatten(x))
-
-
-class FashionCNN(nn.Module):
-    """Demo CNN (method §11): conv(32)-BN-ReLU-pool, conv(64)-BN-ReLU-pool, linear(hidden), linear.
-
-    ``head_pool`` (optional) average-pools the feature map to ``head_pool×head_pool`` before the
-    hidden layer, shrinking the head (e.g. 3 gives 64·9 inputs instead of 64·49).
-    Input ``(N, in_channels, input_size, input_size)`` -> logits ``(N, num_classes)``.
-    """
-
-    def __init__(
-        self,
-        in_channels: int = 1,
-        num_classes: int = 10,
-        channels: tuple[int, int] = (32, 64),
-        hidden: int = 128,
-        head_pool: int | None = None,
-        input_size: int = 28,
-    ) -> None:
-        super().__init__()
-        c1, c2 = (int(c) for c in channels)
-        self.features = nn.Sequential(
-            nn.Conv2d(in_channels, c1, 3, padding=1, bias=False),
-            nn.BatchNorm2d(c1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(c1, c2, 3, padding=1, bias=False),
-            nn.BatchNorm2d(c2),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-        )
-        side = input_size // 4
-        if head_pool is not None:
-            self.pool: nn.Module = nn.AdaptiveAvgPool2d(head_pool)
-            side = head_pool
-        else:
-            self.pool = nn.Identity()
-        self.flatten = nn.Flatten()
-        self.classifier = nn.Sequential(
-            nn.Linear(c2 * side * side, hidden), nn.ReLU(), nn.Linear(hidden, num_classes)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits ``(N, num_classes)``."""
-        return self.classifier(self.flatten(self.pool(self.features(x))))
-
-
-# ----------------------------------------------------------------------------------------------
-# Key-shape based kwarg inference (for checkpoints without an ``arch`` field)
-# ----------------------------------------------------------------------------------------------
-
-
-def _infer_resnet18(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any] | None:
-    if "fc.weight" not in shapes or "conv1.weight" not in shapes:
-        return None
-    return {
-        "num_classes": shapes["fc.weight"][0],
-        "in_channels": shapes["conv1.weight"][1],
-        "normalize": "normalize.mean" in shapes,
-    }
-
-
-def _infer_allcnn(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any] | None:
-    if "classifier.0.weight" not in shapes or "features.0.0.weight" not in shapes:
-        return None
-    return {
-        "num_classes": shapes["classifier.0.weight"][0],
-        "in_channels": shapes["features.0.0.weight"][1],
-        "width": shapes["features.0.0.weight"][0] / 96,
-    }
-
-
-def _infer_mlp(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any] | None:
-    if "head.weight" not in shapes:
-        return None
-    hidden = []
-    i = 0
-    while f"body.{i}.weight" in shapes:
-        hidden.append(shapes[f"body.{i}.weight"][0])
-        i += 2
-    first = shapes["body.0.weight"] if hidden else shapes["head.weight"]
-    return {"input_dim": first[1], "hidden": hidden, "num_classes": shapes["head.weight"][0]}
-
-
-def _infer_cnn1d(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any] | None:
-    if "conv1.weight" not in shapes or "head.weight" not in shapes:
-        return None
-    channels = shapes["conv1.weight"][0]
-    out_len = shapes["head.weight"][1] // max(channels, 1)
-    return {
-        "length": out_len * 8,  # three stride-2 convs; exact for lengths divisible by 8
-        "channels": channels,
-        "num_classes": shapes["head.weight"][0],
-    }
-
-
-def _infer_fmnist_cnn(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any] | None:
-    needed = (
-        "features.0.weight",
-        "features.4.weight",
-        "classifier.0.weight",
-        "classifier.2.weight",
-    )
-    if not all(k in shapes for k in needed):
-        return None
-    c2 = shapes["features.4.weight"][0]
-    side = math.isqrt(shapes["classifier.0.weight"][1] // max(c2, 1))
-    return {
-        "in_channels": shapes["features.0.weight"][1],
-        "num_classes": shapes["classifier.2.weight"][0],
-        "channels": [shapes["features.0.weight"][0], c2],
-        "hidden": shapes["classifier.0.weight"][0],
-        "head_pool": None if side == 7 else side,
-    }
-
-
-def _infer_cifar_resnet(depth: int) -> Callable[[Shapes], dict[str, Any] | None]:
-    blocks = (depth - 2) // 6
-
-    def infer(shapes: Shapes) -> dict[str, Any] | None:
-        head = "fc" if "fc.weight" in shapes else "linear" if "linear.weight" in shapes else None
-        conv1 = shapes.get("conv1.weight", ())
-        last, extra = f"layer3.{blocks - 1}.conv1.weight", f"layer3.{blocks}.conv1.weight"
-        if head is None or len(conv1) != 4 or conv1[0] != 16 or last not in shapes:
-            return None
-        if extra in shapes:
-            return None
-        return {
-            "num_classes": shapes[f"{head}.weight"][0],
-            "in_channels": conv1[1],
-            "normalize": "normalize.mean" in shapes,
-            "head": head,
-        }
-
-    return infer
-
-
 _RESNET_BLOCKS = {f"block{i}": f"layer{i}" for i in range(1, 5)}
-
-
-def _infer_edm_unet(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any] | None:
-    if "stem.weight" not in shapes or "enc2.conv1.weight" not in shapes:
-        return None
-    if "embed.mlp.0.weight" not in shapes:
-        return None
-    return {
-        "in_channels": shapes["stem.weight"][1],
-        "channels": [shapes["stem.weight"][0], shapes["enc2.conv1.weight"][0]],
-        "emb_dim": shapes["embed.mlp.0.weight"][0],
-    }
 
 
 ARCHITECTURES: dict[str, ArchSpec] = {}
@@ -597,6 +311,19 @@ for _spec in (
     ),
 ):
     register_architecture(_spec)
+
+for _family in FAMILIES:  # the architectures a model family brings (e.g. the signal regressor's)
+    for _entry in _family.architectures:
+        register_architecture(
+            ArchSpec(
+                name=_entry.name,
+                builder=_entry.builder,
+                default_kwargs=_entry.default_kwargs,
+                input_shape=_entry.input_shape,
+                layer_presets=_entry.layer_presets,
+                description=_entry.description,
+            )
+        )
 
 
 def _torchvision_names() -> list[str]:
@@ -850,137 +577,3 @@ def model_layer_refs(model: nn.Module) -> dict[str, LayerRef]:
     order = {alias: i for i, alias in enumerate(ALIASES)}
     valid = {alias: ref for alias, ref in refs.items() if ref.module in modules}
     return dict(sorted(valid.items(), key=lambda item: order.get(item[0], len(order))))
-
-
-# ----------------------------------------------------------------------------------------------
-# Architecture inference from state-dict shapes
-# ----------------------------------------------------------------------------------------------
-
-#: torchvision classifier families recognised from a bare state dict: a family is tried when
-#: its marker keys are present, then each member whose keys equal the checkpoint's.
-TORCHVISION_FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "resnet": (
-        ("conv1.weight", "layer4.0.conv1.weight", "fc.weight"),
-        (
-            "resnet18",
-            "resnet34",
-            "resnet50",
-            "resnet101",
-            "resnet152",
-            "resnext50_32x4d",
-            "resnext101_32x8d",
-            "resnext101_64x4d",
-            "wide_resnet50_2",
-            "wide_resnet101_2",
-        ),
-    ),
-    "vgg": (
-        ("features.0.weight", "classifier.6.weight"),
-        ("vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn"),
-    ),
-    "densenet": (
-        ("features.denseblock1.denselayer1.conv1.weight", "classifier.weight"),
-        ("densenet121", "densenet161", "densenet169", "densenet201"),
-    ),
-    "mobilenet": (
-        ("features.0.0.weight",),
-        ("mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large"),
-    ),
-    "efficientnet": (
-        ("features.1.0.block.0.0.weight", "classifier.1.weight"),
-        (
-            *(f"efficientnet_b{i}" for i in range(8)),
-            "efficientnet_v2_s",
-            "efficientnet_v2_m",
-            "efficientnet_v2_l",
-        ),
-    ),
-}
-
-
-def shape_report(
-    expected: Shapes, found: Shapes
-) -> tuple[list[str], list[str], list[tuple[str, tuple[int, ...], tuple[int, ...]]]]:
-    """Missing keys, unexpected keys and ``(key, found shape, expected shape)`` mismatches."""
-    missing = sorted(set(expected) - set(found))
-    unexpected = sorted(set(found) - set(expected))
-    mismatched = [
-        (k, tuple(found[k]), tuple(expected[k]))
-        for k in sorted(set(found) & set(expected))
-        if tuple(found[k]) != tuple(expected[k])
-    ]
-    return missing, unexpected, mismatched
-
-
-def state_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
-    """``{state-dict key: shape}`` of a model (meta-device models included)."""
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
-
-
-def meta_model(arch: str, **kwargs: Any) -> nn.Module:
-    """``build_model(arch, **kwargs)`` on the meta device: shapes only, no memory."""
-    with torch.device("meta"):
-        return build_model(arch, **kwargs)
-
-
-def _fits(arch: str, kwargs: dict[str, Any], shapes: Shapes) -> bool:
-    try:
-        probe = meta_model(arch, **kwargs)
-    except CheckpointError:
-        return False
-    missing, unexpected, mismatched = shape_report(state_shapes(probe), shapes)
-    return not (missing or unexpected or mismatched)
-
-
-def candidate_kwargs(spec: ArchSpec, shapes: Shapes) -> dict[str, Any]:
-    """The builder kwargs ``spec`` infers from a state dict's shapes (``{}`` when none)."""
-    if spec.infer_kwargs is None:
-        return {}
-    try:
-        return spec.infer_kwargs(shapes) or {}
-    except (KeyError, IndexError, ZeroDivisionError, TypeError, ValueError):
-        return {}
-
-
-@functools.lru_cache(maxsize=64)
-def _torchvision_layout(name: str) -> tuple[frozenset[str], str | None]:
-    """The state-dict keys of ``torchvision:<name>`` and the key of its head's weight."""
-    probe = meta_model(f"{_TORCHVISION_PREFIX}{name}")
-    head = _last_linear(probe)
-    return frozenset(probe.state_dict()), None if head is None else f"{head}.weight"
-
-
-def _torchvision_candidates(shapes: Shapes) -> list[tuple[str, dict[str, Any]]]:
-    keys = frozenset(shapes)
-    hits = []
-    for markers, members in TORCHVISION_FAMILIES.values():
-        if not all(m in shapes for m in markers):
-            continue
-        for name in members:
-            layout, head = _torchvision_layout(name)
-            if layout != keys or head is None or len(shapes[head]) != 2:
-                continue
-            kwargs = {"num_classes": int(shapes[head][0])}
-            if _fits(f"{_TORCHVISION_PREFIX}{name}", kwargs, shapes):
-                hits.append((f"{_TORCHVISION_PREFIX}{name}", kwargs))
-    return hits
-
-
-def infer_architecture_from_shapes(shapes: Shapes) -> list[tuple[str, dict[str, Any]]]:
-    """Every architecture whose state-dict keys and shapes equal ``shapes`` exactly.
-
-    Registered architectures are tried with the kwargs their ``infer_kwargs`` reads from the
-    shapes; when none fits, the torchvision families of :data:`TORCHVISION_FAMILIES` are tried
-    with ``num_classes`` read from the head's weight. Nothing is allocated (meta device).
-
-    Returns:
-        ``[(arch, kwargs), ...]``: exactly one entry when the architecture is identified.
-    """
-    hits = []
-    for name, spec in ARCHITECTURES.items():
-        kwargs = candidate_kwargs(spec, shapes)
-        if spec.infer_kwargs is not None and not kwargs:
-            continue
-        if _fits(name, kwargs, shapes):
-            hits.append((name, kwargs))
-    return hits or _torchvision_candidates(shapes)

@@ -342,7 +342,9 @@ def _seeded_subset(n: int, size: int | None, seed: int, stream: int, what: str) 
 
 def _source_arrays(recipe: DemoRecipe, source: Path | None) -> tuple[dict[str, np.ndarray], str]:
     """The full source splits (``x_train, y_train, x_test, y_test``) and the licence text."""
-    from sde_core.inputs.data import ArrayDataset, DatasetSpec, load_dataset, read_idx
+    from sde_core.inputs.array_datasets import ArrayDataset
+    from sde_core.inputs.data import DatasetSpec, load_dataset
+    from sde_core.inputs.dataset_readers import read_idx
 
     if recipe.dataset == "fashion-mnist":
         root = source or FASHION_SOURCE
@@ -643,7 +645,8 @@ def build_demo(
     """
     from tqdm import tqdm
 
-    from sde_core.inputs.data import FASHION_CLASS_NAMES, load_dataset
+    from sde_core.inputs.data import load_dataset
+    from sde_core.inputs.dataset_readers import FASHION_CLASS_NAMES
 
     t_start = time.perf_counter()
     say = log or (lambda _line: None)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from sde_core.errors import ActivationError, CheckpointError, DataError
+from sde_core.families.registry import family_of_entry
 from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
 from sde_core.pipeline.workspace import resolve_arch
 
@@ -112,15 +113,15 @@ def load_entry_model(
     """Build a workspace model: its checkpoint (or ``path``, e.g. its ``init_checkpoint``)
     loaded with the entry's architecture, ``arch_kwargs`` and ``trusted`` flag. A trusted code
     checkpoint is loaded in a child process (within ``time_limit`` seconds) and only its
-    weights come back (:func:`~sde_core.inputs.activations.trusted_weights`).
+    weights come back (:func:`~sde_core.inputs.trusted_probing.trusted_weights`).
 
     Raises:
         WorkspaceError: the file leaves the allowed folders or is missing.
         CheckpointError: the file cannot be loaded or does not fit the architecture.
     """
-    from sde_core.inputs.activations import trusted_weights
     from sde_core.inputs.checkpoint_files import inspect_checkpoint
     from sde_core.inputs.models import load_checkpoint
+    from sde_core.inputs.trusted_probing import trusted_weights
 
     if entry.precomputed:
         raise CheckpointError(
@@ -190,12 +191,13 @@ def entry_layer_infos(
     ws: Any, entry: Any, input_shape: Sequence[int], time_limit: float | None = None
 ) -> list[Any]:
     """The layers a workspace model offers, as
-    :class:`~sde_core.inputs.activations.LayerInfo`: the layers of its activations file, or
+    :class:`~sde_core.inputs.layers.LayerInfo`: the layers of its activations file, or
     those of its checkpoint for inputs of ``input_shape`` (a trusted code checkpoint runs in a
     child process, within ``time_limit`` seconds). A denoiser's layers are listed at each of the
     :data:`~sde_core.pipeline.settings.NOISE_LEVELS` (method §14).
     """
-    from sde_core.inputs.activations import LayerInfo, checkpoint_layers
+    from sde_core.inputs.activations import checkpoint_layers
+    from sde_core.inputs.layers import LayerInfo
 
     if not entry.activations:
         file = ws.path(
@@ -263,7 +265,7 @@ def entry_activations(
 
     Reads the model's own activations file when it has one; otherwise
     :func:`~sde_core.inputs.activations.get_activations` computes only the layers missing from
-    ``cache`` (an :class:`~sde_core.inputs.activations.ActivationCache` or None), with the
+    ``cache`` (an :class:`~sde_core.inputs.activation_cache.ActivationCache` or None), with the
     entry's ``arch_kwargs``, and runs a trusted code checkpoint in a child process under
     ``time_limit`` seconds.
 
@@ -337,17 +339,15 @@ def load_model_inputs(
     """Load (or read from the activation cache) one model's activations and probabilities.
 
     ``output`` probabilities (for Acc_r, Acc_f, Acc_te and ASR) come along when the model has
-    them: for a checkpoint unless the layer is a denoiser's (``@σ_t``, method §14: a denoiser
-    has no class probabilities), when its file holds an ``output`` layer for a precomputed
-    model. A trusted code checkpoint runs in a child process, each step within ``time_limit``
-    seconds (None: the default of :mod:`sde_core.inputs.isolation`).
+    them: for a checkpoint when its family has class outputs (a denoiser, method §14, a
+    language model or a regressor has none), when its file holds an ``output`` layer for a
+    precomputed model. A trusted code checkpoint runs in a child process, each step within
+    ``time_limit`` seconds (None: the default of :mod:`sde_core.inputs.isolation`).
     """
-    from sde_core.inputs.denoisers import parse_noise_layer
-
     layers = [settings.layer]
     available = entry_layers(ws, entry)
-    denoiser_layer = parse_noise_layer(settings.layer)[1] is not None  # no class probabilities
-    if (available is None and not denoiser_layer) or (available and "output" in available):
+    classes = family_of_entry(entry.arch, settings.layer).has_class_outputs
+    if (available is None and classes) or (available and "output" in available):
         layers = list(dict.fromkeys([settings.layer, "output"]))
     acts: dict[str, Mapping[str, np.ndarray]] = {}
     for sp in ("train", "test"):

@@ -277,7 +277,7 @@ def sigma_markers(
     Returns:
         ``{"sqrt_dim": √d, "median": median pairwise distance}`` in activation units.
     """
-    from sde_core.inputs.activations import ActivationCache
+    from sde_core.inputs.activation_cache import ActivationCache
     from sde_core.inputs.data import load_dataset
     from sde_core.inputs.indices import load_index_file
     from sde_core.pipeline.model_inputs import load_model_inputs

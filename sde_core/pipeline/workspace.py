@@ -922,7 +922,7 @@ def validate_workspace(ws: Workspace, *, check_data: bool = False) -> list[Probl
 
 def _device_problems(device: str) -> list[Problem]:
     """Whether this machine has the device ``evaluate`` will compute on (extraction, HSIC)."""
-    from sde_core.inputs.activations import torch_device
+    from sde_core.inputs.extraction import torch_device
 
     try:
         torch_device(device)

@@ -28,7 +28,7 @@ import numpy as np
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import SettingsError
 from sde_core.families.registry import family_of_entry
-from sde_core.inputs.activations import ActivationCache
+from sde_core.inputs.activation_cache import ActivationCache
 from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name, parse_noise_layer, probe_noise
 from sde_core.inputs.indices import load_index_file
@@ -91,7 +91,8 @@ class Thumbnails:
             float ``(k, d)`` signals as the model sees them.
         captions: ``"✓ Sneaker"`` or ``"✗ Shirt (is T-shirt/top)"`` per input (a denoiser:
             ``"error 0.012"``, its denoising loss on the image).
-        correct: whether each prediction is right (empty for a denoiser).
+        correct: whether each prediction is right (empty for a denoiser and a family without
+            classes, whose captions give its prediction: ``"predicts 0.42"``).
         signal: whether the inputs are 1-D signals (drawn as curves) rather than images.
         noise_level: a denoiser's probe level σ_t (None for a classifier).
         noisy, denoised: a denoiser's probe inputs ``y + σ_t·ε(y)`` and its outputs, as uint8
@@ -162,7 +163,9 @@ def thumbnails(
 
     Predictions come from the model's softmax outputs (the activation cache, or one extraction
     of those rows); classes are named by ``bundle.class_names`` (their indices when the dataset
-    has no names). Images come as images; 1-D inputs (mnist1d) as their signals.
+    has no names). A family without classes is captioned with the value of its
+    ``prediction_layer`` (a regressor's prediction). Images come as images; 1-D inputs
+    (mnist1d) as their signals.
 
     Returns:
         None when the inputs are neither images nor 1-D signals (e.g. precomputed activations).
@@ -187,9 +190,17 @@ def thumbnails(
         inputs = images
     entry = ws.model(model)
     level = parse_noise_layer(settings.layer)[1]
-    views = family_of_entry(entry.arch, settings.layer).input_views
-    if "noisy and denoised images" in views and level is not None:
+    family = family_of_entry(entry.arch, settings.layer)
+    if "noisy and denoised images" in family.input_views and level is not None:
         return _denoiser_thumbnails(ws, bundle, settings, model, int(target), idx, level)
+    if not family.has_class_outputs and family.prediction_layer:  # a regressor: its values
+        layer = family.prediction_layer
+        values = entry_activations(
+            ws, entry, bundle, "train", layer, activation_cache(ws), indices=idx,
+            device=settings.device, pool=settings.pool,
+        )[layer]  # fmt: skip
+        captions = [f"predicts {float(v[0]):.3g}" for v in np.asarray(values).reshape(len(idx), -1)]
+        return Thumbnails(int(target), idx, inputs, captions, [], signal=signal)
     probs = entry_activations(
         ws, entry, bundle, "train", "output", activation_cache(ws), indices=idx,
         device=settings.device, pool=settings.pool,

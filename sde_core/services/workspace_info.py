@@ -19,12 +19,12 @@ from collections.abc import Sequence
 
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.families.registry import family_of_entry
-from sde_core.inputs.activations import LayerInfo
 from sde_core.inputs.architectures import ARCHITECTURES
 from sde_core.inputs.checkpoint_files import CHECKPOINT_SUFFIXES
 from sde_core.inputs.data import DATASET_KINDS, DatasetBundle, load_dataset
 from sde_core.inputs.indices import INDEX_SUFFIXES
 from sde_core.inputs.isolation import DEFAULT_TIME_LIMIT
+from sde_core.inputs.layers import LayerInfo
 from sde_core.pipeline.model_inputs import entry_layer_infos
 from sde_core.pipeline.sweeps import available_fractions
 from sde_core.pipeline.workspace import (
@@ -95,5 +95,5 @@ def weak_layer_advice(ws: Workspace, model: str, layer: str) -> str:
     """What to try when the paper's reference test does not separate at ``layer`` of
     ``model``: its family's advice (the softmax ``output`` hint is a classifier's)."""
     family = family_of_entry(ws.model(model).arch, layer)
-    at_strongest = layer == family.advice["strongest_layer"]
+    at_strongest = layer == family.default_layer
     return family.advice["weak_output" if at_strongest else "weak_layer"]

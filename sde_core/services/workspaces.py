@@ -29,7 +29,7 @@ from sde_core.common.hashing import file_sha256
 from sde_core.common.paths import check_path_text, env_roots, resolve_in_roots
 from sde_core.common.staging import Staging
 from sde_core.errors import CheckpointError, DataError, SDEError, SettingsError, WorkspaceError
-from sde_core.families.registry import family_by_arch, folder_family
+from sde_core.families.registry import family_by_arch, family_of, family_of_entry, folder_family
 from sde_core.inputs.checkpoint_files import CHECKPOINT_SUFFIXES
 from sde_core.inputs.indices import INDEX_SUFFIXES
 from sde_core.pipeline.settings import EvalSettings
@@ -110,6 +110,8 @@ def check_fits(model: Any, bundle: Any) -> int:
         out = out[0]
     if not isinstance(out, torch.Tensor):
         return check_outputs(type(out).__name__, bundle)
+    if not family_of(model).has_class_outputs:  # no classes to count (a regressor's number)
+        return int(out[0].numel())
     return check_outputs(tuple(out.shape), bundle)
 
 
@@ -510,10 +512,10 @@ def _describe(
     ``sample``: rows of D_r, their labels and the workspace folder, to check the model's
     accuracy on (:func:`~sde_core.services.preprocessing.check_accuracy`)."""
 
-    from sde_core.inputs.activations import probe_trusted_checkpoint
     from sde_core.inputs.checkpoint_files import inspect_checkpoint, untrusted_message
     from sde_core.inputs.external_archs import is_file_arch
     from sde_core.inputs.models import load_checkpoint_details
+    from sde_core.inputs.trusted_probing import probe_trusted_checkpoint
 
     check_model_name(spec.name)
     role = spec.role or guess_role(spec.name)
@@ -692,6 +694,7 @@ def add_model(
     ws.add_model(entry)
     if layers is not None and all(m.precomputed for m in ws.models):
         _precomputed_default_layer(ws, entry.name, layers, notes)
+    _family_default_layer(ws, notes)
     staged[WORKSPACE_FILE] = workspace_toml(ws).encode()
     commit_files(ws.root, staged)
     if spec.trusted:
@@ -745,6 +748,22 @@ def _arch_file_of(ws: Workspace, spec: ModelSpec, base: Path) -> _ArchFile | Non
     if not is_file_arch(spec.arch):
         return None
     return _pin_arch_file(ws, str(spec.arch), spec.trusted, base)
+
+
+def _family_default_layer(ws: Workspace, notes: list[str]) -> None:
+    """In a workspace whose checkpoint models are all of one family whose layers replace the
+    classifier's (a regressor's ``prediction``, a denoiser's ``denoised@σ_t``), make a
+    ``[defaults] layer`` still at the settings default the family's default layer."""
+    layer = ws.defaults.layer
+    families = {f.name: f for f in (family_of_entry(m.arch, layer) for m in ws.models)}
+    if len(families) != 1 or any(m.precomputed for m in ws.models) or layer != EvalSettings().layer:
+        return
+    (family,) = families.values()
+    own = family.output_aliases
+    if own is None or ws.defaults.layer in own:  # the classifier's layers (or its own output)
+        return
+    ws.defaults = dataclasses.replace(ws.defaults, layer=family.default_layer)
+    notes.append(f"default layer set to {family.default_layer!r} (a {family.label}'s)")
 
 
 def _precomputed_default_layer(

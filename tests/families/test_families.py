@@ -71,7 +71,7 @@ def test_output_aliases_are_what_the_layers_offer():
     assert {"output", "logits", "penultimate"} <= set(
         model_layer_refs(build_model("mlp", input_dim=4, num_classes=3))
     )
-    strongest = DENOISER.advice["strongest_layer"]
+    strongest = DENOISER.default_layer
     assert strongest.split("@")[0] == DENOISED and float(strongest.split("@")[1]) in NOISE_LEVELS
 
 

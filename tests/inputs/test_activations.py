@@ -14,15 +14,12 @@ import torch
 from torch.utils.data import TensorDataset
 
 from sde_core.errors import ActivationError
-from sde_core.inputs.activations import (
-    ActivationCache,
-    extract_activations,
-    get_activations,
-    list_layers,
-    resolve_layer,
-)
+from sde_core.inputs.activation_cache import ActivationCache
+from sde_core.inputs.activations import get_activations
 from sde_core.inputs.architectures import LayerRef, build_model
 from sde_core.inputs.data import DatasetSpec, load_dataset
+from sde_core.inputs.extraction import extract_activations
+from sde_core.inputs.layers import list_layers, resolve_layer
 from sde_core.inputs.models import save_checkpoint
 
 
@@ -141,7 +138,7 @@ def setup(tmp_path: Path, fashion_root: Path):
 
 def _count_forwards(monkeypatch) -> list[int]:
     calls: list[int] = []
-    import sde_core.inputs.activations as acts
+    import sde_core.inputs.layers as acts
 
     original = acts._Capture.run
 

@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from sde_core.errors import DataError
-from sde_core.inputs.data import DatasetSpec, load_dataset, read_idx
+from sde_core.inputs.data import DATASET_KINDS, DatasetSpec, load_dataset
+from sde_core.inputs.dataset_readers import READERS, read_idx
 from sde_core.inputs.indices import load_index_file, save_index_file
 from sde_core.inputs.precomputed import load_precomputed
 
@@ -329,7 +330,7 @@ def test_mnist1d_size_is_bounded_before_generating(tmp_path: Path, monkeypatch):
     def never(*_args, **_kwargs):
         raise AssertionError("generated although the size is out of bounds")
 
-    monkeypatch.setattr("sde_core.inputs.data._generate_mnist1d", never)
+    monkeypatch.setattr("sde_core.inputs.dataset_readers._generate_mnist1d", never)
     spec = DatasetSpec.__new__(DatasetSpec)  # bypass __post_init__: the loader checks again
     object.__setattr__(spec, "kind", "mnist1d")
     for key, value in (("root", tmp_path / "m.npz"), ("train_indices", None),
@@ -471,3 +472,13 @@ def test_class_names_for_every_kind(tmp_path: Path, fashion_root: Path):
         "0",
         "1",
     ]
+
+
+def test_every_kind_has_one_reader_and_a_missing_root_is_named():
+    kinds = ["cifar10", "cifar100", "svhn", "fashion-mnist", "imagefolder", "npz", "mnist1d"]
+    assert list(DATASET_KINDS) == [*kinds, "activations", "text"]  # the order the UI offers
+    assert [*READERS, "text"] == list(DATASET_KINDS)  # text: tokenised records, not arrays
+    assert [reader.kind for reader in READERS.values()] == list(READERS)
+    assert [k for k, reader in READERS.items() if reader.image_files] == ["imagefolder"]
+    with pytest.raises(DataError, match=r"a 'mnist1d' dataset needs a root \(a \.npz file"):
+        load_dataset(DatasetSpec("mnist1d", None, options={"num_samples": 100}))

@@ -14,14 +14,16 @@ from safetensors.torch import save_file
 from torch.utils.data import Subset, TensorDataset
 
 from sde_core.errors import ActivationError, TrainingError
-from sde_core.inputs.activations import extract_activations, list_layers, resolve_layer
-from sde_core.inputs.architectures import build_model, infer_architecture_from_shapes
+from sde_core.inputs.arch_inference import infer_architecture_from_shapes
+from sde_core.inputs.architectures import build_model
 from sde_core.inputs.denoisers import (
     EDMDenoiser,
     noise_layer_name,
     parse_noise_layer,
     probe_noise,
 )
+from sde_core.inputs.extraction import extract_activations
+from sde_core.inputs.layers import list_layers, resolve_layer
 from sde_core.inputs.models import load_checkpoint, save_checkpoint
 from sde_core.learning.diffusion import denoising_losses, edm_loss
 from sde_core.learning.training import TrainConfig, train

@@ -1,5 +1,5 @@
 """Models from the field's ecosystems (issue 25), run with the recipes of
-``docs/bring-your-own.md`` exactly as the page prints them (see :mod:`test_scenarios`).
+``docs/bring-your-own.md`` exactly as the page prints them (see :mod:`helpers.recipes`).
 
 Every file is written by the ecosystem's own save call: a user's own class saved with
 ``torch.save(model.state_dict())`` and ``torch.save(model)``, Lightning's ``Trainer`` with a
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from test_scenarios import Project, _new_project, differ, write_cifar10
+from helpers.recipes import Project, differ, new_project, write_cifar10
 from torch import nn
 
 MYNETS = textwrap.dedent(
@@ -88,7 +88,7 @@ def two_heads(
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     """A project with a tiny CIFAR-10 and the runs of the three recipes."""
-    project = _new_project(tmp_path_factory, "ecosystems")
+    project = new_project(tmp_path_factory, "ecosystems")
     root = project.root
     images = write_cifar10(root / "data", np.random.default_rng(0))
     x = torch.from_numpy(images["x_train"]).float() / 255

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from llm_artefacts import qa_records, save_model_folder, tiny_gpt2, tokenizer_for, write_jsonl
 
 from sde_core.errors import CheckpointError, DataError, SettingsError, TrainingError
-from sde_core.inputs.activations import ActivationCache, get_activations
+from sde_core.inputs.activation_cache import ActivationCache
+from sde_core.inputs.activations import get_activations
 from sde_core.inputs.data import DatasetSpec, load_dataset
 from sde_core.inputs.hf_models import HFHiddenStates, load_hf_folder
 from sde_core.inputs.models import load_checkpoint, load_checkpoint_details

@@ -26,14 +26,11 @@ from torch import nn
 
 import sde_core.inputs.architectures as architectures
 from sde_core.errors import ActivationError, CheckpointError
-from sde_core.inputs.activations import (
-    checkpoint_layers,
-    extract_activations,
-    get_activations,
-)
+from sde_core.inputs.activations import checkpoint_layers, get_activations
 from sde_core.inputs.architectures import build_model
 from sde_core.inputs.checkpoint_files import inspect_checkpoint
 from sde_core.inputs.data import DatasetSpec, load_dataset
+from sde_core.inputs.extraction import extract_activations
 from sde_core.inputs.models import infer_architecture, load_checkpoint, load_checkpoint_details
 
 VICTIM_TEXT = "precious results\n"

@@ -18,7 +18,8 @@ from safetensors.torch import save_file
 
 from sde_core.errors import ActivationError, CheckpointError, WorkspaceError
 from sde_core.inputs import activations
-from sde_core.inputs.activations import ActivationCache, get_activations
+from sde_core.inputs.activation_cache import ActivationCache
+from sde_core.inputs.activations import get_activations
 from sde_core.inputs.architectures import build_model
 from sde_core.inputs.data import load_dataset
 from sde_core.pipeline.local_trust import trust_model
@@ -117,7 +118,7 @@ def test_trusted_code_is_read_only_in_the_child(ws, monkeypatch):
         return build_model("mlp", **MLP_KWARGS)
 
     monkeypatch.setattr("sde_core.inputs.models.load_checkpoint", loader)
-    monkeypatch.setattr("sde_core.inputs.activations.trusted_weights", child)
+    monkeypatch.setattr("sde_core.inputs.trusted_probing.trusted_weights", child)
     entry = ws.original()
     entry.trusted = True
     load_entry_model(ws, entry)

@@ -94,7 +94,7 @@ class EvaluationSession:
         memory_items: int = 8192,
         max_models: int = 24,
     ) -> None:
-        from sde_core.inputs.activations import ActivationCache
+        from sde_core.inputs.activation_cache import ActivationCache
         from sde_core.inputs.data import load_dataset
         from sde_core.inputs.indices import load_index_file
         from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash

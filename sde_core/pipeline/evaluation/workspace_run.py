@@ -185,7 +185,7 @@ def evaluate_model_job(
         stages: the stages to run (default all).
         time_limit: seconds each step of a trusted code model may take (None: the default).
     """
-    from sde_core.inputs.activations import ActivationCache
+    from sde_core.inputs.activation_cache import ActivationCache
 
     entry = next(m for m in workspace.models if m.name == model)
     try:

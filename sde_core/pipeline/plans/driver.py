@@ -69,8 +69,8 @@ def _check_sizes(v: PlanVariant, n_train: int, n_test: int) -> None:
 
 def check_layers(v: PlanVariant) -> None:
     """Every layer of the plan resolves on the architecture (checked before any training)."""
-    from sde_core.inputs.activations import resolve_layer
     from sde_core.inputs.architectures import build_model
+    from sde_core.inputs.layers import resolve_layer
 
     p = v.params
     if v.setup is None or isinstance(p, ToyParams):

@@ -218,7 +218,8 @@ _POINT_COLUMNS = (
 def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
     """Evaluate one model at one setting
     (:func:`sde_core.pipeline.evaluation.run.evaluate_arrays`)."""
-    from sde_core.inputs.activations import ActivationCache, get_activations
+    from sde_core.inputs.activation_cache import ActivationCache
+    from sde_core.inputs.activations import get_activations
     from sde_core.inputs.denoisers import parse_noise_layer
     from sde_core.learning.metrics import accuracy_from_probs
     from sde_core.pipeline.evaluation.plan import draw_subsets
