@@ -40,7 +40,8 @@ from sde_core.pipeline.demo import DEMO_DATASETS, acceptance_checks, default_dem
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
-from sde_core.pipeline.workspace import Workspace, load_workspace
+from sde_core.pipeline.workspace import Workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 LAYERS = ("output", "logits", "penultimate")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"

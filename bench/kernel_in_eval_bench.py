@@ -160,7 +160,7 @@ def sigma_change(workspace: Path, cache: Path, n_subsets: int, quick: bool) -> d
     """Nine models × ``n_subsets`` subsets of n = 400 at a new σ (the issue's 30 s target)."""
     from sde_core.inputs.activations import ActivationCache, get_activations
     from sde_core.inputs.data import DatasetSpec, load_dataset
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
 
     ws = load_workspace(workspace)
     bundle = load_dataset(DatasetSpec.from_dict(ws.dataset, base_dir=ws.root))

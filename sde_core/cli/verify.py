@@ -40,7 +40,7 @@ __all__ = ["register_verify"]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.services.audit import create_report
     from sde_core.viz.report import AuditContext
 

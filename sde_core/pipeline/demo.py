@@ -47,16 +47,10 @@ from sde_core.common.sigma import SQRT_DIM
 from sde_core.common.validation import check_int
 from sde_core.errors import DataError, SDEError, SettingsError
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import (
-    CheckpointRef,
-    ModelEntry,
-    Workspace,
-    check_workspace,
-    load_workspace,
-    relative_to_workspace,
-    workspace_hash,
-    write_workspace,
-)
+from sde_core.pipeline.workspace import CheckpointRef, ModelEntry, Workspace, workspace_hash
+from sde_core.pipeline.workspace_checks import check_workspace
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import relative_to_workspace, write_workspace
 
 if TYPE_CHECKING:  # torch, pandas and the training stack load lazily: the CLI starts fast
     import pandas as pd

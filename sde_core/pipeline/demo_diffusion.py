@@ -35,7 +35,8 @@ from sde_core.errors import SettingsError
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name
 from sde_core.pipeline.demo import BuildReport, DemoRecipe, build_demo, demo_defaults
 from sde_core.pipeline.settings import NOISE_LEVELS
-from sde_core.pipeline.workspace import Workspace, load_workspace
+from sde_core.pipeline.workspace import Workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -32,7 +32,8 @@ from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.model_inputs import Progress
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import ModelEntry, Workspace, cache_path, load_workspace
+from sde_core.pipeline.workspace import ModelEntry, Workspace, cache_path
+from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.stats.hsic import resolve_sigma
 
 __all__ = [

@@ -57,7 +57,8 @@ from sde_core.pipeline.model_inputs import Progress
 from sde_core.pipeline.reproduce import Outcome, ResultDiff, compare_model, worst_outcome
 from sde_core.pipeline.settings import ALGORITHM_VERSION, EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
-from sde_core.pipeline.workspace import Workspace, load_workspace
+from sde_core.pipeline.workspace import Workspace
+from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.report_input import read_report, recorded_workspace
 from sde_core.services.signing import (
     load_private_key,

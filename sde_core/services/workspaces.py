@@ -8,10 +8,11 @@
 - :func:`build_from_uploads` — the Workspace page's "build a workspace" form.
 - :func:`suggest_subset_size` and :func:`check_fits`.
 
-Every write is staged and committed at once (:func:`~sde_core.pipeline.workspace.commit_files`):
-a rejected request changes nothing on disk. Every file is checked under the path policy
-(:mod:`sde_core.common.paths`). A TorchScript archive is never loaded unless the user vouched for
-that file (``trusted``); full pickles are read with ``weights_only`` unless trusted.
+Every write is staged and committed at once
+(:func:`~sde_core.pipeline.workspace_write.commit_files`): a rejected request changes nothing on
+disk. Every file is checked under the path policy (:mod:`sde_core.common.paths`). A TorchScript
+archive is never loaded unless the user vouched for that file (``trusted``); full pickles are read
+with ``weights_only`` unless trusted.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ from sde_core.pipeline.workspace import (
     Workspace,
     cache_path,
     check_model_name,
+)
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import (
     commit_files,
     fresh_model_path,
-    load_workspace,
     relative_to_workspace,
-    validate_workspace,
     workspace_toml,
 )
 from sde_core.services.preprocessing import accuracy_sample, check_accuracy, preprocessing_text

@@ -21,7 +21,7 @@ from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.errors import InputError
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import load_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.uploads import check_upload, guess_role
 from sde_core.viz.formatting import format_estimate, format_number
 from sde_core.viz.ui_support import parse_int_values, parse_sigma_values

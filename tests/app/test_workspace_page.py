@@ -14,7 +14,7 @@ from helpers.workspaces import MLP_KWARGS, make_workspace
 from streamlit.testing.v1 import AppTest
 
 from sde_core.inputs.architectures import build_model
-from sde_core.pipeline.workspace import load_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 OCTET = "application/octet-stream"

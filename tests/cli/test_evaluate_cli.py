@@ -135,7 +135,7 @@ def test_bad_workspaces_are_one_error_line(tmp_path, capsys):
 def test_the_table_and_the_json_carry_each_models_verdict(workspace, tmp_path, capsys):
     """Each model's verdict words beside its numbers, the same as the report's (issue 40)."""
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.viz.report import report_document
 
     out = tmp_path / "v.json"

@@ -58,7 +58,8 @@ from sde_core.errors import DataError
 from sde_core.inputs.checkpoint_files import safe_globals
 from sde_core.inputs.data import load_dataset
 from sde_core.inputs.precomputed import load_precomputed
-from sde_core.pipeline.workspace import Workspace, load_workspace
+from sde_core.pipeline.workspace import Workspace
+from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.workspaces import ModelSpec, Upload, add_uploaded_model
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "bring-your-own.md"

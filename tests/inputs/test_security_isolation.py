@@ -24,7 +24,9 @@ from sde_core.cli import main
 from sde_core.errors import ActivationError, SDEError
 from sde_core.inputs.isolation import process_tree
 from sde_core.pipeline.model_inputs import entry_layer_infos, load_entry_model
-from sde_core.pipeline.workspace import ModelEntry, load_workspace, write_workspace
+from sde_core.pipeline.workspace import ModelEntry
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import write_workspace
 from sde_core.services.workspaces import ModelSpec, Upload, add_model, add_uploaded_model
 
 LIMIT = "2"

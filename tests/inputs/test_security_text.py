@@ -33,7 +33,8 @@ from sde_core.inputs.text_data import (
     record_texts,
 )
 from sde_core.pipeline.model_inputs import load_entry_model
-from sde_core.pipeline.workspace import load_workspace, validate_workspace
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 pytest.importorskip("transformers")  # the optional [llm] extra
 

@@ -25,7 +25,9 @@ from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.reproduce import compare_model
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
-from sde_core.pipeline.workspace import load_workspace, validate_workspace, workspace_hash
+from sde_core.pipeline.workspace import workspace_hash
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 #: assets/ stays small: ~6 MB of data, ~10 MB of half-precision checkpoints and two results
