@@ -1,6 +1,6 @@
 """Workspace page: open the demo or a folder, review its problems, build one from uploads or add
 a model. Widgets and layout only: every check and every write is in
-:mod:`sde_core.services.workspaces` (staged, all-or-nothing)."""
+:mod:`sde_core.services.uploads` (staged, all-or-nothing)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ from sde_core.errors import InputError, SDEError
 from sde_core.services.uploads import (
     ACTIVATION_SUFFIXES,
     MAX_UPLOAD_MB,
-    guess_role,
+    BuildRequest,
+    BuildResult,
+    Upload,
+    add_uploaded_model,
+    build_from_uploads,
     inspect_upload,
     safe_name,
 )
@@ -35,14 +39,7 @@ from sde_core.services.workspace_info import (
     load_workspace,
     validate_workspace,
 )
-from sde_core.services.workspaces import (
-    BuildRequest,
-    BuildResult,
-    ModelSpec,
-    Upload,
-    add_uploaded_model,
-    build_from_uploads,
-)
+from sde_core.services.workspace_models import ModelSpec, guess_role
 from sde_core.viz.ui_support import field_label, problems_by_field
 
 AUTO_ARCH = "(read from the file)"

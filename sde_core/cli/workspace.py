@@ -67,7 +67,7 @@ def _cmd_workspace_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_workspace_add_model(args: argparse.Namespace) -> int:
-    from sde_core.services.workspaces import ModelSpec, add_model
+    from sde_core.services.workspace_models import ModelSpec, add_model
 
     kwargs = {k: literal(v) for k, v in parse_pairs(args.arch_kwarg, "--arch-kwarg").items()}
     spec = ModelSpec(

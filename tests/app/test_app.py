@@ -22,7 +22,8 @@ from sde_core.errors import InputError
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace_load import load_workspace
-from sde_core.services.uploads import check_upload, guess_role
+from sde_core.services.uploads import check_upload
+from sde_core.services.workspace_models import guess_role
 from sde_core.viz.formatting import format_estimate, format_number
 from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
 from sde_core.viz.verdicts import explain_verdict, verdict_label

@@ -60,7 +60,8 @@ from sde_core.inputs.data import load_dataset
 from sde_core.inputs.precomputed import load_precomputed
 from sde_core.pipeline.workspace import Workspace
 from sde_core.pipeline.workspace_load import load_workspace
-from sde_core.services.workspaces import ModelSpec, Upload, add_uploaded_model
+from sde_core.services.uploads import Upload, add_uploaded_model
+from sde_core.services.workspace_models import ModelSpec
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "bring-your-own.md"
 #: Result keys compared between models (the evaluation JSON may gain others).

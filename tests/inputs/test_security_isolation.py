@@ -27,7 +27,8 @@ from sde_core.pipeline.model_inputs import entry_layer_infos, load_entry_model
 from sde_core.pipeline.workspace import ModelEntry
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.pipeline.workspace_write import write_workspace
-from sde_core.services.workspaces import ModelSpec, Upload, add_model, add_uploaded_model
+from sde_core.services.uploads import Upload, add_uploaded_model
+from sde_core.services.workspace_models import ModelSpec, add_model
 
 LIMIT = "2"
 FAST = ["--subset-size", "8", "--targets", "4", "--splits", "4", "--panel-size", "20"]

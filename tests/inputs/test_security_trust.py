@@ -29,7 +29,7 @@ from sde_core.pipeline.model_inputs import load_entry_model
 from sde_core.pipeline.workspace_checks import validate_workspace
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.pipeline.workspace_write import write_workspace
-from sde_core.services.workspaces import ModelSpec, add_model
+from sde_core.services.workspace_models import ModelSpec, add_model
 
 NET = (
     "from helper import announce\nfrom sde_core.inputs.architectures import MLP\n\n"
