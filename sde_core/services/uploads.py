@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import re
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -173,11 +174,16 @@ class BuildRequest:
 
     Attributes:
         folder: the new workspace folder as typed (inside the page's allowed folders).
-        dataset_kind, dataset_path: the dataset (the path must lie inside the workspace folder
-            or ``$SDE_DATA_ROOTS``, like every file a workspace names).
+        dataset_kind, dataset_path: the dataset. The path is taken as typed: absolute, or
+            relative to the first of the page's allowed folders (the folder the dashboard was
+            started in when ``$SDE_DATA_ROOTS`` is unset), as the workspace folder is; it must
+            lie inside the new workspace folder or ``$SDE_DATA_ROOTS``, like every file a
+            workspace names.
         forget: the forget-set upload. models: ``(upload, spec)`` per model file (checkpoints
             or activations files). name: the workspace's name. train_size: a random training
             subset (None: all). overwrite: replace an existing ``workspace.toml``.
+        form_problems: what the form itself found wrong (e.g. unreadable architecture
+            kwargs); reported with the rest, and nothing is written while one is an error.
     """
 
     folder: str
@@ -188,15 +194,19 @@ class BuildRequest:
     name: str = ""
     train_size: int | None = None
     overwrite: bool = False
+    form_problems: list[Problem] = field(default_factory=list)
 
 
 @dataclass
 class BuildResult:
-    """The outcome: ``problems`` (nothing was written when one is an error) and the folder."""
+    """The outcome: ``problems`` (nothing was written when one is an error), the folder, and
+    ``dataset_path``, the absolute path the typed dataset path resolved to (None when it could
+    not be resolved)."""
 
     problems: list[Problem]
     folder: Path | None = None
     notes: list[str] = field(default_factory=list)
+    dataset_path: Path | None = None
 
     @property
     def saved(self) -> bool:
@@ -204,55 +214,93 @@ class BuildResult:
         return self.folder is not None and not any(p.severity == "error" for p in self.problems)
 
 
+def _has_error(problems: Sequence[Problem]) -> bool:
+    return any(p.severity == "error" for p in problems)
+
+
 def build_from_uploads(request: BuildRequest, page_roots: Sequence[Path]) -> BuildResult:
     """Validate a whole upload and write it as a new workspace — or write nothing.
 
     The folder must lie inside ``page_roots`` (see
-    :func:`~sde_core.common.paths.allowed_roots`); the dataset path, like every file a
-    workspace names, inside the folder or ``$SDE_DATA_ROOTS``. The uploads are written to a
-    staging folder and checked there (dataset, forget set, every model loaded and run on two
-    samples, names and roles, defaults that fit the data); only a fully valid set is moved into
-    place, ``workspace.toml`` last.
+    :func:`~sde_core.common.paths.allowed_roots`); the dataset path (see
+    :class:`BuildRequest`), like every file a workspace names, inside the folder or
+    ``$SDE_DATA_ROOTS``. Every field is checked, whatever another field's problem, so the
+    result lists every problem at once: the uploads are written to a staging folder and checked
+    there (dataset, forget set, every model loaded and run on two samples, names and roles,
+    defaults that fit the data); only a fully valid set is moved into place, ``workspace.toml``
+    last.
     """
-    from sde_core.inputs.data import load_dataset
-
+    problems: list[Problem] = list(request.form_problems)
+    folder: Path | None = None
     try:
         folder = resolve_in_roots(
             request.folder, page_roots, what="workspace folder", must_exist=False
         )
     except SDEError as exc:
-        return BuildResult([Problem("workspace folder", str(exc))])
-    if (folder / WORKSPACE_FILE).exists() and not request.overwrite:
-        problem = f"{folder} already has a {WORKSPACE_FILE}: tick overwrite"
-        return BuildResult([Problem("workspace folder", problem)])
-    ws = Workspace(root=folder, dataset={"kind": request.dataset_kind}, forget_indices="")
-    ws.name = request.name.strip() or folder.name
-    problems: list[Problem] = []
+        problems.append(Problem("workspace folder", str(exc)))
+    if folder is not None and (folder / WORKSPACE_FILE).exists() and not request.overwrite:
+        problem = f"{folder} already has a {WORKSPACE_FILE}: tick overwrite to replace it"
+        problems.append(Problem("workspace folder", problem))
+    if folder is not None:
+        scratch = cache_path(folder, "staging") if folder.is_dir() else folder.parent
+        return _build(request, page_roots, folder, folder, scratch, problems)
+    with tempfile.TemporaryDirectory(prefix="sde-build-check-") as tmp:  # check, never commit
+        return _build(request, page_roots, None, Path(tmp) / "workspace", Path(tmp), problems)
+
+
+def _build(
+    request: BuildRequest,
+    page_roots: Sequence[Path],
+    folder: Path | None,
+    target: Path,
+    scratch: Path,
+    problems: list[Problem],
+) -> BuildResult:
+    """Check every field of ``request`` (staged under ``scratch``); write the workspace into
+    ``folder`` when it is known and nothing is wrong."""
+    from sde_core.inputs.data import load_dataset
+
+    ws = Workspace(root=target, dataset={"kind": request.dataset_kind}, forget_indices="")
+    ws.name = request.name.strip() or target.name
+    roots = ws.allowed_roots() if folder is not None else (list(ws.roots) or list(page_roots))
     bundle, data_root = None, None
     try:
-        data_root = ws.path(
-            request.dataset_path, what="dataset path",
+        data_root = resolve_in_roots(
+            request.dataset_path, roots, what="dataset path", base=page_roots[0],
             must_exist=request.dataset_kind != "mnist1d",
         )  # fmt: skip
-        ws.dataset["root"] = relative_to_workspace(ws, data_root)
-        if request.train_size:
-            ws.dataset["train_size"] = int(request.train_size)
-        bundle = load_dataset(ws.dataset_spec())
     except SDEError as exc:
         problems.append(Problem("dataset", str(exc)))
+    if data_root is not None:
+        try:
+            ws.dataset["root"] = relative_to_workspace(ws, data_root)
+            if request.train_size:
+                ws.dataset["train_size"] = int(request.train_size)
+            readable = ws if folder is not None else dataclasses.replace(ws, roots=tuple(roots))
+            bundle = load_dataset(readable.dataset_spec())
+        except SDEError as exc:
+            problems.append(Problem("dataset", str(exc)))
     if request.forget is None:
         problems.append(Problem("forget_indices", "upload the forget set (.npy, .txt, .json, .pt)"))
-    if not request.models:
+    if not request.models and not request.form_problems:
         problems.append(Problem("models", "upload at least one checkpoint or activations file"))
-    scratch = cache_path(folder, "staging") if folder.is_dir() else folder.parent
     notes: list[str] = []
-    with Staging(folder, scratch) as staging:
+
+    def result(found: list[Problem], saved: Path | None = None) -> BuildResult:
+        return BuildResult(found, saved, notes, data_root)
+
+    with Staging(target, scratch) as staging:
         forget = None
         if request.forget is not None and bundle is not None:
             forget, found = _stage_forget(request.forget, staging, ws, len(bundle.train_labels))
             problems += found
+        elif request.forget is not None:  # no data to check the indices against: the file
+            problems += _upload_problems(request.forget, INDEX_SUFFIXES, "forget_indices")
         layer_sets: list[list[str]] = []
-        for upload, spec in request.models if bundle is not None else []:
+        for upload, spec in request.models:
+            if bundle is None:  # no data to run the model on: its name and file
+                problems += _unstaged_model_problems(upload, spec)
+                continue
             entry, found, said, layers = _stage_model(upload, spec, staging, bundle, ws)
             problems += found
             notes += said
@@ -261,26 +309,46 @@ def build_from_uploads(request: BuildRequest, page_roots: Sequence[Path]) -> Bui
                 if layers is not None and entry.precomputed:
                     layer_sets.append(layers)
         if bundle is None or data_root is None or forget is None:
-            return BuildResult(problems)
+            return result(problems)
         try:
             ws.defaults = _fitting_defaults(bundle, forget, layer_sets, notes)
         except SDEError as exc:
             problems.append(Problem("defaults", str(exc)))
-        if any(p.severity == "error" for p in problems):
-            return BuildResult(problems)
+        if _has_error(problems) or folder is None:
+            return result(problems)
         check = dataclasses.replace(
             ws, root=staging.dir, dataset={**ws.dataset, "root": str(data_root)},
             roots=(folder, *ws.roots),
         )  # fmt: skip
         problems += validate_workspace(check, check_data=True)
-        if any(p.severity == "error" for p in problems):
-            return BuildResult(problems)
+        if _has_error(problems):
+            return result(problems)
         staging.put(WORKSPACE_FILE, workspace_toml(ws).encode())
         staging.commit(last=[WORKSPACE_FILE])
     for _, spec in request.models:
         if spec.trusted:
             _record_trust(ws, ws.model(spec.name), notes)
-    return BuildResult(problems, folder, notes)
+    return result(problems, folder)
+
+
+def _upload_problems(upload: Upload, suffixes: Sequence[str], where: str) -> list[Problem]:
+    try:
+        check_upload(upload.name, len(upload.data), suffixes)
+    except SDEError as exc:
+        return [Problem(where, str(exc))]
+    return []
+
+
+def _unstaged_model_problems(upload: Upload, spec: ModelSpec) -> list[Problem]:
+    """What can be checked of an uploaded model without the data: its file and its name."""
+    is_acts = file_suffix(upload.name, ACTIVATION_SUFFIXES) is not None
+    where = f"{'activations' if is_acts else 'checkpoint'} {upload.name}"
+    found = _upload_problems(upload, CHECKPOINT_SUFFIXES + ACTIVATION_SUFFIXES, where)
+    try:
+        check_model_name(spec.name)
+    except SDEError as exc:
+        found.append(Problem(where, str(exc)))
+    return found
 
 
 def _stage_forget(

@@ -520,10 +520,10 @@ def test_build_reports_bad_files_inline(ws):
     original = (ws / "models" / "original" / "ckpt_100.safetensors").read_bytes()
     at = _build(app("workspace"), "bad-arch", ("orig.safetensors", original), "fmnist_cnn")
     no_exception(at)
-    assert any("checkpoint orig.safetensors" in e.value for e in at.error)
+    assert any("Model file orig.safetensors" in e.value for e in at.error)
     at = _build(app("workspace"), "bad-file", ("model.pt", b"not a checkpoint"), None)
     no_exception(at)
-    assert any("checkpoint model.pt" in e.value and "NOT executed" in e.value for e in at.error)
+    assert any("Model file model.pt" in e.value and "NOT executed" in e.value for e in at.error)
     assert not (ws.parent / "bad-file" / "models" / "model.pt").exists(), "rejected files go"
     at = _build(app("workspace"), "../outside", ("model.pt", original), None)
     assert any("contains '..'" in e.value for e in at.error)
