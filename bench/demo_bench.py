@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sde_core.inputs.activations import ActivationCache, get_activations
 from sde_core.inputs.data import load_dataset
-from sde_core.pipeline.demo import DEMO_DATASETS, acceptance_checks, default_demo_folder
+from sde_core.pipeline.demo_recipes import DEMO_DATASETS, acceptance_checks, default_demo_folder
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore

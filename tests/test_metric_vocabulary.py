@@ -29,7 +29,7 @@ ALLOWED = {
     "pages/explore.py": 21,
     "pages/sweeps.py": 5,
     "sde_core/cli/plan.py": 8,
-    "sde_core/pipeline/demo.py": 4,
+    "sde_core/pipeline/demo_recipes.py": 4,
     "sde_core/pipeline/demo_diffusion.py": 5,
     "sde_core/pipeline/evaluation/caveats.py": 3,
     "sde_core/pipeline/evaluation/comparisons.py": 4,

@@ -33,7 +33,8 @@ from sde_core.common.sigma import MEDIAN, Sigma
 from sde_core.common.validation import check_int
 from sde_core.errors import SettingsError
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name
-from sde_core.pipeline.demo import BuildReport, DemoRecipe, build_demo, demo_defaults
+from sde_core.pipeline.demo import BuildReport, build_demo
+from sde_core.pipeline.demo_recipes import DemoRecipe, demo_defaults
 from sde_core.pipeline.settings import NOISE_LEVELS
 from sde_core.pipeline.workspace import Workspace
 from sde_core.pipeline.workspace_load import load_workspace

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sde_core.cli import main
-from sde_core.pipeline.demo import MODEL_NAMES, default_demo_folder
+from sde_core.pipeline.demo_recipes import MODEL_NAMES, default_demo_folder
 
 #: Small T/K/n so that one evaluation of the nine models takes seconds.
 FAST = ["--subset-size", "100", "--targets", "6", "--splits", "20", "--baseline-targets", "2"]

@@ -12,14 +12,14 @@ import pytest
 from sde_core.cli import main
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.inputs.data import load_dataset
-from sde_core.pipeline.demo import (
+from sde_core.pipeline.demo import build_demo
+from sde_core.pipeline.demo_data import npz_bytes
+from sde_core.pipeline.demo_recipes import (
     DEMO_DATASETS,
     MODEL_NAMES,
     acceptance_checks,
-    build_demo,
     default_demo_folder,
     demo_recipe,
-    npz_bytes,
 )
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.reproduce import compare_model

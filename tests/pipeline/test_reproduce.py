@@ -15,7 +15,7 @@ import pytest
 
 from sde_core.cli import main
 from sde_core.common.paths import ROOTS_ENV
-from sde_core.pipeline.demo import default_demo_folder
+from sde_core.pipeline.demo_recipes import default_demo_folder
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.pipeline.reproduce import compare_model, worst_outcome
 
