@@ -105,7 +105,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     signed = _check_signature(args)
     if args.signature_only:
         return 0 if signed else 1
-    from sde_core.services.audit import verify_report  # heavy: torch, the evaluation
+    from sde_core.services.report_verify import verify_report  # heavy: torch, the evaluation
 
     def progress(line: str) -> None:
         if not args.quiet:

@@ -16,7 +16,7 @@ difference:
   always differs, and NaN is never within a near-tie range.
 
 File hashes are not compared here: they are the tamper check and must match exactly (see
-:func:`sde_core.services.audit.verify_report`).
+:func:`sde_core.services.report_verify.verify_report`).
 """
 
 from __future__ import annotations

@@ -278,7 +278,7 @@ def test_jsonl_line_separators_inside_strings_are_data(tmp_path: Path) -> None:
 
 
 def test_a_report_whose_format_version_is_a_boolean_is_refused(tmp_path: Path) -> None:
-    from sde_core.services.audit import load_report
+    from sde_core.services.report_verify import load_report
     from sde_core.viz.report import REPORT_FORMAT
 
     path = tmp_path / "r.json"
