@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sde_core.common.sigma import SQRT_DIM
 from sde_core.common.validation import check_int
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.metric_table import F1, OTR, PANEL_P, REFERENCE_P
 from sde_core.pipeline.settings import EvalSettings
 
 if TYPE_CHECKING:  # pandas and the training stack load lazily: the CLI starts fast
@@ -288,7 +289,7 @@ def acceptance_checks(models: pd.DataFrame) -> list[AcceptanceCheck]:
             raise SettingsError(f"the evaluation has no {role} model; acceptance needs one")
         row = rows.iloc[0]
         name = str(row["name"])
-        p, otr, f1 = float(row["reference_p"]), float(row["otr"]), float(row["f1"])
+        p, otr, f1 = float(row[REFERENCE_P]), float(row[OTR]), float(row[F1])
         checks += [
             AcceptanceCheck(
                 name, "reference p", p, "references valid", bool(row["references_valid"])
@@ -296,7 +297,7 @@ def acceptance_checks(models: pd.DataFrame) -> list[AcceptanceCheck]:
             AcceptanceCheck(
                 name,
                 "panel p",
-                float(row["panel_p"]),
+                float(row[PANEL_P]),
                 "panels separate (the gate)",
                 bool(row["panel_valid"]),
             ),

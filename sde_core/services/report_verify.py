@@ -23,6 +23,7 @@ from sde_core.common.hashing import array_sha256, file_sha256
 from sde_core.errors import SDEError
 from sde_core.inputs.data import load_dataset
 from sde_core.inputs.indices import load_index_file
+from sde_core.pipeline.evaluation.metric_table import ACC_F, ACC_R, ACC_TE, ASR
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.model_inputs import Progress
@@ -307,10 +308,10 @@ def verify_report(
 
     n_forget = int(forget_doc.get("size") or 0)
     classic_rows = {
-        "acc_r": int(data.get("n_train") or 0) - n_forget,
-        "acc_f": n_forget,
-        "acc_te": int(data.get("n_test") or 0),
-        "asr": n_forget,
+        ACC_R: int(data.get("n_train") or 0) - n_forget,
+        ACC_F: n_forget,
+        ACC_TE: int(data.get("n_test") or 0),
+        ASR: n_forget,
     }
     checks: list[ModelCheck] = []
     with tempfile.TemporaryDirectory(prefix="sde-verify-") as tmp:

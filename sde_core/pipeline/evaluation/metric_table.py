@@ -13,9 +13,10 @@ A metric's value travels as an :class:`Estimate` (point value, interval, the val
 gate and why it is withheld) until it is stored; :meth:`Metric.to_columns` writes it as the
 flat columns and :meth:`Metric.from_columns` reads it back.
 
-Adding a metric: one entry here, its computation (per draw in ``statistics.py``, or an extra
-measured outside the draws), a field of ``ModelSummary``, a glossary term and its definition in
-``docs/method.md``; ``tests/test_metric_table.py`` checks the entry is complete.
+Adding a metric: one entry here and its key's name (``OTR = "otr"``, at the end), its
+computation (per draw in ``statistics.py``, or an extra measured outside the draws), a field of
+``ModelSummary``, a glossary term and its definition in ``docs/method.md``;
+``tests/test_metric_table.py`` checks the entry is complete.
 """
 
 from __future__ import annotations
@@ -28,14 +29,37 @@ from typing import Any, Literal
 from sde_core.stats.replication import ReplicateEstimate
 
 __all__ = [
+    "ACC_F",
+    "ACC_GAP",
+    "ACC_R",
+    "ACC_TE",
+    "ASR",
     "BAR_METRICS",
+    "CALIBRATED_F1",
+    "CALIBRATED_OTR",
+    "DEPENDENCE_SCORE",
+    "F1",
     "INTERVAL_METHODS",
+    "LOSS_GAP",
     "METRICS",
+    "MMD_F1",
+    "NULL_CALIBRATED_FPR",
+    "NULL_OUT_OF_TRAINING_FPR",
+    "NULL_OVER_UNLEARNED_FPR",
+    "OTR",
+    "OVER_UNLEARNED_RATE",
+    "OVER_UNLEARNING_P",
+    "PANEL_P",
+    "REFERENCE_P",
+    "SCORE_SPREAD_CORR_WITHIN",
+    "W2_F1",
     "Estimate",
     "Gate",
     "IntervalKind",
     "Metric",
+    "interval_columns",
     "metric_columns",
+    "raw_column",
 ]
 
 _NAN = float("nan")
@@ -333,3 +357,54 @@ def metric_columns(name: str) -> tuple[str, ...]:
     """The flat columns of a ``ModelSummary`` field: a metric's columns, else ``(name,)``."""
     found = METRICS.get(name)
     return (name,) if found is None else found.columns
+
+
+# ------------------------------------------------------------------ the keys, by name
+# Each metric's key as a name, for code that means one metric: a misspelt name is an error at
+# import, not a silently missing column (tests/test_metric_vocabulary.py counts the literals
+# left elsewhere).
+OTR = "otr"
+CALIBRATED_OTR = "calibrated_otr"
+F1 = "f1"
+CALIBRATED_F1 = "calibrated_f1"
+DEPENDENCE_SCORE = "dependence_score"
+OVER_UNLEARNED_RATE = "over_unlearned_rate"
+MMD_F1 = "mmd_f1"
+W2_F1 = "w2_f1"
+NULL_CALIBRATED_FPR = "null_calibrated_fpr"
+NULL_OVER_UNLEARNED_FPR = "null_over_unlearned_fpr"
+NULL_OUT_OF_TRAINING_FPR = "null_out_of_training_fpr"
+ACC_GAP = "acc_gap"
+LOSS_GAP = "loss_gap"
+REFERENCE_P = "reference_p"
+PANEL_P = "panel_p"
+SCORE_SPREAD_CORR_WITHIN = "score_spread_corr_within"
+OVER_UNLEARNING_P = "over_unlearning_p"
+ACC_R = "acc_r"
+ACC_F = "acc_f"
+ACC_TE = "acc_te"
+ASR = "asr"
+
+
+def interval_columns(name: str) -> tuple[str, str, str]:
+    """A metric's value column and its interval's two columns (``otr``, ``otr_lo``, ``otr_hi``).
+
+    Raises:
+        KeyError: not a metric, or one without an interval.
+    """
+    metric = METRICS[name]
+    if metric.lo is None or metric.hi is None:
+        raise KeyError(f"{name} has no interval")
+    return metric.key, metric.lo, metric.hi
+
+
+def raw_column(name: str) -> str:
+    """A gated metric's column of the value before the gate (``otr_raw``).
+
+    Raises:
+        KeyError: not a metric, or one without such a column.
+    """
+    column = METRICS[name].raw_column
+    if column is None:
+        raise KeyError(f"{name} keeps no value before the gate")
+    return column
