@@ -37,11 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sde_core.inputs.activation_cache import ActivationCache
 from sde_core.inputs.activations import get_activations
 from sde_core.inputs.data import load_dataset
-from sde_core.pipeline.demo import DEMO_DATASETS, acceptance_checks, default_demo_folder
+from sde_core.pipeline.demo_recipes import DEMO_DATASETS, acceptance_checks, default_demo_folder
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
-from sde_core.pipeline.workspace import Workspace, load_workspace
+from sde_core.pipeline.workspace import Workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 LAYERS = ("output", "logits", "penultimate")
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"

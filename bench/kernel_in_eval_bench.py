@@ -161,7 +161,7 @@ def sigma_change(workspace: Path, cache: Path, n_subsets: int, quick: bool) -> d
     from sde_core.inputs.activation_cache import ActivationCache
     from sde_core.inputs.activations import get_activations
     from sde_core.inputs.data import DatasetSpec, load_dataset
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
 
     ws = load_workspace(workspace)
     bundle = load_dataset(DatasetSpec.from_dict(ws.dataset, base_dir=ws.root))

@@ -46,7 +46,8 @@ def _run(args: argparse.Namespace) -> None:
     from sde_core.pipeline.evaluation.planner import forecast
     from sde_core.pipeline.evaluation.run import ModelRun
     from sde_core.pipeline.model_inputs import load_model_inputs
-    from sde_core.pipeline.workspace import cache_path, load_workspace
+    from sde_core.pipeline.workspace import cache_path
+    from sde_core.pipeline.workspace_load import load_workspace
 
     ws = load_workspace(args.workspace)
     base = ws.defaults.with_overrides(

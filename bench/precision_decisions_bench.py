@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reference_hsic_v3 as v3  # noqa: E402
 
 import sde_core.pipeline.evaluation.stages as stages  # noqa: E402
-from sde_core.pipeline.demo import default_demo_folder  # noqa: E402
+from sde_core.pipeline.demo_recipes import default_demo_folder  # noqa: E402
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace  # noqa: E402
 from sde_core.stats.hsic import BatchStats  # noqa: E402
 

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from sde_core.pipeline.engine import Job, LocalEngine, RayEngine, Resources
-from sde_core.pipeline.workspace import init_workspace
+from sde_core.pipeline.workspace import Workspace
+from sde_core.pipeline.workspace_write import write_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_name("RESULTS.md")
@@ -90,9 +91,8 @@ def main() -> None:
             folder = tmp / engine_name
             shutil.copytree(DEMO_DATA.parent, folder, ignore=shutil.ignore_patterns(
                 "models", "*.sqlite", ".sde-cache"))  # fmt: skip
-            ws = init_workspace(
-                folder, {"kind": "npz", "root": "data.npz"}, "forget.npy"
-            )  # fmt: skip  (data inside the workspace folder)
+            ws = Workspace(folder.resolve(), {"kind": "npz", "root": "data.npz"}, "forget.npy")
+            write_workspace(ws)  # the data inside the workspace folder
             jobs = [
                 Job(
                     f"seed{s}",

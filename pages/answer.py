@@ -9,14 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pages._common import (
-    PAGES,
-    dataset_bundle,
-    guarded,
-    open_page,
-    publish,
-    workspace_key,
-)
+from pages._common import PAGES, dataset_bundle, guarded, open_page, publish, workspace_key
 from pages._run import evaluate
 from sde_core.errors import SDEError
 from sde_core.services.answer import answer_scope

@@ -1,11 +1,12 @@
 """Workspace page: open the demo or a folder, review its problems, build one from uploads or add
 a model. Widgets and layout only: every check and every write is in
-:mod:`sde_core.services.workspaces` (staged, all-or-nothing)."""
+:mod:`sde_core.services.uploads` (staged, all-or-nothing)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -19,7 +20,11 @@ from sde_core.errors import InputError, SDEError
 from sde_core.services.uploads import (
     ACTIVATION_SUFFIXES,
     MAX_UPLOAD_MB,
-    guess_role,
+    BuildRequest,
+    BuildResult,
+    Upload,
+    add_uploaded_model,
+    build_from_uploads,
     inspect_upload,
     safe_name,
 )
@@ -35,32 +40,89 @@ from sde_core.services.workspace_info import (
     load_workspace,
     validate_workspace,
 )
-from sde_core.services.workspaces import (
-    BuildRequest,
-    BuildResult,
-    ModelSpec,
-    Upload,
-    add_uploaded_model,
-    build_from_uploads,
-)
+from sde_core.services.workspace_models import ModelSpec, guess_role
 from sde_core.viz.ui_support import field_label, problems_by_field
 
 AUTO_ARCH = "(read from the file)"
 MODEL_TYPES = sorted({s.rsplit(".", 1)[-1] for s in CHECKPOINT_SUFFIXES + ACTIVATION_SUFFIXES})
 
 
-def show_problems(problems: list[Problem]) -> None:
-    """One inline message per field: an error if any of its problems is one, else a warning."""
+#: The build form's fields, named by their widgets' labels (the keys of its problems).
+BUILD_LABELS = {
+    "workspace folder": "New workspace folder",
+    "dataset": "Dataset folder or file",
+    "forget_indices": "Forget set",
+    "models": "Models",
+    "defaults": "Evaluation defaults",
+}
+#: The guide to bringing one's own models and data, and the section the build form opens at.
+GUIDE = "docs/bring-your-own.md"
+GUIDE_START = "Where files may live: the path policy"
+
+
+def build_label(field: str) -> str:
+    """A build problem's field as the form names it (``"checkpoint a.pt"`` → ``"Model file
+    a.pt"``); the workspace's own fields as :func:`field_label` names them."""
+    if field in BUILD_LABELS:
+        return BUILD_LABELS[field]
+    kind, _, name = field.partition(" ")
+    if kind in ("checkpoint", "activations", "model") and name:
+        return f"Model file {name}"
+    return field_label(field)
+
+
+def show_problems(problems: list[Problem], label: Callable[[str], str] = field_label) -> None:
+    """Every problem at once, one inline message per field named by its label: an error if any
+    of its problems is one, else a warning."""
     for field, found in problems_by_field(problems).items():
-        text = f"**{field_label(field)}** — " + " · ".join(md_plain(p.message) for p in found)
+        text = f"**{md_plain(label(field))}** — " + " · ".join(md_plain(p.message) for p in found)
         (st.error if any(p.severity == "error" for p in found) else st.warning)(text)
 
 
-def show_result(result: BuildResult, success: str) -> None:
-    """The outcome of a build or an addition: its problems, or success with the notes."""
-    show_problems(result.problems)
+def show_result(
+    result: BuildResult, success: str, label: Callable[[str], str] = field_label
+) -> None:
+    """The outcome of a build or an addition: the dataset path as resolved, every problem, or
+    success with the notes."""
+    if result.dataset_path is not None:
+        st.info(f"Dataset folder or file: {md_literal(result.dataset_path)}")
+    errors = sum(p.severity == "error" for p in result.problems)
+    if errors > 1:
+        st.markdown(f"**{errors} problems to fix** — nothing was written:")
+    show_problems(result.problems, label)
     if result.saved:
         st.success(success + ("\n\n" + "\n".join(f"- {n}" for n in result.notes)))
+
+
+def guide_sections() -> dict[str, str]:
+    """The ``## `` sections of the guide (title → markdown), code blocks left whole."""
+    doc = app_root() / GUIDE
+    if not doc.is_file():
+        return {}
+    sections: dict[str, list[str]] = {}
+    title, fenced = "Bring your own model", False
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and line.startswith("## "):
+            title = line[3:].strip()
+            continue
+        if not fenced and line.startswith("# "):
+            continue
+        sections.setdefault(title, []).append(line)
+    return {t: "\n".join(lines).strip() for t, lines in sections.items()}
+
+
+def guide_section() -> None:
+    """The guide, offline: its sections to choose from, opened at the path policy."""
+    sections = guide_sections()
+    with st.expander(f"Guide: bringing your own models and data ({GUIDE})"):
+        if not sections:
+            st.warning(f"{GUIDE} is missing: the guide ships with the repository (docs/).")
+            return
+        titles = list(sections)
+        start = titles.index(GUIDE_START) if GUIDE_START in titles else 0
+        chosen = st.selectbox("Section", titles, index=start, key="guide_section")
+        st.markdown(sections[chosen])
 
 
 def show_current(path: str) -> None:
@@ -211,9 +273,10 @@ def build_section() -> None:
     page_roots = allowed_roots()
     st.caption(
         "Step by step, with the formats each kind of model and dataset accepts: the guide "
-        "`docs/bring-your-own.md` in the repository (the command line builds the same "
-        "workspace: `python -m sde_core workspace init`)."
+        f"below ({GUIDE}; the command line builds the same workspace: "
+        "`python -m sde_core workspace init`)."
     )
+    guide_section()
     st.caption(
         "New workspaces go inside: " + ", ".join(f"`{r}`" for r in page_roots) + ". The data "
         f"must lie inside the new workspace folder or a folder of `{ROOTS_ENV}` "
@@ -227,8 +290,9 @@ def build_section() -> None:
         "Dataset folder or file",
         key="b_root",
         placeholder="/usr/share/datasets/fashion-mnist",
-        help=f"Absolute, or relative to the new workspace folder; inside it or {ROOTS_ENV}. "
-        "Nothing is downloaded.",
+        help=f"Taken as typed: absolute, or relative to `{page_roots[0]}` (like the workspace "
+        f"folder); it must lie inside the new workspace folder or {ROOTS_ENV}. The absolute "
+        "path it resolves to is shown when you save. Nothing is downloaded.",
     )
     a.number_input("Training subset size (0 = all)", min_value=0, step=1000, key="b_train_size")
     forget = b.file_uploader(
@@ -247,23 +311,32 @@ def build_section() -> None:
     if st.button("Validate and save workspace.toml", type="primary", key="b_save"):
         s = st.session_state
         with guarded("Cannot build the workspace"):
+            form_problems: list[Problem] = []
+            models = []
+            for i, u in enumerate(uploads or []):
+                try:
+                    spec = model_spec("b_model", f"_{i}")
+                except InputError as exc:  # reported with every other problem
+                    form_problems.append(Problem(f"model {u.name}", str(exc)))
+                    continue
+                models.append((Upload(u.name, u.getvalue()), spec))
             request = BuildRequest(
-                folder=s["b_folder"],
+                folder=s.get("b_folder", ""),
                 dataset_kind=s["b_kind"],
-                dataset_path=s["b_root"],
+                dataset_path=s.get("b_root", ""),
                 forget=None if forget is None else Upload(forget.name, forget.getvalue()),
-                models=[
-                    (Upload(u.name, u.getvalue()), model_spec("b_model", f"_{i}"))
-                    for i, u in enumerate(uploads or [])
-                ],
+                models=models,
                 name=s.get("b_name", ""),
                 train_size=int(s.get("b_train_size") or 0) or None,
                 overwrite=bool(s.get("b_overwrite")),
+                form_problems=form_problems,
             )
             result = build_from_uploads(request, page_roots)
             if result.saved:
                 s[WS_KEY] = str(result.folder)
-            show_result(result, f"Saved {result.folder} / {WORKSPACE_FILE} and opened it.")
+            show_result(
+                result, f"Saved {result.folder} / {WORKSPACE_FILE} and opened it.", build_label
+            )
 
 
 def add_section(path: str) -> None:

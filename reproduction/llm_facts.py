@@ -33,7 +33,7 @@ from sklearn.preprocessing import StandardScaler
 from sde_core.inputs.data import load_dataset
 from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.model_inputs import entry_activations
-from sde_core.pipeline.workspace import load_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.evaluation import activation_cache
 
 ROOT = Path(__file__).resolve().parents[1]

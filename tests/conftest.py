@@ -12,7 +12,7 @@ import pytest
 import torch
 from ui_fixtures import build_tiny_workspace
 
-from sde_core.pipeline.demo import default_demo_folder
+from sde_core.pipeline.demo_recipes import default_demo_folder
 
 
 @pytest.fixture(scope="session", autouse=True)

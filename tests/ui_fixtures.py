@@ -27,12 +27,8 @@ from sde_core.inputs.data import load_dataset
 from sde_core.inputs.indices import save_index_file
 from sde_core.inputs.models import save_checkpoint
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import (
-    CheckpointRef,
-    ModelEntry,
-    init_workspace,
-    write_workspace,
-)
+from sde_core.pipeline.workspace import CheckpointRef, ModelEntry, Workspace
+from sde_core.pipeline.workspace_write import write_workspace
 
 #: Evaluation defaults small enough for sub-second evaluations of one model.
 TINY_DEFAULTS = EvalSettings(
@@ -67,15 +63,15 @@ def build_tiny_workspace(folder: str | Path) -> Path:
     np.savez(root / "data.npz", x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
     forget = np.sort(rng.choice(N_TRAIN, N_FORGET, replace=False))
     save_index_file(root / "forget.npy", forget)
-    ws = init_workspace(
-        root,
+    ws = Workspace(
+        root.resolve(),
         {"kind": "npz", "root": "data.npz"},
         "forget.npy",
         name="tiny",
         description="8×8 synthetic images for the dashboard tests",
         defaults=TINY_DEFAULTS,
-        overwrite=True,
     )
+    write_workspace(ws)
     bundle = load_dataset(ws.dataset_spec())
     x_all, y_all = bundle.train.get_batch(np.arange(N_TRAIN))
     retain = np.setdiff1d(np.arange(N_TRAIN), forget)

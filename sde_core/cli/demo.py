@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sde_core.pipeline.demo import FASHION_SOURCE
+from sde_core.pipeline.demo_recipes import FASHION_SOURCE
 from sde_core.pipeline.demos import DEMOS, build_named_demo
 
 __all__ = ["register_demo"]

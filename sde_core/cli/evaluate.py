@@ -68,7 +68,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from sde_core.pipeline.engine import make_engine
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore, workspace_store_path
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
 
     ws = load_workspace(args.workspace)
     settings = ws.defaults.with_overrides(**settings_overrides(args))

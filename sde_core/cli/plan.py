@@ -15,18 +15,37 @@ from sde_core.cli._args import add_engine_arguments
 
 __all__ = ["register_run_plan"]
 
-_SUMMARY = ("f1", "calibrated_f1", "otr", "mmd_f1", "w2_f1", "acc_r", "acc_te", "asr")
-
 
 def _print_summary(store: object, run_id: int) -> None:
     """Mean of the headline columns of the ``points`` / ``toy_steps`` tables."""
+    from sde_core.pipeline.evaluation.metric_table import (  # scipy: only when printing
+        ACC_R,
+        ACC_TE,
+        ASR,
+        CALIBRATED_F1,
+        F1,
+        MMD_F1,
+        OTR,
+        W2_F1,
+    )
+
+    summary = (
+        F1.key,
+        CALIBRATED_F1.key,
+        OTR.key,
+        MMD_F1.key,
+        W2_F1.key,
+        ACC_R.key,
+        ACC_TE.key,
+        ASR.key,
+    )
     tables = store.tables(run_id)  # type: ignore[attr-defined]
     if "points" in tables:
         df = store.rows(run_id, "points")  # type: ignore[attr-defined]
         keys = [
             k for k in ("forget_ratio", "layer", "value") if df[k].nunique() > 1 or k == "value"
         ]
-        cols = [c for c in _SUMMARY if c in df and df[c].notna().any()]
+        cols = [c for c in summary if c in df and df[c].notna().any()]
         print(
             df.groupby(keys, sort=False)[cols].mean().to_string(float_format=lambda v: f"{v:.3f}")
         )

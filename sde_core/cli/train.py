@@ -53,7 +53,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from sde_core.learning.training import TrainConfig
     from sde_core.pipeline.engine import Job, Resources
     from sde_core.pipeline.jobs import random_model_job, train_model_job
-    from sde_core.pipeline.workspace import check_model_name, load_workspace, write_workspace
+    from sde_core.pipeline.workspace import check_model_name
+    from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.pipeline.workspace_write import write_workspace
 
     check_model_name(args.name)
     ws = load_workspace(args.workspace, validate=False)
@@ -125,7 +127,9 @@ def _cmd_unlearn(args: argparse.Namespace) -> int:
     from sde_core.learning.unlearning import parse_params
     from sde_core.pipeline.engine import Job, Resources
     from sde_core.pipeline.jobs import unlearn_model_job
-    from sde_core.pipeline.workspace import check_model_name, load_workspace, write_workspace
+    from sde_core.pipeline.workspace import check_model_name
+    from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.pipeline.workspace_write import write_workspace
 
     check_model_name(args.name)
     ws = load_workspace(args.workspace, validate=False)

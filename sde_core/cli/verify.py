@@ -40,7 +40,7 @@ __all__ = ["register_verify"]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.services.audit import create_report
     from sde_core.viz.report.document import AuditContext
 
@@ -105,7 +105,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     signed = _check_signature(args)
     if args.signature_only:
         return 0 if signed else 1
-    from sde_core.services.audit import verify_report  # heavy: torch, the evaluation
+    from sde_core.services.report_verify import verify_report  # heavy: torch, the evaluation
 
     def progress(line: str) -> None:
         if not args.quiet:

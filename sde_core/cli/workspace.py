@@ -67,7 +67,7 @@ def _cmd_workspace_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_workspace_add_model(args: argparse.Namespace) -> int:
-    from sde_core.services.workspaces import ModelSpec, add_model
+    from sde_core.services.workspace_models import ModelSpec, add_model
 
     kwargs = {k: literal(v) for k, v in parse_pairs(args.arch_kwarg, "--arch-kwarg").items()}
     spec = ModelSpec(
@@ -88,12 +88,9 @@ def _cmd_workspace_add_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_workspace_validate(args: argparse.Namespace) -> int:
-    from sde_core.pipeline.workspace import (
-        load_workspace,
-        rehash_models,
-        validate_workspace,
-        write_workspace,
-    )
+    from sde_core.pipeline.workspace_checks import validate_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.pipeline.workspace_write import rehash_models, write_workspace
 
     ws = load_workspace(args.folder, validate=False)
     if args.rehash:
@@ -112,7 +109,7 @@ def _cmd_workspace_validate(args: argparse.Namespace) -> int:
 def _cmd_workspace_trust(args: argparse.Namespace) -> int:
     from sde_core.common.trust_store import trust_store_path
     from sde_core.pipeline.local_trust import model_code, trust_model, untrust_model
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
 
     ws = load_workspace(args.folder, validate=False)
     names = args.model or [m.name for m in ws.models if m.trusted]
@@ -137,7 +134,7 @@ def _cmd_workspace_trust(args: argparse.Namespace) -> int:
 def _cmd_workspace_show(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
 
     ws = load_workspace(args.folder, validate=False)
     if args.json:

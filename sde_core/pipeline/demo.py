@@ -1,7 +1,9 @@
 """The bundled demo workspaces (method §11): deterministic, resumable builders and their checks.
 
 Two demos are rebuilt from scratch by :func:`build_demo` (CLI: ``python -m sde_core demo build``,
-through the one table of demos, :data:`sde_core.pipeline.demos.DEMOS`):
+through the one table of demos, :data:`sde_core.pipeline.demos.DEMOS`), from their recipes and
+acceptance checks in :mod:`sde_core.pipeline.demo_recipes` and their data written by
+:mod:`sde_core.pipeline.demo_data`:
 
 - ``assets/demo/`` (``dataset="fashion-mnist"``): 6,000 Fashion-MNIST training images, 4,000 test
   images, a random 20% forget set, the demo CNN ``fmnist_cnn`` trained with Adam.
@@ -25,398 +27,41 @@ skipped, and the original's training resumes from its ``resume.pt``.
 
 from __future__ import annotations
 
-import io
-import math
-import os
 import shutil
 import sqlite3
 import sys
 import time
-import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sde_core.common.fsio import atomic_write_bytes
 from sde_core.common.hashing import file_sha256, stable_hash
-from sde_core.common.sigma import SQRT_DIM
-from sde_core.common.validation import check_int
-from sde_core.errors import DataError, SDEError, SettingsError
-from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import (
-    CheckpointRef,
-    ModelEntry,
-    Workspace,
-    check_workspace,
-    load_workspace,
-    relative_to_workspace,
-    workspace_hash,
-    write_workspace,
-)
+from sde_core.errors import SDEError
+from sde_core.pipeline.demo_data import _write_data
+from sde_core.pipeline.demo_recipes import DATA_FILE, FORGET_FILE, STORE_FILE, DemoRecipe
+from sde_core.pipeline.workspace import CheckpointRef, ModelEntry, Workspace, workspace_hash
+from sde_core.pipeline.workspace_checks import check_workspace
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import relative_to_workspace, write_workspace
 
 if TYPE_CHECKING:  # torch, pandas and the training stack load lazily: the CLI starts fast
-    import pandas as pd
     import torch
 
-    from sde_core.learning.training import TrainConfig
     from sde_core.learning.unlearning import UnlearnData
 
 __all__ = [
-    "DEMO_DATASETS",
-    "DEMO_FOLDERS",
-    "FASHION_SOURCE",
-    "MODEL_NAMES",
-    "UNLEARNING_MODELS",
-    "AcceptanceCheck",
     "BuildReport",
-    "DemoRecipe",
-    "acceptance_checks",
     "build_demo",
     "compact_store",
-    "default_demo_folder",
-    "demo_defaults",
-    "demo_recipe",
-    "npz_bytes",
 ]
 
-DEMO_DATASETS = ("fashion-mnist", "mnist1d")
-"""Datasets a demo can be built from (the first is the default demo)."""
 
-DEMO_FOLDERS = {"fashion-mnist": "demo", "mnist1d": "demo-mnist1d"}
-"""Folder name under ``assets/`` of each demo."""
-
-FASHION_SOURCE = Path("/usr/share/datasets/fashion-mnist")
-"""Where Debian's ``dataset-fashion-mnist`` package puts the four raw idx files."""
-
-UNLEARNING_MODELS = ("ft", "ga", "rl", "salun", "l1_sparse", "unroll")
-"""Unlearned models of a demo; each is named after its :data:`sde_core.learning.unlearning.METHODS`
-key."""
-
-MODEL_NAMES = ("original", "retrained", *UNLEARNING_MODELS, "random")
-"""Every model of a demo, in workspace order."""
-
-DATA_FILE = "data.npz"
-FORGET_FILE = "forget.npy"
-LICENSE_FILE = "LICENSE-data.txt"
-STORE_FILE = "results.sqlite"
 _BUILD_DIR = ".build"
 _BUILD_KEY = "sde_demo_build"
-_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 _ORIGINAL_DIR = "models/original"
-_ITERATIVE = ("ft", "rl", "salun", "l1_sparse")
-
-_FASHION_FILES = {
-    "x_train": "train-images-idx3-ubyte",
-    "y_train": "train-labels-idx1-ubyte",
-    "x_test": "t10k-images-idx3-ubyte",
-    "y_test": "t10k-labels-idx1-ubyte",
-}
-_FASHION_LICENSE = """\
-Fashion-MNIST (subset shipped in data.npz)
-Copyright (c) 2017 Zalando SE, https://tech.zalando.com
-Source: https://github.com/zalandoresearch/fashion-mnist (read offline from Debian's
-dataset-fashion-mnist package). data.npz holds {train} of the 60,000 training images and {test}
-of the 10,000 test images; their positions in the original files are the arrays
-source_train_indices and source_test_indices.
-
-The MIT License (MIT)
-
-Permission is hereby granted, free of charge, to any person obtaining a copy of this software
-and associated documentation files (the "Software"), to deal in the Software without
-restriction, including without limitation the rights to use, copy, modify, merge, publish,
-distribute, sublicense, and/or sell copies of the Software, and to permit persons to whom the
-Software is furnished to do so, subject to the following conditions:
-
-The above copyright notice and this permission notice shall be included in all copies or
-substantial portions of the Software.
-
-THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING
-BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
-NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM,
-DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
-OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
-"""
-_MNIST1D_HEADER = """\
-mnist1d (data generated offline by the mnist1d package {version}, shipped in data.npz)
-Copyright (c) Sam Greydanus and the mnist1d contributors, https://github.com/greydanus/mnist1d
-Generation settings: {settings}. data.npz holds {train} training and {test} test samples; their
-positions in the generated arrays are source_train_indices and source_test_indices.
-Licensed under the Apache License, Version 2.0; the licence text of the package follows.
-
-"""
-
-
-# ----------------------------------------------------------------------------- recipes
-
-
-@dataclass(frozen=True)
-class DemoRecipe:
-    """Everything that defines one demo workspace.
-
-    Attributes:
-        name: workspace name (``"demo"``, ``"demo-mnist1d"``).
-        dataset: ``"fashion-mnist"`` or ``"mnist1d"``.
-        description: one paragraph for the workspace file and the dashboard.
-        train_size: D_tr size (a seeded subset of the source training split; None keeps it all).
-        test_size: D_te size (a seeded subset of the source test split; None keeps it all).
-        forget_fraction: |D_f| / |D_tr| of the random forget set.
-        arch: registry architecture of every model.
-        arch_kwargs: builder kwargs of ``arch``.
-        train: the original's training recipe (also Retrain's, with ``retrain_seed``).
-        method_params: per unlearning method, the parameters overriding method §7's defaults.
-        defaults: the workspace's evaluation ``[defaults]``.
-        seed: seed of the subsets, the forget set and the original's initial weights.
-        retrain_seed: seed of the retrained model (its initial weights and shuffles).
-        random_seed: seed of the randomly initialised model.
-        source_options: mnist1d generation settings (``num_samples``, ``train_split``,
-            ``data_seed``); empty for Fashion-MNIST.
-        models: the models to build, in workspace order (``original`` first); every name other
-            than ``original``, ``retrained`` and ``random`` is an unlearning method of
-            ``method_params``.
-        dataset_options: ``options`` of the workspace's ``npz`` dataset (e.g. ``normalize``).
-    """
-
-    name: str
-    dataset: str
-    description: str
-    train_size: int | None
-    test_size: int | None
-    forget_fraction: float
-    arch: str
-    arch_kwargs: Mapping[str, Any]
-    train: TrainConfig
-    method_params: Mapping[str, Mapping[str, Any]]
-    defaults: EvalSettings
-    seed: int = 0
-    retrain_seed: int = 1
-    random_seed: int = 2
-    source_options: Mapping[str, Any] = field(default_factory=dict)
-    models: tuple[str, ...] = MODEL_NAMES
-    dataset_options: Mapping[str, Any] = field(default_factory=dict)
-
-
-def demo_defaults(layer: str, subset_size: int) -> EvalSettings:
-    """The ``[defaults]`` of a bundled demo workspace: the given layer and n, every other setting
-    pinned here (σ = √d, T = 100, K = 200, seed 0, 30 bins, R = 20, α = 0.01) so that a change of
-    the library's defaults never silently changes a demo's shipped numbers."""
-    return EvalSettings(
-        layer=layer,
-        sigma=SQRT_DIM,
-        subset_size=subset_size,
-        targets=100,
-        splits=200,
-        seed=0,
-        bins=30,
-        panel_size=20,
-        alpha=0.01,
-    )
-
-
-def demo_recipe(
-    dataset: str = "fashion-mnist",
-    *,
-    seed: int = 0,
-    train_size: int | None = None,
-    test_size: int | None = None,
-    epochs: int | None = None,
-    method_epochs: int | None = None,
-    source_samples: int | None = None,
-    subset_size: int = 400,
-) -> DemoRecipe:
-    """The method §11 recipe of a demo, with optional reductions (for tests and quick looks).
-
-    Args:
-        dataset: ``"fashion-mnist"`` (default demo) or ``"mnist1d"``.
-        seed: base seed (subsets, forget set, original); the retrained model uses ``seed + 1``
-            and the random model ``seed + 2``.
-        train_size, test_size: override the D_tr / D_te sizes (6,000 / 4,000).
-        epochs: override the original's (and Retrain's) epochs (30 Fashion-MNIST, 100 mnist1d).
-        method_epochs: override the epochs of FT, RL, SalUn and l1-Sparse (method default: 10; the
-            Fashion-MNIST demo uses 5 to keep its CPU build to minutes) and of GA (method
-            default: 5; it gets ``min(5, method_epochs)``).
-        source_samples: mnist1d only: samples to generate (10,000; 60% train, 40% test).
-        subset_size: ``[defaults]`` subset size n (default: 400); at most |D_f| for an evaluation.
-
-    Raises:
-        SettingsError: an unknown dataset or a non-positive size.
-    """
-    from sde_core.learning.training import TrainConfig
-
-    if dataset not in DEMO_DATASETS:
-        raise SettingsError(f"unknown demo dataset {dataset!r}; use one of {list(DEMO_DATASETS)}")
-    for name, value in (
-        ("train_size", train_size),
-        ("test_size", test_size),
-        ("epochs", epochs),
-        ("method_epochs", method_epochs),
-        ("source_samples", source_samples),
-        ("subset_size", subset_size),
-    ):
-        if value is not None:
-            check_int(value, name, minimum=1, error=SettingsError)
-    fractions = (0.1, 0.2, 0.4, 0.8, 1.0)
-    if dataset == "fashion-mnist":
-        config = TrainConfig(
-            seed=seed, optimizer="adam", lr=1e-3, weight_decay=0.0, epochs=epochs or 30,
-            batch_size=128, checkpoint_fractions=fractions,
-        )  # fmt: skip
-        n_train: int | None = train_size or 6000
-        n_test: int | None = test_size or 4000
-        arch = "fmnist_cnn"
-        arch_kwargs: dict[str, Any] = {"hidden": 32}
-        source: dict[str, Any] = {}
-        description = (
-            "Fashion-MNIST demo (method §11): 6,000 training images with a random 20% forget set, "
-            "4,000 test images; CNN conv32-BN-ReLU-pool, conv64-BN-ReLU-pool, linear 32, "
-            "linear 10, Adam lr 1e-3, batch 128, 30 epochs."
-        )
-    else:
-        config = TrainConfig(
-            seed=seed, optimizer="adam", lr=1e-3, weight_decay=0.0, epochs=epochs or 100,
-            batch_size=64, checkpoint_fractions=fractions,
-        )  # fmt: skip
-        source = {"num_samples": source_samples or 10_000, "train_split": 0.6, "data_seed": 42}
-        n_train, n_test = train_size, test_size
-        arch = "mlp"
-        arch_kwargs = {"input_dim": 40, "hidden": [256, 256], "num_classes": 10}
-        description = (
-            "mnist1d demo (method §11, fast): 6,000 training samples with a random 20% forget set, "
-            "4,000 test samples; MLP 40→256→256→10, Adam lr 1e-3, batch 64, 100 epochs "
-            "(heavily overfit)."
-        )
-    if method_epochs is None and dataset == "fashion-mnist":
-        method_epochs = 5  # CPU time: half of method §7's 10 epochs (recorded with each model)
-    iterative = {"epochs": method_epochs} if method_epochs is not None else {}
-    method_params: dict[str, dict[str, Any]] = {m: dict(iterative) for m in _ITERATIVE}
-    method_params["ga"] = {"epochs": min(5, method_epochs)} if method_epochs is not None else {}
-    method_params["unroll"] = {}
-    if dataset == "fashion-mnist":
-        # method §7's RL/SalUn rates (0.01/0.013, tuned for SGD-trained CIFAR ResNet-18) collapse
-        # this Adam-trained CNN to chance accuracy; 1e-3 (measured: Acc_f 92%, Acc_te 86%)
-        # forgets partially and keeps the model usable. Recorded with each model.
-        for method in ("rl", "salun"):
-            method_params[method]["lr"] = 1e-3
-    name = DEMO_FOLDERS[dataset]
-    return DemoRecipe(
-        name=name,
-        dataset=dataset,
-        description=description,
-        train_size=n_train,
-        test_size=n_test,
-        forget_fraction=0.2,
-        arch=arch,
-        arch_kwargs=arch_kwargs,
-        train=config,
-        method_params=method_params,
-        defaults=demo_defaults("output", subset_size),
-        seed=seed,
-        retrain_seed=seed + 1,
-        random_seed=seed + 2,
-        source_options=source,
-    )
-
-
-def default_demo_folder(dataset: str = "fashion-mnist") -> Path:
-    """``assets/demo`` or ``assets/demo-mnist1d`` of this checkout."""
-    if dataset not in DEMO_FOLDERS:
-        raise SettingsError(f"unknown demo dataset {dataset!r}; use one of {list(DEMO_DATASETS)}")
-    return Path(__file__).resolve().parents[2] / "assets" / DEMO_FOLDERS[dataset]
-
-
-# ----------------------------------------------------------------------------- data
-
-
-def _seeded_subset(n: int, size: int | None, seed: int, stream: int, what: str) -> np.ndarray:
-    """Sorted indices of a seeded random subset of ``range(n)`` (all of it for ``size=None``)."""
-    if size is None:
-        return np.arange(n, dtype=np.int64)
-    if size > n:
-        raise SettingsError(f"{what} size {size} exceeds the {n} samples available")
-    rng = np.random.default_rng([seed, stream])
-    return np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
-
-
-def _source_arrays(recipe: DemoRecipe, source: Path | None) -> tuple[dict[str, np.ndarray], str]:
-    """The full source splits (``x_train, y_train, x_test, y_test``) and the licence text."""
-    from sde_core.inputs.array_datasets import ArrayDataset
-    from sde_core.inputs.data import DatasetSpec, load_dataset
-    from sde_core.inputs.dataset_readers import read_idx
-
-    if recipe.dataset == "fashion-mnist":
-        root = source or FASHION_SOURCE
-        arrays = {}
-        for key, stem in _FASHION_FILES.items():
-            found = [
-                root / f"{stem}{ext}" for ext in (".gz", "") if (root / f"{stem}{ext}").is_file()
-            ]
-            if not found:
-                raise DataError(
-                    f"{root} has no {stem}(.gz): install Debian's dataset-fashion-mnist package "
-                    f"(files in {FASHION_SOURCE}) or pass --source with the four idx files"
-                )
-            arrays[key] = read_idx(found[0])
-        return arrays, _FASHION_LICENSE
-    cache = source or (Path(os.environ.get("TMPDIR", "/tmp")) / "sde-demo-mnist1d")
-    options = dict(recipe.source_options)
-    bundle = load_dataset(DatasetSpec(kind="mnist1d", root=cache, options=options))
-    train, test = bundle.train, bundle.test
-    assert isinstance(train, ArrayDataset) and isinstance(test, ArrayDataset)  # mnist1d: in memory
-    arrays = {
-        "x_train": np.asarray(train.x, dtype=np.float32),
-        "y_train": bundle.train_labels,
-        "x_test": np.asarray(test.x, dtype=np.float32),
-        "y_test": bundle.test_labels,
-    }
-    licence = _MNIST1D_HEADER.replace("{version}", importlib_metadata.version("mnist1d")).replace(
-        "{settings}", ", ".join(f"{k}={v}" for k, v in options.items())
-    )
-    licence_files = importlib_metadata.files("mnist1d") or []
-    text = next((f.read_text() for f in licence_files if f.name == "LICENSE"), None)
-    if text is None:
-        raise DataError("the mnist1d package ships no LICENSE file; reinstall mnist1d")
-    return arrays, licence + text
-
-
-def _demo_arrays(recipe: DemoRecipe, source: Path | None) -> tuple[dict[str, np.ndarray], str]:
-    """The shipped arrays (seeded subsets, compact dtypes, source indices) and the licence."""
-    full, licence = _source_arrays(recipe, source)
-    tr = _seeded_subset(len(full["y_train"]), recipe.train_size, recipe.seed, 0, "D_tr")
-    te = _seeded_subset(len(full["y_test"]), recipe.test_size, recipe.seed, 1, "D_te")
-    x_dtype = np.uint8 if recipe.dataset == "fashion-mnist" else np.float32
-    arrays = {
-        "x_train": np.ascontiguousarray(full["x_train"][tr], dtype=x_dtype),
-        "y_train": full["y_train"][tr].astype(np.uint8),
-        "x_test": np.ascontiguousarray(full["x_test"][te], dtype=x_dtype),
-        "y_test": full["y_test"][te].astype(np.uint8),
-        "source_train_indices": tr.astype(np.int32),
-        "source_test_indices": te.astype(np.int32),
-    }
-    licence = licence.replace("{train}", f"{tr.size:,}").replace("{test}", f"{te.size:,}")
-    return arrays, licence
-
-
-def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
-    """A compressed ``.npz`` whose bytes depend only on the arrays (fixed zip timestamps)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as zf:
-        for key in sorted(arrays):
-            member = io.BytesIO()
-            np.lib.format.write_array(member, np.ascontiguousarray(arrays[key]), allow_pickle=False)
-            info = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_EPOCH)
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, member.getvalue(), zipfile.ZIP_DEFLATED, 9)
-    return buffer.getvalue()
-
-
-def _write_if_changed(path: Path, content: bytes) -> None:
-    """Write ``content`` atomically unless the file already holds exactly these bytes."""
-    if path.is_file() and path.read_bytes() == content:
-        return
-    atomic_write_bytes(path, content)
 
 
 # ----------------------------------------------------------------------------- models
@@ -586,19 +231,6 @@ def _unlearned_model(
 
 
 # ----------------------------------------------------------------------------- build
-
-
-def _write_data(recipe: DemoRecipe, folder: Path, source: Path | None) -> None:
-    """``data.npz``, ``LICENSE-data.txt`` and the seeded random ``forget.npy``."""
-    from sde_core.inputs.indices import save_index_file
-
-    arrays, licence = _demo_arrays(recipe, source)
-    _write_if_changed(folder / DATA_FILE, npz_bytes(arrays))
-    _write_if_changed(folder / LICENSE_FILE, licence.encode())
-    n = len(arrays["y_train"])
-    rng = np.random.default_rng([recipe.seed, 2])
-    k = max(1, round(recipe.forget_fraction * n))
-    save_index_file(folder / FORGET_FILE, np.sort(rng.choice(n, size=k, replace=False)))
 
 
 def _previous(folder: Path) -> Workspace | None:
@@ -778,64 +410,3 @@ def compact_store(path: str | Path) -> None:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
-
-
-# ----------------------------------------------------------------------------- acceptance
-
-
-@dataclass(frozen=True)
-class AcceptanceCheck:
-    """One method §11 acceptance criterion measured on a demo evaluation."""
-
-    model: str
-    quantity: str
-    value: float
-    requirement: str
-    passed: bool
-
-    def __str__(self) -> str:
-        mark = "ok  " if self.passed else "FAIL"
-        return (
-            f"{mark} {self.model:<10} {self.quantity:<17} {self.value:8.4g}  ({self.requirement})"
-        )
-
-
-def acceptance_checks(models: pd.DataFrame) -> list[AcceptanceCheck]:
-    """method §11 acceptance on an evaluation's ``models`` table (one row per model).
-
-    Under the original and the retrained model the references are valid — the paper's
-    split-level test (median p over the draws < α) and the calibrated panel test that gates every
-    headline number (method §12); the original's OTR ≤ 0.2 and the retrained model's ≥ 0.8;
-    controlled F1 ≥ 0.9 for both. A withheld (NaN) number fails.
-
-    Raises:
-        SettingsError: the table lacks a model with role ``original`` or ``retrained``.
-    """
-    checks = []
-    for role, otr_ok, otr_text in (
-        ("original", lambda v: v <= 0.2, "OTR ≤ 0.2"),
-        ("retrained", lambda v: v >= 0.8, "OTR ≥ 0.8"),
-    ):
-        rows = models[models["role"] == role]
-        if rows.empty:
-            raise SettingsError(f"the evaluation has no {role} model; acceptance needs one")
-        row = rows.iloc[0]
-        name = str(row["name"])
-        p, otr, f1 = float(row["reference_p"]), float(row["otr"]), float(row["f1"])
-        checks += [
-            AcceptanceCheck(
-                name, "reference p", p, "references valid", bool(row["references_valid"])
-            ),
-            AcceptanceCheck(
-                name,
-                "panel p",
-                float(row["panel_p"]),
-                "panels separate (the gate)",
-                bool(row["panel_valid"]),
-            ),
-            AcceptanceCheck(name, "OTR", otr, otr_text, not math.isnan(otr) and otr_ok(otr)),
-            AcceptanceCheck(
-                name, "controlled F1", f1, "F1 ≥ 0.9", not math.isnan(f1) and f1 >= 0.9
-            ),
-        ]
-    return checks

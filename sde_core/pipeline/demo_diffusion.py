@@ -33,9 +33,19 @@ from sde_core.common.sigma import MEDIAN, Sigma
 from sde_core.common.validation import check_int
 from sde_core.errors import SettingsError
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name
-from sde_core.pipeline.demo import BuildReport, DemoRecipe, build_demo, demo_defaults
+from sde_core.pipeline.demo import BuildReport, build_demo
+from sde_core.pipeline.demo_recipes import DemoRecipe, demo_defaults
+from sde_core.pipeline.evaluation.metric_table import (
+    CALIBRATED_OTR,
+    F1,
+    NULL_CALIBRATED_FPR,
+    OTR,
+    PANEL_P,
+    raw_column,
+)
 from sde_core.pipeline.settings import NOISE_LEVELS
-from sde_core.pipeline.workspace import Workspace, load_workspace
+from sde_core.pipeline.workspace import Workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,12 +76,12 @@ FIG6_SIGMA_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 """Kernel bandwidths of the Figure 6 sweep, as multiples of √d (plus the median rule)."""
 
 FIG6_EXTRA_COLUMNS = (
-    "f1_raw",
-    "otr_raw",
-    "calibrated_otr_raw",
-    "panel_p",
+    raw_column(F1.key),
+    raw_column(OTR.key),
+    raw_column(CALIBRATED_OTR.key),
+    PANEL_P.key,
     "null_split_fpr",
-    "null_calibrated_fpr",
+    NULL_CALIBRATED_FPR.key,
 )
 """Columns of the Figure 6 sweep beyond the Sweeps page's: the numbers before the gate (method
 §12) and the measured null rates, so a withheld point still says what the paper would report."""

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from sde_core.errors import SettingsError
-from sde_core.pipeline.demo import DEMO_DATASETS, DEMO_FOLDERS
 from sde_core.pipeline.demo_diffusion import DIFFUSION_DEMOS
+from sde_core.pipeline.demo_recipes import DEMO_DATASETS, DEMO_FOLDERS
 from sde_core.pipeline.llm_demo import FACTS_DATASET, default_facts_folder
 
 __all__ = ["DEMOS", "Demo", "DemoBuilder", "DemoResult", "build_named_demo"]
@@ -78,12 +78,8 @@ def _classifier_demo(
     log: Callable[[str], None] | None = None,
 ) -> DemoResult:
     """The Fashion-MNIST or mnist1d classifier demo, with its method §11 acceptance checks."""
-    from sde_core.pipeline.demo import (
-        acceptance_checks,
-        build_demo,
-        default_demo_folder,
-        demo_recipe,
-    )
+    from sde_core.pipeline.demo import build_demo
+    from sde_core.pipeline.demo_recipes import acceptance_checks, default_demo_folder, demo_recipe
     from sde_core.pipeline.store import ResultsStore
 
     folder = Path(out) if out else default_demo_folder(name)

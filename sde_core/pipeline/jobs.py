@@ -5,7 +5,7 @@ every worker can read and write on a cluster) and *returns* the new
 :class:`~sde_core.pipeline.workspace.ModelEntry`; the driver alone adds it to ``workspace.toml``
 (atomically). A job never overwrites a file the workspace refers to: its default output is
 ``models/<name>`` unless another entry uses it, then ``models/<name>-2`` and so on
-(:func:`~sde_core.pipeline.workspace.fresh_model_path`), so replacing a model that fails
+(:func:`~sde_core.pipeline.workspace_write.fresh_model_path`), so replacing a model that fails
 half-way loses nothing. Models are built with their entry's ``arch_kwargs`` and ``trusted``.
 The arguments are plain, picklable values, so the same job runs in this process or on a Ray
 worker.
@@ -40,7 +40,8 @@ def random_model_job(
     from sde_core.common.hashing import file_sha256
     from sde_core.inputs.architectures import build_model
     from sde_core.learning.training import save_weights
-    from sde_core.pipeline.workspace import fresh_model_path, load_workspace, relative_to_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.pipeline.workspace_write import fresh_model_path, relative_to_workspace
 
     check_model_name(name)
     ws = load_workspace(workspace_root, validate=False)
@@ -81,7 +82,8 @@ def train_model_job(
     from sde_core.inputs.architectures import build_model
     from sde_core.inputs.data import load_dataset
     from sde_core.learning.training import TrainConfig, train
-    from sde_core.pipeline.workspace import fresh_model_path, load_workspace, relative_to_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.pipeline.workspace_write import fresh_model_path, relative_to_workspace
 
     check_model_name(name)
     ws = load_workspace(workspace_root, validate=False)
@@ -137,11 +139,8 @@ def unlearn_model_job(
     from sde_core.learning.training import TrainConfig, save_weights
     from sde_core.learning.unlearning import UnlearnData, unlearn
     from sde_core.pipeline.model_inputs import load_entry_model
-    from sde_core.pipeline.workspace import (
-        fresh_model_path,
-        load_workspace,
-        relative_to_workspace,
-    )
+    from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.pipeline.workspace_write import fresh_model_path, relative_to_workspace
 
     check_model_name(name)
     ws = load_workspace(workspace_root, validate=False)

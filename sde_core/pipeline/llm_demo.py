@@ -38,14 +38,10 @@ import numpy as np
 from sde_core.common.fsio import atomic_write_text
 from sde_core.errors import SettingsError
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import (
-    ModelEntry,
-    Workspace,
-    check_workspace,
-    load_workspace,
-    workspace_hash,
-    write_workspace,
-)
+from sde_core.pipeline.workspace import ModelEntry, Workspace, workspace_hash
+from sde_core.pipeline.workspace_checks import check_workspace
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import write_workspace
 
 __all__ = [
     "FACTS_DATASET",

@@ -22,7 +22,7 @@ import numpy as np
 from sde_core.errors import ActivationError, CheckpointError, DataError
 from sde_core.families.registry import family_of_entry
 from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
-from sde_core.pipeline.workspace import resolve_arch
+from sde_core.pipeline.workspace_checks import resolve_arch
 
 __all__ = [
     "ModelInputs",
@@ -163,7 +163,8 @@ def _build_arguments(ws: Any, file: Path, entry: Any) -> tuple[str | None, dict[
     """The architecture and kwargs to build a model with: the kwargs only when they change the
     build (they differ from the file's own metadata), so a model saved with its kwargs keeps one
     activation-cache identity whether or not the workspace repeats them. A ``file:``
-    architecture is resolved and pinned (:func:`~sde_core.pipeline.workspace.resolve_arch`)."""
+    architecture is resolved and pinned
+    (:func:`~sde_core.pipeline.workspace_checks.resolve_arch`)."""
     arch = resolve_arch(ws, entry)
     kwargs = _no_nulls(dict(entry.arch_kwargs))
     meta_arch, meta_kwargs = checkpoint_metadata(file)

@@ -16,7 +16,7 @@ difference:
   always differs, and NaN is never within a near-tie range.
 
 File hashes are not compared here: they are the tamper check and must match exactly (see
-:func:`sde_core.services.audit.verify_report`).
+:func:`sde_core.services.report_verify.verify_report`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sde_core.pipeline.evaluation.metric_table import (
+    ACC_F,
+    ACC_GAP,
+    ACC_R,
+    ACC_TE,
+    ASR,
+    DEPENDENCE_SCORE,
+    LOSS_GAP,
+    PANEL_P,
+    REFERENCE_P,
+)
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.stats.near_ties import ACTIVATION_RTOL, H_RTOL
 
@@ -268,8 +279,8 @@ def _classify(
         if _same_text_but_numbers(a, b):
             return "equivalent", "the reason's text differs only in its printed numbers"
         return "differs", "a gate decision changed, and no gate is a near-tie"
-    if key.startswith(("reference_p", "panel_p")):
-        which = "reference" if key.startswith("reference_p") else "panel"
+    if key.startswith((REFERENCE_P.key, PANEL_P.key)):
+        which = "reference" if key.startswith(REFERENCE_P.key) else "panel"
         if numbers is not None and _p_within(key, which, numbers, allow.ties):
             return "equivalent", f"within the {which} test's near-tie p range"
         return "differs", f"outside the {which} test's near-tie p range"
@@ -277,11 +288,11 @@ def _classify(
         return _classify_decision(key, None, absolute, allow)
     if isinstance(a, str) and isinstance(b, str) and _same_text_but_numbers(a, b):
         return "equivalent", "the text differs only in its printed numbers"
-    if key.startswith(("acc_gap", "mia_forget", "mia_unseen", "mia_gap")):
+    if key.startswith((ACC_GAP.key, "mia_forget", "mia_unseen", "mia_gap")):
         return _behaviour(key, absolute, allow)
-    if key.startswith("loss_gap"):
+    if key.startswith(LOSS_GAP.key):
         return _limit(absolute, _LOSS_ATOL, "float32 probabilities' relative precision allows")
-    if key.startswith("dependence_score"):
+    if key.startswith(DEPENDENCE_SCORE.key):
         tolerances = [
             t.dependence_tolerance for t in allow.ties if math.isfinite(t.dependence_tolerance)
         ]
@@ -300,7 +311,7 @@ def _classify(
     if key.startswith("score_spread_corr"):
         rtol = max((t.h_rtol for t in allow.ties if math.isfinite(t.h_rtol)), default=H_RTOL)
         return _limit(absolute, _CORR_FACTOR * rtol, "a correlation of moved scores allows")
-    if key in ("acc_r", "acc_f", "acc_te", "asr"):
+    if key in (ACC_R.key, ACC_F.key, ACC_TE.key, ASR.key):
         counts = [t.classic.get(key, math.nan) for t in allow.ties]
         k = max((c for c in counts if math.isfinite(c)), default=math.nan)
         n = allow.rows.get(key)
@@ -319,10 +330,10 @@ def _behaviour(key: str, absolute: float, allow: _Allowance) -> tuple[Outcome, s
         counts = [t.classic.get(name, math.nan) for t in allow.ties]
         return max((c for c in counts if math.isfinite(c)), default=math.nan)
 
-    n_f, n_te = allow.rows.get("acc_f", 0), allow.rows.get("acc_te", 0)
-    bound = 1.0 if key in ("acc_gap", "mia_forget", "mia_unseen") else 2.0
-    if key.startswith("acc_gap"):
-        k_f, k_te = ties("acc_f"), ties("acc_te")
+    n_f, n_te = allow.rows.get(ACC_F.key, 0), allow.rows.get(ACC_TE.key, 0)
+    bound = 1.0 if key in (ACC_GAP.key, "mia_forget", "mia_unseen") else 2.0
+    if key.startswith(ACC_GAP.key):
+        k_f, k_te = ties(ACC_F.key), ties(ACC_TE.key)
         if not (math.isfinite(k_f) and math.isfinite(k_te) and n_f and n_te):
             return "differs", "its near-ties were not recorded"
         limit = bound * 100.0 * (k_f / n_f + k_te / n_te)

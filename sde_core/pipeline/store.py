@@ -30,8 +30,9 @@ damaged. Opened with ``read_only=True`` it is not changed: it is served after th
 check, with every row and array decoded and validated on read (there are no checksums to
 compare).
 
-Schema (version :data:`SCHEMA_VERSION`, kept in ``PRAGMA user_version``; the file is tagged
-with ``PRAGMA application_id`` = :data:`APPLICATION_ID`):
+Schema (version :data:`~sde_core.pipeline.store_file.SCHEMA_VERSION`, kept in
+``PRAGMA user_version``; the file is tagged with ``PRAGMA application_id`` =
+:data:`~sde_core.pipeline.store_file.APPLICATION_ID`):
 
 - ``runs(id, workspace_hash, settings_hash, settings JSON, label, created, status, checksum)``,
   unique on (workspace_hash, settings_hash); ``status`` is ``"running"`` or ``"complete"``.
@@ -55,6 +56,13 @@ own inference: all-int columns are ``int64``, all-bool ``bool``, numeric ``float
 pandas' string dtype, mixed columns ``object``; ``None`` and absent keys read back as pandas'
 missing value for the column (NaN, or ``None`` in ``object`` columns), so test with
 ``pandas.isna``.
+
+:class:`ResultsStore` is built in three layers, one idea each: the file
+(:class:`~sde_core.pipeline.store_file.StoreFile`: schema, opening, upgrade and salvage,
+transactions, readable errors), the verified records
+(:class:`~sde_core.pipeline.store_verify.VerifiedStore`: checked runs, units and tables, the
+damaged records and their repair), and, here, the runs, units, tables and arrays a caller reads
+and writes.
 """
 
 from __future__ import annotations
@@ -64,14 +72,9 @@ import json
 import re
 import shutil
 import sqlite3
-import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import quote
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -82,136 +85,32 @@ from sde_core.errors import StoreError
 from sde_core.pipeline.store_integrity import (
     DamagedUnit,
     DamagedUnitError,
-    RepairReport,
-    StoreDamagedError,
     array_checksum,
-    check_unit,
     decode_array,
     decode_payload,
-    file_problem,
     run_checksum,
-    run_problem,
-    salvage,
     table_checksum,
     table_problem,
-    tolerant_text,
     unit_checksum,
-    upgrade_v1,
 )
+from sde_core.pipeline.store_verify import Run, VerifiedStore
 from sde_core.pipeline.workspace import cache_path
 
 __all__ = [
-    "APPLICATION_ID",
-    "SCHEMA_VERSION",
     "SHIPPED_STORE",
     "ResultsStore",
-    "Run",
     "workspace_store_path",
 ]
 
-SCHEMA_VERSION = 2
-"""Version of the store's SQL schema, kept in ``PRAGMA user_version`` (2: checksums)."""
 
-APPLICATION_ID = 0x53444531
-"""``PRAGMA application_id`` of an SDE results store (ASCII ``"SDE1"``)."""
-
-RunStatus = Literal["running", "complete"]
 Scalar = None | bool | int | float | str
 
-_SCHEMA = (
-    """CREATE TABLE runs (
-        id INTEGER PRIMARY KEY,
-        workspace_hash TEXT NOT NULL,
-        settings_hash TEXT NOT NULL,
-        settings TEXT NOT NULL,
-        label TEXT NOT NULL,
-        created TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('running', 'complete')),
-        checksum TEXT,
-        UNIQUE (workspace_hash, settings_hash)
-    )""",
-    """CREATE TABLE units (
-        id INTEGER PRIMARY KEY,
-        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        unit_key TEXT NOT NULL,
-        finished TEXT NOT NULL,
-        checksum TEXT,
-        UNIQUE (run_id, unit_key)
-    )""",
-    """CREATE TABLE run_tables (
-        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        name TEXT NOT NULL,
-        columns TEXT NOT NULL,
-        checksum TEXT,
-        PRIMARY KEY (run_id, name)
-    )""",
-    """CREATE TABLE table_rows (
-        unit_id INTEGER NOT NULL REFERENCES units (id) ON DELETE CASCADE,
-        table_name TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        payload TEXT NOT NULL,
-        PRIMARY KEY (unit_id, table_name, seq)
-    )""",
-    """CREATE TABLE arrays (
-        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        name TEXT NOT NULL,
-        unit_id INTEGER NOT NULL REFERENCES units (id) ON DELETE CASCADE,
-        dtype TEXT NOT NULL,
-        shape TEXT NOT NULL,
-        data BLOB NOT NULL,
-        checksum TEXT,
-        PRIMARY KEY (run_id, name)
-    )""",
-    "CREATE INDEX arrays_unit ON arrays (unit_id)",
-)
 
 _TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 _ARRAY_KINDS = "biuf"
-_RUN_COLUMNS = "id, workspace_hash, settings_hash, settings, label, created, status"
 
 
-@dataclass(frozen=True)
-class Run:
-    """One evaluation run: a workspace evaluated under one settings dict.
-
-    Attributes:
-        id: Database id, the handle every other store method takes.
-        workspace_hash: Content hash of the workspace the run evaluates.
-        settings_hash: :func:`~sde_core.common.hashing.stable_hash` of ``settings``.
-        settings: The normalised settings (JSON values, keys sorted).
-        label: Free-text label given when the run was created.
-        created: Creation time, ISO 8601 in UTC.
-        status: ``"running"`` until :meth:`ResultsStore.mark_complete`, then ``"complete"``.
-    """
-
-    id: int
-    workspace_hash: str
-    settings_hash: str
-    settings: dict[str, Any]
-    label: str
-    created: str
-    status: RunStatus
-
-
-def _create_schema(conn: sqlite3.Connection) -> None:
-    """Create the current schema in an empty database (inside the caller's transaction)."""
-    for statement in _SCHEMA:
-        conn.execute(statement)
-    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-
-
-def _fresh_store(path: Path) -> sqlite3.Connection:
-    """A new, empty store file at ``path`` (for :func:`salvage`), in WAL mode."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("BEGIN IMMEDIATE")
-    _create_schema(conn)
-    conn.execute("COMMIT")
-    return conn
-
-
-class ResultsStore:
+class ResultsStore(VerifiedStore):
     """SQLite-backed store of evaluation runs (see the module docstring for the schema).
 
     Open it as a context manager (or call :meth:`close`). One instance may be shared by threads
@@ -233,412 +132,6 @@ class ResultsStore:
             newer schema version.
         StoreDamagedError: The file is structurally damaged (and ``repair`` is off).
     """
-
-    def __init__(
-        self,
-        path: str | Path,
-        timeout: float = 30.0,
-        *,
-        read_only: bool = False,
-        repair: bool = False,
-    ) -> None:
-        self.path = Path(path)
-        self.timeout = float(timeout)
-        self.read_only = bool(read_only)
-        self.repair_report: RepairReport | None = None
-        self._lock = threading.RLock()
-        self._verified: set[tuple[int, Any]] = set()
-        self._verified_runs: dict[int, tuple[Any, ...]] = {}
-        self._checksums = True
-        if repair and self.read_only:
-            raise StoreError("a store opened read_only cannot be repaired: open it writable")
-        self._conn = self._connect()
-        try:
-            self._open_schema(repair)
-        except BaseException:
-            self._conn.close()
-            raise
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            if self.read_only:
-                if not self.path.is_file():
-                    raise StoreError(f"results store {self.path} does not exist")
-                uri = f"file:{quote(str(self.path.resolve()))}?mode=ro"
-                conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None,
-                                       check_same_thread=False)  # fmt: skip
-            else:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(
-                    self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-                )
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(
-                f"cannot open results store {self.path} ({exc}): choose a writable file path"
-            ) from exc
-        conn.text_factory = tolerant_text
-        return conn
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def __enter__(self) -> ResultsStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the database connection (idempotent)."""
-        with self._lock:
-            self._conn.close()
-
-    def _open_schema(self, repair: bool) -> None:
-        """Check the file is a sound SDE store of a readable version; create, upgrade or repair
-        it as needed."""
-        not_store = f"{self.path} is not an SDE results store: delete it or choose another path"
-        try:
-            app_id, version, n_tables = self._header()
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # text of a damaged schema
-            if repair:
-                return self._salvage(str(exc))
-            raise StoreDamagedError(
-                f"{not_store} ({exc}); if it is a damaged results store, open it with "
-                "repair=True (evaluate --repair) to rebuild it, keeping this file aside"
-            ) from exc
-        empty = version == 0 and n_tables == 0
-        if not empty and app_id != APPLICATION_ID:
-            raise StoreError(not_store)
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path} was written by a newer SDE Explorer (schema version {version}; "
-                f"this version reads {SCHEMA_VERSION}): upgrade sde_core or choose another path"
-            )
-        if not empty and version not in (1, SCHEMA_VERSION):
-            raise StoreError(f"{not_store} (unknown schema version {version})")
-        if not empty:
-            problem = file_problem(self._conn, self._file_size())
-            if problem is not None:
-                if repair:
-                    return self._salvage(problem)
-                raise StoreDamagedError(
-                    f"results store {self.path} is damaged (SQLite check: {problem}); nothing "
-                    "was read from it. Rebuild it from its intact units with 'python -m "
-                    "sde_core evaluate WORKSPACE --repair' (or ResultsStore(path, repair=True)); "
-                    "the damaged file is kept beside it"
-                )
-        if self.read_only:
-            self._checksums = version >= 2
-            return None
-        try:
-            self._enable_wal()
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.DatabaseError as exc:
-            raise self._error(exc) from exc
-        if empty or version == 1:  # another process may have done it meanwhile: re-read
-            with self._tx() as conn:
-                current = conn.execute("PRAGMA user_version").fetchone()[0]
-                if current == 0 and empty:
-                    _create_schema(conn)
-                elif current == 1:
-                    upgrade_v1(conn)
-        if repair:
-            dropped = self.drop_damaged_units()
-            kept = self._query("SELECT count(*) FROM units")[0][0]
-            self.repair_report = RepairReport(self.path, None, tuple(dropped), int(kept))
-        return None
-
-    def _salvage(self, problem: str) -> None:
-        """Rebuild a structurally damaged file (``repair=True``); reopen the rebuilt store."""
-        self._conn.close()
-        report = salvage(self.path, _fresh_store)
-        self.repair_report = report
-        self._conn = self._connect()
-        self._enable_wal()
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        del problem
-
-    def _file_size(self) -> int:
-        try:
-            return self.path.stat().st_size
-        except OSError:
-            return 0
-
-    def _enable_wal(self) -> None:
-        """Switch to WAL mode, retrying while another process holds the lock it needs.
-
-        SQLite's busy handler does not cover the journal-mode change, so two processes opening
-        the same new file at once would otherwise fail at once with "database is locked".
-        """
-        deadline = time.monotonic() + self.timeout
-        delay = 0.005
-        while True:
-            try:
-                self._conn.execute("PRAGMA journal_mode=WAL")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(2 * delay, 0.2)
-
-    def _header(self) -> tuple[int, int, int]:
-        """``application_id``, ``user_version`` and the number of schema objects of the file."""
-        # One read transaction: a snapshot, so a schema another process is creating is seen
-        # either not at all or whole (three autocommit reads could mix the two states).
-        conn = self._conn
-        conn.execute("BEGIN")
-        try:
-            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            n_tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
-        return int(app_id), int(version), int(n_tables)
-
-    def _error(self, exc: sqlite3.Error) -> StoreError:
-        """A readable :class:`StoreError` for a database failure."""
-        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-            return StoreError(
-                f"results store {self.path} stayed locked by another writer for more than "
-                f"{self.timeout:g} s: wait for it to finish or raise the timeout"
-            )
-        if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc).replace("-", ""):
-            return StoreError(f"results store {self.path} is read-only: {exc}")
-        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
-            return StoreDamagedError(
-                f"results store {self.path} is damaged ({exc}); rebuild it from its intact "
-                "units with 'python -m sde_core evaluate WORKSPACE --repair'"
-            )
-        return StoreError(
-            f"results store {self.path} failed ({exc}): if the file is corrupt, "
-            "open it with repair=True (evaluate --repair)"
-        )
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on error)."""
-        if self.read_only:
-            raise StoreError(
-                f"results store {self.path} was opened read-only: open it without "
-                "read_only=True to write"
-            )
-        with self._lock:
-            conn = self._conn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.DatabaseError as exc:
-                raise self._error(exc) from exc
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.DatabaseError) and not isinstance(
-                    exc, sqlite3.ProgrammingError
-                ):
-                    raise self._error(exc) from exc
-                raise
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """All rows of one read-only statement."""
-        with self._lock:
-            try:
-                return self._conn.execute(sql, params).fetchall()
-            except sqlite3.ProgrammingError:
-                raise
-            except sqlite3.DatabaseError as exc:
-                raise self._error(exc) from exc
-            except UnicodeDecodeError as exc:  # SQLite's message quotes damaged bytes
-                raise StoreDamagedError(
-                    f"results store {self.path} is damaged (unreadable text: {exc.reason}); "
-                    "rebuild it with 'python -m sde_core evaluate WORKSPACE --repair'"
-                ) from exc
-
-    # ------------------------------------------------------------------ verification
-
-    def _run_select(self) -> str:
-        return f"SELECT {_RUN_COLUMNS}{', checksum' if self._checksums else ''} FROM runs"
-
-    def _table_select(self) -> str:
-        cols = "run_id, name, columns" + (", checksum" if self._checksums else "")
-        return f"SELECT {cols} FROM run_tables"
-
-    def _unit_select(self) -> str:
-        cols = "id, run_id, unit_key, finished" + (", checksum" if self._checksums else "")
-        return f"SELECT {cols} FROM units"
-
-    def _run(self, row: Sequence[Any]) -> Run:
-        """A verified :class:`Run` from a runs row, or :class:`DamagedUnitError`."""
-        problem = run_problem(row, self._checksums)
-        if problem is not None:
-            raise DamagedUnitError(self.path, [DamagedUnit(int(row[0]), None, problem)])
-        run_id, workspace_hash, settings_hash, settings, label, created, status = row[:7]
-        return Run(
-            id=int(run_id),
-            workspace_hash=workspace_hash,
-            settings_hash=settings_hash,
-            settings=json.loads(settings),
-            label=label,
-            created=created,
-            status=status,
-        )
-
-    def _unit_problem(self, unit: Sequence[Any]) -> str | None:
-        """Why a unit cannot be served (``None``: verified; cached per store object)."""
-        token = (int(unit[0]), unit[4] if self._checksums else unit[2])
-        with self._lock:
-            if token in self._verified:
-                return None
-            try:
-                problem = check_unit(self._conn, unit, self._checksums)
-            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-                problem = f"unreadable ({' '.join(str(exc).split())})"
-            if problem is None:
-                self._verified.add(token)
-        return problem
-
-    def _verify_units(self, units: Sequence[Sequence[Any]]) -> None:
-        """Raise :class:`DamagedUnitError` naming every unit of ``units`` that fails."""
-        damaged = []
-        for unit in units:
-            problem = self._unit_problem(unit)
-            if problem is not None:
-                damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
-        if damaged:
-            raise DamagedUnitError(self.path, damaged)
-
-    def _table_problems(
-        self, run_id: int, found: list[tuple[Any, ...]] | None = None
-    ) -> list[DamagedUnit]:
-        """Damaged or missing table records of a run (a table with rows but no record)."""
-        if found is None:
-            found = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
-        damaged = []
-        for row in found:
-            reason = table_problem(row, self._checksums)
-            if reason is not None:
-                damaged.append(DamagedUnit(run_id, None, reason, str(row[1])))
-        listed = {str(row[1]) for row in found}
-        used = self._query(
-            "SELECT DISTINCT t.table_name FROM table_rows t JOIN units u ON u.id = t.unit_id"
-            " WHERE u.run_id = ?",
-            (run_id,),
-        )
-        damaged.extend(
-            DamagedUnit(run_id, None, "its record is missing", str(name))
-            for (name,) in used
-            if str(name) not in listed
-        )
-        return damaged
-
-    def _verify_run(self, run_id: int) -> None:
-        """Verify every unit and table record of a run before serving any of it: a lost or
-        altered unit would otherwise make a table silently shorter."""
-        units = self._query(f"{self._unit_select()} WHERE run_id = ?", (run_id,))
-        tables = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
-        signature = (tuple((u[0], u[-1]) for u in units), tuple(tables))
-        if self._verified_runs.get(run_id) == signature:
-            return
-        damaged = self._table_problems(run_id, tables)
-        for unit in units:
-            problem = self._unit_problem(unit)
-            if problem is not None:
-                damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
-        if damaged:
-            raise DamagedUnitError(self.path, damaged)
-        with self._lock:
-            self._verified_runs[run_id] = signature
-
-    def damaged_units(self, run_id: int | None = None) -> list[DamagedUnit]:
-        """Every damaged record (of one run when given): runs whose own record fails (with
-        ``unit_key=None``, plus each of their units), and units failing their checksums.
-
-        Raises:
-            StoreError: No such run.
-        """
-        if run_id is not None:
-            self.get_run(run_id)
-        where, params = ("WHERE id = ?", (int(run_id),)) if run_id is not None else ("", ())
-        damaged: list[DamagedUnit] = []
-        for row in self._query(f"{self._run_select()} {where}", params):
-            problem = run_problem(row, self._checksums)
-            units = self._query(f"{self._unit_select()} WHERE run_id = ?", (row[0],))
-            if problem is not None:
-                damaged.append(DamagedUnit(int(row[0]), None, problem))
-                damaged.extend(DamagedUnit(int(row[0]), str(u[2]), problem) for u in units)
-                continue
-            for unit in units:
-                reason = self._unit_problem(unit)
-                if reason is not None:
-                    damaged.append(DamagedUnit(int(row[0]), str(unit[2]), reason))
-            damaged.extend(self._table_problems(int(row[0])))
-        unit_where = "" if run_id is None else " AND run_id = ?"
-        orphans = self._query(
-            f"{self._unit_select()} WHERE run_id NOT IN (SELECT id FROM runs){unit_where}", params
-        )
-        damaged.extend(DamagedUnit(int(u[1]), str(u[2]), "its run is missing") for u in orphans)
-        return damaged
-
-    def drop_damaged_units(self) -> list[DamagedUnit]:
-        """Delete exactly the damaged records (:meth:`damaged_units`) so they can be recomputed.
-
-        A run whose own record is damaged is deleted with its units; a run that loses units is
-        marked ``running``; table column lists are rebuilt from the rows that remain.
-
-        Returns:
-            What was dropped.
-        """
-        damaged = self.damaged_units()
-        if not damaged:
-            return []
-        runs = {d.run_id for d in damaged if d.unit_key is None and d.table is None}
-        with self._tx() as conn:
-            for run_id in runs:
-                conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-                conn.execute("DELETE FROM units WHERE run_id = ?", (run_id,))
-            lost, tables = set(), set()
-            for d in damaged:
-                if d.run_id in runs:
-                    continue
-                if d.unit_key is None:
-                    tables.add(d.run_id)
-                    continue
-                conn.execute(
-                    "DELETE FROM units WHERE run_id = ? AND unit_key = ?", (d.run_id, d.unit_key)
-                )
-                lost.add(d.run_id)
-            for run_id in lost:
-                self._set_status(conn, run_id, "running")
-            for run_id in lost | tables:
-                self._rebuild_columns(conn, run_id)
-        return damaged
-
-    def _rebuild_columns(self, conn: sqlite3.Connection, run_id: int) -> None:
-        """Rewrite a run's table column lists from its remaining rows (first-seen order)."""
-        rows = conn.execute(
-            "SELECT t.table_name, t.payload FROM table_rows t JOIN units u ON u.id = t.unit_id"
-            " WHERE u.run_id = ? ORDER BY u.id, t.table_name, t.seq",
-            (run_id,),
-        ).fetchall()
-        columns: dict[str, dict[str, None]] = {}
-        for table, payload in rows:
-            cols = columns.setdefault(table, {})
-            for key in decode_payload(payload):
-                cols.setdefault(key, None)
-        known = [name for (name,) in conn.execute(
-            "SELECT name FROM run_tables WHERE run_id = ?", (run_id,)
-        ).fetchall()]  # fmt: skip
-        for name in dict.fromkeys([*known, *columns]):
-            text = json.dumps(list(columns.get(name, {})))
-            conn.execute(
-                "INSERT OR REPLACE INTO run_tables (run_id, name, columns, checksum)"
-                " VALUES (?, ?, ?, ?)",
-                (run_id, name, text, table_checksum(run_id, name, text)),
-            )
 
     # ------------------------------------------------------------------ runs
 
@@ -682,18 +175,6 @@ class ResultsStore:
                 row = conn.execute(select, (workspace_hash, settings_hash)).fetchone()
         return self._run(row)
 
-    def get_run(self, run_id: int) -> Run:
-        """The run with this id.
-
-        Raises:
-            StoreError: No such run.
-            DamagedUnitError: Its record is damaged.
-        """
-        found = self._query(f"{self._run_select()} WHERE id = ?", (int(run_id),))
-        if not found:
-            raise StoreError(f"unknown run id {run_id}: list the stored runs with list_runs()")
-        return self._run(found[0])
-
     def list_runs(self, workspace_hash: str | None = None) -> pd.DataFrame:
         """All runs (of one workspace when given), oldest first.
 
@@ -727,17 +208,6 @@ class ResultsStore:
         ]  # fmt: skip
         frame = pd.DataFrame(records, columns=columns)
         return frame.astype({"id": "int64", "units": "int64"})
-
-    def _set_status(self, conn: sqlite3.Connection, run_id: int, status: str) -> None:
-        """Set a run's status and its checksum, inside a write transaction."""
-        row = conn.execute(f"{self._run_select()} WHERE id = ?", (run_id,)).fetchone()
-        if row is None or row[6] == status:
-            return
-        fields = (*row[1:6], status)
-        conn.execute(
-            "UPDATE runs SET status = ?, checksum = ? WHERE id = ?",
-            (status, run_checksum(*fields), run_id),
-        )
 
     def mark_complete(self, run_id: int) -> None:
         """Set the run's status to ``"complete"``.

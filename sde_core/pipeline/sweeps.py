@@ -28,11 +28,20 @@ import pandas as pd
 
 from sde_core.common.sigma import MEDIAN, SQRT_DIM
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.metric_table import (
+    CALIBRATED_OTR,
+    DEPENDENCE_SCORE,
+    F1,
+    OTR,
+    REFERENCE_P,
+    interval_columns,
+)
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.model_inputs import Progress
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import ModelEntry, Workspace, cache_path, load_workspace
+from sde_core.pipeline.workspace import ModelEntry, Workspace, cache_path
+from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.stats.hsic import resolve_sigma
 
 __all__ = [
@@ -55,18 +64,14 @@ SWEEP_COLUMNS = (
     "value",
     "model",
     "role",
-    "f1",
-    "otr",
-    "otr_lo",
-    "otr_hi",
-    "calibrated_otr",
-    "calibrated_otr_lo",
-    "calibrated_otr_hi",
+    F1.key,
+    *interval_columns(OTR.key),
+    *interval_columns(CALIBRATED_OTR.key),
     "references_valid",
-    "reference_p",
+    REFERENCE_P.key,
     "panel_valid",
     "sigma",
-    "dependence_score",
+    DEPENDENCE_SCORE.key,
     "inconclusive_reason",
     "from_store",
 )

@@ -98,7 +98,7 @@ def warm_workspace(path: str) -> EvaluationResult | None:
     Raises:
         SDEError: the workspace cannot be loaded or its store read.
     """
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.services.workspace_info import content_hash, load_bundle
     from sde_core.viz.figures.distributions import hsic_histogram
 

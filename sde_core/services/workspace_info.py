@@ -27,15 +27,9 @@ from sde_core.inputs.isolation import DEFAULT_TIME_LIMIT
 from sde_core.inputs.layers import LayerInfo
 from sde_core.pipeline.model_inputs import entry_layer_infos
 from sde_core.pipeline.sweeps import available_fractions
-from sde_core.pipeline.workspace import (
-    ROLES,
-    WORKSPACE_FILE,
-    Problem,
-    Workspace,
-    load_workspace,
-    validate_workspace,
-    workspace_hash,
-)
+from sde_core.pipeline.workspace import ROLES, WORKSPACE_FILE, Problem, Workspace, workspace_hash
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 __all__ = [
     "ARCHITECTURES",

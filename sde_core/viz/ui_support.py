@@ -4,7 +4,7 @@ Nothing here imports Streamlit, so the checks are testable on their own and reus
 front end. Every rejection raises :class:`~sde_core.errors.InputError` (an
 :class:`~sde_core.errors.SDEError`) whose message names the fix. The path policy
 (``allowed_roots``, ``resolve_in_roots``) lives in :mod:`sde_core.common.paths` and the upload
-checks (``check_upload``, ``safe_name``, ``guess_role``) in :mod:`sde_core.services.uploads`;
+checks (``check_upload``, ``safe_name``) in :mod:`sde_core.services.uploads`;
 they are re-exported here for the pages that import them from this module.
 """
 

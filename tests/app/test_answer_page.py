@@ -13,7 +13,7 @@ from ui_fixtures import app_test, warm_server
 
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
-from sde_core.pipeline.workspace import load_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 

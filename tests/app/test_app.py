@@ -21,8 +21,9 @@ from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.errors import InputError
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import load_workspace
-from sde_core.services.uploads import check_upload, guess_role
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.services.uploads import check_upload
+from sde_core.services.workspace_models import guess_role
 from sde_core.viz.formatting import format_estimate, format_number
 from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
 from sde_core.viz.verdicts.explanation import explain_verdict
@@ -520,10 +521,10 @@ def test_build_reports_bad_files_inline(ws):
     original = (ws / "models" / "original" / "ckpt_100.safetensors").read_bytes()
     at = _build(app("workspace"), "bad-arch", ("orig.safetensors", original), "fmnist_cnn")
     no_exception(at)
-    assert any("checkpoint orig.safetensors" in e.value for e in at.error)
+    assert any("Model file orig.safetensors" in e.value for e in at.error)
     at = _build(app("workspace"), "bad-file", ("model.pt", b"not a checkpoint"), None)
     no_exception(at)
-    assert any("checkpoint model.pt" in e.value and "NOT executed" in e.value for e in at.error)
+    assert any("Model file model.pt" in e.value and "NOT executed" in e.value for e in at.error)
     assert not (ws.parent / "bad-file" / "models" / "model.pt").exists(), "rejected files go"
     at = _build(app("workspace"), "../outside", ("model.pt", original), None)
     assert any("contains '..'" in e.value for e in at.error)

@@ -38,7 +38,7 @@ import pytest
 
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import load_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.viz.formatting import format_estimate, format_number, format_percent
 from sde_core.viz.report.html_page import REPORT_SECTIONS
 

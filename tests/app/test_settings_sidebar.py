@@ -13,7 +13,7 @@ from streamlit.testing.v1.element_tree import Checkbox, NumberInput, Selectbox
 from ui_fixtures import app_test, warm_server
 
 from sde_core.pipeline.settings import SETTINGS
-from sde_core.pipeline.workspace import load_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app.py"

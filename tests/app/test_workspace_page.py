@@ -14,7 +14,7 @@ from helpers.workspaces import MLP_KWARGS, make_workspace
 from streamlit.testing.v1 import AppTest
 
 from sde_core.inputs.architectures import build_model
-from sde_core.pipeline.workspace import load_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 OCTET = "application/octet-stream"
@@ -77,7 +77,7 @@ def test_rejected_upload_with_overwrite_changes_nothing(base: Path):
     at.checkbox(key="b_overwrite").check().run()
     at.button(key="b_save").click().run()
     assert not at.exception
-    assert any("checkpoint final.safetensors" in e.value for e in at.error)
+    assert any("Model file final.safetensors" in e.value for e in at.error)
     assert not any("Saved" in s.value for s in at.success)
     assert snapshot(base) == before  # the existing models/final.safetensors survived
     assert sorted(p.name for p in base.iterdir()) == ["data.npz", "forget.npy", "models",
@@ -128,3 +128,60 @@ def test_pth_tar_upload_and_add_a_model(base: Path, monkeypatch: pytest.MonkeyPa
     ws = load_workspace(base.parent / "salun")
     assert [m.name for m in ws.models] == ["original", "GA"]
     assert ws.model("GA").checkpoint == "models/GA/ga_model.pt"
+
+
+def test_a_relative_dataset_path_is_read_as_typed_and_its_absolute_path_is_shown(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Relative to the first allowed folder (here ``SDE_DATA_ROOTS``), not to the new
+    workspace folder; the page says which absolute path it resolved to."""
+    at = fill(page(), "typed", base, [("original.pth", mlp_bytes(4))])
+    at.text_input(key="b_root").set_value("existing/data.npz").run()
+    at.button(key="b_save").click().run()
+    assert not at.exception and any("Saved" in s.value for s in at.success), [
+        e.value for e in at.error
+    ]
+    resolved = (base / "data.npz").resolve()
+    assert any(str(resolved) in i.value for i in at.info), [i.value for i in at.info]
+    built = load_workspace(base.parent / "typed")
+    assert Path(built.dataset_spec().root) == resolved  # outside the new folder: absolute
+    # the same text read against the new folder would have been typed/existing/data.npz
+    assert not (base.parent / "typed" / "existing").exists()
+
+
+def test_every_problem_of_the_form_is_shown_at_once_by_its_label(base: Path):
+    at = page()
+    at.text_input(key="b_folder").set_value("../outside").run()
+    at.selectbox(key="b_kind").set_value("npz")
+    at.text_input(key="b_root").set_value("missing/data.npz")
+    at.file_uploader[1].set_value([("model.pt", b"x", OCTET)]).run()
+    at.text_input(key="b_model_kwargs_0").set_value("[1, 2]").run()
+    at.button(key="b_save").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    labels = [e.split(" — ", 1)[0] for e in errors]
+    assert labels == [
+        "**Model file model.pt**",  # the form's own check: kwargs that are not a JSON object
+        "**New workspace folder**",
+        "**Dataset folder or file**",
+        "**Forget set**",
+    ], errors
+    plain = [e.replace("\\", "") for e in errors]  # markdown escapes
+    assert "must be a JSON object, e.g." in plain[0]  # each message says the fix
+    assert "give a path without parent references" in plain[1]
+    missing = base.parent.resolve() / "missing" / "data.npz"  # read as typed, not in the folder
+    assert f"{missing} does not exist: check the spelling" in plain[2]
+    assert "upload the forget set (.npy" in plain[3]
+    assert any("4 problems to fix" in m.value for m in at.markdown)
+    assert not any("forget_indices" in e or "**workspace folder**" in e for e in errors)
+
+
+def test_the_guide_is_linked_from_the_build_form(base: Path):
+    at = page()
+    guide = at.selectbox(key="guide_section")
+    assert guide.value == "Where files may live: the path policy"
+    assert "Forget sets and index conventions" in guide.options
+    texts = " ".join(m.value for m in at.markdown)
+    assert "SDE_DATA_ROOTS" in texts  # the section's own text, rendered offline
+    guide.set_value("Forget sets and index conventions").run()
+    assert any("forget" in m.value.lower() and "index" in m.value.lower() for m in at.markdown)

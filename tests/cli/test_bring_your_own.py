@@ -21,7 +21,7 @@ import torch
 from sde_core.cli import main
 from sde_core.inputs.architectures import build_model
 from sde_core.inputs.models import save_checkpoint
-from sde_core.pipeline.workspace import load_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 NUMBERS = ("otr", "calibrated_otr", "f1", "dependence_score", "reference_p", "acc_r", "acc_te")
 

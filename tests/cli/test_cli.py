@@ -13,7 +13,8 @@ import pytest
 from sde_core.cli import COMMAND_GROUPS, add_command_group, main
 from sde_core.inputs.data import load_dataset
 from sde_core.inputs.models import load_checkpoint
-from sde_core.pipeline.workspace import load_workspace, validate_workspace
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 MLP = ["--arch", "mlp", "--arch-kwarg", "input_dim=4", "--arch-kwarg", "hidden=[8]",
        "--arch-kwarg", "num_classes=3"]  # fmt: skip

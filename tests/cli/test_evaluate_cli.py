@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sde_core.cli import main
-from sde_core.pipeline.demo import MODEL_NAMES, default_demo_folder
+from sde_core.pipeline.demo_recipes import MODEL_NAMES, default_demo_folder
 
 #: Small T/K/n so that one evaluation of the nine models takes seconds.
 FAST = ["--subset-size", "100", "--targets", "6", "--splits", "20", "--baseline-targets", "2"]
@@ -135,7 +135,7 @@ def test_bad_workspaces_are_one_error_line(tmp_path, capsys):
 def test_the_table_and_the_json_carry_each_models_verdict(workspace, tmp_path, capsys):
     """Each model's verdict words beside its numbers, the same as the report's (issue 40)."""
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.viz.report.document import report_document
 
     out = tmp_path / "v.json"

@@ -58,7 +58,8 @@ from sde_core.errors import DataError
 from sde_core.inputs.checkpoint_files import safe_globals
 from sde_core.inputs.data import load_dataset
 from sde_core.inputs.precomputed import load_precomputed
-from sde_core.services.workspaces import ModelSpec, Upload, add_uploaded_model
+from sde_core.services.uploads import Upload, add_uploaded_model
+from sde_core.services.workspace_models import ModelSpec
 
 
 def test_the_page_recipes_are_all_run_here():

@@ -17,7 +17,7 @@ from sde_core.common.hashing import file_sha256
 from sde_core.common.paths import ROOTS_ENV
 from sde_core.errors import SettingsError
 from sde_core.pipeline.settings import ALGORITHM_VERSION
-from sde_core.services.audit import load_report, verify_report
+from sde_core.services.report_verify import load_report, verify_report
 
 DEMO = Path(__file__).resolve().parents[2] / "assets" / "demo"
 SMALL = ["--subset-size", "100", "--targets", "20", "--splits", "50", "--baseline-targets", "0"]

@@ -124,7 +124,7 @@ def test_the_answer_page_names_each_demo_family_through_the_seam() -> None:
     """model_family asks the family registry: a denoiser, a causal LM and classifiers."""
     from pathlib import Path
 
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.services.answer import model_family
     from sde_core.viz.family_texts import behaviour_missing
 

@@ -29,7 +29,8 @@ from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.run import evaluate_arrays
 from sde_core.pipeline.model_inputs import ModelInputs
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import load_workspace, write_workspace
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import write_workspace
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

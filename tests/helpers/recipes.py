@@ -27,7 +27,8 @@ import numpy as np
 import pytest
 
 from sde_core.cli import main
-from sde_core.pipeline.workspace import Workspace, load_workspace
+from sde_core.pipeline.workspace import Workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 __all__ = [
     "CIFAR_CLASSES", "DOC", "FAST", "FILES", "KEYS", "PER_BATCH", "RECIPES", "Project", "Step",

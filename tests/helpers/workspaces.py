@@ -11,14 +11,8 @@ import torch
 from sde_core.inputs.architectures import build_model
 from sde_core.learning.training import save_weights
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import (
-    CheckpointRef,
-    ModelEntry,
-    Workspace,
-    init_workspace,
-    rehash_models,
-    write_workspace,
-)
+from sde_core.pipeline.workspace import CheckpointRef, ModelEntry, Workspace
+from sde_core.pipeline.workspace_write import rehash_models, write_workspace
 
 __all__ = ["MLP_KWARGS", "N_TRAIN", "make_workspace"]
 
@@ -37,7 +31,8 @@ def make_workspace(root: Path) -> Workspace:
         y_test=rng.integers(0, 3, 20),
     )
     np.save(root / "forget.npy", np.arange(10))
-    ws = init_workspace(root, {"kind": "npz", "root": "data.npz"}, "forget.npy", name="tiny")
+    ws = Workspace(root.resolve(), {"kind": "npz", "root": "data.npz"}, "forget.npy", name="tiny")
+    write_workspace(ws)
     for name in ("init", "ckpt_050", "final", "random"):
         torch.manual_seed(len(name))
         save_weights(

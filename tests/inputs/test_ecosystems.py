@@ -312,7 +312,8 @@ def test_a_transformers_folder_names_its_route(tmp_path: Path, capsys):
 
 
 def test_init_keeps_the_null_check_or_warns_before_the_run(tmp_path: Path):
-    from sde_core.services.workspaces import create_workspace, suggest_subset_size
+    from sde_core.services.sizing import suggest_subset_size
+    from sde_core.services.workspaces import create_workspace
 
     forget = np.arange(200)
     assert suggest_subset_size(2000, 400, forget) == 100  # |D_te|/4, not |D_te|/2 = 200

@@ -26,7 +26,7 @@ from sde_core.errors import SDEError
 from sde_core.inputs.data import DatasetSpec, load_dataset
 from sde_core.inputs.indices import load_index_file
 from sde_core.inputs.precomputed import load_precomputed
-from sde_core.pipeline.workspace import load_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 SETTINGS = settings(
     derandomize=True,
@@ -197,7 +197,7 @@ def skeleton(scratch: Path) -> tuple[Path, dict]:
     """A valid workspace folder (one model) and its TOML document."""
     from helpers.workspaces import make_workspace
 
-    from sde_core.pipeline.workspace import write_workspace
+    from sde_core.pipeline.workspace_write import write_workspace
 
     root = scratch / "ws"
     root.mkdir()

@@ -250,8 +250,9 @@ def test_language_model_methods_do_what_they_claim(lm: dict[str, Any]) -> None:
 
 
 def test_a_model_folder_is_added_in_place_or_copied(lm: dict[str, Any], tmp_path: Path) -> None:
-    from sde_core.pipeline.workspace import load_workspace
-    from sde_core.services.workspaces import ModelSpec, add_model, create_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.services.workspace_models import ModelSpec, add_model
+    from sde_core.services.workspaces import create_workspace
 
     data = tmp_path / "ws"
     for name in ("full.jsonl", "holdout.jsonl", "forget.json"):

@@ -24,8 +24,11 @@ from sde_core.cli import main
 from sde_core.errors import ActivationError, SDEError
 from sde_core.inputs.isolation import process_tree
 from sde_core.pipeline.model_inputs import entry_layer_infos, load_entry_model
-from sde_core.pipeline.workspace import ModelEntry, load_workspace, write_workspace
-from sde_core.services.workspaces import ModelSpec, Upload, add_model, add_uploaded_model
+from sde_core.pipeline.workspace import ModelEntry
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import write_workspace
+from sde_core.services.uploads import Upload, add_uploaded_model
+from sde_core.services.workspace_models import ModelSpec, add_model
 
 LIMIT = "2"
 FAST = ["--subset-size", "8", "--targets", "4", "--splits", "4", "--panel-size", "20"]

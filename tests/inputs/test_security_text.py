@@ -33,7 +33,8 @@ from sde_core.inputs.text_data import (
     record_texts,
 )
 from sde_core.pipeline.model_inputs import load_entry_model
-from sde_core.pipeline.workspace import load_workspace, validate_workspace
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 pytest.importorskip("transformers")  # the optional [llm] extra
 
@@ -277,7 +278,7 @@ def test_jsonl_line_separators_inside_strings_are_data(tmp_path: Path) -> None:
 
 
 def test_a_report_whose_format_version_is_a_boolean_is_refused(tmp_path: Path) -> None:
-    from sde_core.services.audit import load_report
+    from sde_core.services.report_verify import load_report
     from sde_core.viz.report.document import REPORT_FORMAT
 
     path = tmp_path / "r.json"

@@ -26,8 +26,10 @@ from sde_core.inputs.architectures import build_model
 from sde_core.inputs.external_archs import MAX_CODE_FILES, code_digest
 from sde_core.pipeline.local_trust import model_code, require_local_trust
 from sde_core.pipeline.model_inputs import load_entry_model
-from sde_core.pipeline.workspace import load_workspace, validate_workspace, write_workspace
-from sde_core.services.workspaces import ModelSpec, add_model
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import write_workspace
+from sde_core.services.workspace_models import ModelSpec, add_model
 
 NET = (
     "from helper import announce\nfrom sde_core.inputs.architectures import MLP\n\n"

@@ -12,20 +12,22 @@ import pytest
 from sde_core.cli import main
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.inputs.data import load_dataset
-from sde_core.pipeline.demo import (
+from sde_core.pipeline.demo import build_demo
+from sde_core.pipeline.demo_data import npz_bytes
+from sde_core.pipeline.demo_recipes import (
     DEMO_DATASETS,
     MODEL_NAMES,
     acceptance_checks,
-    build_demo,
     default_demo_folder,
     demo_recipe,
-    npz_bytes,
 )
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.reproduce import compare_model
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
-from sde_core.pipeline.workspace import load_workspace, validate_workspace, workspace_hash
+from sde_core.pipeline.workspace import workspace_hash
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 #: assets/ stays small: ~6 MB of data, ~10 MB of half-precision checkpoints and two results

@@ -25,7 +25,8 @@ from sde_core.pipeline.demo_diffusion import (
 )
 from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
 from sde_core.pipeline.store import ResultsStore
-from sde_core.pipeline.workspace import load_workspace, validate_workspace
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.viz.figures.sweeps import plan_figure
 
 ROOT = Path(__file__).resolve().parents[2]

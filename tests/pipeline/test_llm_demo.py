@@ -23,7 +23,8 @@ from sde_core.pipeline.llm_demo import (
     facts_corpus,
     loss_mia_auc,
 )
-from sde_core.pipeline.workspace import check_workspace, load_workspace
+from sde_core.pipeline.workspace_checks import check_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("transformers")  # the optional [llm] extra

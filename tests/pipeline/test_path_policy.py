@@ -17,11 +17,9 @@ from sde_core.common.paths import allowed_roots, env_roots, resolve_in_roots
 from sde_core.errors import PathError, WorkspaceError
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import (
-    load_workspace,
-    validate_workspace,
-    write_workspace,
-)
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import write_workspace
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 SECRET = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"

@@ -15,7 +15,7 @@ import pytest
 
 from sde_core.cli import main
 from sde_core.common.paths import ROOTS_ENV
-from sde_core.pipeline.demo import default_demo_folder
+from sde_core.pipeline.demo_recipes import default_demo_folder
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.pipeline.reproduce import compare_model, worst_outcome
 
@@ -197,7 +197,7 @@ def test_the_gpu_kernel_reproduces_the_cpu_engine(tiny_workspace, tmp_path, monk
     a trained model and the random-init one (flat activations, the harder case)."""
     import sde_core.pipeline.evaluation.stages as stages
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.stats.hsic import split_half_batch_stats
 
     ws = load_workspace(tiny_workspace)

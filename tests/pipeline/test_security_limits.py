@@ -31,10 +31,10 @@ from sde_core.pipeline.workspace import (
     MAX_TABLE_KEYS,
     MAX_TOML_BYTES,
     cache_path,
-    load_workspace,
-    validate_workspace,
-    write_workspace,
 )
+from sde_core.pipeline.workspace_checks import validate_workspace
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import write_workspace
 from sde_core.services.view_state import decode
 from sde_core.stats.proportions import wilson_interval
 from sde_core.viz.report.exports import to_csv_bytes

@@ -21,8 +21,10 @@ import pytest
 
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError, StoreError
-from sde_core.pipeline.store import APPLICATION_ID, SCHEMA_VERSION, ResultsStore, Run
+from sde_core.pipeline.store import ResultsStore
+from sde_core.pipeline.store_file import APPLICATION_ID, SCHEMA_VERSION
 from sde_core.pipeline.store_integrity import DamagedUnitError
+from sde_core.pipeline.store_verify import Run
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_PATH = Path(__file__).with_name("_store_worker.py")

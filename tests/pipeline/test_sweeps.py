@@ -33,16 +33,9 @@ from sde_core.pipeline.sweeps import (
     run_sweep,
     sigma_markers,
 )
-from sde_core.pipeline.workspace import (
-    CheckpointRef,
-    ModelEntry,
-    Workspace,
-    init_workspace,
-    load_workspace,
-    relative_to_workspace,
-    workspace_hash,
-    write_workspace,
-)
+from sde_core.pipeline.workspace import CheckpointRef, ModelEntry, Workspace, workspace_hash
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import relative_to_workspace, write_workspace
 from sde_core.viz.figures.sweeps import sweep_figure
 
 MLP = {"input_dim": 40, "hidden": [128, 128], "num_classes": 10}
@@ -76,7 +69,8 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
     n_train = len(bundle.train)
     forget = np.random.default_rng(0).choice(n_train, n_train // 4, replace=False)
     save_index_file(root / "forget.npy", forget)
-    ws = init_workspace(root, dataset, "forget.npy", name="tiny")
+    ws = Workspace(root.resolve(), dataset, "forget.npy", name="tiny")
+    write_workspace(ws)
     config = TrainConfig(optimizer="adam", lr=2e-3, weight_decay=0.0, epochs=40, batch_size=64)
     retain = np.setdiff1d(np.arange(n_train), forget)
 

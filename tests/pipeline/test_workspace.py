@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers.workspaces import MLP_KWARGS, N_TRAIN, make_workspace
 
-from sde_core.errors import PathError, SDEError, WorkspaceError
+from sde_core.errors import PathError, WorkspaceError
 from sde_core.inputs.architectures import build_model
 from sde_core.learning.training import save_weights
 from sde_core.pipeline.settings import EvalSettings
@@ -28,15 +28,14 @@ from sde_core.pipeline.workspace import (
     Workspace,
     cache_path,
     check_model_name,
-    check_workspace,
-    commit_files,
-    defaults_from_table,
-    fresh_model_path,
-    init_workspace,
-    load_workspace,
-    rehash_models,
-    validate_workspace,
     workspace_hash,
+)
+from sde_core.pipeline.workspace_checks import check_workspace, validate_workspace
+from sde_core.pipeline.workspace_load import defaults_from_table, load_workspace
+from sde_core.pipeline.workspace_write import (
+    commit_files,
+    fresh_model_path,
+    rehash_models,
     write_workspace,
 )
 
@@ -215,8 +214,6 @@ def test_model_lookup_and_add(ws):
     ws.models = [ws.model("rand")]
     with pytest.raises(WorkspaceError, match="no model with role 'original'"):
         ws.original()
-    with pytest.raises(WorkspaceError, match="already exists"):
-        init_workspace(ws.root, {"kind": "npz"}, "forget.npy")
 
 
 def test_problem_str():
@@ -372,14 +369,6 @@ def test_commit_files_is_all_or_nothing(ws, monkeypatch):
     assert [p.name for p in written] == ["a.txt", WORKSPACE_FILE]
     with pytest.raises(PathError, match="outside"):
         commit_files(ws.root, {"/etc/x": b""})
-
-
-def test_init_writes_nothing_when_it_fails(tmp_path):
-    with pytest.raises(SDEError):
-        init_workspace(tmp_path / "new", {"kind": "npz", "root": 5}, "forget.npy")
-    with pytest.raises(SDEError):
-        init_workspace(tmp_path / "new", {"kind": "npz"}, "forget.npy", defaults={"layer": "x"})  # type: ignore[arg-type]
-    assert not (tmp_path / "new").exists()
 
 
 def test_a_stated_criterion_round_trips_and_a_bad_one_is_refused(ws):

@@ -17,7 +17,7 @@ import sde_core.services.cascade as cascade
 from sde_core.errors import StoreError
 from sde_core.pipeline.evaluation.run import EvaluationCancelled
 from sde_core.pipeline.evaluation.session import COMPARE_STAGES
-from sde_core.pipeline.workspace import load_workspace
+from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.cascade import Evaluations
 from sde_core.services.evaluation import (
     CHEAP_SECONDS,

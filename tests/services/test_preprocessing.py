@@ -12,7 +12,8 @@ from sde_core.errors import CheckpointError, DataError
 from sde_core.inputs.architectures import build_model
 from sde_core.inputs.data import DatasetSpec, load_dataset
 from sde_core.services.preprocessing import accuracy_sample, check_accuracy, preprocessing_text
-from sde_core.services.workspaces import ModelSpec, add_model, create_workspace
+from sde_core.services.workspace_models import ModelSpec, add_model
+from sde_core.services.workspaces import create_workspace
 
 
 @pytest.fixture

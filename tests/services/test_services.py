@@ -16,7 +16,8 @@ from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
-from sde_core.pipeline.workspace import load_workspace, workspace_hash
+from sde_core.pipeline.workspace import workspace_hash
+from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.evaluation import (
     Throughput,
     activation_cache,

@@ -484,7 +484,7 @@ def demo_outputs() -> dict[str, np.ndarray]:
 
     from sde_core.inputs.activations import get_activations
     from sde_core.inputs.data import DatasetSpec, load_dataset
-    from sde_core.pipeline.workspace import load_workspace
+    from sde_core.pipeline.workspace_load import load_workspace
 
     ws = load_workspace(Path(__file__).resolve().parents[2] / "assets" / "demo-mnist1d")
     bundle = load_dataset(DatasetSpec.from_dict(ws.dataset, base_dir=ws.root))

@@ -13,9 +13,10 @@ A metric's value travels as an :class:`Estimate` (point value, interval, the val
 gate and why it is withheld) until it is stored; :meth:`Metric.to_columns` writes it as the
 flat columns and :meth:`Metric.from_columns` reads it back.
 
-Adding a metric: one entry here, its computation (per draw in ``statistics.py``, or an extra
-measured outside the draws), a field of ``ModelSummary``, a glossary term and its definition in
-``docs/method.md``; ``tests/test_metric_table.py`` checks the entry is complete.
+Adding a metric: one entry here and its key's name (``OTR = "otr"``, at the end), its
+computation (per draw in ``statistics.py``, or an extra measured outside the draws), a field of
+``ModelSummary``, a glossary term and its definition in ``docs/method.md``;
+``tests/test_metric_table.py`` checks the entry is complete.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ __all__ = [
     "Gate",
     "IntervalKind",
     "Metric",
+    "interval_columns",
     "metric_columns",
+    "raw_column",
 ]
 
 _NAN = float("nan")
@@ -378,3 +381,27 @@ def metric_columns(name: str) -> tuple[str, ...]:
     """The flat columns of a ``ModelSummary`` field: a metric's columns, else ``(name,)``."""
     found = METRICS.get(name)
     return (name,) if found is None else found.columns
+
+
+def interval_columns(name: str) -> tuple[str, str, str]:
+    """A metric's value column and its interval's two columns (``otr``, ``otr_lo``, ``otr_hi``).
+
+    Raises:
+        KeyError: not a metric, or one without an interval.
+    """
+    metric = METRICS[name]
+    if metric.lo is None or metric.hi is None:
+        raise KeyError(f"{name} has no interval")
+    return metric.key, metric.lo, metric.hi
+
+
+def raw_column(name: str) -> str:
+    """A gated metric's column of the value before the gate (``otr_raw``).
+
+    Raises:
+        KeyError: not a metric, or one without such a column.
+    """
+    column = METRICS[name].raw_column
+    if column is None:
+        raise KeyError(f"{name} keeps no value before the gate")
+    return column

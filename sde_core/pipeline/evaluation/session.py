@@ -97,7 +97,8 @@ class EvaluationSession:
         from sde_core.inputs.activation_cache import ActivationCache
         from sde_core.inputs.data import load_dataset
         from sde_core.inputs.indices import load_index_file
-        from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash
+        from sde_core.pipeline.workspace import Workspace, workspace_hash
+        from sde_core.pipeline.workspace_load import load_workspace
 
         self.workspace = (
             workspace if isinstance(workspace, Workspace) else load_workspace(workspace)

@@ -249,7 +249,8 @@ def evaluate_workspace(
     from sde_core.inputs.data import DatasetSpec, load_dataset
     from sde_core.inputs.indices import load_index_file
     from sde_core.pipeline.engine import Job, LocalEngine, Resources
-    from sde_core.pipeline.workspace import Workspace, load_workspace, workspace_hash
+    from sde_core.pipeline.workspace import Workspace, workspace_hash
+    from sde_core.pipeline.workspace_load import load_workspace
 
     ws = workspace if isinstance(workspace, Workspace) else load_workspace(workspace)
     if settings is None:

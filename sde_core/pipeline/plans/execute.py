@@ -13,6 +13,27 @@ import numpy as np
 
 from sde_core.common.fsio import atomic_write_text
 from sde_core.errors import PlanError
+from sde_core.pipeline.evaluation.metric_table import (
+    ACC_F,
+    ACC_R,
+    ACC_TE,
+    ASR,
+    CALIBRATED_F1,
+    CALIBRATED_OTR,
+    DEPENDENCE_SCORE,
+    F1,
+    METRICS,
+    MMD_F1,
+    NULL_CALIBRATED_FPR,
+    OTR,
+    OVER_UNLEARNED_RATE,
+    OVER_UNLEARNING_P,
+    PANEL_P,
+    REFERENCE_P,
+    SCORE_SPREAD_CORR_WITHIN,
+    W2_F1,
+    raw_column,
+)
 from sde_core.pipeline.plans.graph import (
     JobContext,
     JobResult,
@@ -175,42 +196,33 @@ _POINT_COLUMNS = (
     "dim",
     "sigma",
     "draws",
-    "f1",
-    "f1_lo",
-    "f1_hi",
-    "f1_raw",
+    *METRICS[F1.key].columns,
     "f1_precision",
     "f1_recall",
-    "otr",
-    "otr_lo",
-    "otr_hi",
-    "otr_raw",
+    *METRICS[OTR.key].columns,
     "references_valid",
-    "reference_p",
-    "dependence_score",
-    "dependence_score_raw",
+    REFERENCE_P.key,
+    DEPENDENCE_SCORE.key,
+    raw_column(DEPENDENCE_SCORE.key),
     "panel_valid",
-    "panel_p",
-    "calibrated_otr",
-    "calibrated_otr_lo",
-    "calibrated_otr_hi",
-    "calibrated_otr_raw",
-    "calibrated_f1",
-    "calibrated_f1_raw",
-    "over_unlearned_rate",
-    "over_unlearning_p",
+    PANEL_P.key,
+    *METRICS[CALIBRATED_OTR.key].columns,
+    CALIBRATED_F1.key,
+    raw_column(CALIBRATED_F1.key),
+    OVER_UNLEARNED_RATE.key,
+    OVER_UNLEARNING_P.key,
     "inconclusive_reason",
     "null_pairs",
     "null_split_fpr",
-    "null_calibrated_fpr",
+    NULL_CALIBRATED_FPR.key,
     "score_spread_corr",
-    "score_spread_corr_within",
-    "mmd_f1",
-    "w2_f1",
-    "acc_r",
-    "acc_f",
-    "acc_te",
-    "asr",
+    SCORE_SPREAD_CORR_WITHIN.key,
+    MMD_F1.key,
+    W2_F1.key,
+    ACC_R.key,
+    ACC_F.key,
+    ACC_TE.key,
+    ASR.key,
     "eval_seconds",
 )
 
@@ -255,7 +267,7 @@ def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
         }
     )
     plan = draw_subsets(n_train, n_test, forget, settings)
-    with_asr = sp["classic"] == "asr" and not denoiser
+    with_asr = sp["classic"] == ASR.key and not denoiser
     inputs = ModelInputs(
         name=job.labels["model"],
         role=job.labels.get("role", ""),
@@ -273,9 +285,9 @@ def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
         row.update(acc_r=math.nan, acc_f=math.nan, acc_te=math.nan)
     elif not with_asr:
         p_tr, p_te = acts["train"]["output"], acts["test"]["output"]
-        row["acc_r"] = accuracy_from_probs(p_tr[retain], bundle.train_labels[retain])
-        row["acc_f"] = accuracy_from_probs(p_tr[forget], bundle.train_labels[forget])
-        row["acc_te"] = accuracy_from_probs(p_te, bundle.test_labels)
+        row[ACC_R.key] = accuracy_from_probs(p_tr[retain], bundle.train_labels[retain])
+        row[ACC_F.key] = accuracy_from_probs(p_tr[forget], bundle.train_labels[forget])
+        row[ACC_TE.key] = accuracy_from_probs(p_te, bundle.test_labels)
     if job.labels.get("param") == "sigma":
         row["x"] = row["sigma"]
     tables: dict[str, list[dict[str, Any]]] = {"points": [row]}

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from sde_core.common.hashing import stable_hash
+from sde_core.pipeline.evaluation.metric_table import ASR
 from sde_core.pipeline.plans.params import (
     HistogramParams,
     MethodsParams,
@@ -262,7 +263,7 @@ def _model_jobs(v: PlanVariant, p: MethodsParams | HistogramParams) -> list[Plan
                 models.append((method, "unlearned", method, unl, 1.0))
             if p.include_random:
                 models.append(known["random"])
-            layers, classic = p.layers, "asr"
+            layers, classic = p.layers, ASR.key
         for mi, (name, role, method, source, ckpt) in enumerate(models):
             for layer in layers:
                 pt = _Point(

@@ -1,0 +1,291 @@
+"""Checked reads of the results store: every run, table and unit record verified before use.
+
+:class:`VerifiedStore` adds to the open file (:class:`~sde_core.pipeline.store_file.StoreFile`)
+the checks of :mod:`sde_core.pipeline.store_integrity`: a run record is verified before it is
+returned as a :class:`Run`, a run's units and tables before any of its rows are served (once per
+unit and store object), :meth:`~VerifiedStore.damaged_units` lists every damaged record and
+:meth:`~VerifiedStore.drop_damaged_units` deletes exactly those (what ``repair=True`` does on
+opening). The store's API is :class:`~sde_core.pipeline.store.ResultsStore`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sde_core.errors import StoreError
+from sde_core.pipeline.store_file import StoreFile
+from sde_core.pipeline.store_integrity import (
+    DamagedUnit,
+    DamagedUnitError,
+    RepairReport,
+    check_unit,
+    decode_payload,
+    run_checksum,
+    run_problem,
+    table_checksum,
+    table_problem,
+)
+
+__all__ = ["Run", "VerifiedStore"]
+
+
+RunStatus = Literal["running", "complete"]
+
+
+_RUN_COLUMNS = "id, workspace_hash, settings_hash, settings, label, created, status"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One evaluation run: a workspace evaluated under one settings dict.
+
+    Attributes:
+        id: Database id, the handle every other store method takes.
+        workspace_hash: Content hash of the workspace the run evaluates.
+        settings_hash: :func:`~sde_core.common.hashing.stable_hash` of ``settings``.
+        settings: The normalised settings (JSON values, keys sorted).
+        label: Free-text label given when the run was created.
+        created: Creation time, ISO 8601 in UTC.
+        status: ``"running"`` until :meth:`ResultsStore.mark_complete`, then ``"complete"``.
+    """
+
+    id: int
+    workspace_hash: str
+    settings_hash: str
+    settings: dict[str, Any]
+    label: str
+    created: str
+    status: RunStatus
+
+
+class VerifiedStore(StoreFile):
+    """A results-store file whose records are verified before they are served (see
+    :class:`~sde_core.pipeline.store.ResultsStore` for the arguments)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        timeout: float = 30.0,
+        *,
+        read_only: bool = False,
+        repair: bool = False,
+    ) -> None:
+        self._verified: set[tuple[int, Any]] = set()
+        self._verified_runs: dict[int, tuple[Any, ...]] = {}
+        super().__init__(path, timeout, read_only=read_only, repair=repair)
+        if repair and self.repair_report is None:  # a sound file: drop its damaged records
+            try:
+                dropped = self.drop_damaged_units()
+                kept = self._query("SELECT count(*) FROM units")[0][0]
+                self.repair_report = RepairReport(self.path, None, tuple(dropped), int(kept))
+            except BaseException:
+                self._conn.close()
+                raise
+
+    def _run_select(self) -> str:
+        return f"SELECT {_RUN_COLUMNS}{', checksum' if self._checksums else ''} FROM runs"
+
+    def _table_select(self) -> str:
+        cols = "run_id, name, columns" + (", checksum" if self._checksums else "")
+        return f"SELECT {cols} FROM run_tables"
+
+    def _unit_select(self) -> str:
+        cols = "id, run_id, unit_key, finished" + (", checksum" if self._checksums else "")
+        return f"SELECT {cols} FROM units"
+
+    def _run(self, row: Sequence[Any]) -> Run:
+        """A verified :class:`Run` from a runs row, or :class:`DamagedUnitError`."""
+        problem = run_problem(row, self._checksums)
+        if problem is not None:
+            raise DamagedUnitError(self.path, [DamagedUnit(int(row[0]), None, problem)])
+        run_id, workspace_hash, settings_hash, settings, label, created, status = row[:7]
+        return Run(
+            id=int(run_id),
+            workspace_hash=workspace_hash,
+            settings_hash=settings_hash,
+            settings=json.loads(settings),
+            label=label,
+            created=created,
+            status=status,
+        )
+
+    def _unit_problem(self, unit: Sequence[Any]) -> str | None:
+        """Why a unit cannot be served (``None``: verified; cached per store object)."""
+        token = (int(unit[0]), unit[4] if self._checksums else unit[2])
+        with self._lock:
+            if token in self._verified:
+                return None
+            try:
+                problem = check_unit(self._conn, unit, self._checksums)
+            except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+                problem = f"unreadable ({' '.join(str(exc).split())})"
+            if problem is None:
+                self._verified.add(token)
+        return problem
+
+    def _verify_units(self, units: Sequence[Sequence[Any]]) -> None:
+        """Raise :class:`DamagedUnitError` naming every unit of ``units`` that fails."""
+        damaged = []
+        for unit in units:
+            problem = self._unit_problem(unit)
+            if problem is not None:
+                damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
+        if damaged:
+            raise DamagedUnitError(self.path, damaged)
+
+    def _table_problems(
+        self, run_id: int, found: list[tuple[Any, ...]] | None = None
+    ) -> list[DamagedUnit]:
+        """Damaged or missing table records of a run (a table with rows but no record)."""
+        if found is None:
+            found = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
+        damaged = []
+        for row in found:
+            reason = table_problem(row, self._checksums)
+            if reason is not None:
+                damaged.append(DamagedUnit(run_id, None, reason, str(row[1])))
+        listed = {str(row[1]) for row in found}
+        used = self._query(
+            "SELECT DISTINCT t.table_name FROM table_rows t JOIN units u ON u.id = t.unit_id"
+            " WHERE u.run_id = ?",
+            (run_id,),
+        )
+        damaged.extend(
+            DamagedUnit(run_id, None, "its record is missing", str(name))
+            for (name,) in used
+            if str(name) not in listed
+        )
+        return damaged
+
+    def _verify_run(self, run_id: int) -> None:
+        """Verify every unit and table record of a run before serving any of it: a lost or
+        altered unit would otherwise make a table silently shorter."""
+        units = self._query(f"{self._unit_select()} WHERE run_id = ?", (run_id,))
+        tables = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
+        signature = (tuple((u[0], u[-1]) for u in units), tuple(tables))
+        if self._verified_runs.get(run_id) == signature:
+            return
+        damaged = self._table_problems(run_id, tables)
+        for unit in units:
+            problem = self._unit_problem(unit)
+            if problem is not None:
+                damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
+        if damaged:
+            raise DamagedUnitError(self.path, damaged)
+        with self._lock:
+            self._verified_runs[run_id] = signature
+
+    def damaged_units(self, run_id: int | None = None) -> list[DamagedUnit]:
+        """Every damaged record (of one run when given): runs whose own record fails (with
+        ``unit_key=None``, plus each of their units), and units failing their checksums.
+
+        Raises:
+            StoreError: No such run.
+        """
+        if run_id is not None:
+            self.get_run(run_id)
+        where, params = ("WHERE id = ?", (int(run_id),)) if run_id is not None else ("", ())
+        damaged: list[DamagedUnit] = []
+        for row in self._query(f"{self._run_select()} {where}", params):
+            problem = run_problem(row, self._checksums)
+            units = self._query(f"{self._unit_select()} WHERE run_id = ?", (row[0],))
+            if problem is not None:
+                damaged.append(DamagedUnit(int(row[0]), None, problem))
+                damaged.extend(DamagedUnit(int(row[0]), str(u[2]), problem) for u in units)
+                continue
+            for unit in units:
+                reason = self._unit_problem(unit)
+                if reason is not None:
+                    damaged.append(DamagedUnit(int(row[0]), str(unit[2]), reason))
+            damaged.extend(self._table_problems(int(row[0])))
+        unit_where = "" if run_id is None else " AND run_id = ?"
+        orphans = self._query(
+            f"{self._unit_select()} WHERE run_id NOT IN (SELECT id FROM runs){unit_where}", params
+        )
+        damaged.extend(DamagedUnit(int(u[1]), str(u[2]), "its run is missing") for u in orphans)
+        return damaged
+
+    def drop_damaged_units(self) -> list[DamagedUnit]:
+        """Delete exactly the damaged records (:meth:`damaged_units`) so they can be recomputed.
+
+        A run whose own record is damaged is deleted with its units; a run that loses units is
+        marked ``running``; table column lists are rebuilt from the rows that remain.
+
+        Returns:
+            What was dropped.
+        """
+        damaged = self.damaged_units()
+        if not damaged:
+            return []
+        runs = {d.run_id for d in damaged if d.unit_key is None and d.table is None}
+        with self._tx() as conn:
+            for run_id in runs:
+                conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+                conn.execute("DELETE FROM units WHERE run_id = ?", (run_id,))
+            lost, tables = set(), set()
+            for d in damaged:
+                if d.run_id in runs:
+                    continue
+                if d.unit_key is None:
+                    tables.add(d.run_id)
+                    continue
+                conn.execute(
+                    "DELETE FROM units WHERE run_id = ? AND unit_key = ?", (d.run_id, d.unit_key)
+                )
+                lost.add(d.run_id)
+            for run_id in lost:
+                self._set_status(conn, run_id, "running")
+            for run_id in lost | tables:
+                self._rebuild_columns(conn, run_id)
+        return damaged
+
+    def _rebuild_columns(self, conn: sqlite3.Connection, run_id: int) -> None:
+        """Rewrite a run's table column lists from its remaining rows (first-seen order)."""
+        rows = conn.execute(
+            "SELECT t.table_name, t.payload FROM table_rows t JOIN units u ON u.id = t.unit_id"
+            " WHERE u.run_id = ? ORDER BY u.id, t.table_name, t.seq",
+            (run_id,),
+        ).fetchall()
+        columns: dict[str, dict[str, None]] = {}
+        for table, payload in rows:
+            cols = columns.setdefault(table, {})
+            for key in decode_payload(payload):
+                cols.setdefault(key, None)
+        known = [name for (name,) in conn.execute(
+            "SELECT name FROM run_tables WHERE run_id = ?", (run_id,)
+        ).fetchall()]  # fmt: skip
+        for name in dict.fromkeys([*known, *columns]):
+            text = json.dumps(list(columns.get(name, {})))
+            conn.execute(
+                "INSERT OR REPLACE INTO run_tables (run_id, name, columns, checksum)"
+                " VALUES (?, ?, ?, ?)",
+                (run_id, name, text, table_checksum(run_id, name, text)),
+            )
+
+    def get_run(self, run_id: int) -> Run:
+        """The run with this id.
+
+        Raises:
+            StoreError: No such run.
+            DamagedUnitError: Its record is damaged.
+        """
+        found = self._query(f"{self._run_select()} WHERE id = ?", (int(run_id),))
+        if not found:
+            raise StoreError(f"unknown run id {run_id}: list the stored runs with list_runs()")
+        return self._run(found[0])
+
+    def _set_status(self, conn: sqlite3.Connection, run_id: int, status: str) -> None:
+        """Set a run's status and its checksum, inside a write transaction."""
+        row = conn.execute(f"{self._run_select()} WHERE id = ?", (run_id,)).fetchone()
+        if row is None or row[6] == status:
+            return
+        fields = (*row[1:6], status)
+        conn.execute(
+            "UPDATE runs SET status = ?, checksum = ? WHERE id = ?",
+            (status, run_checksum(*fields), run_id),
+        )
