@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from sde_core.common.sigma import parse_sigma
@@ -16,6 +17,7 @@ __all__ = [
     "add_engine_arguments",
     "add_settings_arguments",
     "add_time_limit_argument",
+    "engine_from_args",
     "literal",
     "parse_pairs",
     "settings_overrides",
@@ -48,19 +50,67 @@ def literal(text: str) -> Any:
         return text
 
 
+#: The ``--engine`` names.
+ENGINES = ("local", "ray", "slurm", "submitit-local")
+
+
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--engine local|ray`` and ``--address auto|ray://HOST:PORT`` (shared by commands)."""
+    """``--engine local|ray|slurm|submitit-local`` and their options (shared by commands)."""
     parser.add_argument(
         "--engine",
-        choices=("local", "ray"),
+        "--executor",
+        dest="engine",
+        choices=ENGINES,
         default="local",
-        help="where jobs run: in this process (default) or on a Ray cluster",
+        help="where jobs run: in this process (default), on a Ray cluster, as Slurm jobs "
+        "through submitit, or as local child processes through submitit (to test a Slurm set-up)",
     )
     parser.add_argument(
         "--address",
         help="Ray cluster: 'auto' (ray start on this machine) or ray://HOST:PORT; default: a "
         "new local Ray instance",
     )
+    slurm = parser.add_argument_group("Slurm (--engine slurm or submitit-local)")
+    slurm.add_argument("--partition", help="the Slurm partition of every job")
+    slurm.add_argument(
+        "--time-min", type=int, default=60, help="each job's time limit in minutes (default 60)"
+    )
+    slurm.add_argument("--gpus", type=int, help="GPUs per job (default: what the job asks for)")
+    slurm.add_argument("--cpus", type=int, help="CPUs per job (default: what the job asks for)")
+    slurm.add_argument("--mem-gb", type=float, help="memory per job in GB")
+    slurm.add_argument(
+        "--jobs-folder",
+        help="where submitit keeps job files, logs and the resume manifest (on a filesystem "
+        "the nodes share; default: a 'submitit' folder beside the results store)",
+    )
+    slurm.add_argument(
+        "--slurm-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a further submitit parameter, e.g. slurm_account=lab or "
+        'slurm_additional_parameters=\'{"qos": "high"}\' (JSON value), repeatable',
+    )
+
+
+def engine_from_args(args: argparse.Namespace, jobs_folder: Path) -> Any:
+    """The engine ``--engine`` and its options ask for; ``jobs_folder`` is the default folder
+    of the submitit engines."""
+    name = getattr(args, "engine", "local")
+    if name in ("slurm", "submitit-local"):
+        from sde_core.pipeline.engine_submitit import SubmititEngine
+
+        if getattr(args, "address", None):
+            raise SDEError("--address only applies to --engine ray")
+        extra = {k: literal(v) for k, v in parse_pairs(args.slurm_option, "--slurm-option").items()}
+        return SubmititEngine(
+            Path(args.jobs_folder) if args.jobs_folder else jobs_folder,
+            cluster="slurm" if name == "slurm" else "local",
+            partition=args.partition, time_min=args.time_min, gpus=args.gpus, cpus=args.cpus,
+            mem_gb=args.mem_gb, extra=extra,
+        )  # fmt: skip
+    from sde_core.pipeline.engine import make_engine
+
+    return make_engine(name, getattr(args, "address", None))
 
 
 def _seconds(text: str) -> float:

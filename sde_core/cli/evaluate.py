@@ -18,6 +18,7 @@ from sde_core.cli._args import (
     add_engine_arguments,
     add_settings_arguments,
     add_time_limit_argument,
+    engine_from_args,
     settings_overrides,
 )
 from sde_core.common.fsio import atomic_write_json
@@ -65,9 +66,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from sde_core.inputs.extraction import torch_device as check_device
-    from sde_core.pipeline.engine import make_engine
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore, workspace_store_path
+    from sde_core.pipeline.workspace import cache_path
     from sde_core.pipeline.workspace_load import load_workspace
 
     ws = load_workspace(args.workspace)
@@ -91,7 +92,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.plan_only:
         return _plan_only(ws, settings, models)
     report = None if args.quiet else progress
-    engine = make_engine(args.engine, args.address)
+    engine = engine_from_args(args, cache_path(ws.root, "submitit"))
     if store_path is None:
         result = evaluate_workspace(
             ws, settings, models=models, progress=report, engine=engine,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sde_core.cli._args import add_engine_arguments
+from sde_core.cli._args import add_engine_arguments, engine_from_args
 
 __all__ = ["register_run_plan"]
 
@@ -58,7 +58,6 @@ def _print_summary(store: object, run_id: int) -> None:
 
 
 def _cmd_run_plan(args: argparse.Namespace) -> int:
-    from sde_core.pipeline.engine import make_engine
     from sde_core.pipeline.plans.driver import run_plan
     from sde_core.pipeline.plans.graph import build_jobs
     from sde_core.pipeline.plans.spec import load_plan
@@ -85,7 +84,7 @@ def _cmd_run_plan(args: argparse.Namespace) -> int:
     with ResultsStore(store_path) as store:
         report = run_plan(
             variant, out, store, device=args.device, progress=not args.quiet,
-            engine=make_engine(args.engine, args.address),
+            engine=engine_from_args(args, store_path.parent / "submitit"),
         )  # fmt: skip
         if not args.quiet:
             _print_summary(store, report.run_id)

@@ -11,7 +11,13 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from sde_core.cli._args import add_engine_arguments, add_time_limit_argument, literal, parse_pairs
+from sde_core.cli._args import (
+    add_engine_arguments,
+    add_time_limit_argument,
+    engine_from_args,
+    literal,
+    parse_pairs,
+)
 from sde_core.errors import SettingsError
 
 if TYPE_CHECKING:
@@ -44,9 +50,11 @@ class _EpochBar:
 
 def _run_job(args: argparse.Namespace, job: Any) -> Any:
     """Run one job on the engine chosen by ``--engine/--address``; return its result."""
-    from sde_core.pipeline.engine import make_engine
 
-    return make_engine(args.engine, args.address).run([job])[job.key]
+    from sde_core.pipeline.workspace import cache_path
+
+    folder = cache_path(args.workspace, "submitit")
+    return engine_from_args(args, folder).run([job])[job.key]
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

@@ -109,6 +109,7 @@ _CACHE_KINDS = {
     "results": "results.sqlite",
     "stages": "stages",
     "staging": "staging",
+    "submitit": "submitit",
 }
 _VERSION = 1
 #: Largest ``workspace.toml`` read, in bytes (a workspace of 1,000 models takes ~0.5 MB).
@@ -139,7 +140,8 @@ SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 def cache_path(ws_root: str | Path, kind: str, roots: Iterable[str | Path] | None = None) -> Path:
     """Where a workspace keeps a cache: ``activations`` (a folder), ``results`` (the results
     store, ``results.sqlite``), ``stages`` (the evaluation's stage cache, a folder) or
-    ``staging`` (a folder for files not yet committed), all under ``<ws_root>/.sde-cache/``.
+    ``staging`` (a folder for files not yet committed) or ``submitit`` (the Slurm engine's job
+    files and resume manifest), all under ``<ws_root>/.sde-cache/``.
 
     The path is checked under the path policy whether it exists yet or not: with symlinks
     followed (a dangling link counts where it points; so does a ``.sde-cache`` that is itself

@@ -38,3 +38,13 @@ def kill_once_then(inner: Any, marker: str, **kwargs: Any) -> Any:
         path.write_text("died once\n")
         os._exit(1)
     return inner(**kwargs)
+
+
+def counted(counter_dir: str, name: str, seconds: float, value: int) -> int:
+    """Record one execution in ``counter_dir/name`` (a line per run), wait, return 10·value."""
+    import time
+
+    with (Path(counter_dir) / name).open("a", encoding="utf-8") as fh:
+        fh.write(f"{os.getpid()}\n")
+    time.sleep(seconds)
+    return 10 * value
