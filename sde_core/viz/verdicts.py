@@ -202,6 +202,8 @@ def verdict_label(row: Mapping[str, Any]) -> str:
     otr, lo, hi = e.value, e.lo, e.hi
     if _reason(row, "evidence_conflict"):
         return "conflicting evidence"
+    if _reason(row, "class_wise_verdict"):  # class-wise forgetting: method §16's verdict
+        return str(_reason(row, "class_wise_verdict"))
     if not _flag(row, "references_valid") or math.isnan(otr) or _reason(row):
         return "inconclusive"
     if _flag(row, "over_unlearned"):
@@ -676,6 +678,8 @@ class VerdictSummary:
 
 def _sentence(row: Mapping[str, Any], targets: int, label: str) -> str:
     name, role = str(_value(row, "name")), str(_value(row, "role") or "")
+    if label == _reason(row, "class_wise_verdict") and _reason(row, "class_wise_sentence"):
+        return str(_reason(row, "class_wise_sentence"))  # method §16's class-matched test
     otr = _number(row, "otr")
     k_out = 0 if math.isnan(otr) else round(otr * targets)
     k_in = targets - k_out
