@@ -49,6 +49,7 @@ from sde_core.pipeline.workspace import (
     validate_workspace,
     workspace_toml,
 )
+from sde_core.services.image_size import image_size_check
 from sde_core.services.preprocessing import accuracy_sample, check_accuracy, preprocessing_text
 from sde_core.services.uploads import ACTIVATION_SUFFIXES, check_upload, file_suffix, guess_role
 from sde_core.stats.class_mix import class_mix_reason
@@ -667,6 +668,11 @@ def add_model(
             raise WorkspaceError(f"{key} file {file} does not exist: check the path")
     arch_file = _arch_file_of(ws, spec, Path.cwd())
     bundle = load_dataset(ws.dataset_spec())
+    sized = (
+        ""
+        if files["checkpoint"] is None
+        else image_size_check(files["checkpoint"], bundle, ws.root, refuse=spec.check_accuracy)
+    )  # an ImageFolder workspace's size against the file's record (issue 40)
     try:
         entry, notes, layers = _describe(
             spec, bundle, ws.defaults, files["checkpoint"], files["activations"], arch_file,
@@ -674,6 +680,7 @@ def add_model(
         )  # fmt: skip
     except CheckpointError as exc:
         raise type(exc)(_user_paths(str(exc), workspace, spec.name, files["checkpoint"])) from None
+    notes.extend([sized] if sized else [])
     _check_addition(ws, entry, replace)
     if replace and entry.name in {m.name for m in ws.models}:
         ws.models = [m for m in ws.models if m.name != entry.name]
