@@ -735,14 +735,28 @@ def _accuracy_rows(
     """The D_r sample an original or retrained classifier is checked on (None: no check)."""
     from sde_core.inputs.indices import load_index_file
 
-    role = spec.role or guess_role(spec.name)
-    if not spec.check_accuracy or role not in ("original", "retrained"):
-        return None
-    if bundle.num_classes < 2 or bundle.spec.kind == "text":
+    if not _checks_accuracy(spec, bundle):
         return None
     forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
+    return _sample_rows(spec, bundle, forget, ws.root)
+
+
+def _checks_accuracy(spec: ModelSpec, bundle: Any) -> bool:
+    """Whether a model is checked on a sample of D_r: an original or retrained classifier."""
+    role = spec.role or guess_role(spec.name)
+    if not spec.check_accuracy or role not in ("original", "retrained"):
+        return False
+    return bool(bundle.num_classes >= 2 and bundle.spec.kind != "text")
+
+
+def _sample_rows(
+    spec: ModelSpec, bundle: Any, forget: np.ndarray, root: Path
+) -> tuple[np.ndarray, np.ndarray, Path] | None:
+    """:func:`_accuracy_rows` for a forget set already read (a workspace being built)."""
+    if not _checks_accuracy(spec, bundle):
+        return None
     x, y = accuracy_sample(bundle, forget)
-    return x, y, ws.root
+    return x, y, root
 
 
 def _arch_file_of(ws: Workspace, spec: ModelSpec, base: Path) -> _ArchFile | None:
@@ -869,7 +883,10 @@ def build_from_uploads(request: BuildRequest, page_roots: Sequence[Path]) -> Bui
             problems += found
         layer_sets: list[list[str]] = []
         for upload, spec in request.models if bundle is not None else []:
-            entry, found, said, layers = _stage_model(upload, spec, staging, bundle, ws)
+            sample = None if forget is None else _sample_rows(spec, bundle, forget, folder)
+            entry, found, said, layers = _stage_model(
+                upload, spec, staging, bundle, ws, sample=sample
+            )
             problems += found
             notes += said
             if entry is not None:
@@ -920,8 +937,10 @@ def _stage_model(
     ws: Workspace,
     folder: str = "models",
     replace: bool = False,
+    sample: tuple[np.ndarray, np.ndarray, Path] | None = None,
 ) -> tuple[ModelEntry | None, list[Problem], list[str], list[str] | None]:
-    """Stage one uploaded model file under ``folder`` and describe it (or say what is wrong)."""
+    """Stage one uploaded model file under ``folder`` and describe it (or say what is wrong);
+    ``sample``: the D_r rows an original or retrained classifier's accuracy is checked on."""
     suffixes = CHECKPOINT_SUFFIXES + ACTIVATION_SUFFIXES
     is_acts = file_suffix(upload.name, ACTIVATION_SUFFIXES) is not None
     where = f"{'activations' if is_acts else 'checkpoint'} {upload.name}"
@@ -934,7 +953,7 @@ def _stage_model(
         staged = staging.put(rel, upload.data)
         entry, notes, layers = _describe(
             spec, bundle, ws.defaults, None if is_acts else staged, staged if is_acts else None,
-            arch_file,
+            arch_file, None if is_acts else sample,
         )  # fmt: skip
         _check_addition(ws, entry, replace)
     except SDEError as exc:
@@ -967,7 +986,7 @@ def add_uploaded_model(
     folder = fresh_model_path(ws, f"models/{spec.name}")
     with Staging(ws.root, cache_path(ws.root, "staging")) as staging:
         entry, problems, notes, layers = _stage_model(
-            upload, spec, staging, bundle, ws, folder, replace
+            upload, spec, staging, bundle, ws, folder, replace, _accuracy_rows(ws, spec, bundle)
         )
         if entry is None:
             return BuildResult(problems)
