@@ -15,6 +15,7 @@ import torch
 from sde_core.inputs.architectures import build_model
 from sde_core.learning.training import save_weights
 from sde_core.pipeline.evaluation import class_wise
+from sde_core.pipeline.evaluation.accuracy_gate import chance_level
 from sde_core.pipeline.evaluation.class_wise import (
     CLASS_WISE_COLUMNS,
     ForgetClasses,
@@ -143,3 +144,23 @@ def test_the_decisions_follow_the_class_matched_test_and_say_what_they_cannot():
     assert all(r["inconclusive_reason"].startswith("D_f's classes are not those") for r in out)
     assert (judged["otr"] == rows["otr"]).all()  # the numbers stay, withheld
     assert rows["inconclusive_reason"].eq("").all()  # the input is not changed
+
+
+def test_a_reference_model_at_chance_on_d_r_withholds_every_verdict():
+    rng = np.random.default_rng(2)
+    train, test = rng.integers(0, 10, 3000), rng.integers(0, 10, 1000)
+    classes = ForgetClasses(train, test, rng.choice(3000, 300, replace=False), 10)
+    rows = _rows().iloc[:2].assign(role=["original", "unlearned"], acc_r=[97.0, 11.0])
+    assert judged_models(rows, None, classes) is rows  # the unlearned model may be inaccurate
+    at_chance = rows.assign(acc_r=[11.0, 97.0])
+    judged = judged_models(at_chance, None, classes).to_dict("records")
+    assert [verdict_label(r) for r in judged] == ["inconclusive", "inconclusive"]
+    assert all("the original model forgot classifies 11.0% of D_r" in r["inconclusive_reason"]
+               and "normalisation, image size, channel order" in r["inconclusive_reason"]
+               for r in judged)  # fmt: skip
+    assert judged_models(at_chance, None, None) is at_chance  # no labels: nothing to test
+    chance, n_retain = chance_level(train, classes.forget)
+    noted = pd.DataFrame([{"model": "forgot", "mix_reason": "", "chance": chance,
+                           "n_retain": n_retain}])  # fmt: skip
+    again = judged_models(at_chance, noted, None).to_dict("records")  # the level the runs noted
+    assert [r["inconclusive_reason"] for r in again] == [r["inconclusive_reason"] for r in judged]

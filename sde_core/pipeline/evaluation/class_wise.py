@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sde_core.pipeline.evaluation.accuracy_gate import chance_level, withheld_at_chance
 from sde_core.stats.class_matched import MatchedTest, matched_permutation_test
 from sde_core.stats.class_mix import class_mix_reason
 
@@ -139,19 +140,24 @@ def class_wise_table(evaluations: Sequence[Any]) -> pd.DataFrame:
 
 
 def class_wise_tables(run: Any, complete: bool = True) -> dict[str, list[dict[str, Any]]]:
-    """``{"class_wise": [row]}`` of a :class:`~.run.ModelRun` ({} when there is no class-wise
-    test to make): what its :class:`~.run.ModelEvaluation` carries to the store. Before the
-    run is ``complete`` the row holds the class-mix reason only (the test runs once, at the
-    end), so a streamed partial result is withheld too."""
+    """``{"class_wise": [row]}`` of a :class:`~.run.ModelRun` with class labels ({} without):
+    what its :class:`~.run.ModelEvaluation` carries to the store. Every row records D_r's
+    chance level (for :func:`~.accuracy_gate.withheld_at_chance`) and the class-mix reason
+    ("" for a random forget set, which needs nothing more); a class-wise run's row adds the
+    class-matched test once the run is ``complete`` (before, it says the run has not finished,
+    so a streamed partial result is withheld too)."""
+    labels = _labels(run)
+    if labels is None:
+        return {}
+    level = chance_level(labels[0], np.asarray(run.plan.forget, dtype=np.int64))
+    base: dict[str, Any] = {"model": run.inputs.name, "mix_reason": _mix_reason(run)}
+    if level is not None:
+        base.update(chance=level[0], n_retain=level[1])
+    if not base["mix_reason"]:
+        return {CLASS_WISE_TABLE: [base]}
     if not complete:
-        mix = _mix_reason(run)
-        if not mix:
-            return {}
-        row = {"model": run.inputs.name, "mix_reason": mix,
-               "reason": "the evaluation has not finished"}  # fmt: skip
-        return {CLASS_WISE_TABLE: [row]}
-    found = class_wise_row(run)
-    return {} if found is None else {CLASS_WISE_TABLE: [found]}
+        return {CLASS_WISE_TABLE: [{**base, "reason": "the evaluation has not finished"}]}
+    return {CLASS_WISE_TABLE: [{**(class_wise_row(run) or {}), **base}]}
 
 
 _MIX: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -341,11 +347,14 @@ def judged_models(
         classes: the dataset's labels and the forget set; None takes the class-mix reason the
             ``class_wise`` rows recorded (a session's result, built from the evaluations alone).
 
+    A reference model at chance on D_r withholds every verdict first
+    (:func:`~.accuracy_gate.withheld_at_chance`, with ``classes`` only).
+
     Returns:
-        ``models`` itself for a random forget set, else a copy: ``inconclusive_reason`` led by
-        the class-mix reason (the paper's and the calibrated verdicts withheld, their numbers
-        kept), ``evidence_conflict`` replaced by the class-matched behaviour's, and the
-        :data:`CLASS_WISE_COLUMNS`.
+        ``models`` itself for a random forget set (and no model at chance), else a copy:
+        ``inconclusive_reason`` led by the class-mix reason (the paper's and the calibrated
+        verdicts withheld, their numbers kept), ``evidence_conflict`` replaced by the
+        class-matched behaviour's, and the :data:`CLASS_WISE_COLUMNS`.
     """
     cw = class_wise if class_wise is not None else pd.DataFrame()
     recorded: dict[str, dict[str, Any]] = (
@@ -353,6 +362,11 @@ def judged_models(
         if "model" in cw
         else {}
     )
+    level = chance_level(classes.train_labels, classes.forget) if classes is not None else None
+    if level is None:  # the level the evaluations recorded
+        noted = [r for r in recorded.values() if not math.isnan(_number(r, "chance"))]
+        level = (_number(noted[0], "chance"), int(_number(noted[0], "n_retain"))) if noted else None
+    models = withheld_at_chance(models, level)  # a reference model at chance (issue 40)
     if classes is not None:
         mix = classes.mix_reason()
     else:
