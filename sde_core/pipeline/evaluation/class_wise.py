@@ -324,7 +324,7 @@ def _decide(
         conflict = (
             f"class-matched behaviour: {100 * _number(cw, 'acc_forget'):.1f}% accuracy on D_f "
             f"against {100 * _number(cw, 'acc_unseen'):.1f}% on unseen rows of class {said} "
-            f"(gap interval {100 * lo:.1f} to {100 * _number(cw, 'gap_hi'):.1f} points, "
+            f"(gap interval {100 * lo:.2f} to {100 * _number(cw, 'gap_hi'):.2f} points, "
             "above 0) while the class-matched test finds nothing"
         )
     text = (
