@@ -163,8 +163,9 @@ def _print_table(result: Any) -> None:
                 f"{half:.3f} after {row['draws']} draws (the pilot asked for "
                 f"{int(row['draws_needed'])})"
             )
-        if row["inconclusive_reason"]:
-            print(f"{row['name']}: inconclusive — {row['inconclusive_reason']}")
+        if row["inconclusive_reason"]:  # a class-wise verdict withholds the OTR only (§16)
+            what = "OTR withheld" if row.get("class_wise_verdict") else "inconclusive"
+            print(f"{row['name']}: {what} — {row['inconclusive_reason']}")
         if row.get("evidence_conflict"):
             print(f"{row['name']}: conflicting evidence — {row['evidence_conflict']}")
     for name, message in result.failed.items():

@@ -15,12 +15,13 @@ Cache keys are content hashes: ``(kind, workspace hash, settings hash, models…
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError
+from sde_core.pipeline.evaluation.class_wise import ForgetClasses
 from sde_core.pipeline.evaluation.comparisons import COMPARED_METRICS, compare_models
 from sde_core.pipeline.evaluation.planner import forecast_models, forecast_sentence
 from sde_core.pipeline.evaluation.run import EvaluationCancelled, PartialEvaluation
@@ -228,9 +229,10 @@ class Evaluations:
             if store is None:
                 return None
             try:
-                whole = stored_result(store, self.workspace_hash, settings, every)
+                classes = self.forget_classes()
+                whole = stored_result(store, self.workspace_hash, settings, every, classes)
                 if whole is None:  # not every model is stored: read the ones asked for
-                    found = stored_result(store, self.workspace_hash, settings, names)
+                    found = stored_result(store, self.workspace_hash, settings, names, classes)
             finally:
                 store.close()
             if whole is not None:
@@ -240,6 +242,21 @@ class Evaluations:
         if found is not None:
             self.remember("evaluation", settings, found, names)
         return found
+
+    def forget_classes(self) -> ForgetClasses | None:
+        """The dataset's labels and the forget set, for the class-wise step of a stored result
+        (method §16); read once per workspace content and kept in the cache."""
+        key = ("forget_classes", self.workspace_hash)
+        found = self.cache.get(key)
+        if found is None:
+            from sde_core.inputs.indices import load_index_file
+            from sde_core.services.workspace_info import load_bundle
+
+            bundle = load_bundle(self.ws)
+            forget = load_index_file(self.ws.path(self.ws.forget_indices), len(bundle.train))
+            found = (ForgetClasses.of(bundle, forget),)
+            self.cache.put(key, found)
+        return cast("ForgetClasses | None", found[0])
 
     def store_path_exists(self) -> bool:
         """Whether the workspace has a results store file yet."""

@@ -33,6 +33,11 @@ from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name, parse_noise_layer, probe_noise
 from sde_core.inputs.indices import load_index_file
 from sde_core.inputs.text_data import TextDataset
+from sde_core.pipeline.evaluation.class_wise import (
+    ForgetClasses,
+    class_wise_table,
+    judged_models,
+)
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.run import ModelEvaluation
 from sde_core.pipeline.evaluation.session import PLAN_FIELDS
@@ -477,7 +482,10 @@ def confirmation_token(workspace_hash: str, settings: EvalSettings, layer: str) 
 
 
 def session_result(
-    workspace_hash: str, settings: EvalSettings, evaluations: Sequence[ModelEvaluation]
+    workspace_hash: str,
+    settings: EvalSettings,
+    evaluations: Sequence[ModelEvaluation],
+    classes: ForgetClasses | None = None,
 ) -> EvaluationResult:
     """An :class:`EvaluationResult` of (possibly partial) model evaluations, for display.
 
@@ -486,8 +494,12 @@ def session_result(
         settings: the settings evaluated.
         evaluations: one :class:`ModelEvaluation` per model, finished or partial (a partial one
             has NaN where a stage has not run and covers ``model.draws`` draws).
+        classes: the dataset's labels and forget set (the session's ``classes``) for the
+            class-wise step (:func:`~sde_core.pipeline.evaluation.class_wise.judged_models`);
+            None: the class-mix reason the finished evaluations recorded.
     """
     models, subsets, draws = result_tables(list(evaluations))
+    models = judged_models(models, class_wise_table(list(evaluations)), classes)
     arrays = {f"{ev.model.name}/{k}": v for ev in evaluations for k, v in ev.arrays.items()}
     return EvaluationResult(
         settings=settings, workspace_hash=workspace_hash, models=models, subsets=subsets,

@@ -51,11 +51,13 @@ from sde_core.pipeline.workspace_write import (
 from sde_core.services.sizing import _size_reason, null_check_warning, suggest_subset_size
 from sde_core.services.workspace_models import (
     ModelSpec,
+    _accuracy_rows,
     _arch_file_of,
     _check_addition,
     _describe,
     _precomputed_default_layer,
     _record_trust,
+    _sample_rows,
 )
 
 __all__ = [
@@ -301,7 +303,10 @@ def _build(
             if bundle is None:  # no data to run the model on: its name and file
                 problems += _unstaged_model_problems(upload, spec)
                 continue
-            entry, found, said, layers = _stage_model(upload, spec, staging, bundle, ws)
+            sample = None if forget is None else _sample_rows(spec, bundle, forget, target)
+            entry, found, said, layers = _stage_model(
+                upload, spec, staging, bundle, ws, sample=sample
+            )
             problems += found
             notes += said
             if entry is not None:
@@ -372,8 +377,10 @@ def _stage_model(
     ws: Workspace,
     folder: str = "models",
     replace: bool = False,
+    sample: tuple[np.ndarray, np.ndarray, Path] | None = None,
 ) -> tuple[ModelEntry | None, list[Problem], list[str], list[str] | None]:
-    """Stage one uploaded model file under ``folder`` and describe it (or say what is wrong)."""
+    """Stage one uploaded model file under ``folder`` and describe it (or say what is wrong);
+    ``sample``: the D_r rows an original or retrained classifier's accuracy is checked on."""
     suffixes = CHECKPOINT_SUFFIXES + ACTIVATION_SUFFIXES
     is_acts = file_suffix(upload.name, ACTIVATION_SUFFIXES) is not None
     where = f"{'activations' if is_acts else 'checkpoint'} {upload.name}"
@@ -386,7 +393,7 @@ def _stage_model(
         staged = staging.put(rel, upload.data)
         entry, notes, layers = _describe(
             spec, bundle, ws.defaults, None if is_acts else staged, staged if is_acts else None,
-            arch_file,
+            arch_file, None if is_acts else sample,
         )  # fmt: skip
         _check_addition(ws, entry, replace)
     except SDEError as exc:
@@ -419,7 +426,7 @@ def add_uploaded_model(
     folder = fresh_model_path(ws, f"models/{spec.name}")
     with Staging(ws.root, cache_path(ws.root, "staging")) as staging:
         entry, problems, notes, layers = _stage_model(
-            upload, spec, staging, bundle, ws, folder, replace
+            upload, spec, staging, bundle, ws, folder, replace, _accuracy_rows(ws, spec, bundle)
         )
         if entry is None:
             return BuildResult(problems)

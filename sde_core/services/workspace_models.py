@@ -36,6 +36,7 @@ from sde_core.pipeline.workspace_write import (
     relative_to_workspace,
     workspace_toml,
 )
+from sde_core.services.image_size import image_size_check
 from sde_core.services.preprocessing import accuracy_sample, check_accuracy
 from sde_core.services.sizing import (
     _activation_layers,
@@ -310,6 +311,11 @@ def add_model(
             raise WorkspaceError(f"{key} file {file} does not exist: check the path")
     arch_file = _arch_file_of(ws, spec, Path.cwd())
     bundle = load_dataset(ws.dataset_spec())
+    sized = (
+        ""
+        if files["checkpoint"] is None
+        else image_size_check(files["checkpoint"], bundle, ws.root, refuse=spec.check_accuracy)
+    )  # an ImageFolder workspace's size against the file's record (issue 40)
     try:
         entry, notes, layers = _describe(
             spec, bundle, ws.defaults, files["checkpoint"], files["activations"], arch_file,
@@ -317,6 +323,7 @@ def add_model(
         )  # fmt: skip
     except CheckpointError as exc:
         raise type(exc)(_user_paths(str(exc), workspace, spec.name, files["checkpoint"])) from None
+    notes.extend([sized] if sized else [])
     _check_addition(ws, entry, replace)
     if replace and entry.name in {m.name for m in ws.models}:
         ws.models = [m for m in ws.models if m.name != entry.name]
@@ -372,14 +379,28 @@ def _accuracy_rows(
     """The D_r sample an original or retrained classifier is checked on (None: no check)."""
     from sde_core.inputs.indices import load_index_file
 
-    role = spec.role or guess_role(spec.name)
-    if not spec.check_accuracy or role not in ("original", "retrained"):
-        return None
-    if bundle.num_classes < 2 or bundle.spec.kind == "text":
+    if not _checks_accuracy(spec, bundle):
         return None
     forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train))
+    return _sample_rows(spec, bundle, forget, ws.root)
+
+
+def _checks_accuracy(spec: ModelSpec, bundle: Any) -> bool:
+    """Whether a model is checked on a sample of D_r: an original or retrained classifier."""
+    role = spec.role or guess_role(spec.name)
+    if not spec.check_accuracy or role not in ("original", "retrained"):
+        return False
+    return bool(bundle.num_classes >= 2 and bundle.spec.kind != "text")
+
+
+def _sample_rows(
+    spec: ModelSpec, bundle: Any, forget: np.ndarray, root: Path
+) -> tuple[np.ndarray, np.ndarray, Path] | None:
+    """:func:`_accuracy_rows` for a forget set already read (a workspace being built)."""
+    if not _checks_accuracy(spec, bundle):
+        return None
     x, y = accuracy_sample(bundle, forget)
-    return x, y, ws.root
+    return x, y, root
 
 
 def _arch_file_of(ws: Workspace, spec: ModelSpec, base: Path) -> _ArchFile | None:

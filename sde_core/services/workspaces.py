@@ -186,7 +186,7 @@ def create_workspace(
         bundle.train_labels, bundle.test_labels, idx, bundle.num_classes, bundle.class_names
     )
     if mix:
-        notes.append(f"warning: evaluate will give no SDE verdict: {mix}")
+        notes.append(f"note: a class-wise forget set, judged by the class-matched test: {mix}")
     values = dict(defaults or {})
     if bundle.precomputed is not None and "layer" not in values:
         layers = bundle.precomputed.layers

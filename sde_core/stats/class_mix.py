@@ -121,8 +121,9 @@ def class_mix_reason(
     num_classes: int,
     class_names: Sequence[str] | None = None,
 ) -> str:
-    """Why no verdict can be given when D_f's class mix differs from D_r's or D_te's ("" when
-    it does not, or without class labels), with the tests' numbers (method §16).
+    """Why the paper's and the calibrated verdicts are withheld when D_f's class mix differs
+    from D_r's or D_te's ("" when it does not, or without class labels), with the tests'
+    numbers (method §16).
 
     Args:
         train_labels: labels of D_tr ``(N,)``. test_labels: labels of D_te.
@@ -147,8 +148,8 @@ def class_mix_reason(
         return ""
     said = "; ".join(m.sentence(class_names) for m in mixes)
     return (
-        f"D_f's classes are not those of the reference pools ({said}): S_IT and S_OOT would "
-        "differ from the targets by class, not by training, so the comparison measures the "
-        "class and no verdict is given (method §16; class-wise forgetting — judge it by the "
-        "accuracy on the forgotten class, or evaluate a random forget set)"
+        f"D_f's classes are not those of the reference pools ({said}): S_IT and S_OOT differ "
+        "from the targets by class, not only by training, so the paper's OTR and the calibrated "
+        "verdicts measure the class and are withheld (their numbers are measured, not a "
+        "verdict); the class-matched test of method §16 judges class-wise forgetting instead"
     )

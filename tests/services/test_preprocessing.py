@@ -12,6 +12,7 @@ from sde_core.errors import CheckpointError, DataError
 from sde_core.inputs.architectures import build_model
 from sde_core.inputs.data import DatasetSpec, load_dataset
 from sde_core.services.preprocessing import accuracy_sample, check_accuracy, preprocessing_text
+from sde_core.services.uploads import Upload, add_uploaded_model
 from sde_core.services.workspace_models import ModelSpec, add_model
 from sde_core.services.workspaces import create_workspace
 
@@ -46,8 +47,9 @@ def test_chance_accuracy_is_refused_with_the_numbers_and_the_options(images: Pat
 
 
 def test_add_model_refuses_a_model_fed_unlike_its_training_and_names_the_users_paths(
-    images: Path, tmp_path: Path
+    images: Path, tmp_path: Path, monkeypatch
 ):
+    monkeypatch.setenv("SDE_DATA_ROOTS", str(tmp_path))  # the dashboard's upload path
     ws = tmp_path / "ws"
     made = create_workspace(ws, {"kind": "npz", "root": str(images)}, random_forget=0.1,
                             roots=[tmp_path])  # fmt: skip
@@ -68,6 +70,11 @@ def test_add_model_refuses_a_model_fed_unlike_its_training_and_names_the_users_p
     spec = ModelSpec(name="original", arch="mlp", arch_kwargs={"input_dim": 192, "hidden": [32]})
     with pytest.raises(DataError, match="not significantly better than chance"):
         add_model(ws, spec, checkpoint=path, roots=[tmp_path])
+    page = add_uploaded_model(ws, Upload("original.pt", path.read_bytes()), spec)  # dashboard
+    assert not page.saved
+    assert any("not significantly better than chance" in p.message for p in page.problems), [
+        str(p) for p in page.problems
+    ]
     spec.check_accuracy = False
     assert add_model(ws, spec, checkpoint=path, roots=[tmp_path]).entry.name == "original"
     unknown = tmp_path / "mine.pt"

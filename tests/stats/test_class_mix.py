@@ -36,7 +36,8 @@ def test_one_forgotten_class_is_flagged_and_a_random_forget_set_is_not():
     one_class = np.flatnonzero(train == 3)
     reason = class_mix_reason(train, test, one_class, 10, [f"c{i}" for i in range(10)])
     assert "D_f vs D_r: χ² = " in reason and "D_f vs D_te" in reason and "c3 100% vs 0%" in reason
-    assert "no verdict" in reason and "method §16" in reason
+    assert "calibrated verdicts measure the class and are withheld" in reason
+    assert "class-matched test of method §16" in reason
     flagged = sum(
         bool(class_mix_reason(train, test, rng.choice(6000, size, replace=False), 10))
         for size in (60, 600, 1200, 3000)

@@ -33,6 +33,7 @@ import numpy as np
 
 from sde_core.common.hashing import array_sha256
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.class_wise import class_wise_tables
 from sde_core.pipeline.evaluation.plan import (
     F1_NEGATIVE_POOLS,
     F1Negatives,
@@ -100,6 +101,7 @@ class ModelEvaluation:
             then negatives), ``panel_it_h``/``panel_oot_h`` ``(B·R, K)``, ``null_h``
             ``(2P, K)``.
         complete: whether every requested stage finished.
+        tables: further per-model tables for the store, e.g. ``class_wise`` (method §16).
     """
 
     model: ModelSummary
@@ -107,6 +109,7 @@ class ModelEvaluation:
     subsets: list[dict[str, Any]]
     arrays: dict[str, np.ndarray]
     complete: bool = True
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -539,6 +542,7 @@ class ModelRun:
             subsets=self._subset_rows(snap.draws, summary),
             arrays=self._arrays(snap.draws),
             complete=complete,
+            tables=class_wise_tables(self, complete),
         )
 
     def _summarize(self, snap: _Snapshot) -> tuple[ModelSummary, list[DrawSummary]]:

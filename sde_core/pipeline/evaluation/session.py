@@ -42,6 +42,11 @@ from typing import Any
 
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.class_wise import (
+    ForgetClasses,
+    class_wise_table,
+    judged_models,
+)
 from sde_core.pipeline.evaluation.plan import F1Negatives, SubsetPlan, draw_subsets
 from sde_core.pipeline.evaluation.run import (
     STAGES,
@@ -115,6 +120,8 @@ class EvaluationSession:
         self._finished: OrderedDict[tuple[Any, ...], ModelEvaluation] = OrderedDict()
         self._max_models = max_models
         self._lock = threading.Lock()
+        #: the labels and forget set the class-wise step reads (method §16)
+        self.classes = ForgetClasses.of(self.bundle, self.forget)
 
     def defaults(self) -> EvalSettings:
         """The workspace's ``[defaults]`` as settings."""
@@ -234,7 +241,7 @@ class EvaluationSession:
         return EvaluationResult(
             settings=s,
             workspace_hash=self.workspace_hash,
-            models=model_df,
+            models=judged_models(model_df, class_wise_table(evaluations), self.classes),
             subsets=subset_df,
             arrays={f"{ev.model.name}/{k}": v for ev in evaluations for k, v in ev.arrays.items()},
             draws=draw_df,

@@ -14,6 +14,13 @@ import pandas as pd
 from sde_core import errors
 from sde_core.errors import ActivationError, CheckpointError, DataError, SDEError, SettingsError
 from sde_core.pipeline.evaluation.caveats import Caveats, caveat_numbers
+from sde_core.pipeline.evaluation.class_wise import (
+    CLASS_WISE_TABLE,
+    ForgetClasses,
+    class_wise_json,
+    class_wise_table,
+    judged_models,
+)
 from sde_core.pipeline.evaluation.comparisons import reference_comparisons
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies, model_near_ties
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
@@ -148,6 +155,7 @@ class EvaluationResult:
             entry = model_json(row, records(self.model_draws(row["name"])))
             entry["near_ties"] = self.near_ties(row["name"]).to_json()
             entry.update(precision_json(row))
+            entry.update(class_wise_json(row))
             models[row["name"]] = entry
         return {
             "settings": self.settings.result_key(),
@@ -311,6 +319,7 @@ def evaluate_workspace(
                 "models": [ev.summary],
                 "subsets": ev.subsets,
                 "draws": [d.to_row() for d in ev.draws],
+                **ev.tables,
             }
             store.put_unit(run.id, job.key, tables, named)
         else:
@@ -340,10 +349,12 @@ def evaluate_workspace(
         if complete and run.status != "complete" and not store.read_only:
             store.mark_complete(run.id)
         model_df, subset_df, draw_df, arrays = _read_back(store, run.id, wanted)
+        class_df = _read_class_wise(store, run.id, wanted)
     else:
         model_df, subset_df, draw_df = result_tables(finished)
         arrays = {f"{ev.model.name}/{k}": v for ev in finished for k, v in ev.arrays.items()}
-    model_df = _withhold_for_class_mix(model_df, bundle, forget)
+        class_df = class_wise_table(finished)
+    model_df = judged_models(model_df, class_df, ForgetClasses.of(bundle, forget))
     return EvaluationResult(
         settings=settings,
         workspace_hash=ws_hash,
@@ -358,7 +369,11 @@ def evaluate_workspace(
 
 
 def stored_result(
-    store: Any, workspace_hash: str, settings: EvalSettings, models: Sequence[str]
+    store: Any,
+    workspace_hash: str,
+    settings: EvalSettings,
+    models: Sequence[str],
+    classes: ForgetClasses | None = None,
 ) -> EvaluationResult | None:
     """The result of ``models`` at ``settings`` read back from ``store`` — no activation is
     extracted and no HSIC computed — or None when the store lacks one of them.
@@ -366,6 +381,8 @@ def stored_result(
     Args:
         store: a :class:`sde_core.pipeline.store.ResultsStore` (read-only is enough).
         workspace_hash: the workspace's content hash. models: the model names, in order.
+        classes: the dataset's labels and forget set, for the class-wise step
+            (:func:`~.class_wise.judged_models`; None: what the stored rows recorded).
 
     Raises:
         DamagedUnitError: a stored unit it would read is damaged.
@@ -381,6 +398,7 @@ def stored_result(
     if not set(wanted) <= store.finished_units(run_id):
         return None
     model_df, subset_df, draw_df, arrays = _read_back(store, run_id, wanted)
+    model_df = judged_models(model_df, _read_class_wise(store, run_id, wanted), classes)
     return EvaluationResult(
         settings=settings,
         workspace_hash=workspace_hash,
@@ -413,30 +431,12 @@ def _read_back(
     return model_df, subset_df, draw_df, arrays
 
 
-def _withhold_for_class_mix(models: pd.DataFrame, bundle: Any, forget: np.ndarray) -> pd.DataFrame:
-    """``models`` with every verdict withheld when D_f's class mix differs from the reference
-    pools' (class-wise forgetting, method §16): the reason leads each row's
-    ``inconclusive_reason``; the numbers stay, measured but not a verdict, and
-    ``evidence_conflict`` (SDE's reading against the model's behaviour) is cleared: the SDE
-    reading it contradicts is itself withheld, and the behaviour stays in the accuracy and
-    attack columns. Computed from the workspace at every read, so stored results need no new
-    version."""
-    from sde_core.stats.class_mix import class_mix_reason
-
-    if models.empty or "inconclusive_reason" not in models:
-        return models
-    reason = class_mix_reason(
-        bundle.train_labels, bundle.test_labels, forget, bundle.num_classes, bundle.class_names
-    )
-    if not reason:
-        return models
-    out = models.copy()
-    out["inconclusive_reason"] = [
-        f"{reason}; {old}" if old else reason for old in out["inconclusive_reason"].fillna("")
-    ]
-    if "evidence_conflict" in out:
-        out["evidence_conflict"] = ""
-    return out
+def _read_class_wise(store: Any, run_id: int, wanted: Sequence[str]) -> pd.DataFrame:
+    """The ``class_wise`` rows of the ``wanted`` models of a stored run (empty when none)."""
+    if CLASS_WISE_TABLE not in store.tables(run_id):
+        return pd.DataFrame()
+    rows = store.rows(run_id, CLASS_WISE_TABLE)
+    return rows[rows["model"].isin(wanted)].reset_index(drop=True)
 
 
 def _in_order(table: pd.DataFrame, column: str, names: Sequence[str]) -> pd.DataFrame:

@@ -180,6 +180,8 @@ def verdict_label(row: Mapping[str, Any]) -> str:
     otr, lo, hi = e.value, e.lo, e.hi
     if _reason(row, "evidence_conflict"):
         return "conflicting evidence"
+    if _reason(row, "class_wise_verdict"):  # class-wise forgetting: method §16's verdict
+        return str(_reason(row, "class_wise_verdict"))
     if not _flag(row, "references_valid") or math.isnan(otr) or _reason(row):
         return "inconclusive"
     if _flag(row, "over_unlearned"):

@@ -64,6 +64,8 @@ class VerdictSummary:
 
 def _sentence(row: Mapping[str, Any], targets: int, label: str) -> str:
     name, role = str(_value(row, "name")), str(_value(row, "role") or "")
+    if label == _reason(row, "class_wise_verdict") and _reason(row, "class_wise_sentence"):
+        return str(_reason(row, "class_wise_sentence"))  # method §16's class-matched test
     otr = _number(row, OTR.key)
     k_out = 0 if math.isnan(otr) else round(otr * targets)
     k_in = targets - k_out
