@@ -42,7 +42,15 @@ _NAN = float("nan")
 
 #: How a metric's 95% interval is formed (method §6, §9, §12).
 IntervalKind = Literal[
-    "none", "korn-graubard", "korn-graubard-controls", "fieller", "range", "newcombe", "welch-t"
+    "none",
+    "korn-graubard",
+    "korn-graubard-controls",
+    "fieller",
+    "range",
+    "newcombe",
+    "welch-t",
+    "delong",
+    "delong-paired",
 ]
 #: The gate that can withhold a metric: ``"paper"`` (the panel gate and the paper's split-level
 #: test) or ``"calibrated"`` (the panel gate, the null check and the outlier check), method §12.
@@ -57,6 +65,8 @@ INTERVAL_METHODS: dict[IntervalKind, str] = {
     "range": "median; range of the draws",
     "newcombe": "Newcombe's hybrid score",
     "welch-t": "Welch t",
+    "delong": "DeLong",
+    "delong-paired": "paired DeLong",
 }
 
 
@@ -295,6 +305,33 @@ METRICS: dict[str, Metric] = {
         ),
         Metric(
             "loss_gap", "loss gap", "mean loss on D_f − on D_te (nats)", 9, interval="welch-t"
+        ),
+        Metric(
+            "loss_gap_vs_retrained", "loss gap − retrained's",
+            "loss gap minus the retrained model's, on the same rows (family unit)", 9,
+            interval="welch-t",
+        ),
+        Metric(
+            "attack_auc", "loss attack AUC", "AUC of the loss attack, D_f vs D_te (0.5: unseen)",
+            9, bounds=_UNIT, interval="delong",
+        ),
+        Metric(
+            "attack_auc_vs_retrained", "AUC − retrained's",
+            "loss attack AUC minus the retrained model's, on the same texts", 9,
+            bounds=(-1.0, 1.0), interval="delong-paired",
+        ),
+        Metric(
+            "zlib_auc", "zlib attack AUC", "AUC of the zlib-ratio attack, D_f vs D_te", 9,
+            bounds=_UNIT, interval="delong",
+        ),
+        Metric(
+            "mink_auc", "Min-K% attack AUC", "AUC of the Min-K% (k = 20%) attack, D_f vs D_te",
+            9, bounds=_UNIT, interval="delong",
+        ),
+        Metric(
+            "text_auc", "whole-text attack AUC",
+            "AUC of the loss attack on the whole text, question included", 9, bounds=_UNIT,
+            interval="delong",
         ),
         Metric(
             "reference_p", "reference p", "split-level reference p-value (paper's U-test)", 3,
