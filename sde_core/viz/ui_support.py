@@ -22,6 +22,7 @@ from sde_core.errors import InputError, SettingsError
 from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.pipeline.settings import setting
 from sde_core.pipeline.workspace import Problem
+from sde_core.viz.behaviour_text import behaviour_cells
 from sde_core.viz.family_texts import behaviour_missing
 from sde_core.viz.formatting import format_estimate, records
 from sde_core.viz.verdicts import estimate_text, over_unlearning_text, verdict_label
@@ -226,5 +227,12 @@ def comparison_display(
         format_estimate(v, lo, hi)
         for v, lo, hi in table[["Acc gap D_f−D_te (pts)", "Acc gap lo", "Acc gap hi"]].to_numpy()
     ]
+    if family != "classifier":  # the family's own behaviour check (method §9), in words
+        first = records(next(iter(models_by_layer.values())).set_index("name").loc[table["name"]]
+                        .reset_index())  # fmt: skip
+        cells = [behaviour_cells(r) for r in first]
+        out["Acc gap D_f−D_te (pts)"] = [behaviour_missing(family)] * len(out)
+        for label in cells[0] if cells else ():
+            out[label] = [c[label] for c in cells]
     out["time (s)"] = table["time (s)"].to_numpy()
     return out

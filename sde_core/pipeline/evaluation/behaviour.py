@@ -124,7 +124,7 @@ def model_scores(
     )  # fmt: skip
     if cache is not None and cache.enabled:
         found = cache.get("behaviour", key)
-        if found is not None:
+        if found is not None and ("level" in found or "text_f" in found):
             return found
     from sde_core.pipeline.model_inputs import load_entry_model
 

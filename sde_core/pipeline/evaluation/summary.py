@@ -349,6 +349,7 @@ def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) 
             "null_train_subsets": json_number(row.get("null_train_subsets")),
             "panel_outliers": json_number(row.get("panel_outliers")),
             "evidence_conflict": row.get("evidence_conflict") or None,
+            "behaviour_measure": row.get("behaviour_measure") or None,
             "mia_forget": json_number(row.get("mia_forget")),
             "mia_unseen": json_number(row.get("mia_unseen")),
             "mia_gap_ci": [json_number(row.get("mia_gap_lo")), json_number(row.get("mia_gap_hi"))],
