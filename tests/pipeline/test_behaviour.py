@@ -204,3 +204,13 @@ def test_the_stage_adds_units_to_a_store_written_before_it(lm_workspace, tmp_pat
     pd.testing.assert_frame_equal(before.models[sde], after.models[sde])
     direct = workspace_behaviour(ws, bundle, np.arange(6), "layer.0", cache)
     assert direct["original"]["loss_gap"] == pytest.approx(m.loc["original", "loss_gap"])
+
+
+def test_the_dashboard_session_answers_the_behaviour_rows_once(lm_workspace, tmp_path) -> None:
+    from sde_core.pipeline.evaluation.session import EvaluationSession
+
+    session = EvaluationSession(lm_workspace, cache_dir=tmp_path / "acts", stage_dir=tmp_path)
+    rows = session.behaviour("layer.0")
+    assert {r["model"] for r in rows} == {"original", "retrained"}
+    assert session.behaviour("final") is rows  # settings-independent: one computation
+    assert all(r["family"] == "causal_lm" for r in rows)
