@@ -214,3 +214,21 @@ def test_the_dashboard_session_answers_the_behaviour_rows_once(lm_workspace, tmp
     assert {r["model"] for r in rows} == {"original", "retrained"}
     assert session.behaviour("final") is rows  # settings-independent: one computation
     assert all(r["family"] == "causal_lm" for r in rows)
+
+
+def test_evaluate_behaviour_only_adds_the_units(lm_workspace, tmp_path, capsys) -> None:
+    from sde_core.cli import main
+    from sde_core.inputs.data import DatasetSpec, load_dataset
+    from sde_core.pipeline.store import ResultsStore
+    from sde_core.pipeline.workspace import workspace_hash
+
+    ws = lm_workspace
+    path = tmp_path / "store.sqlite"
+    assert main(["evaluate", str(ws.root), "--behaviour-only", "--store", str(path)]) == 0
+    assert "no stored run of this workspace" in capsys.readouterr().out
+    bundle = load_dataset(DatasetSpec.from_dict(ws.dataset, base_dir=ws.root))
+    with ResultsStore(path) as store:
+        run = store.open_run(workspace_hash(ws, data_fingerprint=bundle.fingerprint),
+                             EvalSettings(layer="final").result_key())  # fmt: skip
+    assert main(["evaluate", str(ws.root), "--behaviour-only", "--store", str(path)]) == 0
+    assert f"run {run.id}: 2 behaviour unit(s) added" in capsys.readouterr().out
