@@ -46,6 +46,7 @@ from sde_core.services.cascade import (
 from sde_core.services.evaluation import progress_note, session_result, target_texts
 from sde_core.services.view_state import ExploreView, restrict
 from sde_core.services.workspace_info import Workspace, weak_layer_advice
+from sde_core.viz.behaviour_text import behaviour_text
 from sde_core.viz.figures.comparison import draw_strip
 from sde_core.viz.figures.distributions import (
     hsic_histogram,
@@ -178,6 +179,7 @@ def numbers(result: EvaluationResult, row: pd.Series, provisional: str) -> None:
     cols[3].caption("not a verdict: its interval is rarely informative (method §5)")
     metric(cols[4], "σ used", fmt(row["sigma"], 4), "sigma")
     cols[4].caption(f"kernel bandwidth σ · layer {row['layer']}, d = {int(row['dim'])}")
+    st.caption(f"Behaviour check (method §9): {behaviour_text(row.to_dict())}.")
     reason = row.get("inconclusive_reason")
     if isinstance(reason, str) and reason.strip():
         names = {"otr": "OTR", "calibrated_otr": "calibrated OTR", "f1": "F1",

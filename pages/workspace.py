@@ -232,6 +232,15 @@ def model_widgets(upload: UploadedFile, prefix: str, suffix: str = "") -> None:
         "run code while it loads; recorded as trusted = true on this model and, by SHA-256, in "
         "your local trust store (a workspace received from someone else trusts nothing).",
     )
+    st.checkbox(
+        "Check its accuracy (an original or retrained classifier)",
+        value=True,
+        key=f"{prefix}_accuracy{suffix}",
+        help="Runs the model on a sample of D_r and refuses it when it is no better than chance: "
+        "a model read with other preprocessing than it was trained with (normalisation, image "
+        "size, channel order) would otherwise give numbers about nothing. Untick only for a "
+        "model that really is this inaccurate (`--no-accuracy-check` on the command line).",
+    )
     if st.session_state.get(f"{prefix}_trusted{suffix}"):
         st.number_input(
             "Time limit for this trusted file (seconds)",
@@ -265,6 +274,7 @@ def model_spec(prefix: str, suffix: str = "") -> ModelSpec:
         arch_kwargs=_kwargs(f"{prefix}_kwargs{suffix}"),
         trusted=bool(s.get(f"{prefix}_trusted{suffix}")),
         time_limit=s.get(f"{prefix}_limit{suffix}"),
+        check_accuracy=bool(s.get(f"{prefix}_accuracy{suffix}", True)),
     )
 
 

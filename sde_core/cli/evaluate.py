@@ -91,6 +91,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     models = args.models.split(",") if args.models else None
     if args.plan_only:
         return _plan_only(ws, settings, models)
+    if args.behaviour_only:
+        return _behaviour_only(ws, store_path)
     report = None if args.quiet else progress
     engine = engine_from_args(args, cache_path(ws.root, "submitit"))
     if store_path is None:
@@ -119,6 +121,26 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
+def _behaviour_only(ws: Any, store_path: Path | None) -> int:
+    """``--behaviour-only``: add the behaviour units of the language models and denoisers to
+    every stored run of the workspace that lacks them (method §9); no SDE number is computed."""
+    from sde_core.errors import SettingsError
+    from sde_core.pipeline.evaluation.behaviour import add_behaviour_units
+    from sde_core.pipeline.evaluation.stages import StageCache
+    from sde_core.pipeline.evaluation.workspace_run import stage_cache_dir
+    from sde_core.pipeline.store import ResultsStore
+
+    if store_path is None:
+        raise SettingsError("--behaviour-only adds units to a results store: drop --no-store")
+    with ResultsStore(store_path) as store:
+        written = add_behaviour_units(ws, store, cache=StageCache(stage_cache_dir(ws.root)))
+    for run_id, n in written.items():
+        print(f"run {run_id}: {n} behaviour unit(s) added")
+    if not written:
+        print(f"no stored run of this workspace in {store_path}: evaluate it first")
+    return 0
+
+
 def _plan_only(ws: Any, settings: Any, models: list[str] | None) -> int:
     """``--plan-only``: each model's pilot and the forecast of the precision run (method §15)."""
     from sde_core.pipeline.evaluation.planner import forecast_sentence, forecast_workspace
@@ -141,6 +163,7 @@ def _print_table(result: Any) -> None:
     """The summary table, then why numbers are withheld ("–"), which models could not be
     evaluated (their own inputs failed) and what the plan reduced."""
     from sde_core.pipeline.evaluation.summary import CLI_COLUMNS
+    from sde_core.viz.behaviour_text import behaviour_text
 
     if not result.models.empty:
         table = result.models[list(CLI_COLUMNS)]
@@ -166,6 +189,8 @@ def _print_table(result: Any) -> None:
         if row["inconclusive_reason"]:  # a class-wise verdict withholds the OTR only (§16)
             what = "OTR withheld" if row.get("class_wise_verdict") else "inconclusive"
             print(f"{row['name']}: {what} — {row['inconclusive_reason']}")
+        if row.get("behaviour_measure"):  # a language model's or a denoiser's check (§9)
+            print(f"{row['name']}: behaviour — {behaviour_text(row)}")
         if row.get("evidence_conflict"):
             print(f"{row['name']}: conflicting evidence — {row['evidence_conflict']}")
     for name, message in result.failed.items():
@@ -198,6 +223,13 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> None:
     add_engine_arguments(p)
     add_time_limit_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress bars or table")
+    p.add_argument(
+        "--behaviour-only",
+        action="store_true",
+        help="add the behaviour check of the language models and denoisers (loss gaps, "
+        "likelihood attacks) to every stored run of the workspace that lacks it; no SDE "
+        "number is recomputed",
+    )
     p.add_argument(
         "--plan-only",
         action="store_true",

@@ -38,13 +38,19 @@ class CausalLMFamily:
     refusals: Mapping[str, str] = field(default_factory=dict)
     behaviour: tuple[BehaviourMeasure, ...] = (
         BehaviourMeasure(
-            "token_loss", "mean next-token loss per text on D_f and D_te (nats per token)",
-            "sde_core.learning.llm_unlearning.causal_lm_losses",
+            "token_loss", "mean next-token loss per text on its answer (else the whole text) "
+            "on D_f against D_te and against the retrained model (nats per token)",
+            "sde_core.learning.lm_behaviour.lm_text_scores",
         ),
         BehaviourMeasure(
-            "likelihood_attack", "AUC of the loss-threshold membership attack on D_f vs D_te",
-            "sde_core.pipeline.llm_demo.loss_mia_auc",
-            pending="computed by the facts demo only; in evaluations a later issue",
+            "likelihood_attack", "AUC of the loss, zlib-ratio, Min-K% and whole-text loss "
+            "attacks on D_f vs D_te (DeLong interval), and against the retrained model",
+            "sde_core.stats.auc.delong_auc",
+        ),
+        BehaviourMeasure(
+            "behaviour_check", "conflicting evidence: SDE says forgotten, the loss attack says "
+            "the model still knows D_f better than the retrained model does",
+            "sde_core.pipeline.evaluation.behaviour.behaviour_conflict",
         ),
     )  # fmt: skip
     input_views: tuple[str, ...] = ("texts",)

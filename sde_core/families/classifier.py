@@ -50,8 +50,8 @@ class ClassifierFamily:
             "sde_core.learning.metrics.behaviour_check",
         ),
         BehaviourMeasure(
-            "loss", "cross-entropy on D_f and D_te", "",
-            pending="a behaviour cross-check for every family (a later issue)",
+            "loss", "mean cross-entropy on D_f − on D_te (nats, Welch interval)",
+            "sde_core.learning.metrics.behaviour_check",
         ),
     )  # fmt: skip
     input_views: tuple[str, ...] = ("thumbnails", "curves")

@@ -44,8 +44,14 @@ class DenoiserFamily:
     )
     behaviour: tuple[BehaviourMeasure, ...] = (
         BehaviourMeasure(
-            "denoising_loss", "denoising loss on D_f, D_r and D_te at each noise level σ_t",
+            "denoising_loss", "denoising-loss gap D_f − D_te at each noise level σ_t (Welch "
+            "interval), and against the retrained model",
             "sde_core.learning.diffusion.denoising_losses",
+        ),
+        BehaviourMeasure(
+            "behaviour_check", "conflicting evidence: SDE says forgotten, the model still "
+            "denoises D_f better than the retrained model does at the evaluated σ_t",
+            "sde_core.pipeline.evaluation.behaviour.behaviour_conflict",
         ),
     )  # fmt: skip
     input_views: tuple[str, ...] = ("noisy and denoised images",)

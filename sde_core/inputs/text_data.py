@@ -17,7 +17,15 @@ Each record becomes one text: ``options.text_column`` when given, else its ``tex
 ``question``/``answer`` records. The texts are tokenised with the tokenizer of
 ``options.tokenizer`` (a model folder), padded and truncated to ``options.max_length`` tokens
 (default :data:`DEFAULT_MAX_LENGTH`). A sample is an int64 ``(2, max_length)`` tensor: token ids
-and attention mask (:class:`~sde_core.inputs.hf_models.HFHiddenStates` reads it).
+and attention mask (:class:`~sde_core.inputs.hf_models.HFHiddenStates` reads it). The files are
+read by :mod:`sde_core.inputs.text_records`, within its limits.
+
+**Each model reads the texts with its own tokenizer** where its folder has one
+(:func:`model_view`: the same texts tokenised again, cached per tokenizer); a model folder
+without tokenizer files shares ``options.tokenizer``'s, and when its vocabulary cannot hold those
+tokens :func:`vocabulary_problem` says so and how to fix it. A template with an ``{answer}``
+field marks each text's answer span (:attr:`TextDataset.answer_mask`), which the language-model
+behaviour check scores (method §9).
 
 Forget sets are index files as for every dataset; :func:`forget_rows` makes one from a split
 file of records (TOFU's ``forget10.json``: each record must match one D_tr record's text) or from
@@ -26,8 +34,6 @@ a true/false column of D_tr.
 
 from __future__ import annotations
 
-import io
-import json
 import re
 import string
 from collections.abc import Mapping, Sequence
@@ -40,46 +46,36 @@ import torch
 from torch.utils.data import Dataset
 
 from sde_core.common.hashing import file_sha256, stable_hash
-from sde_core.errors import CheckpointError, DataError
+from sde_core.errors import DataError
 from sde_core.inputs.indices import as_index_array, excerpt
+from sde_core.inputs.text_records import TEXT_SUFFIXES, disk_dataset, is_disk_dataset, read_records
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
-    "MAX_RECORD_BYTES",
     "MAX_TEXT_CHARS",
-    "MAX_TEXT_COLUMNS",
-    "MAX_TEXT_FILE_BYTES",
-    "MAX_TEXT_ROWS",
     "QA_TEMPLATE",
-    "TEXT_SUFFIXES",
     "TextDataset",
     "TextSource",
+    "answer_starts",
     "forget_rows",
+    "has_tokenizer",
+    "model_view",
     "parse_template",
-    "read_records",
     "read_text_source",
     "record_texts",
+    "tokenize_texts",
     "tokenizer_fingerprint",
+    "vocabulary_problem",
 ]
 
 #: How a question/answer record (TOFU's layout) becomes one text.
 QA_TEMPLATE = "Question: {question}\nAnswer: {answer}"
 #: Tokens per text unless ``options.max_length`` says otherwise.
 DEFAULT_MAX_LENGTH = 128
-#: Most records a text split may hold.
-MAX_TEXT_ROWS = 2_000_000
-#: Largest record file (bytes) read; checked before any of it is read.
-MAX_TEXT_FILE_BYTES = 2 * 2**30
-#: Largest record (bytes of one JSON-lines line or one JSON-array record).
-MAX_RECORD_BYTES = 1 * 2**20
-#: Most fields a record may have (the columns of a CSV or Parquet file).
-MAX_TEXT_COLUMNS = 1_000
 #: Longest text (characters) a record may give, by its column or the filled template; checked
 #: before tokenising (the tokenizer's native code cannot be interrupted), far above any
 #: ``max_length`` of tokens.
 MAX_TEXT_CHARS = 100_000
-#: File endings of record files.
-TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 _TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
     "merges.txt", "vocab.txt", "tokenizer.model", "spiece.model", "added_tokens.json",
@@ -93,14 +89,28 @@ class TextDataset(Dataset):
         texts: the texts, one per row.
         records: the records they were made from (for columns and split matching).
         ids, mask: int32 ``(n, max_length)`` token ids and attention mask (1 = real token).
+        answer_starts: per text, the character where its answer begins (question/answer
+            records filled into a template with an ``{answer}`` field), or None.
+        answer_mask: int8 ``(n, max_length)``, 1 on the real tokens that begin at or after the
+            answer's first character (the tokens a behaviour check scores), or None.
+        tokenizer: the fingerprint of the tokenizer that made ``ids`` ("" when unknown).
     """
 
     is_image = False
 
     def __init__(
-        self, texts: list[str], records: list[dict[str, Any]], ids: np.ndarray, mask: np.ndarray
+        self,
+        texts: list[str],
+        records: list[dict[str, Any]],
+        ids: np.ndarray,
+        mask: np.ndarray,
+        *,
+        answer_starts: list[int] | None = None,
+        answer_mask: np.ndarray | None = None,
+        tokenizer: str = "",
     ) -> None:
         self.texts, self.records, self.ids, self.mask = texts, records, ids, mask
+        self.answer_starts, self.answer_mask, self.tokenizer = answer_starts, answer_mask, tokenizer
         self.y = np.full(len(texts), -1, dtype=np.int64)
 
     def __len__(self) -> int:
@@ -118,11 +128,15 @@ class TextDataset(Dataset):
 
     def subset(self, indices: np.ndarray) -> TextDataset:
         """The rows ``indices`` (int64 ``(k,)``), in that order."""
+        starts = self.answer_starts
         return TextDataset(
             [self.texts[i] for i in indices],
             [self.records[i] for i in indices],
             self.ids[indices],
             self.mask[indices],
+            answer_starts=None if starts is None else [starts[i] for i in indices],
+            answer_mask=None if self.answer_mask is None else self.answer_mask[indices],
+            tokenizer=self.tokenizer,
         )
 
     def sample_texts(self, indices: Sequence[int] | np.ndarray) -> list[str]:
@@ -133,6 +147,57 @@ class TextDataset(Dataset):
         """
         idx = as_index_array(indices, len(self), "text indices")
         return [self.texts[int(i)] for i in idx]
+
+    def scored_texts(self, indices: Sequence[int] | np.ndarray) -> list[str]:
+        """The part of each text a behaviour check scores: its answer, else the whole text."""
+        starts = self.answer_starts
+        rows = [int(i) for i in indices]
+        if starts is None:
+            return [self.texts[i] for i in rows]
+        return [self.texts[i][starts[i] :] for i in rows]
+
+    def retokenized(self, tokenizer_dir: Path, max_length: int) -> TextDataset:
+        """The same texts tokenised by the tokenizer of another model folder (a model that reads
+        its texts with its own tokenizer).
+
+        Raises:
+            DataError: the folder's tokenizer cannot be loaded.
+        """
+        from sde_core.inputs.hf_models import load_tokenizer
+
+        ids, mask, answers = tokenize_texts(
+            load_tokenizer(tokenizer_dir), self.texts, max_length, self.answer_starts
+        )
+        return TextDataset(
+            self.texts, self.records, ids, mask, answer_starts=self.answer_starts,
+            answer_mask=answers, tokenizer=tokenizer_fingerprint(tokenizer_dir),
+        )  # fmt: skip
+
+
+def tokenize_texts(
+    tokenizer: Any, texts: list[str], max_length: int, answer_starts: list[int] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(ids, mask, answer_mask)`` of ``texts``, padded and truncated to ``max_length``
+    tokens (int32, int32, int8 or None; see :class:`TextDataset`). A token is an answer token
+    when it begins at or after its text's answer character (the tokenizer's character offsets;
+    a tokenizer without offsets: the tokens after those of the text before the answer)."""
+    enc = tokenizer(
+        texts, padding="max_length", truncation=True, max_length=max_length, return_tensors="np",
+        return_offsets_mapping=answer_starts is not None and bool(tokenizer.is_fast),
+    )  # fmt: skip
+    ids = enc["input_ids"].astype(np.int32)
+    mask = enc["attention_mask"].astype(np.int32)
+    if answer_starts is None:
+        return ids, mask, None
+    starts = np.asarray(answer_starts, dtype=np.int64)
+    if "offset_mapping" in enc:
+        offsets = enc["offset_mapping"]
+        answers = (offsets[:, :, 0] >= starts[:, None]) & (offsets[:, :, 1] > offsets[:, :, 0])
+    else:
+        before = tokenizer([t[:s] for t, s in zip(texts, answer_starts, strict=True)])
+        first = np.asarray([len(b) for b in before["input_ids"]])
+        answers = np.arange(ids.shape[1])[None, :] >= first[:, None]
+    return ids, mask, (answers & (mask > 0)).astype(np.int8)
 
 
 @dataclass
@@ -150,221 +215,6 @@ class TextSource:
     files: list[Path]
     settings: dict[str, Any]
     truncated: dict[str, int]
-
-
-# ----------------------------------------------------------------------------------------------
-# Records
-# ----------------------------------------------------------------------------------------------
-
-
-def _check_file_size(path: Path) -> None:
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise DataError(f"cannot read {path} ({type(exc).__name__})") from None
-    if size > MAX_TEXT_FILE_BYTES:
-        raise DataError(
-            f"{path} is {size / 2**30:.1f} GiB, over the {MAX_TEXT_FILE_BYTES / 2**30:g} GiB a "
-            "record file may hold (MAX_TEXT_FILE_BYTES): split it or keep a subset"
-        )
-
-
-def _json_records(path: Path) -> list[Any]:
-    _check_file_size(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read {path} ({type(exc).__name__}): save it as UTF-8") from None
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError):
-            raise DataError(f"{path} is not valid JSON: re-export it as JSON lines") from None
-        if not isinstance(data, list):
-            raise DataError(f"{path} must hold a JSON array of records")
-        if len(data) > MAX_TEXT_ROWS:
-            raise DataError(f"{path} holds more than {MAX_TEXT_ROWS} records")
-        return data
-    rows = []
-    # Lines end at "\n" only: U+2028, U+2029 and U+0085 are valid inside a JSON string, and
-    # str.splitlines would cut a record there.
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip(" \t\r"):
-            continue
-        size = len(line.encode("utf-8", "surrogatepass"))
-        if size > MAX_RECORD_BYTES:
-            raise DataError(
-                f"{path} line {number} is {size:,} bytes, over the {MAX_RECORD_BYTES:,} a "
-                "record may hold (MAX_RECORD_BYTES): a language model reads at most max_length "
-                "tokens of it; shorten the record"
-            )
-        try:
-            rows.append(json.loads(line))
-        except (ValueError, RecursionError):
-            raise DataError(
-                f"{path} line {number} is not a JSON record: a JSON lines file holds one "
-                "object per line"
-            ) from None
-        if len(rows) > MAX_TEXT_ROWS:
-            raise DataError(f"{path} holds more than {MAX_TEXT_ROWS} records")
-    return rows
-
-
-def _plain_name(value: object, folder: Path, what: str) -> Path:
-    """A file or folder name a ``save_to_disk`` folder's JSON lists, kept inside the folder."""
-    if not isinstance(value, str) or not value.strip() or "\x00" in value:
-        raise DataError(f"{folder}/{what} lists {excerpt(value, 40)}, not a file name")
-    name = Path(value)
-    if name.is_absolute() or ".." in name.parts:
-        raise DataError(
-            f"{folder}/{what} lists {excerpt(value, 80)}, which leaves the dataset folder: a "
-            "save_to_disk folder names only its own files; re-save it with save_to_disk"
-        )
-    target = (folder / name).resolve()
-    if not target.is_relative_to(folder.resolve()):
-        raise DataError(
-            f"{folder}/{what} lists {excerpt(value, 80)}, which resolves outside the dataset "
-            f"folder (to {target}): re-save it with save_to_disk"
-        )
-    return target
-
-
-def _check_disk_names(path: Path, depth: int = 0) -> None:
-    """Refuse a ``save_to_disk`` folder whose ``dataset_dict.json`` splits or ``state.json``
-    ``_data_files`` name anything outside it (``../``, absolute paths, links out), before
-    ``datasets`` opens any of it."""
-    from sde_core.inputs.checkpoint_files import json_object
-
-    try:
-        splits = json_object(path / "dataset_dict.json").get("splits", [])
-        state = json_object(path / "state.json")
-    except CheckpointError as exc:
-        raise DataError(str(exc)) from None
-    if not isinstance(splits, list) or not isinstance(state.get("_data_files", []), list):
-        raise DataError(f"{path} has a malformed dataset_dict.json or state.json: re-save it")
-    for split in splits:
-        sub = _plain_name(split, path, "dataset_dict.json")
-        if depth == 0 and sub.is_dir():
-            _check_disk_names(sub, depth + 1)
-    for entry in state.get("_data_files", []):
-        name = entry.get("filename") if isinstance(entry, dict) else None
-        _plain_name(name, path, "state.json _data_files")
-
-
-def _disk_dataset(path: Path) -> Any:
-    _check_disk_names(path)
-    try:
-        import datasets
-    except ImportError:
-        raise DataError(
-            f"{path} is a datasets.save_to_disk folder: reading it needs the optional datasets "
-            "package (pip install -e '.[llm]'), or export it with to_json"
-        ) from None
-    datasets.disable_progress_bars()
-    try:
-        return datasets.load_from_disk(str(path))
-    except Exception as exc:  # datasets raises many types for a damaged folder
-        raise DataError(
-            f"cannot read the datasets folder {path} ({type(exc).__name__}); re-save it with "
-            "save_to_disk"
-        ) from None
-
-
-def _is_disk_dataset(path: Path) -> bool:
-    return path.is_dir() and (
-        (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
-    )
-
-
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a ``.jsonl``/``.json``/``.csv``/``.parquet`` file or of a
-    ``save_to_disk`` folder of one ``Dataset``, as dicts.
-
-    Raises:
-        DataError: a missing or malformed file, an unknown format, a record that is not an
-            object, or more than :data:`MAX_TEXT_ROWS` records.
-    """
-    p = Path(path)
-    if _is_disk_dataset(p):
-        data = _disk_dataset(p)
-        if hasattr(data, "keys") and not hasattr(data, "column_names"):
-            raise DataError(
-                f"{p} holds several splits ({', '.join(data.keys())}): give it as the dataset "
-                "root, or save one split"
-            )
-        rows: list[Any] = list(data)
-    elif not p.is_file():
-        raise DataError(f"{p} does not exist: check the path of the text file")
-    elif p.suffix in (".jsonl", ".json"):
-        rows = _json_records(p)
-    elif p.suffix in (".csv", ".parquet"):
-        rows = _table_records(p)
-    else:
-        raise DataError(
-            f"{p.name} is not a text data file: use one of {', '.join(TEXT_SUFFIXES)} or a "
-            "datasets.save_to_disk folder"
-        )
-    if len(rows) > MAX_TEXT_ROWS:
-        raise DataError(f"{p} holds {len(rows)} records, more than {MAX_TEXT_ROWS}")
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise DataError(f"{p}: record {i} is a {type(row).__name__}, not an object of fields")
-        if len(row) > MAX_TEXT_COLUMNS:
-            raise DataError(_columns_message(p, len(row), f"record {i}"))
-    return rows
-
-
-def _columns_message(path: Path, n: int, what: str) -> str:
-    return (
-        f"{path}: {what} has {n:,} fields, over the {MAX_TEXT_COLUMNS:,} a text record may "
-        "have (MAX_TEXT_COLUMNS): keep the text columns only"
-    )
-
-
-def _csv_columns(path: Path) -> int:
-    """The number of columns of a CSV file's header, read without reading the file."""
-    import csv
-
-    with open(path, encoding="utf-8", newline="") as fh:
-        head = fh.read(MAX_RECORD_BYTES + 1)
-    if len(head) > MAX_RECORD_BYTES and "\n" not in head:
-        raise DataError(
-            f"{path}: the header line is over {MAX_RECORD_BYTES:,} characters "
-            "(MAX_RECORD_BYTES): keep the text columns only"
-        )
-    try:
-        first = next(csv.reader(io.StringIO(head.split("\n", 1)[0])), [])
-    except csv.Error:
-        return 0  # pandas names the problem
-    return len(first)
-
-
-def _table_records(path: Path) -> list[Any]:
-    """The records of a CSV or Parquet file; the number of columns is checked first."""
-    import pandas as pd
-
-    _check_file_size(path)
-    try:
-        if path.suffix == ".csv":
-            columns = _csv_columns(path)
-        else:
-            import pyarrow.parquet as pq
-
-            columns = len(pq.read_schema(path).names)
-        if columns > MAX_TEXT_COLUMNS:
-            raise DataError(_columns_message(path, columns, "the header"))
-        frame = (
-            pd.read_csv(path, dtype=str, keep_default_na=False)
-            if path.suffix == ".csv"
-            else pd.read_parquet(path)
-        )
-    except DataError:
-        raise
-    except (OSError, ValueError, ImportError) as exc:
-        raise DataError(f"cannot read {path} ({type(exc).__name__}): re-export it") from None
-    rows: list[Any] = frame.to_dict(orient="records")
-    return rows
 
 
 _PLAIN_FIELD = re.compile(r"^[^.\[\]{}!:]+$")
@@ -480,8 +330,25 @@ def record_texts(
     return texts
 
 
+def answer_starts(records: list[dict[str, Any]], options: Mapping[str, Any]) -> list[int] | None:
+    """Per record, the character where its ``{answer}`` field begins in its text, when the
+    texts are filled into a template with one (:func:`record_texts`: TOFU's question/answer
+    records); None for texts read from a column (they have no answer span)."""
+    template = options.get("template")
+    if options.get("text_column") is not None or (
+        template is None and records and all("text" in r for r in records)
+    ):
+        return None
+    pieces = parse_template(str(template or QA_TEMPLATE))
+    if not any(name == "answer" for _, name in pieces):
+        return None
+    head = pieces[: next(i for i, (_, name) in enumerate(pieces) if name == "answer")]
+    tail = pieces[len(head)][0]  # the literal just before the field
+    return [sum(map(len, _fill(head, r))) + len(tail) for r in records]
+
+
 def _split_files(root: Path, options: Mapping[str, Any]) -> dict[str, Path]:
-    if root.is_file() or (_is_disk_dataset(root) and "test_path" in options):
+    if root.is_file() or (is_disk_dataset(root) and "test_path" in options):
         if "test_path" not in options:
             raise DataError(
                 f"{root} holds one split: name the test split's file with options.test_path "
@@ -503,8 +370,8 @@ def _split_files(root: Path, options: Mapping[str, Any]) -> dict[str, Path]:
 
 
 def _read_splits(root: Path, options: Mapping[str, Any]) -> tuple[dict[str, list], list[Path]]:
-    if _is_disk_dataset(root) and "test_path" not in options:
-        data = _disk_dataset(root)
+    if is_disk_dataset(root) and "test_path" not in options:
+        data = disk_dataset(root)
         if not hasattr(data, "keys") or not {"train", "test"} <= set(data.keys()):
             held = list(data.keys()) if hasattr(data, "keys") else ["one split"]
             raise DataError(
@@ -540,6 +407,7 @@ def read_text_source(root: Path, options: Mapping[str, Any]) -> TextSource:
         )
     tokenizer_dir = Path(options["tokenizer"])
     tokenizer = load_tokenizer(tokenizer_dir)
+    fingerprint = tokenizer_fingerprint(tokenizer_dir)
     max_length = int(options.get("max_length", DEFAULT_MAX_LENGTH))
     records, files = _read_splits(root, options)
     splits, truncated = {}, {}
@@ -549,18 +417,17 @@ def read_text_source(root: Path, options: Mapping[str, Any]) -> TextSource:
         texts = record_texts(rows, options, f"{split} split")
         full = tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]
         truncated[split] = sum(len(t) > max_length for t in full)
-        enc = tokenizer(
-            texts, padding="max_length", truncation=True, max_length=max_length,
-            return_tensors="np",
-        )  # fmt: skip
+        starts = answer_starts(rows, options)
+        ids, mask, answers = tokenize_texts(tokenizer, texts, max_length, starts)
         splits[split] = TextDataset(
-            texts, rows, enc["input_ids"].astype(np.int32), enc["attention_mask"].astype(np.int32)
-        )
+            texts, rows, ids, mask, answer_starts=starts, answer_mask=answers,
+            tokenizer=fingerprint,
+        )  # fmt: skip
     settings = {
         "text_column": options.get("text_column"),
         "template": options.get("template"),
         "max_length": max_length,
-        "tokenizer": tokenizer_fingerprint(tokenizer_dir),
+        "tokenizer": fingerprint,
     }
     return TextSource(splits, files, settings, truncated)
 
@@ -630,3 +497,65 @@ def forget_rows(
     if idx.size == 0:
         raise DataError("the forget set is empty: it must name at least one training record")
     return idx
+
+
+def has_tokenizer(folder: Path) -> bool:
+    """Whether a model folder holds tokenizer files of its own (``save_pretrained`` writes
+    them beside the weights)."""
+    return folder.is_dir() and any((folder / name).is_file() for name in _TOKENIZER_FILES)
+
+
+_VIEWS: dict[tuple[str, str], tuple[TextDataset, TextDataset]] = {}
+
+
+def model_view(bundle: Any, folder: Path) -> Any:
+    """The text dataset ``bundle`` as the model in ``folder`` reads it: tokenised by the
+    folder's own tokenizer when it has one that differs from ``options.tokenizer``'s (the
+    texts, answer spans and rows stay; the fingerprint adds the tokenizer's), else ``bundle``
+    itself — a model folder without a tokenizer shares the dataset's, ``options.tokenizer``.
+    Any other dataset is returned as it is.
+
+    Raises:
+        DataError: the folder's tokenizer cannot be loaded (or holds code).
+    """
+    import dataclasses
+
+    train = getattr(bundle, "train", None)
+    if not isinstance(train, TextDataset) or not has_tokenizer(folder):
+        return bundle
+    own = tokenizer_fingerprint(folder)
+    if own == train.tokenizer:
+        return bundle
+    key = (str(bundle.fingerprint), own)
+    if key not in _VIEWS:
+        if len(_VIEWS) >= 8:
+            _VIEWS.pop(next(iter(_VIEWS)))
+        length = int(train.ids.shape[1])
+        _VIEWS[key] = (train.retokenized(folder, length), bundle.test.retokenized(folder, length))
+    views = _VIEWS[key]
+    return dataclasses.replace(
+        bundle, train=views[0], test=views[1], train_labels=views[0].y, test_labels=views[1].y,
+        fingerprint=stable_hash({"data": bundle.fingerprint, "tokenizer": own}),
+    )  # fmt: skip
+
+
+def vocabulary_problem(bundle: Any, model: Any, folder: Path | None) -> str:
+    """Why a language model cannot read a text dataset's tokens, in words ("" when it can):
+    token ids beyond its vocabulary, because the texts were tokenised by another model's
+    tokenizer (``options.tokenizer``) and the model's folder has none of its own."""
+    train = getattr(bundle, "train", None)
+    embeddings = getattr(getattr(model, "lm", None), "get_input_embeddings", None)
+    if not isinstance(train, TextDataset) or embeddings is None:
+        return ""
+    size = int(embeddings().num_embeddings)
+    top = int(max(train.ids.max(initial=0), bundle.test.ids.max(initial=0)))
+    if top < size:
+        return ""
+    where = f"the model folder {folder}" if folder is not None else "the model folder"
+    return (
+        f"the dataset's token ids go up to {top} but the model's vocabulary has {size} tokens: "
+        f"the texts were tokenised by the tokenizer of options.tokenizer and {where} has no "
+        "tokenizer of its own. Save the tokenizer the model was trained with into its folder "
+        "(tokenizer.save_pretrained(folder)), and the model reads the texts with it; or, if "
+        "every model shares one, point the dataset's options.tokenizer at that tokenizer's folder"
+    )

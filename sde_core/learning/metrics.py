@@ -46,6 +46,7 @@ __all__ = [
     "predict_probs",
     "top1_near_ties",
     "true_label_confidence",
+    "welch_interval",
 ]
 
 MIA_FEATURES = ("confidence", "entropy", "modified_entropy")
@@ -423,8 +424,9 @@ def newcombe_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]
     return max(-1.0, lo), min(1.0, hi)
 
 
-def _welch(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """Mean difference ``x̄ − ȳ`` with its 95% Welch t interval."""
+def welch_interval(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """Mean difference ``x̄ − ȳ`` of two independent samples with its 95% Welch t interval:
+    ``(difference, lo, hi)``."""
     vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
     se = float(np.sqrt(vx + vy))
     diff = float(x.mean() - y.mean())
@@ -468,7 +470,9 @@ def behaviour_check(
     acc_gap = 100.0 * (k_f / forget.size - k_te / y_te.size)
     conf_f = true_label_confidence(p_tr[forget], y_tr[forget])
     conf_te = true_label_confidence(p_te, y_te)
-    loss = _welch(-np.log(np.clip(conf_f, _EPS, None)), -np.log(np.clip(conf_te, _EPS, None)))
+    loss = welch_interval(
+        -np.log(np.clip(conf_f, _EPS, None)), -np.log(np.clip(conf_te, _EPS, None))
+    )
     rng = np.random.default_rng([seed, 0xB1])
     perm = rng.permutation(y_te.size)
     fit_rows, held_rows = perm[: y_te.size // 2], perm[y_te.size // 2 :]

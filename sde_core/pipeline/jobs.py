@@ -138,7 +138,7 @@ def unlearn_model_job(
     from sde_core.inputs.indices import load_index_file
     from sde_core.learning.training import TrainConfig, save_weights
     from sde_core.learning.unlearning import UnlearnData, unlearn
-    from sde_core.pipeline.model_inputs import load_entry_model
+    from sde_core.pipeline.model_inputs import entry_bundle, load_entry_model
     from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.pipeline.workspace_write import fresh_model_path, relative_to_workspace
 
@@ -151,6 +151,7 @@ def unlearn_model_job(
         len(bundle.train_labels),
     )
     model = load_entry_model(ws, source, time_limit=time_limit)
+    bundle = entry_bundle(ws, source, bundle)  # a language model: its own tokenizer's tokens
     arch = getattr(model, "sde_arch", None)
     if arch is None:
         raise TrainingError(

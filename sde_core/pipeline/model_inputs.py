@@ -29,6 +29,7 @@ __all__ = [
     "Progress",
     "checkpoint_metadata",
     "entry_activations",
+    "entry_bundle",
     "entry_cached_layers",
     "entry_layer_infos",
     "entry_layers",
@@ -247,6 +248,21 @@ def _precomputed(
     return out
 
 
+def entry_bundle(ws: Any, entry: Any, bundle: Any) -> Any:
+    """The dataset as a workspace model reads it: a text dataset tokenised by the tokenizer of
+    the model's own folder when it has one (:func:`~sde_core.inputs.text_data.model_view`),
+    else ``bundle`` (every other dataset, a model known by its activations file, a model folder
+    that shares ``options.tokenizer``)."""
+    from sde_core.inputs.text_data import TextDataset, model_view
+
+    if entry.precomputed or not isinstance(getattr(bundle, "train", None), TextDataset):
+        return bundle
+    folder = ws.path(
+        entry.checkpoint, what=f"model {entry.name!r} checkpoint", must_exist=True, contents=True
+    )
+    return model_view(bundle, folder)
+
+
 def entry_activations(
     ws: Any,
     entry: Any,
@@ -297,7 +313,8 @@ def entry_activations(
     )
     arch, kwargs = _build_arguments(ws, file, entry)
     return get_activations(
-        file, bundle, split, names, cache, arch=arch, arch_kwargs=kwargs or None,
+        file, entry_bundle(ws, entry, bundle), split, names, cache, arch=arch,
+        arch_kwargs=kwargs or None,
         trusted=_trusted_here(ws, entry), time_limit=time_limit, device=device,
         batch_size=batch_size, progress=progress, indices=idx, pool=pool,
     )  # fmt: skip
@@ -324,7 +341,14 @@ def entry_cached_layers(
     )
     arch, kwargs = _build_arguments(ws, file, entry)
     return cached_layers(
-        file, bundle, split, layers, cache, arch=arch, arch_kwargs=kwargs or None, pool=pool
+        file,
+        entry_bundle(ws, entry, bundle),
+        split,
+        layers,
+        cache,
+        arch=arch,
+        arch_kwargs=kwargs or None,
+        pool=pool,
     )
 
 

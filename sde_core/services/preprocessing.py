@@ -118,5 +118,5 @@ def check_accuracy(
         "'normalize=[[0.4914,0.4822,0.4465],[0.2470,0.2435,0.2616]]'` (CIFAR-10's usual "
         "values), "
         "or in [dataset.options] of workspace.toml. If the model really is this inaccurate, "
-        "add it with --no-accuracy-check"
+        "add it with --no-accuracy-check (on the Workspace page: untick 'Check its accuracy')"
     )

@@ -40,8 +40,10 @@ def _fit_failure(bundle: Any, problem: str) -> CheckpointError:
     )
 
 
-def check_fits(model: Any, bundle: Any) -> int:
-    """Run ``model`` on two training samples and check it fits the dataset.
+def check_fits(model: Any, bundle: Any, folder: Path | None = None) -> int:
+    """Run ``model`` on two training samples and check it fits the dataset (a language model
+    reads them as it will be evaluated: tokenised by its own folder's tokenizer when it has
+    one, :func:`~sde_core.inputs.text_data.model_view`; ``folder`` is its model folder).
 
     Returns:
         The number of outputs per sample.
@@ -52,10 +54,19 @@ def check_fits(model: Any, bundle: Any) -> int:
     """
     import torch
 
+    from sde_core.inputs.text_data import model_view
+
+    if folder is not None and folder.is_dir():
+        bundle = model_view(bundle, folder)
     try:
         with torch.inference_mode():
             out = model(_fit_inputs(bundle))
     except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        from sde_core.inputs.text_data import vocabulary_problem
+
+        said = vocabulary_problem(bundle, model, folder)  # a language model: the tokens, named
+        if said:
+            raise CheckpointError(said) from None
         first = str(exc).strip().split("\n")[0][:200]
         raise _fit_failure(bundle, f"{type(exc).__name__}: {first}") from None
     if isinstance(out, tuple | list):

@@ -201,7 +201,7 @@ def _describe(
             )
             model = loaded.model
             class_name = type(model).__name__
-            outputs = check_fits(model, bundle)
+            outputs = check_fits(model, bundle, Path(checkpoint))
             arch = getattr(model, "sde_arch", None) or arch
             kwargs = dict(getattr(model, "sde_arch_kwargs", None) or kwargs)
             load_notes = loaded.notes

@@ -26,6 +26,7 @@ from sde_core.pipeline.evaluation.comparisons import (
     compare_models,
 )
 from sde_core.pipeline.evaluation.metric_table import METRICS
+from sde_core.viz.behaviour_text import behaviour_text
 from sde_core.viz.formatting import format_percent
 from sde_core.viz.verdicts.labels import estimate_text, verdict_label
 from sde_core.viz.verdicts.null_check import null_check_readings
@@ -255,6 +256,7 @@ def _evidence(row: Mapping[str, Any], targets: int, alpha: float, alpha_cal: flo
         f"'{summary.label}': {summary.interval}; the paper's reference U-test behind it — "
         f"{level}.",
         summary.cross_check,
+        f"The behaviour check (method §9): {behaviour_text(row)}.",
     ]
     conflict = row.get("evidence_conflict")
     if isinstance(conflict, str) and conflict.strip():

@@ -186,6 +186,44 @@ GLOSSARY: dict[str, Term] = {
         "model still fits the forget set better).",
         9,
     ),
+    "loss_gap_vs_retrained": Term(
+        "loss gap − retrained's",
+        "The loss gap minus the retrained model's, computed on the same rows (a language "
+        "model's texts, a denoiser's images): ≈ 0 when the model treats the forget set as the "
+        "model that never saw it does; negative: it still fits the forget set better.",
+        9,
+    ),
+    "attack_auc": Term(
+        "loss attack AUC",
+        "How well a text's loss tells the forget set from unseen texts (0.5: not at all, 1: "
+        "perfectly), with a 95% DeLong interval; a language model's membership attack.",
+        9,
+    ),
+    "attack_auc_vs_retrained": Term(
+        "AUC − retrained's",
+        "The loss attack's AUC minus the retrained model's on the same texts, with the paired "
+        "DeLong interval: above 0, the model still knows the forget set better than a model "
+        "that never saw it.",
+        9,
+    ),
+    "zlib_auc": Term(
+        "zlib attack AUC",
+        "The AUC of the zlib-ratio attack (a text's loss over its zlib-compressed length, "
+        "Carlini et al. 2021), forget set against unseen texts.",
+        9,
+    ),
+    "mink_auc": Term(
+        "Min-K% attack AUC",
+        "The AUC of the Min-K% attack (the mean loss of a text's 20% least likely tokens, Shi "
+        "et al. 2024), forget set against unseen texts.",
+        9,
+    ),
+    "text_auc": Term(
+        "whole-text attack AUC",
+        "The loss attack's AUC with the loss over the whole text, question included, instead "
+        "of the answer alone.",
+        9,
+    ),
     "mia_forget": Term(
         "MIA on D_f",
         "Share of the forget set a membership attack (fitted on other data) calls 'member'.",

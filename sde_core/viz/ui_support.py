@@ -37,6 +37,7 @@ from sde_core.pipeline.evaluation.metric_table import (
 )
 from sde_core.pipeline.settings import setting
 from sde_core.pipeline.workspace import Problem
+from sde_core.viz.behaviour_text import behaviour_cells
 from sde_core.viz.family_texts import behaviour_missing
 from sde_core.viz.formatting import format_estimate, records
 from sde_core.viz.verdicts.labels import estimate_text, over_unlearning_text, verdict_label
@@ -266,5 +267,12 @@ def comparison_display(
         out[column] = values
     gap = [label for _, label in _BEHAVIOUR[:3]]
     out[gap[0]] = [format_estimate(v, lo, hi) for v, lo, hi in table[gap].to_numpy()]
+    if family != "classifier":  # the family's own behaviour check (method §9), in words
+        first = records(next(iter(models_by_layer.values())).set_index("name").loc[table["name"]]
+                        .reset_index())  # fmt: skip
+        cells = [behaviour_cells(r) for r in first]
+        out[gap[0]] = [behaviour_missing(family)] * len(out)
+        for label in cells[0] if cells else ():
+            out[label] = [c[label] for c in cells]
     out["time (s)"] = table["time (s)"].to_numpy()
     return out

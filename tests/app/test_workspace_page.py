@@ -112,6 +112,12 @@ def test_torchscript_is_loaded_only_when_trusted(base: Path, monkeypatch: pytest
 
 def test_pth_tar_upload_and_add_a_model(base: Path, monkeypatch: pytest.MonkeyPatch):
     at = fill(page(), "salun", base, [("original.pth.tar", mlp_bytes(2, wrap=True))])
+    at.button(key="b_save").click().run()  # an untrained "original": refused, and why
+    said = " ".join(e.value for e in at.error)
+    assert not any("Saved" in s.value for s in at.success), said
+    assert "better than chance" in said and "Check its accuracy" in said, said
+    assert not (base.parent / "salun" / "workspace.toml").exists()
+    at.checkbox(key="b_model_accuracy_0").uncheck().run()  # the user vouches for it
     at.button(key="b_save").click().run()
     assert any("Saved" in s.value for s in at.success), [e.value for e in at.error]
     built = load_workspace(base.parent / "salun")
@@ -136,6 +142,7 @@ def test_a_relative_dataset_path_is_read_as_typed_and_its_absolute_path_is_shown
     """Relative to the first allowed folder (here ``SDE_DATA_ROOTS``), not to the new
     workspace folder; the page says which absolute path it resolved to."""
     at = fill(page(), "typed", base, [("original.pth", mlp_bytes(4))])
+    at.checkbox(key="b_model_accuracy_0").uncheck().run()  # untrained: no accuracy to check
     at.text_input(key="b_root").set_value("existing/data.npz").run()
     at.button(key="b_save").click().run()
     assert not at.exception and any("Saved" in s.value for s in at.success), [

@@ -99,7 +99,11 @@ def test_behaviour_and_objective_name_existing_functions():
             if measure.computed_by:
                 assert _resolves(measure.computed_by), measure.computed_by
     assert [m.key for m in CLASSIFIER.behaviour][:2] == ["accuracy", "attack"]
-    assert [m.key for m in CAUSAL_LM.behaviour] == ["token_loss", "likelihood_attack"]
+    assert [m.key for m in CAUSAL_LM.behaviour] == [
+        "token_loss",
+        "likelihood_attack",
+        "behaviour_check",
+    ]
 
 
 def test_the_softmax_hint_is_the_classifiers_only():
@@ -137,3 +141,18 @@ def test_the_answer_page_names_each_demo_family_through_the_seam() -> None:
     }  # fmt: skip
     assert behaviour_missing(CAUSAL_LM.label) == "n/a (causal language model)"
     assert behaviour_missing(CLASSIFIER.label) == "n/a"
+
+
+def test_every_family_without_class_scores_has_its_behaviour_stage():
+    """A family whose behaviour cannot come from class scores declares computed measures and
+    the behaviour stage measures it (pipeline/evaluation/behaviour.py); the others use the
+    classic stage or say why they are pending."""
+    from sde_core.pipeline.evaluation.behaviour import FAMILY_MEASURES
+
+    for family in FAMILIES:
+        computed = [m for m in family.behaviour if not m.pending]
+        if family.name in FAMILY_MEASURES:
+            assert not family.has_class_outputs and computed, family.name
+            assert any(m.key == "behaviour_check" for m in computed), family.name
+        elif not family.has_class_outputs:  # e.g. the toy signal regressor: says so
+            assert all(m.pending for m in family.behaviour), family.name

@@ -28,7 +28,8 @@ from sde_core.inputs.activations import get_activations
 from sde_core.inputs.data import DatasetSpec, load_dataset
 from sde_core.inputs.hf_models import HFHiddenStates, load_hf_folder
 from sde_core.inputs.models import load_checkpoint, load_checkpoint_details
-from sde_core.inputs.text_data import QA_TEMPLATE, forget_rows, read_records, record_texts
+from sde_core.inputs.text_data import QA_TEMPLATE, forget_rows, record_texts
+from sde_core.inputs.text_records import read_records
 from sde_core.learning.llm_unlearning import causal_lm_losses
 from sde_core.learning.unlearning import UnlearnData, unlearn
 

@@ -24,14 +24,12 @@ from sde_core.inputs.checkpoint_files import inspect_checkpoint
 from sde_core.inputs.data import DatasetSpec
 from sde_core.inputs.hf_models import load_hf_folder, load_tokenizer
 from sde_core.inputs.text_data import (
-    MAX_RECORD_BYTES,
     MAX_TEXT_CHARS,
-    MAX_TEXT_COLUMNS,
     parse_template,
-    read_records,
     read_text_source,
     record_texts,
 )
+from sde_core.inputs.text_records import MAX_RECORD_BYTES, MAX_TEXT_COLUMNS, read_records
 from sde_core.pipeline.model_inputs import load_entry_model
 from sde_core.pipeline.workspace_checks import validate_workspace
 from sde_core.pipeline.workspace_load import load_workspace

@@ -166,3 +166,12 @@ def test_a_reference_model_at_chance_on_d_r_withholds_every_verdict():
                            "n_retain": n_retain}])  # fmt: skip
     again = judged_models(at_chance, noted, None).to_dict("records")  # the level the runs noted
     assert [r["inconclusive_reason"] for r in again] == [r["inconclusive_reason"] for r in judged]
+
+
+def test_no_chance_level_without_class_labels():
+    """A text dataset's labels are -1 and a regressor's are floats: no class to be at chance
+    of (the accuracy gate then asks nothing), never a crash in ``np.bincount``."""
+    forget = np.arange(3)
+    assert chance_level(np.full(12, -1, dtype=np.int64), forget) is None
+    assert chance_level(np.linspace(0.0, 1.0, 12), forget) is None
+    assert chance_level(np.array([0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 0, 0]), forget) == (5 / 9, 9)

@@ -36,9 +36,10 @@ _ACC_R = next(m.key for m in METRICS.values() if m.label == "Acc_r")
 
 
 def chance_level(train_labels: np.ndarray, forget: np.ndarray) -> tuple[float, int] | None:
-    """``(share of D_r's commonest class, |D_r|)``, or None without integer labels."""
+    """``(share of D_r's commonest class, |D_r|)``, or None without class labels (not
+    integers, or negative: a text dataset's ``-1``, a regressor's)."""
     labels = np.asarray(train_labels).reshape(-1)
-    if not np.issubdtype(labels.dtype, np.integer) or labels.size == 0:
+    if not np.issubdtype(labels.dtype, np.integer) or labels.size == 0 or labels.min() < 0:
         return None
     retain = np.setdiff1d(np.arange(labels.size), np.asarray(forget, dtype=np.int64))
     if retain.size == 0:

@@ -34,6 +34,8 @@ __all__ = [
     "ACC_R",
     "ACC_TE",
     "ASR",
+    "ATTACK_AUC",
+    "ATTACK_AUC_VS_RETRAINED",
     "BAR_METRICS",
     "CALIBRATED_F1",
     "CALIBRATED_OTR",
@@ -41,7 +43,9 @@ __all__ = [
     "F1",
     "INTERVAL_METHODS",
     "LOSS_GAP",
+    "LOSS_GAP_VS_RETRAINED",
     "METRICS",
+    "MINK_AUC",
     "MMD_F1",
     "NULL_CALIBRATED_FPR",
     "NULL_OUT_OF_TRAINING_FPR",
@@ -52,7 +56,9 @@ __all__ = [
     "PANEL_P",
     "REFERENCE_P",
     "SCORE_SPREAD_CORR_WITHIN",
+    "TEXT_AUC",
     "W2_F1",
+    "ZLIB_AUC",
     "Estimate",
     "Gate",
     "IntervalKind",
@@ -66,7 +72,15 @@ _NAN = float("nan")
 
 #: How a metric's 95% interval is formed (method §6, §9, §12).
 IntervalKind = Literal[
-    "none", "korn-graubard", "korn-graubard-controls", "fieller", "range", "newcombe", "welch-t"
+    "none",
+    "korn-graubard",
+    "korn-graubard-controls",
+    "fieller",
+    "range",
+    "newcombe",
+    "welch-t",
+    "delong",
+    "delong-paired",
 ]
 #: The gate that can withhold a metric: ``"paper"`` (the panel gate and the paper's split-level
 #: test) or ``"calibrated"`` (the panel gate, the null check and the outlier check), method §12.
@@ -81,6 +95,8 @@ INTERVAL_METHODS: dict[IntervalKind, str] = {
     "range": "median; range of the draws",
     "newcombe": "Newcombe's hybrid score",
     "welch-t": "Welch t",
+    "delong": "DeLong",
+    "delong-paired": "paired DeLong",
 }
 
 
@@ -321,6 +337,33 @@ METRICS: dict[str, Metric] = {
             "loss_gap", "loss gap", "mean loss on D_f − on D_te (nats)", 9, interval="welch-t"
         ),
         Metric(
+            "loss_gap_vs_retrained", "loss gap − retrained's",
+            "loss gap minus the retrained model's, on the same rows (family unit)", 9,
+            interval="welch-t",
+        ),
+        Metric(
+            "attack_auc", "loss attack AUC", "AUC of the loss attack, D_f vs D_te (0.5: unseen)",
+            9, bounds=_UNIT, interval="delong",
+        ),
+        Metric(
+            "attack_auc_vs_retrained", "AUC − retrained's",
+            "loss attack AUC minus the retrained model's, on the same texts", 9,
+            bounds=(-1.0, 1.0), interval="delong-paired",
+        ),
+        Metric(
+            "zlib_auc", "zlib attack AUC", "AUC of the zlib-ratio attack, D_f vs D_te", 9,
+            bounds=_UNIT, interval="delong",
+        ),
+        Metric(
+            "mink_auc", "Min-K% attack AUC", "AUC of the Min-K% (k = 20%) attack, D_f vs D_te",
+            9, bounds=_UNIT, interval="delong",
+        ),
+        Metric(
+            "text_auc", "whole-text attack AUC",
+            "AUC of the loss attack on the whole text, question included", 9, bounds=_UNIT,
+            interval="delong",
+        ),
+        Metric(
             "reference_p", "reference p", "split-level reference p-value (paper's U-test)", 3,
             interval="range", draws_in_json=True, long="reference p (paper's U-test)", log=True,
         ),
@@ -367,6 +410,12 @@ NULL_OVER_UNLEARNED_FPR = METRICS["null_over_unlearned_fpr"]
 NULL_OUT_OF_TRAINING_FPR = METRICS["null_out_of_training_fpr"]
 ACC_GAP = METRICS["acc_gap"]
 LOSS_GAP = METRICS["loss_gap"]
+LOSS_GAP_VS_RETRAINED = METRICS["loss_gap_vs_retrained"]
+ATTACK_AUC = METRICS["attack_auc"]
+ATTACK_AUC_VS_RETRAINED = METRICS["attack_auc_vs_retrained"]
+ZLIB_AUC = METRICS["zlib_auc"]
+MINK_AUC = METRICS["mink_auc"]
+TEXT_AUC = METRICS["text_auc"]
 REFERENCE_P = METRICS["reference_p"]
 PANEL_P = METRICS["panel_p"]
 SCORE_SPREAD_CORR_WITHIN = METRICS["score_spread_corr_within"]

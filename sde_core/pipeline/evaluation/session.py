@@ -42,6 +42,11 @@ from typing import Any
 
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.behaviour import (
+    FAMILY_MEASURES,
+    with_behaviour,
+    workspace_behaviour,
+)
 from sde_core.pipeline.evaluation.class_wise import (
     ForgetClasses,
     class_wise_table,
@@ -119,6 +124,7 @@ class EvaluationSession:
         self._inputs: OrderedDict[tuple[Any, ...], ModelInputs] = OrderedDict()
         self._finished: OrderedDict[tuple[Any, ...], ModelEvaluation] = OrderedDict()
         self._max_models = max_models
+        self._behaviour: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self._lock = threading.Lock()
         #: the labels and forget set the class-wise step reads (method §16)
         self.classes = ForgetClasses.of(self.bundle, self.forget)
@@ -238,6 +244,8 @@ class EvaluationSession:
         if progress is not None:
             progress("models", len(names), len(names))
         model_df, subset_df, draw_df = result_tables(evaluations)
+        if "classic" in stages:  # a language model's or a denoiser's behaviour check (§9)
+            model_df = with_behaviour(model_df, self.behaviour(s.layer, s.device))
         return EvaluationResult(
             settings=s,
             workspace_hash=self.workspace_hash,
@@ -246,6 +254,26 @@ class EvaluationSession:
             arrays={f"{ev.model.name}/{k}": v for ev in evaluations for k, v in ev.arrays.items()},
             draws=draw_df,
         )
+
+    def behaviour(self, layer: str, device: str = "cpu") -> list[dict[str, Any]]:
+        """The behaviour rows of the workspace's language models and denoisers
+        (:func:`~.behaviour.workspace_behaviour`; computed once per noise level, then read
+        from the stage cache): empty for a workspace of classifiers."""
+        from sde_core.families.registry import family_of_entry
+        from sde_core.inputs.denoisers import parse_noise_layer
+
+        ws = self.workspace
+        if not any(family_of_entry(m.arch, layer).name in FAMILY_MEASURES for m in ws.models):
+            return []
+        key = (parse_noise_layer(layer)[1], device)
+        with self._lock:
+            found = self._behaviour.get(key)
+        if found is None:
+            rows = workspace_behaviour(ws, self.bundle, self.forget, layer, self.cache, device)
+            found = list(rows.values())
+            with self._lock:
+                self._behaviour[key] = found
+        return found
 
     def _check_models(self, models: Sequence[str]) -> None:
         names = {m.name for m in self.workspace.models}

@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 #: Sub-folders (kinds) of the stage cache.
-STAGE_KINDS = ("h", "classic", "mmd", "w2")
+STAGE_KINDS = ("h", "classic", "mmd", "w2", "behaviour")
 
 Arrays = dict[str, np.ndarray]
 

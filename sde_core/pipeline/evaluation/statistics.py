@@ -49,6 +49,7 @@ __all__ = [
     "core_statistics",
     "null_rates",
     "panel_statistics",
+    "sde_claims",
     "summarize",
 ]
 
@@ -419,6 +420,25 @@ def _combine(
     }
 
 
+def sde_claims(
+    calibrated_otr: float, otr: float, otr_lo: float, over_model: bool, over_rate: float
+) -> list[str]:
+    """What SDE claims that a model's behaviour can contradict (method §9), in words: that it
+    is *forgotten* (calibrated OTR > 0.5, or the paper's OTR interval above 0.5) and/or
+    *over-unlearned* (the model-level test, or over-unlearned share > 0.5); empty when it
+    claims neither (withheld estimates, NaN, claim nothing). Every family's conflict rule
+    starts from these claims."""
+    claims = []
+    if calibrated_otr > 0.5:
+        claims.append(f"{calibrated_otr:.0%} of the targets out-of-training (calibrated)")
+    elif otr_lo > 0.5:
+        claims.append(f"OTR {otr:.0%} (paper's rule)")
+    if over_model or over_rate > 0.5:
+        share = "" if math.isnan(over_rate) else f"{over_rate:.0%} of the targets "
+        claims.append(f"{share}over-unlearned")
+    return claims
+
+
 def _conflict(
     estimates: Mapping[str, Estimate], over_model: bool, extras: Mapping[str, Any]
 ) -> str:
@@ -433,16 +453,10 @@ def _conflict(
     lo = float(extras.get("acc_gap_lo", _NAN))
     if not lo > 0:
         return ""
-    cal, otr = estimates["calibrated_otr"], estimates["otr"]
-    over = estimates["over_unlearned_rate"]
-    claims = []
-    if cal.value > 0.5:
-        claims.append(f"{cal.value:.0%} of the targets out-of-training (calibrated)")
-    elif otr.lo > 0.5:
-        claims.append(f"OTR {otr.value:.0%} (paper's rule)")
-    if over_model or over.value > 0.5:
-        share = "" if math.isnan(over.value) else f"{over.value:.0%} of the targets "
-        claims.append(f"{share}over-unlearned")
+    claims = sde_claims(
+        estimates["calibrated_otr"].value, estimates["otr"].value, estimates["otr"].lo,
+        over_model, estimates["over_unlearned_rate"].value,
+    )  # fmt: skip
     if not claims:
         return ""
     acc_f, acc_te = float(extras.get("acc_f", _NAN)), float(extras.get("acc_te", _NAN))

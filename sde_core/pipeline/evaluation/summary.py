@@ -100,7 +100,12 @@ class ModelSummary:
             like the paper's F1; ``*_raw`` before the gate). baseline_controls: the controls
             they scored.
         acc_r, acc_f, acc_te, asr: classic metrics. acc_gap…mia_ties: the behaviour check
-            (:class:`~sde_core.learning.metrics.BehaviourCheck`). acc_r_ties…asr_ties: how
+            (:class:`~sde_core.learning.metrics.BehaviourCheck`). loss_gap_vs_retrained,
+            attack_auc…text_auc, behaviour_measure: the behaviour check of the families
+            without class scores (language models, denoisers; filled from the results
+            store's ``behaviour`` units, :mod:`~sde_core.pipeline.evaluation.behaviour`);
+            ``behaviour_measure`` names the family's measure and its unit ("" for a
+            classifier, whose loss gap is in nats). acc_r_ties…asr_ties: how
             many of each classic metric's decisions are near-ties (method §13; NaN: not
             recorded, a store written before they were). h_rtol: how far (relative)
             another machine may move this model's H values, from its activations'
@@ -160,6 +165,13 @@ class ModelSummary:
     asr: Estimate = _MISSING
     acc_gap: Estimate = _MISSING
     loss_gap: Estimate = _MISSING
+    loss_gap_vs_retrained: Estimate = _MISSING
+    attack_auc: Estimate = _MISSING
+    attack_auc_vs_retrained: Estimate = _MISSING
+    zlib_auc: Estimate = _MISSING
+    mink_auc: Estimate = _MISSING
+    text_auc: Estimate = _MISSING
+    behaviour_measure: str = ""
     mia_forget: float = _NAN
     mia_unseen: float = _NAN
     mia_gap_lo: float = _NAN
@@ -337,6 +349,7 @@ def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) 
             "null_train_subsets": json_number(row.get("null_train_subsets")),
             "panel_outliers": json_number(row.get("panel_outliers")),
             "evidence_conflict": row.get("evidence_conflict") or None,
+            "behaviour_measure": row.get("behaviour_measure") or None,
             "mia_forget": json_number(row.get("mia_forget")),
             "mia_unseen": json_number(row.get("mia_unseen")),
             "mia_gap_ci": [json_number(row.get("mia_gap_lo")), json_number(row.get("mia_gap_hi"))],

@@ -13,6 +13,14 @@ import pandas as pd
 
 from sde_core import errors
 from sde_core.errors import ActivationError, CheckpointError, DataError, SDEError, SettingsError
+from sde_core.pipeline.evaluation.behaviour import (
+    FAMILY_MEASURES,
+    behaviour_unit,
+    store_behaviour,
+    stored_behaviour,
+    with_behaviour,
+    workspace_behaviour,
+)
 from sde_core.pipeline.evaluation.caveats import Caveats, caveat_numbers
 from sde_core.pipeline.evaluation.class_wise import (
     CLASS_WISE_TABLE,
@@ -344,6 +352,7 @@ def evaluate_workspace(
     if progress:
         progress("models", len(entries), len(entries))
     wanted = [m.name for m in entries]
+    behaviour = _behaviour_stage(ws, bundle, forget, settings, store, run, done, stages_at)
     if run is not None:
         complete = set(wanted) >= {m.name for m in ws.models} and not failed
         if complete and run.status != "complete" and not store.read_only:
@@ -352,6 +361,7 @@ def evaluate_workspace(
         class_df = _read_class_wise(store, run.id, wanted)
     else:
         model_df, subset_df, draw_df = result_tables(finished)
+        model_df = with_behaviour(model_df, list(behaviour.values()))
         arrays = {f"{ev.model.name}/{k}": v for ev in finished for k, v in ev.arrays.items()}
         class_df = class_wise_table(finished)
     model_df = judged_models(model_df, class_df, ForgetClasses.of(bundle, forget))
@@ -366,6 +376,36 @@ def evaluate_workspace(
         draws=_in_order(draw_df, "model", wanted),
         failed={name: failed[name] for name in wanted if name in failed},
     )
+
+
+def _behaviour_stage(
+    ws: Any,
+    bundle: Any,
+    forget: np.ndarray,
+    settings: EvalSettings,
+    store: Any,
+    run: Any,
+    done: set[str],
+    stage_dir: str | None,
+) -> dict[str, dict[str, Any]]:
+    """The behaviour rows of the models whose family checks behaviour by running the model
+    (:mod:`~.behaviour`), written to the run as their own units when it lacks them; nothing
+    for a workspace of classifiers (their check is in each evaluation)."""
+    from sde_core.families.registry import family_of_entry
+
+    measured = [
+        m for m in ws.models
+        if family_of_entry(m.arch, settings.layer).name in FAMILY_MEASURES and not m.precomputed
+    ]  # fmt: skip
+    if not measured or (run is not None and {behaviour_unit(m.name) for m in measured} <= done):
+        return {}
+    if store is not None and store.read_only:
+        return {}
+    cache = StageCache(stage_dir, memory_items=64) if stage_dir else None
+    rows = workspace_behaviour(ws, bundle, forget, settings.layer, cache, settings.device)
+    if run is not None and rows:
+        store_behaviour(store, run.id, rows)
+    return rows
 
 
 def stored_result(
@@ -417,6 +457,7 @@ def _read_back(
     """``(models, subsets, draws, arrays)`` of the ``wanted`` models of a stored run."""
     model_df = store.rows(run_id, "models")
     model_df = model_df[model_df["name"].isin(wanted)]
+    model_df = with_behaviour(model_df, stored_behaviour(store, run_id))
     subset_df = store.rows(run_id, "subsets")
     subset_df = subset_df[subset_df["model"].isin(wanted)].reset_index(drop=True)
     draw_df = (

@@ -32,6 +32,7 @@ from sde_core.pipeline.evaluation.metric_table import (
     REFERENCE_P,
     W2_F1,
 )
+from sde_core.viz.behaviour_text import behaviour_text
 from sde_core.viz.formatting import (
     format_count,
     format_interval,
@@ -106,7 +107,9 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
     over-unlearned (the model-level test with its p), Acc_r/Acc_f/Acc_te (%), MIA ASR, MMD F1,
     W2 F1, null FPR of both tests (and false out-of-training on training subsets), score–spread
     correlation, method time (s), why numbers are withheld and the conflicting evidence of the
-    behaviour check (method §9). Columns the table lacks are shown as ``n/a``; a withheld
+    behaviour check (method §9) and the check itself with its intervals, for every family
+    (:func:`~sde_core.viz.behaviour_text.behaviour_text`). Columns the table lacks are shown as
+    ``n/a``; a withheld
     headline number (method §12) as ``withheld``.
     """
     out = []
@@ -140,6 +143,7 @@ def comparison_table(models: pd.DataFrame) -> pd.DataFrame:
                 "method time (s)": format_number(_get(r, "seconds")),
                 "why withheld": _get(r, "inconclusive_reason") or "",
                 "conflicting evidence": _text(_get(r, "evidence_conflict")),
+                "behaviour check": behaviour_text(r),
             }
         )
     return pd.DataFrame(out)
