@@ -54,6 +54,7 @@ __all__ = [
     "TEXT_SUFFIXES",
     "TextDataset",
     "TextSource",
+    "answer_spans",
     "forget_rows",
     "parse_template",
     "read_records",
@@ -93,23 +94,34 @@ class TextDataset(Dataset):
         texts: the texts, one per row.
         records: the records they were made from (for columns and split matching).
         ids, mask: int32 ``(n, max_length)`` token ids and attention mask (1 = real token).
+        answer: int32 ``(n, max_length)``, 1 for the tokens of the record's ``{answer}`` field
+            (:func:`sde_core.inputs.lm_outputs.answer_marks`), or None when the texts have no
+            answer field; a batch's mask channel then reads 2 at those tokens.
     """
 
     is_image = False
 
     def __init__(
-        self, texts: list[str], records: list[dict[str, Any]], ids: np.ndarray, mask: np.ndarray
+        self,
+        texts: list[str],
+        records: list[dict[str, Any]],
+        ids: np.ndarray,
+        mask: np.ndarray,
+        answer: np.ndarray | None = None,
     ) -> None:
         self.texts, self.records, self.ids, self.mask = texts, records, ids, mask
+        self.answer = answer
         self.y = np.full(len(texts), -1, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.texts)
 
     def get_batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """int64 ``(k, 2, max_length)`` (ids, mask) and labels ``(k,)`` (all -1)."""
+        """int64 ``(k, 2, max_length)`` (ids, mask) and labels ``(k,)`` (all -1); the mask
+        channel is 2 at answer tokens (1 at the other real tokens, 0 at padding)."""
         idx = np.asarray(indices, dtype=np.int64)
-        x = np.stack([self.ids[idx], self.mask[idx]], axis=1).astype(np.int64)
+        mask = self.mask[idx] if self.answer is None else self.mask[idx] + self.answer[idx]
+        x = np.stack([self.ids[idx], mask], axis=1).astype(np.int64)
         return torch.from_numpy(x), torch.from_numpy(self.y[idx])
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
@@ -123,6 +135,7 @@ class TextDataset(Dataset):
             [self.records[i] for i in indices],
             self.ids[indices],
             self.mask[indices],
+            None if self.answer is None else self.answer[indices],
         )
 
     def sample_texts(self, indices: Sequence[int] | np.ndarray) -> list[str]:
@@ -426,17 +439,10 @@ def _fill(pieces: list[tuple[str, str | None]], record: Mapping[str, Any]) -> li
     return out
 
 
-def record_texts(
+def _layout(
     records: list[dict[str, Any]], options: Mapping[str, Any], where: str
-) -> list[str]:
-    """One text per record: ``options.text_column``, else ``text``, else the template
-    (:func:`parse_template`); each at most :data:`MAX_TEXT_CHARS` characters.
-
-    Raises:
-        DataError: the column is missing or not text in some record, the template is not
-            made of plain fields or names a field a record lacks (the message names the
-            record and the fields it has), or a text is too long.
-    """
+) -> tuple[str | None, str | None]:
+    """``(column, template)``: which column holds the texts, or which template makes them."""
     column = options.get("text_column")
     template = options.get("template")
     if column is None and template is None:
@@ -451,6 +457,41 @@ def record_texts(
                 f"have {[excerpt(f, 30) for f in fields[:10]]}); set options.text_column or "
                 "options.template"
             )
+    return column, template
+
+
+def answer_spans(
+    records: list[dict[str, Any]], options: Mapping[str, Any], where: str
+) -> list[tuple[int, int]] | None:
+    """The character span ``(start, end)`` of each text's answer: the value its template's
+    (last) ``{answer}`` field put there; None when the texts come from a column or from a
+    template without an ``answer`` field."""
+    column, template = _layout(records, options, where)
+    if column is not None:
+        return None
+    pieces = parse_template(str(template))
+    last = max((i for i, (_, name) in enumerate(pieces) if name == "answer"), default=None)
+    if last is None:
+        return None
+    spans = []
+    for record in records:
+        start = sum(map(len, _fill(pieces[:last], record))) + len(pieces[last][0])
+        spans.append((start, start + len(_fill([("", "answer")], record)[1])))
+    return spans
+
+
+def record_texts(
+    records: list[dict[str, Any]], options: Mapping[str, Any], where: str
+) -> list[str]:
+    """One text per record: ``options.text_column``, else ``text``, else the template
+    (:func:`parse_template`); each at most :data:`MAX_TEXT_CHARS` characters.
+
+    Raises:
+        DataError: the column is missing or not text in some record, the template is not
+            made of plain fields or names a field a record lacks (the message names the
+            record and the fields it has), or a text is too long.
+    """
+    column, template = _layout(records, options, where)
     pieces = parse_template(str(template)) if column is None else []
     texts = []
     for i, record in enumerate(records):
@@ -532,6 +573,7 @@ def read_text_source(root: Path, options: Mapping[str, Any]) -> TextSource:
             an empty split.
     """
     from sde_core.inputs.hf_models import load_tokenizer
+    from sde_core.inputs.lm_outputs import answer_marks
 
     if "tokenizer" not in options:
         raise DataError(
@@ -553,9 +595,12 @@ def read_text_source(root: Path, options: Mapping[str, Any]) -> TextSource:
             texts, padding="max_length", truncation=True, max_length=max_length,
             return_tensors="np",
         )  # fmt: skip
+        spans = answer_spans(rows, options, f"{split} split")
+        answer = None if spans is None else answer_marks(tokenizer, texts, spans, max_length)
         splits[split] = TextDataset(
-            texts, rows, enc["input_ids"].astype(np.int32), enc["attention_mask"].astype(np.int32)
-        )
+            texts, rows, enc["input_ids"].astype(np.int32), enc["attention_mask"].astype(np.int32),
+            answer,
+        )  # fmt: skip
     settings = {
         "text_column": options.get("text_column"),
         "template": options.get("template"),

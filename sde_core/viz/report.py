@@ -36,6 +36,7 @@ from sde_core import __version__
 from sde_core.common.bounded_json import loads_bounded
 from sde_core.common.csv_cells import neutralise_formula
 from sde_core.errors import SettingsError
+from sde_core.families.registry import family_of_entry
 from sde_core.pipeline.criterion import Criterion
 from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.viz.answer import ANSWER_COLOURS, answer_counts, make_scope, workspace_answer
@@ -538,6 +539,18 @@ def manifest_tables(manifest: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
     }
 
 
+def _verdict_notes(result: Any, manifest: Mapping[str, Any] | None) -> dict[str, str]:
+    """Each model's family verdict note (the family seam's ``verdict_note``), known by the
+    ``arch`` the manifest records for it and the evaluated layer; none without a manifest."""
+    models = (manifest or {}).get("models") or {}
+    layer = str(result.settings.layer)
+    return {
+        str(name): family_of_entry(entry.get("arch"), layer).verdict_note
+        for name, entry in models.items()
+        if isinstance(entry, Mapping)
+    }
+
+
 def report_document(
     result: Any,
     manifest: Mapping[str, Any] | None = None,
@@ -555,15 +568,18 @@ def report_document(
     retrain = retrain_row(result.models)
     by_name = {row["name"]: row for row in records(result.models)}
     s = result.settings
+    notes = _verdict_notes(result, manifest)
     for name, entry in doc["models"].items():
         explained = explain_verdict(
-            by_name[name], s.targets, retrain, draws=getattr(result, "draws", None)
-        )
+            by_name[name], s.targets, retrain, draws=getattr(result, "draws", None),
+            note=notes.get(name, ""),
+        )  # fmt: skip
         entry["verdict"] = explained.label
         entry["explanation"] = explained.text
         summary = summarize_verdict(
-            by_name[name], s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated
-        )
+            by_name[name], s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated,
+            note=notes.get(name, ""),
+        )  # fmt: skip
         entry["summary"] = {k: v for k, v in asdict(summary).items() if k not in ("name", "role")}
     audit = context.to_dict() if context is not None else {}
     return {
@@ -716,9 +732,10 @@ def answer_html(
     yardsticks in a line each, and the scope-and-limitations box."""
     s = result.settings
     criterion = criterion or Criterion()
+    notes = _verdict_notes(result, manifest)
     answer = workspace_answer(
         result.models, result.draws, criterion, s.targets,
-        alpha=s.alpha, alpha_calibrated=s.alpha_calibrated,
+        alpha=s.alpha, alpha_calibrated=s.alpha_calibrated, notes=notes,
     )  # fmt: skip
     parts = [
         f'<p class="criterion"><strong>Criterion:</strong> {html.escape(criterion.describe())}.'
@@ -736,7 +753,13 @@ def answer_html(
     for text in answer.shared_caveats:
         parts.append(f'<p class="shared"><strong>Caveat:</strong> {html.escape(text)}</p>')
     yardsticks = [
-        summarize_verdict(r, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated)
+        summarize_verdict(
+            r,
+            s.targets,
+            alpha=s.alpha,
+            alpha_calibrated=s.alpha_calibrated,
+            note=notes.get(str(r["name"]), ""),
+        )
         for r in summary_order(result.models)
         if r.get("role") != "unlearned"
     ]
@@ -960,9 +983,14 @@ def build_html_report(
         for t, text in measured_caveats(result).items()
     )
     s = result.settings
+    family_notes = _verdict_notes(result, manifest)
     model_caveats = {
         str(r["name"]): summarize_verdict(
-            r, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated
+            r,
+            s.targets,
+            alpha=s.alpha,
+            alpha_calibrated=s.alpha_calibrated,
+            note=family_notes.get(str(r["name"]), ""),
         ).caveat
         for r in records(result.models)
     }

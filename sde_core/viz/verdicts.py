@@ -489,6 +489,7 @@ def explain_verdict(
     compare: bool = True,
     draws: pd.DataFrame | None = None,
     provisional: str = "",
+    note: str = "",
 ) -> VerdictExplanation:
     """One model's verdict in words, with the evidence it rests on and its limits.
 
@@ -502,6 +503,9 @@ def explain_verdict(
             model (method §15); without it the comparison names no direction.
         provisional: what is still running ("draw 4 of 5"), when the evaluation is not
             complete: the headline then says the verdict is provisional.
+        note: the model family's sentence every verdict carries (its ``verdict_note``, e.g.
+            that SDE disagrees with behaviour on language models), added to the short
+            sentence and the limits.
 
     Raises:
         SettingsError: ``targets`` is not a positive integer.
@@ -514,10 +518,15 @@ def explain_verdict(
         evidence=_evidence(row, int(targets), label),
         calibrated=_calibrated(row, int(targets), label),
         comparison=_comparison(row, retrain, draws) if compare else "",
-        limits=_LIMITS[label],
+        limits=_with_note(_LIMITS[label], note),
         provisional=provisional,
-        short=_sentence(row, int(targets), label),
+        short=_with_note(_sentence(row, int(targets), label), note),
     )
+
+
+def _with_note(text: str, note: str) -> str:
+    """``text`` followed by a family's verdict note (when there is one)."""
+    return f"{text} {note.strip()}" if note.strip() else text
 
 
 @dataclass(frozen=True)
@@ -818,6 +827,7 @@ def summarize_verdict(
     *,
     alpha: float = 0.01,
     alpha_calibrated: float = 0.05,
+    note: str = "",
 ) -> VerdictSummary:
     """One model's answer: the verdict in a sentence, its interval, the cross-check, the caveat.
 
@@ -825,6 +835,8 @@ def summarize_verdict(
         row: the model's row of the ``models`` table.
         targets: T (``result.settings.targets``).
         alpha, alpha_calibrated: the evaluation's levels (for the null-check caveat).
+        note: the model family's verdict note (see :func:`explain_verdict`): added to the
+            sentence, and the caveat that matters most.
     """
     label = verdict_label(row)
     cross, conflict = _cross_check(row, int(targets), label)
@@ -832,11 +844,11 @@ def summarize_verdict(
         name=str(_value(row, "name")),
         role=str(_value(row, "role") or ""),
         label=label,
-        sentence=_sentence(row, int(targets), label),
+        sentence=_with_note(_sentence(row, int(targets), label), note),
         interval=_interval(row),
         cross_check=cross,
         conflict=conflict,
-        caveat=_caveat(row, label, alpha, alpha_calibrated),
+        caveat=note.strip() or _caveat(row, label, alpha, alpha_calibrated),
     )
 
 
