@@ -39,6 +39,7 @@ from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.common.sigma import MEDIAN, SQRT_DIM, Sigma, parse_sigma
 from sde_core.common.validation import SIGMA_MIN
 from sde_core.errors import SDEError
+from sde_core.services.answer import verdict_notes
 from sde_core.services.cascade import (
     EvalSettings,
     EvaluationCancelled,
@@ -801,8 +802,10 @@ def show_verdict(
     """A model's verdict: its short sentence in the verdict's style (a warning for conflicting
     evidence, marked provisional while the evaluation runs), the evidence it rests on and what
     it cannot certify behind an expander."""
+    layer = str(row.get("layer") or "")  # the family's verdict note (a language model's)
+    note = verdict_notes(current_workspace(), layer).get(str(row.get("name")), "")
     explained = explain_verdict(
-        row, targets, retrain, compare=compare, draws=draws, provisional=provisional
+        row, targets, retrain, compare=compare, draws=draws, provisional=provisional, note=note
     )
     who = f"{md_plain(row['name'])} ({row.get('role', '')}) — " if name else ""
     text = f"**{who}{explained.headline}.** {explained.short}"
