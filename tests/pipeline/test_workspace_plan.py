@@ -43,8 +43,8 @@ def test_a_workspace_plan_evaluates_each_layer_and_pooling_beside_behaviour(
     assert len(points) == 2 * len(metrics)
     for row in points.to_dict("records"):
         assert row["layer"] == "answer_logprob" and row["dim"] == 16
-        assert row["loss_gap"] == pytest.approx(metrics[row["model"]]["loss_gap"])
-        assert row["mia_auc"] == pytest.approx(metrics[row["model"]]["mia_auc"])
+        for key, value in metrics[row["model"]].items():
+            assert row[f"behaviour_{key}"] == pytest.approx(value)
         # the gate withholds the OTR exactly when it gives a reason
         assert np.isnan(row["otr"]) == bool(row["inconclusive_reason"])
     assert set(points["pooling"]) == {"mean", "last"}

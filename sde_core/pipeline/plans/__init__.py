@@ -31,7 +31,7 @@ Experiment kinds:
 - ``workspace`` (issue 35, ``lm_representations``): an existing workspace's models evaluated at
   every ``params.layers`` × ``params.poolings`` × ``params.seeds`` at its ``[defaults]``
   (:mod:`~.workspace_study`), each ``points`` row with the model's behaviour from the
-  workspace's ``metrics.json`` (``loss_gap``, ``mia_auc``).
+  workspace's ``metrics.json`` (``behaviour_loss_gap``, ``behaviour_mia_auc``).
 - ``toy`` (App. A.4): synthetic binary task, one-hidden-layer MLP trained with fixed batch
   membership; H(same-batch subsets) vs H(cross-batch subsets) over training steps.
 

@@ -5,9 +5,10 @@ agree with its behaviour; ``catalog/lm_representations.toml``).
 One job per (seed, layer, pooling) (:func:`~sde_core.pipeline.plans.graph.build_jobs`) runs
 :func:`~sde_core.pipeline.evaluation.workspace_run.evaluate_workspace` on the workspace at its
 ``[defaults]`` with the plan's ``eval`` table, the layer, the pooling and the seed, and returns
-one ``points`` row per model: the evaluation's numbers and, where the workspace holds a
+one ``points`` row per model: its ``models`` row (every column) and, where the workspace holds a
 ``metrics.json`` (the facts demo's: mean per-token loss, loss gap D_te − D_f and the
-loss-threshold attack AUC per model), that model's behaviour beside them.
+loss-threshold attack AUC per model), that model's behaviour beside them, each field prefixed
+``behaviour_`` (``behaviour_loss_gap``, ``behaviour_mia_auc``).
 """
 
 from __future__ import annotations
@@ -20,18 +21,11 @@ from typing import Any
 from sde_core.pipeline.plans.graph import JobContext, JobResult, PlanJob
 from sde_core.pipeline.plans.params import WorkspaceParams
 
-__all__ = ["BEHAVIOUR_FIELDS", "POINT_FIELDS", "run_workspace_job", "workspace_fingerprint"]
+__all__ = ["BEHAVIOUR_PREFIX", "run_workspace_job", "workspace_fingerprint"]
 
-#: The evaluation's columns each ``points`` row carries (beside the labels).
-POINT_FIELDS = (
-    "layer", "dim", "sigma", "otr", "otr_lo", "otr_hi", "calibrated_otr", "calibrated_otr_lo",
-    "calibrated_otr_hi", "f1", "dependence_score", "references_valid", "reference_p",
-    "panel_valid", "panel_p", "n_in_training", "n_out_of_training", "n_over_unlearned",
-    "n_inconclusive", "null_split_fpr", "null_calibrated_fpr", "score_spread_corr",
-    "inconclusive_reason", "evidence_conflict",
-)  # fmt: skip
-#: The behaviour columns read from the workspace's ``metrics.json``.
-BEHAVIOUR_FIELDS = ("loss_forget", "loss_retain", "loss_test", "loss_gap", "mia_auc")
+#: Prefix of the behaviour columns, one per field of the model's entry in ``metrics.json``
+#: (``behaviour_loss_gap``, ``behaviour_mia_auc`` …), kept apart from the evaluation's own.
+BEHAVIOUR_PREFIX = "behaviour_"
 
 
 def workspace_fingerprint(p: WorkspaceParams) -> str:
@@ -42,9 +36,17 @@ def workspace_fingerprint(p: WorkspaceParams) -> str:
 
 
 def _number(value: Any) -> Any:
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    """A store cell: text, None and truth values as they are, numbers as float (NaN for a
+    non-finite one), anything else as text."""
+    if value is None or isinstance(value, str | bool):
         return value
-    return float(value) if math.isfinite(float(value)) else math.nan
+    if type(value).__name__ == "bool_":  # numpy's truth value
+        return bool(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return number if math.isfinite(number) else math.nan
 
 
 def run_workspace_job(job: PlanJob, ctx: JobContext) -> JobResult:
@@ -65,9 +67,8 @@ def run_workspace_job(job: PlanJob, ctx: JobContext) -> JobResult:
     for row in result.models.to_dict("records"):
         name = str(row["name"])
         seen = behaviour.get(name, {})
-        rows.append({
-            **job.labels, "model": name, "role": row["role"], "method": row["method"],
-            **{k: _number(row.get(k)) for k in POINT_FIELDS},
-            **{k: _number(seen.get(k, math.nan)) for k in BEHAVIOUR_FIELDS},
-        })  # fmt: skip
+        entry: dict[str, Any] = {**job.labels, "model": name}
+        entry.update({str(k): _number(v) for k, v in row.items() if k != "name"})  # the models row
+        entry.update({BEHAVIOUR_PREFIX + str(k): _number(v) for k, v in seen.items()})
+        rows.append(entry)
     return JobResult(tables={"points": rows})
