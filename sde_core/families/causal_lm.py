@@ -53,9 +53,10 @@ class CausalLMFamily:
         "demo no layer we tried — the hidden states at every depth, averaged or at the last "
         "token, nor the output-level layers answer_logprob, answer_topk, answer_dist and "
         "loss_profile — gives verdicts that match the forget set's loss gap and likelihood "
-        "attack (gradient difference reads 'not forgotten' on layer.3 while its forget-set loss "
-        "looks like unseen data; the output-level layers withhold every verdict); judge a "
-        "language model by its loss and attack on D_f against unseen data (REPRODUCTION.md, "
+        "attack (gradient ascent and NPO read 'not forgotten' on layer.3 while their forget-set "
+        "loss looks like unseen data; the output-level layers withhold nearly every verdict); "
+        "judge a language model by its loss and attack on D_f against unseen data "
+        "(REPRODUCTION.md, "
         "'Language models: output-level layers')."
     )
     advice: Mapping[str, str] = field(
