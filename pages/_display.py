@@ -11,7 +11,9 @@ import pandas as pd
 import streamlit as st
 
 import pages  # noqa: F401  (the legacy-mode switch runs first: pages/__init__.py)
+from pages._common import current_workspace
 from sde_core.common.markdown_text import md_plain
+from sde_core.services.answer import verdict_notes
 from sde_core.viz.figures.style import PLOTLY_CONFIG
 from sde_core.viz.formatting import format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
@@ -98,8 +100,10 @@ def show_verdict(
     """A model's verdict: its short sentence in the verdict's style (a warning for conflicting
     evidence, marked provisional while the evaluation runs), the evidence it rests on and what
     it cannot certify behind an expander."""
+    layer = str(row.get("layer") or "")  # the family's verdict note (a language model's)
+    note = verdict_notes(current_workspace(), layer).get(str(row.get("name")), "")
     explained = explain_verdict(
-        row, targets, retrain, compare=compare, draws=draws, provisional=provisional
+        row, targets, retrain, compare=compare, draws=draws, provisional=provisional, note=note
     )
     who = f"{md_plain(row['name'])} ({row.get('role', '')}) — " if name else ""
     text = f"**{who}{explained.headline}.** {explained.short}"

@@ -12,7 +12,7 @@ import streamlit as st
 from pages._common import PAGES, dataset_bundle, guarded, open_page, publish, workspace_key
 from pages._run import evaluate
 from sde_core.errors import SDEError
-from sde_core.services.answer import answer_scope
+from sde_core.services.answer import answer_scope, verdict_notes
 from sde_core.services.cascade import EvalSettings
 from sde_core.services.evaluation import stored_models
 from sde_core.services.view_state import AnswerView
@@ -86,6 +86,7 @@ else:
     answer = workspace_answer(
         result.models, result.draws, criterion, s.targets,
         alpha=s.alpha, alpha_calibrated=s.alpha_calibrated,
+        notes=verdict_notes(ws, s.layer),
     )  # fmt: skip
     if not answer.lines:
         st.info("This workspace has no audited model (role 'unlearned') to answer for.")

@@ -13,10 +13,11 @@ from typing import Any
 
 import streamlit as st
 
-from pages._common import dataset_bundle, guarded, open_page, publish
+from pages._common import current_workspace, dataset_bundle, guarded, open_page, publish
 from pages._display import show_verdict, table
 from pages._run import affordable_layers, evaluate, shared_cache
 from sde_core.common.hashing import stable_hash
+from sde_core.services.answer import verdict_notes
 from sde_core.services.audit import build_manifest, report_file_stem, report_json_bytes
 from sde_core.services.cascade import EvaluationResult
 from sde_core.services.report_bundle import SignedBundle, signed_report_zip
@@ -86,12 +87,14 @@ def answers(result: EvaluationResult) -> None:
     """One box per model (audited models first): the verdict in a sentence, its interval, the
     cross-check and the caveat that matters for it — the report's first page."""
     s = result.settings
+    notes = verdict_notes(current_workspace(), s.layer)  # a language model's family note
     rows = summary_order(result.models)
     for start in range(0, len(rows), 3):
         for column, row in zip(st.columns(3), rows[start : start + 3], strict=False):
             a = summarize_verdict(
-                row, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated
-            )
+                row, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated,
+                note=notes.get(str(row["name"]), ""),
+            )  # fmt: skip
             box = column.container(border=True)
             box.markdown(f"**{a.name}** ({a.role}) — **{a.label}**")
             box.markdown(f"{a.sentence} {a.interval}.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,12 @@ from sde_core.cli._args import (
 )
 from sde_core.common.fsio import atomic_write_json
 
-__all__ = ["json_document", "register_evaluate", "verdict_lines", "write_json_atomic"]
+__all__ = [
+    "json_document",
+    "register_evaluate",
+    "verdict_lines",
+    "write_json_atomic",
+]
 
 
 def write_json_atomic(path: str | Path, document: Any) -> Path:
@@ -31,32 +37,35 @@ def write_json_atomic(path: str | Path, document: Any) -> Path:
     return atomic_write_json(path, document)
 
 
-def _summaries(result: Any) -> dict[str, Any]:
-    """Each model's :class:`~sde_core.viz.verdicts.summary.VerdictSummary` (name → summary)."""
+def _summaries(result: Any, notes: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Each model's :class:`~sde_core.viz.verdicts.summary.VerdictSummary` (name → summary),
+    with its family's verdict note from ``notes`` (model name → note)."""
     from sde_core.viz.verdicts.summary import summarize_verdict
 
     s = result.settings
     return {
         str(row["name"]): summarize_verdict(
-            row, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated
+            row, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated,
+            note=(notes or {}).get(str(row["name"]), ""),
         )
         for row in result.models.to_dict("records")
-    }
+    }  # fmt: skip
 
 
-def verdict_lines(result: Any) -> list[str]:
+def verdict_lines(result: Any, notes: Mapping[str, str] | None = None) -> list[str]:
     """One line per model: its verdict, the OTR interval it rests on and the verdict in a
     sentence — the words of the report's first page (:func:`summarize_verdict`)."""
     return [
-        f"{name}: {v.label} ({v.interval}) — {v.sentence}" for name, v in _summaries(result).items()
+        f"{name}: {v.label} ({v.interval}) — {v.sentence}"
+        for name, v in _summaries(result, notes).items()
     ]
 
 
-def json_document(result: Any) -> dict[str, Any]:
+def json_document(result: Any, notes: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The method §10 JSON document with each model's ``verdict`` (the label) and
     ``verdict_sentence`` added, the same words as the table's verdict lines and the report."""
     doc = result.to_json_dict()
-    for name, summary in _summaries(result).items():
+    for name, summary in _summaries(result, notes).items():
         doc["models"][name]["verdict"] = summary.label
         doc["models"][name]["verdict_sentence"] = summary.sentence
     return doc
@@ -110,10 +119,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             )  # fmt: skip
     for _, bar in bars.values():
         bar.close()
+    from sde_core.services.answer import verdict_notes
+
+    notes = verdict_notes(ws, settings.layer)
     if not args.quiet:
-        _print_table(result)
+        _print_table(result, notes)
     if args.json:
-        write_json_atomic(args.json, json_document(result))
+        write_json_atomic(args.json, json_document(result, notes))
         if not args.quiet:
             print(f"wrote {args.json}")
     for name, message in result.failed.items():
@@ -159,7 +171,7 @@ def _plan_only(ws: Any, settings: Any, models: list[str] | None) -> int:
     return 0
 
 
-def _print_table(result: Any) -> None:
+def _print_table(result: Any, family_notes: Mapping[str, str]) -> None:
     """The summary table, then why numbers are withheld ("–"), which models could not be
     evaluated (their own inputs failed) and what the plan reduced."""
     from sde_core.pipeline.evaluation.summary import CLI_COLUMNS
@@ -169,7 +181,7 @@ def _print_table(result: Any) -> None:
         table = result.models[list(CLI_COLUMNS)]
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="–"))
         print("verdicts:")
-        for line in verdict_lines(result):
+        for line in verdict_lines(result, family_notes):
             print(f"  {line}")
     for row in result.models.to_dict("records"):
         target = row.get("precision_target", float("nan"))

@@ -96,6 +96,8 @@ class Family(Protocol):
         behaviour: its behaviour measures.
         input_views: how its inputs are shown (``"thumbnails"``, ``"curves"``, ``"texts"``,
             ``"noisy and denoised images"``).
+        verdict_note: a sentence every verdict on a model of this family carries ("" for
+            none): what our measurements found of SDE on this family against its behaviour.
         advice: key → text the user reads; ``"weak_layer"``: what to try when the reference
             test does not separate at a layer (``{layer}`` is filled in),
             ``"weak_output"``: the same at its default (strongest) layer; ``"output_size"``:
@@ -135,6 +137,8 @@ class Family(Protocol):
     def input_views(self) -> tuple[str, ...]: ...
     @property
     def advice(self) -> Mapping[str, str]: ...
+    @property
+    def verdict_note(self) -> str: ...
 
     def detects(self, model: object) -> bool:
         """Whether a loaded model (an ``nn.Module``) is of this family."""

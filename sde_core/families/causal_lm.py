@@ -3,7 +3,8 @@
 Detected from the ``arch`` of its route (``"hf"``), from the loaded wrapper
 (:class:`~sde_core.inputs.hf_models.HFHiddenStates` carries that ``arch``) or from a folder
 that ``save_pretrained`` wrote (``config.json`` and weights). Its layers are the pooled hidden
-states ``embeddings``, ``layer.<i>``, ``final`` (the wrapper's ``sde_layer_refs``); it trains
+states ``embeddings``, ``layer.<i>``, ``final`` (the wrapper's ``sde_layer_refs``) and the
+output-level layers of :mod:`sde_core.inputs.lm_outputs` (method §7.2); it trains
 with the next-token negative log-likelihood and is unlearned by the ``llm_*`` methods.
 """
 
@@ -54,6 +55,19 @@ class CausalLMFamily:
         ),
     )  # fmt: skip
     input_views: tuple[str, ...] = ("texts",)
+    #: what REPRODUCTION.md ("Language models: output-level layers") measured; every verdict on
+    #: a language model carries it (sde_core.viz.verdicts)
+    verdict_note: str = (
+        "SDE on this family disagrees with behaviour in our measurements: on the bundled facts "
+        "demo no layer we tried — the hidden states at every depth, averaged or at the last "
+        "token, nor the output-level layers answer_logprob, answer_topk, answer_dist and "
+        "loss_profile — gives verdicts that match the forget set's loss gap and likelihood "
+        "attack (gradient ascent and NPO read 'not forgotten' on layer.3 while their forget-set "
+        "loss looks like unseen data; the output-level layers withhold nearly every verdict); "
+        "judge a language model by its loss and attack on D_f against unseen data "
+        "(REPRODUCTION.md, "
+        "'Language models: output-level layers')."
+    )
     advice: Mapping[str, str] = field(
         default_factory=lambda: {
             "weak_layer": "Try another layer (a middle `layer.<i>` or `final`), another σ, a "

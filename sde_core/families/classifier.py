@@ -55,6 +55,7 @@ class ClassifierFamily:
         ),
     )  # fmt: skip
     input_views: tuple[str, ...] = ("thumbnails", "curves")
+    verdict_note: str = ""
     advice: Mapping[str, str] = field(
         default_factory=lambda: {
             "weak_layer": "Try another layer (the softmax `output` is usually strongest), another "

@@ -55,6 +55,7 @@ class DenoiserFamily:
         ),
     )  # fmt: skip
     input_views: tuple[str, ...] = ("noisy and denoised images",)
+    verdict_note: str = ""
     advice: Mapping[str, str] = field(
         default_factory=lambda: {
             "weak_layer": "Try another layer or noise level σ_t, another σ, a larger subset "

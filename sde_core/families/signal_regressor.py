@@ -73,6 +73,7 @@ class SignalRegressorFamily:
         ),
     )  # fmt: skip
     input_views: tuple[str, ...] = ("curves",)
+    verdict_note: str = ""
     advice: Mapping[str, str] = field(
         default_factory=lambda: {
             "weak_layer": "Try the other layer (`hidden` or `prediction`), another σ, a larger "

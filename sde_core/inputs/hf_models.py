@@ -12,7 +12,9 @@ the transformer, pooled over the tokens of each text:
 
 - ``embeddings``: the input embeddings (token + position), ``(d_model,)`` per text;
 - ``layer.0`` … ``layer.{N-1}``: the output of each of the ``N`` decoder blocks;
-- ``final``: the last hidden state after the final normalisation (also the ``output`` alias).
+- ``final``: the last hidden state after the final normalisation (also the ``output`` alias);
+- for a causal LM (a model with a language-model head), the output-level layers
+  ``answer_logprob``, ``answer_topk`` and ``loss_profile`` of :mod:`sde_core.inputs.lm_outputs`.
 
 Its input is one integer tensor ``(batch, 2, max_length)`` per batch: the token ids and the
 attention mask (1 = a real token, 0 = padding) of the tokenised texts
@@ -44,6 +46,7 @@ from sde_core.inputs.checkpoint_files import (
     inspect_checkpoint,
     untrusted_message,
 )
+from sde_core.inputs.lm_outputs import OUTPUT_LAYERS, output_representations
 
 __all__ = [
     "POOLINGS",
@@ -136,7 +139,8 @@ class HFHiddenStates(nn.Module):
     Attributes:
         lm: the wrapped ``transformers`` model (a causal LM when the folder is one).
         pooling: ``"mean"`` or ``"last"`` (see :func:`pool_tokens`).
-        layer_names: ``embeddings``, ``layer.0`` … ``layer.{N-1}``, ``final``.
+        layer_names: ``embeddings``, ``layer.0`` … ``layer.{N-1}``, ``final`` and, for a
+            causal LM, the output-level layers (:data:`~sde_core.inputs.lm_outputs.OUTPUT_LAYERS`).
     """
 
     def __init__(self, lm: nn.Module, n_layers: int) -> None:
@@ -147,7 +151,13 @@ class HFHiddenStates(nn.Module):
         self.final = _Tap()
         self.pooling = "mean"
         self.blocks = [_decoder_blocks(lm, n_layers)]  # a list: not a second registration
-        self.layer_names = ("embeddings", *(f"layer.{i}" for i in range(n_layers)), "final")
+        heads = getattr(lm, "get_output_embeddings", None)
+        self.output_layers = OUTPUT_LAYERS if callable(heads) and heads() is not None else ()
+        for name in self.output_layers:
+            self.add_module(name, _Tap())
+        self.layer_names = (
+            "embeddings", *(f"layer.{i}" for i in range(n_layers)), "final", *self.output_layers
+        )  # fmt: skip
         # what sde_core.inputs.activations lists and resolves (not the wrapped model's modules)
         self.sde_exposed_modules = self.layer_names
         self.sde_layer_refs = {"output": "final"}
@@ -166,7 +176,14 @@ class HFHiddenStates(nn.Module):
 
     @staticmethod
     def split_inputs(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(batch, 2, length)`` → token ids and attention mask, both int64 ``(batch, length)``.
+        """``(batch, 2, length)`` → token ids and attention mask (see :meth:`read_inputs`)."""
+        ids, mask, _ = HFHiddenStates.read_inputs(x)
+        return ids, mask
+
+    @staticmethod
+    def read_inputs(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(batch, 2, length)`` → token ids and attention mask, both int64 ``(batch, length)``,
+        and the bool answer tokens (the mask channel's value 2; any value > 0 is a real token).
 
         A row without any real token (a dry run on zeros) gets its first position unmasked, so
         attention and pooling stay finite; columns that are padding in every row are dropped
@@ -181,15 +198,15 @@ class HFHiddenStates(nn.Module):
                 f"{tuple(x.shape)}: use a text dataset (kind = 'text')"
             )
         ids = x[:, 0].round().long() if x.is_floating_point() else x[:, 0].long()
-        mask = x[:, 1].round().long() if x.is_floating_point() else x[:, 1].long()
-        mask = mask.clone()
+        raw = x[:, 1].round().long() if x.is_floating_point() else x[:, 1].long()
+        answer, mask = raw == 2, (raw > 0).long()
         mask[mask.sum(dim=1) == 0, 0] = 1
         keep = mask.any(dim=0)  # drop the columns that are padding in every row
-        return ids[:, keep], mask[:, keep]
+        return ids[:, keep], mask[:, keep], answer[:, keep]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Run the model once; every tap sees its pooled ``(batch, d)`` state."""
-        ids, mask = self.split_inputs(x)
+        ids, mask, answer = self.read_inputs(x)
         states: list[torch.Tensor] = []
 
         def keep(_m: nn.Module, _a: tuple, out: Any) -> None:
@@ -205,6 +222,11 @@ class HFHiddenStates(nn.Module):
         self.embeddings(pool_tokens(hidden[0], mask, self.pooling))
         for tap, state in zip(self.layer, states, strict=True):
             tap(pool_tokens(state, mask, self.pooling))
+        taps = [getattr(self, name) for name in self.output_layers]
+        if any(tap._forward_hooks for tap in taps):  # computed only when a layer is read
+            reps = output_representations(out.logits, ids, mask, answer, self.pooling)
+            for name, tap in zip(self.output_layers, taps, strict=True):
+                tap(reps[name])
         return self.final(pool_tokens(hidden[-1], mask, self.pooling))
 
     def token_losses(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -117,9 +117,12 @@ class TextDataset(Dataset):
         return len(self.texts)
 
     def get_batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """int64 ``(k, 2, max_length)`` (ids, mask) and labels ``(k,)`` (all -1)."""
+        """int64 ``(k, 2, max_length)`` (ids, mask) and labels ``(k,)`` (all -1); the mask
+        channel is 2 at answer tokens (1 at the other real tokens, 0 at padding)."""
         idx = np.asarray(indices, dtype=np.int64)
-        x = np.stack([self.ids[idx], self.mask[idx]], axis=1).astype(np.int64)
+        answer = self.answer_mask
+        mask = self.mask[idx] if answer is None else self.mask[idx] + answer[idx].astype(np.int32)
+        x = np.stack([self.ids[idx], mask], axis=1).astype(np.int64)
         return torch.from_numpy(x), torch.from_numpy(self.y[idx])
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
@@ -276,17 +279,10 @@ def _fill(pieces: list[tuple[str, str | None]], record: Mapping[str, Any]) -> li
     return out
 
 
-def record_texts(
+def _layout(
     records: list[dict[str, Any]], options: Mapping[str, Any], where: str
-) -> list[str]:
-    """One text per record: ``options.text_column``, else ``text``, else the template
-    (:func:`parse_template`); each at most :data:`MAX_TEXT_CHARS` characters.
-
-    Raises:
-        DataError: the column is missing or not text in some record, the template is not
-            made of plain fields or names a field a record lacks (the message names the
-            record and the fields it has), or a text is too long.
-    """
+) -> tuple[str | None, str | None]:
+    """``(column, template)``: which column holds the texts, or which template makes them."""
     column = options.get("text_column")
     template = options.get("template")
     if column is None and template is None:
@@ -301,6 +297,21 @@ def record_texts(
                 f"have {[excerpt(f, 30) for f in fields[:10]]}); set options.text_column or "
                 "options.template"
             )
+    return column, template
+
+
+def record_texts(
+    records: list[dict[str, Any]], options: Mapping[str, Any], where: str
+) -> list[str]:
+    """One text per record: ``options.text_column``, else ``text``, else the template
+    (:func:`parse_template`); each at most :data:`MAX_TEXT_CHARS` characters.
+
+    Raises:
+        DataError: the column is missing or not text in some record, the template is not
+            made of plain fields or names a field a record lacks (the message names the
+            record and the fields it has), or a text is too long.
+    """
+    column, template = _layout(records, options, where)
     pieces = parse_template(str(template)) if column is None else []
     texts = []
     for i, record in enumerate(records):

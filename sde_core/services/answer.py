@@ -17,7 +17,7 @@ from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import Workspace
 from sde_core.viz.answer import Scope, make_scope
 
-__all__ = ["answer_scope", "model_family"]
+__all__ = ["answer_scope", "model_family", "verdict_notes"]
 
 
 def model_family(ws: Workspace) -> str:
@@ -28,6 +28,12 @@ def model_family(ws: Workspace) -> str:
     for entry in ws.models:
         return family_of_entry(entry.arch, ws.defaults.layer).label
     return "classifier"
+
+
+def verdict_notes(ws: Workspace, layer: str) -> dict[str, str]:
+    """Each model's family verdict note (the family seam's ``verdict_note``: the sentence every
+    verdict on that family carries), by model name; "" for a family without one."""
+    return {e.name: family_of_entry(e.arch, layer).verdict_note for e in ws.models}
 
 
 def answer_scope(

@@ -311,6 +311,7 @@ def workspace_answer(
     *,
     alpha: float = 0.01,
     alpha_calibrated: float = 0.05,
+    notes: Mapping[str, str] | None = None,
 ) -> Answer:
     """The :class:`Answer` of an evaluation: one line per unlearned model.
 
@@ -318,6 +319,8 @@ def workspace_answer(
         models, draws: the evaluation's ``models`` and ``draws`` tables.
         criterion: the workspace's criterion. targets: T (``settings.targets``).
         alpha, alpha_calibrated: the evaluation's levels (for the caveats and the evidence).
+        notes: model name → its family's verdict note, added to its line's sentence
+            (:func:`sde_core.services.answer.verdict_notes`).
     """
     retrained, original = _first(models, "retrained"), _first(models, "original")
     rows: list[dict[str, Any]] = [
@@ -344,6 +347,8 @@ def workspace_answer(
             else None
         )
         label, sentence = judge(row, criterion, vs_re)
+        note = (notes or {}).get(name, "").strip()
+        sentence = f"{sentence} {note}" if note else sentence
         within = (
             vs_re is not None
             and vs_re.paired is not None

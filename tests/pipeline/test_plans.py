@@ -65,7 +65,7 @@ def test_the_plan_folder_holds_every_protocol():
 def test_every_plan_file_validates(path: Path):
     plan = load_plan(path)
     assert "default" in plan.variants
-    if plan.experiment != "toy":  # the paper-scale variant: a ResNet-18, or an EDM denoiser
+    if plan.experiment not in ("toy", "workspace"):  # the paper-scale variant: a ResNet-18 or EDM
         paper_scale = "cifar10-edm" if plan.name == "fig6_diffusion" else "cifar10-resnet18"
         assert {"fashion-mnist", paper_scale} <= set(plan.variants)
     for name in plan.variants:

@@ -28,6 +28,10 @@ Experiment kinds:
   method of ``params.methods`` (plus the randomly initialised weights), evaluated at each layer
   with Acc_r, Acc_f, Acc_te, MIA ASR, F1 (D_r vs D_te subsets, as the paper states) and OTR.
 - ``histograms`` (Fig. 2): H(S_IT), H(S_OOT) and H(S_target ⊂ D_f) under h_or, h_rand, h_re.
+- ``workspace`` (issue 35, ``lm_representations``): an existing workspace's models evaluated at
+  every ``params.layers`` × ``params.poolings`` × ``params.seeds`` at its ``[defaults]``
+  (:mod:`~.workspace_study`), each ``points`` row with the model's behaviour from the
+  workspace's ``metrics.json`` (``behaviour_loss_gap``, ``behaviour_mia_auc``).
 - ``toy`` (App. A.4): synthetic binary task, one-hidden-layer MLP trained with fixed batch
   membership; H(same-batch subsets) vs H(cross-batch subsets) over training steps.
 

@@ -14,7 +14,13 @@ from sde_core.pipeline.engine import Engine, LocalEngine, Resources
 from sde_core.pipeline.engine import Job as EngineJob
 from sde_core.pipeline.plans.execute import _bundle, _manifest, run_job
 from sde_core.pipeline.plans.graph import JobContext, JobResult, PlanJob, build_jobs
-from sde_core.pipeline.plans.params import MethodsParams, RetrainedParams, ToyParams, _fail
+from sde_core.pipeline.plans.params import (
+    MethodsParams,
+    RetrainedParams,
+    ToyParams,
+    WorkspaceParams,
+    _fail,
+)
 from sde_core.pipeline.plans.spec import DEFAULT_RESOURCES, PlanVariant
 
 #: ``workspace_hash`` prefix of a plan's runs in a results store (``"plan:<hash>"``).
@@ -49,7 +55,7 @@ class PlanRunReport:
 def _check_sizes(v: PlanVariant, n_train: int, n_test: int) -> None:
     """Every subset must fit in D_f, D_r and D_te (the fix: smaller n or a larger R)."""
     p = v.params
-    if isinstance(p, ToyParams):
+    if isinstance(p, ToyParams | WorkspaceParams):
         return
     ratios = p.forget_ratios if isinstance(p, RetrainedParams) else (p.forget_ratio,)
     sizes = p.subset_sizes if isinstance(p, RetrainedParams) else (p.subset_size,)
@@ -73,7 +79,7 @@ def check_layers(v: PlanVariant) -> None:
     from sde_core.inputs.layers import resolve_layer
 
     p = v.params
-    if v.setup is None or isinstance(p, ToyParams):
+    if v.setup is None or isinstance(p, ToyParams | WorkspaceParams):
         return
     layers = p.layers if isinstance(p, (RetrainedParams, MethodsParams)) else (p.layer,)
     model = build_model(v.setup.arch, **v.setup.arch_kwargs)
@@ -175,6 +181,10 @@ def run_plan(
     dev = str(resolve_device(dev)) if dev == "auto" else dev
     sizes = preflight(v, work)
     fingerprint = _bundle(v.setup.dataset, work).fingerprint if v.setup else None
+    if isinstance(v.params, WorkspaceParams):  # the workspace's models, data and defaults
+        from sde_core.pipeline.plans.workspace_study import workspace_fingerprint
+
+        fingerprint = workspace_fingerprint(v.params)
     settings = {
         "plan": v.name,
         "experiment": v.experiment,

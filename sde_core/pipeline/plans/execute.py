@@ -432,6 +432,10 @@ def run_job(job: PlanJob, ctx: JobContext, deps: Mapping[str, PlanJob]) -> JobRe
         return _run_train(job, ctx)
     if job.kind == "toy":
         return _run_toy(job, ctx)
+    if job.kind == "workspace":
+        from sde_core.pipeline.plans.workspace_study import run_workspace_job
+
+        return run_workspace_job(job, ctx)
     (source,) = (deps[k] for k in job.deps)
     if job.kind == "unlearn":
         return _run_unlearn(job, ctx, source)

@@ -18,6 +18,7 @@ from sde_core.pipeline.plans.params import (
     MethodsParams,
     RetrainedParams,
     ToyParams,
+    WorkspaceParams,
 )
 from sde_core.pipeline.plans.spec import PlanVariant
 
@@ -29,7 +30,7 @@ class PlanJob:
     Attributes:
         key: unique key within the plan run (the store's unit key), e.g.
             ``"eval/R=0.1/seed=0/ckpt=0.8/layer=output/sigma=sqrt_dim/n=120"``.
-        kind: ``"train"``, ``"unlearn"``, ``"evaluate"`` or ``"toy"``.
+        kind: ``"train"``, ``"unlearn"``, ``"evaluate"``, ``"toy"`` or ``"workspace"``.
         spec: JSON-able description of everything that determines the result.
         labels: JSON-able annotations copied into the result rows (plan, variant, model, ...).
         deps: keys of the jobs whose artefacts this job reads.
@@ -285,6 +286,22 @@ def _model_jobs(v: PlanVariant, p: MethodsParams | HistogramParams) -> list[Plan
     return jobs
 
 
+def _workspace_jobs(v: PlanVariant, p: WorkspaceParams) -> list[PlanJob]:
+    """One ``workspace`` job per seed × layer × pooling (the sweep axis: the layer)."""
+    jobs, folder = [], str(Path(p.workspace).resolve())
+    for seed in p.seeds:
+        for x, layer in enumerate(p.layers):
+            for pooling in p.poolings:
+                spec = {"workspace": folder, "eval": dict(v.eval), "layer": layer,
+                        "pool": pooling == "mean", "seed": seed}  # fmt: skip
+                labels = {"plan": v.name, "experiment": v.experiment, "variant": v.variant,
+                          "param": v.sweep, "value": f"{layer} {pooling}", "x": float(x),
+                          "seed": seed, "pooling": pooling}  # fmt: skip
+                key = f"workspace/seed={seed}/layer={layer}/pool={pooling}"
+                jobs.append(PlanJob(key=key, kind="workspace", spec=spec, labels=labels))
+    return jobs
+
+
 def build_jobs(v: PlanVariant) -> list[PlanJob]:
     """Every job of a variant, dependencies first.
 
@@ -294,6 +311,8 @@ def build_jobs(v: PlanVariant) -> list[PlanJob]:
     p = v.params
     if isinstance(p, ToyParams):
         return _toy_jobs(v, p)
+    if isinstance(p, WorkspaceParams):
+        return _workspace_jobs(v, p)
     if isinstance(p, RetrainedParams):
         return _retrained_jobs(v, p)
     return _model_jobs(v, p)

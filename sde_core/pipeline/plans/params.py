@@ -308,10 +308,36 @@ class ToyParams:
     SWEEPS: ClassVar[tuple[str, ...]] = ("step",)
 
 
+@dataclass(frozen=True)
+class WorkspaceParams:
+    """An existing workspace's models evaluated at every layer × pooling × seed (issue 35).
+
+    Attributes:
+        workspace: the workspace folder (relative: against the folder the plan is run from).
+        layers: its models' layers. poolings: ``"mean"`` / ``"last"`` (the setting ``pool``).
+        seeds: evaluation seeds (the subset draws); n, T, K, B and σ are the workspace's
+            ``[defaults]``, overridden by the plan's ``eval`` table.
+    """
+
+    workspace: str
+    layers: tuple[str, ...]
+    poolings: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+    SCHEMA: ClassVar[dict[str, _Field]] = {
+        "workspace": _Field("str", example='"assets/demo-facts"'),
+        "layers": _Field("strs", example='["layer.3", "answer_logprob"]'),
+        "poolings": _Field("strs", ("mean",), example='["mean", "last"]'),
+        "seeds": _Field("ints", (0,), lo=0, example="[0]"),
+    }
+    SWEEPS: ClassVar[tuple[str, ...]] = ("layer",)
+
+
 _PARAMS: dict[str, type[Params]] = {
     "retrained": RetrainedParams,
     "methods": MethodsParams,
     "histograms": HistogramParams,
     "toy": ToyParams,
+    "workspace": WorkspaceParams,
 }
-Params = RetrainedParams | MethodsParams | HistogramParams | ToyParams
+Params = RetrainedParams | MethodsParams | HistogramParams | ToyParams | WorkspaceParams

@@ -21,12 +21,13 @@ from sde_core.pipeline.plans.params import (
     Params,
     RetrainedParams,
     ToyParams,
+    WorkspaceParams,
     _fail,
     _read_params,
 )
 
 #: Experiment kinds a plan may name.
-EXPERIMENTS = ("retrained", "methods", "histograms", "toy")
+EXPERIMENTS = ("retrained", "methods", "histograms", "toy", "workspace")
 
 #: The plans shipped with the repository.
 PLAN_DIR = Path(__file__).resolve().parent / "catalog"
@@ -60,6 +61,7 @@ DEFAULT_RESOURCES: dict[str, dict[str, float]] = {
     "unlearn": {"cpus": 1.0, "gpus": 1.0},
     "evaluate": {"cpus": 1.0, "gpus": 0.0},
     "toy": {"cpus": 1.0, "gpus": 0.0},
+    "workspace": {"cpus": 1.0, "gpus": 0.0},
 }
 
 
@@ -262,6 +264,14 @@ def _resolve_variant(plan: Plan, variant: str, overrides: tuple[str, ...]) -> Pl
                 "the toy experiment defines its data, model and training in params; remove it",
             )
         _check_toy(where, params)
+    elif isinstance(params, WorkspaceParams):
+        extra = [k for k in ("dataset", "model", "train") if k in config]
+        if extra:
+            raise _fail(f"{where} {extra[0]}", "a workspace plan's models and data are the "
+                        "workspace's; remove it")  # fmt: skip
+        bad = [p for p in params.poolings if p not in ("mean", "last")]
+        if bad:
+            raise _fail(f"{where} params.poolings", f"{bad[0]!r} is not 'mean' or 'last'")
     else:
         setup = _check_setup(where, config)
         _check_experiment(where, params, setup)

@@ -12,6 +12,7 @@ from typing import Any
 
 from sde_core.common.bounded_json import loads_bounded
 from sde_core.errors import SettingsError
+from sde_core.families.registry import family_of_entry
 from sde_core.viz.formatting import records
 from sde_core.viz.verdicts.explanation import explain_verdict, retrain_row
 from sde_core.viz.verdicts.summary import summarize_verdict
@@ -22,6 +23,7 @@ __all__ = [
     "REPORT_FORMAT_VERSION",
     "REPORT_MAX_DEPTH",
     "AuditContext",
+    "family_verdict_notes",
     "report_document",
     "report_from_html",
 ]
@@ -61,6 +63,18 @@ class AuditContext:
         return {k: v.strip() for k, v in asdict(self).items() if isinstance(v, str) and v.strip()}
 
 
+def family_verdict_notes(result: Any, manifest: Mapping[str, Any] | None) -> dict[str, str]:
+    """Each model's family verdict note (the family seam's ``verdict_note``), known by the
+    ``arch`` the manifest records for it and the evaluated layer; none without a manifest."""
+    models = (manifest or {}).get("models") or {}
+    layer = str(result.settings.layer)
+    return {
+        str(name): family_of_entry(entry.get("arch"), layer).verdict_note
+        for name, entry in models.items()
+        if isinstance(entry, Mapping)
+    }
+
+
 def report_document(
     result: Any,
     manifest: Mapping[str, Any] | None = None,
@@ -78,15 +92,18 @@ def report_document(
     retrain = retrain_row(result.models)
     by_name = {row["name"]: row for row in records(result.models)}
     s = result.settings
+    notes = family_verdict_notes(result, manifest)
     for name, entry in doc["models"].items():
         explained = explain_verdict(
-            by_name[name], s.targets, retrain, draws=getattr(result, "draws", None)
-        )
+            by_name[name], s.targets, retrain, draws=getattr(result, "draws", None),
+            note=notes.get(name, ""),
+        )  # fmt: skip
         entry["verdict"] = explained.label
         entry["explanation"] = explained.text
         summary = summarize_verdict(
-            by_name[name], s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated
-        )
+            by_name[name], s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated,
+            note=notes.get(name, ""),
+        )  # fmt: skip
         entry["summary"] = {k: v for k, v in asdict(summary).items() if k not in ("name", "role")}
     audit = context.to_dict() if context is not None else {}
     return {

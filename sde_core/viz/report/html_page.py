@@ -47,6 +47,7 @@ from sde_core.viz.report.document import (
     REPORT_DATA_ID,
     AuditContext,
     _json_for_html,
+    family_verdict_notes,
     report_document,
 )
 from sde_core.viz.report.tables import (
@@ -209,9 +210,10 @@ def answer_html(
     yardsticks in a line each, and the scope-and-limitations box."""
     s = result.settings
     criterion = criterion or Criterion()
+    notes = family_verdict_notes(result, manifest)
     answer = workspace_answer(
         result.models, result.draws, criterion, s.targets,
-        alpha=s.alpha, alpha_calibrated=s.alpha_calibrated,
+        alpha=s.alpha, alpha_calibrated=s.alpha_calibrated, notes=notes,
     )  # fmt: skip
     parts = [
         f'<p class="criterion"><strong>Criterion:</strong> {html.escape(criterion.describe())}.'
@@ -229,7 +231,13 @@ def answer_html(
     for text in answer.shared_caveats:
         parts.append(f'<p class="shared"><strong>Caveat:</strong> {html.escape(text)}</p>')
     yardsticks = [
-        summarize_verdict(r, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated)
+        summarize_verdict(
+            r,
+            s.targets,
+            alpha=s.alpha,
+            alpha_calibrated=s.alpha_calibrated,
+            note=notes.get(str(r["name"]), ""),
+        )
         for r in summary_order(result.models)
         if r.get("role") != "unlearned"
     ]
@@ -453,9 +461,14 @@ def build_html_report(
         for t, text in measured_caveats(result).items()
     )
     s = result.settings
+    family_notes = family_verdict_notes(result, manifest)
     model_caveats = {
         str(r["name"]): summarize_verdict(
-            r, s.targets, alpha=s.alpha, alpha_calibrated=s.alpha_calibrated
+            r,
+            s.targets,
+            alpha=s.alpha,
+            alpha_calibrated=s.alpha_calibrated,
+            note=family_notes.get(str(r["name"]), ""),
         ).caveat
         for r in records(result.models)
     }

@@ -43,7 +43,7 @@ from sde_core.viz.verdicts.labels import (
     over_unlearning_meaning,
     verdict_label,
 )
-from sde_core.viz.verdicts.summary import _sentence
+from sde_core.viz.verdicts.summary import _sentence, with_note
 
 __all__ = [
     "VerdictExplanation",
@@ -323,6 +323,7 @@ def explain_verdict(
     compare: bool = True,
     draws: pd.DataFrame | None = None,
     provisional: str = "",
+    note: str = "",
 ) -> VerdictExplanation:
     """One model's verdict in words, with the evidence it rests on and its limits.
 
@@ -336,6 +337,9 @@ def explain_verdict(
             model (method §15); without it the comparison names no direction.
         provisional: what is still running ("draw 4 of 5"), when the evaluation is not
             complete: the headline then says the verdict is provisional.
+        note: the model family's sentence every verdict carries (its ``verdict_note``, e.g.
+            that SDE disagrees with behaviour on language models), added to the short
+            sentence and the limits.
 
     Raises:
         SettingsError: ``targets`` is not a positive integer.
@@ -348,9 +352,9 @@ def explain_verdict(
         evidence=_evidence(row, int(targets), label),
         calibrated=_calibrated(row, int(targets), label),
         comparison=_comparison(row, retrain, draws) if compare else "",
-        limits=_LIMITS[label],
+        limits=with_note(_LIMITS[label], note),
         provisional=provisional,
-        short=_sentence(row, int(targets), label),
+        short=with_note(_sentence(row, int(targets), label), note),
     )
 
 

@@ -28,7 +28,7 @@ from sde_core.viz.verdicts.labels import (
 )
 from sde_core.viz.verdicts.null_check import null_check_readings
 
-__all__ = ["VerdictSummary", "caveat_list", "summarize_verdict", "summary_order"]
+__all__ = ["VerdictSummary", "caveat_list", "summarize_verdict", "summary_order", "with_note"]
 
 
 #: Score–spread correlation from which "the score mostly measures spread" is the caveat.
@@ -208,6 +208,7 @@ def summarize_verdict(
     *,
     alpha: float = 0.01,
     alpha_calibrated: float = 0.05,
+    note: str = "",
 ) -> VerdictSummary:
     """One model's answer: the verdict in a sentence, its interval, the cross-check, the caveat.
 
@@ -215,6 +216,9 @@ def summarize_verdict(
         row: the model's row of the ``models`` table.
         targets: T (``result.settings.targets``).
         alpha, alpha_calibrated: the evaluation's levels (for the null-check caveat).
+        note: the model family's verdict note (see
+            :func:`~sde_core.viz.verdicts.explanation.explain_verdict`): added to the
+            sentence, and the caveat that matters most.
     """
     label = verdict_label(row)
     cross, conflict = _cross_check(row, int(targets), label)
@@ -222,12 +226,17 @@ def summarize_verdict(
         name=str(_value(row, "name")),
         role=str(_value(row, "role") or ""),
         label=label,
-        sentence=_sentence(row, int(targets), label),
+        sentence=with_note(_sentence(row, int(targets), label), note),
         interval=_interval(row),
         cross_check=cross,
         conflict=conflict,
-        caveat=_caveat(row, label, alpha, alpha_calibrated),
+        caveat=note.strip() or _caveat(row, label, alpha, alpha_calibrated),
     )
+
+
+def with_note(text: str, note: str) -> str:
+    """``text`` followed by a family's verdict note (when there is one)."""
+    return f"{text} {note.strip()}" if note.strip() else text
 
 
 def summary_order(models: pd.DataFrame) -> list[dict[str, Any]]:
