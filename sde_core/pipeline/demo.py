@@ -48,6 +48,7 @@ from sde_core.common.validation import check_int
 from sde_core.errors import DataError, SDEError, SettingsError
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import (
+    CACHE_FOLDER,
     CheckpointRef,
     ModelEntry,
     Workspace,
@@ -201,8 +202,9 @@ class DemoRecipe:
 
 def demo_defaults(layer: str, subset_size: int) -> EvalSettings:
     """The ``[defaults]`` of a bundled demo workspace: the given layer and n, every other setting
-    pinned here (σ = √d, T = 100, K = 200, seed 0, 30 bins, R = 20, α = 0.01) so that a change of
-    the library's defaults never silently changes a demo's shipped numbers."""
+    pinned here (σ = √d, T = 100, K = 200, seed 0, 30 bins, R = 20, α = 0.01, the precision
+    design W = 0.1 with a pilot of 10 draws of 20 targets and a budget of 60, method §15) so
+    that a change of the library's defaults never silently changes a demo's shipped numbers."""
     return EvalSettings(
         layer=layer,
         sigma=SQRT_DIM,
@@ -213,6 +215,10 @@ def demo_defaults(layer: str, subset_size: int) -> EvalSettings:
         bins=30,
         panel_size=20,
         alpha=0.01,
+        draws=5,
+        precision=0.1,
+        pilot_draws=10,
+        max_draws=60,
     )
 
 
@@ -733,9 +739,31 @@ def _unlearn_inputs(
     return original, data
 
 
+#: Draws per model whose H arrays a shipped store keeps (:mod:`~sde_core.pipeline.shipped_store`;
+#: every draw's numbers are kept): the draws of the fixed design's B = 5.
+SHIPPED_ARRAY_DRAWS = 5
+
+
 def fill_store(ws: Workspace, path: Path) -> Path:
-    """Evaluate every model of a demo at ``[defaults]`` into ``path``, keep only that run and
-    compact it (the shipped results store of every bundled demo)."""
+    """Evaluate every model of a demo at ``[defaults]`` into a full results store (every H
+    array; ``.sde-cache/full-results.sqlite``, which a resumed build reuses), then ship that
+    run to ``path``: every number of every draw, the H arrays of the first
+    :data:`SHIPPED_ARRAY_DRAWS` draws (:func:`~sde_core.pipeline.shipped_store.ship_run`), so
+    the four demos fit ``assets/`` at the precision design's 10–60 draws per model."""
+    from sde_core.pipeline.shipped_store import ship_run
+    from sde_core.pipeline.store import ResultsStore
+
+    full = Path(ws.root) / CACHE_FOLDER / "full-results.sqlite"
+    full.parent.mkdir(parents=True, exist_ok=True)
+    run_id = _fill_full_store(ws, full)
+    with ResultsStore(full, read_only=True) as st:
+        run = st.get_run(run_id)
+    ship_run(full, path, run.workspace_hash, run.settings, SHIPPED_ARRAY_DRAWS)
+    return path
+
+
+def _fill_full_store(ws: Workspace, path: Path) -> int:
+    """Evaluate every model at ``[defaults]`` into ``path`` (keeping only that run); its id."""
     from tqdm import tqdm
 
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
@@ -757,8 +785,8 @@ def fill_store(ws: Workspace, path: Path) -> Path:
                     st.delete_run(int(run_id))
     finally:
         bar.close()
-    compact_store(path)
-    return path
+    assert result.run_id is not None
+    return result.run_id
 
 
 def compact_store(path: str | Path) -> None:

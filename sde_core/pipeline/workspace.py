@@ -75,7 +75,7 @@ from sde_core.common.toml_limits import nesting_depth, read_toml
 from sde_core.errors import CheckpointError, SDEError, SettingsError, WorkspaceError
 from sde_core.families.registry import family_by_arch
 from sde_core.pipeline.criterion import Criterion, criterion_from_table
-from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.settings import EvalSettings, with_stated_design
 
 __all__ = [
     "CACHE_FOLDER",
@@ -529,12 +529,12 @@ def defaults_from_table(table: object) -> tuple[EvalSettings, list[Problem]]:
             )
             continue
         try:
-            EvalSettings(**{**good, key: value})
+            EvalSettings(**with_stated_design({**good, key: value}))
         except SettingsError as exc:
             problems.append(Problem(f"defaults.{key}", str(exc)))
             continue
         good[key] = value
-    return EvalSettings(**good), problems
+    return EvalSettings(**with_stated_design(good)), problems  # B alone: the fixed design
 
 
 def _check_caps(file: Path, raw: Mapping[str, Any]) -> None:

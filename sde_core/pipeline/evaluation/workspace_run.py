@@ -3,6 +3,7 @@ result, :class:`EvaluationResult` (tables, raw arrays, the method §10 JSON docu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from sde_core.stats.hsic import engine_device
 
 __all__ = [
     "INTERVAL_METHODS",
+    "NEAR_TIES_TABLE",
     "EvaluationResult",
     "ModelFailure",
     "evaluate_model_job",
@@ -36,6 +38,10 @@ __all__ = [
     "stored_result",
 ]
 
+#: The results-store table of each model's near-ties record (``model``, ``record``: the JSON of
+#: :meth:`ModelNearTies.to_json`), written where a store keeps only some draws' H arrays
+#: (:mod:`sde_core.pipeline.shipped_store`); the read-back uses it instead of the arrays.
+NEAR_TIES_TABLE = "near_ties"
 #: How each headline number's point value and interval are formed (method §12); also in JSON.
 INTERVAL_METHODS = {
     "otr, calibrated_otr, over_unlearned_rate": (
@@ -343,7 +349,7 @@ def evaluate_workspace(
         model_df, subset_df, draw_df = result_tables(finished)
         arrays = {f"{ev.model.name}/{k}": v for ev in finished for k, v in ev.arrays.items()}
     model_df = _withhold_for_class_mix(model_df, bundle, forget)
-    return EvaluationResult(
+    result = EvaluationResult(
         settings=settings,
         workspace_hash=ws_hash,
         models=_in_order(model_df, "name", wanted),
@@ -354,6 +360,9 @@ def evaluate_workspace(
         draws=_in_order(draw_df, "model", wanted),
         failed={name: failed[name] for name in wanted if name in failed},
     )
+    if run is not None:
+        result._near_ties.update(_stored_near_ties(store, run.id, wanted))
+    return result
 
 
 def stored_result(
@@ -380,7 +389,7 @@ def stored_result(
     if not set(wanted) <= store.finished_units(run_id):
         return None
     model_df, subset_df, draw_df, arrays = _read_back(store, run_id, wanted)
-    return EvaluationResult(
+    result = EvaluationResult(
         settings=settings,
         workspace_hash=workspace_hash,
         models=_in_order(model_df, "name", wanted),
@@ -390,6 +399,8 @@ def stored_result(
         cached_models=wanted,
         draws=_in_order(draw_df, "model", wanted),
     )
+    result._near_ties.update(_stored_near_ties(store, run_id, wanted))
+    return result
 
 
 def _read_back(
@@ -410,6 +421,19 @@ def _read_back(
         k: store.array(run_id, k) for name in wanted for k in store.array_names(run_id, f"{name}/")
     }
     return model_df, subset_df, draw_df, arrays
+
+
+def _stored_near_ties(store: Any, run_id: int, wanted: Sequence[str]) -> dict[str, ModelNearTies]:
+    """The near-ties records a shipped store keeps (:mod:`sde_core.pipeline.shipped_store`:
+    found from every H array, of which it keeps the first draws'), by model; empty for a store
+    that keeps every array (the near-ties are then found from them)."""
+    if NEAR_TIES_TABLE not in store.tables(run_id):
+        return {}
+    return {
+        str(r["model"]): ModelNearTies.from_json(json.loads(str(r["record"])))
+        for r in store.records(run_id, NEAR_TIES_TABLE)
+        if r["model"] in set(wanted)
+    }
 
 
 def _withhold_for_class_mix(models: pd.DataFrame, bundle: Any, forget: np.ndarray) -> pd.DataFrame:
