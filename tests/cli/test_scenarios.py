@@ -48,6 +48,7 @@ import pandas as pd
 import pytest
 import torch
 import torchvision
+from helpers.designs import FIXED_FLAGS
 from PIL import Image
 from safetensors.torch import save_file
 from torch import nn
@@ -65,7 +66,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "bring-your-own.md"
 #: Result keys compared between models (the evaluation JSON may gain others).
 KEYS = ("otr", "f1", "reference_p", "references_valid", "acc_r", "acc_f", "acc_te", "asr")
 #: Added to every recipe's ``evaluate`` command, for speed only.
-FAST = ("--targets", "6", "--splits", "20", "--baseline-targets", "0")
+FAST = ("--targets", "6", "--splits", "20", "--baseline-targets", "0", *FIXED_FLAGS)
 
 
 # ------------------------------------------------------------------------------ the page

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.designs import fixed_settings
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -16,7 +17,6 @@ from sde_core.inputs.activations import extract_activations, list_layers, resolv
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.run import evaluate_arrays
 from sde_core.pipeline.model_inputs import ModelInputs
-from sde_core.pipeline.settings import EvalSettings
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -73,7 +73,7 @@ def test_a_signal_regressor_is_its_family_and_runs_through_the_evaluation():
     with pytest.raises(ActivationError, match="only a denoiser is probed at noise levels"):
         resolve_layer(original, "hidden@0.5")
 
-    settings = EvalSettings(
+    settings = fixed_settings(
         subset_size=60, targets=20, splits=40, panel_size=20, null_pairs=6, baseline_targets=6
     )
     plan = draw_subsets(N_TR, N_TE, forget, settings)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.designs import FIXED_FLAGS
 from torch import nn
 
 from sde_core.cli import main
@@ -28,7 +29,7 @@ from sde_core.pipeline.workspace import ModelEntry, load_workspace, write_worksp
 from sde_core.services.workspaces import ModelSpec, Upload, add_model, add_uploaded_model
 
 LIMIT = "2"
-FAST = ["--subset-size", "8", "--targets", "4", "--splits", "4", "--panel-size", "20"]
+FAST = ["--subset-size", "8", "--targets", "4", "--splits", "4", "--panel-size", "20", *FIXED_FLAGS]
 
 
 class _ForwardLoop(nn.Module):
