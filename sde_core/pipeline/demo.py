@@ -740,8 +740,10 @@ def _unlearn_inputs(
 
 
 #: Draws per model whose H arrays a shipped store keeps (:mod:`~sde_core.pipeline.shipped_store`;
-#: every draw's numbers are kept): the draws of the fixed design's B = 5.
-SHIPPED_ARRAY_DRAWS = 5
+#: every draw's numbers are kept): 3 draws (60 targets, 120 panel members at the demos' T/B = 20,
+#: R = 20) for the histograms, so the four demos' stores fit the assets/ budget
+#: (tests/pipeline/test_demo.py) at the precision design's 10–60 draws per model.
+SHIPPED_ARRAY_DRAWS = 3
 
 
 def fill_store(ws: Workspace, path: Path) -> Path:

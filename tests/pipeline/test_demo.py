@@ -30,7 +30,7 @@ from sde_core.pipeline.workspace import load_workspace, validate_workspace, work
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 #: assets/ stays small: ~6 MB of data, ~10 MB of half-precision checkpoints and two results
 #: stores of ~10 MB (every draw's numbers of the precision design's 10–60 draws per model, the
-#: H arrays of the first 5 draws: sde_core/pipeline/shipped_store.py), plus the diffusion demo
+#: H arrays of the first 3 draws: sde_core/pipeline/shipped_store.py), plus the diffusion demo
 #: (method §14: ~1 MB of data, ~3 MB of checkpoints, its store) and the language-model demo
 #: (~2.5 MB of float16 model folders, its store).
 SIZE_BUDGET = 48 * 1024 * 1024
