@@ -29,7 +29,6 @@ import io
 import math
 import os
 import shutil
-import sqlite3
 import sys
 import time
 import zipfile
@@ -77,7 +76,6 @@ __all__ = [
     "DemoRecipe",
     "acceptance_checks",
     "build_demo",
-    "compact_store",
     "default_demo_folder",
     "demo_defaults",
     "demo_recipe",
@@ -789,22 +787,6 @@ def _fill_full_store(ws: Workspace, path: Path) -> int:
         bar.close()
     assert result.run_id is not None
     return result.run_id
-
-
-def compact_store(path: str | Path) -> None:
-    """VACUUM a results store and fold its write-ahead log into the file.
-
-    The file stays in WAL journal mode (what :class:`~sde_core.pipeline.store.ResultsStore` sets),
-    so
-    opening it later does not rewrite its header; no ``-wal``/``-shm`` files remain.
-    """
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("VACUUM")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
 
 
 # ----------------------------------------------------------------------------- acceptance

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,8 +102,6 @@ def ship_run(
     Raises:
         StoreError: the run is missing or incomplete in ``source``.
     """
-    from sde_core.pipeline.demo import compact_store  # the demos' module imports this one
-
     target = Path(target)
     scratch = target.with_name(f".{target.name}.shipping")
     for leftover in (scratch, Path(f"{scratch}-wal"), Path(f"{scratch}-shm")):
@@ -133,9 +132,21 @@ def ship_run(
                 rows[NEAR_TIES_TABLE] = [{"model": unit, "record": ties}]
                 shipped.put_unit(new.id, unit, rows, {f"{unit}/{k}": v for k, v in kept.items()})
             shipped.mark_complete(new.id)
-    compact_store(scratch)
+    _compact(scratch)
     os.replace(scratch, target)
     return ShippedRun(Path(source).stat().st_size, target.stat().st_size, drawn)
+
+
+def _compact(path: Path) -> None:
+    """VACUUM the new store and fold its write-ahead log into the file (WAL mode kept, as
+    :class:`~sde_core.pipeline.store.ResultsStore` sets it: no ``-wal``/``-shm`` files stay)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
 
 
 def _unit_rows(tables: dict[str, list[dict[str, Any]]], unit: str) -> dict[str, list[Any]]:
