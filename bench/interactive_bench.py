@@ -35,7 +35,7 @@ default workspace) on a fresh copy of the workspace (shipped results store, no `
 driven by Playwright with the system Chromium (launched as ``tests/app/test_browser.py`` does).
 The page is opened once the server's warm-up has finished (its time is recorded): the cold
 first page (frame: the page title shown; first chart; page complete), then one change after
-another — σ √d → median rule, bins 30 → 20, n → 200, B → 8, the layer, the model — each timed
+another — σ √d → median rule, bins 30 → 20, n → 200, B → 8, W → 0, the layer, the model — each timed
 to its first update (the provisional first draw, or the page complete) and to the page
 complete, beside the library's own time for the same change in the same run (an
 :class:`~sde_core.pipeline.evaluation.session.EvaluationSession` on a second copy taken through
@@ -313,6 +313,9 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str) ->
                      {"subset_size": 200}),
                     (f"B {settings.draws} → 8", spin("Reference draws B", "8"), r"B=8",
                      {"draws": 8}),
+                    (f"W {settings.precision:g} → 0 (the fixed B = 8)",
+                     spin("Precision target ±W (0 = fixed B)", "0"), r"^(?!.*[?&]W=).*B=8",
+                     {"precision": 0.0}),
                     (f"layer output → {layer}", select("Layer", layer), f"layer={layer}",
                      {"layer": layer}),
                     (f"model {model} → {other_model}", select("Model", other_model),
@@ -480,7 +483,8 @@ def main() -> None:
         f"{load_start:.1f} at the start and {load_end:.1f} at the end (a shared machine: compare "
         "the ratios, absolute times will be re-measured on an idle machine). Defaults: layer "
         f"output, n = {base.subset_size}, T = {base.targets}, K = {base.splits}, "
-        f"R = {base.panel_size}, B = {base.draws} draws. Activation cache warm; stage cache empty "
+        f"R = {base.panel_size}, B = {base.draws} draws, precision ±{base.precision:g} (0: the "
+        "fixed B). Activation cache warm; stage cache empty "
         "at the start ('cold' = its stages were not cached).",
         "",
         "| action | cache | seconds | target (idle 2-core) |",

@@ -42,6 +42,7 @@ from sde_core.services.cascade import (
     EvalSettings,
     EvaluationResult,
     PartialEvaluation,
+    precision_status,
 )
 from sde_core.services.evaluation import progress_note, session_result, target_texts
 from sde_core.services.view_state import ExploreView, restrict
@@ -180,6 +181,12 @@ def numbers(result: EvaluationResult, row: pd.Series, provisional: str) -> None:
     metric(cols[4], "σ used", fmt(row["sigma"], 4), "sigma")
     cols[4].caption(f"kernel bandwidth σ · layer {row['layer']}, d = {int(row['dim'])}")
     st.caption(f"Behaviour check (method §9): {behaviour_text(row.to_dict())}.")
+    status = None if provisional else precision_status(row.to_dict())
+    if status is not None:  # the precision design's target, reached or not and why (§15)
+        state, sentence = status
+        (st.caption if state == "reached" else st.warning)(
+            f"{sentence[0].upper()}{sentence[1:]} (method §15)."
+        )
     reason = row.get("inconclusive_reason")
     if isinstance(reason, str) and reason.strip():
         names = {"otr": "OTR", "calibrated_otr": "calibrated OTR", "f1": "F1",

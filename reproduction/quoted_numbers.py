@@ -74,6 +74,7 @@ TABLE_FIELDS: tuple[tuple[str, str], ...] = (
     ("F1", "f1"),
     ("over-unlearned share", "over_unlearned_rate"),
     ("Acc_f − Acc_te, points (classifiers)", "acc_gap"),
+    ("draws B", "draws"),
 )
 
 
@@ -115,6 +116,8 @@ def field_text(row: Mapping[str, Any], field: str) -> str:
         raise QuotedNumberError(f"unknown option {option!r} in field {field!r} (only ':point')")
     if name == "verdict":
         return verdict_label(row)
+    if name == "draws":  # the draws run (the precision design's B for this model, method §15)
+        return str(int(row["draws"]))
     metric = METRICS.get(name)
     if metric is None:
         raise QuotedNumberError(f"unknown field {name!r}: use a metric of the metric table")
@@ -149,9 +152,16 @@ def table(demo: str, root: Path = ROOT) -> str:
     """The markdown table of every model of ``demo``'s stored default run."""
     run = stored_run(demo, root)
     s = run.settings
+    design = (
+        f"precision ±{s['precision']:g} (a pilot of {s.get('pilot_draws')} draws of "
+        f"{int(s['targets']) // int(s['draws'])} targets, budget {s.get('max_draws')}: B per model "
+        "below)"
+        if s.get("precision")
+        else f"B = {s.get('draws')} draws"
+    )
     scope = (
         f"`assets/{demo}`, layer `{s.get('layer')}`, σ = {s.get('sigma')}, n = "
-        f"{s.get('subset_size')}, T = {s.get('targets')}, B = {s.get('draws')} draws, seed "
+        f"{s.get('subset_size')}, T = {s.get('targets')}, {design}, seed "
         f"{s.get('seed')}, algorithm version {s.get('algorithm')}; point value [95% interval]"
     )
     head = "| model | " + " | ".join(h for h, _ in TABLE_FIELDS) + " |"

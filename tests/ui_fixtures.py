@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from helpers.designs import fixed_settings
 from streamlit.components.v2.component_manager import BidiComponentManager
 from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
@@ -26,12 +27,11 @@ from sde_core.inputs.architectures import build_model
 from sde_core.inputs.data import load_dataset
 from sde_core.inputs.indices import save_index_file
 from sde_core.inputs.models import save_checkpoint
-from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import CheckpointRef, ModelEntry, Workspace
 from sde_core.pipeline.workspace_write import write_workspace
 
 #: Evaluation defaults small enough for sub-second evaluations of one model.
-TINY_DEFAULTS = EvalSettings(
+TINY_DEFAULTS = fixed_settings(
     layer="output", sigma="sqrt_dim", subset_size=40, targets=10, splits=20, panel_size=20
 )
 ARCH = "mlp"

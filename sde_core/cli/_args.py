@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from sde_core.common.sigma import parse_sigma
 from sde_core.errors import SDEError, SettingsError
-from sde_core.pipeline.settings import SETTINGS, Setting
+from sde_core.pipeline.settings import SETTINGS, Setting, with_stated_design
 
 __all__ = [
     "Parser",
@@ -184,4 +184,4 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
         elif value is not None and entry.cli_words:
             value = dict(entry.cli_words)[value]
         out[entry.name] = value
-    return out
+    return with_stated_design(out)  # --draws without --precision: the fixed design of B draws

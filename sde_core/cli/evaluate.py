@@ -174,6 +174,7 @@ def _plan_only(ws: Any, settings: Any, models: list[str] | None) -> int:
 def _print_table(result: Any, family_notes: Mapping[str, str]) -> None:
     """The summary table, then why numbers are withheld ("–"), which models could not be
     evaluated (their own inputs failed) and what the plan reduced."""
+    from sde_core.pipeline.evaluation.precision import precision_status
     from sde_core.pipeline.evaluation.summary import CLI_COLUMNS
     from sde_core.viz.behaviour_text import behaviour_text
 
@@ -184,20 +185,9 @@ def _print_table(result: Any, family_notes: Mapping[str, str]) -> None:
         for line in verdict_lines(result, family_notes):
             print(f"  {line}")
     for row in result.models.to_dict("records"):
-        target = row.get("precision_target", float("nan"))
-        if target == target:  # a precision design (method §15)
-            half = row["precision_half_width"]
-            if row["draws"] < row["draws_needed"]:
-                state = "not reached (budget spent)"
-            elif not half <= target:  # the pilot underestimated the spread (method §15)
-                state = "not reached"
-            else:
-                state = "reached"
-            print(
-                f"{row['name']}: precision ±{target:g} {state} — widest half-width "
-                f"{half:.3f} after {row['draws']} draws (the pilot asked for "
-                f"{int(row['draws_needed'])})"
-            )
+        status = precision_status(row)  # a precision design (method §15)
+        if status is not None:
+            print(f"{row['name']}: {status[1]}")
         if row["inconclusive_reason"]:  # a class-wise verdict withholds the OTR only (§16)
             what = "OTR withheld" if row.get("class_wise_verdict") else "inconclusive"
             print(f"{row['name']}: {what} — {row['inconclusive_reason']}")

@@ -28,7 +28,6 @@ skipped, and the original's training resumes from its ``resume.pt``.
 from __future__ import annotations
 
 import shutil
-import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -42,7 +41,13 @@ from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import SDEError
 from sde_core.pipeline.demo_data import _write_data
 from sde_core.pipeline.demo_recipes import DATA_FILE, FORGET_FILE, STORE_FILE, DemoRecipe
-from sde_core.pipeline.workspace import CheckpointRef, ModelEntry, Workspace, workspace_hash
+from sde_core.pipeline.workspace import (
+    CACHE_FOLDER,
+    CheckpointRef,
+    ModelEntry,
+    Workspace,
+    workspace_hash,
+)
 from sde_core.pipeline.workspace_checks import check_workspace
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.pipeline.workspace_write import relative_to_workspace, write_workspace
@@ -55,7 +60,6 @@ if TYPE_CHECKING:  # torch, pandas and the training stack load lazily: the CLI s
 __all__ = [
     "BuildReport",
     "build_demo",
-    "compact_store",
 ]
 
 
@@ -368,9 +372,33 @@ def _unlearn_inputs(
     return original, data
 
 
+#: Draws per model whose H arrays a shipped store keeps (:mod:`~sde_core.pipeline.shipped_store`;
+#: every draw's numbers are kept): 3 draws (60 targets, 120 panel members at the demos' T/B = 20,
+#: R = 20) for the histograms, so the four demos' stores fit the assets/ budget
+#: (tests/pipeline/test_demo.py) at the precision design's 10–60 draws per model.
+SHIPPED_ARRAY_DRAWS = 3
+
+
 def fill_store(ws: Workspace, path: Path) -> Path:
-    """Evaluate every model of a demo at ``[defaults]`` into ``path``, keep only that run and
-    compact it (the shipped results store of every bundled demo)."""
+    """Evaluate every model of a demo at ``[defaults]`` into a full results store (every H
+    array; ``.sde-cache/full-results.sqlite``, which a resumed build reuses), then ship that
+    run to ``path``: every number of every draw, the H arrays of the first
+    :data:`SHIPPED_ARRAY_DRAWS` draws (:func:`~sde_core.pipeline.shipped_store.ship_run`), so
+    the four demos fit ``assets/`` at the precision design's 10–60 draws per model."""
+    from sde_core.pipeline.shipped_store import ship_run
+    from sde_core.pipeline.store import ResultsStore
+
+    full = Path(ws.root) / CACHE_FOLDER / "full-results.sqlite"
+    full.parent.mkdir(parents=True, exist_ok=True)
+    run_id = _fill_full_store(ws, full)
+    with ResultsStore(full, read_only=True) as st:
+        run = st.get_run(run_id)
+    ship_run(full, path, run.workspace_hash, run.settings, SHIPPED_ARRAY_DRAWS)
+    return path
+
+
+def _fill_full_store(ws: Workspace, path: Path) -> int:
+    """Evaluate every model at ``[defaults]`` into ``path`` (keeping only that run); its id."""
     from tqdm import tqdm
 
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
@@ -392,21 +420,5 @@ def fill_store(ws: Workspace, path: Path) -> Path:
                     st.delete_run(int(run_id))
     finally:
         bar.close()
-    compact_store(path)
-    return path
-
-
-def compact_store(path: str | Path) -> None:
-    """VACUUM a results store and fold its write-ahead log into the file.
-
-    The file stays in WAL journal mode (what :class:`~sde_core.pipeline.store.ResultsStore` sets),
-    so
-    opening it later does not rewrite its header; no ``-wal``/``-shm`` files remain.
-    """
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("VACUUM")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
+    assert result.run_id is not None
+    return result.run_id

@@ -125,8 +125,9 @@ class DemoRecipe:
 
 def demo_defaults(layer: str, subset_size: int) -> EvalSettings:
     """The ``[defaults]`` of a bundled demo workspace: the given layer and n, every other setting
-    pinned here (σ = √d, T = 100, K = 200, seed 0, 30 bins, R = 20, α = 0.01) so that a change of
-    the library's defaults never silently changes a demo's shipped numbers."""
+    pinned here (σ = √d, T = 100, K = 200, seed 0, 30 bins, R = 20, α = 0.01, the precision
+    design W = 0.1 with a pilot of 10 draws of 20 targets and a budget of 60, method §15) so
+    that a change of the library's defaults never silently changes a demo's shipped numbers."""
     return EvalSettings(
         layer=layer,
         sigma=SQRT_DIM,
@@ -137,6 +138,10 @@ def demo_defaults(layer: str, subset_size: int) -> EvalSettings:
         bins=30,
         panel_size=20,
         alpha=0.01,
+        draws=5,
+        precision=0.1,
+        pilot_draws=10,
+        max_draws=60,
     )
 
 

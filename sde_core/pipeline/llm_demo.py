@@ -132,7 +132,15 @@ class FactsRecipe:
     )
     defaults: EvalSettings = field(
         default_factory=lambda: EvalSettings(
-            layer="layer.3", subset_size=50, targets=100, splits=50, panel_size=20, draws=5
+            layer="layer.3",
+            subset_size=50,
+            targets=100,
+            splits=50,
+            panel_size=20,
+            draws=5,
+            precision=0.1,
+            pilot_draws=10,
+            max_draws=60,
         )
     )
     seed: int = 0

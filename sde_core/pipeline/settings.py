@@ -31,12 +31,14 @@ from sde_core.stats.hsic import MAX_POOL_ROWS, MAX_SPLITS
 
 __all__ = [
     "ALGORITHM_VERSION",
+    "DEFAULT_PRECISION",
     "MAX_SEED",
     "NOISE_LEVELS",
     "SETTINGS",
     "EvalSettings",
     "Setting",
     "setting",
+    "with_stated_design",
 ]
 
 #: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
@@ -64,6 +66,10 @@ MAX_SEED = 2**32 - 1
 
 #: The precision design's settings (method §15): inert while ``precision`` is 0.
 _PRECISION_FIELDS = ("precision", "pilot_draws", "max_draws")
+#: The precision target W of the default design (method §15): ±0.1 on OTR, calibrated OTR and
+#: the over-unlearned share, the half-width at which a mixed reading (OTR 0.5–0.8) is told
+#: apart from "not forgotten"; ``precision = 0`` (or B given alone) is the fixed design.
+DEFAULT_PRECISION = 0.1
 
 #: How a setting's value is written: ``int``, ``float`` (a finite real number),
 #: ``sigma`` (:mod:`sde_core.common.sigma`), ``name`` (non-empty text: the layer), ``choice``
@@ -237,10 +243,12 @@ class EvalSettings:
         device: ``"cpu"`` or a torch device for extraction and the HSIC engine; ``"auto"``: a
             CUDA GPU when torch sees one (the HSIC stage then runs the torch kernel, results
             equivalent to the CPU engine's under method §13), else the CPU.
-        precision: W, the requested half-width of the headline intervals (method §15); 0 (the
-            default) keeps the fixed design of ``draws`` draws. With W > 0 a pilot of
-            ``pilot_draws`` draws fixes how many draws reach W (Stein's two-stage design), each
-            draw judging ``targets // draws`` targets as in the fixed design.
+        precision: W, the requested half-width of the headline intervals (method §15): by
+            default ±0.1 (:data:`DEFAULT_PRECISION`): a pilot of ``pilot_draws`` draws fixes how
+            many draws reach W (Stein's two-stage design), each draw judging
+            ``targets // draws`` targets as in the fixed design. 0 keeps the fixed design of
+            ``draws`` draws; a mapping, command line or link that gives ``draws`` without
+            ``precision`` asks for that fixed design (:func:`with_stated_design`).
         pilot_draws: n0, the pilot's draws (precision only).
         max_draws: the budget in draws (precision only): the run stops there and says so.
     """
@@ -261,7 +269,7 @@ class EvalSettings:
     pool: bool = True
     device: str = "cpu"
     draws: int = 5
-    precision: float = 0.0
+    precision: float = DEFAULT_PRECISION
     pilot_draws: int = 10
     max_draws: int = 60
 
@@ -285,12 +293,14 @@ class EvalSettings:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> EvalSettings:
-        """Build from a mapping (workspace ``[defaults]``, CLI flags), rejecting unknown keys."""
+        """Build from a mapping (workspace ``[defaults]``, a report's or plan's settings),
+        rejecting unknown keys; ``draws`` without ``precision`` is the fixed design of that many
+        draws (:func:`with_stated_design`)."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise SettingsError(f"unknown settings {unknown}; valid settings: {sorted(known)}")
-        return cls(**dict(values))
+        return cls(**with_stated_design(values))
 
     def with_overrides(self, **overrides: Any) -> EvalSettings:
         """A copy with the given non-None fields replaced (CLI flags, dashboard widgets)."""
@@ -314,6 +324,21 @@ class EvalSettings:
 
 
 _FIELDS = {f.name: f for f in fields(EvalSettings)}
+
+
+def with_stated_design(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with ``precision = 0`` added when they give ``draws`` (B) but not
+    ``precision`` (W): stating B alone asks for the fixed design of B draws.
+
+    This keeps every workspace ``[defaults]``, report, plan and deep link written while the
+    fixed design was the default (each states its B and no W) meaning what it meant when it was
+    written, and makes ``--draws 8`` on the command line the fixed design of 8 draws; values
+    that state neither get the default design (W = :data:`DEFAULT_PRECISION`)."""
+    out = dict(values)
+    if out.get("draws") is not None and out.get("precision") is None:
+        out["precision"] = 0.0
+    return out
+
 
 #: Every evaluation setting, declared once (in the order the CLI's help and the sidebar show
 #: them). A test checks that each field of :class:`EvalSettings` has exactly one entry with a
@@ -355,14 +380,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "draws", "B",
         "B independent reference draws: each has its own S_IT, S_OOT, panels, share of the "
-        "targets and controls; the spread between draws gives every interval.",
+        "targets and controls; the spread between draws gives every interval. Given without "
+        "a precision target W, B draws are run (the fixed design).",
         12, "int", "--draws", url_key="B", widget="number", widget_label="Reference draws B",
         minimum=1, maximum=100, label="draws",
     ),
     Setting(
         "precision", "W",
-        "Half-width to reach for OTR, calibrated OTR and the over-unlearned share: a pilot of "
-        "draws fixes how many draws that takes (Stein's two stages); 0 keeps the fixed B draws.",
+        "Half-width to reach for OTR, calibrated OTR and the over-unlearned share (default "
+        "0.1): a pilot of draws fixes how many draws that takes (Stein's two stages); 0 keeps "
+        "the fixed B draws.",
         15, "float", "--precision", url_key="W", link_off=0.0, widget="number",
         widget_label="Precision target ±W (0 = fixed B)", minimum=0.0, maximum=0.5, step=0.01,
         label="precision target ±W",

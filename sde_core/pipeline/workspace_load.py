@@ -23,7 +23,7 @@ from sde_core.common.paths import (
 from sde_core.common.toml_limits import read_toml
 from sde_core.errors import SDEError, SettingsError, WorkspaceError
 from sde_core.pipeline.criterion import criterion_from_table
-from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.settings import EvalSettings, with_stated_design
 from sde_core.pipeline.workspace import (
     _VERSION,
     MAX_DESCRIPTION_CHARS,
@@ -150,12 +150,12 @@ def defaults_from_table(table: object) -> tuple[EvalSettings, list[Problem]]:
             )
             continue
         try:
-            EvalSettings(**{**good, key: value})
+            EvalSettings(**with_stated_design({**good, key: value}))
         except SettingsError as exc:
             problems.append(Problem(f"defaults.{key}", str(exc)))
             continue
         good[key] = value
-    return EvalSettings(**good), problems
+    return EvalSettings(**with_stated_design(good)), problems  # B alone: the fixed design
 
 
 def _check_caps(file: Path, raw: Mapping[str, Any]) -> None:

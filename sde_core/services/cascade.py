@@ -24,6 +24,7 @@ from sde_core.errors import SDEError
 from sde_core.pipeline.evaluation.class_wise import ForgetClasses
 from sde_core.pipeline.evaluation.comparisons import COMPARED_METRICS, compare_models
 from sde_core.pipeline.evaluation.planner import forecast_models, forecast_sentence
+from sde_core.pipeline.evaluation.precision import precision_status
 from sde_core.pipeline.evaluation.run import EvaluationCancelled, PartialEvaluation
 from sde_core.pipeline.evaluation.session import (
     COMPARE_STAGES,
@@ -61,6 +62,7 @@ __all__ = [
     "forecast_models",
     "forecast_sentence",
     "open_results_store",
+    "precision_status",
     "process_cache",
     "slice_result",
     "warm_workspace",

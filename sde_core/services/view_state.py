@@ -28,7 +28,7 @@ from typing import Any, ClassVar, TypeVar
 from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.common.sigma import SIGMA_SYNTAX, parse_sigma
 from sde_core.errors import SDEError
-from sde_core.pipeline.settings import SETTINGS, Setting, setting
+from sde_core.pipeline.settings import SETTINGS, Setting, setting, with_stated_design
 from sde_core.pipeline.sweeps import SWEEP_PARAMS
 
 __all__ = [
@@ -311,7 +311,8 @@ def decode(page: str, query: Mapping[str, str]) -> tuple[PageView, list[str]]:
                 settings[entry.name] = value
             else:
                 problems.append(f"The link's {problem}: {_KEPT}.")
-    values["settings"] = settings
+    # B without W: the fixed design (every link made before W = 0.1 became the default)
+    values["settings"] = with_stated_design(settings)
     for f in _page_fields(cls):
         if f.name not in params:
             continue

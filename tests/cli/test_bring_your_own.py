@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers.designs import FIXED_FLAGS
 
 from sde_core.cli import main
 from sde_core.inputs.architectures import build_model
@@ -31,7 +32,17 @@ def run(*argv: str) -> None:
 
 
 def evaluate(ws: Path, out: Path, *flags: str) -> dict:
-    run("evaluate", str(ws), "--json", str(out), "--no-store", "--baseline-targets", "0", *flags)
+    run(
+        "evaluate",
+        str(ws),
+        "--json",
+        str(out),
+        "--no-store",
+        "--baseline-targets",
+        "0",
+        *FIXED_FLAGS,
+        *flags,
+    )
     return json.loads(out.read_text())["models"]
 
 

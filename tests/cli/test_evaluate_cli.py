@@ -12,12 +12,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers.designs import FIXED_FLAGS
 
 from sde_core.cli import main
 from sde_core.pipeline.demo_recipes import MODEL_NAMES, default_demo_folder
 
 #: Small T/K/n so that one evaluation of the nine models takes seconds.
-FAST = ["--subset-size", "100", "--targets", "6", "--splits", "20", "--baseline-targets", "2"]
+FAST = [
+    "--subset-size",
+    "100",
+    "--targets",
+    "6",
+    "--splits",
+    "20",
+    "--baseline-targets",
+    "2",
+    *FIXED_FLAGS,
+]
 SPEC_KEYS = {
     "role",
     "layer",

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.designs import FIXED_FLAGS
 
 from sde_core.cli import main
 from sde_core.common.hashing import file_sha256
@@ -20,7 +21,17 @@ from sde_core.pipeline.settings import ALGORITHM_VERSION
 from sde_core.services.report_verify import load_report, verify_report
 
 DEMO = Path(__file__).resolve().parents[2] / "assets" / "demo"
-SMALL = ["--subset-size", "100", "--targets", "20", "--splits", "50", "--baseline-targets", "0"]
+SMALL = [
+    "--subset-size",
+    "100",
+    "--targets",
+    "20",
+    "--splits",
+    "50",
+    "--baseline-targets",
+    "0",
+    *FIXED_FLAGS,
+]
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.designs import FIXED, fixed_settings
 from torch import nn
 from torch.utils.data import TensorDataset
 from ui_fixtures import app_test, warm_server
@@ -28,7 +29,6 @@ from sde_core.learning.training import save_weights
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.run import evaluate_arrays
 from sde_core.pipeline.model_inputs import ModelInputs
-from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.pipeline.workspace_write import write_workspace
 
@@ -37,8 +37,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 N_TR, N_TE, N_F, D = 1200, 800, 300, 16
 APP = Path(__file__).resolve().parents[2] / "app.py"
 #: small T/K/n, so that the evaluations take seconds
-SETTINGS = {"subset_size": 60, "targets": 20, "splits": 40, "panel_size": 20, "null_pairs": 6,
-            "baseline_targets": 6}  # fmt: skip
+SETTINGS = {**FIXED, "subset_size": 60, "targets": 20, "splits": 40, "panel_size": 20,
+            "null_pairs": 6, "baseline_targets": 6}  # fmt: skip
 
 
 def _data() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
@@ -86,7 +86,7 @@ def test_a_signal_regressor_is_its_family_and_runs_through_the_evaluation(models
     with pytest.raises(ActivationError, match="only a denoiser is probed at noise levels"):
         resolve_layer(original, "hidden@0.5")
 
-    settings = EvalSettings(**SETTINGS)
+    settings = fixed_settings(**SETTINGS)
     plan = draw_subsets(N_TR, N_TE, models["forget"], settings)
     layer = SIGNAL_REGRESSOR.default_layer  # "prediction", the model's output
     otr = {}

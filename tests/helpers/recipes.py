@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from helpers.designs import FIXED_FLAGS
 from sde_core.cli import main
 from sde_core.pipeline.workspace import Workspace
 from sde_core.pipeline.workspace_load import load_workspace
@@ -39,7 +40,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "bring-your-own.md"
 #: Result keys compared between models (the evaluation JSON may gain others).
 KEYS = ("otr", "f1", "reference_p", "references_valid", "acc_r", "acc_f", "acc_te", "asr")
 #: Added to every recipe's ``evaluate`` command, for speed only.
-FAST = ("--targets", "6", "--splits", "20", "--baseline-targets", "0")
+FAST = ("--targets", "6", "--splits", "20", "--baseline-targets", "0", *FIXED_FLAGS)
 
 
 def _blocks(kind: str) -> dict[str, str]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from helpers.designs import fixed_settings
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.run import evaluate_arrays
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
 from sde_core.pipeline.model_inputs import ModelInputs
-from sde_core.pipeline.settings import EvalSettings
 
 __all__ = ["N_F", "N_TE", "N_TR", "D", "synthetic_result"]
 
@@ -20,7 +20,7 @@ N_TR, N_TE, N_F, D = 1200, 800, 300, 6
 
 def synthetic_result() -> EvaluationResult:
     """Four models on shared subsets: training rows are more spread out than unseen rows."""
-    settings = EvalSettings(
+    settings = fixed_settings(
         subset_size=60, targets=20, splits=40, panel_size=20, null_pairs=6, baseline_targets=0
     )
     forget = np.random.default_rng(0).choice(N_TR, N_F, replace=False)

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from helpers.designs import fixed_settings
 from sde_core.inputs.architectures import build_model
 from sde_core.learning.training import save_weights
-from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import CheckpointRef, ModelEntry, Workspace
 from sde_core.pipeline.workspace_write import rehash_models, write_workspace
 
@@ -56,7 +56,7 @@ def make_workspace(root: Path) -> Workspace:
     ws.add_model(
         ModelEntry(name="rand", role="random", arch="mlp", checkpoint="models/random.safetensors")
     )
-    ws.defaults = EvalSettings(subset_size=20, sigma=2.5, targets=5)
+    ws.defaults = fixed_settings(subset_size=20, sigma=2.5, targets=5)
     rehash_models(ws)
     write_workspace(ws)
     return ws

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision
+from helpers.designs import FIXED_FLAGS
 from helpers.recipes import Project, differ, new_project, write_cifar10
 from torch import nn
 
@@ -376,7 +377,7 @@ def test_one_models_bad_layer_is_reported_on_its_row(tmp_path: Path, capsys):
                      str(tmp_path / "WS" / f"{name}.npz")]) == 0  # fmt: skip
     code = main(["evaluate", ws, "--layer", "hidden", "--no-store", "--json",
                  str(tmp_path / "r.json"), "--targets", "6", "--splits", "20",
-                 "--baseline-targets", "0"])  # fmt: skip
+                 "--baseline-targets", "0", *FIXED_FLAGS])  # fmt: skip
     out, err = capsys.readouterr()
     assert code == 1
     assert "other: not evaluated — layer 'hidden' is not in" in out

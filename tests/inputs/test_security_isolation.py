@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.designs import FIXED_FLAGS
 from torch import nn
 
 from sde_core.cli import main
@@ -31,7 +32,7 @@ from sde_core.services.uploads import Upload, add_uploaded_model
 from sde_core.services.workspace_models import ModelSpec, add_model
 
 LIMIT = "2"
-FAST = ["--subset-size", "8", "--targets", "4", "--splits", "4", "--panel-size", "20"]
+FAST = ["--subset-size", "8", "--targets", "4", "--splits", "4", "--panel-size", "20", *FIXED_FLAGS]
 
 
 class _ForwardLoop(nn.Module):

@@ -31,10 +31,10 @@ from sde_core.pipeline.workspace_load import load_workspace
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 #: assets/ stays small: ~6 MB of data, ~10 MB of half-precision checkpoints and two results
-#: stores of ~8 MB (B = 5 draws of H arrays per model, so every page and every bins/α change is
-#: answered without recomputation), plus the diffusion demo (method §14: ~1 MB of data, ~3 MB
-#: of checkpoints, a ~4 MB store) and the language-model demo (~2.5 MB of float16 model
-#: folders, a ~5 MB store).
+#: stores of ~10 MB (every draw's numbers of the precision design's 10–60 draws per model, the
+#: H arrays of the first 3 draws: sde_core/pipeline/shipped_store.py), plus the diffusion demo
+#: (method §14: ~1 MB of data, ~3 MB of checkpoints, its store) and the language-model demo
+#: (~2.5 MB of float16 model folders, its store).
 SIZE_BUDGET = 48 * 1024 * 1024
 SHIPPED_FILES = ("workspace.toml", "data.npz", "forget.npy", "LICENSE-data.txt", "results.sqlite")
 
@@ -191,7 +191,11 @@ def test_demo_build_unknown_dataset_is_a_usage_error(capsys):
     assert capsys.readouterr().err.startswith("error:")
 
 
-@pytest.mark.parametrize("model", ["random", "rl"])
+@pytest.mark.parametrize(
+    "model",
+    # rl runs 36 draws at the default precision design (~80 s of CPU): in the slow half
+    ["random", pytest.param("rl", marks=pytest.mark.slow)],
+)
 def test_shipped_store_equals_a_fresh_run(model, tmp_path):
     """The shipped Fashion-MNIST results are reproduced by an evaluation from scratch (fresh
     activations, no stage cache) on this machine, which need not be the one that built the

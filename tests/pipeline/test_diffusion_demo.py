@@ -31,7 +31,7 @@ from sde_core.viz.figures.sweeps import plan_figure
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = EvalSettings(layer="denoised@0.5", subset_size=8, targets=2, splits=10, panel_size=20,
-                     null_pairs=1, baseline_targets=0, draws=1)  # fmt: skip
+                     null_pairs=1, baseline_targets=0, draws=1, precision=0)  # fmt: skip
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

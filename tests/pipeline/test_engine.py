@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.designs import fixed_settings
 
 from sde_core.errors import EngineError
 from sde_core.pipeline.engine import (
@@ -144,14 +145,13 @@ def tiny_workspace(tmp_path_factory) -> Path:
 def test_evaluation_rows_identical_on_both_engines(ray_engine, tiny_workspace, tmp_path):
     from sde_core.cli import main
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
-    from sde_core.pipeline.settings import EvalSettings
     from sde_core.pipeline.store import ResultsStore
 
     # Unlearning as a Ray job: the driver alone writes workspace.toml.
     argv = ["unlearn", str(tiny_workspace), "--method", "ft", "--name", "ft",
             "--param", "epochs=1", "--engine", "ray"]  # fmt: skip
     assert main(argv) == 0
-    settings = EvalSettings(subset_size=16, targets=6, splits=20, panel_size=20, null_pairs=4,
+    settings = fixed_settings(subset_size=16, targets=6, splits=20, panel_size=20, null_pairs=4,
                             baseline_targets=4)  # fmt: skip
     rows = {}
     for name, engine in (("local", LocalEngine()), ("ray", ray_engine)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.designs import fixed_settings
 
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.plan import draw_subsets
@@ -21,7 +22,7 @@ def forget() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def settings() -> EvalSettings:
-    return EvalSettings(
+    return fixed_settings(
         subset_size=60, targets=20, splits=40, panel_size=20, null_pairs=6, baseline_targets=6
     )
 
@@ -96,7 +97,7 @@ def test_small_pools_are_refused_or_reduced_with_the_numbers(forget, settings):
 
 def test_subset_larger_than_pool_is_a_settings_error(forget):
     with pytest.raises(SettingsError, match="larger than the forget set"):
-        draw_subsets(N_TR, N_TE, forget, EvalSettings(subset_size=400))
+        draw_subsets(N_TR, N_TE, forget, fixed_settings(subset_size=400))
 
 
 @pytest.mark.parametrize(
@@ -160,7 +161,7 @@ def test_pure_noise_gives_chance_or_withheld_f1_for_sde_and_both_baselines(forge
     the gate): on noise each is withheld, or its interval covers 0.5. (Before the controls were
     kept apart from the references, MMD and W2 scored F1 = 1.0 on noise; before the gate, the
     MMD baseline published 0.63 ± 0.10 with no interval.)"""
-    s = EvalSettings(
+    s = fixed_settings(
         subset_size=60, targets=40, splits=20, panel_size=20, null_pairs=5, baseline_targets=40,
         seed=seed,
     )  # fmt: skip
@@ -182,7 +183,7 @@ def test_noise_f1_averages_one_half():
     forget = np.random.default_rng(0).choice(N_TR, N_F, replace=False)
     values: dict[str, list[float]] = {"f1_raw": [], "mmd_f1_raw": [], "w2_f1_raw": []}
     for seed in range(6):
-        s = EvalSettings(
+        s = fixed_settings(
             subset_size=40, targets=40, splits=10, panel_size=20, null_pairs=5,
             baseline_targets=40, seed=seed,
         )  # fmt: skip
@@ -300,7 +301,7 @@ def _with_oot_panels(plan, rows_per_draw):
 
 @pytest.fixture(scope="module")
 def gate_setup(forget):
-    s = EvalSettings(
+    s = fixed_settings(
         subset_size=60, targets=20, splits=40, panel_size=20, null_pairs=20, baseline_targets=0
     )
     plan = draw_subsets(N_TR, N_TE, forget, s)
@@ -380,7 +381,7 @@ def test_behaviour_conflict_when_forgotten_by_sde_but_still_fitted():
     the model still classifies D_f far better than unseen data: conflicting evidence, with the
     numbers; the same SDE result with D_f accuracy at the unseen level is no conflict."""
     forget = np.random.default_rng(0).choice(N_TR, N_F, replace=False)
-    s = EvalSettings(
+    s = fixed_settings(
         subset_size=60, targets=20, splits=40, panel_size=20, null_pairs=6, baseline_targets=0
     )
     plan = draw_subsets(N_TR, N_TE, forget, s)

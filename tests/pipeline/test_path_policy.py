@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.designs import FIXED_FLAGS, fixed_settings
 from helpers.workspaces import make_workspace
 from streamlit.testing.v1 import AppTest
 
@@ -16,7 +17,6 @@ from sde_core.cli import main
 from sde_core.common.paths import allowed_roots, env_roots, resolve_in_roots
 from sde_core.errors import PathError, WorkspaceError
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
-from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace_checks import validate_workspace
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.pipeline.workspace_write import write_workspace
@@ -24,7 +24,17 @@ from sde_core.pipeline.workspace_write import write_workspace
 APP = Path(__file__).resolve().parents[2] / "app.py"
 SECRET = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
 LEAKS = ("root:x", "/bin/bash", "daemon", "nologin")
-FAST = ["--subset-size", "10", "--targets", "4", "--splits", "4", "--panel-size", "20"]
+FAST = [
+    "--subset-size",
+    "10",
+    "--targets",
+    "4",
+    "--splits",
+    "4",
+    "--panel-size",
+    "20",
+    *FIXED_FLAGS,
+]
 
 
 def no_leak(text: str) -> None:
@@ -113,14 +123,14 @@ def test_library_refuses_and_never_reads_the_target(fixture: str, request: pytes
         load_workspace(root)
     no_leak(str(info.value))
     with pytest.raises(WorkspaceError, match="outside the allowed folders"):
-        evaluate_workspace(root, EvalSettings(subset_size=8, targets=4, splits=4))
+        evaluate_workspace(root, fixed_settings(subset_size=8, targets=4, splits=4))
     ws = load_workspace(root, validate=False)  # parsing alone reads no named file
     field = "forget_indices" if fixture == "symlinked_forget" else "models[0].checkpoint"
     problems = [p for p in validate_workspace(ws) if p.field == field]
     assert problems and "outside the allowed folders" in problems[0].message
     no_leak(" ".join(p.message for p in validate_workspace(ws)))
     with pytest.raises(WorkspaceError, match="outside"):
-        evaluate_workspace(ws, EvalSettings(subset_size=8, targets=4, splits=4))
+        evaluate_workspace(ws, fixed_settings(subset_size=8, targets=4, splits=4))
 
 
 def test_an_allowed_root_admits_the_outside_file(outside_checkpoint: Path, outside: Path):

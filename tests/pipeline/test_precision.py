@@ -12,7 +12,7 @@ from scipy import stats
 from sde_core.errors import InputError, SettingsError
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.planner import forecast, forecast_sentence
-from sde_core.pipeline.evaluation.precision import precision_json
+from sde_core.pipeline.evaluation.precision import per_draw_rates, precision_json, precision_status
 from sde_core.pipeline.evaluation.run import ModelRun
 from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.model_inputs import ModelInputs
@@ -93,12 +93,13 @@ def test_bad_pilots_are_refused(pilot, trials, width, match):
         stein_draws(pilot, trials, width)
 
 
-def test_settings_default_to_the_fixed_design_and_keep_its_store_key():
-    s = EvalSettings()
-    assert s.precision == 0 and "precision" not in s.result_key()
+def test_settings_default_to_the_precision_design_and_the_fixed_keeps_its_store_key():
+    s = EvalSettings(precision=0)
+    assert "precision" not in s.result_key()
     assert "max_draws" not in s.result_key()
-    on = s.with_overrides(precision=0.1)
+    on = EvalSettings()  # the default: W = 0.1, a pilot of 10 draws, a budget of 60
     assert on.result_key()["precision"] == 0.1 and on.result_key()["max_draws"] == 60
+    assert on.result_key()["pilot_draws"] == 10
     with pytest.raises(SettingsError, match="max_draws=5 is smaller"):
         EvalSettings(precision=0.1, max_draws=5)
     with pytest.raises(SettingsError, match="precision"):
@@ -125,7 +126,7 @@ def _settings(**kw):
 
 def test_the_fixed_design_is_unchanged_by_the_precision_fields(partly_forgotten):
     forget, _ = partly_forgotten
-    fixed = EvalSettings(subset_size=40, targets=20, splits=30, null_pairs=5)
+    fixed = EvalSettings(subset_size=40, targets=20, splits=30, null_pairs=5, precision=0)
     plan = draw_subsets(N_TR, N_TE, forget, fixed)
     budgeted = draw_subsets(N_TR, N_TE, forget, fixed.with_overrides(max_draws=9, pilot_draws=3))
     assert plan.fingerprint() == budgeted.fingerprint() and len(plan.draws) == 5
@@ -208,5 +209,40 @@ def test_a_miss_without_the_budget_says_not_reached_and_why(partly_forgotten):
     m = run.evaluation().model
     assert m.precision_half_width > target
     assert f"precision ±{target:g} not reached after the {design.draws} draws" in m.notes
-    assert "underestimated the full run's" in m.notes and "budget" not in m.notes
+    # the reason in words: the pilot's spread below the full run's, or (here: these draws
+    # agree, their SD is below the pilot's binomial floor) Clopper–Pearson wider than Student t
+    values, _ = per_draw_rates(run.draws, "otr")
+    full_sd = float(np.std(values, ddof=1))
+    why = (
+        "underestimated the full run's"
+        if full_sd > quiet["otr"].sd
+        else "Clopper–Pearson's bound on the effective trials is wider than Stein's Student t"
+    )
+    assert why in m.notes and "budget" not in m.notes
     assert precision_json(m.to_row())["precision"]["reached"] is False
+
+
+def test_the_precision_status_says_reached_or_why_not_in_words():
+    """The CLI's and Explore's sentence on a precision row; nothing for a fixed-design row."""
+    row = {"precision_target": 0.1, "precision_half_width": 0.094, "draws": 36,
+           "draws_needed": 36, "notes": ""}  # fmt: skip
+    assert precision_status(row) == (
+        "reached",
+        "precision ±0.1 reached: widest half-width 0.094 after 36 draws (the pilot asked for 36)",
+    )
+    missed = {**row, "precision_half_width": 0.122, "notes": "x; precision ±0.1 not reached "
+              "after the 36 draws the pilot fixed: otr ±0.122: the pilot's per-draw SD 0.203 "
+              "underestimated the full run's 0.264, so …"}  # fmt: skip
+    state, sentence = precision_status(missed)
+    assert state == "not reached" and sentence.endswith(
+        "— after the 36 draws the pilot fixed: otr ±0.122: the pilot's per-draw SD 0.203 "
+        "underestimated the full run's 0.264, so …"
+    )
+    spent = {**row, "draws": 60, "draws_needed": 80, "notes": "precision ±0.1 not reached: "
+             "budget spent at half-width 0.130 — the pilot asks for 80 draws"}  # fmt: skip
+    assert precision_status(spent)[0] == "not reached (budget spent)"
+    assert "the pilot asks for 80 draws" in precision_status(spent)[1]
+    withheld = {**row, "precision_half_width": float("nan"), "notes": "no precision target "
+                "applied: every headline rate is withheld after the pilot"}  # fmt: skip
+    assert precision_status(withheld)[0] == "not applied"
+    assert precision_status({"precision_target": float("nan")}) is None

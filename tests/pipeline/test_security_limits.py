@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers.designs import FIXED_FLAGS, fixed_settings
 from helpers.workspaces import N_TRAIN
 
 from sde_core.cli import main
@@ -23,7 +24,6 @@ from sde_core.inputs.architectures import build_model
 from sde_core.inputs.indices import load_index_file
 from sde_core.inputs.models import load_checkpoint
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
-from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import (
     MAX_DESCRIPTION_CHARS,
@@ -39,8 +39,8 @@ from sde_core.services.view_state import decode
 from sde_core.stats.proportions import wilson_interval
 from sde_core.viz.report.exports import to_csv_bytes
 
-FAST = ["--subset-size", "8", "--targets", "4", "--splits", "4", "--panel-size", "20"]
-TINY = EvalSettings(subset_size=8, targets=4, splits=4, panel_size=20, baseline_targets=0)
+FAST = ["--subset-size", "8", "--targets", "4", "--splits", "4", "--panel-size", "20", *FIXED_FLAGS]
+TINY = fixed_settings(subset_size=8, targets=4, splits=4, panel_size=20, baseline_targets=0)
 
 
 @pytest.fixture(autouse=True)

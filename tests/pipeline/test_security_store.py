@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.designs import fixed_settings
 
 from sde_core.errors import StoreError
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
-from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
 
-SETTINGS = EvalSettings(
+SETTINGS = fixed_settings(
     subset_size=16, targets=6, splits=20, panel_size=20, null_pairs=4, baseline_targets=4
 )
 KINDS = ("page", "page", "page", "blob", "blob", "payload", "payload", "field", "truncate")

@@ -22,7 +22,14 @@ from sde_core.errors import InputError, PlanError, SDEError, SettingsError
 from sde_core.pipeline.plans.graph import build_jobs
 from sde_core.pipeline.plans.params import _check_sigma
 from sde_core.pipeline.plans.spec import list_plans, load_plan
-from sde_core.pipeline.settings import SETTINGS, EvalSettings, setting
+from sde_core.pipeline.settings import (
+    DEFAULT_PRECISION,
+    SETTINGS,
+    EvalSettings,
+    setting,
+    with_stated_design,
+)
+from sde_core.pipeline.workspace_load import defaults_from_table
 from sde_core.services.view_state import decode
 from sde_core.stats.hsic import resolve_sigma
 from sde_core.viz.glossary import GLOSSARY, METHOD_SECTIONS
@@ -77,7 +84,9 @@ def test_every_field_is_declared_once_with_everything_it_needs():
 
 @pytest.mark.parametrize("entry", [s for s in SETTINGS if s.kind == "int"], ids=lambda s: s.name)
 def test_evaluation_settings_enforce_the_tables_integer_bounds(entry):
-    wide = {"alpha_calibrated": 0.5}  # R = 3 allows a calibrated verdict only at α ≥ 1/4
+    # R = 3 allows a calibrated verdict only at α ≥ 1/4; the fixed design: each bound alone,
+    # without the precision design's pilot-within-budget rule
+    wide = {"alpha_calibrated": 0.5, "precision": 0.0}
     lo = int(entry.minimum)
     assert getattr(EvalSettings(**wide, **{entry.name: lo}), entry.name) == lo
     with pytest.raises(SettingsError, match=entry.name):
@@ -118,10 +127,33 @@ def test_cli_flags_and_their_help_come_from_the_table():
     argv = ["--sigma", "0.5*sqrt_dim", "--draws", "3", "--token-pooling", "last",
             "--alpha", "0.02", "--estimator", "unbiased"]  # fmt: skip
     given_ = settings_overrides(parser.parse_args(argv))
-    assert EvalSettings().with_overrides(**given_) == EvalSettings(
-        sigma="0.5*sqrt_dim", draws=3, pool=False, alpha=0.02, estimator="unbiased"
+    assert EvalSettings().with_overrides(**given_) == EvalSettings(  # B alone: the fixed design
+        sigma="0.5*sqrt_dim", draws=3, pool=False, alpha=0.02, estimator="unbiased", precision=0
     )
     assert set(settings_overrides(parser.parse_args([])).values()) == {None}
+    both = settings_overrides(parser.parse_args(["--draws", "4", "--precision", "0.05"]))
+    assert EvalSettings().with_overrides(**both).precision == 0.05
+    alone = settings_overrides(parser.parse_args(["--precision", "0"]))
+    assert EvalSettings().with_overrides(**alone) == EvalSettings(precision=0)
+
+
+def test_the_decisive_design_is_the_default_and_a_stated_b_keeps_its_meaning():
+    """W = 0.1 by default; a workspace, report, plan or link written while the fixed design was
+    the default states its B and no W, and keeps meaning the fixed design of B draws."""
+    assert EvalSettings().precision == DEFAULT_PRECISION == 0.1
+    assert EvalSettings.from_mapping({}).precision == 0.1
+    assert EvalSettings.from_mapping({"draws": 5}).precision == 0.0
+    assert EvalSettings.from_mapping({"draws": 5, "precision": 0.1}).precision == 0.1
+    assert with_stated_design({"draws": None, "precision": None}) == {
+        "draws": None,
+        "precision": None,
+    }
+    old, problems = defaults_from_table({"subset_size": 400, "draws": 5, "max_draws": 5})
+    assert problems == [] and (old.precision, old.draws, old.max_draws) == (0.0, 5, 5)
+    new, problems = defaults_from_table({"subset_size": 400})
+    assert problems == [] and new.precision == 0.1
+    # the old key of a fixed-design run is unchanged (shipped and local stores stay valid)
+    assert "precision" not in old.result_key() and new.result_key()["precision"] == 0.1
 
 
 # ------------------------------------------------------------------ the one σ syntax

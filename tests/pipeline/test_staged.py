@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.designs import fixed_settings
 
 import sde_core.learning.metrics as metrics
 import sde_core.pipeline.evaluation.run as run_module
@@ -26,10 +27,9 @@ from sde_core.pipeline.evaluation.session import EvaluationSession
 from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.model_inputs import ModelInputs
-from sde_core.pipeline.settings import EvalSettings
 
 N_TR, N_TE, N_F, D = 900, 600, 240, 5
-SETTINGS = EvalSettings(
+SETTINGS = fixed_settings(
     subset_size=40, targets=10, splits=20, panel_size=20, null_pairs=4, baseline_targets=4
 )
 
@@ -211,7 +211,7 @@ def workspace(mnist1d_copy: Callable[[str], Path]) -> Path:
 
 
 def test_session_matches_evaluate_workspace_and_serves_repeats_from_cache(workspace):
-    settings = EvalSettings(subset_size=100, targets=10, splits=20, baseline_targets=2)
+    settings = fixed_settings(subset_size=100, targets=10, splits=20, baseline_targets=2)
     names = ["original", "random"]
     session = EvaluationSession(workspace)
     result = session.evaluate(names, settings)

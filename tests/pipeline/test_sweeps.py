@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.designs import fixed_settings
 from torch.utils.data import Subset
 
 import sde_core.inputs.activations as activations
@@ -24,7 +25,6 @@ from sde_core.inputs.indices import save_index_file
 from sde_core.inputs.models import save_checkpoint
 from sde_core.learning.training import TrainConfig, train
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
-from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.sweeps import (
     SWEEP_COLUMNS,
@@ -39,7 +39,7 @@ from sde_core.pipeline.workspace_write import relative_to_workspace, write_works
 from sde_core.viz.figures.sweeps import sweep_figure
 
 MLP = {"input_dim": 40, "hidden": [128, 128], "num_classes": 10}
-SETTINGS = EvalSettings(
+SETTINGS = fixed_settings(
     subset_size=40, targets=10, splits=20, panel_size=20, null_pairs=5, baseline_targets=0
 )
 MODELS = ["original", "retrain", "random"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.designs import fixed_settings
 
 from sde_core.errors import SettingsError, StoreError
 from sde_core.inputs.data import load_dataset
@@ -129,7 +130,7 @@ def test_plan_runs_and_points(tmp_path):
 
 
 def test_settings_round_trip_through_a_link():
-    settings = EvalSettings(layer="penultimate", sigma=0.25, subset_size=300, seed=7, draws=3)
+    settings = fixed_settings(layer="penultimate", sigma=0.25, subset_size=300, seed=7, draws=3)
     params = encode(ExploreView(settings=dataclasses.asdict(settings)))
     assert params == {"layer": "penultimate", "sigma": "0.25", "n": "300", "T": "100",
                       "K": "200", "seed": "7", "B": "3", "n0": "10", "Bmax": "60", "bins": "30",

@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from sde_core.common.sigma import Sigma
-from sde_core.pipeline.settings import SETTINGS, EvalSettings, setting
+from sde_core.pipeline.settings import (
+    DEFAULT_PRECISION,
+    SETTINGS,
+    EvalSettings,
+    setting,
+    with_stated_design,
+)
 from sde_core.pipeline.sweeps import SWEEP_PARAMS
 from sde_core.services.view_state import (
     SETTING_PARAMS,
@@ -51,7 +57,8 @@ def test_existing_share_links_decode_the_same_and_encode_back_identically():
         workspace="assets/demo",
         workspace_hash="0123456789abcdef",
         settings={"layer": "output", "sigma": 0.5, "subset_size": 400, "targets": 100,
-                  "splits": 200, "seed": 0, "draws": 5, "bins": 30, "panel_size": 20},
+                  "splits": 200, "seed": 0, "draws": 5, "bins": 30, "panel_size": 20,
+                  "precision": 0.0},  # it states B and no W: the fixed design it showed
         model="FT", target=3, control=True,
     )  # fmt: skip
     assert list(encode(view).items()) == list(query.items())  # same keys, same order
@@ -76,6 +83,22 @@ def test_settings_in_a_link_round_trip_through_evaluation_settings():
     carried = {entry.name: getattr(full, entry.name) for entry in SETTING_PARAMS.values()}
     view, problems = decode("explore", encode(ExploreView(settings=carried)))
     assert not problems and EvalSettings().with_overrides(**view.settings) == full
+
+
+def test_a_link_made_before_the_decisive_default_keeps_its_fixed_design():
+    """Links made while the fixed design was the default carry B and no W (W = 0 was left
+    out): they still mean B draws, now that W = 0.1 is the default; a link of the precision
+    design carries its W; a link with neither keeps the page's (the workspace's) design."""
+    old, problems = decode("explore", {"ws": "assets/demo", "n": "400", "B": "5"})
+    assert not problems and old.settings == {"subset_size": 400, "draws": 5, "precision": 0.0}
+    assert EvalSettings().with_overrides(**old.settings).precision == 0.0
+    assert encode(old) == {"ws": "assets/demo", "n": "400", "B": "5"}  # the same link back
+    new = ExploreView(settings={"draws": 5, "precision": DEFAULT_PRECISION})
+    assert encode(new) == {"B": "5", "W": "0.1"}
+    assert decode("explore", encode(new)) == (new, [])
+    bare, _ = decode("explore", {"ws": "assets/demo", "n": "400"})
+    assert bare.settings == {"subset_size": 400}
+    assert EvalSettings().with_overrides(**bare.settings).precision == DEFAULT_PRECISION
 
 
 def test_bad_values_are_named_with_what_the_page_does_instead():
@@ -213,8 +236,10 @@ def views(draw: st.DrawFn) -> PageView:
 @HYPOTHESIS
 @given(view=views())
 def test_decode_inverts_encode(view):
+    """Up to the one rule of links: B without W is the fixed design (``with_stated_design``)."""
     page = view.PAGE or "workspace"
-    assert decode(page, encode(view)) == (view, [])
+    stated = dataclasses.replace(view, settings=with_stated_design(view.settings))
+    assert decode(page, encode(view)) == (stated, [])
 
 
 _MARKDOWN = MarkdownIt("commonmark").enable(["table", "strikethrough"])
@@ -297,7 +322,8 @@ def test_hostile_links_give_problems_not_exceptions(page, query):
         assert view.target is None or 0 <= view.target < 2**63
     # what it kept, it writes back (a setting at its link_off value is left out by design)
     kept = {k: v for k, v in view.settings.items() if v != setting(k).link_off}
-    assert decode(page, encode(view))[0] == dataclasses.replace(view, settings=kept)
+    stated = with_stated_design(kept)  # B without W is the fixed design again
+    assert decode(page, encode(view))[0] == dataclasses.replace(view, settings=stated)
 
 
 # ------------------------------------------------------------------ the dashboard

@@ -37,6 +37,7 @@ __all__ = [
     "design_from_pilot",
     "per_draw_rates",
     "precision_json",
+    "precision_status",
     "with_design",
 ]
 
@@ -131,9 +132,19 @@ def with_design(
         kg_half = (kg_hi - kg_lo) / 2
         if not design.budget_spent and max(half, kg_half) > design.target:
             full_sd = float(np.std(values, ddof=1)) if values.size > 1 else float("nan")
+            if full_sd > plan.sd:
+                why = (
+                    f"the pilot's per-draw SD {plan.sd:.3f} underestimated the full run's "
+                    f"{full_sd:.3f}"
+                )
+            else:  # the same spread: Clopper–Pearson on the effective trials is the wider
+                why = (
+                    f"at the pilot's per-draw SD {plan.sd:.3f} (the full run's: "
+                    f"{full_sd:.3f}) Clopper–Pearson's bound on the effective trials is wider "
+                    "than Stein's Student t"
+                )
             misses.append(
-                f"{metric} ±{max(half, kg_half):.3f}: the pilot's per-draw SD {plan.sd:.3f} "
-                f"underestimated the full run's {full_sd:.3f}, so the Korn–Graubard interval "
+                f"{metric} ±{max(half, kg_half):.3f}: {why}, so the Korn–Graubard interval "
                 f"over all {values.size} draws, joined to Stein's ±{half:.3f}, is the wider"
             )
         half = max(half, kg_half)
@@ -176,3 +187,37 @@ def precision_json(row: Mapping[str, Any]) -> dict[str, Any]:
             "reached": bool(math.isfinite(half) and half <= target and row["draws"] >= needed),
         }
     }
+
+
+def precision_status(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(state, sentence)`` of a precision-design row (its ``models`` row), or None for a
+    fixed-design row: ``state`` is ``"reached"``, ``"not reached"`` (the pilot underestimated
+    the spread: the reason, method §15, follows in the sentence), ``"not reached (budget
+    spent)"`` or ``"not applied"`` (every driving rate withheld after the pilot); the sentence
+    gives the widest half-width and the draws, e.g. "precision ±0.1 reached: widest half-width
+    0.094 after 36 draws (the pilot asked for 36)". The CLI and Explore print it."""
+    target = float(row.get("precision_target", float("nan")))
+    if not math.isfinite(target):
+        return None
+    half = float(row["precision_half_width"])
+    draws, needed = int(row["draws"]), int(row["draws_needed"])
+    notes = str(row.get("notes") or "")
+    if not math.isfinite(half):
+        state = "not applied"
+    elif draws < needed:
+        state = "not reached (budget spent)"
+    elif not half <= target:
+        state = "not reached"
+    else:
+        state = "reached"
+    widest = f"widest half-width {half:.3f}" if math.isfinite(half) else "no rate to bound"
+    sentence = (
+        f"precision ±{target:g} {state}: {widest} after {draws} draws (the pilot asked for "
+        f"{needed})"
+    )
+    lead = f"precision ±{target:g} not reached"
+    why = [n.strip() for n in notes.split("; ") if n.strip().startswith((lead, "no precision"))]
+    if state != "reached" and why:
+        reason = why[0].removeprefix(lead).lstrip(" :")
+        sentence += f" — {reason}"
+    return state, sentence

@@ -3,6 +3,7 @@ result, :class:`EvaluationResult` (tables, raw arrays, the method §10 JSON docu
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ from sde_core.stats.hsic import engine_device
 
 __all__ = [
     "INTERVAL_METHODS",
+    "NEAR_TIES_TABLE",
     "EvaluationResult",
     "ModelFailure",
     "evaluate_model_job",
@@ -51,6 +53,10 @@ __all__ = [
     "stored_result",
 ]
 
+#: The results-store table of each model's near-ties record (``model``, ``record``: the JSON of
+#: :meth:`ModelNearTies.to_json`), written where a store keeps only some draws' H arrays
+#: (:mod:`sde_core.pipeline.shipped_store`); the read-back uses it instead of the arrays.
+NEAR_TIES_TABLE = "near_ties"
 #: How each headline number's point value and interval are formed (method §12); also in JSON.
 INTERVAL_METHODS = {
     "otr, calibrated_otr, over_unlearned_rate": (
@@ -365,7 +371,7 @@ def evaluate_workspace(
         arrays = {f"{ev.model.name}/{k}": v for ev in finished for k, v in ev.arrays.items()}
         class_df = class_wise_table(finished)
     model_df = judged_models(model_df, class_df, ForgetClasses.of(bundle, forget))
-    return EvaluationResult(
+    result = EvaluationResult(
         settings=settings,
         workspace_hash=ws_hash,
         models=_in_order(model_df, "name", wanted),
@@ -376,6 +382,9 @@ def evaluate_workspace(
         draws=_in_order(draw_df, "model", wanted),
         failed={name: failed[name] for name in wanted if name in failed},
     )
+    if run is not None:
+        result._near_ties.update(_stored_near_ties(store, run.id, wanted))
+    return result
 
 
 def _behaviour_stage(
@@ -439,7 +448,7 @@ def stored_result(
         return None
     model_df, subset_df, draw_df, arrays = _read_back(store, run_id, wanted)
     model_df = judged_models(model_df, _read_class_wise(store, run_id, wanted), classes)
-    return EvaluationResult(
+    result = EvaluationResult(
         settings=settings,
         workspace_hash=workspace_hash,
         models=_in_order(model_df, "name", wanted),
@@ -449,6 +458,8 @@ def stored_result(
         cached_models=wanted,
         draws=_in_order(draw_df, "model", wanted),
     )
+    result._near_ties.update(_stored_near_ties(store, run_id, wanted))
+    return result
 
 
 def _read_back(
@@ -478,6 +489,19 @@ def _read_class_wise(store: Any, run_id: int, wanted: Sequence[str]) -> pd.DataF
         return pd.DataFrame()
     rows = store.rows(run_id, CLASS_WISE_TABLE)
     return rows[rows["model"].isin(wanted)].reset_index(drop=True)
+
+
+def _stored_near_ties(store: Any, run_id: int, wanted: Sequence[str]) -> dict[str, ModelNearTies]:
+    """The near-ties records a shipped store keeps (:mod:`sde_core.pipeline.shipped_store`:
+    found from every H array, of which it keeps the first draws'), by model; empty for a store
+    that keeps every array (the near-ties are then found from them)."""
+    if NEAR_TIES_TABLE not in store.tables(run_id):
+        return {}
+    return {
+        str(r["model"]): ModelNearTies.from_json(json.loads(str(r["record"])))
+        for r in store.records(run_id, NEAR_TIES_TABLE)
+        if r["model"] in set(wanted)
+    }
 
 
 def _in_order(table: pd.DataFrame, column: str, names: Sequence[str]) -> pd.DataFrame:
