@@ -155,6 +155,11 @@ def _is_missing(x: Any) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
+def _no_text(x: Any) -> bool:
+    """No text: ``None`` (a column a store written before it lacks) or ``""`` (nothing said)."""
+    return x is None or x == ""
+
+
 def _numbers(value: Any) -> list[float] | None:
     """The numbers of a scalar, list or dict value (None when it holds text or booleans)."""
     if isinstance(value, bool):
@@ -438,7 +443,7 @@ def compare_model(
                 continue
             if math.isfinite(relative):
                 out.largest_relative = max(out.largest_relative, relative)
-        elif a == b:
+        elif a == b or (_no_text(a) and _no_text(b)):
             continue
         else:
             absolute = math.inf

@@ -79,6 +79,15 @@ def test_the_same_numbers_are_identical_whatever_the_times():
     assert c.outcome == "identical" and c.differences == []
 
 
+def test_a_text_column_a_store_lacks_is_no_text_but_a_said_one_differs():
+    """A store written before a text column existed (``behaviour_measure``, issue 35) reads it
+    as missing; a recomputation that says nothing there (``""``) is the same result."""
+    assert compare_model(ENTRY, _moved(behaviour_measure=""), [_ties()]).outcome == "identical"
+    said = compare_model(ENTRY, _moved(behaviour_measure="answer NLL"), [_ties()])
+    assert said.outcome == "differs"
+    assert [d.field for d in said.differences] == ["behaviour_measure"]
+
+
 def test_a_number_within_its_conditioning_is_equivalent_beyond_it_differs():
     c = compare_model(ENTRY, _moved(dependence_score=0.50004), [_ties()])
     assert c.outcome == "equivalent"
