@@ -357,6 +357,15 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
         st.image(list(strip.noisy), width=72, clamp=True)
         st.caption(f"Denoised by {model} (error under each image)")
         st.image(list(strip.denoised), caption=strip.captions, width=72, clamp=True)
+        retrained = [m.name for m in ws.models if m.role == "retrained" and m.name != model]
+        ref = None if not retrained else cached_thumbnails(ws, settings, retrained[0], target,
+                                                           THUMBNAILS)  # fmt: skip
+        if ref is not None and ref.denoised is not None:  # the yardstick, on the same noisy inputs
+            st.caption(
+                f"Denoised by {retrained[0]}, the retrained model, which never saw D_f (the same "
+                "noisy inputs; a model that forgot should denoise these about as well as it does)"
+            )
+            st.image(list(ref.denoised), caption=ref.captions, width=72, clamp=True)
         return
     right = f" ({sum(strip.correct)} of {len(strip.correct)} right)" if strip.correct else ""
     st.markdown(
