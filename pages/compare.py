@@ -51,6 +51,7 @@ from sde_core.services.workspace_info import Workspace
 from sde_core.viz.answer import paired_table
 from sde_core.viz.figures.comparison import BAR_CHOICES, comparison_bars, draw_strip
 from sde_core.viz.figures.distributions import target_overlay
+from sde_core.viz.figures.leaderboard import SORT_RATE, leaderboard_chart, leaderboard_table
 from sde_core.viz.report.exports import to_csv_bytes
 from sde_core.viz.ui_support import comparison_display, comparison_terms, layer_comparison_table
 from sde_core.viz.verdicts.explanation import retrain_row
@@ -257,6 +258,32 @@ def paired(result: EvaluationResult) -> None:
     )
 
 
+def leaderboard(result: EvaluationResult) -> None:
+    """Every unlearned model's paired differences to the retrained model and the original,
+    closest to retraining first (method §15)."""
+    board = leaderboard_table(result.models, result.draws)
+    if board.empty or result.draws.empty:
+        return
+    st.subheader("Method leaderboard")
+    plot(leaderboard_chart(board, result.models), "c_leaderboard")
+    table(board, "c_leaderboard_table", columns={"difference": "paired_difference"})
+    withheld = board.loc[board["why withheld"] != "", ["model", "rate", "vs", "why withheld"]]
+    if not withheld.empty:
+        st.caption(
+            "Withheld (no point drawn): "
+            + "; ".join(f"{m} ({rate} − {vs}): {why}" for m, rate, vs, why in withheld.values)
+        )
+    st.caption(
+        "Each unlearned model minus the retrained model and minus the original, draw by draw "
+        "on the same references, panels, targets and splits (common random numbers), with the "
+        f"paired 95% interval; ranked by the absolute {SORT_RATE.label} difference to "
+        "retraining. "
+        "'within the uncertainty of retrained' means the paired interval contains 0 (the paired "
+        "test does not tell the two apart), not that the two are equal. The behaviour gap's "
+        "difference, where the family measures one, is the behaviour check's (method §9)."
+    )
+
+
 view, ws, _ = open_page("compare", CompareView)
 st.title("Compare models")
 apply_link(view)
@@ -313,6 +340,7 @@ with guarded("Cannot compare the models"):
         )  # fmt: skip
         shown_layer = charts(results)
         verdicts(results[shown_layer])
+        leaderboard(results[shown_layer])
         paired(results[shown_layer])
 publish(
     CompareView(
