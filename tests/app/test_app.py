@@ -378,7 +378,8 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
         cal = [row[k] for k in ("calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi")]
         shown = format_estimate(*cal, percent=True, reason=row["inconclusive_reason"])
         assert table.loc[row["name"], "cal. OTR [penultimate]"] == shown
-    assert len(at.get("plotly_chart")) == 3  # bars with the Retrain line, dot strip, overlay
+    assert len(at.get("plotly_chart")) == 4  # bars with the Retrain line, dot strip, overlay,
+    # the method leaderboard
     assert len(_traces(at, "OTR: per-draw values")) <= 1
     alerts = " ".join(a.value for kind in ("error", "warning", "success", "info")
                       for a in getattr(at, kind))  # fmt: skip

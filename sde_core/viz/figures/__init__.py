@@ -12,6 +12,8 @@ forget set reddish purple, inconclusive verdicts grey.
 - :mod:`.comparison`: one metric per model with error bars (:func:`~.comparison.comparison_bars`)
   and each headline number's per-draw strip (method §12);
 - :mod:`.sweeps`: a metric vs σ / layer / subset size / checkpoint, and a plan's points;
+- :mod:`.leaderboard`: every unlearned model's paired differences to the retrained model and
+  the original with their intervals, ranked closest to retraining first (method §15);
 - :mod:`.export`: server-side PNG/SVG through kaleido and a system Chromium.
 
 Numbers: axes of split-half HSIC values use SI prefixes (``35µ``) and hover texts are written

@@ -184,10 +184,13 @@ def leaderboard_table(
     others = [sort_by, *(r for r in LEADERBOARD_RATES if r is not sort_by)]  # ties: next rate
     order = sorted(names, key=lambda n: [distance(n, rate) for rate in others])
     table = pd.DataFrame(
-        [{**r, "rank": i + 1} for i, n in enumerate(order) for r in rows[n]], columns=_COLUMNS
+        [
+            {"paired test": "", "why withheld": "", **r, "rank": i + 1}
+            for i, n in enumerate(order)
+            for r in rows[n]
+        ],
+        columns=_COLUMNS,
     )
-    table["paired test"] = table["paired test"].fillna("")
-    table["why withheld"] = table["why withheld"].fillna("")
     for column in ("difference", "low", "high"):
         table[column] = table[column].astype(float)
     return table
