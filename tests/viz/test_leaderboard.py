@@ -6,6 +6,7 @@ a third (its rates are withheld by the gate)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -20,7 +21,12 @@ from sde_core.pipeline.evaluation.metric_table import (
     OTR,
     Metric,
 )
-from sde_core.viz.figures.leaderboard import leaderboard_chart, leaderboard_table
+from sde_core.viz.figures.leaderboard import (
+    leaderboard_chart,
+    leaderboard_table,
+    leaderboard_text,
+)
+from sde_core.viz.report.html_page import build_html_report, report_figures
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +157,19 @@ def test_without_a_retrained_model_only_the_original_is_a_reference(audited):
     assert set(table["vs"]) == {"original"}
     ranked = list(dict.fromkeys(table.sort_values("rank")["model"]))
     assert ranked == ["ga", "rand", "copy"]  # the table's order is kept
+
+
+def test_the_report_carries_the_leaderboard_chart_and_its_readable_table(audited):
+    models, draws = audited
+    result = dataclasses.replace(synthetic_result(), models=models, draws=draws)
+    assert "Method leaderboard" in report_figures(result)
+    text = leaderboard_text(leaderboard_table(models, draws))
+    ga = text[(text["model"] == "ga") & (text["difference"] == f"{OTR.label} − retrained")]
+    lo, hi = reference_interval(draws, "ga", "retrain", OTR)[1:3]
+    assert ga["value [95% CI]"].item().endswith(f"[{lo:+.1f}, {hi:+.1f}]".replace("-", "−"))
+    rand = text[text["model"] == "rand"]
+    assert set(rand["value [95% CI]"]) == {"withheld"}
+    assert all("withheld" in why for why in rand["paired test, or why withheld"])
+    doc = build_html_report(result, "syn", figures=[])
+    board = doc[doc.index("<h3>Method leaderboard</h3>") :]
+    assert "within the uncertainty of" in board and "rand's OTR is withheld" in board

@@ -13,7 +13,8 @@ whose difference is withheld follows the others and says why.
 
 :func:`leaderboard_chart` draws the table as one forest plot (a panel per comparison, the
 models on a shared axis in the table's order); a withheld difference is written as "withheld"
-in its panel, never drawn as a point at 0.
+in its panel, never drawn as a point at 0. :func:`leaderboard_text` is the table for reading
+(the HTML report).
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ from sde_core.pipeline.evaluation.metric_table import (
 )
 from sde_core.viz.figures.style import _TEMPLATE, COLORS, model_styles, with_metric_label
 
-__all__ = ["LEADERBOARD_RATES", "SORT_RATE", "leaderboard_chart", "leaderboard_table"]
+__all__ = [
+    "LEADERBOARD_RATES",
+    "SORT_RATE",
+    "leaderboard_chart",
+    "leaderboard_table",
+    "leaderboard_text",
+]
 
 #: The rates compared draw by draw (method §15), in the chart's order.
 LEADERBOARD_RATES: tuple[Metric, ...] = (CALIBRATED_OTR, OTR)
@@ -256,3 +263,26 @@ def leaderboard_chart(table: pd.DataFrame, models: pd.DataFrame) -> go.Figure:
         template=_TEMPLATE, height=max(260, 90 + 45 * len(order)), margin={"t": 100},
     )  # fmt: skip
     return fig
+
+
+def _shown(value: float, unit: str) -> str:
+    text = f"{value:+.1f}" if unit == "points" else f"{value:+.3g}"
+    return text.replace("-", "−")
+
+
+def leaderboard_text(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`leaderboard_table` for reading (the report): one row per model and comparison,
+    ``"−57.0 [−74.9, −39.1]"`` in the comparison's unit, "withheld" and why where withheld."""
+    rows = []
+    for r in table.to_dict("records"):
+        finite = math.isfinite(_number(r["difference"]))
+        rows.append({
+            "rank": r["rank"], "model": r["model"], "difference": f"{r['rate']} − {r['vs']}",
+            "value [95% CI]": (
+                f"{_shown(r['difference'], r['unit'])} [{_shown(r['low'], r['unit'])}, "
+                f"{_shown(r['high'], r['unit'])}]" if finite else "withheld"
+            ),
+            "unit": r["unit"], "interval": r["interval"],
+            "paired test, or why withheld": r["paired test"] if finite else r["why withheld"],
+        })  # fmt: skip
+    return pd.DataFrame(rows)

@@ -39,6 +39,7 @@ from sde_core.pipeline.evaluation.metric_table import (
 from sde_core.viz.answer import ANSWER_COLOURS, answer_counts, make_scope, workspace_answer
 from sde_core.viz.figures.comparison import comparison_bars
 from sde_core.viz.figures.distributions import hsic_histogram
+from sde_core.viz.figures.leaderboard import leaderboard_chart, leaderboard_table, leaderboard_text
 from sde_core.viz.figures.style import PLOTLY_CONFIG
 from sde_core.viz.formatting import records
 from sde_core.viz.glossary import glossary_table
@@ -85,12 +86,16 @@ REPORT_SECTIONS = (
 
 def report_figures(result: Any) -> dict[str, go.Figure]:
     """The default charts of a report: OTR, calibrated OTR and (when computed) MIA ASR per model,
-    and the histograms of the first original, retrained and random model (paper Fig. 2)."""
+    the method leaderboard (with an unlearned model and per-draw values) and the histograms of
+    the first original, retrained and random model (paper Fig. 2)."""
     figs = {"OTR per model": comparison_bars(result.models, OTR.key)}
     if CALIBRATED_OTR.key in result.models:
         figs["Calibrated OTR per model"] = comparison_bars(result.models, CALIBRATED_OTR.key)
     if ASR.key in result.models and np.isfinite(result.models[ASR.key].astype(float)).any():
         figs["MIA attack success rate per model"] = comparison_bars(result.models, ASR.key)
+    board = leaderboard_table(result.models, result.draws)
+    if not board.empty and not result.draws.empty:
+        figs["Method leaderboard"] = leaderboard_chart(board, result.models)
     for role in ("original", "retrained", "random"):
         found = result.models[result.models["role"] == role]
         if not found.empty:
@@ -309,8 +314,9 @@ def _vector(fig: go.Figure) -> go.Figure:
     return out
 
 
-def _comparison_html(models: pd.DataFrame) -> str:
-    """The comparison as two tables and the reasons numbers are withheld as a list below."""
+def _comparison_html(models: pd.DataFrame, draws: pd.DataFrame) -> str:
+    """The comparison as two tables, the reasons numbers are withheld as a list below, and the
+    method leaderboard (the paired differences, method §15)."""
     table = comparison_table(models)
     parts = [
         f"<h3>{html.escape(title)}</h3>"
@@ -325,6 +331,14 @@ def _comparison_html(models: pd.DataFrame) -> str:
         )
         parts.append(f'<p>Why numbers are withheld (method §12):</p><ul class="withheld-list">'
                      f"{items}</ul>")  # fmt: skip
+    board = leaderboard_table(models, draws)
+    if not board.empty and not draws.empty:
+        parts.append(
+            "<h3>Method leaderboard</h3><p>Each unlearned model minus the retrained model and "
+            "minus the original, paired draw by draw (method §15), closest to retraining first; "
+            "'within the uncertainty of' means the paired interval contains 0.</p>"
+            + _table_html(leaderboard_text(board))
+        )
     return "".join(parts)
 
 
@@ -501,7 +515,7 @@ def build_html_report(
                 + "</div></div>",
                 _verdicts_html(verdict_table(result), model_caveats),
                 _certify_html(),
-                _comparison_html(result.models),
+                _comparison_html(result.models, result.draws),
                 draws_html,
                 f"<p>{html.escape(null_calibration_text(result))}</p>",
                 "".join(charts) or "<p>No charts.</p>",
