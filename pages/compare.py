@@ -340,8 +340,8 @@ with guarded("Cannot compare the models"):
         )  # fmt: skip
         shown_layer = charts(results)
         verdicts(results[shown_layer])
-        leaderboard(results[shown_layer])
         paired(results[shown_layer])
+        leaderboard(results[shown_layer])
 publish(
     CompareView(
         layers=tuple(layers),
