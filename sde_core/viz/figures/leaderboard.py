@@ -184,7 +184,7 @@ def leaderboard_table(
         """(withheld, |difference to the retrained model|) of ``rate``."""
         for row in rows[name]:
             if row["rate"] == rate.label and row["vs"] == "retrained":
-                d = abs(_number(row.get("difference")))
+                d = round(abs(_number(row.get("difference"))), 9)  # ties despite float noise
                 return (math.isnan(d), 0.0 if math.isnan(d) else d)
         return (True, 0.0)
 
