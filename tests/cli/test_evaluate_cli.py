@@ -156,8 +156,9 @@ def test_the_table_and_the_json_carry_each_models_verdict(workspace, tmp_path, c
     printed = capsys.readouterr().out
     doc = json.loads(out.read_text())
     ws = load_workspace(workspace)
-    settings = ws.defaults.with_overrides(**FIXED, subset_size=100, targets=6, splits=20,
-                                          baseline_targets=2, seed=0)  # fmt: skip (FAST's design)
+    settings = ws.defaults.with_overrides(  # FAST's design
+        **FIXED, subset_size=100, targets=6, splits=20, baseline_targets=2, seed=0
+    )
     report = report_document(evaluate_workspace(ws, settings, models=["original", "retrained"]))
     assert "verdicts:" in printed
     for name in ("original", "retrained"):
