@@ -209,7 +209,7 @@ def stored_answer(ws: Workspace, settings: EvalSettings) -> EvaluationResult | N
     computed (:meth:`~sde_core.services.cascade.Evaluations.stored`); None when they do not
     hold all of them, or the store cannot be read (the evaluation path then says why)."""
     try:
-        return evaluations(ws).stored(settings, None)
+        return evaluations(ws).stored(settings, [m.name for m in ws.models])
     except SDEError:
         return None
 
