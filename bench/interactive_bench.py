@@ -7,7 +7,7 @@ fresh, empty stage cache (``cold``) that the later actions then reuse (``warm``)
 
 - **first evaluation** of one model at the defaults (Explore, first visit): first histogram
   (the first partial result, draw 1's references and targets, built into a
-  :class:`~sde_core.pipeline.evaluation.run.ModelEvaluation`) and the page complete
+  :class:`~sde_core.pipeline.evaluation.model_evaluation.ModelEvaluation`) and the page complete
   (:data:`~sde_core.pipeline.evaluation.session.EXPLORE_STAGES`);
 - **σ change** (√d → median rule), **bins change** (30 → 20) and **α change** (0.01 → 0.05);
 - **n 400 → 1000**;

@@ -205,6 +205,16 @@ def verdicts(result: EvaluationResult) -> None:
         show_verdict(row, result.settings.targets, retrain, draws=result.draws)
 
 
+def stored_answer(ws: Workspace, settings: EvalSettings) -> EvaluationResult | None:
+    """Every model at ``settings`` from the cache or the results store only — nothing is
+    computed (:meth:`~sde_core.services.cascade.Evaluations.stored`); None when they do not
+    hold all of them, or the store cannot be read (the evaluation path then says why)."""
+    try:
+        return evaluations(ws).stored(settings, [m.name for m in ws.models])
+    except SDEError:
+        return None
+
+
 def planned(ws: Workspace, settings: EvalSettings) -> bool:
     """With a precision target: the planner's forecast (a pilot per model, kept in the stage
     cache for the run) and a button to start; True once the user started this run."""
@@ -297,9 +307,12 @@ with guarded("Cannot compare the models"):
     results: dict[str, EvaluationResult] = {}
     for layer in ready:
         layer_settings = current_settings(ws, layer=layer)
-        if layer_settings.precision > 0 and not planned(ws, layer_settings):
-            break
-        result = compare_evaluate(ws, layer_settings)
+        # what the cache or the results store already holds needs no plan (a shipped store)
+        result = stored_answer(ws, layer_settings) if layer_settings.precision > 0 else None
+        if result is None:
+            if layer_settings.precision > 0 and not planned(ws, layer_settings):
+                break
+            result = compare_evaluate(ws, layer_settings)
         if result is None:
             break
         results[layer] = result

@@ -25,7 +25,8 @@ from sde_core.pipeline.evaluation.class_wise import ForgetClasses
 from sde_core.pipeline.evaluation.comparisons import COMPARED_METRICS, compare_models
 from sde_core.pipeline.evaluation.planner import forecast_models, forecast_sentence
 from sde_core.pipeline.evaluation.precision import precision_status
-from sde_core.pipeline.evaluation.run import EvaluationCancelled, PartialEvaluation
+from sde_core.pipeline.evaluation.run import PartialEvaluation
+from sde_core.pipeline.evaluation.run_driver import EvaluationCancelled
 from sde_core.pipeline.evaluation.session import (
     COMPARE_STAGES,
     EXPLORE_STAGES,

@@ -38,8 +38,8 @@ from sde_core.pipeline.evaluation.class_wise import (
     class_wise_table,
     judged_models,
 )
+from sde_core.pipeline.evaluation.model_evaluation import ModelEvaluation
 from sde_core.pipeline.evaluation.plan import draw_subsets
-from sde_core.pipeline.evaluation.run import ModelEvaluation
 from sde_core.pipeline.evaluation.session import PLAN_FIELDS
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, result_tables
 from sde_core.pipeline.model_inputs import entry_activations, entry_cached_layers

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers.designs import FIXED_FLAGS
+from helpers.designs import FIXED, FIXED_FLAGS
 
 from sde_core.cli import main
 from sde_core.pipeline.demo_recipes import MODEL_NAMES, default_demo_folder
@@ -156,8 +156,9 @@ def test_the_table_and_the_json_carry_each_models_verdict(workspace, tmp_path, c
     printed = capsys.readouterr().out
     doc = json.loads(out.read_text())
     ws = load_workspace(workspace)
-    settings = ws.defaults.with_overrides(subset_size=100, targets=6, splits=20,
-                                          baseline_targets=2, seed=0)  # fmt: skip
+    settings = ws.defaults.with_overrides(  # FAST's design
+        **FIXED, subset_size=100, targets=6, splits=20, baseline_targets=2, seed=0
+    )
     report = report_document(evaluate_workspace(ws, settings, models=["original", "retrained"]))
     assert "verdicts:" in printed
     for name in ("original", "retrained"):

@@ -27,7 +27,7 @@ from sde_core.inputs.extraction import extract_activations
 from sde_core.inputs.layers import list_layers, resolve_layer
 from sde_core.learning.training import save_weights
 from sde_core.pipeline.evaluation.plan import draw_subsets
-from sde_core.pipeline.evaluation.run import evaluate_arrays
+from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
 from sde_core.pipeline.model_inputs import ModelInputs
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.pipeline.workspace_write import write_workspace

@@ -9,7 +9,7 @@ import pandas as pd
 
 from helpers.designs import fixed_settings
 from sde_core.pipeline.evaluation.plan import draw_subsets
-from sde_core.pipeline.evaluation.run import evaluate_arrays
+from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
 from sde_core.pipeline.model_inputs import ModelInputs
 

@@ -21,7 +21,7 @@ from sde_core.pipeline.evaluation.class_wise import (
     ForgetClasses,
     judged_models,
 )
-from sde_core.pipeline.evaluation.run import run_model
+from sde_core.pipeline.evaluation.run_driver import run_model
 from sde_core.pipeline.evaluation.session import EvaluationSession
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace, stored_result
 from sde_core.pipeline.settings import EvalSettings

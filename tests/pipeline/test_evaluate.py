@@ -8,7 +8,7 @@ from helpers.designs import fixed_settings
 
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.plan import draw_subsets
-from sde_core.pipeline.evaluation.run import evaluate_arrays
+from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
 from sde_core.pipeline.model_inputs import ModelInputs
 from sde_core.pipeline.settings import EvalSettings
 

@@ -16,13 +16,8 @@ from helpers.designs import fixed_settings
 import sde_core.learning.metrics as metrics
 import sde_core.pipeline.evaluation.run as run_module
 from sde_core.pipeline.evaluation.plan import draw_subsets
-from sde_core.pipeline.evaluation.run import (
-    STAGES,
-    EvaluationCancelled,
-    ModelRun,
-    evaluate_arrays,
-    run_model,
-)
+from sde_core.pipeline.evaluation.run import STAGES, ModelRun
+from sde_core.pipeline.evaluation.run_driver import EvaluationCancelled, evaluate_arrays, run_model
 from sde_core.pipeline.evaluation.session import EvaluationSession
 from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace

@@ -15,7 +15,7 @@ from ui_fixtures import TINY_DEFAULTS
 
 import sde_core.services.cascade as cascade
 from sde_core.errors import StoreError
-from sde_core.pipeline.evaluation.run import EvaluationCancelled
+from sde_core.pipeline.evaluation.run_driver import EvaluationCancelled
 from sde_core.pipeline.evaluation.session import COMPARE_STAGES
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.cascade import Evaluations

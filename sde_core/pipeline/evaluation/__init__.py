@@ -4,11 +4,15 @@ workspace, split along its seams. Import each name from the module that defines 
 - :mod:`~.plan` — subset planning: the B independent draws, pools split into reference and
   control halves (:func:`~.plan.draw_subsets`);
 - :mod:`~.stages` — stage caches keyed by exactly what each stage depends on;
-- :mod:`~.statistics` — per-draw statistics and their combination over draws (the gate);
+- :mod:`~.draw_statistics` — each draw's statistics, part by part as its stages finish;
+- :mod:`~.statistics` — their combination over the draws (intervals and the gate);
 - :mod:`~.summary` — :class:`~.summary.ModelSummary` / :class:`~.summary.DrawSummary` and the
   JSON document;
-- :mod:`~.run` — one model, stage by stage, with partial results (:class:`~.run.ModelRun`,
-  :func:`~.run.evaluate_arrays`);
+- :mod:`~.run` — one model, stage by stage, with partial results (:class:`~.run.ModelRun`);
+- :mod:`~.run_driver` — running it to the end with progress and cancellation
+  (:func:`~.run_driver.run_model`, :func:`~.run_driver.evaluate_arrays`);
+- :mod:`~.model_evaluation` — what one model's evaluation holds
+  (:class:`~.model_evaluation.ModelEvaluation`: summary, draws, subset rows, H arrays);
 - :mod:`~.workspace_run` — whole workspaces with the results store
   (:func:`~.workspace_run.evaluate_workspace`);
 - :mod:`~.session` — interactive use by the dashboard (:class:`~.session.EvaluationSession`);

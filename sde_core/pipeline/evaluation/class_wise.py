@@ -134,18 +134,19 @@ def _ints(text: Any) -> list[int]:
 
 
 def class_wise_table(evaluations: Sequence[Any]) -> pd.DataFrame:
-    """The ``class_wise`` rows of several :class:`~.run.ModelEvaluation` (may be empty)."""
+    """The ``class_wise`` rows of several :class:`~.model_evaluation.ModelEvaluation` (may be
+    empty)."""
     rows = [r for ev in evaluations for r in getattr(ev, "tables", {}).get(CLASS_WISE_TABLE, [])]
     return pd.DataFrame(rows)
 
 
 def class_wise_tables(run: Any, complete: bool = True) -> dict[str, list[dict[str, Any]]]:
     """``{"class_wise": [row]}`` of a :class:`~.run.ModelRun` with class labels ({} without):
-    what its :class:`~.run.ModelEvaluation` carries to the store. Every row records D_r's
-    chance level (for :func:`~.accuracy_gate.withheld_at_chance`) and the class-mix reason
-    ("" for a random forget set, which needs nothing more); a class-wise run's row adds the
-    class-matched test once the run is ``complete`` (before, it says the run has not finished,
-    so a streamed partial result is withheld too)."""
+    what its :class:`~.model_evaluation.ModelEvaluation` carries to the store. Every row
+    records D_r's chance level (for :func:`~.accuracy_gate.withheld_at_chance`) and the
+    class-mix reason ("" for a random forget set, which needs nothing more); a class-wise run's
+    row adds the class-matched test once the run is ``complete`` (before, it says the run has
+    not finished, so a streamed partial result is withheld too)."""
     labels = _labels(run)
     if labels is None:
         return {}

@@ -160,7 +160,7 @@ def model_near_ties(
         subsets: the model's subset rows (kinds ``it_ref``, ``target``, ``f1``, ``it_panel``,
             ``oot_panel``; in evaluation order).
         arrays: the model's raw H arrays (``it_h_draws``, ``oot_h_draws``, ``targets_h``,
-            ``f1_h``; see :class:`~sde_core.pipeline.evaluation.run.ModelEvaluation`).
+            ``f1_h``; see :class:`~sde_core.pipeline.evaluation.model_evaluation.ModelEvaluation`).
         draws: the model's ``draws`` rows (for the dependence score's numerator/denominator).
     """
     refs = subsets[subsets["kind"] == "it_ref"]

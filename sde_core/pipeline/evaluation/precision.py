@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from sde_core.pipeline.evaluation.draw_statistics import DrawState
 from sde_core.pipeline.evaluation.metric_table import Estimate
-from sde_core.pipeline.evaluation.statistics import DrawState
 from sde_core.pipeline.evaluation.summary import ModelSummary
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.precision import PilotPlan, stein_draws, stein_interval

@@ -13,12 +13,14 @@ page shows things:
    pair, last so it never delays anything else).
 
 :meth:`ModelRun.steps` yields a :class:`PartialEvaluation` after every step; its
-:meth:`~PartialEvaluation.evaluation` builds the :class:`ModelEvaluation` of everything finished
-so far (numbers of unfinished parts are NaN, and the gate withholds the headline numbers until the
-first panel is known). Stopping the iteration (or a ``cancelled()`` that returns True in
-:func:`run_model`) keeps every finished stage in the :class:`~.stages.StageCache`, so running
-again resumes where it stopped. The final result is identical, number for number, to a one-shot
-evaluation with the same settings: both run the same stages on the same batches and seeds.
+:meth:`~PartialEvaluation.evaluation` builds the :class:`~.model_evaluation.ModelEvaluation` of
+everything finished so far (numbers of unfinished parts are NaN, and the gate withholds the
+headline numbers until the first panel is known). Stopping the iteration (or a ``cancelled()``
+that returns True in :func:`~.run_driver.run_model`) keeps every finished stage in the
+:class:`~.stages.StageCache`, so running again resumes where it stopped. The final result is
+identical, number for number, to a one-shot evaluation with the same settings: both run the same
+stages on the same batches and seeds. Running a :class:`ModelRun` to the end (progress, updates,
+cancellation) is :mod:`~.run_driver`; what its result holds, :mod:`~.model_evaluation`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,18 @@ import numpy as np
 from sde_core.common.hashing import array_sha256
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.class_wise import class_wise_tables
+from sde_core.pipeline.evaluation.draw_statistics import (
+    DrawState,
+    control_statistics,
+    core_statistics,
+    draw_null_check,
+    panel_statistics,
+)
+from sde_core.pipeline.evaluation.model_evaluation import (
+    ModelEvaluation,
+    stacked_arrays,
+    subset_rows,
+)
 from sde_core.pipeline.evaluation.plan import (
     F1_NEGATIVE_POOLS,
     F1Negatives,
@@ -51,16 +65,9 @@ from sde_core.pipeline.evaluation.stages import (
     mmd_key,
     w2_key,
 )
-from sde_core.pipeline.evaluation.statistics import (
-    DrawState,
-    control_statistics,
-    core_statistics,
-    draw_null_check,
-    panel_statistics,
-    summarize,
-)
+from sde_core.pipeline.evaluation.statistics import summarize
 from sde_core.pipeline.evaluation.summary import BEHAVIOUR_FIELDS, DrawSummary, ModelSummary
-from sde_core.pipeline.model_inputs import ModelInputs, Progress
+from sde_core.pipeline.model_inputs import ModelInputs
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.baselines import nearest_reference_batch, wasserstein2
 from sde_core.stats.headline import controlled_f1
@@ -69,64 +76,14 @@ from sde_core.stats.near_ties import h_relative_tolerance
 
 __all__ = [
     "STAGES",
-    "EvaluationCancelled",
-    "ModelEvaluation",
     "ModelRun",
     "PartialEvaluation",
-    "evaluate_arrays",
-    "run_model",
 ]
 
 #: The stages of a model's evaluation, in the order they run.
 STAGES: tuple[str, ...] = ("references", "panels", "controls", "null", "classic", "mmd", "w2")
 
 _NAN = float("nan")
-
-
-@dataclass
-class ModelEvaluation:
-    """Everything computed for one model.
-
-    Attributes:
-        model: the headline result (:class:`ModelSummary`); ``summary`` is its table row.
-        draws: each draw's own statistics (:class:`DrawSummary`).
-        subsets: one row per scored subset: ``model, kind, draw, index, score, h_median,
-            spread`` and, for targets and controls (``kind`` ``"target"``/``"f1"``), ``d_it,
-            d_oot, decision, in_training_raw, p_in, p_out, p_over, verdict,
-            label_in_training``; kinds ``it_ref``, ``oot_ref``, ``it_panel``, ``oot_panel`` and
-            ``null`` (the null check's subsets, A then B of each pair).
-        arrays: raw H arrays: ``it_h``/``oot_h`` ``(K,)`` (draw 0's references), ``it_h_draws``
-            / ``oot_h_draws`` ``(B, K)``, ``targets_h`` ``(T, K)`` (draw by draw; the draw of
-            each row is ``target_draw`` ``(T,)``), ``f1_h`` ``(T, K)`` (positives of every draw,
-            then negatives), ``panel_it_h``/``panel_oot_h`` ``(B·R, K)``, ``null_h``
-            ``(2P, K)``.
-        complete: whether every requested stage finished.
-        tables: further per-model tables for the store, e.g. ``class_wise`` (method §16).
-    """
-
-    model: ModelSummary
-    draws: list[DrawSummary]
-    subsets: list[dict[str, Any]]
-    arrays: dict[str, np.ndarray]
-    complete: bool = True
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-    @property
-    def summary(self) -> dict[str, Any]:
-        """The ``models`` table row (:meth:`ModelSummary.to_row`)."""
-        return self.model.to_row()
-
-
-class EvaluationCancelled(Exception):
-    """Raised by :func:`run_model` when ``cancelled()`` returned True between two stages.
-
-    Attributes:
-        partial: the last :class:`PartialEvaluation` (its finished stages are cached).
-    """
-
-    def __init__(self, partial: PartialEvaluation | None) -> None:
-        super().__init__("evaluation stopped; finished stages are kept and a rerun resumes")
-        self.partial = partial
 
 
 @dataclass
@@ -539,8 +496,8 @@ class ModelRun:
         return ModelEvaluation(
             model=summary,
             draws=draws,
-            subsets=self._subset_rows(snap.draws, summary),
-            arrays=self._arrays(snap.draws),
+            subsets=subset_rows(self.inputs.name, self.plan, self.settings, snap.draws, summary),
+            arrays=stacked_arrays(snap.draws),
             complete=complete,
             tables=class_wise_tables(self, complete),
         )
@@ -568,165 +525,3 @@ class ModelRun:
         if snap.design is not None:
             summary = with_design(summary, snap.draws, snap.design)
         return summary, draws
-
-    def _subset_rows(
-        self, states: tuple[DrawState, ...], summary: ModelSummary
-    ) -> list[dict[str, Any]]:
-        name = self.inputs.name
-        paper_ok = summary.references_valid and summary.panel_valid
-        cal_ok = bool(np.isfinite(summary.calibrated_otr.value))  # not withheld by a gate
-        rows: list[dict[str, Any]] = []
-
-        def plain(kind: str, draw: int, index: int, h: np.ndarray, spread: float) -> None:
-            rows.append(
-                {"model": name, "kind": kind, "draw": draw, "index": index,
-                 "score": float(h.mean()), "h_median": float(np.median(h)), "spread": float(spread)}
-            )  # fmt: skip
-
-        def judged(kind, draw, index, h, spread, decision, verdict, label) -> None:  # type: ignore[no-untyped-def]
-            plain(kind, draw, index, h, spread)
-            rows[-1].update(
-                {
-                    "d_it": decision.d_it,
-                    "d_oot": decision.d_oot,
-                    "decision": decision.label if paper_ok else "inconclusive",
-                    "in_training_raw": decision.in_training,
-                    "p_in": _NAN if verdict is None else verdict.p_in,
-                    "p_out": _NAN if verdict is None else verdict.p_out,
-                    "p_over": _NAN if verdict is None else verdict.p_over,
-                    "verdict": verdict.verdict
-                    if verdict is not None and cal_ok
-                    else "inconclusive",
-                    "label_in_training": label,
-                }
-            )
-
-        for st, d in zip(states, self.plan.draws, strict=True):
-            if st.core is None:
-                continue
-            plain("it_ref", d.index, d.index, st.arrays["it_h"], st.spreads["it_ref"][0])
-            plain("oot_ref", d.index, d.index, st.arrays["oot_h"], st.spreads["oot_ref"][0])
-            verdicts = st.panel.verdicts if st.panel is not None else [None] * len(d.targets)
-            for j, (h, sp, dec, ver) in enumerate(
-                zip(
-                    st.arrays["targets_h"],
-                    st.spreads["targets"],
-                    st.core.decisions,
-                    verdicts,
-                    strict=True,
-                )
-            ):
-                judged("target", d.index, int(d.target_index[j]), h, sp, dec, ver, None)
-            if st.panel is not None:
-                for kind, key in (("it_panel", "panel_it"), ("oot_panel", "panel_oot")):
-                    for j, (h, sp) in enumerate(
-                        zip(st.arrays[f"{key}_h"], st.spreads[key], strict=True)
-                    ):
-                        plain(kind, d.index, d.index * self.settings.panel_size + j, h, sp)
-            if "null_h" in st.arrays:
-                for j, (h, sp) in enumerate(
-                    zip(st.arrays["null_h"], st.spreads["null"], strict=True)
-                ):
-                    plain("null", d.index, j, h, sp)
-        index = 0
-        for sign, key in ((True, "pos"), (False, "neg")):
-            for st in states:
-                if st.controls is None:
-                    continue
-                offset = 0 if sign else len(st.arrays["pos_h"])
-                control_verdicts = st.controls.verdicts
-                for j, (h, sp) in enumerate(
-                    zip(st.arrays[f"{key}_h"], st.spreads[key], strict=True)
-                ):
-                    ver = None if control_verdicts is None else control_verdicts[offset + j]
-                    judged(
-                        "f1", st.index, index, h, sp, st.controls.decisions[offset + j], ver, sign
-                    )
-                    index += 1
-        return rows
-
-    def _arrays(self, states: tuple[DrawState, ...]) -> dict[str, np.ndarray]:
-        done = [st for st in states if st.core is not None]
-        if not done:
-            return {}
-        out: dict[str, np.ndarray] = {
-            "it_h": done[0].arrays["it_h"],
-            "oot_h": done[0].arrays["oot_h"],
-            "it_h_draws": np.stack([st.arrays["it_h"] for st in done]),
-            "oot_h_draws": np.stack([st.arrays["oot_h"] for st in done]),
-            "targets_h": np.vstack([st.arrays["targets_h"] for st in done]),
-            "target_draw": np.concatenate(
-                [np.full(len(st.arrays["targets_h"]), st.index, dtype=np.int64) for st in done]
-            ),
-        }
-        for key in ("panel_it_h", "panel_oot_h", "null_h"):
-            parts = [st.arrays[key] for st in done if key in st.arrays]
-            if parts:
-                out[key] = np.vstack(parts)
-        pos = [st.arrays["pos_h"] for st in done if "pos_h" in st.arrays]
-        if pos:
-            out["f1_h"] = np.vstack(
-                pos + [st.arrays["neg_h"] for st in done if "neg_h" in st.arrays]
-            )
-        return out
-
-
-def run_model(
-    run: ModelRun,
-    *,
-    on_update: Callable[[PartialEvaluation], None] | None = None,
-    cancelled: Callable[[], bool] | None = None,
-    progress: Progress | None = None,
-) -> ModelEvaluation:
-    """Run every step of ``run`` and return the final :class:`ModelEvaluation`.
-
-    Args:
-        run: the :class:`ModelRun`.
-        on_update: called with each :class:`PartialEvaluation` (e.g. to redraw a page).
-        cancelled: checked before every step; when it returns True,
-            :class:`EvaluationCancelled` is raised (finished stages stay cached).
-        progress: ``progress(stage, done, total)`` callback (labels prefixed by the model).
-
-    Raises:
-        EvaluationCancelled: ``cancelled()`` returned True.
-    """
-    last: PartialEvaluation | None = None
-    steps = run.steps()
-    while True:
-        if cancelled is not None and cancelled():
-            raise EvaluationCancelled(last)
-        try:
-            last = next(steps)
-        except StopIteration:
-            break
-        if progress is not None:
-            progress(f"{last.model}: {last.label}", last.done, last.total)
-        if on_update is not None:
-            on_update(last)
-    return run.evaluation(complete=True)
-
-
-def evaluate_arrays(
-    inputs: ModelInputs,
-    plan: SubsetPlan,
-    settings: EvalSettings,
-    progress: Progress | None = None,
-    *,
-    f1_negatives: F1Negatives | None = None,
-    cache: StageCache | None = None,
-    stages: Collection[str] = STAGES,
-) -> ModelEvaluation:
-    """Evaluate one model from its activations (a pure function of its arguments).
-
-    Args:
-        inputs: the model's activations, probabilities and labels.
-        plan: the subsets from :func:`~.plan.draw_subsets` (shared by all models).
-        settings: the evaluation settings.
-        progress: optional ``progress(stage, done, total)`` callback.
-        f1_negatives: the controlled F1's negative pool (default: method §5's choice for the
-            role: D_f for ``"retrained"``, D_te otherwise).
-        cache: a :class:`~.stages.StageCache` to read and fill (default: none).
-        stages: the stages to run (default all).
-    """
-    run = ModelRun(inputs, plan, settings, f1_negatives=f1_negatives, cache=cache, stages=stages)
-    return run_model(run, progress=progress)

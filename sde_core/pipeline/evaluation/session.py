@@ -27,8 +27,8 @@ Use from a page (Streamlit keeps one session per workspace with ``st.cache_resou
 stage can run later, e.g. for the report: the exact W2 baseline is O(n³) per subset pair).
 Each :class:`~.run.PartialEvaluation` carries ``model``, ``stage`` (one of
 :data:`~.run.STAGES`), ``label``, ``done``/``total`` and ``complete``; its ``evaluation()`` is
-the :class:`~.run.ModelEvaluation` of everything finished so far (``model.draws`` tells how
-many draws it covers; headline numbers stay NaN until the first panel is known, with
+the :class:`~.model_evaluation.ModelEvaluation` of everything finished so far (``model.draws``
+tells how many draws it covers; headline numbers stay NaN until the first panel is known, with
 ``inconclusive_reason`` saying so).
 """
 
@@ -52,14 +52,10 @@ from sde_core.pipeline.evaluation.class_wise import (
     class_wise_table,
     judged_models,
 )
+from sde_core.pipeline.evaluation.model_evaluation import ModelEvaluation
 from sde_core.pipeline.evaluation.plan import F1Negatives, SubsetPlan, draw_subsets
-from sde_core.pipeline.evaluation.run import (
-    STAGES,
-    ModelEvaluation,
-    ModelRun,
-    PartialEvaluation,
-    run_model,
-)
+from sde_core.pipeline.evaluation.run import STAGES, ModelRun, PartialEvaluation
+from sde_core.pipeline.evaluation.run_driver import run_model
 from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.workspace_run import (
     EvaluationResult,
@@ -215,7 +211,7 @@ class EvaluationSession:
             settings: evaluation settings (default: the workspace's ``[defaults]``).
             stages: the stages to run (default all of :data:`~.run.STAGES`).
             on_update: called with every :class:`~.run.PartialEvaluation` (per-model progress).
-            cancelled: checked between steps; True raises :class:`~.run.EvaluationCancelled`.
+            cancelled: checked between steps; True raises :class:`~.run_driver.EvaluationCancelled`.
             A model already evaluated with the same settings and stages in this session is
             answered from memory (no step runs, so ``on_update`` is not called for it).
             progress: ``progress(stage, done, total)``; ``stage == "models"`` counts models.

@@ -31,10 +31,12 @@ from sde_core.pipeline.evaluation.class_wise import (
     judged_models,
 )
 from sde_core.pipeline.evaluation.comparisons import reference_comparisons
+from sde_core.pipeline.evaluation.model_evaluation import ModelEvaluation
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies, model_near_ties
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
 from sde_core.pipeline.evaluation.precision import precision_json
-from sde_core.pipeline.evaluation.run import STAGES, ModelEvaluation, ModelRun, run_model
+from sde_core.pipeline.evaluation.run import STAGES, ModelRun
+from sde_core.pipeline.evaluation.run_driver import run_model
 from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary, model_json
 from sde_core.pipeline.model_inputs import Progress, load_model_inputs

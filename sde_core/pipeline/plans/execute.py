@@ -229,13 +229,13 @@ _POINT_COLUMNS = (
 
 def _run_evaluate(job: PlanJob, ctx: JobContext, source: PlanJob) -> JobResult:
     """Evaluate one model at one setting
-    (:func:`sde_core.pipeline.evaluation.run.evaluate_arrays`)."""
+    (:func:`sde_core.pipeline.evaluation.run_driver.evaluate_arrays`)."""
     from sde_core.inputs.activation_cache import ActivationCache
     from sde_core.inputs.activations import get_activations
     from sde_core.inputs.denoisers import parse_noise_layer
     from sde_core.learning.metrics import accuracy_from_probs
     from sde_core.pipeline.evaluation.plan import draw_subsets
-    from sde_core.pipeline.evaluation.run import evaluate_arrays
+    from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
     from sde_core.pipeline.model_inputs import ModelInputs
     from sde_core.pipeline.settings import EvalSettings
 
