@@ -449,6 +449,7 @@ def pets(tmp_path_factory: pytest.TempPathFactory) -> Pets:
     return Pets(project, x, y, predictions)
 
 
+@pytest.mark.slow  # > 10 s on 2 cores (make test-slow, CI)
 def test_torchvision_classifier_on_an_imagefolder(pets: Pets):
     project = pets.project
     steps = project.run("torchvision")

@@ -70,6 +70,7 @@ def test_report_pins_what_was_evaluated(report):
     assert load_report(path.with_suffix(".html")) == load_report(path)
 
 
+@pytest.mark.slow  # > 10 s on 2 cores (make test-slow, CI)
 def test_verify_passes_then_names_the_changed_checkpoint(report, capsys, monkeypatch):
     ws, path = report
     monkeypatch.setenv(ROOTS_ENV, str(ws.parent))  # the report's folder is an allowed one

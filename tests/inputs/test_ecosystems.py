@@ -231,6 +231,7 @@ def _timm_runs(folder: Path, x: torch.Tensor, y: np.ndarray, keep: np.ndarray) -
             torch.save(model.state_dict(), folder / "retrained.pth")
 
 
+@pytest.mark.slow  # > 10 s on 2 cores (make test-slow, CI)
 def test_own_class_by_file_and_a_whole_pickle(project: Project):
     steps = project.run("own-class")
     said = "\n".join(s.out for s in steps)
@@ -252,6 +253,7 @@ def test_own_class_by_file_and_a_whole_pickle(project: Project):
     assert "--trusted --replace" in step.err
 
 
+@pytest.mark.slow  # > 10 s on 2 cores (make test-slow, CI)
 def test_lightning_checkpoints(project: Project):
     steps = project.run("lightning")
     said = "\n".join(s.out for s in steps)
@@ -265,6 +267,7 @@ def test_lightning_checkpoints(project: Project):
     assert rows["original"]["acc_r"] == 100.0 and rows["cnn"]["acc_r"] == 100.0
 
 
+@pytest.mark.slow  # > 10 s on 2 cores (make test-slow, CI)
 def test_timm_checkpoints(project: Project):
     project.run("timm")
     archs = {m.name: m.arch for m in project.workspace("WS-timm").models}

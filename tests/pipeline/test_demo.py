@@ -191,11 +191,8 @@ def test_demo_build_unknown_dataset_is_a_usage_error(capsys):
     assert capsys.readouterr().err.startswith("error:")
 
 
-@pytest.mark.parametrize(
-    "model",
-    # rl runs 36 draws at the default precision design (~80 s of CPU): in the slow half
-    ["random", pytest.param("rl", marks=pytest.mark.slow)],
-)
+@pytest.mark.slow  # rl runs 36 draws at the precision design (~80 s of CPU), random 20-30 s
+@pytest.mark.parametrize("model", ["random", "rl"])
 def test_shipped_store_equals_a_fresh_run(model, tmp_path):
     """The shipped Fashion-MNIST results are reproduced by an evaluation from scratch (fresh
     activations, no stage cache) on this machine, which need not be the one that built the

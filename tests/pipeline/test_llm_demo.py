@@ -78,6 +78,7 @@ def test_build_on_a_tiny_recipe(tmp_path: Path) -> None:
     assert isinstance(load_hf_folder(ws.path(entry.checkpoint)), HFHiddenStates)
 
 
+@pytest.mark.slow  # > 10 s on 2 cores (make test-slow, CI)
 @pytest.mark.skipif(
     not (default_facts_folder() / "results.sqlite").is_file(), reason="demo not built"
 )

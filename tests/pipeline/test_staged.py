@@ -205,6 +205,7 @@ def workspace(mnist1d_copy: Callable[[str], Path]) -> Path:
     return mnist1d_copy("staged")
 
 
+@pytest.mark.slow  # > 10 s on 2 cores (make test-slow, CI)
 def test_session_matches_evaluate_workspace_and_serves_repeats_from_cache(workspace):
     settings = fixed_settings(subset_size=100, targets=10, splits=20, baseline_targets=2)
     names = ["original", "random"]

@@ -46,6 +46,7 @@ def test_chance_accuracy_is_refused_with_the_numbers_and_the_options(images: Pat
     assert "normalisation" in text and "image size" in text and "channel order" in text
 
 
+@pytest.mark.slow  # > 10 s on 2 cores (make test-slow, CI)
 def test_add_model_refuses_a_model_fed_unlike_its_training_and_names_the_users_paths(
     images: Path, tmp_path: Path, monkeypatch
 ):
