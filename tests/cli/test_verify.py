@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers.designs import FIXED_FLAGS
+from helpers.designs import REPORT_FLAGS
 
 from sde_core.cli import main
 from sde_core.common.hashing import file_sha256
@@ -21,17 +21,7 @@ from sde_core.pipeline.settings import ALGORITHM_VERSION
 from sde_core.services.report_verify import load_report, verify_report
 
 DEMO = Path(__file__).resolve().parents[2] / "assets" / "demo"
-SMALL = [
-    "--subset-size",
-    "100",
-    "--targets",
-    "20",
-    "--splits",
-    "50",
-    "--baseline-targets",
-    "0",
-    *FIXED_FLAGS,
-]
+SMALL = REPORT_FLAGS  # the two evaluations of two models in seconds
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,18 @@ from typing import Any
 
 from sde_core.pipeline.settings import EvalSettings
 
-__all__ = ["FIXED", "FIXED_FLAGS", "fixed_settings"]
+__all__ = ["FIXED", "FIXED_FLAGS", "REPORT_FLAGS", "fixed_settings"]
 
 #: The fixed design (B draws, no precision target), as settings values.
 FIXED: dict[str, Any] = {"precision": 0.0}
 #: The same on the command line.
 FIXED_FLAGS: tuple[str, ...] = ("--precision", "0")
+#: Reduced settings of a report or an evaluation of a bundled demo that is verified or
+#: reproduced (n = 100, T = 20, K = 50, no baselines) at the fixed design: two models in seconds.
+REPORT_FLAGS: tuple[str, ...] = (
+    "--subset-size", "100", "--targets", "20", "--splits", "50", "--baseline-targets", "0",
+    *FIXED_FLAGS,
+)  # fmt: skip
 
 
 def fixed_settings(**values: Any) -> EvalSettings:

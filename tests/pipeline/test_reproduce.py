@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.designs import FIXED_FLAGS
+from helpers.designs import REPORT_FLAGS
 
 from sde_core.cli import main
 from sde_core.common.paths import ROOTS_ENV
@@ -25,18 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Another CPU, emulated: torch's portable kernels instead of the AVX ones, numba's generic
 #: target instead of this CPU's.
 OTHER_MACHINE = {"ATEN_CPU_CAPABILITY": "default", "NUMBA_CPU_NAME": "generic"}
-#: Reduced settings keep the two evaluations of two models to seconds.
-SMALL = [
-    "--subset-size",
-    "100",
-    "--targets",
-    "20",
-    "--splits",
-    "50",
-    "--baseline-targets",
-    "0",
-    *FIXED_FLAGS,
-]
+SMALL = REPORT_FLAGS  # the two evaluations of two models in seconds
 
 
 def _ties(**kw) -> ModelNearTies:
