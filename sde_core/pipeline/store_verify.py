@@ -130,13 +130,18 @@ class VerifiedStore(StoreFile):
 
     def _verify_units(self, units: Sequence[Sequence[Any]]) -> None:
         """Raise :class:`DamagedUnitError` naming every unit of ``units`` that fails."""
+        damaged = self._unit_damage(units)
+        if damaged:
+            raise DamagedUnitError(self.path, damaged)
+
+    def _unit_damage(self, units: Sequence[Sequence[Any]]) -> list[DamagedUnit]:
+        """The units of ``units`` that fail their check, each with its problem."""
         damaged = []
         for unit in units:
             problem = self._unit_problem(unit)
             if problem is not None:
                 damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
-        if damaged:
-            raise DamagedUnitError(self.path, damaged)
+        return damaged
 
     def _table_problems(
         self, run_id: int, found: list[tuple[Any, ...]] | None = None
@@ -170,11 +175,7 @@ class VerifiedStore(StoreFile):
         signature = (tuple((u[0], u[-1]) for u in units), tuple(tables))
         if self._verified_runs.get(run_id) == signature:
             return
-        damaged = self._table_problems(run_id, tables)
-        for unit in units:
-            problem = self._unit_problem(unit)
-            if problem is not None:
-                damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
+        damaged = self._table_problems(run_id, tables) + self._unit_damage(units)
         if damaged:
             raise DamagedUnitError(self.path, damaged)
         with self._lock:
