@@ -11,9 +11,7 @@ import pandas as pd
 import streamlit as st
 
 import pages  # noqa: F401  (the legacy-mode switch runs first: pages/__init__.py)
-from pages._common import current_workspace
 from sde_core.common.markdown_text import md_plain
-from sde_core.services.answer import verdict_notes
 from sde_core.viz.figures.style import PLOTLY_CONFIG
 from sde_core.viz.formatting import format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
@@ -96,12 +94,12 @@ def show_verdict(
     compare: bool = True,
     draws: Any = None,
     provisional: str = "",
+    note: str = "",
 ) -> None:
     """A model's verdict: its short sentence in the verdict's style (a warning for conflicting
     evidence, marked provisional while the evaluation runs), the evidence it rests on and what
-    it cannot certify behind an expander."""
-    layer = str(row.get("layer") or "")  # the family's verdict note (a language model's)
-    note = verdict_notes(current_workspace(), layer).get(str(row.get("name")), "")
+    it cannot certify behind an expander; ``note``: its family's verdict note
+    (:func:`~sde_core.services.answer.verdict_notes`)."""
     explained = explain_verdict(
         row, targets, retrain, compare=compare, draws=draws, provisional=provisional, note=note
     )

@@ -27,6 +27,7 @@ from sde_core.services.cascade import (
     Evaluations,
     EvaluationSession,
     Progress,
+    Runner,
     process_cache,
 )
 from sde_core.services.evaluation import (
@@ -133,15 +134,32 @@ def evaluate(
     Returns:
         The result, or None when evaluation failed (error shown) or was stopped.
     """
+    names = list(models) if models is not None else [m.name for m in ws.models]
+    return evaluate_with(
+        ws, settings, names, lambda source, run: source.evaluate(settings, names, run)
+    )
+
+
+def evaluate_with(
+    ws: Workspace,
+    settings: EvalSettings,
+    names: Sequence[str],
+    call: Callable[[Evaluations, Runner], Any],
+) -> EvaluationResult | None:
+    """``call(source, run)`` on the workspace's evaluations, ``run`` drawing a progress bar
+    and Stop button for ``names`` at ``settings``' layer; errors are shown inline.
+
+    Returns:
+        ``call``'s result, or None when evaluation failed (error shown) or was stopped.
+    """
     try:
         source = evaluations(ws)
     except SDEError as exc:
         st.error(f"Cannot evaluate this workspace: {md_plain(exc)}")
         return None
-    names = list(models) if models is not None else [m.name for m in ws.models]
     what = f"Evaluating {models_label(names)} at layer {md_literal(settings.layer)}…"
     try:
-        return source.evaluate(settings, names, lambda work: run_with_progress(work, what))
+        return call(source, lambda work: run_with_progress(work, what))
     except SDEError as exc:
         st.error(f"Evaluation failed: {md_plain(exc)}")
         return None

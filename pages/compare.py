@@ -25,18 +25,17 @@ from pages._display import plot, show_verdict, table
 from pages._run import (
     STOP_KEY,
     affordable_layers,
+    evaluate_with,
     evaluation_session,
     evaluations,
-    models_label,
     request_stop,
-    run_with_progress,
     show_stopped,
 )
 from pages._settings import bound, current_settings
 from sde_core.common.hashing import stable_hash
-from sde_core.common.markdown_text import md_literal, md_plain
+from sde_core.common.markdown_text import md_literal
 from sde_core.errors import SDEError
-from sde_core.services.answer import model_family
+from sde_core.services.answer import model_family, verdict_notes
 from sde_core.services.cascade import (
     EvalSettings,
     EvaluationCancelled,
@@ -95,22 +94,11 @@ def compare_evaluate(ws: Workspace, settings: EvalSettings) -> EvaluationResult 
     Returns:
         The result, or None when evaluation failed (error shown) or was stopped.
     """
-    try:
-        source = evaluations(ws)
-    except SDEError as exc:
-        st.error(f"Cannot evaluate this workspace: {md_plain(exc)}")
-        return None
     names = [m.name for m in ws.models]
-    what = f"Evaluating {models_label(names)} at layer {md_literal(settings.layer)}…"
-    try:
-        return source.compare(
-            settings,
-            lambda work: run_with_progress(work, what),
-            _compare_progress(names, settings),
-        )
-    except SDEError as exc:
-        st.error(f"Evaluation failed: {md_plain(exc)}")
-        return None
+    return evaluate_with(
+        ws, settings, names,
+        lambda source, run: source.compare(settings, run, _compare_progress(names, settings)),
+    )  # fmt: skip
 
 
 def apply_link(view: CompareView) -> None:
@@ -197,12 +185,14 @@ def charts(results: dict[str, EvaluationResult]) -> str:
     return layer
 
 
-def verdicts(result: EvaluationResult) -> None:
+def verdicts(ws: Workspace, result: EvaluationResult) -> None:
     """Every model's verdict at the chart's layer, with the evidence it rests on."""
     retrain = retrain_row(result.models)
+    notes = verdict_notes(ws, result.settings.layer)  # a language model's family note
     st.subheader(f"Verdicts at layer {md_literal(result.settings.layer)}")
     for row in result.models.to_dict("records"):
-        show_verdict(row, result.settings.targets, retrain, draws=result.draws)
+        show_verdict(row, result.settings.targets, retrain, draws=result.draws,
+                     note=notes.get(str(row["name"]), ""))  # fmt: skip
 
 
 def stored_answer(ws: Workspace, settings: EvalSettings) -> EvaluationResult | None:
@@ -352,7 +342,7 @@ with guarded("Cannot compare the models"):
             key="c_csv", help="Every number of the table with its interval bounds, NaN = withheld.",
         )  # fmt: skip
         shown_layer = charts(results)
-        verdicts(results[shown_layer])
+        verdicts(ws, results[shown_layer])
         paired(results[shown_layer])
         leaderboard(results[shown_layer])
 publish(

@@ -37,6 +37,7 @@ from pages._run import STOP_KEY, evaluations
 from pages._settings import bound, current_settings
 from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.errors import SDEError
+from sde_core.services.answer import verdict_notes
 from sde_core.services.cascade import (
     EXPLORE_STAGES,
     EvalSettings,
@@ -131,8 +132,9 @@ def headline(result: EvaluationResult, model: str, tag: str, provisional: str = 
     evidence conflicts (those numbers are then not certified)."""
     row = result.models.set_index("name").loc[model]
     record = {"name": model, **row.to_dict()}
+    note = verdict_notes(current_workspace(), result.settings.layer).get(model, "")
     show_verdict(record, result.settings.targets, None, name=False, compare=False,
-                 provisional=provisional)  # fmt: skip
+                 provisional=provisional, note=note)  # fmt: skip
     conflict = row.get("evidence_conflict")
     conflicting = isinstance(conflict, str) and bool(conflict.strip())
     holder = (

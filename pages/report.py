@@ -13,7 +13,7 @@ from typing import Any
 
 import streamlit as st
 
-from pages._common import current_workspace, dataset_bundle, guarded, open_page, publish
+from pages._common import dataset_bundle, guarded, open_page, publish
 from pages._display import show_verdict, table
 from pages._run import affordable_layers, evaluate, shared_cache
 from sde_core.common.hashing import stable_hash
@@ -83,11 +83,11 @@ def html_report(
     return page
 
 
-def answers(result: EvaluationResult) -> None:
+def answers(ws: Workspace, result: EvaluationResult) -> None:
     """One box per model (audited models first): the verdict in a sentence, its interval, the
     cross-check and the caveat that matters for it — the report's first page."""
     s = result.settings
-    notes = verdict_notes(current_workspace(), s.layer)  # a language model's family note
+    notes = verdict_notes(ws, s.layer)  # a language model's family note
     rows = summary_order(result.models)
     for start in range(0, len(rows), 3):
         for column, row in zip(st.columns(3), rows[start : start + 3], strict=False):
@@ -102,11 +102,13 @@ def answers(result: EvaluationResult) -> None:
             box.caption(f"Caveat: {a.caveat}")
 
 
-def verdicts(result: EvaluationResult) -> None:
+def verdicts(ws: Workspace, result: EvaluationResult) -> None:
     """One plain-language paragraph per model, with the evidence it rests on."""
     retrain = retrain_row(result.models)
+    notes = verdict_notes(ws, result.settings.layer)  # a language model's family note
     for row in result.models.to_dict("records"):
-        show_verdict(row, result.settings.targets, retrain, draws=result.draws)
+        show_verdict(row, result.settings.targets, retrain, draws=result.draws,
+                     note=notes.get(str(row["name"]), ""))  # fmt: skip
 
 
 def certify() -> None:
@@ -275,9 +277,9 @@ if result is not None:
     with guarded("Cannot pin what was evaluated"):
         manifest = manifest_of(ws, result)
     st.subheader("The answer, per model")
-    answers(result)
+    answers(ws, result)
     st.subheader("Verdicts")
-    verdicts(result)
+    verdicts(ws, result)
     st.subheader("What SDE can and cannot certify")
     certify()
     if manifest is not None:
