@@ -3,7 +3,8 @@
 ``python -m sde_core report WORKSPACE --out DIR`` evaluates the workspace (CLI flags override
 its ``[defaults]``) and writes ``sde-report-<name>.html`` (self-contained, opens offline),
 ``.json`` (the numbers, verdicts and the manifest: checkpoint and data hashes, settings, seeds,
-software) and, with Chromium, ``.pdf``.
+software) and, with Chromium, ``.pdf``; ``--paper`` adds ``<stem>-paper.zip``, every figure as
+SVG/PDF and every table as LaTeX/Markdown (:mod:`sde_core.viz.report.paper_export`).
 
 ``python -m sde_core verify REPORT.json [--workspace WS]`` re-hashes every file the manifest
 names and recomputes every model from the workspace (never from a results store), then prints,
@@ -72,6 +73,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"no PDF: {files.pdf_error}", file=sys.stderr)
     if files.signature is not None:
         print(f"wrote {files.signature} (Ed25519 key {files.fingerprint})")
+    if args.paper:
+        from sde_core.common.fsio import atomic_write_bytes
+        from sde_core.viz.report.paper_export import paper_bundle
+
+        bundle = paper_bundle(files.result)
+        path = files.json.with_name(f"{files.json.stem}-paper.zip")
+        atomic_write_bytes(path, bundle.data)
+        print(f"wrote {path} ({len(bundle.names)} files: figures SVG/PDF, tables LaTeX/Markdown)")
+        if bundle.figure_error:
+            print(f"no figures in it: {bundle.figure_error}", file=sys.stderr)
     print(f"re-check it with: python -m sde_core verify {files.json}")
     return 0
 
@@ -149,6 +160,12 @@ def register_verify(subparsers: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--no-store", action="store_true", help="do not read or write the store")
     r.add_argument("--no-pdf", action="store_true", help="skip the PDF (needs Chromium)")
+    r.add_argument(
+        "--paper",
+        action="store_true",
+        help="also write <stem>-paper.zip: every figure as SVG and PDF (needs kaleido and "
+        "Chromium; tables only without them) and every table as LaTeX and Markdown",
+    )
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     add_time_limit_argument(r)
     r.set_defaults(func=_cmd_report)

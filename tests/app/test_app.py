@@ -453,7 +453,10 @@ def test_sweeps_page_shows_plan_results(ws):
 # -------------------------------------------------------------------------------------- Report
 
 
-def test_report_verdicts_manifest_and_downloads(ws, expected):
+def test_report_verdicts_manifest_and_downloads(ws, expected, monkeypatch):
+    from sde_core.viz.figures import export
+
+    monkeypatch.setattr(export, "_kaleido_installed", lambda: False)  # no Chromium started
     at = app("report")
     no_exception(at)
     text = " ".join(m.value for m in at.markdown)
@@ -476,6 +479,11 @@ def test_report_verdicts_manifest_and_downloads(ws, expected):
     at.text_input(key="r_operator").set_value("the audit team").run()
     no_exception(at)  # the report files are rebuilt with the fields (printed: test_report.py)
     assert "r_html" in {b.key for b in at.get("download_button")}
+    assert "r_paper_zip" not in {b.key for b in at.get("download_button")}  # built on request
+    at.button(key="r_paper").click().run()
+    no_exception(at)
+    assert "r_paper_zip" in {b.key for b in at.get("download_button")}
+    assert any("Tables only, no figures" in w.value and "kaleido" in w.value for w in at.warning)
 
 
 # ----------------------------------------------------------------------------------- Workspace

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from sde_core.common.paths import ROOTS_ENV
 from sde_core.errors import SettingsError
 from sde_core.pipeline.settings import ALGORITHM_VERSION
 from sde_core.services.report_verify import load_report, verify_report
+from sde_core.viz.figures import export
 
 DEMO = Path(__file__).resolve().parents[2] / "assets" / "demo"
 SMALL = REPORT_FLAGS  # the two evaluations of two models in seconds
@@ -31,9 +33,22 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     ws = base / "demo"
     shutil.copytree(DEMO, ws, ignore=shutil.ignore_patterns(".sde-cache", "*.sqlite-*"))
     out = base / "report"
-    args = ["report", str(ws), "--out", str(out), "--models", "original,ft", "--no-pdf"]
-    assert main([*args, *SMALL, "--quiet"]) == 0
+    args = ["report", str(ws), "--out", str(out), "--models", "original,ft", "--no-pdf", "--paper"]
+    with pytest.MonkeyPatch.context() as mp:  # the paper archive's tables only: no Chromium
+        mp.setattr(export, "_kaleido_installed", lambda: False)
+        assert main([*args, *SMALL, "--quiet"]) == 0
     return ws, out / "sde-report-demo.json"
+
+
+def test_report_paper_writes_the_tables_and_says_why_no_figures(report):
+    _, path = report
+    archive = zipfile.ZipFile(path.with_name("sde-report-demo-paper.zip"))
+    names = archive.namelist()
+    assert "tables/01-headline-numbers.tex" in names and "tables/01-headline-numbers.md" in names
+    headline = archive.read("tables/01-headline-numbers.md").decode()
+    assert len(headline.strip().splitlines()) == 4  # header, rule, the two models
+    assert "| original |" in headline and "| ft |" in headline
+    assert "No figures: " in archive.read("README.txt").decode()
 
 
 def test_report_pins_what_was_evaluated(report):

@@ -256,6 +256,7 @@ def test_figure_to_image_without_chromium_says_what_to_do(monkeypatch):
         figure_to_image(fig, "jpeg")
 
 
+@pytest.mark.slow  # starts Chromium where kaleido and Chromium are installed (CI)
 def test_figure_to_image_renders_or_explains():
     """With kaleido and Chromium installed this renders a real PNG; otherwise it explains."""
     fig = go.Figure(go.Bar(x=[1, 2], y=[3, 4]))

@@ -62,6 +62,8 @@ _TARGET_PATTERNS = (".", "\\", "x", "+", "-", "|")
 _H_AXIS = "split-half HSIC H(S, h) (unitless)"
 _TEMPLATE = "plotly_white"
 _IMAGE_FORMATS = ("png", "svg")
+#: Formats the server renders (kaleido): the camera button's and PDF.
+_SERVER_FORMATS = ("png", "svg", "pdf")
 
 
 def plotly_config(filename: str = "sde-chart", fmt: str = "png") -> dict[str, Any]:

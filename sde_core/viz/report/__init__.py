@@ -13,6 +13,8 @@
   the evaluation; the verdict sentences come from :mod:`sde_core.viz.verdicts`.
 - :mod:`.exports`: download payloads (CSV, JSON, a zip of tables, e.g. for
   ``st.download_button``).
+- :mod:`.paper_export`: everything for a paper in one ZIP: every figure as SVG and PDF
+  (kaleido with the system Chromium), every table as LaTeX and Markdown.
 
 Every number is written by :func:`sde_core.viz.formatting.format_number`. Import each name from
 the module that defines it (docs/architecture.md).

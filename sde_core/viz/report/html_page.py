@@ -67,7 +67,13 @@ from sde_core.viz.verdicts.labels import (
 )
 from sde_core.viz.verdicts.summary import summarize_verdict, summary_order
 
-__all__ = ["REPORT_SECTIONS", "answer_html", "build_html_report", "report_figures"]
+__all__ = [
+    "REPORT_SECTIONS",
+    "answer_html",
+    "build_html_report",
+    "print_ready",
+    "report_figures",
+]
 
 #: The section titles of the HTML/PDF report, in order (the notes section only with notes).
 REPORT_SECTIONS = (
@@ -296,7 +302,7 @@ def _signer_html(context: AuditContext | None, signed_by: str | None, date: str)
     )
 
 
-def _vector(fig: go.Figure) -> go.Figure:
+def print_ready(fig: go.Figure) -> go.Figure:
     """A copy of ``fig`` without fill patterns (Chromium prints a patterned fill as a raster
     image per bar, which made a demo's PDF 85 MB): patterned traces keep their outline, drawn
     heavier, over a light fill; bars keep their text labels, which say what the patterns did."""
@@ -466,7 +472,7 @@ def build_html_report(
     charts = []
     for i, (title, fig) in enumerate(items):
         caption = f"<figcaption>{html.escape(title)}</figcaption>" if title else ""
-        body = _vector(fig).to_html(
+        body = print_ready(fig).to_html(
             full_html=False, include_plotlyjs=i == 0, config=PLOTLY_CONFIG, default_width="100%"
         )
         charts.append(f"<figure>{body}{caption}</figure>")
