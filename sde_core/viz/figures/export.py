@@ -102,13 +102,16 @@ def figures_to_images(
     with tempfile.TemporaryDirectory(prefix="sde-figures-") as tmp:
         paths = [Path(tmp) / f"{i}.{fmt}" for i, (_, fmt) in enumerate(keys)]
         figs = [figures[name] for name, _ in keys]
-        try:  # the batch ignores a layout's size unless given: pass each figure's own
-            pio.write_images(
-                figs,
-                paths,
-                width=[fig.layout.width for fig in figs],
-                height=[fig.layout.height for fig in figs],
-            )
-        except Exception as exc:  # kaleido/Chromium failures come as many types
-            raise ExportError(f"figure export failed ({exc}); {_HINT}") from exc
+        # The batch ignores a layout's size unless given: pass each figure's own.
+        sizes = {
+            "width": [fig.layout.width for fig in figs],
+            "height": [fig.layout.height for fig in figs],
+        }
+        for attempt in (1, 2):  # Chromium's pipe to kaleido now and then drops a message
+            try:
+                pio.write_images(figs, paths, **sizes)
+                break
+            except Exception as exc:  # kaleido/Chromium failures come as many types
+                if attempt == 2:
+                    raise ExportError(f"figure export failed ({exc}); {_HINT}") from exc
         return {key: path.read_bytes() for key, path in zip(keys, paths, strict=True)}
