@@ -100,13 +100,13 @@ def small_multiples(
         m: {key: np.asarray(a[key], dtype=np.float64).ravel() for key, _, _ in _SERIES}
         for m, a in ((m, _model_arrays(result, m)) for m in names)
     }
-    rows_ = {m: _model_row(result, m) for m in names}
+    rows_ = {m: {str(k): v for k, v in _model_row(result, m).items()} for m in names}
     nb = int(bins if bins is not None else result.settings.bins)
     everything = [arrays[m][key] for m in names for key, _, _ in _SERIES]
     common_edges = histogram_edges(*everything, bins=nb)
     cols = max(1, min(int(columns), len(names)))
     rows = math.ceil(len(names) / cols)
-    titles = [f"{m} ({rows_[m]['role']}): {verdict_label(rows_[m].to_dict())}" for m in names]
+    titles = [f"{m} ({rows_[m]['role']}): {verdict_label(rows_[m])}" for m in names]
     fig = make_subplots(
         rows=rows, cols=cols, subplot_titles=titles, shared_xaxes="all" if shared else False,
         shared_yaxes="all" if shared else False, horizontal_spacing=0.06,
