@@ -39,13 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reference_hsic_v3 as v3
 
 from sde_core.common.threads import usable_cpus
-from sde_core.stats.hsic import (
-    draw_batch_splits,
-    gaussian_gram,
-    split_half_batch_stats,
-    split_half_hsic,
-    split_permutations,
-)
+from sde_core.stats.hsic import gaussian_gram, split_half_batch_stats, split_half_hsic
+from sde_core.stats.hsic_splits import draw_batch_splits, split_permutations
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 POOL_ROWS = 6000

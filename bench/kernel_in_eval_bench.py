@@ -47,11 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import reference_hsic_v3 as v3  # noqa: E402
 
 from sde_core.common.threads import usable_cpus  # noqa: E402
-from sde_core.stats.hsic import (  # noqa: E402
-    draw_batch_splits,
-    pool_sq_distances,
-    split_half_batch_stats,
-)
+from sde_core.stats.hsic import split_half_batch_stats  # noqa: E402
+from sde_core.stats.hsic_pool import pool_sq_distances  # noqa: E402
+from sde_core.stats.hsic_splits import draw_batch_splits  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 ENGINES = ("current", "v3")

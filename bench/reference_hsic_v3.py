@@ -15,7 +15,8 @@ import numba
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from sde_core.stats.hsic import gaussian_gram, split_permutations, subset_seeds
+from sde_core.stats.hsic import gaussian_gram
+from sde_core.stats.hsic_splits import split_permutations, subset_seeds
 
 __all__ = ["split_half_batch_stats_v3", "split_half_hsic_v3", "split_sums_kernel_v3"]
 

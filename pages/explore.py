@@ -39,7 +39,14 @@ from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.errors import SDEError
 from sde_core.services.answer import verdict_notes
 from sde_core.services.cascade import (
+    CALIBRATED_OTR,
+    DEPENDENCE_SCORE,
     EXPLORE_STAGES,
+    F1,
+    OTR,
+    OVER_UNLEARNING_P,
+    PANEL_P,
+    REFERENCE_P,
     EvalSettings,
     EvaluationResult,
     PartialEvaluation,
@@ -153,7 +160,7 @@ def numbers(result: EvaluationResult, row: pd.Series, provisional: str) -> None:
     valid = bool(row["references_valid"])
     s = result.settings
     cols = st.columns(5)
-    metric(cols[0], "Reference U-test p", fmt_p(row["reference_p"]), "reference_p")
+    metric(cols[0], "Reference U-test p", fmt_p(row[REFERENCE_P.key]), REFERENCE_P.key)
     conflict = row.get("evidence_conflict")
     certified = valid and not (isinstance(conflict, str) and conflict.strip()) and not provisional
     with cols[0]:
@@ -170,15 +177,15 @@ def numbers(result: EvaluationResult, row: pd.Series, provisional: str) -> None:
             )
     draws = int(row["draws"])
     for col, label, key, show, pct_ in (
-        (cols[1], "OTR (out-of-training rate)", "otr", pct, True),
-        (cols[2], "Controlled F1", "f1", fmt, False),
+        (cols[1], "OTR (out-of-training rate)", OTR.key, pct, True),
+        (cols[2], "Controlled F1", F1.key, fmt, False),
     ):
         metric(col, label, headline_value(row, key, show), key)
         if row[key] == row[key]:
             shown = format_estimate(row[key], row[f"{key}_lo"], row[f"{key}_hi"], percent=pct_)
             col.caption(f"95% interval over B = {draws} draws: {shown.split(' ', 1)[-1]}")
-    metric(cols[3], "Dependence score (diagnostic)", headline_value(row, "dependence_score", fmt),
-           "dependence_score")  # fmt: skip
+    metric(cols[3], "Dependence score (diagnostic)",
+           headline_value(row, DEPENDENCE_SCORE.key, fmt), DEPENDENCE_SCORE.key)  # fmt: skip
     cols[3].caption("not a verdict: its interval is rarely informative (method §5)")
     metric(cols[4], "σ used", fmt(row["sigma"], 4), "sigma")
     cols[4].caption(f"kernel bandwidth σ · layer {row['layer']}, d = {int(row['dim'])}")
@@ -191,8 +198,8 @@ def numbers(result: EvaluationResult, row: pd.Series, provisional: str) -> None:
         )
     reason = row.get("inconclusive_reason")
     if isinstance(reason, str) and reason.strip():
-        names = {"otr": "OTR", "calibrated_otr": "calibrated OTR", "f1": "F1",
-                 "dependence_score": "the dependence score"}  # fmt: skip
+        names = {OTR.key: "OTR", CALIBRATED_OTR.key: "calibrated OTR", F1.key: "F1",
+                 DEPENDENCE_SCORE.key: "the dependence score"}  # fmt: skip
         hidden = [label for key, label in names.items() if row.get(key) != row.get(key)]
         if hidden:
             st.warning(f"**Withheld**: {reason.strip()} (method §12): {', '.join(hidden)} "
@@ -201,7 +208,7 @@ def numbers(result: EvaluationResult, row: pd.Series, provisional: str) -> None:
         where = weak_layer_advice(current_workspace(), model, str(row["layer"]))
         st.warning(
             f"The paper's split-level reference test does not separate at this layer (median p "
-            f"= {fmt_p(row['reference_p'])} ≥ α = {result.settings.alpha}), so every decision "
+            f"= {fmt_p(row[REFERENCE_P.key])} ≥ α = {result.settings.alpha}), so every decision "
             f"of the paper's rule is **inconclusive**. {where}"
         )
 
@@ -256,18 +263,18 @@ def calibrated(result: EvaluationResult, model: str, tag: str) -> None:
     gated = isinstance(reason, str) and bool(reason.strip())
     counts = [k for k in COUNTS if k in row.index and row[k] == row[k]]
     cols = st.columns(3 + len(counts))
-    metric(cols[0], "Panel U-test p", fmt_p(row["panel_p"]), "panel_p")
-    metric(cols[1], "Calibrated OTR", headline_value(row, "calibrated_otr", pct),
-           "calibrated_otr")  # fmt: skip
+    metric(cols[0], "Panel U-test p", fmt_p(row[PANEL_P.key]), PANEL_P.key)
+    metric(cols[1], "Calibrated OTR", headline_value(row, CALIBRATED_OTR.key, pct),
+           CALIBRATED_OTR.key)  # fmt: skip
     over = "withheld" if gated else ("yes" if bool(row["over_unlearned"]) else "no")
     metric(cols[2], "Over-unlearned (model test)", over, "over_unlearned")
     if not gated:
-        cols[2].caption(f"p = {fmt_p(row['over_unlearning_p'])}")
+        cols[2].caption(f"p = {fmt_p(row[OVER_UNLEARNING_P.key])}")
     for col, key in zip(cols[3:], counts, strict=True):
         metric(col, COUNTS[key], "withheld" if gated else str(int(row[key])), key)
     if bool(row["over_unlearned"]) and not gated:
         st.warning(
-            f"**Over-unlearned** (p = {fmt_p(row['over_unlearning_p'])}): the model's outputs "
+            f"**Over-unlearned** (p = {fmt_p(row[OVER_UNLEARNING_P.key])}): the model's outputs "
             "on the forget set are significantly flatter (lower spread) than on data it never "
             "saw — " + over_unlearning_meaning(str(row.get("role", "")))
         )
@@ -320,10 +327,10 @@ def negative_control(result: EvaluationResult, model: str, control: str, tag: st
         {
             name: {
                 "references valid": "yes" if bool(rows.loc[name, "references_valid"]) else "no",
-                "reference p": fmt_p(rows.loc[name, "reference_p"]),
-                "OTR": headline_value(rows.loc[name], "otr", pct),
-                "calibrated OTR": headline_value(rows.loc[name], "calibrated_otr", pct),
-                "F1": headline_value(rows.loc[name], "f1", fmt),
+                "reference p": fmt_p(rows.loc[name, REFERENCE_P.key]),
+                "OTR": headline_value(rows.loc[name], OTR.key, pct),
+                "calibrated OTR": headline_value(rows.loc[name], CALIBRATED_OTR.key, pct),
+                "F1": headline_value(rows.loc[name], F1.key, fmt),
             }
             for name in (model, control)
         }

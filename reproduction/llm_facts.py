@@ -32,6 +32,7 @@ from sklearn.preprocessing import StandardScaler
 
 from sde_core.inputs.data import load_dataset
 from sde_core.inputs.indices import load_index_file
+from sde_core.pipeline.llm_demo import FACTS_LOSS_GAP
 from sde_core.pipeline.model_inputs import entry_activations
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.evaluation import activation_cache
@@ -134,7 +135,7 @@ def main() -> None:
         s_te = spread(te)
         lines.append(
             f"| {entry.name} | {m['loss_forget']:.3f} | {m['loss_retain']:.3f} | "
-            f"{m['loss_test']:.3f} | {m['loss_gap']:+.3f} | {m['mia_auc']:.2f} | {auc:.2f} | "
+            f"{m['loss_test']:.3f} | {m[FACTS_LOSS_GAP]:+.3f} | {m['mia_auc']:.2f} | {auc:.2f} | "
             f"{spread(tr[forget]) / s_te:.2f} | {spread(tr[retain]) / s_te:.2f} |"
         )
     text = "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ import pytest
 #: Module -> the least number of examples (``>>>`` lines) it holds.
 MODULES = {
     "sde_core.stats.hsic": 10,
+    "sde_core.stats.hsic_splits": 1,
     "sde_core.stats.jsd": 5,
     "sde_core.stats.headline": 1,
     "sde_core.stats.proportions": 2,

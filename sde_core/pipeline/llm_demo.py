@@ -45,6 +45,7 @@ from sde_core.pipeline.workspace_write import write_workspace
 
 __all__ = [
     "FACTS_DATASET",
+    "FACTS_LOSS_GAP",
     "FACTS_MODEL",
     "FactsRecipe",
     "FactsReport",
@@ -56,6 +57,11 @@ __all__ = [
 
 FACTS_DATASET = "facts"
 """The ``--dataset`` name of the language-model demo."""
+
+#: ``metrics.json``'s loss gap of a model: mean per-token loss on D_te minus on D_f (positive:
+#: the model fits the forget set better than unseen text). Not the behaviour check's loss gap
+#: metric (method §9), which is D_f − D_te: the opposite sign.
+FACTS_LOSS_GAP = "loss_gap"
 
 #: GPT-2 configuration of the demo model (about 0.2 M parameters).
 FACTS_MODEL = {"n_positions": 48, "n_embd": 64, "n_layer": 4, "n_head": 4}
@@ -457,7 +463,7 @@ def _build(
         }
         report.metrics[entry.name] = {
             **{f"loss_{k}": float(v.mean()) for k, v in losses.items()},
-            "loss_gap": float(losses["test"].mean() - losses["forget"].mean()),
+            FACTS_LOSS_GAP: float(losses["test"].mean() - losses["forget"].mean()),
             "mia_auc": loss_mia_auc(losses["forget"], losses["test"]),
         }
         say(

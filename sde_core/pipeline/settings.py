@@ -27,7 +27,8 @@ import numpy as np
 from sde_core.common.sigma import SIGMA_SYNTAX, SQRT_DIM, parse_sigma
 from sde_core.common.validation import check_int, check_number
 from sde_core.errors import SettingsError
-from sde_core.stats.hsic import MAX_POOL_ROWS, MAX_SPLITS
+from sde_core.stats.hsic_pool import MAX_POOL_ROWS
+from sde_core.stats.hsic_splits import MAX_SPLITS
 
 __all__ = [
     "ALGORITHM_VERSION",

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from sde_core.errors import StoreError
+from sde_core.pipeline.evaluation.model_evaluation import CONTROL_KIND
 from sde_core.pipeline.evaluation.workspace_run import NEAR_TIES_TABLE, stored_result
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore
@@ -49,7 +50,7 @@ ARRAY_KINDS: dict[str, str] = {
     "panel_it_h": "it_panel",
     "panel_oot_h": "oot_panel",
     "null_h": "null",
-    "f1_h": "f1",
+    "f1_h": CONTROL_KIND,
 }
 
 

@@ -10,6 +10,10 @@ Stop button — so this module never imports Streamlit. A runner returns None wh
 stopped the work; nothing is cached then, and finished models stay in the results store.
 
 Cache keys are content hashes: ``(kind, workspace hash, settings hash, models…)``.
+
+As one of the dashboard's two facades it also re-exports the pipeline names the pages use:
+among them the stage lists, the result types and the metric table's handles that a
+page reads one by one (``OTR.key``, not the literal ``"otr"``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,15 @@ from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError
 from sde_core.pipeline.evaluation.class_wise import ForgetClasses
 from sde_core.pipeline.evaluation.comparisons import COMPARED_METRICS, compare_models
+from sde_core.pipeline.evaluation.metric_table import (
+    CALIBRATED_OTR,
+    DEPENDENCE_SCORE,
+    F1,
+    OTR,
+    OVER_UNLEARNING_P,
+    PANEL_P,
+    REFERENCE_P,
+)
 from sde_core.pipeline.evaluation.planner import forecast_models, forecast_sentence
 from sde_core.pipeline.evaluation.precision import precision_status
 from sde_core.pipeline.evaluation.run import PartialEvaluation
@@ -46,9 +59,16 @@ from sde_core.services.evaluation import stored_models
 from sde_core.services.result_cache import ResultCache
 
 __all__ = [
+    "CALIBRATED_OTR",
     "COMPARED_METRICS",
     "COMPARE_STAGES",
+    "DEPENDENCE_SCORE",
     "EXPLORE_STAGES",
+    "F1",
+    "OTR",
+    "OVER_UNLEARNING_P",
+    "PANEL_P",
+    "REFERENCE_P",
     "EvalSettings",
     "EvaluationCancelled",
     "EvaluationResult",

@@ -15,13 +15,13 @@ the O(m²) identity
 in a compiled loop. The engines live in :mod:`sde_core.stats.hsic_cpu` (numba, float64 by
 default, subsets spread over worker threads) and :mod:`sde_core.stats.hsic_torch` (torch,
 batched, float32 gathers on the centred float64 Gram by default — used automatically when a
-CUDA GPU is available). This module validates input, draws the splits and turns the sums into
-HSIC values.
+CUDA GPU is available). This module validates input, chooses the engine and turns the sums into
+HSIC values; the splits are drawn by :mod:`sde_core.stats.hsic_splits`.
 
-Reuse across evaluations: :func:`draw_batch_splits` draws the splits of many subsets once (they
-depend only on n, K and the seed, not on the model or σ), and :func:`pool_sq_distances`
-computes the squared distances of a pool once, so that a σ change recomputes only ``expm1``,
-the centring and the split loop.
+Reuse across evaluations: :func:`~sde_core.stats.hsic_splits.draw_batch_splits` draws the
+splits of many subsets once (they depend only on n, K and the seed, not on the model or σ), and
+:func:`~sde_core.stats.hsic_pool.pool_sq_distances` computes the squared distances of a pool
+once, so that a σ change recomputes only ``expm1``, the centring and the split loop.
 """
 
 from __future__ import annotations
@@ -41,9 +41,7 @@ from sde_core.common.validation import (
     DISTANCE_TOLERANCE,
     as_float_matrix,
     as_index_vector,
-    check_int,
     check_sigma,
-    inner_product_error,
     is_torch_tensor,
     squared_distances,
 )
@@ -54,34 +52,34 @@ from sde_core.stats.hsic_cpu import (
     centred_gram_from_pool,
     centred_gram_from_rows,
     offdiag_sum_from_rows,
-    pool_sq_distances_matrix,
     single_threaded_blas,
     sums_from_rows,
     values_from_sums,
 )
+from sde_core.stats.hsic_pool import PoolDistances, pool_positions
+from sde_core.stats.hsic_splits import (
+    BatchSplits,
+    check_batch_splits,
+    check_splits,
+    split_permutations,
+    subset_seeds,
+)
 
 __all__ = [
-    "MAX_SPLITS",
     "MEDIAN_MAX_ROWS",
     "Backend",
-    "BatchSplits",
     "BatchStats",
     "Estimator",
-    "PoolDistances",
     "PrecisionRule",
     "SigmaRule",
-    "draw_batch_splits",
     "engine_device",
     "gaussian_gram",
     "hsic",
     "kernel_spread",
-    "pool_sq_distances",
     "resolve_sigma",
     "split_half_batch_stats",
     "split_half_hsic",
     "split_half_hsic_batch",
-    "split_permutations",
-    "subset_seeds",
 ]
 
 #: A bandwidth in the one σ syntax of :mod:`sde_core.common.sigma` (a rule's text or σ itself).
@@ -92,9 +90,6 @@ PrecisionRule = Literal["auto", "float64", "float32"]
 #: ``"auto"``: torch on a GPU (or for a GPU tensor), numba on the CPU.
 Backend = Literal["auto", "numba", "torch"]
 
-#: Upper bound on the number of random splits: beyond this the H distribution is resolved far
-#: better than any decision needs and the run only wastes time.
-MAX_SPLITS = 100_000
 #: The median rule uses at most this many (seeded, sampled) rows.
 MEDIAN_MAX_ROWS = 1000
 _ESTIMATORS = ("biased", "unbiased")
@@ -110,22 +105,6 @@ _BACKENDS = ("auto", "numba", "torch")
 def _check_estimator(estimator: str) -> None:
     if not isinstance(estimator, str) or estimator not in _ESTIMATORS:
         raise InputError(f"estimator must be one of {_ESTIMATORS}; got {estimator!r}")
-
-
-def _check_splits(n_splits: int) -> int:
-    n_splits = check_int(n_splits, "n_splits")
-    if n_splits < 1:
-        raise InputError(f"n_splits must be at least 1; got {n_splits}")
-    if n_splits > MAX_SPLITS:
-        raise InputError(
-            f"n_splits={n_splits} is more than sensible (max {MAX_SPLITS}); 200 splits "
-            "resolve the H distribution well — use fewer"
-        )
-    return n_splits
-
-
-def _check_seed(seed: int) -> int:
-    return check_int(seed, "seed", minimum=0)
 
 
 def _min_rows(estimator: str) -> int:
@@ -270,206 +249,6 @@ def hsic(
         k.sum(1)[None], lm.sum(1)[None], (k * lm).sum(1)[None], np.diag(k)[None], np.diag(lm)[None]
     )
     return float(values_from_sums(sums, m, estimator)[0])
-
-
-# --------------------------------------------------------------------------------------------
-# Splits
-# --------------------------------------------------------------------------------------------
-
-
-def _rng(seed: int | np.random.SeedSequence) -> np.random.Generator:
-    if isinstance(seed, np.random.SeedSequence):
-        return np.random.default_rng(seed)
-    return np.random.default_rng(_check_seed(seed))
-
-
-def split_permutations(n: int, n_splits: int, seed: int | np.random.SeedSequence = 0) -> np.ndarray:
-    """The K random splits of a subset of n rows, as method §2 draws them.
-
-    If n is odd one row is dropped at random (once, with the same RNG); each split is then a
-    random permutation of the kept rows whose first ``m = n // 2`` entries form S1 and the next m
-    form S2 (row i of S1 paired with row i of S2).
-
-    Returns:
-        ``(n_splits, 2m)`` int64 array of row indices into the subset.
-
-    Examples:
-        >>> print(split_permutations(5, 2, seed=0))  # n odd: one row (4) is dropped for every split
-        [[2 0 1 3]
-         [3 2 1 0]]
-    """
-    n_splits = _check_splits(n_splits)
-    n = check_int(n, "n (the subset's rows)", minimum=2)
-    rng = _rng(seed)
-    rows = np.arange(n, dtype=np.int64)
-    if n % 2:
-        rows = np.delete(rows, rng.integers(n))
-    # One vectorised call: every row of the tile is shuffled independently.
-    return rng.permuted(np.tile(rows, (n_splits, 1)), axis=1)
-
-
-def subset_seeds(seed: int, n_subsets: int) -> list[np.random.SeedSequence]:
-    """Independent per-subset split seeds used by :func:`split_half_hsic_batch`.
-
-    Child t depends only on ``seed`` and t, not on ``n_subsets``.
-    """
-    n_subsets = check_int(n_subsets, "n_subsets", minimum=0)
-    return np.random.SeedSequence(_check_seed(seed)).spawn(n_subsets)
-
-
-@dataclass(frozen=True)
-class BatchSplits:
-    """The K random splits of each of T subsets of n rows, drawn once (method §2).
-
-    They depend only on n, K, the seed and the subset's position t — not on the model, the
-    layer or σ — so a caller that evaluates several models or bandwidths on the same subsets
-    draws them once (:func:`draw_batch_splits`) and passes them to
-    :func:`split_half_batch_stats` (``splits=``) instead of redrawing them (~1 ms per subset
-    at n = 400, K = 200).
-
-    Attributes:
-        n: rows per subset. n_splits: K. seed: the base seed (subset t uses
-            ``subset_seeds(seed, T)[t]``).
-        index: ``(T, K, 2m)`` row positions inside each subset (S1 then S2), uint16 when
-            n ≤ 65,536 (else int32): T = 450, K = 200, n = 400 take 72 MB.
-    """
-
-    n: int
-    n_splits: int
-    seed: int
-    index: np.ndarray
-
-    def rows(self, t: int) -> np.ndarray:
-        """``(K, 2m)`` split rows of subset t as platform integers."""
-        return self.index[t].astype(np.intp)
-
-
-def draw_batch_splits(
-    n: int, n_splits: int, seed: int, n_subsets: int, *, threads: int | None = None
-) -> BatchSplits:
-    """Draw the splits :func:`split_half_batch_stats` would draw for ``n_subsets`` subsets.
-
-    Row t equals ``split_permutations(n, n_splits, subset_seeds(seed, n_subsets)[t])``.
-    """
-    n_splits = _check_splits(n_splits)
-    n = check_int(n, "n", minimum=2)
-    n_subsets = check_int(n_subsets, "n_subsets", minimum=1)
-    seeds = subset_seeds(seed, n_subsets)
-    dtype = np.uint16 if n <= 2**16 else np.int32
-    index = np.empty((int(n_subsets), n_splits, n - n % 2), dtype=dtype)
-
-    def draw(t: int) -> None:
-        index[t] = split_permutations(int(n), n_splits, seeds[t])
-
-    run_tasks(draw, range(int(n_subsets)), resolve_threads(threads))
-    return BatchSplits(n=int(n), n_splits=n_splits, seed=int(seed), index=index)
-
-
-def _check_batch_splits(splits: object, n: int, n_splits: int, seed: int, n_sub: int) -> None:
-    if not isinstance(splits, BatchSplits):
-        raise InputError(
-            f"splits must be a BatchSplits from draw_batch_splits; got {type(splits).__name__}"
-        )
-    got = (splits.n, splits.n_splits, splits.seed)
-    if got != (n, n_splits, seed) or splits.index.shape[0] < n_sub:
-        raise InputError(
-            f"splits were drawn for n={splits.n}, n_splits={splits.n_splits}, "
-            f"seed={splits.seed}, {splits.index.shape[0]} subsets but this call has n={n}, "
-            f"n_splits={n_splits}, seed={seed}, {n_sub} subsets: draw them with "
-            "draw_batch_splits(n, n_splits, seed, n_subsets)"
-        )
-
-
-# --------------------------------------------------------------------------------------------
-# Precomputed distances
-# --------------------------------------------------------------------------------------------
-
-#: A pool distance matrix larger than this many rows (8 GiB of float64) is refused.
-MAX_POOL_ROWS = 32_768
-
-
-@dataclass(frozen=True)
-class PoolDistances:
-    """Squared Euclidean distances between rows of a pool, reusable across σ (method §2).
-
-    With them, a σ change costs ``expm1``, the centring and the split loop per subset — no
-    distances. Cache one per (model, layer, pool); memory is ``8·U²`` bytes (U = 6,000 rows:
-    288 MB), independent of how many subsets or reference draws use it.
-
-    Attributes:
-        rows: ``(U,)`` sorted pool row indices covered.
-        d2: ``(U, U)`` float64 squared distances (rows centred on their mean before the
-            product; exactly symmetric, zero diagonal).
-        pool_shape: ``(N, d)`` of the activations they were computed from (checked on use).
-        error: absolute error bound of ``d2`` (inner-product formula); at a σ where it exceeds
-            ``DISTANCE_TOLERANCE·2σ²`` (an outlier row far from the others) the distances are
-            recomputed from the rows instead of being reused.
-    """
-
-    rows: np.ndarray
-    d2: np.ndarray
-    pool_shape: tuple[int, int]
-    error: float = 0.0
-
-
-def pool_sq_distances(
-    acts: object, rows: object | None = None, *, threads: int | None = None
-) -> PoolDistances:
-    """Squared distances between ``rows`` of ``acts`` (default: all rows), for reuse across σ.
-
-    Args:
-        acts: ``(N, d)`` activations of a pool. rows: row indices to cover (e.g. the union of
-            all subsets that will be evaluated: ``np.unique(subsets)``); repeats are ignored.
-        threads: worker threads of the finishing pass (default: the usable CPUs).
-    """
-    arr = as_float_matrix(acts)
-    n_threads = resolve_threads(threads)
-    if rows is None:
-        r = np.arange(arr.shape[0])
-    else:
-        r = np.unique(np.asarray(rows))
-        if r.size == 0 or not np.issubdtype(r.dtype, np.integer):
-            raise InputError(f"rows must be a non-empty array of integer row indices; got {rows!r}")
-        if r[0] < 0 or r[-1] >= arr.shape[0]:
-            raise InputError(
-                f"rows must lie in [0, {arr.shape[0]}) (rows of acts); got range [{r[0]}, {r[-1]}]"
-            )
-    if r.size > MAX_POOL_ROWS:
-        raise InputError(
-            f"a distance matrix over {r.size} rows would take {8 * r.size**2 / 2**30:.0f} GiB; "
-            f"cover at most {MAX_POOL_ROWS} rows (pass only the rows the subsets use)"
-        )
-    rows_of_pool = arr[r]
-    d2 = pool_sq_distances_matrix(rows_of_pool, n_threads)
-    centred = rows_of_pool - rows_of_pool.mean(axis=0)
-    error = inner_product_error(np.einsum("ij,ij->i", centred, centred), arr.shape[1])
-    return PoolDistances(rows=r.astype(np.int64), d2=d2, pool_shape=arr.shape, error=error)
-
-
-def _pool_positions(distances: object, shape: tuple[int, ...], sub: np.ndarray) -> np.ndarray:
-    """``(T, n)`` positions of the subsets' rows in ``distances.rows``."""
-    if not isinstance(distances, PoolDistances):
-        raise InputError(
-            "distances must be a PoolDistances from pool_sq_distances; got "
-            f"{type(distances).__name__}"
-        )
-    if tuple(distances.pool_shape) != tuple(shape):
-        raise InputError(
-            f"distances were computed for activations of shape {distances.pool_shape}, but acts "
-            f"has shape {tuple(shape)}: recompute them with pool_sq_distances(acts)"
-        )
-    pos = np.searchsorted(distances.rows, sub)
-    inside = (pos < distances.rows.size) & (
-        distances.rows[np.minimum(pos, distances.rows.size - 1)] == sub
-    )
-    if not inside.all():
-        missing = np.unique(sub[~inside])
-        raise InputError(
-            f"{missing.size} subset rows (e.g. {missing[:5].tolist()}) are not covered by the "
-            "precomputed distances: compute them with pool_sq_distances(acts, rows) for rows "
-            "including every subset's rows"
-        )
-    return pos
 
 
 # --------------------------------------------------------------------------------------------
@@ -628,7 +407,7 @@ def split_half_hsic(
         ((3,), True)
     """
     _check_estimator(estimator)
-    n_splits = _check_splits(n_splits)
+    n_splits = check_splits(n_splits)
     dev = _engine(device, backend, acts)
     prec = _precision(precision, dev)
     n_threads = resolve_threads(threads)
@@ -708,13 +487,14 @@ def split_half_batch_stats(
             :func:`resolve_sigma` so all subsets share it). estimator, device, precision,
             backend, threads: as in :func:`split_half_hsic`.
         seed: base seed; subset t uses the t-th spawned child seed.
-        splits: the same splits drawn beforehand by
-            ``draw_batch_splits(n, n_splits, seed, T)`` (reuse across models and σ).
-        distances: squared distances of the pool from :func:`pool_sq_distances` covering every
-            subset row (reuse across σ: only ``expm1`` and the split loop are recomputed).
+        splits: the same splits drawn beforehand by ``draw_batch_splits(n, n_splits, seed, T)``
+            (:mod:`sde_core.stats.hsic_splits`; reuse across models and σ).
+        distances: squared distances of the pool from
+            :func:`~sde_core.stats.hsic_pool.pool_sq_distances` covering every subset row
+            (reuse across σ: only ``expm1`` and the split loop are recomputed).
     """
     _check_estimator(estimator)
-    n_splits = _check_splits(n_splits)
+    n_splits = check_splits(n_splits)
     dev = _engine(device, backend, acts)
     prec = _precision(precision, dev)
     n_threads = resolve_threads(threads)
@@ -730,11 +510,11 @@ def split_half_batch_stats(
             return split_permutations(n, n_splits, seeds[t])
 
     else:
-        _check_batch_splits(splits, n, n_splits, seed, n_sub)
+        check_batch_splits(splits, n, n_splits, seed, n_sub)
         splits_of = splits.rows
     pool = None
     if distances is not None:
-        positions = _pool_positions(distances, arr.shape, sub)
+        positions = pool_positions(distances, arr.shape, sub)
         if distances.error <= DISTANCE_TOLERANCE * 2.0 * s * s:
             pool = (positions, distances.d2)
     h, off = _run(arr, sub, splits_of, s, estimator, dev, prec, pool, n_threads)

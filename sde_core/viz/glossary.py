@@ -23,11 +23,15 @@ from sde_core.pipeline.evaluation.metric_table import (
     ACC_R,
     ACC_TE,
     ASR,
+    ATTACK_AUC,
+    ATTACK_AUC_VS_RETRAINED,
     CALIBRATED_F1,
     CALIBRATED_OTR,
     DEPENDENCE_SCORE,
     F1,
     LOSS_GAP,
+    LOSS_GAP_VS_RETRAINED,
+    MINK_AUC,
     MMD_F1,
     NULL_CALIBRATED_FPR,
     NULL_OUT_OF_TRAINING_FPR,
@@ -37,7 +41,11 @@ from sde_core.pipeline.evaluation.metric_table import (
     OVER_UNLEARNING_P,
     PANEL_P,
     REFERENCE_P,
+    TEXT_AUC,
     W2_F1,
+    ZLIB_AUC,
+    hi_column,
+    lo_column,
 )
 from sde_core.pipeline.settings import SETTINGS
 
@@ -146,8 +154,12 @@ GLOSSARY: dict[str, Term] = {
         "range the rate is compatible with, reference variance included.",
         12,
     ),
-    "otr_lo": Term("OTR lo", "Lower end of the OTR's 95% Korn–Graubard interval.", 12),
-    "otr_hi": Term("OTR hi", "Upper end of the OTR's 95% Korn–Graubard interval.", 12),
+    lo_column(OTR.key): Term(
+        f"{OTR.label} lo", "Lower end of the OTR's 95% Korn–Graubard interval.", 12
+    ),
+    hi_column(OTR.key): Term(
+        f"{OTR.label} hi", "Upper end of the OTR's 95% Korn–Graubard interval.", 12
+    ),
     "paired_difference": Term(
         "paired difference",
         "A rate of one model minus another's, draw by draw on the same references, panels and "
@@ -186,40 +198,40 @@ GLOSSARY: dict[str, Term] = {
         "model still fits the forget set better).",
         9,
     ),
-    "loss_gap_vs_retrained": Term(
-        "loss gap − retrained's",
+    LOSS_GAP_VS_RETRAINED.key: Term(
+        LOSS_GAP_VS_RETRAINED.label,
         "The loss gap minus the retrained model's, computed on the same rows (a language "
         "model's texts, a denoiser's images): ≈ 0 when the model treats the forget set as the "
         "model that never saw it does; negative: it still fits the forget set better.",
         9,
     ),
-    "attack_auc": Term(
-        "loss attack AUC",
+    ATTACK_AUC.key: Term(
+        ATTACK_AUC.label,
         "How well a text's loss tells the forget set from unseen texts (0.5: not at all, 1: "
         "perfectly), with a 95% DeLong interval; a language model's membership attack.",
         9,
     ),
-    "attack_auc_vs_retrained": Term(
-        "AUC − retrained's",
+    ATTACK_AUC_VS_RETRAINED.key: Term(
+        ATTACK_AUC_VS_RETRAINED.label,
         "The loss attack's AUC minus the retrained model's on the same texts, with the paired "
         "DeLong interval: above 0, the model still knows the forget set better than a model "
         "that never saw it.",
         9,
     ),
-    "zlib_auc": Term(
-        "zlib attack AUC",
+    ZLIB_AUC.key: Term(
+        ZLIB_AUC.label,
         "The AUC of the zlib-ratio attack (a text's loss over its zlib-compressed length, "
         "Carlini et al. 2021), forget set against unseen texts.",
         9,
     ),
-    "mink_auc": Term(
-        "Min-K% attack AUC",
+    MINK_AUC.key: Term(
+        MINK_AUC.label,
         "The AUC of the Min-K% attack (the mean loss of a text's 20% least likely tokens, Shi "
         "et al. 2024), forget set against unseen texts.",
         9,
     ),
-    "text_auc": Term(
-        "whole-text attack AUC",
+    TEXT_AUC.key: Term(
+        TEXT_AUC.label,
         "The loss attack's AUC with the loss over the whole text, question included, instead "
         "of the answer alone.",
         9,
@@ -298,8 +310,12 @@ GLOSSARY: dict[str, Term] = {
         "(over-unlearned subsets are not counted).",
         9,
     ),
-    "calibrated_otr_lo": Term("cal. OTR lo", "Lower end of the calibrated OTR's interval.", 9),
-    "calibrated_otr_hi": Term("cal. OTR hi", "Upper end of the calibrated OTR's interval.", 9),
+    lo_column(CALIBRATED_OTR.key): Term(
+        f"{CALIBRATED_OTR.short_label} lo", "Lower end of the calibrated OTR's interval.", 9
+    ),
+    hi_column(CALIBRATED_OTR.key): Term(
+        f"{CALIBRATED_OTR.short_label} hi", "Upper end of the calibrated OTR's interval.", 9
+    ),
     CALIBRATED_F1.key: Term(
         CALIBRATED_F1.label, "Controlled F1 of the calibrated verdicts (0–1).", 9
     ),

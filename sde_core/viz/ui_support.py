@@ -34,6 +34,8 @@ from sde_core.pipeline.evaluation.metric_table import (
     OVER_UNLEARNED_RATE,
     OVER_UNLEARNING_P,
     W2_F1,
+    hi_column,
+    lo_column,
 )
 from sde_core.pipeline.settings import setting
 from sde_core.pipeline.workspace import Problem
@@ -147,8 +149,8 @@ _ASR_COLUMN = f"{ASR.label} (%)"
 #: The behaviour check (method §9), layer-independent: D_f against unseen data.
 _BEHAVIOUR = (
     (ACC_GAP.key, ACC_GAP.short_label),
-    ("acc_gap_lo", "Acc gap lo"),
-    ("acc_gap_hi", "Acc gap hi"),
+    (lo_column(ACC_GAP.key), "Acc gap lo"),
+    (hi_column(ACC_GAP.key), "Acc gap hi"),
     ("mia_forget", "MIA on D_f"),
     ("mia_unseen", "MIA on unseen"),
 )

@@ -17,16 +17,18 @@ from scipy.spatial.distance import cdist
 
 from sde_core.errors import InputError, SDEError
 from sde_core.stats.hsic import (
-    MAX_SPLITS,
-    draw_batch_splits,
     gaussian_gram,
     hsic,
     kernel_spread,
-    pool_sq_distances,
     resolve_sigma,
     split_half_batch_stats,
     split_half_hsic,
     split_half_hsic_batch,
+)
+from sde_core.stats.hsic_pool import pool_sq_distances
+from sde_core.stats.hsic_splits import (
+    MAX_SPLITS,
+    draw_batch_splits,
     split_permutations,
     subset_seeds,
 )

@@ -16,6 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sde_core.pipeline.evaluation.metric_table import (
+    NULL_CALIBRATED_FPR,
+    SCORE_SPREAD_CORR_WITHIN,
+    hi_column,
+    lo_column,
+)
+
 __all__ = ["Caveats", "caveat_numbers"]
 
 
@@ -84,10 +91,10 @@ def caveat_numbers(models: pd.DataFrame, settings: Mapping[str, Any] | Any) -> C
     """
     s = settings if isinstance(settings, Mapping) else asdict(settings)
     split = _stats(models["null_split_fpr"], "mean")
-    cal = _stats(models["null_calibrated_fpr"], "mean")
+    cal = _stats(models[NULL_CALIBRATED_FPR.key], "mean")
     corr = _stats(models["score_spread_corr"], "median")
-    within_lo = _stats(models["score_spread_corr_within_lo"], "median")[1]
-    within_hi = _stats(models["score_spread_corr_within_hi"], "median")[2]
+    within_lo = _stats(models[lo_column(SCORE_SPREAD_CORR_WITHIN.key)], "median")[1]
+    within_hi = _stats(models[hi_column(SCORE_SPREAD_CORR_WITHIN.key)], "median")[2]
     pairs = pd.to_numeric(models["null_pairs"], errors="coerce")
     return Caveats(
         layer=str(s["layer"]),

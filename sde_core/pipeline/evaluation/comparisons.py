@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sde_core.pipeline.evaluation.metric_table import CALIBRATED_OTR, F1, OTR, OVER_UNLEARNED_RATE
 from sde_core.pipeline.evaluation.summary import json_number
 from sde_core.stats.precision import Difference, paired_difference, unpaired_difference
 
@@ -26,10 +27,10 @@ __all__ = ["COMPARED_METRICS", "Comparison", "compare_models", "reference_compar
 #: Rates compared between models: ``models``/``draws`` column -> the ``draws`` column of its
 #: trials (targets for the target rates, controls for F1).
 COMPARED_METRICS: dict[str, str] = {
-    "otr": "targets",
-    "calibrated_otr": "targets",
-    "over_unlearned_rate": "targets",
-    "f1": "controls",
+    OTR.key: "targets",
+    CALIBRATED_OTR.key: "targets",
+    OVER_UNLEARNED_RATE.key: "targets",
+    F1.key: "controls",
 }
 
 

@@ -16,7 +16,7 @@ flat columns and :meth:`Metric.from_columns` reads it back.
 Adding a metric: one entry here and its key's name (``OTR = "otr"``, at the end), its
 computation (per draw in ``statistics.py``, or an extra measured outside the draws), a field of
 ``ModelSummary``, a glossary term and its definition in ``docs/method.md``;
-``tests/test_metric_table.py`` checks the entry is complete.
+``tests/pipeline/test_metric_table.py`` checks the entry is complete.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "BAR_METRICS",
     "CALIBRATED_F1",
     "CALIBRATED_OTR",
+    "CLASSIC_METRICS",
     "DEPENDENCE_SCORE",
     "F1",
     "INTERVAL_METHODS",
@@ -63,7 +64,9 @@ __all__ = [
     "Gate",
     "IntervalKind",
     "Metric",
+    "hi_column",
     "interval_columns",
+    "lo_column",
     "metric_columns",
     "raw_column",
 ]
@@ -425,6 +428,10 @@ ACC_F = METRICS["acc_f"]
 ACC_TE = METRICS["acc_te"]
 ASR = METRICS["asr"]
 
+#: The classic metrics (method §6): the accuracies on D_r, D_f, D_te and the attack's success
+#: rate, in table order.
+CLASSIC_METRICS: tuple[Metric, ...] = (ACC_R, ACC_F, ACC_TE, ASR)
+
 
 def metric_columns(name: str) -> tuple[str, ...]:
     """The flat columns of a ``ModelSummary`` field: a metric's columns, else ``(name,)``."""
@@ -442,6 +449,24 @@ def interval_columns(name: str) -> tuple[str, str, str]:
     if metric.lo is None or metric.hi is None:
         raise KeyError(f"{name} has no interval")
     return metric.key, metric.lo, metric.hi
+
+
+def lo_column(name: str) -> str:
+    """A metric's column of its interval's lower end (``otr_lo``).
+
+    Raises:
+        KeyError: not a metric, or one without an interval.
+    """
+    return interval_columns(name)[1]
+
+
+def hi_column(name: str) -> str:
+    """A metric's column of its interval's upper end (``otr_hi``).
+
+    Raises:
+        KeyError: not a metric, or one without an interval.
+    """
+    return interval_columns(name)[2]
 
 
 def raw_column(name: str) -> str:

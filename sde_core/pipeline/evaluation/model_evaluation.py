@@ -18,12 +18,17 @@ from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary
 from sde_core.pipeline.settings import EvalSettings
 
 __all__ = [
+    "CONTROL_KIND",
     "ModelEvaluation",
     "stacked_arrays",
     "subset_rows",
 ]
 
 _NAN = float("nan")
+#: The ``subsets`` kind of the controlled F1's controls (the rows of the ``f1_h`` array): a
+#: subset kind, spelled like the F1 metric's key but not that metric (stored in every results
+#: store, so it keeps its spelling).
+CONTROL_KIND = "f1"
 
 
 @dataclass
@@ -34,10 +39,10 @@ class ModelEvaluation:
         model: the headline result (:class:`ModelSummary`); ``summary`` is its table row.
         draws: each draw's own statistics (:class:`DrawSummary`).
         subsets: one row per scored subset: ``model, kind, draw, index, score, h_median,
-            spread`` and, for targets and controls (``kind`` ``"target"``/``"f1"``), ``d_it,
-            d_oot, decision, in_training_raw, p_in, p_out, p_over, verdict,
-            label_in_training``; kinds ``it_ref``, ``oot_ref``, ``it_panel``, ``oot_panel`` and
-            ``null`` (the null check's subsets, A then B of each pair).
+            spread`` and, for targets and controls (``kind`` ``"target"`` /
+            :data:`CONTROL_KIND`), ``d_it, d_oot, decision, in_training_raw, p_in, p_out,
+            p_over, verdict, label_in_training``; kinds ``it_ref``, ``oot_ref``, ``it_panel``,
+            ``oot_panel`` and ``null`` (the null check's subsets, A then B of each pair).
         arrays: raw H arrays: ``it_h``/``oot_h`` ``(K,)`` (draw 0's references), ``it_h_draws``
             / ``oot_h_draws`` ``(B, K)``, ``targets_h`` ``(T, K)`` (draw by draw; the draw of
             each row is ``target_draw`` ``(T,)``), ``f1_h`` ``(T, K)`` (positives of every draw,
@@ -130,7 +135,8 @@ def subset_rows(
             control_verdicts = st.controls.verdicts
             for j, (h, sp) in enumerate(zip(st.arrays[f"{key}_h"], st.spreads[key], strict=True)):
                 ver = None if control_verdicts is None else control_verdicts[offset + j]
-                judged("f1", st.index, index, h, sp, st.controls.decisions[offset + j], ver, sign)
+                decision = st.controls.decisions[offset + j]
+                judged(CONTROL_KIND, st.index, index, h, sp, decision, ver, sign)
                 index += 1
     return rows
 

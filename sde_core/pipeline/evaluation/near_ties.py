@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sde_core.pipeline.evaluation.metric_table import CLASSIC_METRICS
+from sde_core.pipeline.evaluation.model_evaluation import CONTROL_KIND
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.calibrated import calibrated_verdict
 from sde_core.stats.near_ties import (
@@ -29,7 +31,9 @@ from sde_core.stats.near_ties import (
 
 __all__ = ["ModelNearTies", "model_near_ties"]
 
-_CLASSIC = ("acc_r", "acc_f", "acc_te", "asr", "mia")
+#: The decisions whose near-ties a row counts (``<name>_ties``): the classic metrics' and the
+#: behaviour check's attack's.
+_CLASSIC = (*(m.key for m in CLASSIC_METRICS), "mia")
 
 
 @dataclass(frozen=True)
@@ -198,7 +202,7 @@ def model_near_ties(
         return ties, len(rows)
 
     targets, targets_total = judged("target", "targets_h")
-    controls, controls_total = judged("f1", "f1_h")
+    controls, controls_total = judged(CONTROL_KIND, "f1_h")
 
     gates: list[str] = []
     ranges: dict[str, list[tuple[float, float]]] = {"reference": [], "panel": []}

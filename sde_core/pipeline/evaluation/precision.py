@@ -26,7 +26,12 @@ from typing import Any
 import numpy as np
 
 from sde_core.pipeline.evaluation.draw_statistics import DrawState
-from sde_core.pipeline.evaluation.metric_table import Estimate
+from sde_core.pipeline.evaluation.metric_table import (
+    CALIBRATED_OTR,
+    OTR,
+    OVER_UNLEARNED_RATE,
+    Estimate,
+)
 from sde_core.pipeline.evaluation.summary import ModelSummary
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.precision import PilotPlan, stein_draws, stein_interval
@@ -43,7 +48,7 @@ __all__ = [
 
 #: The headline rates whose half-width the precision target bounds: ``ModelSummary`` point
 #: field -> its interval fields.
-PRECISION_METRICS: tuple[str, ...] = ("otr", "calibrated_otr", "over_unlearned_rate")
+PRECISION_METRICS: tuple[str, ...] = (OTR.key, CALIBRATED_OTR.key, OVER_UNLEARNED_RATE.key)
 
 
 @dataclass(frozen=True)
@@ -74,9 +79,9 @@ def per_draw_rates(draws: Sequence[DrawState], metric: str) -> tuple[np.ndarray,
     the JSD decisions, calibrated OTR and the over-unlearned rate from the panel verdicts."""
     values, trials = [], []
     for d in draws:
-        if d.core is None or (metric != "otr" and d.panel is None):
+        if d.core is None or (metric != OTR.key and d.panel is None):
             continue
-        values.append(d.core.otr if metric == "otr" else getattr(d.panel, metric))
+        values.append(d.core.otr if metric == OTR.key else getattr(d.panel, metric))
         trials.append(len(d.core.decisions))
     return np.asarray(values, dtype=np.float64), np.asarray(trials, dtype=np.float64)
 

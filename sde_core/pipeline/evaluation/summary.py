@@ -18,7 +18,24 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sde_core.pipeline.evaluation.metric_table import METRICS, Estimate, metric_columns
+from sde_core.pipeline.evaluation.metric_table import (
+    ACC_GAP,
+    CALIBRATED_OTR,
+    CLASSIC_METRICS,
+    F1,
+    LOSS_GAP,
+    METRICS,
+    OTR,
+    OVER_UNLEARNED_RATE,
+    OVER_UNLEARNING_P,
+    PANEL_P,
+    REFERENCE_P,
+    SCORE_SPREAD_CORR_WITHIN,
+    Estimate,
+    Metric,
+    interval_columns,
+    metric_columns,
+)
 
 __all__ = ["BEHAVIOUR_FIELDS", "CLI_COLUMNS", "DrawSummary", "ModelSummary", "json_number"]
 
@@ -27,12 +44,8 @@ _NAN = float("nan")
 _MISSING = Estimate(_NAN)
 #: The behaviour check's columns (:class:`sde_core.learning.metrics.BehaviourCheck`).
 BEHAVIOUR_FIELDS: tuple[str, ...] = (
-    "acc_gap",
-    "acc_gap_lo",
-    "acc_gap_hi",
-    "loss_gap",
-    "loss_gap_lo",
-    "loss_gap_hi",
+    *interval_columns(ACC_GAP.key),
+    *interval_columns(LOSS_GAP.key),
     "mia_forget",
     "mia_unseen",
     "mia_gap_lo",
@@ -192,12 +205,9 @@ class ModelSummary:
     #: check, times), read from the flat ``extras`` of :func:`~.statistics.summarize`.
     EXTRA_FIELDS: ClassVar[tuple[str, ...]] = (
         "baseline_controls",
-        "acc_r",
-        "acc_f",
-        "acc_te",
-        "asr",
-        "acc_gap",
-        "loss_gap",
+        *(m.key for m in CLASSIC_METRICS),
+        ACC_GAP.key,
+        LOSS_GAP.key,
         "mia_forget",
         "mia_unseen",
         "mia_gap_lo",
@@ -283,16 +293,11 @@ CLI_COLUMNS: tuple[str, ...] = (
     "role",
     "references_valid",
     "panel_valid",
-    "otr",
-    "otr_lo",
-    "otr_hi",
-    "calibrated_otr",
-    "f1",
-    "over_unlearned_rate",
-    "acc_r",
-    "acc_f",
-    "acc_te",
-    "asr",
+    *interval_columns(OTR.key),
+    CALIBRATED_OTR.key,
+    F1.key,
+    OVER_UNLEARNED_RATE.key,
+    *(m.key for m in CLASSIC_METRICS),
 )
 
 
@@ -303,6 +308,12 @@ def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) 
     Every interval is ``[lo, hi]``; withheld numbers (and their intervals and per-draw lists)
     are ``null`` and ``inconclusive_reason`` says why (``null`` when nothing is withheld).
     """
+
+    def range_of(metric: Metric) -> list[Any]:
+        """A median-over-draws p-value's range of the draws (its ``_lo``/``_hi`` columns)."""
+        _, lo, hi = interval_columns(metric.key)
+        return [json_number(row[lo]), json_number(row[hi])]
+
     out: dict[str, Any] = {
         "role": row["role"],
         "method": row["method"],
@@ -311,16 +322,13 @@ def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) 
         "sigma": json_number(row["sigma"]),
         "draws": json_number(row["draws"]),
         "f1_negatives": row["f1_negatives"],
-        "reference_p": json_number(row["reference_p"]),
-        "reference_p_range": [
-            json_number(row["reference_p_lo"]),
-            json_number(row["reference_p_hi"]),
-        ],
+        REFERENCE_P.key: json_number(row[REFERENCE_P.key]),
+        f"{REFERENCE_P.json_key}_range": range_of(REFERENCE_P),
         "references_valid": bool(row["references_valid"]),
         "references_valid_draws": json_number(row["references_valid_draws"]),
         "null_split_fpr": json_number(row["null_split_fpr"]),
-        "panel_p": json_number(row["panel_p"]),
-        "panel_p_range": [json_number(row["panel_p_lo"]), json_number(row["panel_p_hi"])],
+        PANEL_P.key: json_number(row[PANEL_P.key]),
+        f"{PANEL_P.json_key}_range": range_of(PANEL_P),
         "panel_valid": bool(row["panel_valid"]),
         "panel_valid_draws": json_number(row["panel_valid_draws"]),
         "inconclusive_reason": row["inconclusive_reason"] or None,
@@ -337,7 +345,7 @@ def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) 
             )
     out.update(
         {
-            "over_unlearning_p": json_number(row["over_unlearning_p"]),
+            OVER_UNLEARNING_P.key: json_number(row[OVER_UNLEARNING_P.key]),
             "over_unlearned": bool(row["over_unlearned"]),
             "verdict_counts": {
                 "in-training": json_number(row["n_in_training"]),
@@ -354,10 +362,10 @@ def model_json(row: Mapping[str, Any], draws: Sequence[Mapping[str, Any]] = ()) 
             "mia_unseen": json_number(row.get("mia_unseen")),
             "mia_gap_ci": [json_number(row.get("mia_gap_lo")), json_number(row.get("mia_gap_hi"))],
             "score_spread_corr": json_number(row["score_spread_corr"]),
-            "score_spread_corr_within": json_number(row["score_spread_corr_within"]),
+            SCORE_SPREAD_CORR_WITHIN.key: json_number(row[SCORE_SPREAD_CORR_WITHIN.key]),
             "notes": row["notes"] or None,
         }
     )
-    for key in ("acc_r", "acc_f", "acc_te", "asr", "seconds"):
+    for key in (*(m.key for m in CLASSIC_METRICS), "seconds"):
         out[key] = json_number(row[key])
     return out

@@ -31,6 +31,17 @@ from sde_core.pipeline.evaluation.class_wise import (
     judged_models,
 )
 from sde_core.pipeline.evaluation.comparisons import reference_comparisons
+from sde_core.pipeline.evaluation.metric_table import (
+    CALIBRATED_F1,
+    CALIBRATED_OTR,
+    DEPENDENCE_SCORE,
+    F1,
+    OTR,
+    OVER_UNLEARNED_RATE,
+    PANEL_P,
+    REFERENCE_P,
+    Metric,
+)
 from sde_core.pipeline.evaluation.model_evaluation import ModelEvaluation
 from sde_core.pipeline.evaluation.near_ties import ModelNearTies, model_near_ties
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
@@ -59,18 +70,24 @@ __all__ = [
 #: :meth:`ModelNearTies.to_json`), written where a store keeps only some draws' H arrays
 #: (:mod:`sde_core.pipeline.shipped_store`); the read-back uses it instead of the arrays.
 NEAR_TIES_TABLE = "near_ties"
+
+
+def _keys(*metrics: Metric) -> str:
+    return ", ".join(m.key for m in metrics)
+
+
 #: How each headline number's point value and interval are formed (method §12); also in JSON.
 INTERVAL_METHODS = {
-    "otr, calibrated_otr, over_unlearned_rate": (
+    _keys(OTR, CALIBRATED_OTR, OVER_UNLEARNED_RATE): (
         "pooled over draws; 95% Korn-Graubard interval (Clopper-Pearson on the effective number "
         "of trials from the between-draw variance, capped at the trials, df = draws - 1)"
     ),
-    "f1, calibrated_f1": "control-weighted mean over draws; the same Korn-Graubard interval",
-    "dependence_score": (
+    _keys(F1, CALIBRATED_F1): "control-weighted mean over draws; the same Korn-Graubard interval",
+    DEPENDENCE_SCORE.key: (
         "ratio of the draws' mean numerator and denominator; 95% Fieller interval (Student t, "
         "df = draws - 1; unbounded - null bounds - when the denominator is not significant)"
     ),
-    "reference_p, panel_p": "median over draws; the range of the draws",
+    _keys(REFERENCE_P, PANEL_P): "median over draws; the range of the draws",
 }
 
 
