@@ -52,7 +52,12 @@ from sde_core.services.cascade import (
     PartialEvaluation,
     precision_status,
 )
-from sde_core.services.evaluation import progress_note, session_result, target_texts
+from sde_core.services.evaluation import (
+    progress_note,
+    sample_evidence_table,
+    session_result,
+    target_texts,
+)
 from sde_core.services.view_state import ExploreView, restrict
 from sde_core.services.workspace_info import Workspace, weak_layer_advice
 from sde_core.viz.behaviour_text import behaviour_text
@@ -68,6 +73,8 @@ from sde_core.viz.verdicts.labels import over_unlearning_meaning
 from sde_core.viz.verdicts.null_check import null_check_readings
 
 THUMBNAILS = 16
+#: Rows of the per-sample evidence table shown (the CSV holds every forget sample).
+SAMPLE_ROWS = 20
 #: An evaluation that finishes within this many seconds shows no progress box and no redraws.
 QUIET_SECONDS = 0.5
 #: Later redraws of a streaming evaluation come at most this often (each costs the page's
@@ -388,6 +395,28 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
         st.image(list(strip.images), caption=strip.captions, width=72, clamp=True)
 
 
+def show_sample_evidence(
+    ws: Workspace, settings: EvalSettings, result: EvaluationResult, model: str
+) -> None:
+    """Which forget samples still look remembered (method §17): the table, most remembered
+    first, and its CSV."""
+    evidence = sample_evidence_table(ws, dataset_bundle(ws), settings, result, model)
+    shown = evidence.head(SAMPLE_ROWS)
+    with st.expander(f"Which forget samples still look remembered under {model} (method §17)"):
+        st.caption(
+            "Each sample's evidence is attributed from the target subsets it is in: 1 is where "
+            "training subsets sit, 0 where unseen subsets sit. One sample moves a subset of "
+            f"{settings.subset_size} by 1/{settings.subset_size} of that gap, so a single "
+            "sample's 95% interval is wide: the ranking tells groups apart (validated on a "
+            "workspace with a known remembered half, method §17), it does not certify one "
+            "sample."
+        )
+        table(shown, "x_samples")
+        st.download_button("Every forget sample (CSV)", evidence.to_csv(index=False).encode(),
+                           f"{model}-per-sample-evidence.csv", "text/csv",
+                           key="x_samples_csv")  # fmt: skip
+
+
 def show(result: EvaluationResult, model: str, control: str | None, pick: int | None,
          tag: str, provisional: str = "") -> None:  # fmt: skip
     """Everything the page shows of a (possibly partial) result; ``tag`` makes element keys
@@ -566,4 +595,6 @@ result = progressive(ws, settings, [model] + ([control] if control else []), mod
 if result is not None:
     with guarded("Cannot show the target inputs"):
         show_thumbnails(ws, settings, model, target or 0)
+    with guarded("Cannot attribute the evidence to samples"):
+        show_sample_evidence(ws, settings, result, model)
 publish(ExploreView(model=model, target=target, control=True if control else None))

@@ -122,7 +122,7 @@ def test_a_deep_link_is_the_first_request_of_a_fresh_server(ws):
 # ------------------------------------------------------------------------------------- Explore
 
 
-def test_explore_shows_the_library_numbers(ws, expected):
+def test_explore_shows_the_library_numbers(ws, expected, defaults):
     at = app("explore")
     no_exception(at)
     assert not at.error
@@ -151,6 +151,14 @@ def test_explore_shows_the_library_numbers(ws, expected):
     assert any(verdict.body in m.value for m in at.markdown), "the verdict with its evidence"
     assert at.get("image"), "image data: a thumbnail strip of the target inputs"
     assert dict(at.query_params)["model"] == "original" and dict(at.query_params)["n"] == "40"
+    from sde_core.services.evaluation import sample_evidence_table
+    from sde_core.services.workspace_info import load_bundle
+
+    opened = load_workspace(ws)
+    library = sample_evidence_table(opened, load_bundle(opened), defaults, expected, "original")
+    shown = frame(at, "evidence")  # the most remembered forget samples first, as the library
+    assert list(shown["row"]) == list(library["row"][: len(shown)]) and len(shown) == 20
+    assert "x_samples_csv" in {b.key for b in at.get("download_button")}
 
 
 def test_a_link_reproduces_a_non_default_view(ws, defaults):
