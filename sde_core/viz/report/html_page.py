@@ -40,6 +40,7 @@ from sde_core.viz.answer import ANSWER_COLOURS, answer_counts, make_scope, works
 from sde_core.viz.figures.comparison import comparison_bars
 from sde_core.viz.figures.distributions import hsic_histogram
 from sde_core.viz.figures.leaderboard import leaderboard_chart, leaderboard_table, leaderboard_text
+from sde_core.viz.figures.small_multiples import MAX_SMALL_MULTIPLES, small_multiples
 from sde_core.viz.figures.style import PLOTLY_CONFIG
 from sde_core.viz.formatting import records
 from sde_core.viz.glossary import glossary_table
@@ -92,8 +93,9 @@ REPORT_SECTIONS = (
 
 def report_figures(result: Any) -> dict[str, go.Figure]:
     """The default charts of a report: OTR, calibrated OTR and (when computed) MIA ASR per model,
-    the method leaderboard (with an unlearned model and per-draw values) and the histograms of
-    the first original, retrained and random model (paper Fig. 2)."""
+    the method leaderboard (with an unlearned model and per-draw values), the histograms of
+    the first original, retrained and random model (paper Fig. 2) and, with two or more models,
+    the first nine side by side on shared axes (:func:`small_multiples`)."""
     figs = {"OTR per model": comparison_bars(result.models, OTR.key)}
     if CALIBRATED_OTR.key in result.models:
         figs["Calibrated OTR per model"] = comparison_bars(result.models, CALIBRATED_OTR.key)
@@ -107,6 +109,10 @@ def report_figures(result: Any) -> dict[str, go.Figure]:
         if not found.empty:
             name = str(found.iloc[0]["name"])
             figs[f"H histograms: {name}"] = hsic_histogram(result, name)
+    drawn = [str(n) for n in result.models["name"] if result.model_arrays(str(n))]
+    names = drawn[:MAX_SMALL_MULTIPLES]  # the models whose H arrays the result holds
+    if len(names) > 1:
+        figs["H distributions side by side"] = small_multiples(result, names)
     return figs
 
 
