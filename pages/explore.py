@@ -398,17 +398,17 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
 def show_sample_evidence(
     ws: Workspace, settings: EvalSettings, result: EvaluationResult, model: str
 ) -> None:
-    """Which forget samples still look remembered (method §17): the table, most remembered
+    """Which forget samples still look remembered (method §18): the table, most remembered
     first, and its CSV."""
     evidence = sample_evidence_table(ws, dataset_bundle(ws), settings, result, model)
     shown = evidence.head(SAMPLE_ROWS)
-    with st.expander(f"Which forget samples still look remembered under {model} (method §17)"):
+    with st.expander(f"Which forget samples still look remembered under {model} (method §18)"):
         st.caption(
             "Each sample's evidence is attributed from the target subsets it is in: 1 is where "
             "training subsets sit, 0 where unseen subsets sit. One sample moves a subset of "
             f"{settings.subset_size} by 1/{settings.subset_size} of that gap, so a single "
             "sample's 95% interval is wide: the ranking tells groups apart (validated on a "
-            "workspace with a known remembered half, method §17), it does not certify one "
+            "workspace with a known remembered half, method §18), it does not certify one "
             "sample."
         )
         table(shown, "x_samples")

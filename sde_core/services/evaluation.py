@@ -93,7 +93,7 @@ def sample_evidence_table(
     ws: Workspace, bundle: DatasetBundle, settings: EvalSettings, result: EvaluationResult,
     model: str,
 ) -> pd.DataFrame:  # fmt: skip
-    """Every forget sample's per-sample evidence under ``model`` (method §17), most remembered
+    """Every forget sample's per-sample evidence under ``model`` (method §18), most remembered
     first: :func:`~sde_core.pipeline.evaluation.per_sample.sample_evidence` on the evaluation's
     own target subsets (nothing recomputed)."""
     forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train_labels))

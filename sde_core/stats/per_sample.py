@@ -1,4 +1,4 @@
-"""Per-sample evidence from random subsets (method §17): which members of the forget set still
+"""Per-sample evidence from random subsets (method §18): which members of the forget set still
 look like training data.
 
 SDE scores subsets, never single samples. Every sample sits in many random target subsets,
@@ -21,7 +21,7 @@ cancels; the interval still treats subsets as independent given their draw.
 
 One sample moves a subset of 400 by ~1/400 of the gap between training and unseen data, so a
 single sample's interval is wide at a few hundred subsets: the estimates rank samples and
-separate groups (the validation of method §17), they do not certify one sample.
+separate groups (the validation of method §18), they do not certify one sample.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-sample evidence (method §17) on subsets whose members' positions are known: the
+"""Per-sample evidence (method §18) on subsets whose members' positions are known: the
 estimator is unbiased for each sample's own position under the linear model, its intervals
 cover at their level, the draw centring removes what a draw shares, and the AUC matches a
 count of pairs done here."""

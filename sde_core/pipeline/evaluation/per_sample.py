@@ -1,4 +1,4 @@
-"""Which forget samples are still remembered (method §17): :func:`sample_evidence` turns one
+"""Which forget samples are still remembered (method §18): :func:`sample_evidence` turns one
 model's scored target subsets into a per-sample estimate with its interval.
 
 Each target's position is its subset score placed on its own draw's panels,
