@@ -339,9 +339,8 @@ def evaluate_checkpoints(
     Returns:
         ``"<model>@<fraction>"`` of every point evaluated now (not those read back).
     """
-    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
-
     from sde_core.inputs.data import load_dataset
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 
     fingerprint = load_dataset(ws.dataset_spec()).fingerprint
     points = [s for m in models for s in curve_steps(ws, m) if s.in_checkpoint_store]

@@ -126,7 +126,8 @@ def curves_figure(
         x0, x1 = (float(steps.min()), float(steps.max())) if len(steps) else (0.0, 1.0)
         band_lo, band_hi = max(0.0, value - width) * 100, min(1.0, value + width) * 100
         fig.add_trace(go.Scatter(
-            x=[x0, x1, x1, x0, x0], y=[band_lo, band_lo, band_hi, band_hi, band_lo], fill="toself", mode="lines",
+            x=[x0, x1, x1, x0, x0], y=[band_lo, band_lo, band_hi, band_hi, band_lo],
+            fill="toself", mode="lines",
             line={"width": 0}, fillcolor="rgba(0,0,0,0.08)", hoverinfo="skip",
             name=f"{name} ± W (W = {width:g})",
         ), row=1, col=1)  # fmt: skip
