@@ -301,8 +301,10 @@ def check_unit(
             ):
                 return f"array {name!r} does not match its checksum"
             sums.append((name, record[4]))
-    if checksums and unit[4] is not None and unit[4] == unit_checksum(
-        run_id, key, finished, rows, sums
+    if (
+        checksums
+        and unit[4] is not None
+        and unit[4] == unit_checksum(run_id, key, finished, rows, sums)
     ):
         # Every byte is as written, and what put_unit writes decodes (it encoded it): the
         # decoding below (json of every row, the most of a store's reading time at hundreds
