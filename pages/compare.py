@@ -389,9 +389,14 @@ with guarded("Cannot compare the models"):
             key="c_csv", help="Every number of the table with its interval bounds, NaN = withheld.",
         )  # fmt: skip
         shown_layer = charts(results)
-        verdicts(ws, results[shown_layer])
+        many = len(every[shown_layer]) > MANY_MODELS
+        # at many models the verdict column of the table answers first; each model's
+        # verdict text and the page's leaderboard (~0.1 s a model) are drawn on request
+        if not many or st.toggle("Verdicts of this page's models, in words", key="c_t_verdicts"):
+            verdicts(ws, results[shown_layer])
         paired(results[shown_layer])
-        leaderboard(results[shown_layer])
+        if not many or st.toggle("Method leaderboard of this page's models", key="c_t_board"):
+            leaderboard(results[shown_layer])
 publish(
     CompareView(
         layers=tuple(layers),
