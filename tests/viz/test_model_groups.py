@@ -50,7 +50,7 @@ def test_pages_cover_every_name_once():
     assert page_count(45, 20) == 3 and page_count(0, 20) == 1
     pages = [page_of(names, p, 20) for p in range(1, 4)]
     assert [len(p) for p in pages] == [20, 20, 5]
-    assert sum(pages, []) == names
+    assert [n for p in pages for n in p] == names
     assert page_of(names, 99, 20) == names[40:]  # clipped to the last page
 
 
