@@ -37,6 +37,7 @@ from sde_core.services.evaluation import (
 )
 from sde_core.services.result_cache import ResultCache
 from sde_core.services.workspace_info import Workspace
+from sde_core.viz.ui_support import Eta
 
 STOP_KEY = "stop_requested"
 CONFIRMED_KEY = "costs_confirmed"
@@ -108,10 +109,15 @@ def run_with_progress(work: Callable[[Progress], Any], what: str) -> Any:
     bar = box.progress(0.0, text="starting…")
     box.button("Stop", on_click=request_stop, key=f"stop_{stable_hash(what)[:12]}")
 
+    eta = Eta()
+
     def progress(stage: str, done: int, total: int) -> None:
         if st.session_state.get(STOP_KEY):
             raise EvaluationCancelled(None)
-        bar.progress(min(1.0, done / total) if total else 1.0, text=f"{stage}: {done}/{total}")
+        eta.update(stage, done, total)
+        left = f" — {eta.text()}" if eta.text() else ""
+        bar.progress(min(1.0, done / total) if total else 1.0,
+                     text=f"{stage}: {done}/{total}{left}")  # fmt: skip
 
     try:
         return work(progress)

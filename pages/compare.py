@@ -44,6 +44,7 @@ from sde_core.services.cascade import (
     StagedWork,
     forecast_models,
     forecast_sentence,
+    slice_result,
 )
 from sde_core.services.view_state import CompareView
 from sde_core.services.workspace_info import Workspace
@@ -51,6 +52,14 @@ from sde_core.viz.answer import paired_table
 from sde_core.viz.figures.comparison import BAR_CHOICES, comparison_bars, draw_strip
 from sde_core.viz.figures.distributions import target_overlay
 from sde_core.viz.figures.leaderboard import SORT_RATE, leaderboard_chart, leaderboard_table
+from sde_core.viz.model_groups import (
+    GROUP_KEYS,
+    filter_models,
+    group_summary,
+    model_facets,
+    page_count,
+    page_of,
+)
 from sde_core.viz.report.exports import to_csv_bytes
 from sde_core.viz.ui_support import comparison_display, comparison_terms, layer_comparison_table
 from sde_core.viz.verdicts.explanation import retrain_row
@@ -284,6 +293,41 @@ def leaderboard(result: EvaluationResult) -> None:
     )
 
 
+#: Above this many models the page shows one page of them at a time (filtered, grouped).
+MANY_MODELS = 12
+PAGE_SIZE = 20
+
+
+def many_models(ws: Workspace, result: EvaluationResult) -> list[str]:
+    """Filters, a grouped summary and a page selector for a workspace of many models; the
+    names the page draws (this page's, plus the retrained model and the original, the
+    references every comparison needs)."""
+    facets = model_facets(ws.models)
+    st.subheader(f"{len(facets)} models: filter, group, page")
+    left, middle, right = st.columns(3)
+    methods = left.multiselect("Methods", sorted(set(facets["method"])), key="c_f_methods")
+    roles = middle.multiselect("Roles", sorted(set(facets["role"])), key="c_f_roles")
+    text = right.text_input("Name contains", key="c_f_text")
+    names = filter_models(facets, methods=methods, roles=roles, text=text)
+    by = st.multiselect("Group by", list(GROUP_KEYS), default=["method"], key="c_group_by")
+    if by:
+        chosen = result.models[result.models["name"].isin(names)]
+        table(group_summary(chosen, facets, by), "c_groups")
+        st.caption(f"One row per group of {', '.join(by)} over the {len(names)} models "
+                   "shown: calibrated OTR and OTR over the models whose numbers the gate "
+                   "lets through (withheld ones counted apart), and how many are conflicting "
+                   "evidence.")  # fmt: skip
+    pages = page_count(len(names), PAGE_SIZE)
+    page = int(st.number_input(f"Page (of {pages}, {PAGE_SIZE} models each)", 1, pages, 1,
+                               key="c_page"))  # fmt: skip
+    shown = page_of(names, page, PAGE_SIZE)
+    references = [m.name for m in ws.models if m.role in ("retrained", "original")]
+    st.caption(f"Showing {len(shown)} of {len(names)} models (page {page} of {pages}) in the "
+               "table, charts, verdicts and leaderboard below, with the retrained model and "
+               "the original as references; the CSV download holds every model.")  # fmt: skip
+    return [n for n in dict.fromkeys([*references, *shown]) if n in set(result.models["name"])]
+
+
 view, ws, _ = open_page("compare", CompareView)
 st.title("Compare models")
 apply_link(view)
@@ -307,6 +351,11 @@ with guarded("Cannot compare the models"):
             break
         results[layer] = result
     if results and len(results) == len(ready):
+        every = {layer: r.models for layer, r in results.items()}
+        all_numbers = layer_comparison_table(every)
+        if len(next(iter(results.values())).models) > MANY_MODELS:
+            visible = many_models(ws, next(iter(results.values())))
+            results = {layer: slice_result(r, visible) for layer, r in results.items()}
         by_layer = {layer: r.models for layer, r in results.items()}
 
         def retrain_first(roles: pd.Series) -> pd.Series:
@@ -315,9 +364,7 @@ with guarded("Cannot compare the models"):
         shown = comparison_display(by_layer, model_family(ws)).sort_values(
             "role", key=retrain_first, kind="stable"
         )
-        numbers = layer_comparison_table(by_layer).sort_values(
-            "role", key=retrain_first, kind="stable"
-        )
+        numbers = all_numbers.sort_values("role", key=retrain_first, kind="stable")
         retrained = shown.loc[shown["role"] == "retrained", "name"].tolist()
         st.caption(
             f"Reference: the retrained model {retrained[0]!r} (first row); click a column "
@@ -342,9 +389,14 @@ with guarded("Cannot compare the models"):
             key="c_csv", help="Every number of the table with its interval bounds, NaN = withheld.",
         )  # fmt: skip
         shown_layer = charts(results)
-        verdicts(ws, results[shown_layer])
+        many = len(every[shown_layer]) > MANY_MODELS
+        # at many models the verdict column of the table answers first; each model's
+        # verdict text and the page's leaderboard (~0.1 s a model) are drawn on request
+        if not many or st.toggle("Verdicts of this page's models, in words", key="c_t_verdicts"):
+            verdicts(ws, results[shown_layer])
         paired(results[shown_layer])
-        leaderboard(results[shown_layer])
+        if not many or st.toggle("Method leaderboard of this page's models", key="c_t_board"):
+            leaderboard(results[shown_layer])
 publish(
     CompareView(
         layers=tuple(layers),

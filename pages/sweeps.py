@@ -1,5 +1,11 @@
 """Sweeps page: F1 and OTR against σ, the layer, the subset size or the training checkpoint.
 
+Read-only views first, answered on open from files and stores (nothing is computed): the
+workspace's shipped sweep files (``*_sweep.csv``, e.g. the diffusion demo's Figure 6 sweep) and
+the **Curves** of the models with intermediate checkpoints (OTR, calibrated OTR and the
+behaviour gap per training epoch or unlearning step, with the best checkpoint by the stated
+rule; :mod:`sde_core.services.curves`). Then running a new sweep.
+
 Link parameters (besides the settings): ``sweep`` (sigma, layer, subset_size, checkpoint),
 ``values`` (the swept values, comma-separated), ``models``.
 """
@@ -8,22 +14,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import cast
 
 import pandas as pd
 import streamlit as st
 
-from pages._common import guarded, model_layers, open_page, publish
+from pages._common import dataset_bundle, guarded, model_layers, open_page, publish
 from pages._display import plot, table
 from pages._run import evaluations, run_with_progress
-from sde_core.common.markdown_text import md_literal
+from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.common.paths import allowed_roots, resolve_in_roots
 from sde_core.common.sigma import SIGMA_SYNTAX
 from sde_core.services.cascade import EvalSettings, Progress
+from sde_core.services.curves import (
+    checkpoint_curves,
+    curve_model_names,
+    evaluate_missing_checkpoints,
+    load_shipped_sweep,
+    shipped_sweep_files,
+    sweep_facets,
+)
 from sde_core.services.plans import plan_points, plan_runs
 from sde_core.services.view_state import SweepsView, decode_list, restrict
 from sde_core.services.workspace_info import Workspace, checkpoint_fractions
-from sde_core.viz.figures.sweeps import PLAN_METRICS, SWEEP_METRICS, plan_figure, sweep_figure
+from sde_core.viz.figures.curves import curves_answer, curves_figure
+from sde_core.viz.figures.sweeps import (
+    PLAN_METRICS,
+    SWEEP_METRICS,
+    before_gate,
+    plan_figure,
+    shipped_sweep_answer,
+    sweep_figure,
+)
 from sde_core.viz.ui_support import parse_int_values, parse_sigma_values
 
 PARAMS = {
@@ -171,8 +194,80 @@ def plan_results() -> None:
         table(points, "pl_table")
 
 
+def shipped_sweep(path: Path) -> None:
+    """A sweep file the workspace ships, drawn as it is: its answer first, then its charts."""
+    sweep = load_shipped_sweep(path)
+    facets = sweep_facets(sweep)
+    st.markdown(f"**{md_literal(path.name)}** — {md_plain(shipped_sweep_answer(sweep))}")
+    part = sweep
+    if facets:
+        facet = facets[0]
+        levels = sorted(sweep[facet].dropna().unique().tolist())
+        level = st.select_slider(facet.replace("_", " "), levels, key=f"ss_{path.stem}_{facet}")
+        part = sweep[sweep[facet] == level]
+    raw = st.toggle("Show the numbers before the gate (not a verdict)", key=f"ss_{path.stem}_raw")
+    shown = before_gate(part) if raw else part
+    for metric, column in zip(SWEEP_METRICS, st.columns(len(SWEEP_METRICS)), strict=True):
+        with column:
+            fig = sweep_figure(shown, metric)
+            if raw:
+                fig.update_layout(title={"text": f"{SWEEP_METRICS[metric]} before the gate — "
+                                         "not a verdict"})  # fmt: skip
+            plot(fig, f"ss_{path.stem}_{metric}")
+    with st.expander(f"{path.name}: the rows"):
+        table(part, f"ss_{path.stem}_table")
+
+
+def curves_view(ws: Workspace, settings: EvalSettings) -> None:
+    """The Curves view: the stored curves of the models with checkpoints, answer first."""
+    names = curve_model_names(ws)
+    unlearned = [m.name for m in ws.models if m.name in names and m.role != "original"]
+    st.session_state.setdefault("cv_models", (unlearned or names)[:1])
+    chosen = st.multiselect("Models with checkpoints", names, key="cv_models")
+    width = st.number_input("W: the best checkpoint's calibrated OTR lies within ±W of the "
+                            "retrained model's", 0.01, 1.0, 0.1, 0.01, key="cv_width")  # fmt: skip
+    if not chosen:
+        st.info("Choose a model with checkpoints.")
+        return
+    curves = checkpoint_curves(ws, settings, chosen, fingerprint=dataset_bundle(ws).fingerprint,
+                               width=float(width))  # fmt: skip
+    for line in curves_answer(curves):
+        st.markdown(line)
+    st.caption(f"Best-checkpoint rule: {md_plain(curves.rule)}.")
+    checkpoints = curves.table[curves.table["point"] == "checkpoint"]
+    if not checkpoints["stored"].any():
+        st.info("None of these checkpoints is stored at these settings: evaluate them below "
+                "or with `python -m sde_core evaluate-checkpoints WORKSPACE`.")  # fmt: skip
+    else:
+        plot(curves_figure(curves.table, reference=curves.reference, width=float(width),
+                           best=curves.best), "cv_fig")  # fmt: skip
+    with st.expander("Curve table"):
+        table(curves.table, "cv_table")
+    if curves.missing:
+        guess = f"~{curves.seconds:.0f} s" if curves.seconds is not None else "time unknown"
+        if st.button(f"Evaluate the {curves.missing} missing checkpoint(s) (forecast {guess})",
+                     key="cv_run"):  # fmt: skip
+            done = run_with_progress(
+                lambda progress: evaluate_missing_checkpoints(ws, settings, chosen, progress),
+                f"Evaluating {curves.missing} checkpoint(s)…",
+            )
+            if done is not None:
+                st.rerun()
+
+
 view, ws, settings = open_page("sweeps", SweepsView)
 st.title("Sweeps")
+files = shipped_sweep_files(ws)
+if files:
+    st.subheader("Shipped sweeps")
+    for file in files:
+        with guarded(f"Cannot show the sweep file {file.name}"):
+            shipped_sweep(file)
+if curve_model_names(ws):
+    st.subheader("Curves: checkpoints of a run")
+    with guarded("Cannot show the checkpoint curves"):
+        curves_view(ws, settings)
+st.subheader("Run a sweep")
 with st.expander("Experiment plans (the paper's protocols: `run-plan`, local or on Ray)"):
     plan_results()
 st.caption(

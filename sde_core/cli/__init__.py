@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from sde_core.cli._args import Parser
+from sde_core.cli.curves import register_curves
 from sde_core.cli.demo import register_demo
 from sde_core.cli.evaluate import register_evaluate
 from sde_core.cli.plan import register_run_plan
@@ -40,6 +41,7 @@ COMMAND_GROUPS: list[Registrar] = [
     register_demo,
     register_run_plan,
     register_verify,
+    register_curves,
 ]
 
 

@@ -150,13 +150,18 @@ def _cmd_unlearn(args: argparse.Namespace) -> int:
         args.name, unlearn_model_job,
         {"workspace_root": str(ws.root), "method": args.method, "name": args.name,
          "params": params, "original": source.name, "device": args.device, "out": args.out,
-         "time_limit": args.time_limit},
+         "time_limit": args.time_limit, "save_every": args.save_every},
         resources=Resources(cpus=1.0, gpus=0.0 if args.device == "cpu" else 1.0),
     )  # fmt: skip
     entry = _run_job(args, job)
     ws.add_model(entry, replace=args.replace)
     write_workspace(ws)
     print(f"added {entry.role} model {args.name!r} ({entry.seconds:.1f}s) to {ws.root}")
+    if entry.checkpoints:
+        print(
+            f"kept {len(entry.checkpoints)} intermediate checkpoint(s); evaluate them with "
+            f"`python -m sde_core evaluate-checkpoints {args.workspace} --model {args.name}`"
+        )
     return 0
 
 
@@ -173,6 +178,12 @@ def register_unlearn(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     p.add_argument("--out", help="checkpoint path relative to the workspace")
     p.add_argument("--replace", action="store_true", help="replace a model of the same name")
+    p.add_argument(
+        "--save-every", type=int, metavar="N",
+        help="keep the model after every N-th epoch as an intermediate checkpoint (epoch-based "
+        "methods: ft, ga, rl, salun, l1_sparse, neggrad_plus), for evaluate-checkpoints and "
+        "the Curves view",
+    )  # fmt: skip
     add_engine_arguments(p)
     add_time_limit_argument(p)
     p.set_defaults(func=_cmd_unlearn)

@@ -68,6 +68,7 @@ from sde_core.learning.training import (
 )
 
 __all__ = [
+    "EPOCH_METHODS",
     "METHODS",
     "FTParams",
     "GAParams",
@@ -110,6 +111,9 @@ class UnlearnData:
         model_factory: builds a freshly initialised model of the original's architecture
             (Retrain); None re-initialises a copy of the original with ``reset_parameters``.
         device: torch device for the computation (``"cpu"``, ``"cuda"``, ``"auto"``).
+        on_epoch: ``on_epoch(epoch, epochs, model)`` after each finished epoch (1-based) of an
+            epoch-based method (:data:`EPOCH_METHODS`; e.g. to keep intermediate checkpoints);
+            it must not modify ``model``. The other methods never call it.
     """
 
     train: Dataset
@@ -120,6 +124,7 @@ class UnlearnData:
     init_state: Mapping[str, torch.Tensor] | None = None
     model_factory: Callable[[], nn.Module] | None = None
     device: str = "cpu"
+    on_epoch: Callable[[int, int, nn.Module], None] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -557,6 +562,15 @@ def _run_epoch(
     return total / count
 
 
+def _epoch_done(data: UnlearnData, epoch: int, epochs: int, model: nn.Module) -> None:
+    """Tell ``data.on_epoch`` that ``epoch`` (0-based here) of ``epochs`` finished."""
+    if data.on_epoch is not None:
+        was_training = model.training
+        model.eval()
+        data.on_epoch(epoch + 1, epochs, model)
+        model.train(was_training)
+
+
 def _result(method: str, model: nn.Module, params: Any, t0: float, **info: Any) -> UnlearnResult:
     model.eval()
     return UnlearnResult(model, method, params, time.perf_counter() - t0, info)
@@ -576,11 +590,12 @@ def _random_label_epochs(
     gen = torch.Generator().manual_seed(p.seed)
     label_gen = torch.Generator().manual_seed(p.seed + 1)
     retain = Subset(data.train, data.retain_idx.tolist())
-    for _ in range(p.epochs):
+    for epoch in range(p.epochs):
         labels = torch.randint(0, classes, (data.forget_idx.size,), generator=label_gen)
         forget = _Relabeled(data.train, data.forget_idx, labels)
         _run_epoch(model, forget, optimizer, p, gen, device, grad_hook=grad_hook)
         _run_epoch(model, retain, optimizer, p, gen, device, grad_hook=grad_hook)
+        _epoch_done(data, epoch, p.epochs, model)
 
 
 # ----------------------------------------------------------------------------- methods
@@ -632,8 +647,9 @@ def finetune(
     model, device = _prepare(original, data)
     gen, optimizer = _seeded_sgd(model, params)
     retain = Subset(data.train, data.retain_idx.tolist())
-    for _ in range(params.epochs):
+    for epoch in range(params.epochs):
         _run_epoch(model, retain, optimizer, params, gen, device)
+        _epoch_done(data, epoch, params.epochs, model)
     return _result("ft", model, params, t0)
 
 
@@ -651,10 +667,11 @@ def gradient_ascent(
     def neg_ce(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return -_ce(m, x, y)
 
-    for _ in range(params.epochs):
+    for epoch in range(params.epochs):
         _run_epoch(
             model, forget, optimizer, params, gen, device, neg_ce, clip=params.clip_grad_norm
         )
+        _epoch_done(data, epoch, params.epochs, model)
     return _result("ga", model, params, t0)
 
 
@@ -752,6 +769,7 @@ def l1_sparse(
             return _ce(m, x, y) + a * l1
 
         _run_epoch(model, retain, optimizer, params, gen, device, loss_fn)
+        _epoch_done(data, epoch, params.epochs, model)
     return _result("l1_sparse", model, params, t0)
 
 
@@ -819,7 +837,7 @@ def neggrad_plus(
     retain = Subset(data.train, data.retain_idx.tolist())
     retain_batches = iter(make_loader(retain, params.batch_size, gen))
     model.train()
-    for _ in range(params.epochs):
+    for epoch in range(params.epochs):
         for xf, yf in make_loader(forget, params.batch_size, gen):
             try:
                 xr, yr = next(retain_batches)
@@ -835,8 +853,12 @@ def neggrad_plus(
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), params.clip_grad_norm)
             optimizer.step()
+        _epoch_done(data, epoch, params.epochs, model)
     return _result("neggrad_plus", model, params, t0)
 
+
+#: The methods that call :attr:`UnlearnData.on_epoch` after each epoch (``unlearn --save-every``).
+EPOCH_METHODS = frozenset({"ft", "ga", "rl", "salun", "l1_sparse", "neggrad_plus"})
 
 register_method("retrain", retrain, RetrainParams)
 register_method("ft", finetune, FTParams)

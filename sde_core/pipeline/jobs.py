@@ -13,6 +13,7 @@ worker.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -122,12 +123,19 @@ def unlearn_model_job(
     device: str = "cpu",
     out: str | None = None,
     time_limit: float | None = None,
+    save_every: int | None = None,
 ) -> ModelEntry:
     """Unlearn D_f from the workspace's original (or named) model with a registered method.
 
     Retrain reuses the original's recorded training recipe; Unroll takes θ_0 from the
     original's ``init_checkpoint`` when the workspace has it. A trusted code checkpoint is read
     in a child process within ``time_limit`` seconds; only its weights come back.
+
+    ``save_every=N`` keeps the model after every N-th epoch of an epoch-based method
+    (:data:`~sde_core.learning.unlearning.EPOCH_METHODS`) as ``models/<name>-epochs/
+    epoch_<e>.safetensors``, recorded in the entry's ``checkpoints`` at fraction e / epochs (the
+    last epoch is the entry's own checkpoint), so the checkpoint sweep and the Curves view
+    (:mod:`sde_core.pipeline.curves`) evaluate the run step by step.
     """
     from sde_core.common.hashing import file_sha256
     from sde_core.errors import TrainingError
@@ -137,12 +145,22 @@ def unlearn_model_job(
     from sde_core.inputs.data import load_dataset
     from sde_core.inputs.indices import load_index_file
     from sde_core.learning.training import TrainConfig, save_weights
-    from sde_core.learning.unlearning import UnlearnData, unlearn
+    from sde_core.learning.unlearning import EPOCH_METHODS, UnlearnData, unlearn
     from sde_core.pipeline.model_inputs import entry_bundle, load_entry_model
     from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.pipeline.workspace_write import fresh_model_path, relative_to_workspace
 
     check_model_name(name)
+    if save_every is not None:
+        from sde_core.common.validation import check_int
+        from sde_core.errors import SettingsError
+
+        save_every = check_int(save_every, "--save-every", minimum=1, error=SettingsError)
+        if method not in EPOCH_METHODS:
+            raise SettingsError(
+                f"--save-every keeps a checkpoint every N epochs, and {method!r} has no epochs "
+                f"to keep; use one of {', '.join(sorted(EPOCH_METHODS))} or drop --save-every"
+            )
     ws = load_workspace(workspace_root, validate=False)
     source = ws.model(original) if original else ws.original()
     bundle = load_dataset(ws.dataset_spec())
@@ -170,6 +188,19 @@ def unlearn_model_job(
         model_factory=lambda: build_model(arch, **arch_kwargs),
         device=device,
     )  # fmt: skip
+    kept: list[CheckpointRef] = []
+    if save_every is not None:
+        steps = fresh_model_path(ws, f"models/{name}-epochs")
+
+        def keep(epoch: int, epochs: int, current: Any) -> None:
+            if epoch % save_every or epoch == epochs:  # the last epoch is the entry itself
+                return
+            at = ws.path(f"{steps}/epoch_{epoch:03d}.safetensors")
+            saved = save_weights(copy.deepcopy(current).cpu(), at, arch=arch,
+                                 arch_kwargs=arch_kwargs)  # fmt: skip
+            kept.append(CheckpointRef(epoch / epochs, relative_to_workspace(ws, Path(saved))))
+
+        data.on_epoch = keep
     result = unlearn(method, model, data, **dict(params))
     path: Path
     if family_of(model) is CAUSAL_LM:  # a Hugging Face model folder: save one, with its tokenizer
@@ -190,4 +221,5 @@ def unlearn_model_job(
         checkpoint=relative_to_workspace(ws, Path(path)), method=method,
         arch_kwargs=source.arch_kwargs or arch_kwargs, hyperparameters=hyper,
         seed=hyper.get("seed"), seconds=round(result.seconds, 3), sha256=file_sha256(path),
+        checkpoints=kept,
     )  # fmt: skip

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sde_core.common.sigma import MEDIAN, SQRT_DIM
-from sde_core.errors import SettingsError
+from sde_core.errors import DataError, SettingsError
 from sde_core.pipeline.evaluation.metric_table import (
     CALIBRATED_OTR,
     DEPENDENCE_SCORE,
@@ -46,11 +46,14 @@ from sde_core.stats.hsic import resolve_sigma
 
 __all__ = [
     "SWEEP_COLUMNS",
+    "SWEEP_FACETS",
     "SWEEP_PARAMS",
     "SweepPoint",
     "available_fractions",
     "checkpoint_workspace",
+    "read_sweep",
     "run_sweep",
+    "shipped_sweeps",
     "sigma_markers",
     "sweep_points",
 ]
@@ -300,3 +303,61 @@ def sigma_markers(
         SQRT_DIM: resolve_sigma(SQRT_DIM, pooled),
         MEDIAN: resolve_sigma(MEDIAN, pooled, seed=settings.seed),
     }
+
+
+#: A workspace ships a finished sweep as ``<root>/<name>_sweep.csv`` (:func:`run_sweep`'s
+#: table written as CSV, e.g. the diffusion demo's ``fig6_sweep.csv``); the Sweeps page draws it.
+SHIPPED_SWEEP_GLOB = "*_sweep.csv"
+#: Columns besides the swept value that split a shipped sweep into separate curves (the
+#: diffusion demo's noise level σ_t), when they take more than one value.
+SWEEP_FACETS = ("noise_level", "layer")
+_MAX_SWEEP_BYTES = 8 * 1024 * 1024
+_REQUIRED = ("param", "value", "model")
+
+
+def shipped_sweeps(root: str | Path) -> list[Path]:
+    """The sweep files a workspace folder ships (:data:`SHIPPED_SWEEP_GLOB`), sorted."""
+    folder = Path(root)
+    return sorted(p for p in folder.glob(SHIPPED_SWEEP_GLOB) if p.is_file())
+
+
+def read_sweep(path: str | Path) -> pd.DataFrame:
+    """A shipped sweep file's rows, checked: the columns of :data:`SWEEP_COLUMNS` it needs
+    (``param``, ``value``, ``model`` and F1 or OTR), one swept parameter of
+    :data:`SWEEP_PARAMS`, at most 8 MiB. Columns it lacks (``from_store``, intervals) are
+    added (``from_store`` true: the rows were read from a file, not computed).
+
+    Raises:
+        DataError: what is wrong with the file, and what a sweep file holds.
+    """
+    file = Path(path)
+    hint = f"a sweep file is run_sweep's table as CSV (columns {', '.join(SWEEP_COLUMNS[:6])}, …)"
+    try:
+        size = file.stat().st_size
+    except OSError as exc:
+        raise DataError(f"cannot read the sweep file {file.name}: {exc.strerror}") from exc
+    if size > _MAX_SWEEP_BYTES:
+        raise DataError(f"the sweep file {file.name} is {size / 2**20:.1f} MiB, over the "
+                        f"{_MAX_SWEEP_BYTES // 2**20} MiB a shipped sweep may hold")  # fmt: skip
+    try:
+        table = pd.read_csv(file)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise DataError(
+            f"the sweep file {file.name} is not a readable CSV ({exc}); {hint}"
+        ) from exc
+    missing = [c for c in _REQUIRED if c not in table]
+    if missing or not ({F1.key, OTR.key} & set(table.columns)):
+        lacks = missing or [f"{F1.key} or {OTR.key}"]
+        raise DataError(
+            f"the sweep file {file.name} lacks the column(s) {', '.join(lacks)}; {hint}"
+        )
+    params = sorted(map(str, table["param"].dropna().unique()))
+    if len(params) != 1 or params[0] not in SWEEP_PARAMS:
+        raise DataError(f"the sweep file {file.name} sweeps {params or 'nothing'}; it must sweep "
+                        f"exactly one of {', '.join(SWEEP_PARAMS)}")  # fmt: skip
+    for column in SWEEP_COLUMNS:
+        if column not in table:
+            table[column] = True if column == "from_store" else np.nan
+    if "inconclusive_reason" in table:
+        table["inconclusive_reason"] = table["inconclusive_reason"].fillna("").astype(str)
+    return table

@@ -107,6 +107,7 @@ CACHE_FOLDER = ".sde-cache"
 _CACHE_KINDS = {
     "activations": "activations",
     "results": "results.sqlite",
+    "checkpoints": "checkpoints.sqlite",  # checkpoint evaluations (sde_core.pipeline.curves)
     "stages": "stages",
     "staging": "staging",
     "submitit": "submitit",
@@ -160,7 +161,8 @@ def cache_path(ws_root: str | Path, kind: str, roots: Iterable[str | Path] | Non
     path = Path(ws_root) / CACHE_FOLDER / _CACHE_KINDS[kind]
     allowed = [Path(ws_root).resolve()]
     allowed += [Path(r).resolve() for r in roots] if roots is not None else env_roots()
-    names = [path.name] + ([path.name + s for s in SQLITE_SIDE_FILES] if kind == "results" else [])
+    stores = ("results", "checkpoints")
+    names = [path.name] + ([path.name + s for s in SQLITE_SIDE_FILES] if kind in stores else [])
     for name in names:
         try:
             resolve_in_roots(path.with_name(name), allowed, what=f"the {kind} cache",

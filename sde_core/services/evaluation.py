@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -277,16 +279,42 @@ def _denoiser_thumbnails(
     )  # fmt: skip
 
 
+#: :func:`stored_models`' answers by the store files' state (a page rerun asks again; reading
+#: the keys verifies every unit, ~0.06 s a model): bounded, dropped when a file changes.
+_STORED: dict[tuple[Any, ...], set[str]] = {}
+
+
+def _file_state(path: Path) -> tuple[tuple[int, int], ...]:
+    """(size, mtime) of the store and its write-ahead log (a write changes one of them)."""
+    out = []
+    for file in (path, Path(f"{path}-wal")):
+        try:
+            info = file.stat()
+        except OSError:
+            out.append((-1, -1))
+        else:
+            out.append((info.st_size, info.st_mtime_ns))
+    return tuple(out)
+
+
 def stored_models(ws: Workspace, workspace_hash: str, settings: EvalSettings) -> set[str]:
-    """Models whose results for ``settings`` are in the workspace's results store."""
+    """Models whose results for ``settings`` are in the workspace's results store (kept in
+    memory while the store's files are unchanged)."""
     path = workspace_store_path(ws.root)
     if not path.is_file():
         return set()
     wanted = stable_hash(settings.result_key())
+    key = (str(path.resolve()), _file_state(path), workspace_hash, wanted)
+    if key in _STORED:
+        return set(_STORED[key])
     with ResultsStore(path) as store:
         runs = store.list_runs(workspace_hash)
         found = runs[runs["settings_hash"] == wanted]
-        return set() if found.empty else store.finished_units(int(found["id"].iloc[0]))
+        done = set() if found.empty else store.finished_units(int(found["id"].iloc[0]))
+    if len(_STORED) >= 64:
+        _STORED.clear()
+    _STORED[key] = set(done)
+    return done
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from sde_core.viz.formatting import format_estimate, records
 from sde_core.viz.verdicts.labels import estimate_text, over_unlearning_text, verdict_label
 
 __all__ = [
+    "Eta",
     "comparison_display",
     "comparison_terms",
     "field_label",
@@ -278,3 +279,35 @@ def comparison_display(
             out[label] = [c[label] for c in cells]
     out["time (s)"] = table["time (s)"].to_numpy()
     return out
+
+
+class Eta:
+    """The remaining time of a long run from its top-level progress (``progress(stage, done,
+    total)`` of a sweep, a curve or a workspace): elapsed × (total − done) / done, measured from
+    the first call."""
+
+    #: The stages that count a run's units (points, checkpoints, models).
+    TOP = ("sweep", "checkpoints", "models")
+
+    def __init__(self, clock: Any = None) -> None:
+        import time
+
+        self._clock = clock or time.perf_counter
+        self._start: float | None = None
+        self._done, self._total = 0, 0
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        """Record one progress call (only the top-level stages move the estimate)."""
+        if self._start is None:
+            self._start = self._clock()
+        if stage in self.TOP:
+            self._done, self._total = done, total
+
+    def text(self) -> str:
+        """``"unit 3 of 5, about 40 s left"`` (``""`` before the first unit finished)."""
+        if self._start is None or not self._total or not self._done:
+            return ""
+        elapsed = self._clock() - self._start
+        left = elapsed * (self._total - self._done) / self._done
+        shown = f"{left:.0f} s" if left < 120 else f"{left / 60:.1f} min"
+        return f"{self._done} of {self._total} done, about {shown} left"

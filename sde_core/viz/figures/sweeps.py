@@ -2,7 +2,9 @@
 
 - :func:`sweep_figure` — a metric vs σ / layer / subset size / checkpoint (from
   :func:`sde_core.pipeline.sweeps.run_sweep`), with the σ rules marked;
-- :func:`plan_figure` — a metric of an experiment plan's points against its sweep axis.
+- :func:`plan_figure` — a metric of an experiment plan's points against its sweep axis;
+- :func:`shipped_sweep_answer` — a shipped sweep file's answer in words, and
+  :func:`before_gate` its numbers before the gate (drawn only under that label).
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from sde_core.viz.figures.comparison import _validity, _withheld
 from sde_core.viz.figures.style import MODEL_COLORS, _layout, _metric
 from sde_core.viz.formatting import AXIS_NUMBERS
 
-__all__ = ["PLAN_METRICS", "SWEEP_METRICS", "sweep_figure"]
+__all__ = [
+    "PLAN_METRICS",
+    "SWEEP_METRICS",
+    "before_gate",
+    "plan_figure",
+    "shipped_sweep_answer",
+    "sweep_figure",
+]
 
 #: The metrics of a sweep's charts, side by side (key -> label).
 SWEEP_METRICS: dict[str, str] = {m.key: m.label for m in (F1, OTR)}
@@ -264,3 +273,54 @@ def _plan_by_layer(points: pd.DataFrame, spec: Any, metric: str) -> go.Figure:
         )  # fmt: skip
     fig.update_xaxes(type="category")
     return _layout(fig, f"{spec.label} against the layer", "layer", f"{spec.label}{spec.unit}")
+
+
+def shipped_sweep_answer(sweep: pd.DataFrame) -> str:
+    """A shipped sweep's answer in words: over how many points, and either the range of each
+    headline metric per model or — when the gate withholds them — that no verdict is shown,
+    with the gate's most common reason.
+
+    Args:
+        sweep: :func:`~sde_core.pipeline.sweeps.read_sweep`'s rows (one facet or all).
+    """
+    param = str(sweep["param"].iloc[0]) if len(sweep) else "?"
+    axis = _SWEEP_AXES.get(param, param)
+    points = len(sweep)
+    parts: list[str] = []
+    shown = [m for m in SWEEP_METRICS if m in sweep]
+    values = sweep[shown].astype(float) if shown else pd.DataFrame()
+    withheld = int(values.isna().all(axis=1).sum()) if shown else points
+    if withheld == points:
+        reasons = sweep.get("inconclusive_reason", pd.Series(dtype=str)).fillna("")
+        first = reasons[reasons != ""].str.split(";").str[0]
+        why = first.mode().iloc[0] if not first.empty else "the gate withholds them"
+        models = ", ".join(map(str, dict.fromkeys(sweep["model"])))
+        return (f"No verdict at any point: every headline number is withheld at all {points} "
+                f"points of this sweep over {axis} ({models}) — {why}. The numbers before the "
+                "gate are shown only under that label; they are not evidence.")  # fmt: skip
+    for model, part in sweep.groupby("model", sort=False):
+        ranges = []
+        for key in shown:
+            spec = _metric(key)
+            v = part[key].astype(float).dropna() * spec.scale
+            if not v.empty:
+                ranges.append(f"{spec.label} {v.min():.3g}–{v.max():.3g}{spec.unit}")
+        if ranges:
+            parts.append(f"{model}: {', '.join(ranges)}")
+    tail = f"; withheld at {withheld} of {points} points" if withheld else ""
+    return f"Over {points} points of {axis}: " + "; ".join(parts) + tail + "."
+
+
+def before_gate(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The sweep with each headline metric replaced by its value before the gate (its
+    ``<metric>_raw`` column; no interval, no withheld reason): what the gate withheld, for the
+    chart labelled "before the gate — not a verdict". Metrics without a raw column stay NaN."""
+    out = sweep.copy()
+    for key in SWEEP_METRICS:
+        raw = f"{key}_raw"
+        out[key] = out.get(raw, np.nan)
+        for side in ("_lo", "_hi"):
+            if f"{key}{side}" in out:
+                out[f"{key}{side}"] = np.nan
+    out["inconclusive_reason"] = ""
+    return out

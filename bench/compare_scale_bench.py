@@ -1,0 +1,188 @@
+"""Compare page load from stored results at many models (issue 39, "pages that stay fast").
+
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD .venv/bin/python bench/compare_scale_bench.py \
+        [--models 50 100 500] [--profile 50] [--out /tmp/compare-scale]
+
+For each N it builds a synthetic workspace of N models in ``--out`` — the mnist1d demo's data
+and forget set; the original, the retrained model and N − 2 "unlearned" entries (methods ×
+strengths (lr) × seeds, each a copy of one of the demo's unlearned checkpoints) — and writes
+their results into its results store **through the store API** (:meth:`ResultsStore.put_unit`):
+each entry's rows and arrays are those of the demo's shipped run for the model it copies, renamed.
+Then it times, on this machine:
+
+- ``stored_result`` (the library's read-back of every model, what the page asks for first);
+- the Compare page's first load in a fresh AppTest (the app's navigation and the page, with
+  the result read from the store: nothing is computed), and a rerun of the page (the
+  process's result cache warm).
+
+``--profile N`` prints the 25 costliest functions (cumulative) of one page load at N models.
+Timing belongs here, never in the tests; results go to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import os
+import pstats
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # ui_fixtures: the AppTest helpers the tests use
+
+from sde_core.inputs.data import load_dataset  # noqa: E402
+from sde_core.pipeline.evaluation.workspace_run import stored_result  # noqa: E402
+from sde_core.pipeline.store import ResultsStore, workspace_store_path  # noqa: E402
+from sde_core.pipeline.workspace import workspace_hash  # noqa: E402
+from sde_core.pipeline.workspace_load import load_workspace  # noqa: E402
+from sde_core.pipeline.workspace_write import write_workspace  # noqa: E402
+
+DEMO = ROOT / "assets" / "demo-mnist1d"
+METHODS = ("ft", "ga", "rl", "salun", "l1_sparse", "neggrad_plus")
+STRENGTHS = (0.001, 0.01, 0.1)
+
+
+def build(n: int, out: Path) -> Path:
+    """The synthetic workspace of ``n`` models with its stored run; its folder."""
+    folder = out / f"ws-{n}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for name in ("data.npz", "forget.npy", "LICENSE-data.txt"):
+        shutil.copy(DEMO / name, folder / name)
+    demo = load_workspace(DEMO)
+    ws = load_workspace(DEMO)
+    ws = dataclasses.replace(ws, root=folder.resolve(), models=[], name=f"scale-{n}")
+    templates = [m for m in demo.models if m.role == "unlearned" and m.name != "unroll"]
+    (folder / "models").mkdir()
+    copies: dict[str, str] = {}
+    for entry in (demo.original(), demo.model("retrained")):
+        target = folder / "models" / f"{entry.name}.safetensors"
+        shutil.copy(demo.path(entry.checkpoint), target)
+        ws.models.append(dataclasses.replace(entry, checkpoint=f"models/{entry.name}.safetensors",
+                                             checkpoints=[], init_checkpoint=None))  # fmt: skip
+        copies[entry.name] = entry.name
+    for i in range(n - 2):
+        method = METHODS[i % len(METHODS)]
+        strength = STRENGTHS[(i // len(METHODS)) % len(STRENGTHS)]
+        seed = i // (len(METHODS) * len(STRENGTHS))
+        template = templates[i % len(templates)]
+        name = f"{method}-lr{strength:g}-s{seed}"
+        rel = f"models/{name}.safetensors"
+        shutil.copy(demo.path(template.checkpoint), folder / rel)
+        ws.models.append(dataclasses.replace(
+            template, name=name, checkpoint=rel, method=method, seed=seed, sha256=None,
+            checkpoints=[],
+            hyperparameters={**template.hyperparameters, "lr": strength, "seed": seed},
+        ))  # fmt: skip
+        copies[name] = template.name
+    write_workspace(ws)
+    ws = load_workspace(folder)
+    fingerprint = load_dataset(ws.dataset_spec()).fingerprint
+    ws_hash = workspace_hash(ws, data_fingerprint=fingerprint)
+    settings = ws.defaults
+    with ResultsStore(DEMO / "results.sqlite", read_only=True) as src:
+        run_id = int(src.list_runs()["id"].iloc[0])
+        tables = {t: src.records(run_id, t) for t in src.tables(run_id)}
+        arrays = {name: {k[len(name) + 1:]: src.array(run_id, k)
+                         for k in src.array_names(run_id, f"{name}/")}
+                  for name in set(copies.values())}  # fmt: skip
+    t0 = time.perf_counter()
+    with ResultsStore(workspace_store_path(folder)) as store:
+        run = store.open_run(ws_hash, settings.result_key(), label=f"synthetic {n}")
+        for name, template in copies.items():
+            rows = {}
+            for table, records in tables.items():
+                column = "name" if table == "models" else "model"
+                mine = [dict(r, **{column: name}) for r in records if r.get(column) == template]
+                if mine:
+                    rows[table] = mine
+            store.put_unit(run.id, name, rows,
+                           {f"{name}/{k}": v for k, v in arrays[template].items()})  # fmt: skip
+        store.mark_complete(run.id)
+    size = workspace_store_path(folder).stat().st_size / 1e6
+    print(f"N={n}: wrote {len(copies)} units in {time.perf_counter() - t0:.1f} s, "
+          f"store {size:.1f} MB", flush=True)  # fmt: skip
+    return folder
+
+
+def time_stored(folder: Path) -> float:
+    ws = load_workspace(folder)
+    fingerprint = load_dataset(ws.dataset_spec()).fingerprint
+    t0 = time.perf_counter()
+    ws_hash = workspace_hash(ws, data_fingerprint=fingerprint)
+    with ResultsStore(workspace_store_path(folder), read_only=True) as store:
+        result = stored_result(store, ws_hash, ws.defaults, [m.name for m in ws.models])
+    assert result is not None and len(result.models) == len(ws.models)
+    return time.perf_counter() - t0
+
+
+def time_page(folder: Path, profile: bool = False) -> tuple[float, float]:
+    """(first load, rerun) seconds of the Compare page on ``folder``."""
+    from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
+    from ui_fixtures import app_test, warm_server
+
+    os.environ["SDE_WORKSPACE"] = str(folder)
+    os.environ["SDE_DATA_ROOTS"] = str(folder.parent)
+    prof = cProfile.Profile() if profile else None
+    real = ScriptRunner._run_script
+
+    def profiled(self: ScriptRunner, rerun_data: object) -> None:  # in the script's thread
+        assert prof is not None
+        prof.enable()
+        try:
+            real(self, rerun_data)  # type: ignore[arg-type]
+        finally:
+            prof.disable()
+
+    with warm_server():
+        at = app_test(ROOT / "app.py", 600)
+        at.switch_page("pages/compare.py")
+        t0 = time.perf_counter()
+        if prof:
+            ScriptRunner._run_script = profiled  # type: ignore[method-assign]
+        try:
+            at.run()
+        finally:
+            ScriptRunner._run_script = real  # type: ignore[method-assign]
+        first = time.perf_counter() - t0
+        assert not at.exception, [e.value for e in at.exception]
+        assert any("Compare" in t.value for t in at.title)
+        t0 = time.perf_counter()
+        at.run()
+        rerun = time.perf_counter() - t0
+    if prof:
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
+    return first, rerun
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", type=int, nargs="+", default=[50, 100, 500])
+    ap.add_argument("--profile", type=int, help="profile one page load at this many models")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/compare-scale"))
+    ap.add_argument("--skip-page", action="store_true", help="time the library read only")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    if args.profile:
+        folder = build(args.profile, args.out)
+        time_page(folder, profile=True)
+        return
+    print("| models | store MB | stored_result s | page first load s | page rerun s |")
+    print("|---|---|---|---|---|")
+    for n in args.models:
+        folder = build(n, args.out)
+        size = workspace_store_path(folder).stat().st_size / 1e6
+        read = time_stored(folder)
+        first, rerun = (float("nan"),) * 2 if args.skip_page else time_page(folder)
+        print(f"| {n} | {size:.1f} | {read:.2f} | {first:.1f} | {rerun:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
