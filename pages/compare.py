@@ -52,6 +52,11 @@ from sde_core.viz.answer import paired_table
 from sde_core.viz.figures.comparison import BAR_CHOICES, comparison_bars, draw_strip
 from sde_core.viz.figures.distributions import target_overlay
 from sde_core.viz.figures.leaderboard import SORT_RATE, leaderboard_chart, leaderboard_table
+from sde_core.viz.figures.small_multiples import (
+    MAX_SMALL_MULTIPLES,
+    SMALL_MULTIPLE_VIEWS,
+    small_multiples,
+)
 from sde_core.viz.model_groups import (
     GROUP_KEYS,
     filter_models,
@@ -191,7 +196,30 @@ def charts(results: dict[str, EvaluationResult]) -> str:
         plot(target_overlay(result, chosen), "c_overlay_chart")
     else:
         st.info("Select at least two models to overlay their target histograms.")
+    side_by_side(result, names)
     return layer
+
+
+def side_by_side(result: EvaluationResult, names: list[str]) -> None:
+    """Small multiples: each chosen model's S_IT, S_OOT and targets in its own panel on shared
+    axes, as histograms or ECDFs."""
+    drawn = [n for n in names if result.model_arrays(n)]
+    if not drawn:
+        return
+    if "c_multiples" not in st.session_state:
+        st.session_state["c_multiples"] = drawn[:MAX_SMALL_MULTIPLES]
+    st.session_state["c_multiples"] = [n for n in st.session_state["c_multiples"] if n in drawn]
+    left, right, third = st.columns([3, 1, 1])
+    chosen = left.multiselect(
+        f"Side by side: the full distributions of up to {MAX_SMALL_MULTIPLES} models",
+        drawn, max_selections=MAX_SMALL_MULTIPLES, key="c_multiples",
+    )  # fmt: skip
+    view = right.radio("View", SMALL_MULTIPLE_VIEWS, horizontal=True, key="c_multiples_view")
+    shared = third.toggle("Shared axes", value=True, key="c_multiples_shared",
+                          help="Off: each panel on its own x range (reads a narrow model's "
+                          "shape; panels then no longer compare by position).")  # fmt: skip
+    if chosen:
+        plot(small_multiples(result, chosen, view=view, shared=shared), "c_multiples_chart")
 
 
 def verdicts(ws: Workspace, result: EvaluationResult) -> None:

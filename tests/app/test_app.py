@@ -5,6 +5,7 @@ Plus the UI-free helpers of sde_core.viz.ui_support."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -386,8 +387,22 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
         cal = [row[k] for k in ("calibrated_otr", "calibrated_otr_lo", "calibrated_otr_hi")]
         shown = format_estimate(*cal, percent=True, reason=row["inconclusive_reason"])
         assert table.loc[row["name"], "cal. OTR [penultimate]"] == shown
-    assert len(at.get("plotly_chart")) == 4  # bars with the Retrain line, dot strip, overlay,
-    # the method leaderboard
+    assert len(at.get("plotly_chart")) == 5  # bars with the Retrain line, dot strip, overlay,
+    # the small multiples, the method leaderboard
+    (multiples,) = [
+        json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+        if "per model: S_IT" in json.loads(c.proto.spec)["layout"]["title"]["text"]
+    ]
+    assert len(multiples["data"]) == 3 * len(lib)  # S_IT, S_OOT, targets for every model
+    at.radio(key="c_multiples_view").set_value("ecdf").run()
+    no_exception(at)
+    (ecdf,) = [
+        json.loads(c.proto.spec)
+        for c in at.get("plotly_chart")
+        if "empirical CDFs" in json.loads(c.proto.spec)["layout"]["title"]["text"]
+    ]
+    assert {t["type"] for t in ecdf["data"]} == {"scatter"}
     assert len(_traces(at, "OTR: per-draw values")) <= 1
     alerts = " ".join(a.value for kind in ("error", "warning", "success", "info")
                       for a in getattr(at, kind))  # fmt: skip
