@@ -34,7 +34,7 @@ from pages._common import (
 )
 from pages._display import fmt, fmt_p, headline_value, metric, pct, plot, show_verdict, table
 from pages._run import STOP_KEY, evaluations
-from pages._settings import bound, current_settings
+from pages._settings import bound, current_settings, redraw_settings, redraw_slot
 from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.errors import SDEError
 from sde_core.services.answer import verdict_notes
@@ -540,10 +540,23 @@ def stopped(
     return result
 
 
-view, ws, _ = open_page("explore", ExploreView)
+@st.fragment
+def evidence(ws: Workspace, model: str, control: str | None, target: int | None,
+             slot: Any) -> EvaluationResult | None:  # fmt: skip
+    """The verdict, charts and tables of the view, with the redraw-only settings (bins, α) in
+    the sidebar's ``slot``: changing one of them reruns this fragment only — the model and
+    layer pickers, the thumbnails and the rest of the page stay as drawn (issue 33)."""
+    redraw_settings(slot)
+    settings = current_settings(ws)
+    names = [model] + ([control] if control else [])
+    result = progressive(ws, settings, names, model, control, target)
+    publish(ExploreView(model=model, target=target, control=True if control else None))
+    return result
+
+
+view, ws, _ = open_page("explore", ExploreView, redraw_in_fragment=True)
 st.title("Explore one model")
-names = [m.name for m in ws.models]
-apply_link(view, names)
+apply_link(view, [m.name for m in ws.models])
 model = pick_model_and_layer(ws)
 controls = [m.name for m in ws.models if m.role == "random" and m.name != model]
 control = None
@@ -555,8 +568,6 @@ if controls and st.toggle(
     control = controls[0]
 settings = current_settings(ws)
 target = hist_controls(settings)
-result = progressive(ws, settings, [model] + ([control] if control else []), model, control, target)
-if result is not None:
+if evidence(ws, model, control, target, redraw_slot()) is not None:
     with guarded("Cannot show the target inputs"):
         show_thumbnails(ws, settings, model, target or 0)
-publish(ExploreView(model=model, target=target, control=True if control else None))
