@@ -45,7 +45,7 @@ the URL, no running indicator). ``uptime`` is recorded before and after. α has 
 widget (it is a workspace default), so its change is timed at library level only.
 
 Usage: ``python bench/interactive_bench.py [--workspace assets/demo] [--model rl] [--no-append]
-[--apptest | --apptest-only | --browser [--other-model salun] [--layer penultimate]]``
+[--apptest | --apptest-only | --browser [--other-model salun] [--layer auto]]``
 """
 
 from __future__ import annotations
@@ -200,6 +200,7 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str) ->
     import subprocess
     import threading
     import urllib.request
+    from urllib.parse import quote
 
     from playwright.sync_api import expect, sync_playwright
 
@@ -279,7 +280,9 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str) ->
                 page.goto(f"{url}/explore?model={model}", wait_until="commit")
                 expect(page.get_by_role("heading", name="Explore one model")).to_be_visible()
                 rows.append(("cold first page: frame", None, time.perf_counter() - t0, None))
-                expect(page.locator(".js-plotly-plot").first).to_be_visible()
+                # the first chart drawn in view (a conflicting verdict keeps its headline
+                # numbers, the dot strip among them, in a closed expander: issue 34)
+                expect(page.locator(".js-plotly-plot >> visible=true").first).to_be_visible()
                 rows.append(("cold first page: first chart", None, time.perf_counter() - t0,
                              None))  # fmt: skip
                 rows.append(("cold first page: complete", None,
@@ -295,6 +298,15 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str) ->
                         box.press("Enter")
 
                     return act
+
+                if layer == "auto":  # the first other layer the picker offers
+                    picker = page.get_by_test_id("stSelectbox").filter(has_text="Layer").first
+                    picker.click()
+                    names = [
+                        o.split(" — ")[0] for o in page.get_by_role("option").all_inner_texts()
+                    ]
+                    page.keyboard.press("Escape")
+                    layer = next(n for n in names if n != settings.layer)
 
                 def select(label: str, option: str) -> Callable[[], None]:
                     def act() -> None:
@@ -316,7 +328,8 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str) ->
                     (f"W {settings.precision:g} → 0 (the fixed B = 8)",
                      spin("Precision target ±W (0 = fixed B)", "0"), r"^(?!.*[?&]W=).*B=8",
                      {"precision": 0.0}),
-                    (f"layer output → {layer}", select("Layer", layer), f"layer={layer}",
+                    (f"layer {settings.layer} → {layer}", select("Layer", layer),
+                     f"layer=(?:{re.escape(layer)}|{re.escape(quote(layer, safe=''))})",
                      {"layer": layer}),
                     (f"model {model} → {other_model}", select("Model", other_model),
                      f"model={other_model}", {"model": other_model}),
@@ -405,7 +418,11 @@ def main() -> None:
     p.add_argument("--workspace", default="assets/demo")
     p.add_argument("--model", default="rl", help="the model of the Explore actions")
     p.add_argument("--other-model", default="salun", help="the model change's new model")
-    p.add_argument("--layer", default="penultimate", help="the layer change's new layer")
+    p.add_argument(
+        "--layer",
+        default="auto",
+        help="the layer change's new layer (auto: the first other one offered)",
+    )
     p.add_argument("--no-append", action="store_true")
     p.add_argument("--apptest", action="store_true", help="also time the pages (AppTest)")
     p.add_argument("--apptest-only", action="store_true", help="only time the pages (AppTest)")
