@@ -79,8 +79,12 @@ TARGETS = {
 }
 
 
-def explore(session: EvaluationSession, model: str, settings: EvalSettings) -> tuple[float, float]:
-    """(first histogram, page complete) seconds of one model on the Explore page."""
+def explore(
+    session: EvaluationSession, model: str, settings: EvalSettings, limit: float | None = None
+) -> tuple[float, float]:
+    """(first histogram, page complete) seconds of one model on the Explore page; complete is
+    NaN when it ran past ``limit`` seconds (then it is stopped there, its finished stages kept
+    in the stage cache, as the page's Stop does)."""
     t0 = time.perf_counter()
     first = float("nan")
     for part in session.stream([model], settings, stages=EXPLORE_STAGES):
@@ -89,6 +93,8 @@ def explore(session: EvaluationSession, model: str, settings: EvalSettings) -> t
             first = time.perf_counter() - t0
         if part.complete:
             part.evaluation()
+        if limit is not None and time.perf_counter() - t0 > limit and not part.complete:
+            return first, float("nan")
     return first, time.perf_counter() - t0
 
 
@@ -186,15 +192,19 @@ def _copy(workspace: str, into: Path) -> Path:
     return folder
 
 
-#: One row of :func:`browser_actions`: (action, first update s, complete s, library s).
+#: One row of :func:`browser_actions`: (action, first update s, complete s, library s); NaN
+#: where it ran past the change limit.
 BrowserRow = tuple[str, float | None, float, float | None]
 
 
-def browser_actions(workspace: str, model: str, other_model: str, layer: str) -> tuple[
-    list[BrowserRow], float | None
-]:  # fmt: skip
+def browser_actions(workspace: str, model: str, other_model: str, layer: str,
+                    limit: float = 600.0) -> tuple[list[BrowserRow], float | None]:  # fmt: skip
     """The dashboard in Chromium (see the module docstring): the rows and the seconds the
-    server's warm-up (``serve.py``) took from its start."""
+    server's warm-up (``serve.py``) took from its start. A change that has not completed
+    ``limit`` seconds after it was made is recorded as not finished (NaN) and the next change
+    is made on top of it (Streamlit stops the running script for it); the library's time of
+    that change is then not measured (NaN) and its later changes start from a stage cache that
+    lacks what the page's run had not finished either."""
     import re
     import socket
     import subprocess
@@ -262,17 +272,31 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str) ->
                 def done(pattern: str) -> bool:
                     return bool(re.search(pattern, page.url)) and running.count() == 0
 
-                def complete(t0: float, pattern: str) -> float:
+                def complete(t0: float, pattern: str, within: float | None = None) -> float:
                     """Seconds from ``t0`` to the end of the page's run: the view's link (the
-                    URL ``pattern``) is written by the run's last call (View.publish)."""
-                    expect(page).to_have_url(re.compile(pattern))
-                    expect(running).to_have_count(0)
+                    URL ``pattern``) is written by the run's last call (View.publish); NaN when
+                    that is not reached ``within`` seconds after ``t0``."""
+
+                    def ms_left() -> float | None:
+                        if within is None:
+                            return None
+                        return max(1000.0, (within - (time.perf_counter() - t0)) * 1000)
+
+                    try:
+                        expect(page).to_have_url(re.compile(pattern), timeout=ms_left())
+                        expect(running).to_have_count(0, timeout=ms_left())
+                    except AssertionError:
+                        if within is None:
+                            raise
+                        return float("nan")
                     return time.perf_counter() - t0
 
                 def first_update(t0: float, pattern: str) -> float:
                     """Seconds to the first new content: the provisional first draw, or the
-                    page complete when no provisional view was drawn."""
+                    page complete when no provisional view was drawn; NaN past the limit."""
                     while not (provisional.count() or done(pattern)):
+                        if time.perf_counter() - t0 > limit:
+                            return float("nan")
                         time.sleep(0.02)
                     return time.perf_counter() - t0
 
@@ -340,24 +364,30 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str) ->
                     t0 = time.perf_counter()
                     act()
                     first = first_update(t0, pattern)
-                    full = complete(t0, pattern)
-                    lib_full = explore(lib, current["model"], settings)[1]
+                    full = complete(t0, pattern, limit)
+                    lib_full = (
+                        explore(lib, current["model"], settings, limit)[1]
+                        if full == full
+                        else float("nan")
+                    )
                     rows.append((name, first, full, lib_full))
                 nav = page.get_by_test_id("stTopNavLinkContainer")
                 t0 = time.perf_counter()
                 nav.get_by_role("link", name="Compare").click()
                 expect(page.get_by_role("heading", name="Compare models")).to_be_visible()
                 compare_done = r"/compare\?.*layers="
-                rows.append(("Compare, first visit", None, complete(t0, compare_done), None))
+                rows.append(("Compare, first visit", None, complete(t0, compare_done, limit), None))
                 t0 = time.perf_counter()
                 nav.get_by_role("link", name="Explore").click()
                 expect(page.get_by_role("heading", name="Explore one model")).to_be_visible()
-                back = complete(t0, r"/explore\?.*model=")
+                back = complete(t0, r"/explore\?.*model=", limit)
                 rows.append(("back to Explore, nothing changed", None, back, None))
                 t0 = time.perf_counter()
                 nav.get_by_role("link", name="Compare").click()
                 expect(page.get_by_role("heading", name="Compare models")).to_be_visible()
-                rows.append(("Compare, second visit", None, complete(t0, compare_done), None))
+                rows.append(
+                    ("Compare, second visit", None, complete(t0, compare_done, limit), None)
+                )
                 browser.close()
         except Exception:
             print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
@@ -377,18 +407,22 @@ def _uptime() -> str:
         return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def browser_table(workspace: str, model: str, other_model: str, layer: str) -> str:
+def browser_table(workspace: str, model: str, other_model: str, layer: str,
+                  limit: float = 600.0) -> str:  # fmt: skip
     """:func:`browser_actions` as a Markdown section (the load recorded before and after)."""
     before = _uptime()
-    found, warmed = browser_actions(workspace, model, other_model, layer)
+    found, warmed = browser_actions(workspace, model, other_model, layer, limit)
     after = _uptime()
 
     def secs(value: float | None) -> str:
+        if value is not None and value != value:
+            return f"> {limit:g} (not finished)"
         return "" if value is None else f"{value:.2f}"
 
     lines = [
         f"## Dashboard actions in Chromium — {dt.datetime.now():%Y-%m-%d %H:%M}", "",
-        f"`bench/interactive_bench.py --browser --workspace {workspace} --model {model}`: "
+        f"`bench/interactive_bench.py --browser --workspace {workspace} --model {model} "
+        f"--other-model {other_model} --change-limit {limit:g}`: "
         f"`python serve.py` (what `make run` starts) on a fresh copy of {workspace} (shipped "
         "results store, no .sde-cache), Chromium via Playwright; the page opened once the "
         f"server's warm-up had finished ({secs(warmed)} s after the server started). "
@@ -402,7 +436,7 @@ def browser_table(workspace: str, model: str, other_model: str, layer: str) -> s
         "|---|---|---|---|---|---|",
     ]  # fmt: skip
     for name, first, full, lib in found:
-        over = None if lib is None else full - lib
+        over = None if lib is None or lib != lib or full != full else full - lib
         target = BROWSER_TARGETS.get(name)
         if target is None and first is not None:
             target_text = f"first ≤ {FIRST_UPDATE_TARGET:g}, overhead ≤ {OVERHEAD_TARGET:g}"
@@ -423,13 +457,17 @@ def main() -> None:
         default="auto",
         help="the layer change's new layer (auto: the first other one offered)",
     )
+    p.add_argument("--change-limit", type=float, default=600.0,
+                   help="--browser: seconds a change may take before it is recorded as not "
+                   "finished and the next one is made")  # fmt: skip
     p.add_argument("--no-append", action="store_true")
     p.add_argument("--apptest", action="store_true", help="also time the pages (AppTest)")
     p.add_argument("--apptest-only", action="store_true", help="only time the pages (AppTest)")
     p.add_argument("--browser", action="store_true", help="only time the pages in Chromium")
     args = p.parse_args()
     if args.browser:
-        text = browser_table(args.workspace, args.model, args.other_model, args.layer)
+        text = browser_table(args.workspace, args.model, args.other_model, args.layer,
+                             args.change_limit)  # fmt: skip
         print(text)
         if not args.no_append:
             with RESULTS.open("a", encoding="utf-8") as fh:
