@@ -35,7 +35,7 @@ default workspace) on a fresh copy of the workspace (shipped results store, no `
 driven by Playwright with the system Chromium (launched as ``tests/app/test_browser.py`` does).
 The page is opened once the server's warm-up has finished (its time is recorded): the cold
 first page (frame: the page title shown; first chart; page complete), then one change after
-another — σ √d → median rule, bins 30 → 20, n → 200, B → 8, W → 0, the layer, the model — each timed
+another — σ √d → median rule, bins 30 → 20, n → n/2, B → 8, W → 0, the layer, the model — each timed
 to its first update (the provisional first draw, or the page complete) and to the page
 complete, beside the library's own time for the same change in the same run (an
 :class:`~sde_core.pipeline.evaluation.session.EvaluationSession` on a second copy taken through
@@ -340,13 +340,14 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str,
 
                     return act
 
+                half = max(4, settings.subset_size // 2)  # 400 → 200; a demo's own n halved
                 changes: list[tuple[str, Callable[[], None], str, dict]] = [
                     ("σ √d → median rule", lambda: page.get_by_text("median rule").click(),
                      r"sigma=median", {"sigma": "median"}),
                     ("bins 30 → 20", spin("Histogram bins (JSD)", "20"), r"bins=20",
                      {"bins": 20}),
-                    (f"n {settings.subset_size} → 200", spin("Subset size n", "200"), r"n=200",
-                     {"subset_size": 200}),
+                    (f"n {settings.subset_size} → {half}", spin("Subset size n", str(half)),
+                     rf"[?&]n={half}(&|$)", {"subset_size": half}),
                     (f"B {settings.draws} → 8", spin("Reference draws B", "8"), r"B=8",
                      {"draws": 8}),
                     (f"W {settings.precision:g} → 0 (the fixed B = 8)",
