@@ -203,7 +203,7 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str,
     server's warm-up (``serve.py``) took from its start. A change that has not completed
     ``limit`` seconds after it was made is recorded as not finished (NaN) and the next change
     is made on top of it (Streamlit stops the running script for it); the library's time of
-    that change is then not measured (NaN) and its later changes start from a stage cache that
+    that change is then not run (None) and its later changes start from a stage cache that
     lacks what the page's run had not finished either."""
     import re
     import socket
@@ -366,10 +366,9 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str,
                     act()
                     first = first_update(t0, pattern)
                     full = complete(t0, pattern, limit)
+                    # the library's time only for a change the page finished (None: not run)
                     lib_full = (
-                        explore(lib, current["model"], settings, limit)[1]
-                        if full == full
-                        else float("nan")
+                        explore(lib, current["model"], settings, limit)[1] if full == full else None
                     )
                     rows.append((name, first, full, lib_full))
                 nav = page.get_by_test_id("stTopNavLinkContainer")
@@ -443,7 +442,8 @@ def browser_table(workspace: str, model: str, other_model: str, layer: str,
             target_text = f"first ≤ {FIRST_UPDATE_TARGET:g}, overhead ≤ {OVERHEAD_TARGET:g}"
         else:
             target_text = _target(target)
-        lines.append(f"| {name} | {secs(first)} | {secs(full)} | {secs(lib)} | {secs(over)} | "
+        shown_lib = "not run" if lib is None and full != full else secs(lib)
+        lines.append(f"| {name} | {secs(first)} | {secs(full)} | {shown_lib} | {secs(over)} | "
                      f"{target_text} |")  # fmt: skip
     return "\n".join([*lines, ""])
 
