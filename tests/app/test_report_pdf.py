@@ -58,7 +58,7 @@ def test_the_demo_pdf_is_small_page_1_answers_and_renders(tmp_path: Path) -> Non
     for model in ("ft", "ga", "rl", "salun"):  # every audited model answers on page 1
         assert model in first, model
     assert "onflicting evidence" in first  # RL / SalUn: the behaviour contradicts SDE
-    for i in range(pages):  # numbered pages, and the report's hash on every page
+    for i in range(pages):  # every page numbered "page i of N"
         assert f"page {i + 1} of {pages}" in text(i), i
 
     pdftoppm = shutil.which("pdftoppm")
