@@ -47,13 +47,14 @@ lint: $(TEST_STAMP)
 bench: $(TEST_STAMP)
 	$(BIN)/python bench/hsic_bench.py
 
-# The dashboard's browser test drives the system Chromium (Playwright never downloads one).
+# The browser tests drive the system Chromium (Playwright never downloads one); the PDF test
+# renders page 1 with poppler-utils' pdftoppm.
 # As root, install Debian's chromium when it is missing; otherwise the test skips outside CI.
 browser-setup:
-	@if command -v chromium >/dev/null 2>&1; then :; \
+	@if command -v chromium >/dev/null 2>&1 && command -v pdftoppm >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
-	else echo "browser-setup: chromium missing and not root; the browser test will skip"; fi
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium poppler-utils; \
+	else echo "browser-setup: chromium or pdftoppm missing and not root; those tests will skip"; fi
 
 clean-venv:
 	rm -rf $(VENV)

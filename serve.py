@@ -45,8 +45,13 @@ def warm() -> None:
 def main() -> None:
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
-    threading.Thread(target=warm, name="sde-warm", daemon=True).start()
+    # Streamlit (with plotly and pandas) is imported before the warm-up thread starts: two
+    # threads importing pandas and plotly at once in opposite orders could each get the other's
+    # module half-initialised ("partially initialized module 'pandas' has no attribute
+    # 'Series'"), which killed the server at start on a loaded machine (2 of 5 starts).
     from streamlit.web import cli
+
+    threading.Thread(target=warm, name="sde-warm", daemon=True).start()
 
     sys.argv = ["streamlit", "run", str(ROOT / "app.py"), *sys.argv[1:]]
     sys.exit(cli.main())

@@ -243,7 +243,7 @@ class PageFrame(NamedTuple, Generic[V]):
     settings: EvalSettings
 
 
-def open_page(page: str, view_type: type[V]) -> PageFrame[V]:
+def open_page(page: str, view_type: type[V], *, redraw_in_fragment: bool = False) -> PageFrame[V]:
     """The frame every analysis page starts with, drawn once here: read the link
     (:func:`begin_page`), open the workspace (:func:`current_workspace`, which stops the page
     when it cannot be opened) and draw the settings sidebar
@@ -253,10 +253,12 @@ def open_page(page: str, view_type: type[V]) -> PageFrame[V]:
     Args:
         page: the page's name (its URL path).
         view_type: the page's view class (the type :func:`begin_page` decodes for ``page``).
+        redraw_in_fragment: the page draws the redraw-only settings (bins, α) in its own
+            ``st.fragment`` (:func:`~pages._settings.redraw_settings`).
     """
     view = begin_page(page)
     ws = current_workspace()
-    settings = settings_sidebar(ws, view)
+    settings = settings_sidebar(ws, view, redraw_in_fragment=redraw_in_fragment)
     return PageFrame(cast(V, view), ws, settings)
 
 

@@ -10,6 +10,7 @@ page switches; :func:`settings_sidebar` returns the validated settings and
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import streamlit as st
@@ -25,6 +26,12 @@ from sde_core.services.workspace_info import Workspace
 from sde_core.viz.glossary import help_text
 
 SETTINGS_OWNER = "settings_workspace"
+#: The settings-table group whose settings only redraw: the decision stage (the JSD histogram's
+#: bins, the level α of the reference test) is recomputed from the cached H and never cached
+#: itself (``sde_core/pipeline/evaluation/stages.py``), so a page that shows what they change
+#: draws their widgets in its ``st.fragment`` (:func:`redraw_settings`): a change reruns that
+#: fragment only, not the page (issue 33).
+REDRAW_GROUP = "Decision"
 #: The σ widget's choices -> the kind of σ they give (:class:`~sde_core.common.sigma.Sigma`):
 #: the √d rule, a multiple f·√d (f in ``s_sigma_factor``), the median rule, a value
 #: (``s_sigma_value``).
@@ -43,6 +50,13 @@ SETTING_KEYS = (
     "s_sigma_factor",
     *(f"s_{s.name}" for s in SIDEBAR_WIDGETS),
 )
+
+
+#: The settings that only redraw (:data:`REDRAW_GROUP`), in the table's order.
+REDRAW_SETTINGS = tuple(s for s in SIDEBAR_WIDGETS if s.group == REDRAW_GROUP)
+#: The sidebar's place of the redraw-only settings in the current script run (a page that draws
+#: them in its fragment, :func:`redraw_slot`); one per script thread, reset by every sidebar.
+_RUN = threading.local()
 
 
 def _copy_widget(widget_key: str, key: str) -> None:
@@ -153,14 +167,19 @@ def _widget(entry: Any) -> None:
         )
 
 
-def settings_sidebar(ws: Workspace, view: PageView | None = None) -> EvalSettings:
+def settings_sidebar(
+    ws: Workspace, view: PageView | None = None, *, redraw_in_fragment: bool = False
+) -> EvalSettings:
     """Sidebar widgets of the evaluation settings (built from the settings table: every setting
     with a sidebar widget, those with a ``group`` under its heading in "More settings"); returns
     the validated settings.
 
     The settings of ``view``'s link (if any) are applied first. On invalid settings the error
-    (with its fix) is shown and the page stops.
+    (with its fix) is shown and the page stops. With ``redraw_in_fragment`` the redraw-only
+    settings (:data:`REDRAW_SETTINGS`) get an empty place at their heading instead
+    (:func:`redraw_slot`), which the page's fragment fills (:func:`redraw_settings`).
     """
+    _RUN.slot = None
     _init_settings(ws)
     if view is not None:
         _apply_linked_settings(view)
@@ -186,10 +205,32 @@ def settings_sidebar(ws: Workspace, view: PageView | None = None) -> EvalSetting
                 _widget(entry)
         with st.expander("More settings"):
             for title, entries in groups.items():
+                if title == REDRAW_GROUP and redraw_in_fragment:
+                    _RUN.slot = st.container()
+                    continue
                 st.markdown(f"**{title}**")
                 for entry in entries:
                     _widget(entry)
     return current_settings(ws)
+
+
+def redraw_slot() -> Any:
+    """The sidebar container that :func:`settings_sidebar` left for the redraw-only settings in
+    this script run (``redraw_in_fragment=True``), or None."""
+    return getattr(_RUN, "slot", None)
+
+
+def redraw_settings(slot: Any) -> None:
+    """The redraw-only settings' widgets (:data:`REDRAW_SETTINGS`) under their heading, in
+    ``slot`` (:func:`redraw_slot`), or in the sidebar when it is None. Call it inside the
+    page's ``st.fragment`` that draws what they change: a change then reruns that fragment
+    only (Streamlit reruns the fragment whose body drew the widget, also into an outside
+    container such as the sidebar)."""
+    with slot if slot is not None else st.sidebar:
+        st.markdown(f"**{REDRAW_GROUP}**")
+        for entry in REDRAW_SETTINGS:
+            _widget(entry)
+        st.caption("A change here redraws the verdict and the charts only: no H is recomputed.")
 
 
 def current_settings(ws: Workspace, **overrides: Any) -> EvalSettings:

@@ -34,7 +34,8 @@ from pages._common import (
 )
 from pages._display import fmt, fmt_p, headline_value, metric, pct, plot, show_verdict, table
 from pages._run import STOP_KEY, evaluations
-from pages._settings import bound, current_settings
+from pages._samples import show_sample_evidence
+from pages._settings import bound, current_settings, redraw_settings, redraw_slot
 from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.errors import SDEError
 from sde_core.services.answer import verdict_notes
@@ -54,7 +55,6 @@ from sde_core.services.cascade import (
 )
 from sde_core.services.evaluation import (
     progress_note,
-    sample_evidence_table,
     session_result,
     target_texts,
 )
@@ -73,8 +73,6 @@ from sde_core.viz.verdicts.labels import over_unlearning_meaning
 from sde_core.viz.verdicts.null_check import null_check_readings
 
 THUMBNAILS = 16
-#: Rows of the per-sample evidence table shown (the CSV holds every forget sample).
-SAMPLE_ROWS = 20
 #: An evaluation that finishes within this many seconds shows no progress box and no redraws.
 QUIET_SECONDS = 0.5
 #: Later redraws of a streaming evaluation come at most this often (each costs the page's
@@ -395,28 +393,6 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
         st.image(list(strip.images), caption=strip.captions, width=72, clamp=True)
 
 
-def show_sample_evidence(
-    ws: Workspace, settings: EvalSettings, result: EvaluationResult, model: str
-) -> None:
-    """Which forget samples still look remembered (method §18): the table, most remembered
-    first, and its CSV."""
-    evidence = sample_evidence_table(ws, dataset_bundle(ws), settings, result, model)
-    shown = evidence.head(SAMPLE_ROWS)
-    with st.expander(f"Which forget samples still look remembered under {model} (method §18)"):
-        st.caption(
-            "Each sample's evidence is attributed from the target subsets it is in: 1 is where "
-            "training subsets sit, 0 where unseen subsets sit. One sample moves a subset of "
-            f"{settings.subset_size} by 1/{settings.subset_size} of that gap, so a single "
-            "sample's 95% interval is wide: the ranking tells groups apart (validated on a "
-            "workspace with a known remembered half, method §18), it does not certify one "
-            "sample."
-        )
-        table(shown, "x_samples")
-        st.download_button("Every forget sample (CSV)", evidence.to_csv(index=False).encode(),
-                           f"{model}-per-sample-evidence.csv", "text/csv",
-                           key="x_samples_csv")  # fmt: skip
-
-
 def show(result: EvaluationResult, model: str, control: str | None, pick: int | None,
          tag: str, provisional: str = "") -> None:  # fmt: skip
     """Everything the page shows of a (possibly partial) result; ``tag`` makes element keys
@@ -576,10 +552,23 @@ def stopped(
     return result
 
 
-view, ws, _ = open_page("explore", ExploreView)
+@st.fragment
+def evidence(ws: Workspace, model: str, control: str | None, target: int | None,
+             slot: Any) -> EvaluationResult | None:  # fmt: skip
+    """The verdict, charts and tables of the view, with the redraw-only settings (bins, α) in
+    the sidebar's ``slot``: changing one of them reruns this fragment only — the model and
+    layer pickers, the thumbnails and the rest of the page stay as drawn (issue 33)."""
+    redraw_settings(slot)
+    settings = current_settings(ws)
+    names = [model] + ([control] if control else [])
+    result = progressive(ws, settings, names, model, control, target)
+    publish(ExploreView(model=model, target=target, control=True if control else None))
+    return result
+
+
+view, ws, _ = open_page("explore", ExploreView, redraw_in_fragment=True)
 st.title("Explore one model")
-names = [m.name for m in ws.models]
-apply_link(view, names)
+apply_link(view, [m.name for m in ws.models])
 model = pick_model_and_layer(ws)
 controls = [m.name for m in ws.models if m.role == "random" and m.name != model]
 control = None
@@ -591,10 +580,9 @@ if controls and st.toggle(
     control = controls[0]
 settings = current_settings(ws)
 target = hist_controls(settings)
-result = progressive(ws, settings, [model] + ([control] if control else []), model, control, target)
-if result is not None:
+result = evidence(ws, model, control, target, redraw_slot())
+if result is not None:  # outside the fragment: neither depends on bins or α
     with guarded("Cannot show the target inputs"):
         show_thumbnails(ws, settings, model, target or 0)
     with guarded("Cannot attribute the evidence to samples"):
         show_sample_evidence(ws, settings, result, model)
-publish(ExploreView(model=model, target=target, control=True if control else None))

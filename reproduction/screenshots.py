@@ -1,0 +1,192 @@
+"""Chromium screenshots of the landing answer (``/``, the Answer page) of every bundled demo,
+for the README (issue 34): ``docs/screenshots/answer-<demo>.png``.
+
+Each demo is served as a fresh clone has it (no ``.sde-cache``: the page answers from the
+shipped results store) by ``python serve.py`` (what ``make run`` starts) with
+``SDE_WORKSPACE=assets/<demo>`` on a free localhost port — in place, the cache it creates
+removed afterwards, or, where the checkout already has a cache, from a copy without it. The
+system Chromium (Playwright, never a downloaded browser) opens ``/`` at a 1280×800 viewport,
+waits until the script run is over, grows the window to the page's content (at most 3200 px
+tall) and takes it. The PNG is reduced to a 256-colour palette (the page is flat colours and
+text), so the four stay well under 1.5 MB together. The text of each audited model's answer
+line is printed, for the "ten-second test" of issue 34 (the sentence each model gets).
+
+Usage: ``python reproduction/screenshots.py [--demo assets/demo ...] [--out docs/screenshots]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMOS = ("assets/demo", "assets/demo-mnist1d", "assets/demo-facts", "assets/demo-fashion-edm")
+VIEWPORT = {"width": 1280, "height": 800}
+#: The tallest image taken (pixels): the window grows to the page's content up to this.
+MAX_HEIGHT = 3200
+#: Chromium's switches (tests/app/test_browser.py launches it the same way).
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # fmt: skip
+TIMEOUT_MS = 600_000
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _serve(workspace: str, roots: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    """``python serve.py`` on ``workspace`` (as ``$SDE_WORKSPACE``: the link names it so);
+    returns the process and its URL once it has warmed the workspace."""
+    port = _free_port()
+    env = {**os.environ, "SDE_WORKSPACE": workspace, "SDE_DATA_ROOTS": str(roots)}
+    cmd = [sys.executable, "serve.py", "--server.port", str(port), "--server.address",
+           "127.0.0.1", "--server.headless", "true", "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]  # fmt: skip
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                break
+        except OSError as exc:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                text = log.read_text(errors="replace")
+                raise SystemExit(f"the server did not start:\n{text}") from exc
+            time.sleep(0.3)
+    while "warmed in" not in log.read_text(errors="replace") and time.monotonic() < deadline:
+        time.sleep(0.2)  # a user opens the page once the server says it is ready
+    return proc, url
+
+
+def optimise(path: Path) -> int:
+    """Reduce the PNG at ``path`` to a 256-colour palette in place; its size in bytes."""
+    with Image.open(path) as img:
+        small = img.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    small.save(path, optimize=True)
+    return path.stat().st_size
+
+
+def answer_lines(page, names: list[str]) -> list[str]:
+    """The text of each audited model's answer line (the bordered box with its name and its
+    evidence expander) on the Answer page, the expander's text left out."""
+    import re
+
+    lines = []
+    for name in names:
+        caption = page.get_by_text(re.compile(rf"^{re.escape(name)}( ·|$)"))
+        line = (
+            page.locator("[data-testid='stVerticalBlock']")
+            .filter(has=caption)
+            .filter(has=page.get_by_test_id("stExpander"))
+            .last
+        )
+        text = " ".join(line.inner_text().split()) if line.count() else "(no line found)"
+        lines.append(f"{name}: {text.split(' Evidence')[0]}")
+    return lines
+
+
+def _take(browser, url: str, folder: Path, path: Path) -> tuple[list[str], Path]:
+    """Open ``url`` (the Answer page), wait for its run to end, read the lines, take the PNG."""
+    from playwright.sync_api import expect
+
+    from sde_core.pipeline.workspace_load import load_workspace
+
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    expect(page.get_by_role("heading", name="The answer", level=1)).to_be_visible()
+    expect(page.get_by_text("Scope and limitations")).to_be_visible()
+    expect(page.get_by_test_id("stApp")).to_have_attribute("data-test-script-state", "notRunning")
+    expect(page.get_by_test_id("stStatusWidget")).to_have_count(0)
+    if page.get_by_test_id("stException").count():
+        raise SystemExit(f"{folder}: the page shows an exception")
+    audited = [m.name for m in load_workspace(folder).models if m.role == "unlearned"]
+    lines = answer_lines(page, audited)
+    # the main area scrolls inside the page: grow the window to its content (capped), so the
+    # image holds every model's line and the scope box
+    height = page.evaluate(
+        """() => { const m = document.querySelector('[data-testid="stMain"]');
+                   return m ? m.scrollHeight : document.body.scrollHeight; }"""
+    )
+    tall = min(MAX_HEIGHT, max(VIEWPORT["height"], int(height)))
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": tall})
+    page.wait_for_timeout(500)  # the re-layout (no script run)
+    page.screenshot(path=str(path))
+    context.close()
+    return lines, path
+
+
+def screenshot(demo: str, out: Path, browser) -> tuple[Path, int, list[str]]:
+    """The landing answer of ``demo`` as ``out/answer-<name>.png``: (path, bytes, lines)."""
+    name = Path(demo).name
+    source = ROOT / demo
+    cache = source / ".sde-cache"
+    fresh = not cache.exists()  # a fresh clone: served in place, under the name `make run` uses
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = source
+        if not fresh:  # a used checkout: a copy without the cache (the link then names the copy)
+            folder = Path(tmp) / name
+            skip = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
+            shutil.copytree(source, folder, ignore=skip)
+        shown = demo if fresh else str(folder)
+        proc, url = _serve(shown, folder.parent, Path(tmp) / "server.log")
+        try:
+            lines, path = _take(browser, url, folder, out / f"answer-{name}.png")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            if fresh and cache.exists():  # leave the checkout as fresh as it was
+                shutil.rmtree(cache)
+    return path, optimise(path), lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--demo", action="append", help="a demo folder (default: all four)")
+    p.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    args = p.parse_args()
+    from playwright.sync_api import expect, sync_playwright
+
+    sys.path.insert(0, str(ROOT))
+    from sde_core.viz.figures.export import find_chromium
+
+    chromium = find_chromium()
+    if chromium is None:
+        raise SystemExit("needs Chromium: `make browser-setup` (as root) or apt-get install it")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    expect.set_options(timeout=TIMEOUT_MS)
+    total = 0
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        for demo in args.demo or DEMOS:
+            t0 = time.perf_counter()
+            path, size, lines = screenshot(demo, out, browser)
+            total += size
+            print(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
+                  f"{size / 1024:.0f} KiB ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+            for line in lines:
+                print(f"  - {line}")
+        browser.close()
+    print(f"total {total / 1024:.0f} KiB")
+
+
+if __name__ == "__main__":
+    main()
