@@ -13,7 +13,7 @@ from pages._common import PAGES, dataset_bundle, guarded, open_page, publish, wo
 from pages._run import evaluate
 from sde_core.errors import SDEError
 from sde_core.services.answer import answer_scope, verdict_notes
-from sde_core.services.cascade import EvalSettings
+from sde_core.services.cascade import EvalSettings, EvaluationResult
 from sde_core.services.evaluation import stored_models
 from sde_core.services.view_state import AnswerView
 from sde_core.services.workspace_info import Workspace
@@ -48,12 +48,13 @@ def answer_line(line: AnswerLine) -> None:
             st.markdown(f"- {text}")
 
 
-def scope_box(ws: Workspace, settings: EvalSettings, models: int) -> None:
-    """What the answer covers, and what it cannot say."""
+def scope_box(ws: Workspace, settings: EvalSettings, result: EvaluationResult) -> None:
+    """What the answer covers (the draws each model ran), and what it cannot say."""
     bundle = None
     with guarded("The dataset's sizes are not shown"):
         bundle = dataset_bundle(ws)
-    scope = answer_scope(ws, settings, bundle, models)
+    used = list(result.models.get("draws", ()))
+    scope = answer_scope(ws, settings, bundle, len(result.models), used)
     box = st.container(border=True)
     box.markdown("**Scope and limitations**")
     rows = "\n".join(f"| {label} | {value} |" for label, value in scope.rows())
@@ -98,7 +99,7 @@ else:
         st.markdown("**Caveats** (each names the models it qualifies)")
         for text in answer.shared_caveats:
             st.caption(text)
-    scope_box(ws, s, len(result.models))
+    scope_box(ws, s, result)
     st.caption(
         "Differences are paired (the same reference draws for both models, method §15), in "
         "percentage points of the compared rate. The evidence of each model is on Explore; "

@@ -7,6 +7,9 @@ the workspace's models are, for the texts that differ by family (:mod:`sde_core.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from sde_core.errors import SDEError
@@ -37,13 +40,18 @@ def verdict_notes(ws: Workspace, layer: str) -> dict[str, str]:
 
 
 def answer_scope(
-    ws: Workspace, settings: EvalSettings, bundle: DatasetBundle | None, models: int
+    ws: Workspace,
+    settings: EvalSettings,
+    bundle: DatasetBundle | None,
+    models: int,
+    draws: Sequence[Any] = (),
 ) -> Scope:
     """What an answer at ``settings`` covers.
 
     Args:
         bundle: the loaded dataset (None: its sizes are not shown).
         models: how many models the evaluation holds.
+        draws: the reference draws each model ran (the ``models`` table's ``draws``).
     """
     kind = str(ws.dataset.get("kind", "?"))
     data = f"{ws.name or ws.root.name} ({kind})"
@@ -55,4 +63,4 @@ def answer_scope(
             forget = int(np.unique(load_index_file(path, len(bundle.train_labels))).size)
         except SDEError:
             forget = None
-    return make_scope(settings, data, forget, models)
+    return make_scope(settings, data, forget, models, draws)

@@ -40,6 +40,7 @@ __all__ = [
     "Scope",
     "answer_counts",
     "difference_text",
+    "draws_text",
     "judge",
     "make_scope",
     "paired_table",
@@ -72,7 +73,9 @@ class Scope:
 
     Attributes:
         data: the dataset in words. forget_size: |D_f|. layer, sigma, subset_size (n),
-        draws (B), design, seed: the settings. models: how many were evaluated.
+        design, seed: the settings. draws: the reference draws B the models ran, in words
+        (under the precision design each model runs its own number). models: how many were
+        evaluated.
     """
 
     data: str
@@ -80,7 +83,7 @@ class Scope:
     layer: str
     sigma: str
     subset_size: int
-    draws: int
+    draws: str
     design: str
     seed: int
     models: int
@@ -93,15 +96,30 @@ class Scope:
             ("Layer", self.layer),
             ("Kernel bandwidth σ", self.sigma),
             ("Subset size n", str(self.subset_size)),
-            ("Reference draws B", str(self.draws)),
+            ("Reference draws B", self.draws),
             ("Design", self.design),
             ("Seed", str(self.seed)),
             ("Models evaluated", str(self.models)),
         ]
 
 
-def make_scope(settings: Any, data: str, forget_size: int | None, models: int) -> Scope:
-    """The :class:`Scope` of an answer at ``settings`` (an ``EvalSettings``)."""
+def draws_text(settings: Any, used: Sequence[Any] = ()) -> str:
+    """The reference draws B in words: what the models ran (``used``, one count per model;
+    ``"10–51 per model"``), or, before any ran, what the design asks for."""
+    counts = sorted({int(b) for b in used if b is not None and b == b})
+    if counts:
+        span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+        return f"{span} per model"
+    if settings.precision > 0:
+        return f"{settings.pilot_draws} to {settings.max_draws} per model (the design decides)"
+    return str(settings.draws)
+
+
+def make_scope(
+    settings: Any, data: str, forget_size: int | None, models: int, draws: Sequence[Any] = ()
+) -> Scope:
+    """The :class:`Scope` of an answer at ``settings`` (an ``EvalSettings``); ``draws``: the
+    number of reference draws each model ran (the ``models`` table's ``draws``)."""
     if settings.precision > 0:
         design = (
             f"precision target ±{settings.precision:g} (pilot {settings.pilot_draws} draws, at "
@@ -115,7 +133,7 @@ def make_scope(settings: Any, data: str, forget_size: int | None, models: int) -
         layer=str(settings.layer),
         sigma=str(settings.sigma),
         subset_size=int(settings.subset_size),
-        draws=int(settings.draws),
+        draws=draws_text(settings, draws),
         design=design,
         seed=int(settings.seed),
         models=models,

@@ -91,3 +91,17 @@ def test_without_a_retrained_model_every_answer_is_undecided():
     (line,) = answer.lines
     assert line.label == "undecided" and "has none" in line.sentence
     assert line.vs_retrained == "no retrained model"
+
+
+def test_the_scope_says_the_draws_the_models_ran_not_the_fixed_designs_b():
+    """Under the precision design each model runs its own number of draws: the scope box says
+    those (a range), never the unused fixed-design B."""
+    from sde_core.pipeline.settings import EvalSettings
+    from sde_core.viz.answer import draws_text, make_scope
+
+    precise = EvalSettings(draws=5, precision=0.1, pilot_draws=10, max_draws=60)
+    scope = make_scope(precise, "data", 10, 3, [10, 51, 24])
+    assert dict(scope.rows())["Reference draws B"] == "10–51 per model"
+    assert draws_text(precise, [12, 12]) == "12 per model"
+    assert draws_text(precise) == "10 to 60 per model (the design decides)"
+    assert draws_text(EvalSettings(draws=5, precision=0.0)) == "5"

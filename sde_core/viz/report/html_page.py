@@ -275,7 +275,8 @@ def _scope_html(result: Any, manifest: Mapping[str, Any] | None, workspace_name:
     text = f"{workspace_name}" + (f" ({kind})" if kind else "")
     if data.get("n_train") is not None:
         text += f": {data['n_train']} training rows, {data.get('n_test')} unseen"
-    scope = make_scope(result.settings, text, forget, len(result.models))
+    used = result.models.get("draws", ())
+    scope = make_scope(result.settings, text, forget, len(result.models), list(used))
     rows = "".join(
         f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in scope.rows()
     )
