@@ -1,19 +1,22 @@
-"""The diffusion demo (method §14): an EDM denoiser on Fashion-MNIST, its unlearned models and
+"""The diffusion demos (method §14): EDM denoisers on Fashion-MNIST, their unlearned models and
 the σ × noise-level study of the paper's Figure 6.
 
-``python -m sde_core demo build --dataset fashion-mnist-edm`` builds ``assets/demo-fashion-edm/``
-with :func:`build_diffusion_demo`: the data (a seeded subset of Debian's
-``dataset-fashion-mnist``, pixels scaled to [−1, 1]), a random 20% forget set, the models
+The demos are the rows of one table, :data:`DIFFUSION_DEMOS`: ``fashion-mnist-edm`` (1,000
+images, 60 epochs: little memorisation) and ``fashion-mnist-edm-mem`` (300 images at 16×16,
+400 epochs: a denoiser that memorises). ``python -m sde_core demo build --dataset <name>``
+builds ``assets/<folder>/`` with :func:`build_diffusion_demo`: the data (a seeded subset of
+Debian's ``dataset-fashion-mnist``, pixels scaled to [−1, 1]), a random forget set, the models
 original, retrained, FT, GA, NegGrad+ and random (the shared, resumable builder of
 :mod:`sde_core.pipeline.demo`), a results store with the evaluation at the workspace's
-``[defaults]``, ``denoising_loss.json``: each model's denoising loss on D_f, D_r and D_te at
-every noise level — the behaviour the SDE numbers are cross-checked against (a denoiser that
-memorised D_f denoises it better than unseen images) — and ``fig6_sweep.csv``: the Figure 6
-sweep (:data:`FIG6_SIGMA_FACTORS` × √d and the median rule, at every noise level of
-:data:`~sde_core.pipeline.settings.NOISE_LEVELS`) of the original and the retrained model, the
-table :func:`~sde_core.pipeline.sweeps.run_sweep` returns (a results store holding each point's
-H arrays would take ~1 MB per point; the Sweeps page recomputes any point from the cached
-activations).
+``[defaults]``, the memorisation measures of :mod:`sde_core.pipeline.diffusion_memorisation`
+(``denoising_loss.json``: each model's denoising loss on D_f, D_r and D_te at every noise level
+with bootstrap intervals — the behaviour the SDE numbers are cross-checked against —, and
+``copies.json``: the nearest-neighbour copy test of samples from the EDM sampler), and
+``fig6_sweep.csv``: the Figure 6 sweep (:data:`FIG6_SIGMA_FACTORS` × √d and the median rule, at
+every noise level of :data:`~sde_core.pipeline.settings.NOISE_LEVELS`) of the original and the
+retrained model, the table :func:`~sde_core.pipeline.sweeps.run_sweep` returns with the
+``algorithm`` version that computed it (a results store holding each point's H arrays would
+take ~1 MB per point; the Sweeps page recomputes any point from the cached activations).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from sde_core.pipeline.evaluation.metric_table import (
     PANEL_P,
     raw_column,
 )
-from sde_core.pipeline.settings import NOISE_LEVELS
+from sde_core.pipeline.settings import ALGORITHM_VERSION, NOISE_LEVELS
 from sde_core.pipeline.workspace import Workspace
 from sde_core.pipeline.workspace_load import load_workspace
 
@@ -142,13 +145,13 @@ DIFFUSION_DEMOS: dict[str, DiffusionDemo] = {
         image_size=16,
         channels=(16, 32),
         emb_dim=32,
-        epochs=800,
+        epochs=400,
         batch_size=32,
         lr=2e-3,
         forget_fraction=1 / 3,
         subset_size=50,
         method_params={
-            "ft": {"epochs": 40, "lr": 1e-3, "batch_size": 32},
+            "ft": {"epochs": 20, "lr": 1e-3, "batch_size": 32},
             "ga": {"epochs": 2, "lr": 2e-4, "batch_size": 32},
             "neggrad_plus": {"epochs": 5, "lr": 1e-3, "batch_size": 32, "beta": 0.9},
         },
@@ -157,7 +160,7 @@ DIFFUSION_DEMOS: dict[str, DiffusionDemo] = {
     ),
 }
 """Name (``demo build --dataset``) -> recipe of each diffusion demo: the original 1,000-image
-demo, which barely memorises, and a memorising one (300 images at 16×16, 800 epochs), sized to
+demo, which barely memorises, and a memorising one (300 images at 16×16, 400 epochs), sized to
 build on one CPU core in about 15 CPU-minutes."""
 
 GPU_VARIANTS: dict[str, dict[str, Any]] = {
@@ -380,7 +383,8 @@ def build_diffusion_demo(
         say(f"copy test: {write_copies(ws, copies)}")
     if sweeps:
         table = fig6_sweep(ws, sweep_levels, sweep_factors, say)
-        csv = table.drop(columns=["from_store"]).to_csv(index=False, float_format="%.6g")
+        table = table.drop(columns=["from_store"]).assign(algorithm=ALGORITHM_VERSION)
+        csv = table.to_csv(index=False, float_format="%.6g")
         atomic_write_text(ws.path(SWEEP_FILE), csv)
         say(f"Figure 6 sweep: {ws.path(SWEEP_FILE)} ({len(table)} points)")
     report.total_seconds = time.perf_counter() - t0

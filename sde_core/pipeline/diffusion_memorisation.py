@@ -35,6 +35,7 @@ __all__ = [
     "CopyRow",
     "DenoisingLossRow",
     "copy_rows",
+    "memorisation_markdown",
     "memorisation_rows",
     "write_copies",
     "write_losses",
@@ -269,3 +270,108 @@ def write_copies(ws: Workspace, rows: Sequence[CopyRow], steps: int = 18, seed: 
     }  # fmt: skip
     atomic_write_text(path, json.dumps(document, indent=1) + "\n")
     return path
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+def _pct(value: float, ci: Sequence[float] | None = None) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    text = f"{100 * value:+.1f}%"
+    if ci is not None and all(math.isfinite(v) for v in ci):
+        text += f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+    return text.replace("-", "−")
+
+
+def _num(value: object, digits: int = 2) -> str:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return "—"
+    return "—" if not math.isfinite(number) else f"{number:.{digits}f}"
+
+
+def memorisation_markdown(folder: str | Path) -> str:
+    """The memorisation tables of a built diffusion demo, from its shipped files
+    (``denoising_loss.json``, ``copies.json`` when present, ``fig6_sweep.csv`` when present):
+    the text ``reproduction/diffusion_tables.py`` writes and the docs quote."""
+    import pandas as pd
+
+    root = Path(folder)
+    rows = json.loads((root / LOSS_FILE).read_text(encoding="utf-8"))["rows"]
+    lines = [
+        f"Denoising loss of `assets/{root.name}` (`{LOSS_FILE}`), 95% bootstrap intervals over "
+        "images. Plain gap: (L(D_te) − L(D_f)) / L(D_te) of the original; vs retrained: "
+        "(L_re − L) / L_re image by image on D_f and on D_te; memorisation: their difference.",
+        "",
+        "| σ_t | original: plain gap | vs retrained on D_f | on D_te | memorisation "
+        "| FT memorisation | GA memorisation | NegGrad+ memorisation |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    by = {(r["model"], float(r["noise_level"])): r for r in rows}
+    for level in sorted({float(r["noise_level"]) for r in rows}):
+        o = by[("original", level)]
+        cells = [
+            f"{level:g}", _pct(o["gap"], o.get("gap_ci")),
+            _pct(o["paired_forget"], o.get("paired_forget_ci")),
+            _pct(o["paired_test"], o.get("paired_test_ci")),
+            _pct(o.get("memorisation", math.nan), o.get("memorisation_ci")),
+        ]  # fmt: skip
+        for name in ("ft", "ga", "neggrad_plus"):
+            r = by.get((name, level))
+            cells.append(
+                "—"
+                if r is None
+                else _pct(r.get("memorisation", math.nan), r.get("memorisation_ci"))
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    copies = root / COPIES_FILE
+    if copies.is_file():
+        lines += [
+            "",
+            f"Copy test (`{COPIES_FILE}`): a sample copies a training image when its ℓ2 "
+            "distance to the nearest image of D_tr is below 1/3 of the distance to the second "
+            "nearest; Heun sampler, 18 noise levels; 95% Wilson intervals. `D_te`: the test "
+            "images themselves (false positives of the test on real unseen images).",
+            "",
+            "| samples of | copies | share | copies of a D_f image | of a D_r image "
+            "| median d1/d2 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for c in json.loads(copies.read_text(encoding="utf-8"))["rows"]:
+            lo, hi = c["share_ci"]
+            lines.append(
+                f"| {c['model']} | {c['copies']}/{c['samples']} | {100 * c['share']:.1f}% "
+                f"[{100 * lo:.1f}, {100 * hi:.1f}] | {100 * c['share_forget']:.1f}% | "
+                f"{100 * c['share_retain']:.1f}% | {c['median_ratio']:.2f} |"
+            )
+    sweep = root / "fig6_sweep.csv"
+    if sweep.is_file():
+        table = pd.read_csv(sweep)
+        lines += [
+            "",
+            "Figure 6 sweep (`fig6_sweep.csv`): F1 before the gate (`f1_raw`) of the original / "
+            "the retrained model; `*` marks a point whose headline numbers pass the gate (not "
+            "withheld).",
+            "",
+            "| σ | " + " | ".join(f"σ_t = {v:g}" for v in sorted(table["noise_level"].unique()))
+            + " |",
+            "|---" * (1 + table["noise_level"].nunique()) + "|",
+        ]  # fmt: skip
+        for rule in table["sigma_rule"].unique():
+            sigma = table.loc[table["sigma_rule"] == rule, "sigma"].iloc[0]
+            cells = [rule if rule == "median" else f"{rule} = {_num(sigma, 1)}"]
+            for level in sorted(table["noise_level"].unique()):
+                at = table[(table["sigma_rule"] == rule) & (table["noise_level"] == level)]
+                parts = []
+                for model in ("original", "retrained"):
+                    row = at[at["model"] == model]
+                    if row.empty:
+                        parts.append("—")
+                        continue
+                    passed = "*" if pd.notna(row["f1"].iloc[0]) else ""
+                    parts.append(_num(row["f1_raw"].iloc[0]) + passed)
+                cells.append(" / ".join(parts))
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
