@@ -99,6 +99,8 @@ class DiffusionDemo:
         checkpoint_fractions: the original's saved checkpoints.
         copy_samples: samples of the copy test (:mod:`sde_core.pipeline.diffusion_memorisation`).
         summary: the description's first sentence.
+        max_draws: the ``[defaults]`` precision design's budget in draws (10 = the pilot only:
+            what keeps the memorising demo's store within the assets budget).
     """
 
     folder: str
@@ -116,6 +118,7 @@ class DiffusionDemo:
     checkpoint_fractions: tuple[float, ...] = (0.1, 0.2, 0.4, 0.8, 1.0)
     copy_samples: int = 300
     summary: str = ""
+    max_draws: int = 60
 
 
 DIFFUSION_DEMOS: dict[str, DiffusionDemo] = {
@@ -157,6 +160,7 @@ DIFFUSION_DEMOS: dict[str, DiffusionDemo] = {
         },
         checkpoint_fractions=(0.25, 1.0),
         summary="Memorising diffusion demo (method §14): few images, trained long",
+        max_draws=10,
     ),
 }
 """Name (``demo build --dataset``) -> recipe of each diffusion demo: the original 1,000-image
@@ -282,7 +286,10 @@ def diffusion_recipe(
         arch_kwargs=arch_kwargs,
         train=config,
         method_params=method_params,
-        defaults=demo_defaults("denoised@0.5", subset_size or spec.subset_size),
+        defaults=dataclasses.replace(
+            demo_defaults("denoised@0.5", subset_size or spec.subset_size),
+            max_draws=spec.max_draws,
+        ),
         seed=seed,
         retrain_seed=seed + 1,
         random_seed=seed + 2,
