@@ -187,6 +187,7 @@ FIG6_SIGMA_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 """Kernel bandwidths of the Figure 6 sweep, as multiples of √d (plus the median rule)."""
 
 FIG6_EXTRA_COLUMNS = (
+    *(column for column in (F1.lo, F1.hi) if column is not None),
     raw_column(F1.key),
     raw_column(OTR.key),
     raw_column(CALIBRATED_OTR.key),
@@ -194,8 +195,9 @@ FIG6_EXTRA_COLUMNS = (
     "null_split_fpr",
     NULL_CALIBRATED_FPR.key,
 )
-"""Columns of the Figure 6 sweep beyond the Sweeps page's: the numbers before the gate (method
-§12) and the measured null rates, so a withheld point still says what the paper would report."""
+"""Columns of the Figure 6 sweep beyond the Sweeps page's: F1's interval, the numbers before the
+gate (method §12) and the measured null rates, so a withheld point still says what the paper
+would report."""
 
 SWEEP_FILE = "fig6_sweep.csv"
 _SWEEP_MODELS = ("original", "retrained")

@@ -351,9 +351,9 @@ def memorisation_markdown(folder: str | Path) -> str:
         table = pd.read_csv(sweep)
         lines += [
             "",
-            "Figure 6 sweep (`fig6_sweep.csv`): F1 before the gate (`f1_raw`) of the original / "
-            "the retrained model; `*` marks a point whose headline numbers pass the gate (not "
-            "withheld).",
+            "Figure 6 sweep (`fig6_sweep.csv`): F1 of the original / the retrained model, with "
+            "its 95% interval where the point passes the gate; '(withheld)': the gate withholds "
+            "the point and the number is F1 before the gate (`f1_raw`).",
             "",
             "| σ | " + " | ".join(f"σ_t = {v:g}" for v in sorted(table["noise_level"].unique()))
             + " |",
@@ -370,8 +370,11 @@ def memorisation_markdown(folder: str | Path) -> str:
                     if row.empty:
                         parts.append("—")
                         continue
-                    passed = "*" if pd.notna(row["f1"].iloc[0]) else ""
-                    parts.append(_num(row["f1_raw"].iloc[0]) + passed)
+                    first = row.iloc[0]
+                    text = _num(first["f1_raw"])
+                    if pd.notna(first["f1"]) and {"f1_lo", "f1_hi"} <= set(row.columns):
+                        text += f" [{_num(first['f1_lo'])}, {_num(first['f1_hi'])}]"
+                    parts.append(text if pd.notna(first["f1"]) else text + " (withheld)")
                 cells.append(" / ".join(parts))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
