@@ -5,10 +5,12 @@ files, its memorisation measures and the tables the docs quote, read from the sh
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from sde_core.pipeline.demo_diffusion import (
     COPIES_FILE,
@@ -85,3 +87,28 @@ def test_the_quoted_tables_are_the_shipped_files():
             assert target.read_text(encoding="utf-8") == memorisation_markdown(folder), (
                 "run python reproduction/diffusion_tables.py"
             )
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory):
+    """A copy of assets/demo-fashion-edm-mem, opened by the app."""
+    folder = tmp_path_factory.mktemp("edm-mem") / FOLDER.name
+    skip = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
+    shutil.copytree(FOLDER, folder, ignore=skip)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SDE_WORKSPACE", str(folder))
+        mp.setenv("SDE_DATA_ROOTS", str(folder.parent))
+        yield folder
+
+
+@pytest.mark.parametrize("page", ["explore", "compare"])
+def test_the_app_opens_the_memorising_demo(shipped, page):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.switch_page(f"pages/{page}.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    if page == "explore":
+        assert at.selectbox(key="w_s_layer").value == "denoised@0.5"
+        assert len(at.get("image")) >= 3  # clean, noisy and denoised images of 16×16
