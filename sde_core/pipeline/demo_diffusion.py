@@ -39,8 +39,6 @@ from sde_core.inputs.denoisers import DENOISED, noise_layer_name
 from sde_core.pipeline.demo import BuildReport, build_demo
 from sde_core.pipeline.demo_recipes import DemoRecipe, demo_defaults
 from sde_core.pipeline.diffusion_memorisation import (
-    COPIES_FILE,
-    LOSS_FILE,
     CopyRow,
     DenoisingLossRow,
     copy_rows,
@@ -64,22 +62,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
-    "COPIES_FILE",
     "DIFFUSION_DEMOS",
     "DIFFUSION_MODELS",
     "FIG6_EXTRA_COLUMNS",
     "FIG6_SIGMA_FACTORS",
     "GPU_VARIANTS",
-    "LOSS_FILE",
     "SWEEP_FILE",
-    "CopyRow",
-    "DenoisingLossRow",
     "DiffusionDemo",
     "build_diffusion_demo",
     "default_diffusion_folder",
     "diffusion_recipe",
     "fig6_sweep",
-    "memorisation_rows",
 ]
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from sde_core.common.fsio import atomic_write_text
+from sde_core.pipeline.evaluation.metric_table import F1, raw_column
 from sde_core.pipeline.settings import NOISE_LEVELS
 from sde_core.pipeline.workspace import Workspace
 
@@ -353,7 +354,7 @@ def memorisation_markdown(folder: str | Path) -> str:
             "",
             "Figure 6 sweep (`fig6_sweep.csv`): F1 of the original / the retrained model, with "
             "its 95% interval where the point passes the gate; '(withheld)': the gate withholds "
-            "the point and the number is F1 before the gate (`f1_raw`).",
+            f"the point and the number is F1 before the gate (`{raw_column(F1.key)}`).",
             "",
             "| σ | " + " | ".join(f"σ_t = {v:g}" for v in sorted(table["noise_level"].unique()))
             + " |",
@@ -371,10 +372,11 @@ def memorisation_markdown(folder: str | Path) -> str:
                         parts.append("—")
                         continue
                     first = row.iloc[0]
-                    text = _num(first["f1_raw"])
-                    if pd.notna(first["f1"]) and {"f1_lo", "f1_hi"} <= set(row.columns):
-                        text += f" [{_num(first['f1_lo'])}, {_num(first['f1_hi'])}]"
-                    parts.append(text if pd.notna(first["f1"]) else text + " (withheld)")
+                    text = _num(first[raw_column(F1.key)])
+                    shown = pd.notna(first[F1.key])
+                    if shown and F1.lo in row.columns and F1.hi in row.columns:
+                        text += f" [{_num(first[F1.lo])}, {_num(first[F1.hi])}]"
+                    parts.append(text if shown else text + " (withheld)")
                 cells.append(" / ".join(parts))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -16,14 +16,13 @@ from streamlit.testing.v1 import AppTest
 
 from sde_core.cli import main
 from sde_core.pipeline.demo_diffusion import (
-    COPIES_FILE,
     DIFFUSION_MODELS,
-    LOSS_FILE,
     SWEEP_FILE,
     build_diffusion_demo,
     default_diffusion_folder,
     diffusion_recipe,
 )
+from sde_core.pipeline.diffusion_memorisation import COPIES_FILE, LOSS_FILE
 from sde_core.pipeline.settings import ALGORITHM_VERSION, NOISE_LEVELS, EvalSettings
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.workspace_checks import validate_workspace

@@ -13,15 +13,13 @@ import pandas as pd
 import pytest
 
 from sde_core.pipeline.demo_diffusion import (
-    COPIES_FILE,
     DIFFUSION_DEMOS,
     DIFFUSION_MODELS,
-    LOSS_FILE,
     SWEEP_FILE,
     default_diffusion_folder,
     diffusion_recipe,
 )
-from sde_core.pipeline.diffusion_memorisation import memorisation_markdown
+from sde_core.pipeline.diffusion_memorisation import COPIES_FILE, LOSS_FILE, memorisation_markdown
 from sde_core.pipeline.settings import ALGORITHM_VERSION, NOISE_LEVELS
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.workspace_load import load_workspace
