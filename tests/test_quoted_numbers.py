@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMOS = ("demo", "demo-mnist1d", "demo-facts", "demo-fashion-edm")
+DEMOS = ("demo", "demo-mnist1d", "demo-facts", "demo-fashion-edm", "demo-fashion-edm-mem")
 
 
 def _load() -> ModuleType:

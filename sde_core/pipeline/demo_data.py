@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from sde_core.common.fsio import atomic_write_bytes
+from sde_core.common.validation import check_int
 from sde_core.errors import DataError, SettingsError
 from sde_core.pipeline.demo_recipes import (
     DATA_FILE,
@@ -26,7 +27,7 @@ from sde_core.pipeline.demo_recipes import (
     DemoRecipe,
 )
 
-__all__ = ["npz_bytes"]
+__all__ = ["area_resize", "npz_bytes"]
 
 
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -128,16 +129,46 @@ def _source_arrays(recipe: DemoRecipe, source: Path | None) -> tuple[dict[str, n
     return arrays, licence + text
 
 
+def _area_weights(n_in: int, n_out: int) -> np.ndarray:
+    """``(n_out, n_in)``: row i averages the input cells that output cell i covers, each by the
+    length of its overlap (exact area averaging for any ratio)."""
+    edges = np.arange(n_out + 1) * (n_in / n_out)
+    cells = np.arange(n_in)
+    overlap = np.clip(
+        np.minimum(edges[1:, None], cells[None, :] + 1) - np.maximum(edges[:-1, None], cells),
+        0,
+        None,
+    )
+    return overlap / overlap.sum(1, keepdims=True)
+
+
+def area_resize(images: np.ndarray, size: int) -> np.ndarray:
+    """Grey-scale ``uint8`` images ``(N, H, W)`` area-averaged to ``(N, size, size)`` and rounded
+    (deterministic, pure numpy).
+
+    Raises:
+        SettingsError: ``size`` is not between 4 and the images' side.
+    """
+    _, h, w = images.shape
+    size = check_int(size, "image_size", minimum=4, maximum=min(h, w), error=SettingsError)
+    rows, cols = _area_weights(h, size), _area_weights(w, size)
+    out = np.einsum("ih,nhw,jw->nij", rows, images.astype(np.float64), cols)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
 def _demo_arrays(recipe: DemoRecipe, source: Path | None) -> tuple[dict[str, np.ndarray], str]:
     """The shipped arrays (seeded subsets, compact dtypes, source indices) and the licence."""
     full, licence = _source_arrays(recipe, source)
     tr = _seeded_subset(len(full["y_train"]), recipe.train_size, recipe.seed, 0, "D_tr")
     te = _seeded_subset(len(full["y_test"]), recipe.test_size, recipe.seed, 1, "D_te")
     x_dtype = np.uint8 if recipe.dataset == "fashion-mnist" else np.float32
+    x_train, x_test = full["x_train"][tr], full["x_test"][te]
+    if recipe.image_size is not None and recipe.dataset == "fashion-mnist":
+        x_train, x_test = (area_resize(x, recipe.image_size) for x in (x_train, x_test))
     arrays = {
-        "x_train": np.ascontiguousarray(full["x_train"][tr], dtype=x_dtype),
+        "x_train": np.ascontiguousarray(x_train, dtype=x_dtype),
         "y_train": full["y_train"][tr].astype(np.uint8),
-        "x_test": np.ascontiguousarray(full["x_test"][te], dtype=x_dtype),
+        "x_test": np.ascontiguousarray(x_test, dtype=x_dtype),
         "y_test": full["y_test"][te].astype(np.uint8),
         "source_train_indices": tr.astype(np.int32),
         "source_test_indices": te.astype(np.int32),

@@ -1,27 +1,30 @@
-"""The diffusion demo (method §14): an EDM denoiser on Fashion-MNIST, its unlearned models and
+"""The diffusion demos (method §14): EDM denoisers on Fashion-MNIST, their unlearned models and
 the σ × noise-level study of the paper's Figure 6.
 
-``python -m sde_core demo build --dataset fashion-mnist-edm`` builds ``assets/demo-fashion-edm/``
-with :func:`build_diffusion_demo`: the data (a seeded subset of Debian's
-``dataset-fashion-mnist``, pixels scaled to [−1, 1]), a random 20% forget set, the models
+The demos are the rows of one table, :data:`DIFFUSION_DEMOS`: ``fashion-mnist-edm`` (1,000
+images, 60 epochs: little memorisation) and ``fashion-mnist-edm-mem`` (300 images at 16×16,
+400 epochs: a denoiser that memorises). ``python -m sde_core demo build --dataset <name>``
+builds ``assets/<folder>/`` with :func:`build_diffusion_demo`: the data (a seeded subset of
+Debian's ``dataset-fashion-mnist``, pixels scaled to [−1, 1]), a random forget set, the models
 original, retrained, FT, GA, NegGrad+ and random (the shared, resumable builder of
 :mod:`sde_core.pipeline.demo`), a results store with the evaluation at the workspace's
-``[defaults]``, ``denoising_loss.json``: each model's denoising loss on D_f, D_r and D_te at
-every noise level — the behaviour the SDE numbers are cross-checked against (a denoiser that
-memorised D_f denoises it better than unseen images) — and ``fig6_sweep.csv``: the Figure 6
-sweep (:data:`FIG6_SIGMA_FACTORS` × √d and the median rule, at every noise level of
-:data:`~sde_core.pipeline.settings.NOISE_LEVELS`) of the original and the retrained model, the
-table :func:`~sde_core.pipeline.sweeps.run_sweep` returns (a results store holding each point's
-H arrays would take ~1 MB per point; the Sweeps page recomputes any point from the cached
-activations).
+``[defaults]``, the memorisation measures of :mod:`sde_core.pipeline.diffusion_memorisation`
+(``denoising_loss.json``: each model's denoising loss on D_f, D_r and D_te at every noise level
+with bootstrap intervals — the behaviour the SDE numbers are cross-checked against —, and
+``copies.json``: the nearest-neighbour copy test of samples from the EDM sampler), and
+``fig6_sweep.csv``: the Figure 6 sweep (:data:`FIG6_SIGMA_FACTORS` × √d and the median rule, at
+every noise level of :data:`~sde_core.pipeline.settings.NOISE_LEVELS`) of the original and the
+retrained model, the table :func:`~sde_core.pipeline.sweeps.run_sweep` returns with the
+``algorithm`` version that computed it (a results store holding each point's H arrays would
+take ~1 MB per point; the Sweeps page recomputes any point from the cached activations).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +38,14 @@ from sde_core.errors import SettingsError
 from sde_core.inputs.denoisers import DENOISED, noise_layer_name
 from sde_core.pipeline.demo import BuildReport, build_demo
 from sde_core.pipeline.demo_recipes import DemoRecipe, demo_defaults
+from sde_core.pipeline.diffusion_memorisation import (
+    CopyRow,
+    DenoisingLossRow,
+    copy_rows,
+    memorisation_rows,
+    write_copies,
+    write_losses,
+)
 from sde_core.pipeline.evaluation.metric_table import (
     CALIBRATED_OTR,
     F1,
@@ -43,7 +54,7 @@ from sde_core.pipeline.evaluation.metric_table import (
     PANEL_P,
     raw_column,
 )
-from sde_core.pipeline.settings import NOISE_LEVELS
+from sde_core.pipeline.settings import ALGORITHM_VERSION, NOISE_LEVELS
 from sde_core.pipeline.workspace import Workspace
 from sde_core.pipeline.workspace_load import load_workspace
 
@@ -55,18 +66,111 @@ __all__ = [
     "DIFFUSION_MODELS",
     "FIG6_EXTRA_COLUMNS",
     "FIG6_SIGMA_FACTORS",
-    "LOSS_FILE",
+    "GPU_VARIANTS",
     "SWEEP_FILE",
-    "DenoisingLossRow",
+    "DiffusionDemo",
     "build_diffusion_demo",
     "default_diffusion_folder",
     "diffusion_recipe",
     "fig6_sweep",
-    "memorisation_rows",
 ]
 
-DIFFUSION_DEMOS = {"fashion-mnist-edm": "demo-fashion-edm"}
-"""Name (``demo build --dataset``) -> folder under ``assets/`` of each diffusion demo."""
+
+@dataclass(frozen=True)
+class DiffusionDemo:
+    """What one diffusion demo is built from (its row of :data:`DIFFUSION_DEMOS`).
+
+    Attributes:
+        folder: its folder under ``assets/``.
+        train_size, test_size: D_tr / D_te sizes (seeded subsets of Fashion-MNIST).
+        image_size: side of the shipped images (28, or area-averaged down from 28).
+        channels, emb_dim: the U-Net's widths and noise-embedding width.
+        epochs, batch_size, lr: the original's (and Retrain's) Adam recipe.
+        forget_fraction: |D_f| / |D_tr|.
+        subset_size: ``[defaults]`` n.
+        method_params: FT / GA / NegGrad+ parameters.
+        checkpoint_fractions: the original's saved checkpoints.
+        copy_samples: samples of the copy test (:mod:`sde_core.pipeline.diffusion_memorisation`).
+        summary: the description's first sentence.
+        max_draws: the ``[defaults]`` precision design's budget in draws (10 = the pilot only:
+            what keeps the memorising demo's store within the assets budget).
+    """
+
+    folder: str
+    train_size: int
+    test_size: int
+    image_size: int
+    channels: tuple[int, int]
+    emb_dim: int
+    epochs: int
+    batch_size: int
+    lr: float
+    forget_fraction: float
+    subset_size: int
+    method_params: Mapping[str, Mapping[str, Any]]
+    checkpoint_fractions: tuple[float, ...] = (0.1, 0.2, 0.4, 0.8, 1.0)
+    copy_samples: int = 300
+    summary: str = ""
+    max_draws: int = 60
+
+
+DIFFUSION_DEMOS: dict[str, DiffusionDemo] = {
+    "fashion-mnist-edm": DiffusionDemo(
+        folder="demo-fashion-edm",
+        train_size=1000,
+        test_size=1000,
+        image_size=28,
+        channels=(16, 32),
+        emb_dim=32,
+        epochs=60,
+        batch_size=64,
+        lr=2e-3,
+        forget_fraction=0.2,
+        subset_size=100,
+        method_params={
+            "ft": {"epochs": 5, "lr": 1e-3, "batch_size": 64},
+            "ga": {"epochs": 2, "lr": 5e-3, "batch_size": 64},
+            "neggrad_plus": {"epochs": 2, "lr": 5e-3, "batch_size": 64, "beta": 0.9},
+        },
+        summary="Diffusion demo (method §14)",
+    ),
+    "fashion-mnist-edm-mem": DiffusionDemo(
+        folder="demo-fashion-edm-mem",
+        train_size=300,
+        test_size=500,
+        image_size=16,
+        channels=(16, 32),
+        emb_dim=32,
+        epochs=400,
+        batch_size=32,
+        lr=2e-3,
+        forget_fraction=1 / 3,
+        subset_size=50,
+        method_params={
+            "ft": {"epochs": 20, "lr": 1e-3, "batch_size": 32},
+            "ga": {"epochs": 2, "lr": 2e-4, "batch_size": 32},
+            "neggrad_plus": {"epochs": 5, "lr": 1e-3, "batch_size": 32, "beta": 0.9},
+        },
+        checkpoint_fractions=(0.25, 1.0),
+        summary="Memorising diffusion demo (method §14): few images, trained long",
+        max_draws=10,
+    ),
+}
+"""Name (``demo build --dataset``) -> recipe of each diffusion demo: the original 1,000-image
+demo, which barely memorises, and a memorising one (300 images at 16×16, 400 epochs), sized to
+build on one CPU core in about 15 CPU-minutes."""
+
+GPU_VARIANTS: dict[str, dict[str, Any]] = {
+    "fashion-mnist-edm-mem": {
+        "train_size": 1000, "test_size": 1000, "image_size": 28, "channels": (64, 128),
+        "emb_dim": 64, "epochs": 4000, "batch_size": 64, "forget_fraction": 0.2,
+        "subset_size": 100,
+    },
+}  # fmt: skip
+"""The recipe a GPU would build instead (``diffusion_recipe(name, gpu=True)``): full 28×28
+images, 1,000 of them, a 64/128-channel U-Net (~2 M parameters) trained 4,000 epochs — about
+4·10⁶ image-steps, ~3 h on one CPU core at the measured 8 ms per image-step of that network,
+minutes on one GPU. Not built here (no GPU); its checkpoints would exceed the assets budget."""
 
 DIFFUSION_MODELS = ("original", "retrained", "ft", "ga", "neggrad_plus", "random")
 """The models of the diffusion demo, in workspace order (the unlearning methods that apply to a
@@ -76,6 +180,7 @@ FIG6_SIGMA_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 """Kernel bandwidths of the Figure 6 sweep, as multiples of √d (plus the median rule)."""
 
 FIG6_EXTRA_COLUMNS = (
+    *(column for column in (F1.lo, F1.hi) if column is not None),
     raw_column(F1.key),
     raw_column(OTR.key),
     raw_column(CALIBRATED_OTR.key),
@@ -83,10 +188,10 @@ FIG6_EXTRA_COLUMNS = (
     "null_split_fpr",
     NULL_CALIBRATED_FPR.key,
 )
-"""Columns of the Figure 6 sweep beyond the Sweeps page's: the numbers before the gate (method
-§12) and the measured null rates, so a withheld point still says what the paper would report."""
+"""Columns of the Figure 6 sweep beyond the Sweeps page's: F1's interval, the numbers before the
+gate (method §12) and the measured null rates, so a withheld point still says what the paper
+would report."""
 
-LOSS_FILE = "denoising_loss.json"
 SWEEP_FILE = "fig6_sweep.csv"
 _SWEEP_MODELS = ("original", "retrained")
 
@@ -99,28 +204,37 @@ def diffusion_recipe(
     test_size: int | None = None,
     epochs: int | None = None,
     method_epochs: int | None = None,
-    subset_size: int = 100,
-    channels: tuple[int, int] = (16, 32),
+    subset_size: int | None = None,
+    channels: tuple[int, int] | None = None,
+    gpu: bool = False,
 ) -> DemoRecipe:
-    """The diffusion demo's recipe, with optional reductions (for tests and quick looks).
+    """A diffusion demo's recipe (:data:`DIFFUSION_DEMOS`), with optional reductions (for tests
+    and quick looks).
 
     Args:
         name: a key of :data:`DIFFUSION_DEMOS`.
         seed: base seed (subsets, forget set, original); retrained ``seed + 1``, random
             ``seed + 2``.
-        train_size, test_size: D_tr / D_te sizes (default 1,000 / 1,000).
-        epochs: the original's (and Retrain's) epochs (default 60).
-        method_epochs: epochs of FT (default 5), GA and NegGrad+ (default 2).
+        train_size, test_size: D_tr / D_te sizes.
+        epochs: the original's (and Retrain's) epochs.
+        method_epochs: epochs of FT, GA and NegGrad+ (all three).
         subset_size: ``[defaults]`` subset size n.
         channels: widths of the U-Net's two levels.
+        gpu: the demo's :data:`GPU_VARIANTS` recipe, trained on ``cuda``.
 
     Raises:
-        SettingsError: an unknown name or a non-positive size.
+        SettingsError: an unknown name, a non-positive size, or ``gpu`` for a demo without a
+            GPU variant.
     """
     from sde_core.learning.training import TrainConfig
 
     if name not in DIFFUSION_DEMOS:
         raise SettingsError(f"unknown diffusion demo {name!r}; use one of {list(DIFFUSION_DEMOS)}")
+    spec = DIFFUSION_DEMOS[name]
+    if gpu:
+        if name not in GPU_VARIANTS:
+            raise SettingsError(f"{name!r} has no GPU variant; use one of {list(GPU_VARIANTS)}")
+        spec = dataclasses.replace(spec, **GPU_VARIANTS[name])
     for what, value in (
         ("train_size", train_size),
         ("test_size", test_size),
@@ -130,44 +244,53 @@ def diffusion_recipe(
     ):
         if value is not None:
             check_int(value, what, minimum=1, error=SettingsError)
-    n_epochs = epochs or 60
+    n_epochs = epochs or spec.epochs
     config = TrainConfig(
-        seed=seed, optimizer="adam", lr=2e-3, weight_decay=0.0, epochs=n_epochs, batch_size=64,
-        checkpoint_fractions=(0.1, 0.2, 0.4, 0.8, 1.0),
+        seed=seed, optimizer="adam", lr=spec.lr, weight_decay=0.0, epochs=n_epochs,
+        batch_size=spec.batch_size, checkpoint_fractions=spec.checkpoint_fractions,
+        device="cuda" if gpu else "cpu",
     )  # fmt: skip
-    ft_epochs = method_epochs or 5
-    ga_epochs = method_epochs or 2
     method_params: dict[str, dict[str, Any]] = {
-        "ft": {"epochs": ft_epochs, "lr": 1e-3, "batch_size": 64},
-        "ga": {"epochs": ga_epochs, "lr": 5e-3, "batch_size": 64},
-        "neggrad_plus": {"epochs": ga_epochs, "lr": 5e-3, "batch_size": 64, "beta": 0.9},
+        method: {**params, **({"epochs": method_epochs} if method_epochs else {})}
+        for method, params in spec.method_params.items()
     }
-    n_train, n_test = train_size or 1000, test_size or 1000
-    c1, c2 = (int(c) for c in channels)
+    n_train, n_test = train_size or spec.train_size, test_size or spec.test_size
+    c1, c2 = (int(c) for c in (channels or spec.channels))
+    side = spec.image_size
+    lr = f"{spec.lr:.0e}".replace("e-0", "e-")
+    pixels = "" if side == 28 else f", area-averaged to {side}×{side}"
     description = (
-        f"Diffusion demo (method §14): an EDM denoiser (U-Net {c1}/{c2} channels, Karras et al. "
+        f"{spec.summary}: an EDM denoiser (U-Net {c1}/{c2} channels, Karras et al. "
         f"2022 preconditioning and loss) trained on {n_train:,} Fashion-MNIST images (pixels in "
-        f"[−1, 1]) with a random 20% forget set, {n_test:,} test images; Adam lr 2e-3, batch 64, "
-        f"{n_epochs} epochs. Layers are probed at a noise level: 'denoised@0.5' is the denoised "
-        "image of each sample plus fixed noise of level 0.5."
+        f"[−1, 1]{pixels}) with a random {spec.forget_fraction:.0%} forget set, {n_test:,} test "
+        f"images; Adam lr {lr}, batch {spec.batch_size}, {n_epochs} epochs. Layers are "
+        "probed at a noise level: 'denoised@0.5' is the denoised image of each sample plus "
+        "fixed noise of level 0.5."
     )
+    arch_kwargs: dict[str, Any] = {"channels": [c1, c2], "emb_dim": spec.emb_dim}
+    if side != 28:
+        arch_kwargs["image_size"] = side
     return DemoRecipe(
-        name=DIFFUSION_DEMOS[name],
+        name=spec.folder,
         dataset="fashion-mnist",
         description=description,
         train_size=n_train,
         test_size=n_test,
-        forget_fraction=0.2,
+        forget_fraction=spec.forget_fraction,
         arch="edm_unet",
-        arch_kwargs={"channels": [c1, c2], "emb_dim": 32},
+        arch_kwargs=arch_kwargs,
         train=config,
         method_params=method_params,
-        defaults=demo_defaults("denoised@0.5", subset_size),
+        defaults=dataclasses.replace(
+            demo_defaults("denoised@0.5", subset_size or spec.subset_size),
+            max_draws=spec.max_draws,
+        ),
         seed=seed,
         retrain_seed=seed + 1,
         random_seed=seed + 2,
         models=DIFFUSION_MODELS,
         dataset_options={"normalize": [[0.5], [0.5]]},
+        image_size=None if side == 28 else side,
     )
 
 
@@ -175,95 +298,7 @@ def default_diffusion_folder(name: str = "fashion-mnist-edm") -> Path:
     """``assets/<folder>`` of a diffusion demo in this checkout."""
     if name not in DIFFUSION_DEMOS:
         raise SettingsError(f"unknown diffusion demo {name!r}; use one of {list(DIFFUSION_DEMOS)}")
-    return Path(__file__).resolve().parents[2] / "assets" / DIFFUSION_DEMOS[name]
-
-
-@dataclass(frozen=True)
-class DenoisingLossRow:
-    """One model's mean denoising loss at one noise level (method §14).
-
-    Attributes:
-        model: workspace model name.
-        noise_level: σ_t.
-        forget, retain, test: mean per-sample loss on D_f, on D_r and on D_te.
-        gap: ``(test − forget) / test``: how much better D_f is denoised than unseen images
-            (0: not at all; the memorisation the SDE numbers are cross-checked against). D_f
-            and D_te hold different images, so image difficulty adds noise to it.
-        paired_forget, paired_forget_se: the paired comparison with the retrained model (which
-            never saw D_f), image by image: ``mean(L_re − L) / mean(L_re)`` over D_f and its
-            standard error; positive when this model denoises the forget images better.
-        paired_test, paired_test_se: the same over D_te (unseen by both models: what two
-            trainings differ by without memorisation). ``paired_forget − paired_test`` is the
-            memorisation of D_f that this model shows beyond a model that never saw it.
-            All four are NaN without a retrained model (0 for the retrained model itself).
-    """
-
-    model: str
-    noise_level: float
-    forget: float
-    retain: float
-    test: float
-    gap: float
-    paired_forget: float = math.nan
-    paired_forget_se: float = math.nan
-    paired_test: float = math.nan
-    paired_test_se: float = math.nan
-
-
-def _paired(reference: np.ndarray, losses: np.ndarray) -> tuple[float, float]:
-    """``mean(reference − losses) / mean(reference)`` and its standard error (per-image pairs)."""
-    diff = (reference - losses) / float(reference.mean())
-    se = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else math.nan
-    return float(diff.mean()), se
-
-
-def memorisation_rows(
-    ws: Workspace, levels: Sequence[float] = NOISE_LEVELS
-) -> list[DenoisingLossRow]:
-    """Every model's denoising loss on D_f, D_r and D_te at each of ``levels``, and its paired
-    comparison with the retrained model (see :class:`DenoisingLossRow`)."""
-    from sde_core.inputs.data import load_dataset
-    from sde_core.inputs.indices import load_index_file
-    from sde_core.learning.diffusion import denoising_losses
-    from sde_core.pipeline.model_inputs import load_entry_model
-
-    bundle = load_dataset(ws.dataset_spec())
-    n_train = len(bundle.train_labels)
-    forget = load_index_file(ws.path(ws.forget_indices), n_train)
-    retain = np.setdiff1d(np.arange(n_train), forget)
-    losses = {}
-    for entry in ws.models:
-        model = load_entry_model(ws, entry)
-        losses[entry.name] = (
-            denoising_losses(model, bundle.train, np.arange(n_train), levels),
-            denoising_losses(model, bundle.test, np.arange(len(bundle.test_labels)), levels),
-        )
-    reference = next((m.name for m in ws.models if m.role == "retrained"), None)
-    rows = []
-    for name, (train, test) in losses.items():
-        for level in train:
-            f, r, t = (float(train[level][forget].mean()), float(train[level][retain].mean()),
-                       float(test[level].mean()))  # fmt: skip
-            paired: tuple[float, ...] = ()
-            if reference is not None:
-                ref_train, ref_test = losses[reference]
-                paired = (*_paired(ref_train[level][forget], train[level][forget]),
-                          *_paired(ref_test[level], test[level]))  # fmt: skip
-            rows.append(DenoisingLossRow(name, level, f, r, t, (t - f) / t, *paired))
-    return rows
-
-
-def _write_losses(ws: Workspace, rows: Sequence[DenoisingLossRow]) -> Path:
-    path = ws.path(LOSS_FILE)
-    document = {
-        "what": "mean per-sample denoising loss mean_pixels (D(y + s*eps(y); s) - y)^2 on D_f, "
-        "D_r and D_te, with the fixed probe noise eps(y) of method §14; gap = (test - forget) "
-        "/ test; paired_* = mean(L_retrained - L) / mean(L_retrained) image by image on D_f "
-        "and on D_te, with standard errors",
-        "rows": [vars(r) for r in rows],
-    }
-    atomic_write_text(path, json.dumps(document, indent=1) + "\n")
-    return path
+    return Path(__file__).resolve().parents[2] / "assets" / DIFFUSION_DEMOS[name].folder
 
 
 def fig6_sweep(
@@ -306,7 +341,8 @@ def fig6_sweep(
 def _layer_dim(ws: Workspace, layer: str) -> int:
     from sde_core.pipeline.model_inputs import entry_layer_infos
 
-    infos = entry_layer_infos(ws, ws.original(), (1, 28, 28))
+    side = int(ws.original().arch_kwargs.get("image_size", 28))
+    infos = entry_layer_infos(ws, ws.original(), (1, side, side))
     return next(i.dim for i in infos if i.name == layer)
 
 
@@ -319,6 +355,7 @@ def build_diffusion_demo(
     sweeps: bool = True,
     sweep_levels: Sequence[float] = NOISE_LEVELS,
     sweep_factors: Sequence[float] = FIG6_SIGMA_FACTORS,
+    copy_samples: int = 0,
     log: Callable[[str], None] | None = None,
 ) -> tuple[BuildReport, list[DenoisingLossRow]]:
     """Build (or finish) the diffusion demo in ``folder``; see the module docstring.
@@ -330,6 +367,8 @@ def build_diffusion_demo(
         store: evaluate every model at ``[defaults]`` into ``results.sqlite``.
         sweeps: also write the Figure 6 sweep (:func:`fig6_sweep`) to ``fig6_sweep.csv``.
         sweep_levels, sweep_factors: its noise levels and σ factors (reduced in tests).
+        copy_samples: samples per model of the copy test written to ``copies.json``
+            (:func:`~sde_core.pipeline.diffusion_memorisation.copy_rows`; 0: none).
         log: receives one line per finished step.
 
     Returns:
@@ -340,10 +379,14 @@ def build_diffusion_demo(
     report = build_demo(recipe, folder, source=source, store=store, log=say)
     ws = load_workspace(folder, validate=False)
     rows = memorisation_rows(ws)
-    say(f"denoising losses: {_write_losses(ws, rows)}")
+    say(f"denoising losses: {write_losses(ws, rows)}")
+    if copy_samples:
+        copies: list[CopyRow] = copy_rows(ws, copy_samples, log=say)
+        say(f"copy test: {write_copies(ws, copies)}")
     if sweeps:
         table = fig6_sweep(ws, sweep_levels, sweep_factors, say)
-        csv = table.drop(columns=["from_store"]).to_csv(index=False, float_format="%.6g")
+        table = table.drop(columns=["from_store"]).assign(algorithm=ALGORITHM_VERSION)
+        csv = table.to_csv(index=False, float_format="%.6g")
         atomic_write_text(ws.path(SWEEP_FILE), csv)
         say(f"Figure 6 sweep: {ws.path(SWEEP_FILE)} ({len(table)} points)")
     report.total_seconds = time.perf_counter() - t0

@@ -102,6 +102,8 @@ class DemoRecipe:
             than ``original``, ``retrained`` and ``random`` is an unlearning method of
             ``method_params``.
         dataset_options: ``options`` of the workspace's ``npz`` dataset (e.g. ``normalize``).
+        image_size: Fashion-MNIST only: the side the 28×28 images are area-averaged down to
+            before they are shipped (None keeps 28×28).
     """
 
     name: str
@@ -121,6 +123,7 @@ class DemoRecipe:
     source_options: Mapping[str, Any] = field(default_factory=dict)
     models: tuple[str, ...] = MODEL_NAMES
     dataset_options: Mapping[str, Any] = field(default_factory=dict)
+    image_size: int | None = None
 
 
 def demo_defaults(layer: str, subset_size: int) -> EvalSettings:

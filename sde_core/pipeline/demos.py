@@ -109,6 +109,7 @@ def _diffusion_demo(
 ) -> DemoResult:
     """The diffusion demo, with its denoising-loss table."""
     from sde_core.pipeline.demo_diffusion import (
+        DIFFUSION_DEMOS,
         build_diffusion_demo,
         default_diffusion_folder,
         diffusion_recipe,
@@ -116,8 +117,9 @@ def _diffusion_demo(
 
     folder = Path(out) if out else default_diffusion_folder(name)
     report, rows = build_diffusion_demo(
-        diffusion_recipe(name, seed=seed), folder, source=source, store=store, log=log
-    )
+        diffusion_recipe(name, seed=seed), folder, source=source, store=store,
+        copy_samples=DIFFUSION_DEMOS[name].copy_samples, log=log,
+    )  # fmt: skip
     lines = [
         _built_line(report),
         "denoising loss D_f / D_r / D_te, gap = (D_te − D_f) / D_te; paired with the "
@@ -165,7 +167,7 @@ def _facts_demo(
 #: Every bundled demo by its ``demo build --dataset`` name; the first is the default demo.
 DEMOS: dict[str, Demo] = {
     **{name: Demo(name, DEMO_FOLDERS[name], _classifier_demo) for name in DEMO_DATASETS},
-    **{name: Demo(name, folder, _diffusion_demo) for name, folder in DIFFUSION_DEMOS.items()},
+    **{name: Demo(name, spec.folder, _diffusion_demo) for name, spec in DIFFUSION_DEMOS.items()},
     FACTS_DATASET: Demo(FACTS_DATASET, default_facts_folder().name, _facts_demo),
 }
 

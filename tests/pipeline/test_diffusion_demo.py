@@ -17,13 +17,13 @@ from streamlit.testing.v1 import AppTest
 from sde_core.cli import main
 from sde_core.pipeline.demo_diffusion import (
     DIFFUSION_MODELS,
-    LOSS_FILE,
     SWEEP_FILE,
     build_diffusion_demo,
     default_diffusion_folder,
     diffusion_recipe,
 )
-from sde_core.pipeline.settings import NOISE_LEVELS, EvalSettings
+from sde_core.pipeline.diffusion_memorisation import COPIES_FILE, LOSS_FILE
+from sde_core.pipeline.settings import ALGORITHM_VERSION, NOISE_LEVELS, EvalSettings
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.workspace_checks import validate_workspace
 from sde_core.pipeline.workspace_load import load_workspace
@@ -53,8 +53,9 @@ def test_tiny_diffusion_build(source, tmp_path):
                               subset_size=8, channels=(4, 8))  # fmt: skip
     recipe = dataclasses.replace(recipe, defaults=SMALL)
     report, rows = build_diffusion_demo(
-        recipe, tmp_path / "ws", source=source, sweep_levels=(0.5,), sweep_factors=(1.0,)
-    )
+        recipe, tmp_path / "ws", source=source, sweep_levels=(0.5,), sweep_factors=(1.0,),
+        copy_samples=6,
+    )  # fmt: skip
     assert report.built == list(DIFFUSION_MODELS)
     ws = load_workspace(report.folder)
     assert validate_workspace(ws, check_data=True) == []
@@ -77,11 +78,22 @@ def test_tiny_diffusion_build(source, tmp_path):
         assert (row.paired_forget == 0.0) == (row.model == "retrained")
         assert (row.paired_forget_se > 0) == (row.model != "retrained")
         assert np.isfinite(row.paired_test)
+        assert row.gap_ci[0] <= row.gap <= row.gap_ci[1]  # bootstrap intervals hold the value
+        assert row.memorisation == pytest.approx(row.paired_forget - row.paired_test)
+        lo, hi = row.memorisation_ci
+        assert lo <= hi and (row.model != "retrained" or lo == hi == 0.0)
+    copies = json.loads((report.folder / COPIES_FILE).read_text())["rows"]
+    assert [c["model"] for c in copies] == [*DIFFUSION_MODELS, "D_te"]
+    assert [c["samples"] for c in copies] == [6] * len(DIFFUSION_MODELS) + [50]
+    for c in copies:  # Wilson's interval holds the share (up to rounding at 0 and 1)
+        lo, hi = c["share_ci"]
+        assert 0 <= lo <= c["share"] + 1e-12 and c["share"] - 1e-12 <= hi <= 1
     sweep = pd.read_csv(report.folder / SWEEP_FILE)
     assert list(sweep["sigma_rule"]) == ["sqrt_dim", "sqrt_dim", "median", "median"]
     assert sweep.loc[0, "sigma"] == pytest.approx(28.0)  # √784
     assert set(sweep["model"]) == {"original", "retrained"}
     assert {"f1_raw", "null_split_fpr"} <= set(sweep.columns)  # before the gate, null rates
+    assert sweep["algorithm"].eq(ALGORITHM_VERSION).all()
     again, _ = build_diffusion_demo(recipe, report.folder, source=source, store=False,
                                     sweeps=False)  # fmt: skip
     assert again.skipped == list(DIFFUSION_MODELS)
@@ -95,6 +107,46 @@ def test_tiny_diffusion_build(source, tmp_path):
     assert main(["unlearn", folder, "--method", "rl", "--name", "cli_rl"]) == 1
     roles = {m.name: (m.role, m.arch) for m in load_workspace(folder, validate=False).models}
     assert roles["cli"] == ("original", "edm_unet") and roles["cli_ga"][0] == "unlearned"
+
+
+def test_the_diffusion_demos_are_rows_of_one_table():
+    from sde_core.errors import SettingsError
+    from sde_core.pipeline.demo_diffusion import DIFFUSION_DEMOS, GPU_VARIANTS
+    from sde_core.pipeline.demos import DEMOS
+
+    for name, spec in DIFFUSION_DEMOS.items():
+        assert DEMOS[name].folder == spec.folder
+        assert default_diffusion_folder(name).name == spec.folder
+    mem = diffusion_recipe("fashion-mnist-edm-mem")
+    assert mem.image_size == 16 and mem.arch_kwargs["image_size"] == 16
+    assert mem.train.augmentation == "none" and mem.defaults.subset_size == 50
+    assert "area-averaged to 16×16" in mem.description
+    old = diffusion_recipe()
+    assert old.image_size is None and "image_size" not in old.arch_kwargs
+    gpu = diffusion_recipe("fashion-mnist-edm-mem", gpu=True)
+    assert gpu.train.device == "cuda" and gpu.train.epochs == GPU_VARIANTS[
+        "fashion-mnist-edm-mem"]["epochs"] and gpu.image_size is None  # fmt: skip
+    with pytest.raises(SettingsError, match="no GPU variant"):
+        diffusion_recipe("fashion-mnist-edm", gpu=True)
+    assert diffusion_recipe(method_epochs=3).method_params["ga"]["epochs"] == 3
+
+
+def test_area_resize_averages_exactly():
+    from sde_core.pipeline.demo_data import area_resize
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (3, 28, 28)).astype(np.uint8)
+    halves = images.reshape(3, 14, 2, 14, 2).astype(float).mean((2, 4))
+    assert np.array_equal(area_resize(images, 14), np.rint(halves).astype(np.uint8))
+    flat = np.full((2, 28, 28), 77, dtype=np.uint8)
+    assert (area_resize(flat, 16) == 77).all()  # a constant image stays constant
+    small = area_resize(images, 16)
+    assert small.shape == (3, 16, 16) and small.dtype == np.uint8
+    assert abs(small.astype(float).mean() - images.mean()) < 0.6  # area-weighted: mean kept
+    from sde_core.errors import SettingsError
+
+    with pytest.raises(SettingsError, match="image_size"):
+        area_resize(images, 40)
 
 
 def test_diffusion_demo_bad_source_is_one_error_line(tmp_path, capsys):
