@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from sde_core.cli._args import Parser
 from sde_core.cli.demo import register_demo
 from sde_core.cli.evaluate import register_evaluate
+from sde_core.cli.meta_eval import register_meta_eval
 from sde_core.cli.plan import register_run_plan
 from sde_core.cli.train import register_train, register_unlearn
 from sde_core.cli.verify import register_verify
@@ -40,6 +41,7 @@ COMMAND_GROUPS: list[Registrar] = [
     register_demo,
     register_run_plan,
     register_verify,
+    register_meta_eval,
 ]
 
 

@@ -1,0 +1,171 @@
+"""The meta-evaluation's outputs (method §17): its markdown table, its ROC figure and the
+"how often is it right" card the Method page shows from the shipped CSV.
+
+- :func:`markdown_table`: the table of ``python -m sde_core meta-eval`` as markdown;
+- :func:`write_roc_figure`: the ROC curves (truth forgot against remembers) of the chosen
+  scores, as a PNG (matplotlib, headless);
+- :func:`read_card` / :class:`MetaCard`: the shipped table of a family, read back for the card.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sde_core.viz.formatting import format_number
+
+__all__ = [
+    "MetaCard",
+    "card_sentences",
+    "markdown_table",
+    "meta_eval_csv",
+    "read_card",
+    "roc_points",
+    "write_roc_figure",
+]
+
+#: The shipped meta-evaluation tables, by model family (``reproduction/results``).
+_SHIPPED = {"classifier": "meta_eval_mnist1d.csv"}
+_COLUMNS = (
+    ("auc", "faithfulness AUC"),
+    ("auc_runs", "AUC, unlearning runs only"),
+    ("spearman", "Spearman ρ"),
+    ("relearn", "robust: relearning"),
+    ("int8", "robust: int8"),
+    ("int4", "robust: 4-bit"),
+)
+
+
+def _cell(row: Mapping[str, Any], key: str) -> str:
+    value = float(row.get(key, math.nan))
+    if not math.isfinite(value):
+        return "n/a"
+    lo, hi = float(row.get(f"{key}_lo", math.nan)), float(row.get(f"{key}_hi", math.nan))
+    interval = (
+        f" [{format_number(lo, digits=2)}, {format_number(hi, digits=2)}]"
+        if math.isfinite(lo) and math.isfinite(hi)
+        else ""
+    )
+    return f"{format_number(value, digits=2)}{interval}"
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The table as markdown: one line per score, each cell ``value [lo, hi]``."""
+    head = "| score | " + " | ".join(label for _, label in _COLUMNS) + " |"
+    lines = [head, "|---" * (len(_COLUMNS) + 1) + "|"]
+    for row in rows:
+        cells = " | ".join(_cell(row, key) for key, _ in _COLUMNS)
+        lines.append(f"| {row['label']} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def roc_points(positives: np.ndarray, negatives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(false positive rate, true positive rate)`` of the thresholds of a score (higher:
+    positive), from (0, 0) to (1, 1)."""
+    thresholds = np.unique(np.concatenate([positives, negatives]))[::-1]
+    fpr = [0.0] + [float(np.mean(negatives >= t)) for t in thresholds]
+    tpr = [0.0] + [float(np.mean(positives >= t)) for t in thresholds]
+    return np.array(fpr), np.array(tpr)
+
+
+def write_roc_figure(
+    rows: Sequence[Mapping[str, Any]], scores: Mapping[str, str], path: str | Path, title: str
+) -> Path:
+    """Write the ROC curves of ``scores`` (column -> label) over the checkpoint ``rows`` (truth
+    ``forgot`` positive, ``remembers`` negative) to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    for name, label in scores.items():
+        kept = [r for r in rows if np.isfinite(r[name])]
+        pos = np.array([r[name] for r in kept if r["truth"] == "forgot"], dtype=float)
+        neg = np.array([r[name] for r in kept if r["truth"] == "remembers"], dtype=float)
+        if pos.size and neg.size:
+            fpr, tpr = roc_points(pos, neg)
+            ax.plot(fpr, tpr, drawstyle="steps-post", label=label)
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("share of 'remembers' checkpoints called forgotten")
+    ax.set_ylabel("share of 'forgot' checkpoints called forgotten")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def meta_eval_csv(family: str, root: str | Path | None = None) -> Path | None:
+    """The shipped meta-evaluation table of a model family (None when there is none)."""
+    if family not in _SHIPPED:
+        return None
+    base = Path(root) if root is not None else Path(__file__).resolve().parents[3]
+    path = base / "reproduction" / "results" / _SHIPPED[family]
+    return path if path.is_file() else None
+
+
+@dataclass(frozen=True)
+class MetaCard:
+    """The card's numbers: the verdict's and the best retrain-free score's rows."""
+
+    checkpoints: int
+    verdict: dict[str, float]
+    best_label: str
+    best: dict[str, float]
+    calibrated: dict[str, float]
+
+
+def read_card(path: str | Path) -> MetaCard | None:
+    """The card's numbers from a shipped table (None when it lacks the verdict row)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+
+    def numbers(row: Mapping[str, str]) -> dict[str, float]:
+        out = {}
+        for k, v in row.items():
+            try:
+                out[k] = float(v)
+            except (TypeError, ValueError):
+                continue
+        return out
+
+    by = {r["score"]: r for r in rows}
+    if "sde_verdict" not in by or "sde_calibrated_otr" not in by:
+        return None
+    others = [r for r in rows if not r["score"].startswith(("sde_", "retrain_"))]
+    best = max(others, key=lambda r: float(r["auc"]) if r["auc"] not in ("", "nan") else -1.0)
+    return MetaCard(
+        checkpoints=int(float(by["sde_verdict"]["n"])),
+        verdict=numbers(by["sde_verdict"]),
+        best_label=best["label"],
+        best=numbers(best),
+        calibrated=numbers(by["sde_calibrated_otr"]),
+    )
+
+
+def card_sentences(card: MetaCard) -> list[str]:
+    """The card in words: how often the verdict was right, wrong or abstained, and how the
+    calibrated OTR and the best retrain-free alternative separate the truth."""
+    v = card.verdict
+
+    def pct(x: float) -> str:
+        return f"{format_number(100.0 * x, digits=2)}%"
+
+    return [
+        f"On {card.checkpoints} checkpoints whose truth is known, the verdict was right on "
+        f"{pct(v['right'])}, wrong on {pct(v['wrong'])} and decided neither way on "
+        f"{pct(v['abstained'])} of those that forgot or remember.",
+        f"The calibrated OTR separates forgot from remembers with AUC "
+        f"{_cell(card.calibrated, 'auc')} (unlearning runs only: "
+        f"{_cell(card.calibrated, 'auc_runs')}); the best retrain-free alternative, "
+        f"{card.best_label}, {_cell(card.best, 'auc')} ({_cell(card.best, 'auc_runs')}).",
+    ]
