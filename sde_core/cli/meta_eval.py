@@ -151,7 +151,18 @@ def run_meta_eval(plan_name: str, work: Path | None, out: Path, data: str | None
     stem = f"meta_eval_{plan.name}"
     _write_csv(out / f"{stem}.csv", table.rows)
     _write_csv(out / f"{stem}_checkpoints.csv", rows)
-    atomic_write_text(out / f"{stem}.md", markdown_table(table.rows))
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["truth"]] = counts.get(row["truth"], 0) + 1
+    st = plan.settings
+    truth = ", ".join(f"{v} {k}" for k, v in counts.items())
+    scope = (
+        f"{len(rows)} checkpoints of `{plan.name}` ({truth}); layer `output`, "
+        f"n = {st.subset_size}, T = {st.targets}, K = {st.splits}, "
+        f"B = {st.draws}, R = {st.panel_size}; point value [95% bootstrap interval over the "
+        f"checkpoints, {plan.bootstrap} resamples]"
+    )
+    atomic_write_text(out / f"{stem}.md", markdown_table(table.rows, scope))
     roc = {
         k: labels[k]
         for k in (
@@ -165,9 +176,6 @@ def run_meta_eval(plan_name: str, work: Path | None, out: Path, data: str | None
         )
     }
     write_roc_figure(rows, roc, out / f"{stem}_roc.png", plan.title)
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row["truth"]] = counts.get(row["truth"], 0) + 1
     kinds: dict[str, int] = {}
     for row in rows:
         kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1

@@ -55,10 +55,12 @@ def _cell(row: Mapping[str, Any], key: str) -> str:
     return f"{format_number(value, digits=2)}{interval}"
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The table as markdown: one line per score, each cell ``value [lo, hi]``."""
+def markdown_table(rows: Sequence[Mapping[str, Any]], scope: str = "") -> str:
+    """The table as markdown (after the ``scope`` line when given): one line per score, each
+    cell ``value [lo, hi]``."""
     head = "| score | " + " | ".join(label for _, label in _COLUMNS) + " |"
-    lines = [head, "|---" * (len(_COLUMNS) + 1) + "|"]
+    lines = [scope, ""] if scope else []
+    lines += [head, "|---" * (len(_COLUMNS) + 1) + "|"]
     for row in rows:
         cells = " | ".join(_cell(row, key) for key, _ in _COLUMNS)
         lines.append(f"| {row['label']} | {cells} |")
