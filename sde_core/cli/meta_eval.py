@@ -70,22 +70,33 @@ def _finite(value: Any) -> Any:
 
 
 def _null_power(settings: Any, sized: int) -> dict[str, Any]:
+    """The null check's power against a false-call rate of 2α: binomial (Clopper–Pearson, as
+    ``stats/null_power.py``) and simulated with the evaluation's Korn–Graubard interval over
+    its B draws (``meta_eval/null_sizing.py``)."""
+    from sde_core.pipeline.meta_eval.null_sizing import gate_power, pairs_for_gate_power
     from sde_core.stats.null_power import null_check_power, subsets_for_power
 
-    a, level = settings.alpha, settings.alpha_calibrated
-    out: dict[str, Any] = {"level": level, "true_rate": 2 * level}
+    a, level, draws = settings.alpha, settings.alpha_calibrated, settings.draws
+    out: dict[str, Any] = {"level": level, "true_rate": 2 * level, "draws": draws}
     for name, pairs in (("default", settings.null_pairs), ("sized", sized)):
         gate = null_check_power(2 * pairs, level, 2 * level, 1 - a)
         shown = null_check_power(2 * pairs, level, 2 * level, 0.975)
+        simulated = gate_power(pairs, draws, level, 2 * level, a, reps=2000)
         out[name] = {
             "pairs": pairs,
             "subsets": 2 * pairs,
             "gate_power": gate.power,
             "interval_power": shown.power,
+            "gate_power_kg": simulated.gate,
+            "interval_power_kg": simulated.interval,
         }
     out["subsets_for_80"] = {
         "gate": subsets_for_power(0.8, level, 2 * level, 1 - a),
         "interval": subsets_for_power(0.8, level, 2 * level, 0.975),
+    }
+    out["pairs_for_80_kg"] = {
+        f"draws_{b}": pairs_for_gate_power(b, 0.8, level, 2 * level, a, step=20, reps=300)
+        for b in (draws, 2 * draws)
     }
     train = settings.targets // 2
     out["out_of_training"] = {
@@ -95,8 +106,25 @@ def _null_power(settings: Any, sized: int) -> dict[str, Any]:
     return out
 
 
-def run_meta_eval(plan_name: str, work: Path | None, out: Path, data: str | None) -> dict:
-    """Run the meta-evaluation and write its files; returns the JSON summary."""
+def _interleaved(zoo: Sequence[Any]) -> list[Any]:
+    """The scoring order: the ensembles, then the bases' checkpoints alternating (so a run
+    stopped early has scored every base alike)."""
+    rank: dict[int, int] = {}
+    keys = []
+    for i, unit in enumerate(zoo):
+        if not unit.parent:
+            keys.append((0, i, 0))
+        else:
+            rank[unit.base] = rank.get(unit.base, -1) + 1
+            keys.append((1, rank[unit.base], unit.base))
+    return [u for _, u in sorted(zip(keys, zoo, strict=True), key=lambda kv: kv[0])]
+
+
+def run_meta_eval(
+    plan_name: str, work: Path | None, out: Path, data: str | None, scored_only: bool = False
+) -> dict:
+    """Run the meta-evaluation and write its files; returns the JSON summary. With
+    ``scored_only`` nothing is computed: the table covers the checkpoints scored so far."""
     from sde_core.common.fsio import atomic_write_json, atomic_write_text
     from sde_core.pipeline.evaluation.metric_table import ACC_F, ACC_R, ACC_TE, ASR
     from sde_core.pipeline.meta_eval.agreement import (
@@ -108,16 +136,18 @@ def run_meta_eval(plan_name: str, work: Path | None, out: Path, data: str | None
     from sde_core.pipeline.meta_eval.scores import NULL_GATE, SCORES, score_zoo
     from sde_core.pipeline.meta_eval.spec import load_meta_plan
     from sde_core.pipeline.meta_eval.truth import behaviour_measures, label_truth
-    from sde_core.pipeline.meta_eval.zoo import build_zoo, zoo_probs
-    from sde_core.viz.report.meta_eval import markdown_table, write_roc_figure
+    from sde_core.pipeline.meta_eval.zoo import build_zoo, load_zoo, zoo_probs
+    from sde_core.viz.report.meta_eval import markdown_table, method_table, write_roc_figure
     from sde_core.viz.verdicts.labels import verdict_label
 
     plan = load_meta_plan(plan_name, data)
     work = work or Path("runs") / f"meta-eval-{plan.name}"
     t0 = time.perf_counter()
-    zoo = build_zoo(plan, work, _progress("zoo"))
+    zoo = load_zoo(plan, work) if scored_only else build_zoo(plan, work, _progress("zoo"))
     t_zoo = time.perf_counter() - t0
-    records = score_zoo(plan, work, zoo, _progress("scores"))
+    planned = len(zoo)
+    records = score_zoo(plan, work, _interleaved(zoo), _progress("scores"), compute=not scored_only)
+    zoo = [u for u in zoo if u.name in records]
     t_scores = time.perf_counter() - t0 - t_zoo
     dataset = plan.load_data()
     forget_probs = {u.name: zoo_probs(work, u.name)[0][dataset.forget] for u in zoo}
@@ -163,6 +193,7 @@ def run_meta_eval(plan_name: str, work: Path | None, out: Path, data: str | None
         f"checkpoints, {plan.bootstrap} resamples]"
     )
     atomic_write_text(out / f"{stem}.md", markdown_table(table.rows, scope))
+    atomic_write_text(out / f"{stem}_methods.md", method_table(rows, "sde_calibrated_otr"))
     roc = {
         k: labels[k]
         for k in (
@@ -182,6 +213,7 @@ def run_meta_eval(plan_name: str, work: Path | None, out: Path, data: str | None
     summary = {
         "plan": plan.name,
         "checkpoints": len(rows),
+        "scored_of_planned": [len(zoo), planned],
         "kinds": kinds,
         "truth": counts,
         "threshold": next(iter(truths.values())).threshold,
@@ -191,6 +223,13 @@ def run_meta_eval(plan_name: str, work: Path | None, out: Path, data: str | None
         "this_run_seconds": round(t_zoo + t_scores, 1),
         "null_power": _null_power(plan.settings, plan.sized_null_pairs),
         "null_check_sized": null_check_share(rows, "sde_verdict"),
+        "confusion": {
+            t: {
+                v: sum(1 for r in rows if r["truth"] == t and r["verdict"] == v)
+                for v in VERDICT_SCORE
+            }
+            for t in counts
+        },
         "null_gated_default": sum(
             1
             for r in rows
@@ -208,7 +247,11 @@ def run_meta_eval(plan_name: str, work: Path | None, out: Path, data: str | None
 
 def _cmd(args: argparse.Namespace) -> int:
     summary = run_meta_eval(
-        args.plan, Path(args.work) if args.work else None, Path(args.out), args.data
+        args.plan,
+        Path(args.work) if args.work else None,
+        Path(args.out),
+        args.data,
+        args.scored_only,
     )
     if not args.quiet:
         sized = summary["null_check_sized"]
@@ -229,4 +272,9 @@ def register_meta_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="reproduction/results", help="where the tables go")
     p.add_argument("--data", help="folder with data.npz and forget.npy (overrides the plan)")
     p.add_argument("--quiet", action="store_true", help="no summary on stdout")
+    p.add_argument(
+        "--scored-only",
+        action="store_true",
+        help="compute nothing: the tables over the checkpoints already scored (a partial run)",
+    )
     p.set_defaults(func=_cmd)

@@ -325,3 +325,48 @@ def test_meta_eval_command_on_a_tiny_zoo_writes_the_table_and_resumes(tmp_path, 
     assert {p: p.stat().st_mtime_ns for p in (work / "zoo").rglob("record.json")} == stamps
     assert main(["meta-eval", str(tmp_path / "missing.toml")]) == 1
     assert "no meta-evaluation plan" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- null sizing
+
+
+def test_gate_power_with_the_draws_interval_is_below_the_binomial_power():
+    """Korn–Graubard over B = 5 draws halves the effective trials: 145 pairs, which give the
+    binomial gate 80% power against 2α, give it far less; at the level itself it rarely fires."""
+    from sde_core.pipeline.meta_eval.null_sizing import gate_power
+    from sde_core.stats.null_power import null_check_power
+
+    binomial = null_check_power(290, 0.05, 0.10, 0.99).power
+    five = gate_power(145, 5, reps=100, seed=1)
+    assert binomial > 0.75 and five.gate < binomial - 0.3
+    assert five.interval > five.gate  # the shown 95% interval is one-sided 97.5%, the gate 99%
+    assert gate_power(145, 20, reps=100, seed=1).gate > five.gate  # more draws, more power
+    assert gate_power(145, 5, true_rate=0.05, reps=100, seed=1).gate < 0.05
+    assert gate_power(20, 5, reps=20, seed=1) == gate_power(20, 5, reps=20, seed=1)
+
+
+# ----------------------------------------------------------------------------- the card
+
+
+def test_the_card_reads_the_verdict_and_the_best_alternative(tmp_path):
+    from sde_core.viz.report.meta_eval import card_sentences, markdown_table, read_card
+
+    head = "score,label,n,auc,auc_lo,auc_hi,auc_runs,auc_runs_lo,auc_runs_hi,right,wrong,abstained"
+    lines = [
+        head,
+        "sde_verdict,SDE verdict,60,0.8,0.7,0.9,0.6,0.5,0.7,0.5,0.1,0.4",
+        "sde_calibrated_otr,SDE calibrated OTR,60,0.85,0.75,0.95,0.7,0.6,0.8,,,",
+        "mmd_otr,MMD,60,0.6,0.5,0.7,0.5,0.4,0.6,,,",
+        "forget_loss_gap,loss gap,60,0.95,0.9,1.0,0.9,0.8,1.0,,,",
+        "retrain_avg_gap,retrain-based,60,0.99,0.98,1.0,0.99,0.97,1.0,,,",
+    ]
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(lines) + "\n")
+    card = read_card(path)
+    assert card is not None and card.checkpoints == 60 and card.best_label == "loss gap"
+    text = " ".join(card_sentences(card))
+    assert (
+        "right on 50%" in text and "wrong on 10%" in text and "loss gap, 0.95 [0.90, 1.0]" in text
+    )
+    table = markdown_table([{"label": "x", "auc": 0.5, "auc_lo": 0.4, "auc_hi": float("nan")}])
+    assert "| x | 0.50 | n/a |" in table  # no interval shown when a bound is missing

@@ -102,7 +102,8 @@ def checkpoint_table(
             row[score.name] = score.value(records[unit.name])
         for name, values in extra.items():
             row[name] = values.get(unit.name, float("nan"))
-        row["null_gated_sized"] = bool(records[unit.name]["sized"]["gated"])
+        sized = records[unit.name].get("sized")  # None: the sized null check is not run yet
+        row["null_gated_sized"] = None if sized is None else bool(sized["gated"])
         rows.append(row)
     return rows
 
@@ -217,6 +218,7 @@ def meta_table(
 def null_check_share(rows: Sequence[Mapping[str, Any]], verdict: str) -> dict[str, float]:
     """The sized null check on the zoo: the share of checkpoints it gates, and the share of
     wrong verdicts among gated and among the other checkpoints (truth forgot or remembers)."""
+    rows = [r for r in rows if r["null_gated_sized"] is not None]
     gated = [r for r in rows if r["null_gated_sized"]]
     free = [r for r in rows if not r["null_gated_sized"]]
 

@@ -141,22 +141,10 @@ def sized_gate(sized_row: Mapping[str, Any]) -> bool:
     return NULL_GATE in str(sized_row.get("inconclusive_reason") or "")
 
 
-def score_checkpoint(
-    name: str,
-    train: np.ndarray,
-    test: np.ndarray,
-    data: ZooData,
-    plans: tuple[SubsetPlan, SubsetPlan],
-    meta: MetaPlan,
-) -> dict[str, Any]:
-    """The record of one checkpoint from its softmax outputs on D_tr and D_te (module
-    docstring); ``plans``: the subset plans at the plan's settings and with the sized null
-    check."""
-    from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
-    from sde_core.pipeline.evaluation.stages import StageCache
+def _inputs(name: str, train: np.ndarray, test: np.ndarray, data: ZooData) -> Any:
     from sde_core.pipeline.model_inputs import ModelInputs
 
-    inputs = ModelInputs(
+    return ModelInputs(
         name=name,
         role="unlearned",
         train_acts=train,
@@ -167,27 +155,61 @@ def score_checkpoint(
         train_labels=data.y_train,
         test_labels=data.y_test,
     )
-    cache = StageCache(None, memory_items=100_000)
+
+
+def score_checkpoint(
+    name: str,
+    train: np.ndarray,
+    test: np.ndarray,
+    data: ZooData,
+    plan: SubsetPlan,
+    meta: MetaPlan,
+    cache: Any = None,
+) -> dict[str, Any]:
+    """The record of one checkpoint from its softmax outputs on D_tr and D_te (module
+    docstring) at the plan's settings, without the sized null check (:func:`sized_record`);
+    ``cache``: a :class:`~sde_core.pipeline.evaluation.stages.StageCache` the sized run
+    shares."""
+    from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
+
     t0 = time.perf_counter()
-    row = evaluate_arrays(inputs, plans[0], meta.settings, cache=cache).summary
-    sized_settings = replace(meta.settings, null_pairs=meta.sized_null_pairs)
-    sized = evaluate_arrays(inputs, plans[1], sized_settings, cache=cache).summary
-    null_keys = [
+    row = evaluate_arrays(_inputs(name, train, test, data), plan, meta.settings, cache=cache)
+    summary = row.summary
+    return {
+        "row": {k: _clean(v) for k, v in summary.items()},
+        **_nearest_rates(plan, train, test, float(summary["sigma"])),
+        "loss_auc": _loss_auc(train, test, data),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def sized_record(
+    name: str,
+    train: np.ndarray,
+    test: np.ndarray,
+    data: ZooData,
+    plan: SubsetPlan,
+    meta: MetaPlan,
+    cache: Any = None,
+) -> dict[str, Any]:
+    """The sized null check of one checkpoint: the evaluation with ``sized_null_pairs`` pairs
+    (``plan`` drawn with them: the other subsets are those of the plan's settings, so with the
+    same ``cache`` only the null check's H is computed), its rates and whether its gate
+    withholds the calibrated verdicts."""
+    from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
+
+    t0 = time.perf_counter()
+    settings = replace(meta.settings, null_pairs=meta.sized_null_pairs)
+    sized = evaluate_arrays(_inputs(name, train, test, data), plan, settings, cache=cache).summary
+    keys = [
         c
         for m in (NULL_CALIBRATED_FPR, NULL_OVER_UNLEARNED_FPR, NULL_OUT_OF_TRAINING_FPR)
         for c in (m.key, f"{m.key}_lo", f"{m.key}_hi")
     ]
-    record: dict[str, Any] = {
-        "row": {k: _clean(v) for k, v in row.items()},
-        "sized": {
-            k: _clean(sized.get(k)) for k in [*null_keys, "null_pairs", "inconclusive_reason"]
-        },
-        **_nearest_rates(plans[0], train, test, float(row["sigma"])),
-        "loss_auc": _loss_auc(train, test, data),
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
-    record["sized"]["gated"] = sized_gate(sized)
-    return record
+    out = {k: _clean(sized.get(k)) for k in [*keys, "null_pairs", "inconclusive_reason"]}
+    out["gated"] = sized_gate(sized)
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    return out
 
 
 def _plans(meta: MetaPlan, data: ZooData) -> tuple[SubsetPlan, SubsetPlan]:
@@ -205,13 +227,20 @@ def score_zoo(
     zoo: list[ZooCheckpoint],
     progress: ZooProgress | None = None,
     cancelled: Callable[[], bool] | None = None,
+    compute: bool = True,
 ) -> dict[str, dict[str, Any]]:
-    """Every checkpoint's record (computed where missing, cached in ``<work>/scores``); a
-    cancelled run returns those finished so far and a rerun resumes."""
+    """Every checkpoint's record, cached in ``<work>/scores``: first every checkpoint at the
+    plan's settings, then the sized null check of each (``record["sized"]``), both sharing a
+    stage cache on disk (``<work>/stages``) so the second pass computes only the null check's
+    H. A cancelled run returns what is finished and a rerun resumes; ``compute=False`` only
+    reads the cached records."""
+    from sde_core.pipeline.evaluation.stages import StageCache
+
     folder = Path(work) / "scores"
     folder.mkdir(parents=True, exist_ok=True)
     data = meta.load_data()
     plans: tuple[SubsetPlan, SubsetPlan] | None = None
+    cache = StageCache(Path(work) / "stages", memory_items=0)
     settings_key = {
         "settings": meta.settings.__dict__,
         "sized": meta.sized_null_pairs,
@@ -219,28 +248,52 @@ def score_zoo(
         "forget": array_sha256(data.forget),
     }
     out: dict[str, dict[str, Any]] = {}
-    times: list[float] = []
-    for i, unit in enumerate(zoo):
+    keys: dict[str, str] = {}
+    for unit in zoo:
         train, test = zoo_probs(work, unit.name)
-        key = stable_hash({**settings_key, "probs": array_sha256(train) + array_sha256(test)})
+        keys[unit.name] = stable_hash(
+            {**settings_key, "probs": array_sha256(train) + array_sha256(test)}
+        )
         path = folder / f"{unit.name}.json"
         if path.is_file():
             try:
                 cached = json.loads(path.read_text())
-                if cached.get("key") == key:
+                if cached.get("key") == keys[unit.name]:
                     out[unit.name] = cached
-                    continue
             except (ValueError, OSError):
                 pass
-        if cancelled is not None and cancelled():
-            break
-        plans = plans or _plans(meta, data)
-        t0 = time.perf_counter()
-        record = {"key": key, **score_checkpoint(unit.name, train, test, data, plans, meta)}
-        atomic_write_json(path, record)
-        out[unit.name] = record
-        times.append(time.perf_counter() - t0)
-        if progress is not None:
-            left = sum(1 for u in zoo[i + 1 :] if not (folder / f"{u.name}.json").is_file())
-            progress(unit.name, len(zoo) - left, len(zoo), float(np.mean(times)) * left)
+    if not compute:
+        return out
+    for stage, wanted in (
+        ("scores", lambda n: n not in out),
+        ("sized null check", lambda n: "sized" not in out[n]),
+    ):
+        todo = [u for u in zoo if u.name in out or stage == "scores"]
+        todo = [u for u in todo if wanted(u.name)]
+        times: list[float] = []
+        for i, unit in enumerate(todo):
+            if cancelled is not None and cancelled():
+                return out
+            plans = plans or _plans(meta, data)
+            train, test = zoo_probs(work, unit.name)
+            t0 = time.perf_counter()
+            if stage == "scores":
+                out[unit.name] = {
+                    "key": keys[unit.name],
+                    **score_checkpoint(unit.name, train, test, data, plans[0], meta, cache),
+                }
+            else:
+                out[unit.name]["sized"] = sized_record(
+                    unit.name, train, test, data, plans[1], meta, cache
+                )
+            atomic_write_json(folder / f"{unit.name}.json", out[unit.name])
+            times.append(time.perf_counter() - t0)
+            if progress is not None:
+                left = len(todo) - i - 1
+                progress(
+                    f"{stage}: {unit.name}",
+                    len(todo) - left,
+                    len(todo),
+                    float(np.mean(times)) * left,
+                )
     return out

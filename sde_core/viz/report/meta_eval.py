@@ -25,6 +25,7 @@ __all__ = [
     "card_sentences",
     "markdown_table",
     "meta_eval_csv",
+    "method_table",
     "read_card",
     "roc_points",
     "write_roc_figure",
@@ -64,6 +65,33 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], scope: str = "") -> str:
     for row in rows:
         cells = " | ".join(_cell(row, key) for key, _ in _COLUMNS)
         lines.append(f"| {row['label']} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def _counts(values: Sequence[str]) -> str:
+    found: dict[str, int] = {}
+    for v in values:
+        found[v] = found.get(v, 0) + 1
+    return ", ".join(f"{k} ×{n}" for k, n in sorted(found.items(), key=lambda kv: -kv[1]))
+
+
+def method_table(rows: Sequence[Mapping[str, Any]], score: str) -> str:
+    """Per kind and method of the zoo: the checkpoints' truth, their verdicts and the mean of
+    ``score``, as markdown (where the verdict is right, and where not)."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r["kind"]), str(r["method"]) or "—"), []).append(r)
+    lines = [
+        "| kind | method | checkpoints | truth | verdicts | mean " + score + " |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (kind, method), group in groups.items():
+        values = [float(r[score]) for r in group if math.isfinite(float(r[score]))]
+        mean = format_number(float(np.mean(values)), digits=2) if values else "n/a"
+        lines.append(
+            f"| {kind} | {method} | {len(group)} | {_counts([r['truth'] for r in group])} | "
+            f"{_counts([r['verdict'] for r in group])} | {mean} |"
+        )
     return "\n".join(lines) + "\n"
 
 
