@@ -37,6 +37,7 @@ _COLUMNS = (
     ("auc", "faithfulness AUC"),
     ("auc_runs", "AUC, unlearning runs only"),
     ("spearman", "Spearman ρ"),
+    ("spearman_runs", "Spearman ρ, runs only"),
     ("relearn", "robust: relearning"),
     ("int8", "robust: int8"),
     ("int4", "robust: 4-bit"),
