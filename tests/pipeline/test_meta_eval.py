@@ -370,3 +370,13 @@ def test_the_card_reads_the_verdict_and_the_best_alternative(tmp_path):
     )
     table = markdown_table([{"label": "x", "auc": 0.5, "auc_lo": 0.4, "auc_hi": float("nan")}])
     assert "| x | 0.50 | n/a |" in table  # no interval shown when a bound is missing
+
+
+def test_the_method_page_shows_the_shipped_card():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "pages" / "method.py"))
+    at.run(timeout=60)
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert "How often is it right?" in text and "the verdict was right on" in text
