@@ -351,14 +351,14 @@ def test_gate_power_with_the_draws_interval_is_below_the_binomial_power():
 def test_the_card_reads_the_verdict_and_the_best_alternative(tmp_path):
     from sde_core.viz.report.meta_eval import card_sentences, markdown_table, read_card
 
-    head = "score,label,n,auc,auc_lo,auc_hi,auc_runs,auc_runs_lo,auc_runs_hi,right,wrong,abstained"
+    head = "score,label,n,spearman_runs,spearman_runs_lo,spearman_runs_hi,auc,right,wrong,abstained"
     lines = [
         head,
-        "sde_verdict,SDE verdict,60,0.8,0.7,0.9,0.6,0.5,0.7,0.5,0.1,0.4",
-        "sde_calibrated_otr,SDE calibrated OTR,60,0.85,0.75,0.95,0.7,0.6,0.8,,,",
-        "mmd_otr,MMD,60,0.6,0.5,0.7,0.5,0.4,0.6,,,",
-        "forget_loss_gap,loss gap,60,0.95,0.9,1.0,0.9,0.8,1.0,,,",
-        "retrain_avg_gap,retrain-based,60,0.99,0.98,1.0,0.99,0.97,1.0,,,",
+        "sde_verdict,SDE verdict,60,0.8,0.7,0.9,1.0,0.5,0.1,0.4",
+        "sde_calibrated_otr,SDE calibrated OTR,60,0.5,0.3,0.6,1.0,,,",
+        "mmd_otr,MMD,60,nan,,,0.5,,,",
+        "forget_loss_gap,loss gap,60,0.95,0.9,1.0,1.0,,,",
+        "retrain_avg_gap,retrain-based,60,0.99,0.98,1.0,1.0,,,",
     ]
     path = tmp_path / "t.csv"
     path.write_text("\n".join(lines) + "\n")
@@ -366,7 +366,9 @@ def test_the_card_reads_the_verdict_and_the_best_alternative(tmp_path):
     assert card is not None and card.checkpoints == 60 and card.best_label == "loss gap"
     text = " ".join(card_sentences(card))
     assert (
-        "right on 50%" in text and "wrong on 10%" in text and "loss gap, 0.95 [0.90, 1.0]" in text
+        "right on 50%" in text
+        and "wrong on 10%" in text
+        and "(loss gap) with 0.95 [0.90, 1.0]" in text
     )
     table = markdown_table([{"label": "x", "auc": 0.5, "auc_lo": 0.4, "auc_hi": float("nan")}])
     assert "| x | 0.50 | n/a |" in table  # no interval shown when a bound is missing

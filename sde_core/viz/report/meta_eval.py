@@ -173,7 +173,15 @@ def read_card(path: str | Path) -> MetaCard | None:
     if "sde_verdict" not in by or "sde_calibrated_otr" not in by:
         return None
     others = [r for r in rows if not r["score"].startswith(("sde_", "retrain_"))]
-    best = max(others, key=lambda r: float(r["auc"]) if r["auc"] not in ("", "nan") else -1.0)
+
+    def ranking(r: Mapping[str, str]) -> float:
+        try:
+            value = float(r.get("spearman_runs", "nan"))
+        except ValueError:
+            return -2.0
+        return value if math.isfinite(value) else -2.0
+
+    best = max(others, key=ranking)
     return MetaCard(
         checkpoints=int(float(by["sde_verdict"]["n"])),
         verdict=numbers(by["sde_verdict"]),
@@ -195,8 +203,13 @@ def card_sentences(card: MetaCard) -> list[str]:
         f"On {card.checkpoints} checkpoints whose truth is known, the verdict was right on "
         f"{pct(v['right'])}, wrong on {pct(v['wrong'])} and decided neither way on "
         f"{pct(v['abstained'])} of those that forgot or remember.",
-        f"The calibrated OTR separates forgot from remembers with AUC "
-        f"{_cell(card.calibrated, 'auc')} (unlearning runs only: "
-        f"{_cell(card.calibrated, 'auc_runs')}); the best retrain-free alternative, "
-        f"{card.best_label}, {_cell(card.best, 'auc')} ({_cell(card.best, 'auc_runs')}).",
+        f"Over the unlearning runs the calibrated OTR follows the graded truth with Spearman ρ "
+        f"{_cell(card.calibrated, 'spearman_runs')}, the best retrain-free alternative "
+        f"({card.best_label}) with {_cell(card.best, 'spearman_runs')}"
+        + (
+            "; no unlearning run of this zoo reached the retrained models' behaviour, so how "
+            "SDE does on runs that really forgot is not measured yet."
+            if not math.isfinite(card.calibrated.get("auc_runs", math.nan))
+            else f"; its AUC over the unlearning runs is {_cell(card.calibrated, 'auc_runs')}."
+        ),
     ]
