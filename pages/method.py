@@ -10,6 +10,7 @@ import streamlit as st
 
 from pages import APP_ROOT
 from sde_core.viz.glossary import METHOD_SECTIONS, glossary_table
+from sde_core.viz.report.meta_eval import card_sentences, meta_eval_csv, read_card
 
 doc = APP_ROOT / "docs" / "method.md"
 with st.sidebar:
@@ -21,6 +22,20 @@ with st.sidebar:
         )
         + "\n- [Glossary](#glossary)"
     )
+card_file = meta_eval_csv("classifier", APP_ROOT)
+card = read_card(card_file) if card_file is not None else None
+with st.container(border=True, key="m_meta_eval"):
+    st.markdown("**How often is it right?** Classifiers, measured on the mnist1d zoo (§17)")
+    if card is None:
+        st.caption("No meta-evaluation is shipped for this family yet (method §17).")
+    else:
+        for sentence in card_sentences(card):
+            st.markdown(sentence)
+        st.caption(
+            "Checkpoints with known truth: retrained and original models from several seeds, "
+            "unlearning methods at graded strengths, relearned and quantised models. One "
+            "family, one dataset, one layer: REPRODUCTION.md, Meta-evaluation."
+        )
 if doc.is_file():
     st.markdown(doc.read_text(encoding="utf-8"))
 else:

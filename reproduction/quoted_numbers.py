@@ -137,9 +137,52 @@ def field_text(row: Mapping[str, Any], field: str) -> str:
     )
 
 
+def meta_eval_text(stem: str, row: str, field: str, root: Path = ROOT) -> str:
+    """A number of a shipped meta-evaluation (method §17): ``row`` a score of
+    ``reproduction/results/<stem>.csv`` (``sde_verdict``…) and ``field`` its column (``auc``:
+    with its bootstrap interval; ``:point``: the value alone; ``right``/``wrong``/``abstained``
+    as percentages); any other ``row`` is a path into ``<stem>.json`` (``summary`` its top,
+    ``null_power.default`` a nested object) and ``field`` a key there (``:percent`` for a
+    share)."""
+    import csv
+
+    name, _, option = field.partition(":")
+    folder = root / "reproduction" / "results"
+    with open(folder / f"{stem}.csv", newline="", encoding="utf-8") as fh:
+        rows = {r["score"]: r for r in csv.DictReader(fh)}
+    if row not in rows:
+        node: Any = json.loads((folder / f"{stem}.json").read_text(encoding="utf-8"))
+        path = [] if row == "summary" else row.removeprefix("summary.").split(".")
+        for part in [*path, name]:
+            if not isinstance(node, dict) or part not in node:
+                raise QuotedNumberError(f"{stem}.json has no {row}/{name}")
+            node = node[part]
+        if isinstance(node, float):
+            if option == "percent":
+                return f"{100 * node:.0f}%"
+            if node.is_integer():
+                return str(int(node))
+            return f"{node:.0f}" if abs(node) >= 100 else f"{node:.2f}"
+        return str(node)
+    if name not in rows[row]:
+        raise QuotedNumberError(f"{stem}.csv has no column {name!r}")
+    value = float(rows[row][name])
+    if name in ("right", "wrong", "abstained"):
+        return f"{100 * value:.0f}%"
+    lo, hi = rows[row].get(f"{name}_lo", ""), rows[row].get(f"{name}_hi", "")
+    if not math.isfinite(value):
+        return "n/a"
+    if option or lo in ("", "nan") or hi in ("", "nan"):
+        return f"{value:.2f}"
+    return f"{value:.2f} [{float(lo):.2f}, {float(hi):.2f}]"
+
+
 def quoted(key: str, root: Path = ROOT) -> str:
-    """The text of an inline marker's key ``<demo>/<model>/<field>``."""
+    """The text of an inline marker's key ``<demo>/<model>/<field>`` (a demo's store), or
+    ``meta_eval_<plan>/<score or summary>/<field>`` (a shipped meta-evaluation)."""
     demo, model, field = key.split("/")
+    if demo.startswith("meta_eval_"):
+        return meta_eval_text(demo, model, field, root)
     run = stored_run(demo, root)
     if model not in run.models:
         raise QuotedNumberError(

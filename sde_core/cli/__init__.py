@@ -17,6 +17,7 @@ from sde_core.cli._args import Parser
 from sde_core.cli.curves import register_curves
 from sde_core.cli.demo import register_demo
 from sde_core.cli.evaluate import register_evaluate
+from sde_core.cli.meta_eval import register_meta_eval
 from sde_core.cli.plan import register_run_plan
 from sde_core.cli.train import register_train, register_unlearn
 from sde_core.cli.verify import register_verify
@@ -42,6 +43,7 @@ COMMAND_GROUPS: list[Registrar] = [
     register_run_plan,
     register_verify,
     register_curves,
+    register_meta_eval,
 ]
 
 

@@ -1,0 +1,215 @@
+"""The meta-evaluation's outputs (method §17): its markdown table, its ROC figure and the
+"how often is it right" card the Method page shows from the shipped CSV.
+
+- :func:`markdown_table`: the table of ``python -m sde_core meta-eval`` as markdown;
+- :func:`write_roc_figure`: the ROC curves (truth forgot against remembers) of the chosen
+  scores, as a PNG (matplotlib, headless);
+- :func:`read_card` / :class:`MetaCard`: the shipped table of a family, read back for the card.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sde_core.viz.formatting import format_number
+
+__all__ = [
+    "MetaCard",
+    "card_sentences",
+    "markdown_table",
+    "meta_eval_csv",
+    "method_table",
+    "read_card",
+    "roc_points",
+    "write_roc_figure",
+]
+
+#: The shipped meta-evaluation tables, by model family (``reproduction/results``).
+_SHIPPED = {"classifier": "meta_eval_mnist1d.csv"}
+_COLUMNS = (
+    ("auc", "faithfulness AUC"),
+    ("auc_runs", "AUC, unlearning runs only"),
+    ("spearman", "Spearman ρ"),
+    ("spearman_runs", "Spearman ρ, runs only"),
+    ("relearn", "robust: relearning"),
+    ("int8", "robust: int8"),
+    ("int4", "robust: 4-bit"),
+)
+
+
+def _cell(row: Mapping[str, Any], key: str) -> str:
+    value = float(row.get(key, math.nan))
+    if not math.isfinite(value):
+        return "n/a"
+    lo, hi = float(row.get(f"{key}_lo", math.nan)), float(row.get(f"{key}_hi", math.nan))
+    interval = (
+        f" [{format_number(lo, digits=2)}, {format_number(hi, digits=2)}]"
+        if math.isfinite(lo) and math.isfinite(hi)
+        else ""
+    )
+    return f"{format_number(value, digits=2)}{interval}"
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], scope: str = "") -> str:
+    """The table as markdown (after the ``scope`` line when given): one line per score, each
+    cell ``value [lo, hi]``."""
+    head = "| score | " + " | ".join(label for _, label in _COLUMNS) + " |"
+    lines = [scope, ""] if scope else []
+    lines += [head, "|---" * (len(_COLUMNS) + 1) + "|"]
+    for row in rows:
+        cells = " | ".join(_cell(row, key) for key, _ in _COLUMNS)
+        lines.append(f"| {row['label']} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def _counts(values: Sequence[str]) -> str:
+    found: dict[str, int] = {}
+    for v in values:
+        found[v] = found.get(v, 0) + 1
+    return ", ".join(f"{k} ×{n}" for k, n in sorted(found.items(), key=lambda kv: -kv[1]))
+
+
+def method_table(rows: Sequence[Mapping[str, Any]], score: str) -> str:
+    """Per kind and method of the zoo: the checkpoints' truth, their verdicts and the mean of
+    ``score``, as markdown (where the verdict is right, and where not)."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r["kind"]), str(r["method"]) or "—"), []).append(r)
+    lines = [
+        "| kind | method | checkpoints | truth | verdicts | mean " + score + " |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (kind, method), group in groups.items():
+        values = [float(r[score]) for r in group if math.isfinite(float(r[score]))]
+        mean = format_number(float(np.mean(values)), digits=2) if values else "n/a"
+        lines.append(
+            f"| {kind} | {method} | {len(group)} | {_counts([r['truth'] for r in group])} | "
+            f"{_counts([r['verdict'] for r in group])} | {mean} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def roc_points(positives: np.ndarray, negatives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(false positive rate, true positive rate)`` of the thresholds of a score (higher:
+    positive), from (0, 0) to (1, 1)."""
+    thresholds = np.unique(np.concatenate([positives, negatives]))[::-1]
+    fpr = [0.0] + [float(np.mean(negatives >= t)) for t in thresholds]
+    tpr = [0.0] + [float(np.mean(positives >= t)) for t in thresholds]
+    return np.array(fpr), np.array(tpr)
+
+
+def write_roc_figure(
+    rows: Sequence[Mapping[str, Any]], scores: Mapping[str, str], path: str | Path, title: str
+) -> Path:
+    """Write the ROC curves of ``scores`` (column -> label) over the checkpoint ``rows`` (truth
+    ``forgot`` positive, ``remembers`` negative) to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    for name, label in scores.items():
+        kept = [r for r in rows if np.isfinite(r[name])]
+        pos = np.array([r[name] for r in kept if r["truth"] == "forgot"], dtype=float)
+        neg = np.array([r[name] for r in kept if r["truth"] == "remembers"], dtype=float)
+        if pos.size and neg.size:
+            fpr, tpr = roc_points(pos, neg)
+            ax.plot(fpr, tpr, drawstyle="steps-post", label=label)
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("share of 'remembers' checkpoints called forgotten")
+    ax.set_ylabel("share of 'forgot' checkpoints called forgotten")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def meta_eval_csv(family: str, root: str | Path | None = None) -> Path | None:
+    """The shipped meta-evaluation table of a model family (None when there is none)."""
+    if family not in _SHIPPED:
+        return None
+    base = Path(root) if root is not None else Path(__file__).resolve().parents[3]
+    path = base / "reproduction" / "results" / _SHIPPED[family]
+    return path if path.is_file() else None
+
+
+@dataclass(frozen=True)
+class MetaCard:
+    """The card's numbers: the verdict's and the best retrain-free score's rows."""
+
+    checkpoints: int
+    verdict: dict[str, float]
+    best_label: str
+    best: dict[str, float]
+    calibrated: dict[str, float]
+
+
+def read_card(path: str | Path) -> MetaCard | None:
+    """The card's numbers from a shipped table (None when it lacks the verdict row)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+
+    def numbers(row: Mapping[str, str]) -> dict[str, float]:
+        out = {}
+        for k, v in row.items():
+            try:
+                out[k] = float(v)
+            except (TypeError, ValueError):
+                continue
+        return out
+
+    by = {r["score"]: r for r in rows}
+    if "sde_verdict" not in by or "sde_calibrated_otr" not in by:
+        return None
+    others = [r for r in rows if not r["score"].startswith(("sde_", "retrain_"))]
+
+    def ranking(r: Mapping[str, str]) -> float:
+        try:
+            value = float(r.get("spearman_runs", "nan"))
+        except ValueError:
+            return -2.0
+        return value if math.isfinite(value) else -2.0
+
+    best = max(others, key=ranking)
+    return MetaCard(
+        checkpoints=int(float(by["sde_verdict"]["n"])),
+        verdict=numbers(by["sde_verdict"]),
+        best_label=best["label"],
+        best=numbers(best),
+        calibrated=numbers(by["sde_calibrated_otr"]),
+    )
+
+
+def card_sentences(card: MetaCard) -> list[str]:
+    """The card in words: how often the verdict was right, wrong or abstained, and how the
+    calibrated OTR and the best retrain-free alternative separate the truth."""
+    v = card.verdict
+
+    def pct(x: float) -> str:
+        return f"{format_number(100.0 * x, digits=2)}%"
+
+    return [
+        f"On {card.checkpoints} checkpoints whose truth is known, the verdict was right on "
+        f"{pct(v['right'])}, wrong on {pct(v['wrong'])} and decided neither way on "
+        f"{pct(v['abstained'])} of those that forgot or remember.",
+        f"Over the unlearning runs the calibrated OTR follows the graded truth with Spearman ρ "
+        f"{_cell(card.calibrated, 'spearman_runs')}, the best retrain-free alternative "
+        f"({card.best_label}) with {_cell(card.best, 'spearman_runs')}"
+        + (
+            "; no unlearning run of this zoo reached the retrained models' behaviour, so how "
+            "SDE does on runs that really forgot is not measured yet."
+            if not math.isfinite(card.calibrated.get("auc_runs", math.nan))
+            else f"; its AUC over the unlearning runs is {_cell(card.calibrated, 'auc_runs')}."
+        ),
+    ]

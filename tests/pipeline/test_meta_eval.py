@@ -1,0 +1,384 @@
+"""The meta-evaluation (method §17): its statistics against textbook references, the truth
+labelling on a synthetic case, the zoo's quantisations, the plan's checks, the agreement table
+on rows with known answers, and the command on a tiny zoo (slow)."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sde_core.cli import main
+from sde_core.errors import InputError, PlanError
+from sde_core.pipeline.meta_eval.agreement import meta_table, null_check_share
+from sde_core.pipeline.meta_eval.spec import load_meta_plan, meta_plan_names
+from sde_core.pipeline.meta_eval.truth import (
+    behaviour_measures,
+    label_truth,
+    lira_member_share,
+)
+from sde_core.pipeline.meta_eval.zoo import quantise_model, zoo_units
+from sde_core.stats.rank_agreement import bootstrap_interval, concordance, rank_auc, spearman
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def _pairwise_auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """The textbook definition: the share of (positive, negative) pairs ordered right."""
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg))
+    return wins / (len(pos) * len(neg))
+
+
+def test_rank_auc_is_the_share_of_pairs_ordered_right_ties_half():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        pos = rng.integers(0, 6, size=rng.integers(1, 15)).astype(float)
+        neg = rng.integers(0, 6, size=rng.integers(1, 15)).astype(float)
+        assert rank_auc(pos, neg) == pytest.approx(_pairwise_auc(pos, neg), abs=1e-12)
+    assert rank_auc([2.0, 3.0], [0.0, 1.0]) == 1.0
+    assert rank_auc([0.0], [1.0]) == 0.0
+    assert np.isnan(rank_auc([], [1.0]))
+
+
+def test_spearman_equals_the_textbook_formula_without_ties_and_midrank_pearson_with_them():
+    rng = np.random.default_rng(4)
+    x, y = rng.permutation(12).astype(float), rng.permutation(12).astype(float)
+    n = x.size
+    textbook = 1 - 6 * np.sum((x - y) ** 2) / (n * (n * n - 1))  # x, y are their own ranks
+    assert spearman(x, y) == pytest.approx(textbook, abs=1e-12)
+    a = np.array([1.0, 2.0, 2.0, 3.0, 5.0, 5.0, 5.0])
+    b = np.array([2.0, 1.0, 4.0, 4.0, 3.0, 6.0, 7.0])
+    ra = np.array([1.0, 2.5, 2.5, 4.0, 6.0, 6.0, 6.0])  # midranks by hand
+    rb = np.array([2.0, 1.0, 4.5, 4.5, 3.0, 6.0, 7.0])
+    assert spearman(a, b) == pytest.approx(np.corrcoef(ra, rb)[0, 1], abs=1e-12)
+    assert spearman(x, x) == pytest.approx(1.0)
+    assert np.isnan(spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+    with pytest.raises(InputError, match="paired"):
+        spearman([1.0, 2.0, 3.0], [1.0, 2.0])
+
+
+def test_concordance_counts_same_signs_and_half_a_tie():
+    assert concordance([1.0, -2.0, 0.0, 3.0], [2.0, -1.0, 5.0, -1.0]) == pytest.approx(
+        (1 + 1 + 0.5 + 0) / 4
+    )
+    assert concordance([1.0, 2.0], [0.0, 1.0]) == 1.0  # a pair whose truth did not move is left out
+    assert np.isnan(concordance([1.0], [0.0]))
+
+
+def test_bootstrap_interval_is_seeded_covers_the_mean_and_keeps_strata_sizes():
+    rng = np.random.default_rng(5)
+    x = rng.normal(1.0, 1.0, size=200)
+    lo, hi = bootstrap_interval(lambda i: float(x[i].mean()), x.size, 500, seed=1)
+    assert (lo, hi) == bootstrap_interval(lambda i: float(x[i].mean()), x.size, 500, seed=1)
+    se = x.std(ddof=1) / np.sqrt(x.size)  # the normal interval: the percentile one is close
+    assert lo == pytest.approx(x.mean() - 1.96 * se, abs=0.4 * se)
+    assert hi == pytest.approx(x.mean() + 1.96 * se, abs=0.4 * se)
+    labels = ["a"] * 3 + ["b"] * 7
+    seen = []
+
+    def count(i: np.ndarray) -> float:
+        seen.append(int(np.sum(np.asarray(labels, dtype=object)[i] == "a")))
+        return 0.0
+
+    bootstrap_interval(count, 10, 50, strata=labels)
+    assert set(seen) == {3}
+    assert all(np.isnan(v) for v in bootstrap_interval(lambda i: float("nan"), 10, 20))
+
+
+# ----------------------------------------------------------------------------- truth
+
+
+def _probs(confidence: np.ndarray, labels: np.ndarray, classes: int = 4) -> np.ndarray:
+    """Softmax-like rows with ``confidence`` on the label, the rest spread evenly."""
+    p = np.tile(((1 - confidence) / (classes - 1))[:, None], (1, classes))
+    p[np.arange(labels.size), labels] = confidence
+    return p
+
+
+def test_truth_labels_a_synthetic_zoo():
+    """Retrained models are unsure on D_f, originals sure: a checkpoint like the retrained
+    models forgot, one like the originals remembers, one far below both is over-unlearned."""
+    rng = np.random.default_rng(6)
+    n = 300
+    labels = rng.integers(0, 4, n)
+    base_out, base_in = rng.uniform(0.3, 0.6, n), rng.uniform(0.9, 0.99, n)
+    models = {}
+    for s in range(5):
+        models[f"re{s}"] = _probs(np.clip(base_out + rng.normal(0, 0.03, n), 0.26, 0.99), labels)
+        models[f"or{s}"] = _probs(np.clip(base_in + rng.normal(0, 0.005, n), 0.26, 0.999), labels)
+    models["like_re"] = _probs(base_out, labels)
+    models["like_or"] = _probs(base_in, labels)
+    models["flat"] = _probs(np.full(n, 0.26), labels)
+    originals, retrained = [f"or{s}" for s in range(5)], [f"re{s}" for s in range(5)]
+    measures = behaviour_measures(models, labels, originals, retrained)
+    assert measures["like_or"]["lira_member_share"] > 0.9
+    assert measures["like_re"]["lira_member_share"] < 0.1
+    truths = label_truth(measures, originals, retrained)
+    assert truths["like_re"].label == "forgot"
+    assert truths["like_or"].label == "remembers"
+    assert truths["flat"].label == "over-unlearned"
+    assert all(truths[r].label == "forgot" for r in retrained)  # τ is their own spread
+    assert all(truths[o].label == "remembers" for o in originals)
+    assert truths["like_or"].graded > truths["like_re"].graded > truths["flat"].graded
+    with pytest.raises(InputError, match="at least three"):
+        behaviour_measures(models, labels, originals[:2], retrained)
+
+
+def test_lira_share_calls_members_by_the_likelihood_ratio():
+    phi_in = np.array([[4.0, 4.0], [6.0, 6.0]])
+    phi_out = np.array([[-1.0, -1.0], [1.0, 1.0]])  # same variance per side (2 and 2)
+    assert lira_member_share(np.array([5.0, 0.0]), phi_in, phi_out) == 0.5
+    assert lira_member_share(np.array([3.0, 2.6]), phi_in, phi_out) == 1.0  # beyond 2.5
+    assert lira_member_share(np.array([2.4, 2.4]), phi_in, phi_out) == 0.0
+    with pytest.raises(InputError, match="two models"):
+        lira_member_share(np.zeros(2), phi_in[:1], phi_out)
+
+
+# ----------------------------------------------------------------------------- zoo and plan
+
+
+def test_quantised_models_hold_4_bit_rows_and_int8_stays_close():
+    import torch
+
+    from sde_core.inputs.architectures import build_model
+
+    torch.manual_seed(0)
+    model = build_model("mlp", input_dim=8, hidden=[16], num_classes=3).eval()
+    x = torch.randn(20, 8)
+    four = quantise_model(model, "int4")
+    for module in four.modules():
+        if isinstance(module, torch.nn.Linear):
+            for row in module.weight.detach():
+                assert len(torch.unique(row)) <= 16
+    eight = quantise_model(model, "int8")
+    with torch.no_grad():
+        assert torch.allclose(eight(x), model(x), atol=0.05)
+        assert not torch.equal(four(x), model(x))
+    with pytest.raises(PlanError, match="int8 or int4"):
+        quantise_model(model, "int2")
+
+
+def test_the_shipped_plan_has_a_zoo_of_at_least_60_with_every_kind():
+    assert "mnist1d" in meta_plan_names()
+    plan = load_meta_plan("mnist1d")
+    units = zoo_units(plan)
+    kinds = {u.kind for u in units}
+    assert {"original", "retrained", "unlearned", "weak", "relearned", "quantised"} <= kinds
+    assert sum(u.kind != "reference" for u in units) >= 60
+    assert len(plan.original_seeds) >= 5 and len(plan.retrained_seeds) >= 5
+    assert all(len(runs) >= 3 for runs in plan.methods.values())
+    names = {u.name for u in units}
+    assert all(u.parent in names for u in units if u.parent)  # every parent is built too
+    order = [u.name for u in units]
+    assert all(order.index(u.parent) < order.index(u.name) for u in units if u.parent)
+
+
+def test_plan_errors_name_the_field_and_the_fix(tmp_path):
+    with pytest.raises(PlanError, match="no meta-evaluation plan"):
+        load_meta_plan("nonexistent")
+    path = tmp_path / "p.toml"
+    path.write_text(
+        'demo = "mnist1d"\n[model]\narch = "mlp"\n[zoo]\noriginal_seeds = [0, 1]\n'
+        "retrained_seeds = [0, 1]\nbases = [0]\n[zoo.methods]\nmagic = [{ epochs = 1 }]\n"
+    )
+    with pytest.raises(PlanError, match=r"zoo.methods.magic: unknown method"):
+        load_meta_plan(path)
+    path.write_text(
+        'demo = "mnist1d"\n[model]\narch = "mlp"\n[zoo]\noriginal_seeds = [0, 1]\n'
+        "retrained_seeds = [0, 1]\nbases = [7]\n"
+    )
+    with pytest.raises(PlanError, match=r"zoo\.bases"):
+        load_meta_plan(path)
+
+
+# ----------------------------------------------------------------------------- agreement
+
+
+def _rows() -> list[dict]:
+    """Six checkpoints: a perfect score ("good") and one that ignores relearning ("stuck")."""
+    rows = []
+    spec = [("re", "retrained", "", "forgot", -1.0), ("or", "original", "", "remembers", 9.0),
+            ("u1", "unlearned", "", "forgot", 0.0), ("u2", "unlearned", "", "remembers", 5.0),
+            ("r1", "relearned", "u1", "remembers", 4.0),
+            ("q1", "quantised", "u1", "forgot", 0.5)]  # fmt: skip
+    for name, kind, parent, truth, graded in spec:
+        rows.append({"checkpoint": name, "kind": kind, "parent": parent, "truth": truth,
+                     "graded_truth": graded, "method": "ft" if kind == "relearned" else
+                     ("int8" if kind == "quantised" else ""), "good": -graded,
+                     "stuck": 1.0 if name in ("re", "u1", "r1", "q1") else 0.0,
+                     "null_gated_sized": name == "u2"})  # fmt: skip
+    return rows
+
+
+def test_meta_table_scores_a_perfect_score_one_and_catches_a_stuck_one():
+    rows = _rows()
+    table = meta_table(rows, {"good": "good", "stuck": "stuck"}, resamples=40, seed=0)
+    good, stuck = table.rows
+    assert good["auc"] == 1.0 and good["spearman"] == pytest.approx(1.0)
+    assert good["relearn"] == 1.0 and good["int8"] == 1.0
+    assert stuck["relearn"] == 0.5  # relearning did not move it: a tie
+    assert stuck["auc"] == pytest.approx(
+        _pairwise_auc(np.array([1.0, 1.0, 1.0, 1.0]), np.array([0.0, 0.0, 1.0]))
+    )
+    assert table.truth_moves["relearn"] == pytest.approx(4.0)
+    assert table.checkpoints == 6
+
+
+def test_null_check_share_compares_wrong_verdicts_gated_and_not():
+    rows = _rows()
+    for r in rows:
+        r["verdict_ordinal"] = 1.0  # "consistent with forgetting" everywhere
+    share = null_check_share(rows, "verdict_ordinal")
+    assert share["gated"] == pytest.approx(1 / 6)
+    assert share["wrong_gated"] == 1.0  # u2 remembers, called forgotten, gated
+    assert share["wrong_free"] == pytest.approx(2 / 5)  # "or" and "r1" remember: wrong
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def _tiny_plan(folder: Path) -> Path:
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(4, 8))
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, 4, n)
+        return (centres[y] + 1.5 * rng.normal(size=(n, 8))).astype(np.float32), y.astype(np.uint8)
+
+    (xtr, ytr), (xte, yte) = draw(300), draw(240)
+    np.savez(folder / "data.npz", x_train=xtr, y_train=ytr, x_test=xte, y_test=yte)
+    np.save(folder / "forget.npy", np.arange(0, 300, 5))
+    plan = folder / "tiny.toml"
+    plan.write_text(
+        """name = "tiny"
+title = "tiny zoo"
+data_folder = "."
+[model]
+arch = "mlp"
+kwargs = { input_dim = 8, hidden = [32], num_classes = 4 }
+[train]
+optimizer = "adam"
+lr = 1e-2
+weight_decay = 0.0
+epochs = 20
+batch_size = 32
+[zoo]
+original_seeds = [0, 1, 2]
+retrained_seeds = [0, 1, 2]
+reference_seed = 9
+bases = [0]
+[zoo.methods]
+ft = [{ epochs = 1 }, { epochs = 5 }]
+ga = [{ lr = 1e-3 }, { lr = 1e-2 }]
+[zoo.weak]
+ft = { lr = 1e-6, epochs = 1 }
+[zoo.returns]
+relearn = { fraction = 0.2, lr = 0.01, epochs = 3, batch_size = 8 }
+quantise = ["int8", "int4"]
+[eval]
+subset_size = 20
+targets = 8
+splits = 20
+draws = 2
+panel_size = 20
+null_pairs = 2
+baseline_targets = 0
+sized_null_pairs = 4
+[meta]
+bootstrap = 100
+"""
+    )
+    return plan
+
+
+@pytest.mark.slow
+def test_meta_eval_command_on_a_tiny_zoo_writes_the_table_and_resumes(tmp_path, capsys):
+    plan = _tiny_plan(tmp_path)
+    work, out = tmp_path / "work", tmp_path / "out"
+    args = ["meta-eval", str(plan), "--work", str(work), "--out", str(out)]
+    assert main(args) == 0
+    assert "17 checkpoints" in capsys.readouterr().out
+    with open(out / "meta_eval_tiny.csv", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert table[0]["score"] == "sde_verdict"
+    assert table[-1]["score"] == "retrain_avg_gap"
+    assert {"sde_otr", "sde_calibrated_otr", "mmd_otr", "w2_otr", "svc_asr", "loss_attack"} <= {
+        r["score"] for r in table
+    }
+    for r in table:
+        if r["auc"] not in ("", "nan"):
+            assert 0.0 <= float(r["auc"]) <= 1.0
+    with open(out / "meta_eval_tiny_checkpoints.csv", newline="") as fh:
+        checkpoints = list(csv.DictReader(fh))
+    assert len(checkpoints) == 17 and "reference" not in {c["checkpoint"] for c in checkpoints}
+    assert {c["truth"] for c in checkpoints} <= {"forgot", "remembers", "over-unlearned"}
+    assert all(c["truth"] == "forgot" for c in checkpoints if c["kind"] == "retrained")
+    summary = json.loads((out / "meta_eval_tiny.json").read_text())
+    assert summary["null_power"]["subsets_for_80"]["gate"] == 289
+    assert (out / "meta_eval_tiny_roc.png").stat().st_size > 1000
+    stamps = {p: p.stat().st_mtime_ns for p in (work / "zoo").rglob("record.json")}
+    assert main(args) == 0  # a rerun reads every checkpoint and score from the caches
+    assert {p: p.stat().st_mtime_ns for p in (work / "zoo").rglob("record.json")} == stamps
+    assert main(["meta-eval", str(tmp_path / "missing.toml")]) == 1
+    assert "no meta-evaluation plan" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- null sizing
+
+
+def test_gate_power_with_the_draws_interval_is_below_the_binomial_power():
+    """Korn–Graubard over B = 5 draws halves the effective trials: 145 pairs, which give the
+    binomial gate 80% power against 2α, give it far less; at the level itself it rarely fires."""
+    from sde_core.pipeline.meta_eval.null_sizing import gate_power
+    from sde_core.stats.null_power import null_check_power
+
+    binomial = null_check_power(290, 0.05, 0.10, 0.99).power
+    five = gate_power(145, 5, reps=100, seed=1)
+    assert binomial > 0.75 and five.gate < binomial - 0.3
+    assert five.interval > five.gate  # the shown 95% interval is one-sided 97.5%, the gate 99%
+    assert gate_power(145, 20, reps=100, seed=1).gate > five.gate  # more draws, more power
+    assert gate_power(145, 5, true_rate=0.05, reps=100, seed=1).gate < 0.05
+    assert gate_power(20, 5, reps=20, seed=1) == gate_power(20, 5, reps=20, seed=1)
+
+
+# ----------------------------------------------------------------------------- the card
+
+
+def test_the_card_reads_the_verdict_and_the_best_alternative(tmp_path):
+    from sde_core.viz.report.meta_eval import card_sentences, markdown_table, read_card
+
+    head = "score,label,n,spearman_runs,spearman_runs_lo,spearman_runs_hi,auc,right,wrong,abstained"
+    lines = [
+        head,
+        "sde_verdict,SDE verdict,60,0.8,0.7,0.9,1.0,0.5,0.1,0.4",
+        "sde_calibrated_otr,SDE calibrated OTR,60,0.5,0.3,0.6,1.0,,,",
+        "mmd_otr,MMD,60,nan,,,0.5,,,",
+        "forget_loss_gap,loss gap,60,0.95,0.9,1.0,1.0,,,",
+        "retrain_avg_gap,retrain-based,60,0.99,0.98,1.0,1.0,,,",
+    ]
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(lines) + "\n")
+    card = read_card(path)
+    assert card is not None and card.checkpoints == 60 and card.best_label == "loss gap"
+    text = " ".join(card_sentences(card))
+    assert (
+        "right on 50%" in text
+        and "wrong on 10%" in text
+        and "(loss gap) with 0.95 [0.90, 1.0]" in text
+    )
+    table = markdown_table([{"label": "x", "auc": 0.5, "auc_lo": 0.4, "auc_hi": float("nan")}])
+    assert "| x | 0.50 | n/a |" in table  # no interval shown when a bound is missing
+
+
+def test_the_method_page_shows_the_shipped_card():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "pages" / "method.py"))
+    at.run(timeout=60)
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert "How often is it right?" in text and "the verdict was right on" in text
