@@ -81,8 +81,16 @@ METHOD_SECTIONS: dict[int | str, tuple[str, str]] = {
         "Precision target, planner and paired comparisons",
         "15-precision-target-planner-and-paired-comparisons",
     ),
+    16: (
+        "Class-wise forgetting: when the references cannot match the targets",
+        "16-class-wise-forgetting-when-the-references-cannot-match-the-targets",
+    ),
+    17: ("Meta-evaluation: how often the verdict is right",
+         "17-meta-evaluation-how-often-the-verdict-is-right"),
+    18: ("Per-sample evidence: which forget samples still look remembered",
+         "18-per-sample-evidence-which-forget-samples-still-look-remembered"),
     "choices": ("Deviations and choices", "deviations-and-choices"),
-}
+}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,10 @@ def test_glossary_entries_are_complete_and_link_to_real_sections():
     for heading in re.findall(r"^## (.+)$", text, flags=re.MULTILINE):
         slug = re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-")
         anchors.add(slug)
+    numbered = {int(h.split(".")[0]) for h in re.findall(r"^## (\d+)\.", text, re.MULTILINE)}
+    assert numbered <= set(METHOD_SECTIONS), "every numbered section is in METHOD_SECTIONS"
+    for number, (_, anchor) in METHOD_SECTIONS.items():
+        assert anchor in anchors, (number, anchor)
     for key, entry in GLOSSARY.items():
         assert entry.label and entry.definition.endswith((".", ")")), key
         assert entry.section in METHOD_SECTIONS, key
