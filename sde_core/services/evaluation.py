@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from sde_core.common.hashing import file_sha256, stable_hash
 from sde_core.errors import SettingsError
@@ -42,7 +41,6 @@ from sde_core.pipeline.evaluation.class_wise import (
     judged_models,
 )
 from sde_core.pipeline.evaluation.model_evaluation import ModelEvaluation
-from sde_core.pipeline.evaluation.per_sample import sample_evidence
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.session import PLAN_FIELDS
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, result_tables
@@ -65,7 +63,6 @@ __all__ = [
     "priced_layers",
     "progress_note",
     "runs_without_asking",
-    "sample_evidence_table",
     "session_result",
     "stored_models",
     "target_subsets",
@@ -89,17 +86,6 @@ def target_subsets(ws: Workspace, bundle: DatasetBundle, settings: EvalSettings)
     """
     forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train_labels))
     return draw_subsets(len(bundle.train_labels), len(bundle.test_labels), forget, settings).targets
-
-
-def sample_evidence_table(
-    ws: Workspace, bundle: DatasetBundle, settings: EvalSettings, result: EvaluationResult,
-    model: str,
-) -> pd.DataFrame:  # fmt: skip
-    """Every forget sample's per-sample evidence under ``model`` (method §18), most remembered
-    first: :func:`~sde_core.pipeline.evaluation.per_sample.sample_evidence` on the evaluation's
-    own target subsets (nothing recomputed)."""
-    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train_labels))
-    return sample_evidence(result, model, target_subsets(ws, bundle, settings), forget)
 
 
 @dataclass(frozen=True)

@@ -152,7 +152,7 @@ def test_explore_shows_the_library_numbers(ws, expected, defaults):
     assert any(verdict.body in m.value for m in at.markdown), "the verdict with its evidence"
     assert at.get("image"), "image data: a thumbnail strip of the target inputs"
     assert dict(at.query_params)["model"] == "original" and dict(at.query_params)["n"] == "40"
-    from sde_core.services.evaluation import sample_evidence_table
+    from sde_core.services.samples import sample_behaviour, sample_evidence_table
     from sde_core.services.workspace_info import load_bundle
 
     opened = load_workspace(ws)
@@ -160,6 +160,16 @@ def test_explore_shows_the_library_numbers(ws, expected, defaults):
     shown = frame(at, "evidence")  # the most remembered forget samples first, as the library
     assert list(shown["row"]) == list(library["row"][: len(shown)]) and len(shown) == 20
     assert "x_samples_csv" in {b.key for b in at.get("download_button")}
+    rows = list(shown["row"])  # each sample's behaviour under the model, original, retrained
+    behaviour = sample_behaviour(opened, load_bundle(opened), defaults,
+                                 ["original", "retrained"], rows).set_index("row")  # fmt: skip
+    for name in ("original", "retrained"):
+        np.testing.assert_allclose(
+            shown[f"confidence · {name}"], behaviour.loc[rows, f"confidence · {name}"]
+        )
+        confidence = shown[f"confidence · {name}"]
+        assert ((confidence > 0) & (confidence <= 1)).all()
+        np.testing.assert_allclose(shown[f"loss · {name}"], -np.log(confidence))
 
 
 def test_a_link_reproduces_a_non_default_view(ws, defaults):
