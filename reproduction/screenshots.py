@@ -12,6 +12,7 @@ text), so the four stay well under 1.5 MB together. The text of each audited mod
 line is printed, for the "ten-second test" of issue 34 (the sentence each model gets).
 
 Usage: ``python reproduction/screenshots.py [--demo assets/demo ...] [--out docs/screenshots]``
+(default: every demo of :data:`sde_core.pipeline.demos.DEMOS`)
 """
 
 from __future__ import annotations
@@ -30,7 +31,16 @@ from pathlib import Path
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMOS = ("assets/demo", "assets/demo-mnist1d", "assets/demo-facts", "assets/demo-fashion-edm")
+
+
+def _demo_table() -> dict:
+    from sde_core.pipeline.demos import DEMOS as TABLE
+
+    return TABLE
+
+
+#: Every bundled demo's folder, from the one demo table.
+DEMOS = tuple(f"assets/{demo.folder}" for demo in _demo_table().values())
 VIEWPORT = {"width": 1280, "height": 800}
 #: The tallest image taken (pixels): the window grows to the page's content up to this.
 MAX_HEIGHT = 3200
@@ -159,7 +169,7 @@ def screenshot(demo: str, out: Path, browser) -> tuple[Path, int, list[str]]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--demo", action="append", help="a demo folder (default: all four)")
+    p.add_argument("--demo", action="append", help="a demo folder (default: every bundled demo)")
     p.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     args = p.parse_args()
     from playwright.sync_api import expect, sync_playwright

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from sde_core.pipeline.criterion import Criterion
+from sde_core.pipeline.evaluation.behaviour import memory_evidence, row_family
 from sde_core.pipeline.evaluation.comparisons import (
     COMPARED_METRICS,
     Comparison,
@@ -206,15 +207,25 @@ def _reason(row: Mapping[str, Any]) -> str:
 
 
 def judge(
-    row: Mapping[str, Any], criterion: Criterion, vs_retrained: Comparison | None
+    row: Mapping[str, Any],
+    criterion: Criterion,
+    vs_retrained: Comparison | None,
+    vs_original: Comparison | None = None,
 ) -> tuple[str, str]:
     """The criterion's word for one audited model and its sentence.
+
+    Closeness to the retrained model counts as forgotten only where it means something: a
+    model whose paired interval also lies inside the margin around the *original* is
+    undecided (the test cannot tell the two references apart on this workspace), and one whose
+    behaviour still fits D_f better than unseen data (:func:`memory_evidence`, with
+    ``criterion.behaviour``) is conflicting evidence — never drawn as forgotten.
 
     Args:
         row: the model's ``models`` row.
         criterion: the workspace's criterion.
         vs_retrained: the paired comparison ``model − retrained`` of ``criterion.metric``
             (None: the workspace has no retrained model).
+        vs_original: the paired comparison ``model − original`` (None: not known).
     """
     name = str(row.get("name"))
     conflict = row.get("evidence_conflict")
@@ -239,6 +250,21 @@ def judge(
     band = f"±{100 * m:.0f}-point margin"
     gap = f"{abs(100 * d.value):.0f} points {'below' if d.value < 0 else 'above'}"
     if -m <= d.lo and d.hi <= m:
+        memory = memory_evidence(row, row_family(row)) if criterion.behaviour else ""
+        o = vs_original.paired if vs_original is not None else None
+        if o is not None and -m <= o.lo and o.hi <= m:
+            still = f" Its behaviour says it still remembers: {memory}." if memory else ""
+            return "undecided", (
+                f"{name} is undecided: its {what} is within {m:g} of the retrained model's and "
+                f"also of the original's, so on this workspace the test cannot tell forgetting "
+                f"from remembering (the retrained and the original model read alike).{still}"
+            )
+        if memory:
+            return "conflicting evidence", (
+                f"{name}: conflicting evidence — its {what} is within {m:g} of the retrained "
+                f"model's, but the model still fits D_f better than unseen data ({memory}); do "
+                "not treat it as unlearned."
+            )
         return "forgotten", (
             f"{name} counts as forgotten: its {what} is within {m:g} of the retrained "
             f"model's (the paired interval lies inside the {band})."
@@ -364,7 +390,7 @@ def workspace_answer(
             if original is not None and not draws.empty
             else None
         )
-        label, sentence = judge(row, criterion, vs_re)
+        label, sentence = judge(row, criterion, vs_re, vs_or)
         note = (notes or {}).get(name, "").strip()
         sentence = f"{sentence} {note}" if note else sentence
         within = (

@@ -105,3 +105,39 @@ def test_the_scope_says_the_draws_the_models_ran_not_the_fixed_designs_b():
     assert draws_text(precise, [12, 12]) == "12 per model"
     assert draws_text(precise) == "10 to 60 per model (the design decides)"
     assert draws_text(EvalSettings(draws=5, precision=0.0)) == "5"
+
+
+def test_closeness_to_retraining_is_not_forgotten_where_the_references_read_alike():
+    """On a workspace where the retrained and the original model read alike (the memorising
+    denoiser: both near 0), being within the margin of the retrained model says nothing: the
+    model is undecided, and the behaviour that still remembers is said. Where the references
+    differ, a close model whose behaviour still fits D_f better than unseen data is
+    conflicting evidence, never forgotten."""
+    flat = [0.03, 0.02, 0.04, 0.03, 0.03]
+    models = pd.DataFrame([
+        model("original", "original", 0.03), model("retrained", "retrained", 0.05),
+        model("ft", "unlearned", 0.03, behaviour_measure="denoising loss per image",
+              loss_gap=-0.01, loss_gap_lo=-0.012, loss_gap_hi=-0.008,
+              loss_gap_vs_retrained=-0.011, loss_gap_vs_retrained_lo=-0.013,
+              loss_gap_vs_retrained_hi=-0.009),
+        model("quiet", "unlearned", 0.04),
+    ])  # fmt: skip
+    table = draws({"original": flat, "retrained": [0.05, 0.04, 0.06, 0.05, 0.05],
+                   "ft": flat, "quiet": [0.04, 0.03, 0.05, 0.04, 0.04]})  # fmt: skip
+    lines = {a.name: a for a in workspace_answer(models, table, Criterion(), 100).lines}
+    assert lines["ft"].label == "undecided" and "read alike" in lines["ft"].sentence
+    assert "still remembers: denoising-loss gap" in lines["ft"].sentence
+    assert lines["quiet"].label == "undecided" and "still remembers" not in lines["quiet"].sentence
+
+    apart = pd.DataFrame([
+        model("original", "original", 0.0), model("retrained", "retrained", 0.9),
+        model("close", "unlearned", 0.9, acc_f=90.0, acc_te=70.0, acc_gap=20.0, acc_gap_lo=15.0,
+              acc_gap_hi=25.0),
+        model("clean", "unlearned", 0.9, acc_gap=0.5, acc_gap_lo=-2.0, acc_gap_hi=3.0),
+    ])  # fmt: skip
+    same = [0.9, 0.88, 0.92, 0.9, 0.9]
+    table = draws({"original": [0.0] * 5, "retrained": same, "close": same, "clean": same})
+    lines = {a.name: a for a in workspace_answer(apart, table, Criterion(), 100).lines}
+    assert lines["close"].label == "conflicting evidence"
+    assert "still fits D_f better than unseen data (accuracy 90.0% on D_f" in lines["close"].sentence
+    assert lines["clean"].label == "forgotten"

@@ -45,7 +45,9 @@ __all__ = [
     "behaviour_conflict",
     "behaviour_rows",
     "behaviour_unit",
+    "memory_evidence",
     "model_scores",
+    "row_family",
     "store_behaviour",
     "stored_behaviour",
     "with_behaviour",
@@ -256,16 +258,13 @@ def behaviour_rows(
     return out
 
 
-def behaviour_conflict(row: Mapping[str, Any], family: str) -> str:
-    """Why SDE's verdict and the model's behaviour disagree, by the family's rule ("" when they
-    do not; method §9).
+def memory_evidence(row: Mapping[str, Any], family: str) -> str:
+    """The behaviour's evidence that a model still fits D_f significantly better than unseen
+    data, whatever SDE says ("" when it does not, or was not measured; method §9), measured
+    against the retrained model where the workspace has one (its D_f is unseen by
+    construction, so its own gap is the level of "no memory" for these texts or images):
 
-    SDE's claims are the classifier's (:func:`~.statistics.sde_claims`: forgotten or
-    over-unlearned). The behaviour contradicts them when the model still fits D_f
-    significantly better than unseen data, measured against the retrained model where the
-    workspace has one (its D_f is unseen by construction, so its own gap is the level of "no
-    memory" for these texts or images):
-
+    - a classifier: its accuracy gap D_f − D_te has a 95% interval above 0;
     - a language model: the paired DeLong 95% interval of AUC(model) − AUC(retrained) of the
       loss attack lies above 0 (no retrained model: the loss attack's AUC interval lies above
       0.5);
@@ -273,12 +272,15 @@ def behaviour_conflict(row: Mapping[str, Any], family: str) -> str:
       the evaluated noise level, lies below 0 (no retrained model: the gap's interval lies
       below 0).
     """
-    claims = sde_claims(
-        _num(row, "calibrated_otr"), _num(row, "otr"), _num(row, "otr_lo"),
-        bool(row.get("over_unlearned")), _num(row, "over_unlearned_rate"),
-    )  # fmt: skip
-    if not claims:
-        return ""
+    if family == "classifier":
+        lo = _num(row, "acc_gap_lo")
+        if not lo > 0:
+            return ""
+        return (
+            f"accuracy {_num(row, 'acc_f'):.1f}% on D_f vs {_num(row, 'acc_te'):.1f}% on D_te "
+            f"(gap {_num(row, 'acc_gap'):+.1f} points, 95% CI [{lo:+.1f}, "
+            f"{_num(row, 'acc_gap_hi'):+.1f}])"
+        )
     if family == "causal_lm":
         d_lo = _num(row, "attack_auc_vs_retrained_lo")
         auc = (f"loss attack AUC {_num(row, 'attack_auc'):.2f} [{_num(row, 'attack_auc_lo'):.2f}, "
@@ -295,22 +297,46 @@ def behaviour_conflict(row: Mapping[str, Any], family: str) -> str:
             evidence = f"{auc}, above 0.5"
         else:
             return ""
-        evidence += f"; loss gap D_f − D_te {_gap(row)} nats per token"
-    elif family == "denoiser":
+        return evidence + f"; loss gap D_f − D_te {_gap(row)} nats per token"
+    if family == "denoiser":
         d_hi = _num(row, "loss_gap_vs_retrained_hi")
         if np.isfinite(d_hi):
             if not d_hi < 0:
                 return ""
-            evidence = (
+            return (
                 f"denoising-loss gap D_f − D_te {_gap(row, 4)}, below the retrained model's by "
                 f"{_num(row, 'loss_gap_vs_retrained'):+.4f} (95% CI "
                 f"[{_num(row, 'loss_gap_vs_retrained_lo'):+.4f}, {d_hi:+.4f}])"
             )
-        elif _num(row, "loss_gap_hi") < 0:
-            evidence = f"denoising-loss gap D_f − D_te {_gap(row, 4)}, below 0"
-        else:
-            return ""
-    else:
+        if _num(row, "loss_gap_hi") < 0:
+            return f"denoising-loss gap D_f − D_te {_gap(row, 4)}, below 0"
+    return ""
+
+
+def row_family(row: Mapping[str, Any]) -> str:
+    """The family a ``models`` row's behaviour columns belong to: ``"causal_lm"`` (a loss
+    attack AUC), ``"denoiser"`` (a denoising-loss measure) or ``"classifier"``."""
+    if np.isfinite(_num(row, "attack_auc")):
+        return "causal_lm"
+    if "denoising" in str(row.get("behaviour_measure") or ""):
+        return "denoiser"
+    return "classifier"
+
+
+def behaviour_conflict(row: Mapping[str, Any], family: str) -> str:
+    """Why SDE's verdict and the model's behaviour disagree, by the family's rule ("" when they
+    do not; method §9): SDE claims forgotten or over-unlearned
+    (:func:`~.statistics.sde_claims`) and :func:`memory_evidence` says the model still fits
+    D_f better than unseen data. (A classifier's rule is applied where its row is summarised,
+    :mod:`.statistics`; here the language model's and the denoiser's.)"""
+    claims = sde_claims(
+        _num(row, "calibrated_otr"), _num(row, "otr"), _num(row, "otr_lo"),
+        bool(row.get("over_unlearned")), _num(row, "over_unlearned_rate"),
+    )  # fmt: skip
+    if not claims or family not in ("causal_lm", "denoiser"):
+        return ""
+    evidence = memory_evidence(row, family)
+    if not evidence:
         return ""
     return (
         f"SDE says {' and '.join(claims)}, but the model still fits D_f better than unseen data: "
