@@ -139,5 +139,6 @@ def test_closeness_to_retraining_is_not_forgotten_where_the_references_read_alik
     table = draws({"original": [0.0] * 5, "retrained": same, "close": same, "clean": same})
     lines = {a.name: a for a in workspace_answer(apart, table, Criterion(), 100).lines}
     assert lines["close"].label == "conflicting evidence"
-    assert "still fits D_f better than unseen data (accuracy 90.0% on D_f" in lines["close"].sentence
+    sentence = lines["close"].sentence
+    assert "still fits D_f better than unseen data (accuracy 90.0% on D_f" in sentence
     assert lines["clean"].label == "forgotten"
