@@ -34,7 +34,7 @@ from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
 from sde_core.families.base import Family
 from sde_core.families.registry import family_of_entry
 from sde_core.pipeline.evaluation.stages import StageCache
-from sde_core.pipeline.evaluation.statistics import sde_claims
+from sde_core.pipeline.evaluation.statistics import accuracy_memory, sde_claims
 from sde_core.pipeline.settings import NOISE_LEVELS
 
 __all__ = [
@@ -273,14 +273,7 @@ def memory_evidence(row: Mapping[str, Any], family: str) -> str:
       below 0).
     """
     if family == "classifier":
-        lo = _num(row, "acc_gap_lo")
-        if not lo > 0:
-            return ""
-        return (
-            f"accuracy {_num(row, 'acc_f'):.1f}% on D_f vs {_num(row, 'acc_te'):.1f}% on D_te "
-            f"(gap {_num(row, 'acc_gap'):+.1f} points, 95% CI [{lo:+.1f}, "
-            f"{_num(row, 'acc_gap_hi'):+.1f}])"
-        )
+        return accuracy_memory(row)
     if family == "causal_lm":
         d_lo = _num(row, "attack_auc_vs_retrained_lo")
         auc = (f"loss attack AUC {_num(row, 'attack_auc'):.2f} [{_num(row, 'attack_auc_lo'):.2f}, "

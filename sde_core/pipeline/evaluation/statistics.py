@@ -37,6 +37,7 @@ from sde_core.stats.replication import (
 
 __all__ = [
     "NullRates",
+    "accuracy_memory",
     "null_rates",
     "sde_claims",
     "summarize",
@@ -243,6 +244,21 @@ def sde_claims(
     return claims
 
 
+def accuracy_memory(extras: Mapping[str, Any]) -> str:
+    """A classifier's behaviour evidence that it still fits D_f better than unseen data — its
+    accuracy gap D_f − D_te has a 95% interval above 0 — in words ("" when it does not, or was
+    not measured; method §9)."""
+    lo = float(extras.get("acc_gap_lo", _NAN))
+    if not lo > 0:
+        return ""
+    acc_f, acc_te = float(extras.get("acc_f", _NAN)), float(extras.get("acc_te", _NAN))
+    return (
+        f"accuracy {acc_f:.1f}% on D_f vs {acc_te:.1f}% on D_te (gap "
+        f"{float(extras['acc_gap']):+.1f} points, 95% CI [{lo:+.1f}, "
+        f"{float(extras['acc_gap_hi']):+.1f}])"
+    )
+
+
 def _conflict(
     estimates: Mapping[str, Estimate], over_model: bool, extras: Mapping[str, Any]
 ) -> str:
@@ -254,8 +270,8 @@ def _conflict(
     data when its accuracy gap's 95% interval lies above 0. Withheld estimates (NaN) claim
     nothing.
     """
-    lo = float(extras.get("acc_gap_lo", _NAN))
-    if not lo > 0:
+    memory = accuracy_memory(extras)
+    if not memory:
         return ""
     claims = sde_claims(
         estimates["calibrated_otr"].value, estimates["otr"].value, estimates["otr"].lo,
@@ -263,12 +279,9 @@ def _conflict(
     )  # fmt: skip
     if not claims:
         return ""
-    acc_f, acc_te = float(extras.get("acc_f", _NAN)), float(extras.get("acc_te", _NAN))
     text = (
         f"SDE says {' and '.join(claims)}, but the model still fits D_f better than unseen data: "
-        f"accuracy {acc_f:.1f}% on D_f vs {acc_te:.1f}% on D_te (gap "
-        f"{float(extras['acc_gap']):+.1f} points, 95% CI [{lo:+.1f}, "
-        f"{float(extras['acc_gap_hi']):+.1f}])"
+        f"{memory}"
     )
     loss = float(extras.get("loss_gap", _NAN))
     if np.isfinite(loss):

@@ -42,6 +42,7 @@ from sde_core.pipeline.evaluation.metric_table import (
     NULL_OUT_OF_TRAINING_FPR,
     NULL_OVER_UNLEARNED_FPR,
     OTR,
+    interval_columns,
     raw_column,
 )
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
@@ -204,7 +205,7 @@ def sized_record(
     keys = [
         c
         for m in (NULL_CALIBRATED_FPR, NULL_OVER_UNLEARNED_FPR, NULL_OUT_OF_TRAINING_FPR)
-        for c in (m.key, f"{m.key}_lo", f"{m.key}_hi")
+        for c in interval_columns(m.key)
     ]
     out = {k: _clean(sized.get(k)) for k in [*keys, "null_pairs", "inconclusive_reason"]}
     out["gated"] = sized_gate(sized)
