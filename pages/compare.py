@@ -203,7 +203,8 @@ def charts(results: dict[str, EvaluationResult]) -> str:
 def side_by_side(result: EvaluationResult, names: list[str]) -> None:
     """Small multiples: each chosen model's S_IT, S_OOT and targets in its own panel on shared
     axes, as histograms or ECDFs."""
-    drawn = [n for n in names if result.model_arrays(n)]
+    with_arrays = {key.split("/", 1)[0] for key in result.arrays}  # one pass, not one per model
+    drawn = [n for n in names if n in with_arrays]
     if not drawn:
         return
     if "c_multiples" not in st.session_state:
