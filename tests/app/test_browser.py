@@ -275,6 +275,9 @@ def test_a_shared_link_reproduces_the_view_and_the_pages_walk_through(
         nav = page.get_by_test_id("stTopNavLinkContainer")
         nav.get_by_role("link", name="Compare").click()
         expect(page.get_by_text("Reference: the retrained model 'retrained'")).to_be_visible()
+        # the comparison table is the page's first only once the run is over: while it is
+        # drawing (slow CI machines), the page may hold other tables ahead of it
+        settle(page)
         table = page.locator("[data-testid='stDataFrame']").first
         table.hover()
         with page.expect_download() as csv:  # the table as shown: estimates with intervals
