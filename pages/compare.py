@@ -203,7 +203,7 @@ def charts(results: dict[str, EvaluationResult]) -> str:
 def side_by_side(result: EvaluationResult, names: list[str]) -> None:
     """Small multiples: each chosen model's S_IT, S_OOT and targets in its own panel on shared
     axes, as histograms or ECDFs."""
-    with_arrays = {key.split("/", 1)[0] for key in result.arrays}  # one pass, not one per model
+    with_arrays = result.models_with_arrays()
     drawn = [n for n in names if n in with_arrays]
     if not drawn:
         return

@@ -152,6 +152,10 @@ class EvaluationResult:
         prefix = f"{name}/"
         return {k[len(prefix) :]: v for k, v in self.arrays.items() if k.startswith(prefix)}
 
+    def models_with_arrays(self) -> set[str]:
+        """The models whose raw H arrays this result holds (one pass over the keys)."""
+        return {key.split("/", 1)[0] for key in self.arrays}
+
     def model_draws(self, name: str) -> pd.DataFrame:
         """The ``draws`` rows of one model, in draw order."""
         if self.draws.empty:

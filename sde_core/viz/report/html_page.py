@@ -109,7 +109,7 @@ def report_figures(result: Any) -> dict[str, go.Figure]:
         if not found.empty:
             name = str(found.iloc[0]["name"])
             figs[f"H histograms: {name}"] = hsic_histogram(result, name)
-    with_arrays = {key.split("/", 1)[0] for key in result.arrays}  # one pass, not one per model
+    with_arrays = result.models_with_arrays()
     drawn = [str(n) for n in result.models["name"] if str(n) in with_arrays]
     names = drawn[:MAX_SMALL_MULTIPLES]  # the models whose H arrays the result holds
     if len(names) > 1:
