@@ -13,10 +13,13 @@ import streamlit as st
 
 import sde_core
 from pages import navigation_pages
+from pages._display import preload_charts
 
 st.set_page_config(page_title="SDE Explorer", layout="wide")
 st.sidebar.caption(
     f"SDE Explorer · sde_core {sde_core.__version__} — does a model still depend on its "
     "forget set? Split-half HSIC against in- and out-of-training references."
 )
+with st.sidebar:
+    preload_charts()
 st.navigation(navigation_pages(), position="top").run()

@@ -75,9 +75,17 @@ from sde_core.viz.verdicts.null_check import null_check_readings
 THUMBNAILS = 16
 #: An evaluation that finishes within this many seconds shows no progress box and no redraws.
 QUIET_SECONDS = 0.5
-#: Later redraws of a streaming evaluation come at most this often (each costs the page's
-#: charts: a redraw per step made a change several times slower than the library).
-REDRAW_SECONDS = 2.0
+#: Later redraws of a streaming evaluation come at most this often. Each costs the page's
+#: Python and the browser's chart drawing, and on 2 cores both are taken from the HSIC: at one
+#: redraw per 2 s (every chart and table each time) a σ change took 65 s on the page against
+#: 31 s in the library (14 redraws of 1.2 s, server side alone).
+REDRAW_SECONDS = 10.0
+#: What a live (provisional) redraw leaves out until the run completes: it draws the verdict,
+#: the headline numbers and the histogram only.
+LIVE_LATER = (
+    "The per-draw strip, the JSD decision table, the calibrated panel, the spread control and "
+    "the null check are drawn when the run completes."
+)
 #: Session key of the evaluation in progress: ``(key, {model: PartialEvaluation})``.
 PARTIAL_KEY = "x_partial"
 #: Verdict counts of the calibrated test (the ones a result has are shown).
@@ -138,10 +146,13 @@ def pick_model_and_layer(ws: Workspace) -> str:
     return model
 
 
-def headline(result: EvaluationResult, model: str, tag: str, provisional: str = "") -> None:
+def headline(
+    result: EvaluationResult, model: str, tag: str, provisional: str = "", strip: bool = True
+) -> None:
     """The verdict in words (provisional while the run streams), then the reference check,
     OTR with interval, F1, score and σ — under the verdict, and behind an expander when the
-    evidence conflicts (those numbers are then not certified)."""
+    evidence conflicts (those numbers are then not certified); ``strip``: with the per-draw
+    dot strip."""
     row = result.models.set_index("name").loc[model]
     record = {"name": model, **row.to_dict()}
     note = verdict_notes(current_workspace(), result.settings.layer).get(model, "")
@@ -156,7 +167,7 @@ def headline(result: EvaluationResult, model: str, tag: str, provisional: str = 
     )
     with holder:
         numbers(result, row, provisional)
-        if not result.model_draws(model).empty:
+        if strip and not result.model_draws(model).empty:
             plot(draw_strip(result, model), f"x_strip{tag}")
 
 
@@ -231,14 +242,22 @@ def hist_controls(settings: EvalSettings) -> int | None:
     return int(pick)
 
 
+def histogram(result: EvaluationResult, model: str, pick: int | None) -> Any:
+    """The H histogram of the references and the chosen target subset (or all pooled; a
+    subset not evaluated yet is said so and the pooled targets are shown)."""
+    sub = result.subsets
+    evaluated = int(((sub["model"] == model) & (sub["kind"] == "target")).sum())
+    if pick is not None and pick >= evaluated:
+        st.info(f"Target subset {pick} is not evaluated yet: showing all targets pooled.")
+        pick = None
+    return hsic_histogram(result, model, "pooled" if pick is None else [pick])
+
+
 def decisions(result: EvaluationResult, model: str, pick: int | None, tag: str) -> None:
     """Histograms of H and the JSD decision of every target subset evaluated so far."""
     sub = result.subsets
     targets = sub[(sub["model"] == model) & (sub["kind"] == "target")]
-    if pick is not None and pick >= len(targets):
-        st.info(f"Target subset {pick} is not evaluated yet: showing all targets pooled.")
-        pick = None
-    plot(hsic_histogram(result, model, "pooled" if pick is None else [pick]), f"x_hist{tag}")
+    plot(histogram(result, model, pick), f"x_hist{tag}")
     st.markdown("**JSD decision per target subset** (D = Jensen–Shannon divergence, base 2)")
     shown_table = targets[["index", "d_it", "d_oot", "decision", "h_median", "score", "spread"]]
     table(
@@ -394,12 +413,17 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
 
 
 def show(result: EvaluationResult, model: str, control: str | None, pick: int | None,
-         tag: str, provisional: str = "") -> None:  # fmt: skip
+         tag: str, provisional: str = "", live: bool = False) -> None:  # fmt: skip
     """Everything the page shows of a (possibly partial) result; ``tag`` makes element keys
     unique when the streaming evaluation redraws it; ``provisional`` says what is still
-    running (the verdict is then labelled provisional)."""
-    headline(result, model, tag, provisional)
+    running (the verdict is then labelled provisional); ``live``: a redraw while the run
+    streams — the verdict, headline numbers and histogram only (:data:`LIVE_LATER`)."""
+    headline(result, model, tag, provisional, strip=not live)
     st.subheader("Split-half HSIC: references and targets")
+    if live:
+        plot(histogram(result, model, pick), f"x_hist{tag}")
+        st.caption(LIVE_LATER)
+        return
     decisions(result, model, pick, tag)
     st.subheader("Calibrated evidence, spread control and null check")
     calibrated(result, model, tag)
@@ -505,7 +529,7 @@ def progressive(
                         ws_hash, settings, [p.evaluation() for p in parts.values()]
                     )
                     with live.container():
-                        show(partial, model, control, pick, f"_live{i}",
+                        show(partial, model, control, pick, f"_live{i}", live=True,
                              provisional=provisional_state(partial, model, settings))  # fmt: skip
                     drawn = time.perf_counter()
                     shown_draw = shown_draw or part.stage == "panels"

@@ -20,7 +20,7 @@ so sorting and exports keep full precision); whole numbers (``draws 5``) stay wh
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,10 +101,13 @@ def format_number(value: Any, *, digits: int = 3) -> str:
         return "∞" if x > 0 else "−∞"
     if x == 0:
         return "0"
-    x = float(f"{x:.{digits - 1}e}")  # rounded first, so a carry (0.000999996) leaves the range
-    if _PLAIN_LOW <= abs(x) < _PLAIN_HIGH:
-        return _fixed(x, digits)
-    mantissa, _, power = f"{x:.{digits - 1}e}".partition("e")
+    text = f"{x:.{digits - 1}e}"
+    rounded = float(text)  # rounded first, so a carry (0.000999996) leaves the range
+    if _PLAIN_LOW <= abs(rounded) < _PLAIN_HIGH:
+        return _fixed(rounded, digits)
+    if not math.isinf(rounded):  # (1.795e308 rounds past the largest float: keep its text)
+        text = f"{rounded:.{digits - 1}e}"
+    mantissa, _, power = text.partition("e")
     return f"{mantissa}e{int(power)}"
 
 
@@ -187,13 +190,28 @@ def column_formatter(values: Iterable[Any], *, min_digits: int = 3) -> Callable[
     )
     digits = min_digits
     for digits in range(min_digits, _MAX_DIGITS + 1):
-        if len({format_number(x, digits=digits) for x in finite}) == len(finite):
+        if _tells_apart(finite, digits):
             break
 
     def fmt(value: Any) -> str:
         return format_number(value, digits=digits)
 
     return fmt
+
+
+def _tells_apart(ordered: Sequence[float], digits: int) -> bool:
+    """Whether ``format_number(·, digits)`` shows each of the sorted distinct ``ordered`` values
+    differently. Its text is a one-to-one function of the value rounded to ``digits``
+    significant digits, and that rounding never decreases, so equal texts are neighbours in
+    sorted order: comparing neighbours is the whole check, and it stops at the first clash (a
+    table column of 700 close scores used to be formatted in full once per digit tried)."""
+    previous = None
+    for x in ordered:
+        text = format_number(x, digits=digits)
+        if text == previous:
+            return False
+        previous = text
+    return True
 
 
 def style_table(df: pd.DataFrame) -> Styler:

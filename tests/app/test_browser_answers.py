@@ -103,8 +103,10 @@ def _alerts(page, kind: str):
 
 def test_the_verdict_is_labelled_provisional_while_the_run_streams(urls, chromium) -> None:  # noqa: F811
     """A new seed on the tiny workspace (a run that really computes, long enough to stream): a
-    verdict labelled "Provisional (draw k of …)" is on screen while the script still runs, and
-    once it is over the label is gone and the final verdict stands."""
+    verdict labelled "Provisional (draw k of …)" is on screen while the script still runs, with
+    the live view's note that the tables and the calibrated charts come at the end (a live
+    redraw draws the verdict, numbers and histogram only), and once it is over the label and
+    the note are gone and the final verdict stands."""
     from playwright.sync_api import expect
 
     with browser_page(chromium) as page:
@@ -117,7 +119,8 @@ def test_the_verdict_is_labelled_provisional_while_the_run_streams(urls, chromiu
               const label = [...document.querySelectorAll('[data-testid="stAlert"]')]
                 .some(a => /Provisional \\(draw \\d+ of 12\\)/.test(a.innerText)
                            && /may change when the run completes/.test(a.innerText));
-              return running && label;
+              const later = document.body.innerText.includes('are drawn when the run completes');
+              return running && label && later;
             }""",
             timeout=300_000,
         )
@@ -126,6 +129,7 @@ def test_the_verdict_is_labelled_provisional_while_the_run_streams(urls, chromiu
         settle(page)
         assert page.get_by_text(re.compile(r"Provisional \(draw")).count() == 0
         assert page.get_by_text("may change when the run completes").count() == 0
+        assert page.get_by_text("are drawn when the run completes").count() == 0
         assert page.get_by_test_id("stAlert").count() > 0  # the final verdict
         assert page.get_by_test_id("stException").count() == 0
 
@@ -296,7 +300,7 @@ def test_a_bins_change_reruns_the_fragment_only(urls, chromium) -> None:  # noqa
         page.goto(f"{urls['tiny']}/explore?model=FT&seed=5151")
         expect(page.get_by_text("OTR (out-of-training rate)")).to_be_visible()
         settle(page)
-        chart = page.locator(".js-plotly-plot").first
+        chart = page.get_by_test_id("stMain").locator(".js-plotly-plot").first
         bars_before = chart.locator(".bars path, .point path").count()
         sent.clear()
         received.clear()
@@ -321,5 +325,6 @@ def test_a_bins_change_reruns_the_fragment_only(urls, chromium) -> None:  # noqa
             and m.delta.new_element.WhichOneof("type") == "plotly_chart"
         ]  # fmt: skip
         assert charts and all(m.delta.fragment_id for m in charts), "the chart is redrawn"
-        bars_after = page.locator(".js-plotly-plot").first.locator(".bars path, .point path")
+        main = page.get_by_test_id("stMain")  # the sidebar's hidden preload chart comes first
+        bars_after = main.locator(".js-plotly-plot").first.locator(".bars path, .point path")
         assert bars_after.count() != bars_before or bars_before == 0

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from sde_core.errors import SettingsError
 from sde_core.viz.formatting import (
@@ -91,6 +93,36 @@ def test_column_formatter_keeps_distinct_values_distinct():
     assert shown == ["3.5123e-5", "3.5124e-5", "3.6000e-5", "n/a"]
     equal = column_formatter([0.25, 0.25, 0.5])
     assert [equal(v) for v in (0.25, 0.5)] == ["0.250", "0.500"]  # equal values may repeat
+
+
+def _digits_by_brute_force(values: list[float]) -> int:
+    """The rule as the docstring states it: the fewest digits (3..8) at which the set of texts
+    is as large as the set of distinct finite values, every value formatted at every level."""
+    finite = {v for v in values if np.isfinite(v)}
+    for digits in range(3, 9):
+        if len({format_number(v, digits=digits) for v in finite}) == len(finite):
+            return digits
+    return 8
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hs.lists(
+        hs.one_of(
+            hs.floats(allow_nan=True, allow_infinity=True),
+            # clusters of close values: the case that needs more digits
+            hs.builds(
+                lambda base, k: base * (1 + k * 1e-7), hs.floats(1e-9, 1e9), hs.integers(0, 50)
+            ),
+            hs.sampled_from([0.0, -0.0, 0.9995, 0.99951, 9.9995e-4, 1e-3, 1e4, 9999.5]),
+        ),
+        max_size=40,
+    )
+)
+def test_column_formatter_picks_the_digits_the_brute_force_rule_picks(values):
+    fmt = column_formatter(values)
+    digits = _digits_by_brute_force(values)
+    assert [fmt(v) for v in values] == [format_number(v, digits=digits) for v in values]
 
 
 def test_style_table_formats_float_columns_only():
