@@ -131,7 +131,7 @@ def apply_link(view: CompareView) -> None:
 
 def choose_layers(ws: Workspace) -> list[str]:
     """Layer multiselect (default: the Explore layer)."""
-    reference = next((m.name for m in ws.models if m.role == "original"), ws.models[0].name)
+    reference = ws.first("original") or ws.models[0].name
     options = [info.name for info in model_layers(ws, reference)]
     chosen = st.session_state.get("compare_layers")
     if chosen is None:

@@ -121,7 +121,7 @@ def apply_link(view: ExploreView, names: list[str]) -> None:
 def pick_model_and_layer(ws: Workspace) -> str:
     """Model selector and layer picker (real layers with their shapes); returns the model."""
     names = [m.name for m in ws.models]
-    originals = [m.name for m in ws.models if m.role == "original"]
+    originals = ws.named("original")
     if st.session_state.get("x_model") not in names:
         st.session_state["x_model"] = originals[0] if originals else names[0]
     left, right = st.columns([1, 2])
@@ -390,12 +390,12 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
         st.image(list(strip.noisy), width=72, clamp=True)
         st.caption(f"Denoised by {model} (error under each image)")
         st.image(list(strip.denoised), caption=strip.captions, width=72, clamp=True)
-        retrained = [m.name for m in ws.models if m.role == "retrained" and m.name != model]
-        ref = None if not retrained else cached_thumbnails(ws, settings, retrained[0], target,
-                                                           THUMBNAILS)  # fmt: skip
+        retrained = ws.first("retrained", other_than=model)
+        ref = None if retrained is None else cached_thumbnails(ws, settings, retrained, target,
+                                                               THUMBNAILS)  # fmt: skip
         if ref is not None and ref.denoised is not None:  # the yardstick, on the same noisy inputs
             st.caption(
-                f"Denoised by {retrained[0]}, the retrained model, which never saw D_f (the same "
+                f"Denoised by {retrained}, the retrained model, which never saw D_f (the same "
                 "noisy inputs; a model that forgot should denoise these about as well as it does)"
             )
             st.image(list(ref.denoised), caption=ref.captions, width=72, clamp=True)

@@ -274,7 +274,7 @@ st.caption(
     "Each point is a full evaluation from the cached activations; points already in the "
     "results store are read back. Other settings come from the sidebar."
 )
-originals = [m.name for m in ws.models if m.role == "original"] or [ws.models[0].name]
+originals = ws.named("original") or [ws.models[0].name]
 apply_link(view, ws, settings, originals[0])
 param = st.radio("Sweep", list(PARAMS), format_func=PARAMS.__getitem__, horizontal=True,
                  key="sw_param")  # fmt: skip
@@ -282,7 +282,7 @@ models: list[str] = []
 with guarded("Cannot run this sweep"):
     values = sweep_values(ws, settings, param, originals[0])
     names = [m.name for m in ws.models]
-    default = originals[:1] + [m.name for m in ws.models if m.role == "retrained"][:1]
+    default = originals[:1] + ws.named("retrained")[:1]
     st.session_state.setdefault(models_key(param), originals[:1] if param == "checkpoint"
                                 else default)  # fmt: skip
     models = st.multiselect("Models", names, key=models_key(param))

@@ -257,7 +257,7 @@ def retrained_reference(
 ) -> tuple[str, float] | None:
     """The retrained model's name and stored calibrated OTR at ``settings`` (None when the
     workspace has no retrained model, or its number is not stored or withheld)."""
-    retrained = [m.name for m in ws.models if m.role == "retrained"]
+    retrained = ws.named("retrained")
     if not retrained:
         return None
     h = workspace_hash(ws, data_fingerprint=data_fingerprint)

@@ -148,7 +148,7 @@ def memorisation_rows(
             denoising_losses(model, bundle.train, np.arange(n_train), levels),
             denoising_losses(model, bundle.test, np.arange(len(bundle.test_labels)), levels),
         )
-    reference = next((m.name for m in ws.models if m.role == "retrained"), None)
+    reference = ws.first("retrained")
     rows = []
     for m_index, (name, (train, test)) in enumerate(losses.items()):
         for l_index, level in enumerate(train):

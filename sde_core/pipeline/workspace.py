@@ -358,6 +358,15 @@ class Workspace:
             f"workspace has no model {name!r}; models: {[m.name for m in self.models]}"
         )
 
+    def named(self, role: str) -> list[str]:
+        """The names of the models with ``role``, in the workspace's order."""
+        return [m.name for m in self.models if m.role == role]
+
+    def first(self, role: str, *, other_than: str | None = None) -> str | None:
+        """The name of the first model with ``role`` (other than ``other_than``), or None: the
+        one lookup of "the original" or "the retrained model" the pages and reports use."""
+        return next((n for n in self.named(role) if n != other_than), None)
+
     def original(self) -> ModelEntry:
         """The entry with role ``original``; raises :class:`WorkspaceError` when there is none."""
         found = [m for m in self.models if m.role == "original"]

@@ -176,7 +176,7 @@ def _model_problems(ws: Workspace) -> list[Problem]:
     if not ws.models:
         out.append(Problem("models", f"the workspace has no models: {_ADD_HINT}"))
     seen: set[str] = set()
-    originals = [m.name for m in ws.models if m.role == "original"]
+    originals = ws.named("original")
     if len(originals) > 1:
         out.append(
             Problem(

@@ -25,6 +25,7 @@ from sde_core.pipeline.evaluation.comparisons import (
     COMPARED_METRICS,
     Comparison,
     compare_models,
+    first_with_role,
 )
 from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.viz.behaviour_text import behaviour_text
@@ -186,11 +187,6 @@ def difference_text(comparison: Comparison | None, what: str) -> str:
         return "n/a" if not math.isfinite(x) else f"{100 * x:+.0f}".replace("-", "−")
 
     return f"{pts(d.value)} points [{pts(d.lo)}, {pts(d.hi)}] vs {what} (paired, {d.draws} draws)"
-
-
-def _first(models: pd.DataFrame, role: str) -> str | None:
-    names = models.loc[models["role"] == role, "name"].tolist() if "role" in models else []
-    return str(names[0]) if names else None
 
 
 def _reason(row: Mapping[str, Any]) -> str:
@@ -366,7 +362,7 @@ def workspace_answer(
         notes: model name → its family's verdict note, added to its line's sentence
             (:func:`sde_core.services.answer.verdict_notes`).
     """
-    retrained, original = _first(models, "retrained"), _first(models, "original")
+    retrained, original = first_with_role(models, "retrained"), first_with_role(models, "original")
     rows: list[dict[str, Any]] = [
         {str(k): v for k, v in r.items()}
         for r in models.to_dict("records")

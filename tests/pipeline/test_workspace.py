@@ -403,3 +403,26 @@ def test_the_criterion_compares_the_otr_or_the_calibrated_otr():
 
     assert CRITERION_METRICS == {"otr": "OTR", "calibrated_otr": "calibrated OTR"}
     assert Criterion().metric == DEFAULT_METRIC == "calibrated_otr"
+
+
+def test_the_first_model_of_a_role_is_looked_up_in_one_place(ws):
+    import dataclasses
+
+    import pandas as pd
+
+    from sde_core.pipeline.evaluation.comparisons import first_with_role
+
+    base = ws.models[0]
+    ws.models = [
+        base,
+        dataclasses.replace(base, name="re1", role="retrained"),
+        dataclasses.replace(base, name="re2", role="retrained"),
+    ]
+    assert ws.named("retrained") == ["re1", "re2"]
+    assert ws.first("retrained") == "re1"
+    assert ws.first("retrained", other_than="re1") == "re2"
+    assert ws.first("random") is None and ws.named("random") == []
+    table = pd.DataFrame({"name": [m.name for m in ws.models], "role": [m.role for m in ws.models]})
+    assert first_with_role(table, "retrained") == "re1"
+    assert first_with_role(table, "unlearned") is None
+    assert first_with_role(table.drop(columns="role"), "retrained") is None

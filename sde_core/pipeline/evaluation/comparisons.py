@@ -22,7 +22,24 @@ from sde_core.pipeline.evaluation.metric_table import CALIBRATED_OTR, F1, OTR, O
 from sde_core.pipeline.evaluation.summary import json_number
 from sde_core.stats.precision import Difference, paired_difference, unpaired_difference
 
-__all__ = ["COMPARED_METRICS", "Comparison", "compare_models", "reference_comparisons"]
+__all__ = [
+    "COMPARED_METRICS",
+    "Comparison",
+    "compare_models",
+    "first_with_role",
+    "reference_comparisons",
+]
+
+
+def first_with_role(models: pd.DataFrame, role: str) -> str | None:
+    """The name of the first model with ``role`` in a result's ``models`` table (None when there
+    is none, or the table has no roles): the one lookup of the table's retrained or original
+    model (:meth:`~sde_core.pipeline.workspace.Workspace.first` is the workspace's)."""
+    if "role" not in models:
+        return None
+    names = models.loc[models["role"] == role, "name"].tolist()
+    return str(names[0]) if names else None
+
 
 #: Rates compared between models: ``models``/``draws`` column -> the ``draws`` column of its
 #: trials (targets for the target rates, controls for F1).

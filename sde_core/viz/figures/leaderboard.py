@@ -29,7 +29,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sde_core.pipeline.evaluation.comparisons import compare_models
+from sde_core.pipeline.evaluation.comparisons import compare_models, first_with_role
 from sde_core.pipeline.evaluation.metric_table import (
     ATTACK_AUC_VS_RETRAINED,
     CALIBRATED_OTR,
@@ -59,11 +59,6 @@ _COLUMNS = [
     "rank", "model", "rate", "vs", "reference", "difference", "low", "high", "unit",
     "interval", "draws", "paired test", "why withheld",
 ]  # fmt: skip
-
-
-def _first(models: pd.DataFrame, role: str) -> str | None:
-    names = models.loc[models["role"] == role, "name"].tolist()
-    return str(names[0]) if names else None
 
 
 def _number(value: Any) -> float:
@@ -104,7 +99,7 @@ def _behaviour_unit(models: pd.DataFrame) -> str:
 def _rate_rows(models: pd.DataFrame, draws: pd.DataFrame, name: str) -> list[dict[str, Any]]:
     rows = []
     for role in ("retrained", "original"):
-        reference = _first(models, role)
+        reference = first_with_role(models, role)
         if reference is None:
             continue
         for rate in LEADERBOARD_RATES:
@@ -128,7 +123,7 @@ def _rate_rows(models: pd.DataFrame, draws: pd.DataFrame, name: str) -> list[dic
 
 
 def _behaviour_rows(models: pd.DataFrame, name: str) -> list[dict[str, Any]]:
-    retrained = _first(models, "retrained")
+    retrained = first_with_role(models, "retrained")
     if retrained is None:
         return []
     row = models[models["name"] == name].iloc[0]
