@@ -60,11 +60,11 @@ def sample_behaviour(
     labels = np.asarray(bundle.train_labels)[idx]
     if idx.size == 0 or (labels < 0).any():
         return None
+    entries = [ws.model(name) for name in models]
+    if not all(family_of_entry(e.arch, settings.layer).has_class_outputs for e in entries):
+        return None  # checked before any extraction: one such model makes the table None
     table = pd.DataFrame({"row": idx})
-    for name in models:
-        entry = ws.model(name)
-        if not family_of_entry(entry.arch, settings.layer).has_class_outputs:
-            return None
+    for name, entry in zip(models, entries, strict=True):
         probs = entry_activations(
             ws, entry, bundle, "train", "output", activation_cache(ws), indices=idx,
             device=settings.device, pool=settings.pool,
