@@ -18,9 +18,7 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -90,22 +88,17 @@ def target_subsets(ws: Workspace, bundle: DatasetBundle, settings: EvalSettings)
     n_train, n_test = len(bundle.train_labels), len(bundle.test_labels)
     key = (n_train, n_test, stable_hash(forget.tolist()),
            *(getattr(settings, f) for f in PLAN_FIELDS))  # fmt: skip
-    with _TARGETS_LOCK:
-        found = _TARGETS.get(key)
+    found = _TARGETS.get(key)
     if found is None:
         found = draw_subsets(n_train, n_test, forget, settings).targets
         found.flags.writeable = False  # shared between calls
-        with _TARGETS_LOCK:
-            _TARGETS[key] = found
-            while len(_TARGETS) > 8:
-                _TARGETS.popitem(last=False)
+        _TARGETS.put(key, found)
     return found
 
 
 #: The last target subsets drawn (:func:`target_subsets`), by everything the draw reads: the
 #: thumbnails and the per-sample table of one Explore run each asked for them (0.4 s apiece).
-_TARGETS: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
-_TARGETS_LOCK = threading.Lock()
+_TARGETS = ResultCache(max_entries=8)
 
 
 @dataclass(frozen=True)
