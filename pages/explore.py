@@ -594,7 +594,7 @@ view, ws, _ = open_page("explore", ExploreView, redraw_in_fragment=True)
 st.title("Explore one model")
 apply_link(view, [m.name for m in ws.models])
 model = pick_model_and_layer(ws)
-controls = [m.name for m in ws.models if m.role == "random" and m.name != model]
+controls = [name for name in ws.named("random") if name != model]
 control = None
 st.session_state.setdefault("x_negative", False)
 if controls and st.toggle(

@@ -251,10 +251,10 @@ def _check_name_free(ws: Workspace, name: str, replace: bool) -> None:
 
 def _check_addition(ws: Workspace, entry: ModelEntry, replace: bool) -> None:
     _check_name_free(ws, entry.name, replace)
-    others = [m.name for m in ws.models if m.role == "original" and m.name != entry.name]
-    if entry.role == "original" and others:
+    other = ws.first("original", other_than=entry.name)
+    if entry.role == "original" and other is not None:
         raise WorkspaceError(
-            f"the workspace already has an original model ({others[0]!r}): give this one "
+            f"the workspace already has an original model ({other!r}): give this one "
             "another role, or replace that model"
         )
 

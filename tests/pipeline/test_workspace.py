@@ -426,3 +426,15 @@ def test_the_first_model_of_a_role_is_looked_up_in_one_place(ws):
     assert first_with_role(table, "retrained") == "re1"
     assert first_with_role(table, "unlearned") is None
     assert first_with_role(table.drop(columns="role"), "retrained") is None
+
+
+def test_a_second_original_model_is_refused_with_the_existing_one_named(ws):
+    import dataclasses
+
+    from sde_core.services.workspace_models import _check_addition
+
+    second = dataclasses.replace(ws.models[0], name="original2")
+    with pytest.raises(WorkspaceError, match=r"already has an original model \('original'\)"):
+        _check_addition(ws, second, replace=False)
+    _check_addition(ws, ws.models[0], replace=True)  # replacing the original itself is fine
+    _check_addition(ws, dataclasses.replace(second, role="unlearned"), replace=False)
