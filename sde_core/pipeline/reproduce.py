@@ -207,7 +207,11 @@ def _non_finite(value: Any) -> float | None:
 
 def _largest_change(a: list[float], b: list[float]) -> tuple[float, float]:
     """``(largest absolute change, largest relative change)``; inf when only one side is a
-    number (a value withheld on one side only) or the shapes differ."""
+    number (a value withheld on one side only) or the shapes differ; 0 when neither side holds
+    a number at all, whatever the shapes (a withheld interval is ``null`` in a report read back
+    from the results store and ``[null, null]`` in a fresh run: both say "no interval")."""
+    if all(math.isnan(x) for x in a) and all(math.isnan(y) for y in b):
+        return 0.0, 0.0
     if len(a) != len(b):
         return math.inf, math.inf
     absolute = relative = 0.0

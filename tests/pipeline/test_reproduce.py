@@ -77,6 +77,19 @@ def test_a_text_column_a_store_lacks_is_no_text_but_a_said_one_differs():
     assert [d.field for d in said.differences] == ["behaviour_measure"]
 
 
+def test_a_withheld_interval_is_the_same_whether_null_or_a_pair_of_nulls():
+    """A report read back from the results store writes a withheld interval as ``null``; the
+    recomputation has ``[null, null]``. Neither holds a number: the same result (the shipped
+    mnist1d demo's report failed `verify` on every model for this alone). A number on one side
+    still differs."""
+    withheld = _moved(attack_auc_ci=None, loss_gap_vs_retrained_ci=None)
+    pair = _moved(attack_auc_ci=[None, None], loss_gap_vs_retrained_ci=[None, None])
+    assert compare_model(withheld, pair, [_ties()], report=True).outcome == "identical"
+    one_number = compare_model(withheld, _moved(attack_auc_ci=[0.4, None]), [_ties()], report=True)
+    assert one_number.outcome == "differs"
+    assert [d.field for d in one_number.differences] == ["attack_auc_ci"]
+
+
 def test_a_number_within_its_conditioning_is_equivalent_beyond_it_differs():
     c = compare_model(ENTRY, _moved(dependence_score=0.50004), [_ties()])
     assert c.outcome == "equivalent"
