@@ -3,15 +3,22 @@ remembered, most remembered first, with a CSV of all."""
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from pages._common import dataset_bundle
 from pages._display import table
+from pages._run import evaluation_session
 from sde_core.services.cascade import EvalSettings, EvaluationResult
-from sde_core.services.samples import drill_down_models, sample_behaviour, sample_evidence_table
+from sde_core.services.samples import (
+    drill_down_models,
+    sample_behaviour,
+    sample_evidence_table,
+    target_members,
+)
 from sde_core.services.workspace_info import Workspace
 
-__all__ = ["SAMPLE_ROWS", "show_sample_evidence"]
+__all__ = ["SAMPLE_ROWS", "behaviour_caption", "show_sample_evidence", "show_target_members"]
 
 #: Rows of the per-sample evidence table shown (the CSV holds every forget sample).
 SAMPLE_ROWS = 20
@@ -29,7 +36,8 @@ def show_sample_evidence(
     evidence = sample_evidence_table(ws, bundle, settings, result, model)
     shown = evidence.head(SAMPLE_ROWS)
     compared = drill_down_models(ws, model)
-    behaviour = sample_behaviour(ws, bundle, settings, compared, shown["row"].tolist())
+    cache = evaluation_session(ws).cache
+    behaviour = sample_behaviour(ws, bundle, settings, compared, shown["row"].tolist(), cache)
     if behaviour is not None:
         shown = shown.merge(behaviour, on="row", how="left")
     with st.expander(f"Which forget samples still look remembered under {model} (method §18)"):
@@ -42,11 +50,7 @@ def show_sample_evidence(
             "sample."
         )
         if behaviour is not None:
-            st.caption(
-                f"Beside each sample: the confidence in its true class and the loss under "
-                f"{', '.join(compared)} — a sample the retrained model gets wrong but {model} "
-                "still gets right is one its behaviour still remembers."
-            )
+            st.caption(behaviour_caption(behaviour, compared, model))
         table(shown, "x_samples")
         images = bundle.images("train", shown["row"].head(GALLERY).to_numpy())
         if images is not None:
@@ -59,3 +63,48 @@ def show_sample_evidence(
         st.download_button("Every forget sample (CSV)", evidence.to_csv(index=False).encode(),
                            f"{model}-per-sample-evidence.csv", "text/csv",
                            key="x_samples_csv")  # fmt: skip
+
+
+def behaviour_caption(behaviour: pd.DataFrame, compared: list[str], model: str) -> str:
+    """What the behaviour columns beside each sample say, by what they hold (a classifier's
+    confidence and loss, or a language model's or a denoiser's per-row loss)."""
+    if any(c.startswith("confidence · ") for c in behaviour.columns):
+        return (
+            f"Beside each sample: the confidence in its true class and the loss under "
+            f"{', '.join(compared)} — a sample the retrained model gets wrong but {model} "
+            "still gets right is one its behaviour still remembers."
+        )
+    what = next(c for c in behaviour.columns if c != "row").rsplit(" · ", 1)[0]
+    return (
+        f"Beside each sample: its {what} under {', '.join(compared)} (method §9; lower is "
+        f"more like a training member) — a sample on which {model}'s loss is still as low "
+        "as the original's, well below the retrained model's, is one its behaviour still "
+        "remembers."
+    )
+
+
+def show_target_members(
+    ws: Workspace, settings: EvalSettings, result: EvaluationResult, model: str, target: int
+) -> None:
+    """The drill-down of one target subset to its members: each one's per-sample evidence
+    (method §18) and what the model, the original and the retrained model do on it, with a
+    CSV of the whole subset."""
+    compared = drill_down_models(ws, model)
+    members = target_members(ws, dataset_bundle(ws), settings, result, model, target,
+                             evaluation_session(ws).cache)  # fmt: skip
+    with st.expander(f"Target subset {target}: its {len(members)} members, their evidence "
+                     f"and what {', '.join(compared)} do on each"):  # fmt: skip
+        st.caption(
+            "Each member's per-sample evidence (1 ≈ where training subsets sit, 0 ≈ where "
+            "unseen subsets sit; method §18) with its 95% interval and its rank among the "
+            "forget samples (1 = most remembered), in the subset's order: the members with "
+            "the highest evidence are the ones that raise this subset's score most."
+        )
+        behaviour = members.drop(columns=["evidence", "low", "high", "rank"])
+        if len(behaviour.columns) > 1:
+            st.caption(behaviour_caption(behaviour, compared, model))
+        table(members, "x_members", height=320)
+        st.download_button(f"Target subset {target}'s members (CSV)",
+                           members.to_csv(index=False).encode(),
+                           f"{model}-target-{target}-members.csv", "text/csv",
+                           key="x_members_csv")  # fmt: skip

@@ -1,7 +1,8 @@
 """Single forget samples, for the pages (method §18): which ones still look remembered
-(:func:`sample_evidence_table`) and what each model still does on them
-(:func:`sample_behaviour`: the confidence in the true class and the loss, for the model
-under test beside the original and the retrained model)."""
+(:func:`sample_evidence_table`), what each model still does on them (:func:`sample_behaviour`:
+a classifier's confidence in the true class and loss, a language model's or a denoiser's
+per-row behaviour loss, for the model under test beside the original and the retrained model)
+and the drill-down of one target subset to its members (:func:`target_members`)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,20 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from sde_core.errors import SettingsError
 from sde_core.families.registry import family_of_entry
 from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.indices import load_index_file
+from sde_core.pipeline.evaluation.behaviour import forget_row_loss, model_scores
 from sde_core.pipeline.evaluation.per_sample import sample_evidence
+from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
 from sde_core.pipeline.model_inputs import entry_activations
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.evaluation import activation_cache, target_subsets
 
-__all__ = ["drill_down_models", "sample_behaviour", "sample_evidence_table"]
+__all__ = ["drill_down_models", "sample_behaviour", "sample_evidence_table", "target_members"]
 
 
 def sample_evidence_table(
@@ -38,7 +42,7 @@ def drill_down_models(ws: Workspace, model: str) -> list[str]:
     """``model``, then the workspace's first original and first retrained model (each once)."""
     names = [model]
     for role in ("original", "retrained"):
-        found = next((m.name for m in ws.models if m.role == role), None)
+        found = ws.first(role, other_than=model)
         if found is not None and found not in names:
             names.append(found)
     return names
@@ -46,24 +50,35 @@ def drill_down_models(ws: Workspace, model: str) -> list[str]:
 
 def sample_behaviour(
     ws: Workspace, bundle: DatasetBundle, settings: EvalSettings, models: Sequence[str],
-    rows: Sequence[int],
+    rows: Sequence[int], cache: StageCache | None = None,
 ) -> pd.DataFrame | None:  # fmt: skip
-    """What each model does on the given rows of D_tr: its softmax confidence in the true class
-    and its cross-entropy loss, one column pair per model (``confidence · <model>``,
-    ``loss · <model>``), read from the activation cache (or one extraction of those rows).
+    """What each model does on the given rows of D_tr, one column (pair) per model, through
+    its family (method §9, §18):
+
+    - a classifier: its softmax confidence in the true class and its cross-entropy loss
+      (``confidence · <model>``, ``loss · <model>``), read from the activation cache (or one
+      extraction of those rows);
+    - a language model or a denoiser: its per-row behaviour loss on D_f (``answer loss
+      (nats/token) · <model>``, ``denoising loss σ_t=0.5 · <model>``:
+      :func:`~sde_core.pipeline.evaluation.behaviour.forget_row_loss`), from the behaviour
+      stage's scores, kept in ``cache`` (the session's stage cache); a row outside D_f is NaN.
 
     Returns:
-        None when a model's family has no class outputs (a denoiser or a language model: their
-        behaviour check is per set, method §9), or when the dataset has no labels.
+        None when the models' families differ, a model has no behaviour of its own (a
+        precomputed activations file), no row is given, or a classifier's data have no labels.
     """
     idx = np.asarray(list(rows), dtype=np.int64)
-    labels = np.asarray(bundle.train_labels)[idx]
-    if idx.size == 0 or (labels < 0).any():
-        return None
     entries = [ws.model(name) for name in models]
-    if not all(family_of_entry(e.arch, settings.layer).has_class_outputs for e in entries):
-        return None  # checked before any extraction: one such model makes the table None
+    families = [family_of_entry(e.arch, settings.layer) for e in entries]
+    if idx.size == 0 or len({f.name for f in families}) != 1:
+        return None  # checked before any extraction or model run
+    family = families[0]
     table = pd.DataFrame({"row": idx})
+    if not family.has_class_outputs:
+        return _forget_losses(ws, bundle, settings, models, idx, cache, table)
+    labels = np.asarray(bundle.train_labels)[idx]
+    if (labels < 0).any():
+        return None
     for name, entry in zip(models, entries, strict=True):
         probs = entry_activations(
             ws, entry, bundle, "train", "output", activation_cache(ws), indices=idx,
@@ -73,3 +88,51 @@ def sample_behaviour(
         table[f"confidence · {name}"] = p_true
         table[f"loss · {name}"] = -np.log(np.clip(p_true, 1e-12, 1.0))
     return table
+
+
+def _forget_losses(
+    ws: Workspace, bundle: DatasetBundle, settings: EvalSettings, models: Sequence[str],
+    idx: np.ndarray, cache: StageCache | None, table: pd.DataFrame,
+) -> pd.DataFrame | None:  # fmt: skip
+    """:func:`sample_behaviour` of a language model or a denoiser (its behaviour stage's
+    per-row losses on D_f), or None when a model has none."""
+    forget = load_index_file(ws.path(ws.forget_indices), len(bundle.train_labels))
+    position = pd.Series(np.arange(forget.size), index=forget)
+    at = position.reindex(idx).to_numpy()  # NaN: not a row of D_f
+    inside = ~np.isnan(at)
+    for name in models:
+        entry = ws.model(name)
+        scores = model_scores(ws, entry, bundle, forget, settings.layer, cache, settings.device)
+        if scores is None:
+            return None
+        family = family_of_entry(entry.arch, settings.layer).name
+        what, values = forget_row_loss(scores, family, settings.layer)
+        column = np.full(idx.size, np.nan)
+        column[inside] = values[at[inside].astype(np.int64)]
+        table[f"{what} · {name}"] = column
+    return table
+
+
+def target_members(
+    ws: Workspace, bundle: DatasetBundle, settings: EvalSettings, result: EvaluationResult,
+    model: str, target: int, cache: StageCache | None = None,
+) -> pd.DataFrame:  # fmt: skip
+    """The drill-down of one target subset (issue 38): each of its members (rows of D_tr, in
+    the subset's order) with its per-sample evidence under ``model`` (method §18: ``evidence``
+    and its 95% interval, its ``rank`` among the forget samples) and, beside it, what
+    ``model``, the original and the retrained model do on it (:func:`sample_behaviour`).
+
+    Raises:
+        SettingsError: ``target`` is not a target of these settings, or the evidence cannot
+            be attributed (:func:`sample_evidence_table`).
+    """
+    targets = target_subsets(ws, bundle, settings)
+    if not 0 <= int(target) < len(targets):
+        raise SettingsError(f"target subset {target} does not exist: choose 0–{len(targets) - 1}")
+    members = pd.DataFrame({"row": np.asarray(targets[int(target)], dtype=np.int64)})
+    evidence = sample_evidence_table(ws, bundle, settings, result, model)
+    shown = members.merge(evidence[["row", "evidence", "low", "high", "rank"]], on="row",
+                          how="left")  # fmt: skip
+    behaviour = sample_behaviour(ws, bundle, settings, drill_down_models(ws, model),
+                                 shown["row"].tolist(), cache)  # fmt: skip
+    return shown if behaviour is None else shown.merge(behaviour, on="row", how="left")

@@ -157,7 +157,7 @@ def test_explore_shows_the_library_numbers(ws, expected, defaults):
 
     opened = load_workspace(ws)
     library = sample_evidence_table(opened, load_bundle(opened), defaults, expected, "original")
-    shown = frame(at, "evidence")  # the most remembered forget samples first, as the library
+    shown = frame(at, "subsets_in")  # the most remembered forget samples first, as the library
     assert list(shown["row"]) == list(library["row"][: len(shown)]) and len(shown) == 20
     assert "x_samples_csv" in {b.key for b in at.get("download_button")}
     rows = list(shown["row"])  # each sample's behaviour under the model, original, retrained
@@ -170,6 +170,20 @@ def test_explore_shows_the_library_numbers(ws, expected, defaults):
         confidence = shown[f"confidence · {name}"]
         assert ((confidence > 0) & (confidence <= 1)).all()
         np.testing.assert_allclose(shown[f"loss · {name}"], -np.log(confidence))
+    # the drill-down of the chosen target subset (0): its members in the subset's order, each
+    # with the library's evidence and behaviour
+    from sde_core.services.evaluation import target_subsets
+
+    tables = [e.value for e in at.dataframe]
+    (members,) = [t for t in tables if "evidence" in t.columns and "subsets_in" not in t.columns]
+    assert list(members["row"]) == list(target_subsets(opened, load_bundle(opened), defaults)[0])
+    by_row = library.set_index("row")
+    np.testing.assert_allclose(members["evidence"], by_row.loc[members["row"], "evidence"])
+    np.testing.assert_allclose(members["rank"], by_row.loc[members["row"], "rank"])
+    inside = sample_behaviour(opened, load_bundle(opened), defaults, ["original", "retrained"],
+                              list(members["row"])).set_index("row")  # fmt: skip
+    np.testing.assert_allclose(members["loss · retrained"], inside["loss · retrained"])
+    assert "x_members_csv" in {b.key for b in at.get("download_button")}
 
 
 def test_a_link_reproduces_a_non_default_view(ws, defaults):

@@ -233,3 +233,44 @@ def test_evaluate_behaviour_only_adds_the_units(lm_workspace, tmp_path, capsys) 
                              EvalSettings(layer="final").result_key())  # fmt: skip
     assert main(["evaluate", str(ws.root), "--behaviour-only", "--store", str(path)]) == 0
     assert f"run {run.id}: 2 behaviour unit(s) added" in capsys.readouterr().out
+
+
+def test_forget_row_loss_reads_the_family_s_per_row_loss() -> None:
+    from sde_core.pipeline.evaluation.behaviour import forget_row_loss, headline_level
+
+    levels = np.array([0.1, 0.5, 2.0])
+    f = np.arange(12, dtype=float).reshape(3, 4)
+    scores = {"level": levels, "denoise_f": f, "denoise_te": f}
+    assert headline_level(levels, "denoised@2") == 2 and headline_level(levels, "final") == 1
+    what, values = forget_row_loss(scores, "denoiser", "denoised@2")
+    assert what == "denoising loss σ_t=2" and list(values) == [8.0, 9.0, 10.0, 11.0]
+    assert list(forget_row_loss(scores, "denoiser", "final")[1]) == [4.0, 5.0, 6.0, 7.0]
+    lm = _lm_scores(np.random.default_rng(0), 0.0, n_f=5, n_te=3)
+    what, values = forget_row_loss(lm, "causal_lm", "layer.0")
+    assert what == "answer loss (nats/token)" and np.array_equal(values, lm["loss_f"])
+
+
+def test_per_sample_behaviour_of_a_language_model_is_each_text_s_loss(lm_workspace, tmp_path):
+    """Each shown row gets the text's answer loss under each model (the row's place in D_f
+    looked up, not its place in the list); a row outside D_f has none."""
+    from sde_core.inputs.data import DatasetSpec, load_dataset
+    from sde_core.learning.lm_behaviour import lm_text_scores
+    from sde_core.pipeline.model_inputs import entry_bundle, load_entry_model
+    from sde_core.services.samples import sample_behaviour
+
+    ws = lm_workspace
+    bundle = load_dataset(DatasetSpec.from_dict(ws.dataset, base_dir=ws.root))
+    cache = StageCache(tmp_path / "stages")
+    rows = [3, 1, 15]  # D_f is rows 0–5: 15 is a retained row
+    table = sample_behaviour(ws, bundle, EvalSettings(layer="layer.0"),
+                             ["original", "retrained"], rows, cache)  # fmt: skip
+    assert table is not None and list(table["row"]) == rows
+    for name in ("original", "retrained"):
+        entry = ws.model(name)
+        texts = entry_bundle(ws, entry, bundle).train
+        direct = lm_text_scores(load_entry_model(ws, entry), texts, np.array([3, 1])).loss
+        column = table[f"answer loss (nats/token) · {name}"]
+        # float32 forward passes over batches of other texts (other padding): ~10 ulp apart
+        np.testing.assert_allclose(column[:2], direct, rtol=1e-5)
+        assert math.isnan(column[2])
+    assert not table.iloc[:2, 1:].equals(table.iloc[:2, 1:].iloc[:, ::-1])  # two models differ

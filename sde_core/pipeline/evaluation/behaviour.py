@@ -45,6 +45,8 @@ __all__ = [
     "behaviour_conflict",
     "behaviour_rows",
     "behaviour_unit",
+    "forget_row_loss",
+    "headline_level",
     "memory_evidence",
     "model_scores",
     "row_family",
@@ -197,16 +199,38 @@ def _lm_row(s: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray] | None) -
     return row
 
 
+def headline_level(levels: Sequence[float] | np.ndarray, layer: str) -> int:
+    """The position in ``levels`` of a denoiser's headline noise level: the evaluated layer's
+    σ_t, or 0.5 for a layer without one (the family's strongest layer)."""
+    from sde_core.inputs.denoisers import parse_noise_layer
+
+    at = parse_noise_layer(layer)[1]
+    values = [float(v) for v in levels]
+    return values.index(float(at)) if at is not None and float(at) in values else values.index(0.5)
+
+
+def forget_row_loss(
+    scores: Mapping[str, np.ndarray], family: str, layer: str
+) -> tuple[str, np.ndarray]:
+    """One model's behaviour on each row of D_f, from its :func:`model_scores` (in D_f's
+    order): ``(what, values)`` — a language model's mean next-token loss on the answer (or the
+    whole text), a denoiser's denoising loss at the headline noise level
+    (:func:`headline_level`); lower is more like a training member."""
+    if family == "causal_lm":
+        span = "answer" if int(scores["answer"][0]) else "text"
+        return f"{span} loss (nats/token)", np.asarray(scores["loss_f"], dtype=np.float64)
+    head = headline_level(scores["level"], layer)
+    level = float(scores["level"][head])
+    return f"denoising loss σ_t={level:g}", np.asarray(scores["denoise_f"][head], dtype=np.float64)
+
+
 def _denoiser_row(
     s: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray] | None, layer: str
 ) -> dict[str, Any]:
-    """The headline is the gap at the evaluated layer's noise level (0.5 for a layer without
-    one: the family's strongest layer); every level's gap is its own column."""
-    from sde_core.inputs.denoisers import parse_noise_layer
-
+    """The headline is the gap at the evaluated layer's noise level (:func:`headline_level`);
+    every level's gap is its own column."""
     levels = [float(v) for v in s["level"]]
-    at = parse_noise_layer(layer)[1]
-    head = levels.index(float(at)) if at is not None and float(at) in levels else levels.index(0.5)
+    head = headline_level(levels, layer)
     row: dict[str, Any] = {}
     for i, level in enumerate(levels):
         gap = _welch(s["denoise_f"][i], s["denoise_te"][i])
