@@ -12,13 +12,17 @@ from pages._run import evaluation_session
 from sde_core.services.cascade import EvalSettings, EvaluationResult
 from sde_core.services.samples import (
     drill_down_models,
+    lm_completions,
     sample_behaviour,
     sample_evidence_table,
     target_members,
 )
 from sde_core.services.workspace_info import Workspace
 
-__all__ = ["SAMPLE_ROWS", "behaviour_caption", "show_sample_evidence", "show_target_members"]
+__all__ = [
+    "SAMPLE_ROWS", "behaviour_caption", "show_completions", "show_sample_evidence",
+    "show_target_members",
+]  # fmt: skip
 
 #: Rows of the per-sample evidence table shown (the CSV holds every forget sample).
 SAMPLE_ROWS = 20
@@ -108,3 +112,36 @@ def show_target_members(
                            members.to_csv(index=False).encode(),
                            f"{model}-target-{target}-members.csv", "text/csv",
                            key="x_members_csv")  # fmt: skip
+
+
+def show_completions(
+    ws: Workspace, settings: EvalSettings, model: str, target: int, rows: list[int]
+) -> None:
+    """Behind a toggle (it runs each model): the greedy completions of a language model's
+    texts by ``model``, the original and the retrained model side by side (method §18)."""
+    compared = drill_down_models(ws, model)
+    if not st.toggle(
+        f"Completions: what {', '.join(compared)} write after the start of each text "
+        "(greedy decoding; runs each model once)",
+        key="x_completions",
+    ):
+        return
+    written = lm_completions(ws, dataset_bundle(ws), settings, compared, rows)
+    if written is None:
+        st.caption("No completions: these models are not language models with weights.")
+        return
+    shares = ", ".join(
+        f"{name} {written[f'match · {name}'].mean():.0%} "
+        f"({int((written[f'match · {name}'] == 1).sum())} of {len(rows)} exact)"
+        for name in compared
+    )
+    st.caption(
+        f"Each text is cut before its answer (a text without one: at half its tokens); each "
+        "model continues the prompt with its most likely token, as many tokens as the "
+        "reference holds. match: the share of the reference's tokens written back at their "
+        f"own position — target subset {target}'s first {len(rows)} texts: {shares}. A model "
+        "that still knows the facts writes them back; the retrained model never saw them. "
+        "Tokens the question already gives (a name, the template's words) are matched by "
+        "every model: compare the models, not the share with 100%."
+    )
+    table(written, "x_completions_table", height=320)

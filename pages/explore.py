@@ -34,7 +34,7 @@ from pages._common import (
 )
 from pages._display import fmt, fmt_p, headline_value, metric, pct, plot, show_verdict, table
 from pages._run import STOP_KEY, evaluations
-from pages._samples import show_sample_evidence, show_target_members
+from pages._samples import show_completions, show_sample_evidence, show_target_members
 from pages._settings import bound, current_settings, redraw_settings, redraw_slot
 from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.errors import SDEError
@@ -377,6 +377,8 @@ def show_thumbnails(ws: Workspace, settings: EvalSettings, model: str, target: i
             )
             table = pd.DataFrame({"row of D_tr": samples.indices, "text": samples.texts})
             st.dataframe(table, hide_index=True, key="x_target_texts")
+            show_completions(ws, settings, model, samples.target,
+                             [int(i) for i in samples.indices])  # fmt: skip
         return
     if strip.denoised is not None and strip.noisy is not None:
         st.markdown(

@@ -65,3 +65,29 @@ def save_model_folder(model: Any, tokenizer: Any, folder: Path) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def qa_workspace(root: Path, train: int = 20, test: int = 12, forget: int = 6) -> Any:
+    """A written workspace of TOFU-style records (``train`` in D_tr, its first ``forget`` as
+    D_f, ``test`` in D_te) with two tiny GPT-2 folders, ``original`` and ``retrained`` (seeds 0
+    and 1), the original's tokenizer tokenising the texts."""
+    import numpy as np
+
+    from sde_core.inputs.text_data import QA_TEMPLATE
+    from sde_core.pipeline.workspace import ModelEntry, Workspace
+    from sde_core.pipeline.workspace_write import write_workspace
+
+    records, held_out = qa_records(train), qa_records(test, offset=train)
+    tokenizer = tokenizer_for([QA_TEMPLATE.format(**r) for r in records + held_out])
+    write_jsonl(root / "train.jsonl", records)
+    write_jsonl(root / "test.jsonl", held_out)
+    np.save(root / "forget.npy", np.arange(forget))
+    options = {"test_path": "test.jsonl", "tokenizer": "models/original", "max_length": 24}
+    for i, name in enumerate(("original", "retrained")):
+        save_model_folder(tiny_gpt2(tokenizer, seed=i), tokenizer, root / "models" / name)
+    ws = Workspace(root.resolve(), {"kind": "text", "root": "train.jsonl", "options": options},
+                   "forget.npy", name="lm")  # fmt: skip
+    for name in ("original", "retrained"):
+        ws.add_model(ModelEntry(name=name, role=name, arch="hf", checkpoint=f"models/{name}"))
+    write_workspace(ws)
+    return ws

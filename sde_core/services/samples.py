@@ -1,12 +1,14 @@
 """Single forget samples, for the pages (method §18): which ones still look remembered
 (:func:`sample_evidence_table`), what each model still does on them (:func:`sample_behaviour`:
 a classifier's confidence in the true class and loss, a language model's or a denoiser's
-per-row behaviour loss, for the model under test beside the original and the retrained model)
-and the drill-down of one target subset to its members (:func:`target_members`)."""
+per-row behaviour loss, for the model under test beside the original and the retrained model),
+the drill-down of one target subset to its members (:func:`target_members`) and, for a language
+model, what each model writes after the start of each text (:func:`lm_completions`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -21,10 +23,20 @@ from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult
 from sde_core.pipeline.model_inputs import entry_activations
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.workspace import Workspace
+from sde_core.pipeline.workspace import ModelEntry, Workspace
 from sde_core.services.evaluation import activation_cache, target_subsets
+from sde_core.services.result_cache import ResultCache
 
-__all__ = ["drill_down_models", "sample_behaviour", "sample_evidence_table", "target_members"]
+if TYPE_CHECKING:
+    from sde_core.learning.lm_completions import Completion
+
+__all__ = [
+    "drill_down_models", "lm_completions", "sample_behaviour", "sample_evidence_table",
+    "target_members",
+]  # fmt: skip
+
+#: Completions already written, by model, data and rows (each costs a decoding run).
+_COMPLETIONS = ResultCache(max_entries=32)
 
 
 def sample_evidence_table(
@@ -136,3 +148,76 @@ def target_members(
     behaviour = sample_behaviour(ws, bundle, settings, drill_down_models(ws, model),
                                  shown["row"].tolist(), cache)  # fmt: skip
     return shown if behaviour is None else shown.merge(behaviour, on="row", how="left")
+
+
+def lm_completions(
+    ws: Workspace, bundle: DatasetBundle, settings: EvalSettings, models: Sequence[str],
+    rows: Sequence[int],
+) -> pd.DataFrame | None:  # fmt: skip
+    """The greedy completion of each text ``rows`` of D_tr by each of ``models``, side by side
+    (method §18, "Completions";
+    :func:`~sde_core.learning.lm_completions.greedy_completions`): columns ``row``,
+    ``prompt``, ``reference`` (the answer, or the second half of the text), then
+    ``completion · <model>`` and ``match · <model>`` (the share of the reference's tokens the
+    completion reproduces at their own position). Each model reads the texts with its own
+    tokenizer when its folder has one (then the prompt and reference shown are the first
+    model's). Kept per model, data and rows for the process.
+
+    Returns:
+        None when the data are not text, no row is given, or a model is not a causal language
+        model with weights (a precomputed activations file, another family).
+
+    Raises:
+        CheckpointError, DataError, TrainingError: a model or its tokenizer cannot be loaded
+            or a text is too short to cut.
+    """
+    from sde_core.inputs.text_data import TextDataset
+
+    idx = np.asarray(list(rows), dtype=np.int64)
+    entries = [ws.model(name) for name in models]
+    if (
+        idx.size == 0
+        or not isinstance(bundle.train, TextDataset)
+        or any(e.precomputed for e in entries)
+        or any(family_of_entry(e.arch, settings.layer).name != "causal_lm" for e in entries)
+    ):
+        return None
+    table = pd.DataFrame({"row": idx})
+    for entry in entries:
+        written = _model_completions(ws, bundle, entry, idx, settings.device)
+        if "prompt" not in table:
+            table["prompt"] = [c.prompt for c in written]
+            table["reference"] = [c.reference for c in written]
+        table[f"completion · {entry.name}"] = [c.completion for c in written]
+        table[f"match · {entry.name}"] = [c.match for c in written]
+    return table
+
+
+def _model_completions(
+    ws: Workspace, bundle: DatasetBundle, entry: ModelEntry, idx: np.ndarray, device: str
+) -> list[Completion]:
+    """One model's completions of rows ``idx`` (:func:`lm_completions`), from the cache."""
+    from sde_core.common.hashing import array_sha256, file_sha256, stable_hash
+    from sde_core.inputs.hf_models import load_tokenizer
+    from sde_core.inputs.text_data import has_tokenizer
+    from sde_core.learning.lm_completions import greedy_completions
+    from sde_core.pipeline.model_inputs import entry_bundle, load_entry_model
+
+    folder = ws.path(entry.checkpoint, what=f"model {entry.name!r} checkpoint",
+                     must_exist=True, contents=True)  # fmt: skip
+    key = stable_hash(
+        {"model": entry.sha256 or file_sha256(folder), "data": bundle.fingerprint,
+         "rows": array_sha256(idx)}
+    )  # fmt: skip
+    found = _COMPLETIONS.get(key)
+    if found is None:
+        own = has_tokenizer(folder)
+        tokenizer_dir = folder if own else ws.path(
+            str(ws.dataset["options"]["tokenizer"]), what="dataset.options.tokenizer",
+            must_exist=True, contents=True,
+        )  # fmt: skip
+        data = entry_bundle(ws, entry, bundle)
+        found = greedy_completions(load_entry_model(ws, entry), data.train, idx,
+                                   load_tokenizer(tokenizer_dir), device=device)  # fmt: skip
+        _COMPLETIONS.put(key, found)
+    return list(found)

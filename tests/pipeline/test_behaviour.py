@@ -145,27 +145,9 @@ def test_with_behaviour_fills_the_rows_and_leaves_other_models(rows) -> None:
 @pytest.fixture(scope="module")
 def lm_workspace(tmp_path_factory: pytest.TempPathFactory) -> Any:
     pytest.importorskip("transformers")
-    from llm_artefacts import qa_records, save_model_folder, tiny_gpt2, tokenizer_for, write_jsonl
+    from llm_artefacts import qa_workspace
 
-    from sde_core.inputs.text_data import QA_TEMPLATE
-    from sde_core.pipeline.workspace import ModelEntry, Workspace
-    from sde_core.pipeline.workspace_write import write_workspace
-
-    root = tmp_path_factory.mktemp("lm_ws")
-    train, test = qa_records(20), qa_records(12, offset=20)
-    tokenizer = tokenizer_for([QA_TEMPLATE.format(**r) for r in train + test])
-    write_jsonl(root / "train.jsonl", train)
-    write_jsonl(root / "test.jsonl", test)
-    np.save(root / "forget.npy", np.arange(6))
-    options = {"test_path": "test.jsonl", "tokenizer": "models/original", "max_length": 24}
-    for i, name in enumerate(("original", "retrained")):
-        save_model_folder(tiny_gpt2(tokenizer, seed=i), tokenizer, root / "models" / name)
-    ws = Workspace(root.resolve(), {"kind": "text", "root": "train.jsonl", "options": options},
-                   "forget.npy", name="lm")  # fmt: skip
-    for name in ("original", "retrained"):
-        ws.add_model(ModelEntry(name=name, role=name, arch="hf", checkpoint=f"models/{name}"))
-    write_workspace(ws)
-    return ws
+    return qa_workspace(tmp_path_factory.mktemp("lm_ws"))
 
 
 def test_the_stage_adds_units_to_a_store_written_before_it(lm_workspace, tmp_path: Path) -> None:
@@ -274,3 +256,42 @@ def test_per_sample_behaviour_of_a_language_model_is_each_text_s_loss(lm_workspa
         np.testing.assert_allclose(column[:2], direct, rtol=1e-5)
         assert math.isnan(column[2])
     assert not table.iloc[:2, 1:].equals(table.iloc[:2, 1:].iloc[:, ::-1])  # two models differ
+
+
+def test_completions_of_each_model_side_by_side(lm_workspace, monkeypatch):
+    """Each model's column is its own greedy completion of the row (the library function on
+    the model as the workspace loads it); a second call is answered from the cache, running
+    no model; no row gives no table."""
+    from sde_core.inputs.data import DatasetSpec, load_dataset
+    from sde_core.inputs.hf_models import load_tokenizer
+    from sde_core.learning.lm_completions import greedy_completions
+    from sde_core.pipeline import model_inputs
+    from sde_core.pipeline.model_inputs import entry_bundle, load_entry_model
+    from sde_core.services.samples import lm_completions
+
+    ws = lm_workspace
+    bundle = load_dataset(DatasetSpec.from_dict(ws.dataset, base_dir=ws.root))
+    settings = EvalSettings(layer="layer.0")
+    rows = [4, 0, 17]
+    table = lm_completions(ws, bundle, settings, ["original", "retrained"], rows)
+    assert table is not None and list(table["row"]) == rows
+    assert list(table.columns) == ["row", "prompt", "reference", "completion · original",
+                                   "match · original", "completion · retrained",
+                                   "match · retrained"]  # fmt: skip
+    tokenizer = load_tokenizer(ws.path("models/original"))
+    for name in ("original", "retrained"):
+        entry = ws.model(name)
+        texts = entry_bundle(ws, entry, bundle).train
+        direct = greedy_completions(load_entry_model(ws, entry), texts, np.array(rows), tokenizer)
+        assert list(table[f"completion · {name}"]) == [c.completion for c in direct]
+        assert list(table[f"match · {name}"]) == [c.match for c in direct]
+    assert list(table["reference"]) == [c.reference for c in direct]
+    assert all(r.startswith("Author") for r in table["reference"])  # the answer, not the question
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(model_inputs, "load_entry_model", refuse)
+    again = lm_completions(ws, bundle, settings, ["original", "retrained"], rows)
+    assert again is not None and again.equals(table)
+    assert lm_completions(ws, bundle, settings, ["original"], []) is None
