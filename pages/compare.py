@@ -22,6 +22,7 @@ import streamlit as st
 
 from pages._common import guarded, model_layers, open_page, publish
 from pages._display import plot, show_verdict, table
+from pages._paper import paper_export
 from pages._run import (
     STOP_KEY,
     affordable_layers,
@@ -426,6 +427,7 @@ with guarded("Cannot compare the models"):
         paired(results[shown_layer])
         if not many or st.toggle("Method leaderboard of this page's models", key="c_t_board"):
             leaderboard(results[shown_layer])
+        paper_export(results[shown_layer], f"{ws.name or ws.root.name}-compare", "c_")
 publish(
     CompareView(
         layers=tuple(layers),

@@ -15,6 +15,7 @@ import streamlit as st
 
 from pages._common import dataset_bundle, guarded, open_page, publish
 from pages._display import show_verdict, table
+from pages._paper import paper_export
 from pages._run import affordable_layers, evaluate, shared_cache
 from sde_core.common.hashing import stable_hash
 from sde_core.services.answer import verdict_notes
@@ -35,7 +36,6 @@ from sde_core.viz.report.exports import (
     to_json_bytes,
 )
 from sde_core.viz.report.html_page import build_html_report, report_figures
-from sde_core.viz.report.paper_export import paper_bundle
 from sde_core.viz.report.tables import (
     draws_table,
     manifest_tables,
@@ -259,7 +259,7 @@ def charts(result: EvaluationResult, name: str) -> None:
     figures = report_figures(result)
     for i, fig in enumerate(figures.values()):
         st.plotly_chart(fig, config=plotly_config(f"{name}-chart-{i}", image), key=f"r_fig_{i}")
-    paper_export(result, name)
+    paper_export(result, name, "r_")
     with st.expander("Render an image on the server (needs kaleido and Chromium)"):
         title = st.selectbox("Chart", list(figures), key="r_server_chart")
         if st.button("Render", key="r_render"):
@@ -267,26 +267,6 @@ def charts(result: EvaluationResult, name: str) -> None:
                 data = figure_to_image(figures[title], image)
                 st.download_button(f"Download {image.upper()}", data,
                                    f"{name}-chart.{image}", key="r_server_download")  # fmt: skip
-
-
-def paper_export(result: EvaluationResult, name: str) -> None:
-    """Every figure (SVG, PDF) and table (LaTeX, Markdown) in one ZIP, built on request."""
-    st.markdown(
-        "**Export all for a paper**: every chart below as SVG and PDF (publication size, the "
-        "same colours) and every table as LaTeX (booktabs) and Markdown, in one ZIP."
-    )
-    key = ("paper", *_key(result))
-    bundle = shared_cache().get(key)
-    if bundle is None and st.button("Build the paper archive", key="r_paper"):
-        with st.spinner("Rendering every figure (one Chromium, about 1 s a figure) …"):
-            bundle = paper_bundle(result)
-        shared_cache().put(key, bundle)
-    if bundle is not None:
-        if bundle.figure_error:
-            st.warning(f"Tables only, no figures: {bundle.figure_error}")
-        st.download_button(f"Download the paper archive ({len(bundle.names)} files, ZIP)",
-                           bundle.data, f"{name}-paper.zip", "application/zip",
-                           key="r_paper_zip")  # fmt: skip
 
 
 view, ws, settings = open_page("report", ReportView)

@@ -434,6 +434,14 @@ def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
         assert f"**{row['name']} ({row['role']}) — " in alerts
     assert any("paired difference" in m.value for m in at.markdown)  # its evidence, expanded
     assert "layers=output,penultimate" in shared_link(at)
+    from sde_core.viz.report.paper_export import paper_bundle
+
+    assert "c_paper_zip" not in {b.key for b in at.get("download_button")}  # built on request
+    at.button(key="c_paper").click().run()
+    no_exception(at)
+    (archive,) = [b for b in at.get("download_button") if b.key == "c_paper_zip"]
+    files = len(paper_bundle(expected).names)  # the chart's layer (output): the same models
+    assert f"({files} files, ZIP)" in archive.proto.label
 
 
 def test_compare_defaults_to_one_layer_and_prices_the_others(ws):
