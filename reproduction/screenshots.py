@@ -11,8 +11,17 @@ tall) and takes it. The PNG is reduced to a 256-colour palette (the page is flat
 text), so the four stay well under 1.5 MB together. The text of each audited model's answer
 line is printed, for the "ten-second test" of issue 34 (the sentence each model gets).
 
-Usage: ``python reproduction/screenshots.py [--demo assets/demo ...] [--out docs/screenshots]``
-(default: every demo of :data:`sde_core.pipeline.demos.DEMOS`)
+With ``--views``, the researcher's views of issue 38 instead, one image of each section a demo
+has (:data:`VIEWS`), ``docs/screenshots/<view>-<demo>.png``: the method leaderboard and the
+small multiples (Compare), the shipped sweep and the checkpoint curves (Sweeps), the drill-down
+of target subset 0, the most remembered forget samples and a language model's completions
+(Explore, on the first audited model; an expander is opened, a toggle switched on). Each is
+the 1280-pixel-wide window scrolled to the section's heading, 1000 pixels tall; a section the
+demo lacks is skipped and said. The seconds from opening the page to its last script run are
+printed beside each.
+
+Usage: ``python reproduction/screenshots.py [--views] [--demo assets/demo ...]
+[--out docs/screenshots]`` (default: every demo of :data:`sde_core.pipeline.demos.DEMOS`)
 """
 
 from __future__ import annotations
@@ -49,6 +58,27 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
 TIMEOUT_MS = 600_000
+#: ``--views``: name → (page, how its section is found: "heading", "label" (a widget's),
+#: "expander" (opened) or "toggle" (switched on), the section's text).
+VIEWS = {
+    "leaderboard": ("compare", "heading", "Method leaderboard"),
+    "multiples": ("compare", "label", "Side by side"),
+    "shipped-sweep": ("sweeps", "heading", "Shipped sweeps"),
+    "curves": ("sweeps", "heading", "Curves: checkpoints of a run"),
+    "drilldown": ("explore", "expander", "Target subset 0: its"),
+    "samples": ("explore", "expander", "Which forget samples still look remembered"),
+    "completions": ("explore", "toggle", "Completions: what"),
+}
+#: The height of a view's image (pixels).
+VIEW_HEIGHT = 1000
+#: Scroll a section's first element to the top of its scrolling container, below the page's
+#: sticky header (90 px).
+SCROLL_TO = """e => { e.scrollIntoView({block: 'start'});
+  for (let p = e.parentElement; p; p = p.parentElement) {
+    const o = getComputedStyle(p).overflowY;
+    if ((o === 'auto' || o === 'scroll') && p.scrollHeight > p.clientHeight) {
+      p.scrollBy(0, -90); return; } }
+  window.scrollBy(0, -90); }"""
 
 
 def _free_port() -> int:
@@ -167,10 +197,90 @@ def screenshot(demo: str, out: Path, browser) -> tuple[Path, int, list[str]]:
     return path, optimise(path), lines
 
 
+def _settled(page) -> None:
+    """Wait until the script run is over and no status widget shows."""
+    from playwright.sync_api import expect
+
+    expect(page.get_by_test_id("stApp")).to_have_attribute("data-test-script-state", "notRunning")
+    expect(page.get_by_test_id("stStatusWidget")).to_have_count(0)
+
+
+def _section(page, how: str, text: str):
+    """The element that starts a view's section (see :data:`VIEWS`), or None when absent."""
+    if how == "heading":
+        found = page.get_by_role("heading", name=text)
+    elif how == "label":
+        found = page.get_by_text(text, exact=False).first
+    elif how == "expander":
+        found = page.get_by_test_id("stExpander").filter(has_text=text).first
+    else:
+        found = page.get_by_test_id("stCheckbox").filter(has_text=text).first
+    return found if found.count() else None
+
+
+def view_shots(demo: str, out: Path, browser, names: list[str]) -> list[tuple[Path, int, float]]:
+    """The views ``names`` of ``demo`` (:data:`VIEWS`) as ``out/<view>-<demo>.png``, served as
+    :func:`screenshot` serves it: (path, bytes, seconds to the page's last run) each."""
+    from sde_core.pipeline.workspace_load import load_workspace
+
+    name = Path(demo).name
+    source = ROOT / demo
+    audited = [m.name for m in load_workspace(source).models if m.role == "unlearned"]
+    taken = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / name  # always a copy without the cache: a fresh clone's store
+        skip = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
+        shutil.copytree(source, folder, ignore=skip)
+        proc, url = _serve(str(folder), folder.parent, Path(tmp) / "server.log")
+        try:
+            context = browser.new_context(viewport={"width": VIEWPORT["width"],
+                                                    "height": VIEW_HEIGHT})  # fmt: skip
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            for view in names:
+                where, how, text = VIEWS[view]
+                query = f"?model={audited[0]}" if where == "explore" and audited else ""
+                t0 = time.perf_counter()
+                page.goto(f"{url}/{where}{query}")
+                page.get_by_role("heading", level=1).first.wait_for()
+                _settled(page)
+                seconds = time.perf_counter() - t0
+                section = _section(page, how, text)
+                if section is None:
+                    print(f"  {view}: {name} has no such section (skipped)")
+                    continue
+                if how == "expander":
+                    section.locator("summary").first.click()
+                    _settled(page)
+                elif how == "toggle":
+                    section.locator("label").first.click()
+                    _settled(page)
+                if page.get_by_test_id("stException").count():
+                    raise SystemExit(f"{name} {view}: the page shows an exception")
+                for pause in (800, 300):  # again once the charts above have their height
+                    section.evaluate(SCROLL_TO)
+                    page.wait_for_timeout(pause)
+                path = out / f"{view}-{name}.png"
+                page.screenshot(path=str(path))
+                taken.append((path, optimise(path), seconds))
+            context.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    return taken
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--demo", action="append", help="a demo folder (default: every bundled demo)")
     p.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    p.add_argument(
+        "--views",
+        nargs="*",
+        choices=sorted(VIEWS),
+        default=None,
+        help="the researcher's views instead of the answer (no name: every view)",
+    )
     args = p.parse_args()
     from playwright.sync_api import expect, sync_playwright
 
@@ -187,6 +297,12 @@ def main() -> None:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         for demo in args.demo or DEMOS:
+            if args.views is not None:
+                for path, size, seconds in view_shots(demo, out, browser,
+                                                      args.views or list(VIEWS)):  # fmt: skip
+                    total += size
+                    print(f"{path.name}: {size / 1024:.0f} KiB (page settled in {seconds:.1f} s)")
+                continue
             t0 = time.perf_counter()
             path, size, lines = screenshot(demo, out, browser)
             total += size
