@@ -154,7 +154,10 @@ def run(
     """Run (or fetch) the sweep with progress and Stop; None until the user starts it."""
 
     def when_asked(work: Callable[[Progress], pd.DataFrame]) -> pd.DataFrame | None:
-        if not st.button("Run sweep", type="primary", key="sw_run"):
+        # asked only when the session has no answer: the forecast, read from the store
+        forecast = evaluations(ws).sweep_forecast(settings, param, values, models,
+                                                  dataset_bundle(ws).fingerprint)  # fmt: skip
+        if not st.button(f"Run sweep ({forecast.sentence()})", type="primary", key="sw_run"):
             st.info("Choose the values and press **Run sweep**; finished points are stored.")
             return None
         return run_with_progress(work, f"Sweeping {PARAMS[param]} over {len(values)} values…")

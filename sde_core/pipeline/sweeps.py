@@ -48,6 +48,7 @@ __all__ = [
     "SWEEP_COLUMNS",
     "SWEEP_FACETS",
     "SWEEP_PARAMS",
+    "SweepForecast",
     "SweepPoint",
     "available_fractions",
     "checkpoint_workspace",
@@ -55,6 +56,7 @@ __all__ = [
     "run_sweep",
     "shipped_sweeps",
     "sigma_markers",
+    "sweep_forecast",
     "sweep_points",
 ]
 
@@ -195,6 +197,93 @@ def sweep_points(
             settings = dataclasses.replace(base_settings, **{param: value})
             points.append(SweepPoint(param, value, ws, settings, names))
     return points
+
+
+@dataclass(frozen=True)
+class SweepForecast:
+    """What a sweep will cost, before it runs (:func:`sweep_forecast`).
+
+    Attributes:
+        points: its (value, model) pairs. stored: how many of them the store already holds
+            (read back, no computation).
+        seconds: the predicted seconds of the others: each costs its model's evaluation time
+            stored at the base settings (a σ or layer point costs about as much; a larger
+            subset size or a first extraction more; the ETA while it runs is measured). None
+            when a model to evaluate has no stored time.
+    """
+
+    points: int
+    stored: int
+    seconds: float | None
+
+    def sentence(self) -> str:
+        """The forecast in words, for a button or the CLI."""
+        if self.stored == self.points:
+            return f"all {self.points} points stored: read back"
+        left = f"{self.points - self.stored} of {self.points} points to evaluate"
+        if self.seconds is None:
+            return f"{left}, time unknown (no stored evaluation at these settings)"
+        return f"{left}, forecast ≈ {self.seconds:.0f} s"
+
+
+def _stored_run(store: Any, ws_hash: str, settings: EvalSettings) -> int | None:
+    """The id of the store's run of a workspace hash at ``settings``, or None."""
+    from sde_core.common.hashing import stable_hash
+
+    runs = store.list_runs(ws_hash)
+    found = runs[runs["settings_hash"] == stable_hash(settings.result_key())]
+    return None if found.empty else int(found["id"].iloc[0])
+
+
+def sweep_forecast(
+    workspace: Workspace | str | Path,
+    base_settings: EvalSettings,
+    param: str,
+    values: Sequence[Any],
+    models: Sequence[str] | None,
+    store: Any,
+    *,
+    data_fingerprint: str | None,
+) -> SweepForecast:
+    """The forecast of :func:`run_sweep` with these arguments, read from ``store`` (a
+    :class:`~sde_core.pipeline.store.ResultsStore`, or None: nothing stored) — nothing is
+    evaluated.
+
+    Args:
+        data_fingerprint: the dataset bundle's fingerprint (the workspace hash of each point).
+
+    Raises:
+        SettingsError: as :func:`sweep_points`.
+    """
+    from sde_core.pipeline.workspace import workspace_hash
+
+    points = sweep_points(workspace, base_settings, param, values, models)
+    ws = _workspace(workspace)
+
+    def run_of(w: Workspace, settings: EvalSettings) -> int | None:
+        if store is None:
+            return None
+        return _stored_run(store, workspace_hash(w, data_fingerprint=data_fingerprint), settings)
+
+    cost: dict[str, float] = {}
+    base = run_of(ws, base_settings)
+    for row in store.records(base, "models") if base is not None else []:
+        value = row.get("eval_seconds")
+        if isinstance(value, int | float) and math.isfinite(value):
+            cost[str(row["name"])] = float(value)
+    total = stored = 0
+    seconds: float | None = 0.0
+    for point in points:
+        names = point.models or tuple(m.name for m in point.workspace.models)
+        run = run_of(point.workspace, point.settings)
+        have = set() if run is None else store.finished_units(run)
+        for name in names:
+            total += 1
+            if name in have:
+                stored += 1
+            elif seconds is not None:
+                seconds = seconds + cost[name] if name in cost else None
+    return SweepForecast(total, stored, seconds)
 
 
 def run_sweep(

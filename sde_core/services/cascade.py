@@ -53,7 +53,7 @@ from sde_core.pipeline.evaluation.workspace_run import (
 from sde_core.pipeline.model_inputs import Progress
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
-from sde_core.pipeline.sweeps import run_sweep, sigma_markers
+from sde_core.pipeline.sweeps import SweepForecast, run_sweep, sigma_markers, sweep_forecast
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.evaluation import stored_models
 from sde_core.services.result_cache import ResultCache
@@ -385,6 +385,20 @@ class Evaluations:
         if table is not None:
             self.remember("sweep", settings, table, *extra)
         return table
+
+    def sweep_forecast(
+        self, settings: EvalSettings, param: str, values: Sequence[Any], models: Sequence[str],
+        fingerprint: str | None,
+    ) -> SweepForecast:  # fmt: skip
+        """What :meth:`sweep` would cost (:func:`~sde_core.pipeline.sweeps.sweep_forecast`),
+        read from the results store (nothing stored when it has none)."""
+        store = self._store(read_only=True) if self.store_path_exists() else None
+        try:
+            return sweep_forecast(self.ws, settings, param, values, models, store,
+                                  data_fingerprint=fingerprint)  # fmt: skip
+        finally:
+            if store is not None:
+                store.close()
 
     def sigma_markers(self, settings: EvalSettings, model: str) -> dict[str, float]:
         """The σ of the √d and median rules for ``model`` at the settings' layer (cached)."""

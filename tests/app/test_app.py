@@ -458,6 +458,8 @@ def test_compare_defaults_to_one_layer_and_prices_the_others(ws):
 def test_sigma_sweep_matches_evaluate_workspace(ws, defaults):
     at = app("sweeps")
     no_exception(at)
+    label = at.button(key="sw_run").label  # the forecast before it runs
+    assert label.startswith("Run sweep (") and " points to evaluate, " in label, label
     at.button(key="sw_run").click().run()
     no_exception(at)
     table = frame(at, "from_store")

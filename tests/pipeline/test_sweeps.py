@@ -32,6 +32,7 @@ from sde_core.pipeline.sweeps import (
     checkpoint_workspace,
     run_sweep,
     sigma_markers,
+    sweep_forecast,
 )
 from sde_core.pipeline.workspace import CheckpointRef, ModelEntry, Workspace, workspace_hash
 from sde_core.pipeline.workspace_load import load_workspace
@@ -186,6 +187,36 @@ def test_second_sweep_is_served_from_the_store(workspace, tmp_path, extractions)
         ("sweep", 2, 2),
     ]
     assert any(s[0].startswith("subset_size = 40: ") for s in stages)
+
+
+def test_the_forecast_counts_what_is_stored_and_prices_the_rest(workspace, tmp_path):
+    """Before a sweep runs: its (value, model) points, how many the store holds, and the
+    stored evaluation time of each model at the base settings for each of the others."""
+    cache = tmp_path / "cache"
+    bundle = load_dataset(DatasetSpec.from_dict(workspace.dataset, base_dir=workspace.root))
+    models, values = ["original", "retrain"], [30, 40]  # SETTINGS has n = 40
+
+    def forecast(store):
+        return sweep_forecast(workspace, SETTINGS, "subset_size", values, models, store,
+                              data_fingerprint=bundle.fingerprint)  # fmt: skip
+
+    nothing = forecast(None)
+    assert (nothing.points, nothing.stored, nothing.seconds) == (4, 0, None)
+    assert nothing.sentence() == ("4 of 4 points to evaluate, time unknown (no stored "
+                                  "evaluation at these settings)")  # fmt: skip
+    with ResultsStore(tmp_path / "results.sqlite") as store:
+        base = evaluate_workspace(workspace, SETTINGS, models=models, store=store,
+                                  cache_dir=cache).models.set_index("name")  # fmt: skip
+        priced = forecast(store)
+        assert (priced.points, priced.stored) == (4, 2)  # the n = 40 point is the base run
+        expected = base.loc["original", "eval_seconds"] + base.loc["retrain", "eval_seconds"]
+        assert priced.seconds == pytest.approx(expected) and priced.seconds > 0
+        assert priced.sentence() == f"2 of 4 points to evaluate, forecast ≈ {expected:.0f} s"
+        run_sweep(workspace, SETTINGS, "subset_size", values, models=models, store=store,
+                  cache_dir=cache)  # fmt: skip
+        done = forecast(store)
+    assert (done.points, done.stored) == (4, 4)
+    assert done.sentence() == "all 4 points stored: read back"
 
 
 class _Interrupt(Exception):
