@@ -20,8 +20,8 @@ from sde_core.services.samples import (
 from sde_core.services.workspace_info import Workspace
 
 __all__ = [
-    "SAMPLE_ROWS", "behaviour_caption", "show_completions", "show_sample_evidence",
-    "show_target_members",
+    "SAMPLE_ROWS", "behaviour_caption", "forget_sample_evidence", "show_completions",
+    "show_sample_evidence", "show_target_members",
 ]  # fmt: skip
 
 #: Rows of the per-sample evidence table shown (the CSV holds every forget sample).
@@ -31,13 +31,13 @@ GALLERY = 8
 
 
 def show_sample_evidence(
-    ws: Workspace, settings: EvalSettings, result: EvaluationResult, model: str
+    ws: Workspace, settings: EvalSettings, model: str, evidence: pd.DataFrame
 ) -> None:
-    """Which forget samples still look remembered (method §18): the table, most remembered
-    first, with what the model, the original and the retrained model do on each (classifiers),
-    a gallery of the first ones (images) and the CSV of all."""
+    """Which forget samples still look remembered (method §18): the table ``evidence``
+    (:func:`forget_sample_evidence`), most remembered first, with what the model, the
+    original and the retrained model do on each, a gallery of the first ones (images) and the
+    CSV of all."""
     bundle = dataset_bundle(ws)
-    evidence = sample_evidence_table(ws, bundle, settings, result, model)
     shown = evidence.head(SAMPLE_ROWS)
     compared = drill_down_models(ws, model)
     cache = evaluation_session(ws).cache
@@ -87,15 +87,24 @@ def behaviour_caption(behaviour: pd.DataFrame, compared: list[str], model: str) 
     )
 
 
+def forget_sample_evidence(
+    ws: Workspace, settings: EvalSettings, result: EvaluationResult, model: str
+) -> pd.DataFrame:
+    """Every forget sample's evidence under ``model`` (:func:`sample_evidence_table`), which
+    the drill-down and the most-remembered table share."""
+    return sample_evidence_table(ws, dataset_bundle(ws), settings, result, model)
+
+
 def show_target_members(
-    ws: Workspace, settings: EvalSettings, result: EvaluationResult, model: str, target: int
-) -> None:
+    ws: Workspace, settings: EvalSettings, result: EvaluationResult, model: str, target: int,
+    evidence: pd.DataFrame,
+) -> None:  # fmt: skip
     """The drill-down of one target subset to its members: each one's per-sample evidence
-    (method §18) and what the model, the original and the retrained model do on it, with a
-    CSV of the whole subset."""
+    (method §18, from ``evidence``: :func:`forget_sample_evidence`) and what the model, the
+    original and the retrained model do on it, with a CSV of the whole subset."""
     compared = drill_down_models(ws, model)
     members = target_members(ws, dataset_bundle(ws), settings, result, model, target,
-                             evaluation_session(ws).cache)  # fmt: skip
+                             evaluation_session(ws).cache, evidence)  # fmt: skip
     with st.expander(f"Target subset {target}: its {len(members)} members, their evidence "
                      f"and what {', '.join(compared)} do on each"):  # fmt: skip
         st.caption(

@@ -34,7 +34,12 @@ from pages._common import (
 )
 from pages._display import fmt, fmt_p, headline_value, metric, pct, plot, show_verdict, table
 from pages._run import STOP_KEY, evaluations
-from pages._samples import show_completions, show_sample_evidence, show_target_members
+from pages._samples import (
+    forget_sample_evidence,
+    show_completions,
+    show_sample_evidence,
+    show_target_members,
+)
 from pages._settings import bound, current_settings, redraw_settings, redraw_slot
 from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.errors import SDEError
@@ -610,7 +615,11 @@ result = evidence(ws, model, control, target, redraw_slot())
 if result is not None:  # outside the fragment: neither depends on bins or α
     with guarded("Cannot show the target inputs"):
         show_thumbnails(ws, settings, model, target or 0)
-    with guarded(f"Cannot list the members of target subset {target or 0}"):
-        show_target_members(ws, settings, result, model, target or 0)
+    per_sample = None
     with guarded("Cannot attribute the evidence to samples"):
-        show_sample_evidence(ws, settings, result, model)
+        per_sample = forget_sample_evidence(ws, settings, result, model)
+    if per_sample is not None:
+        with guarded(f"Cannot list the members of target subset {target or 0}"):
+            show_target_members(ws, settings, result, model, target or 0, per_sample)
+        with guarded("Cannot show the most remembered samples"):
+            show_sample_evidence(ws, settings, model, per_sample)

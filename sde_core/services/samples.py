@@ -128,11 +128,13 @@ def _forget_losses(
 def target_members(
     ws: Workspace, bundle: DatasetBundle, settings: EvalSettings, result: EvaluationResult,
     model: str, target: int, cache: StageCache | None = None,
+    evidence: pd.DataFrame | None = None,
 ) -> pd.DataFrame:  # fmt: skip
     """The drill-down of one target subset (issue 38): each of its members (rows of D_tr, in
     the subset's order) with its per-sample evidence under ``model`` (method §18: ``evidence``
     and its 95% interval, its ``rank`` among the forget samples) and, beside it, what
     ``model``, the original and the retrained model do on it (:func:`sample_behaviour`).
+    ``evidence``: :func:`sample_evidence_table` of the same arguments, when the caller has it.
 
     Raises:
         SettingsError: ``target`` is not a target of these settings, or the evidence cannot
@@ -142,7 +144,8 @@ def target_members(
     if not 0 <= int(target) < len(targets):
         raise SettingsError(f"target subset {target} does not exist: choose 0–{len(targets) - 1}")
     members = pd.DataFrame({"row": np.asarray(targets[int(target)], dtype=np.int64)})
-    evidence = sample_evidence_table(ws, bundle, settings, result, model)
+    if evidence is None:
+        evidence = sample_evidence_table(ws, bundle, settings, result, model)
     shown = members.merge(evidence[["row", "evidence", "low", "high", "rank"]], on="row",
                           how="left")  # fmt: skip
     behaviour = sample_behaviour(ws, bundle, settings, drill_down_models(ws, model),
