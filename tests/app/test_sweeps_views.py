@@ -1,6 +1,6 @@
 """The Sweeps page's read-only views on copies of the shipped demos: the diffusion demo's
-shipped Figure 6 sweep and the mnist1d demo's unlearning curve answer on open, in words first,
-without computing anything."""
+shipped Figure 6 sweep, the mnist1d demo's unlearning curve and the Fashion-MNIST demo's training
+curve answer on open, in words first, without computing anything."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ SKIP = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("sweep-views")
-    for demo in ("demo-fashion-edm", "demo-mnist1d"):
+    for demo in ("demo", "demo-fashion-edm", "demo-mnist1d"):
         shutil.copytree(ROOT / "assets" / demo, base / demo, ignore=SKIP)
     return base
 
@@ -92,4 +92,31 @@ def test_curves_view_answers_on_a_fresh_clone(opened):
     assert not at.exception
     words = " ".join(m.value for m in at.markdown)  # the initial weights: the gate withholds
     assert "**original**: no checkpoint meets the rule; withheld at epoch 0." in words
+    assert not (opened / ".sde-cache" / "activations").exists()  # nothing was extracted
+
+
+@pytest.mark.parametrize("opened", ["demo"], indirect=True)
+def test_the_training_curve_answers_on_a_fresh_clone(opened):
+    """The Fashion-MNIST demo ships its original's training run (``checkpoints.sqlite``): the
+    curve is drawn from it, each point the stored number."""
+    from sde_core.inputs.data import load_dataset
+    from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.services.curves import checkpoint_curves
+
+    at = _sweeps_page()
+    assert at.multiselect(key="cv_models").value == ["original"]
+    ws = load_workspace(opened)
+    fingerprint = load_dataset(ws.dataset_spec()).fingerprint
+    stored = checkpoint_curves(ws, ws.defaults, ["original"], fingerprint=fingerprint).table
+    assert stored["stored"].all() and len(stored) == 6  # initial weights, 10–80%, final
+    (title,) = [t for t in _titles(at) if t.startswith("Checkpoint curves")]
+    chart = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+                 if json.loads(c.proto.spec)["layout"]["title"]["text"] == title)  # fmt: skip
+    cal = next(t for t in chart["data"] if t["name"] == f"original: {CALIBRATED_OTR.label}")
+    drawn = dict(zip(_values(cal["x"]), _values(cal["y"]), strict=True))
+    for row in stored.itertuples():
+        value = getattr(row, CALIBRATED_OTR.key)
+        if value == value:  # withheld points are not drawn
+            assert drawn[row.step] == pytest.approx(100 * value)
+    assert not any(b.key == "cv_run" for b in at.button)  # nothing missing: nothing to run
     assert not (opened / ".sde-cache" / "activations").exists()  # nothing was extracted
