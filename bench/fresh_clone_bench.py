@@ -77,7 +77,7 @@ def page_times(url: str) -> tuple[float, float, float]:
         charts = page.locator("[data-testid='stPlotlyChart'] svg.main-svg")
         app = page.get_by_test_id("stApp")
         done = app.and_(page.locator("[data-test-script-state='notRunning']"))
-        charts.first.or_(done).wait_for()  # a chart, or the end of a run that drew none
+        charts.first.or_(done).first.wait_for()  # a chart, or the end of a run that drew none
         if not charts.count():  # a chart sent at the run's end is drawn just after it
             with contextlib.suppress(PlaywrightTimeout):
                 charts.first.wait_for(timeout=5000)
