@@ -13,7 +13,10 @@ are taken from the start of ``make run``:
   Curves section's first drawn chart (an SVG of plotly's inside the page), and to the end of
   the page's script run.
 
-Usage: ``python bench/fresh_clone_bench.py [--workspace assets/demo-mnist1d]
+With ``--page explore?model=rl`` (or ``answer``, ``compare`` …) another page is opened instead
+and its first chart (anywhere on the page) is timed: a newcomer's cold open (issue 33).
+
+Usage: ``python bench/fresh_clone_bench.py [--workspace assets/demo-mnist1d] [--page PAGE]
 [--venv PATH]`` (``--venv``: reuse an installed environment, linked into the clone, to time
 the page alone). The load average is printed beside the numbers.
 """
@@ -53,9 +56,9 @@ def _wait(log: Path, text: str, proc: subprocess.Popen, deadline: float) -> floa
     return time.monotonic()
 
 
-def page_times(url: str) -> tuple[float, float, float]:
-    """Seconds from opening ``url``/sweeps to its title, to the Curves section's first drawn
-    chart and to the end of its script run."""
+def page_times(url: str, page_path: str = "sweeps") -> tuple[float, float, float]:
+    """Seconds from opening ``url``/``page_path`` to its title, to its first drawn chart (the
+    Curves section's, on Sweeps) and to the end of its script run."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import expect, sync_playwright
 
@@ -71,8 +74,8 @@ def page_times(url: str) -> tuple[float, float, float]:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(LIMIT_S * 1000)
         t0 = time.monotonic()
-        page.goto(f"{url}/sweeps")
-        page.get_by_role("heading", name="Sweeps", level=1).wait_for()
+        page.goto(f"{url}/{page_path}")
+        page.get_by_role("heading", level=1).first.wait_for()
         frame = time.monotonic() - t0
         charts = page.locator("[data-testid='stPlotlyChart'] svg.main-svg")
         app = page.get_by_test_id("stApp")
@@ -85,10 +88,11 @@ def page_times(url: str) -> tuple[float, float, float]:
         expect(app).to_have_attribute("data-test-script-state", "notRunning")
         expect(page.get_by_test_id("stStatusWidget")).to_have_count(0)
         complete = time.monotonic() - t0
-        if not page.get_by_role("heading", name="Curves: checkpoints of a run").count():
+        sweeps = page_path.startswith("sweeps")
+        if sweeps and not page.get_by_role("heading", name="Curves: checkpoints of a run").count():
             raise SystemExit("the page has no Curves section (no model with checkpoints)")
         if math.isnan(chart):
-            print("the Curves section drew no chart (no checkpoint stored at the defaults)")
+            print(f"/{page_path} drew no chart")
         browser.close()
     return frame, chart, complete
 
@@ -97,6 +101,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workspace", default=None, help="SDE_WORKSPACE (default: make run's)")
     p.add_argument("--venv", type=Path, default=None, help="an installed .venv to link in")
+    p.add_argument("--page", default="sweeps", help="the page and query to open (sweeps)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         clone = Path(tmp) / "clone"
@@ -120,7 +125,7 @@ def main() -> None:
             deadline = start + LIMIT_S
             venv = _wait(log, "serve.py", proc, deadline) - start
             warm = _wait(log, "warmed in", proc, deadline) - start
-            frame, chart, complete = page_times(f"http://127.0.0.1:{port}")
+            frame, chart, complete = page_times(f"http://127.0.0.1:{port}", args.page)
         finally:
             os.killpg(proc.pid, 15)
             proc.wait(timeout=60)
@@ -129,8 +134,8 @@ def main() -> None:
           f"venv {'linked' if args.venv else 'installed by make run'}; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     print(f"clone {cloned:.1f} s; make run → venv ready {venv:.1f} s → server warmed "
-          f"{warm:.1f} s; /sweeps: frame {frame:.1f} s, first chart {chart:.1f} s, complete "
-          f"{complete:.1f} s; fresh clone → Curves' first chart "
+          f"{warm:.1f} s; /{args.page}: frame {frame:.1f} s, first chart {chart:.1f} s, "
+          f"complete {complete:.1f} s; fresh clone → its first chart "
           f"{cloned + warm + chart:.1f} s")  # fmt: skip
 
 
