@@ -24,6 +24,14 @@ from sde_core.viz.verdicts.labels import VERDICT_ICONS
 PRELOAD_KEY = "chart_preload"
 
 
+def lazy_expander(label: str, key: str) -> Any:
+    """A collapsed expander whose content runs only while it is open (Streamlit's stateful
+    expander: opening or closing it reruns the page, and its ``.open`` says which); use as
+    ``box = lazy_expander(…)`` / ``with box: if box.open: …``. For sections that cost time to
+    compute or to draw and that most visitors do not open."""
+    return st.expander(label, key=key, on_change="rerun")
+
+
 def preload_charts() -> None:
     """Start the browser's load of plotly.js before the page has computed its first chart.
 

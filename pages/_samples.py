@@ -3,11 +3,13 @@ remembered, most remembered first, with a CSV of all."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import streamlit as st
 
 from pages._common import dataset_bundle
-from pages._display import table
+from pages._display import lazy_expander, table
 from pages._run import evaluation_session
 from sde_core.services.cascade import EvalSettings, EvaluationResult
 from sde_core.services.samples import (
@@ -31,20 +33,26 @@ GALLERY = 8
 
 
 def show_sample_evidence(
-    ws: Workspace, settings: EvalSettings, model: str, evidence: pd.DataFrame
+    ws: Workspace, settings: EvalSettings, model: str, evidence: Callable[[], pd.DataFrame]
 ) -> None:
-    """Which forget samples still look remembered (method §18): the table ``evidence``
-    (:func:`forget_sample_evidence`), most remembered first, with what the model, the
-    original and the retrained model do on each, a gallery of the first ones (images) and the
-    CSV of all."""
-    bundle = dataset_bundle(ws)
-    shown = evidence.head(SAMPLE_ROWS)
-    compared = drill_down_models(ws, model)
-    cache = evaluation_session(ws).cache
-    behaviour = sample_behaviour(ws, bundle, settings, compared, shown["row"].tolist(), cache)
-    if behaviour is not None:
-        shown = shown.merge(behaviour, on="row", how="left")
-    with st.expander(f"Which forget samples still look remembered under {model} (method §18)"):
+    """Which forget samples still look remembered (method §18), in an expander that runs only
+    while it is open: the table ``evidence()`` (:func:`forget_sample_evidence`), most
+    remembered first, with what the model, the original and the retrained model do on each, a
+    gallery of the first ones (images) and the CSV of all."""
+    box = lazy_expander(f"Which forget samples still look remembered under {model} "
+                        "(method §18)", "x_samples_open")  # fmt: skip
+    with box:
+        if not box.open:
+            return
+        bundle = dataset_bundle(ws)
+        every = evidence()
+        shown = every.head(SAMPLE_ROWS)
+        compared = drill_down_models(ws, model)
+        cache = evaluation_session(ws).cache
+        behaviour = sample_behaviour(ws, bundle, settings, compared, shown["row"].tolist(),
+                                     cache)  # fmt: skip
+        if behaviour is not None:
+            shown = shown.merge(behaviour, on="row", how="left")
         st.caption(
             "Each sample's evidence is attributed from the target subsets it is in: 1 is where "
             "training subsets sit, 0 where unseen subsets sit. One sample moves a subset of "
@@ -64,7 +72,7 @@ def show_sample_evidence(
                 f"{r} · {e:.2g}" for r, e in zip(first["row"], first["evidence"], strict=True)
             ]
             st.image(list(images), width=72, clamp=True, caption=captions)
-        st.download_button("Every forget sample (CSV)", evidence.to_csv(index=False).encode(),
+        st.download_button("Every forget sample (CSV)", every.to_csv(index=False).encode(),
                            f"{model}-per-sample-evidence.csv", "text/csv",
                            key="x_samples_csv")  # fmt: skip
 
@@ -97,16 +105,21 @@ def forget_sample_evidence(
 
 def show_target_members(
     ws: Workspace, settings: EvalSettings, result: EvaluationResult, model: str, target: int,
-    evidence: pd.DataFrame,
+    evidence: Callable[[], pd.DataFrame],
 ) -> None:  # fmt: skip
-    """The drill-down of one target subset to its members: each one's per-sample evidence
-    (method §18, from ``evidence``: :func:`forget_sample_evidence`) and what the model, the
-    original and the retrained model do on it, with a CSV of the whole subset."""
+    """The drill-down of one target subset to its members, in an expander that runs only
+    while it is open: each one's per-sample evidence (method §18, from ``evidence()``:
+    :func:`forget_sample_evidence`) and what the model, the original and the retrained model do
+    on it, with a CSV of the whole subset."""
     compared = drill_down_models(ws, model)
-    members = target_members(ws, dataset_bundle(ws), settings, result, model, target,
-                             evaluation_session(ws).cache, evidence)  # fmt: skip
-    with st.expander(f"Target subset {target}: its {len(members)} members, their evidence "
-                     f"and what {', '.join(compared)} do on each"):  # fmt: skip
+    box = lazy_expander(f"Target subset {target}: its {settings.subset_size} members, their "
+                        f"evidence and what {', '.join(compared)} do on each",
+                        "x_members_open")  # fmt: skip
+    with box:
+        if not box.open:
+            return
+        members = target_members(ws, dataset_bundle(ws), settings, result, model, target,
+                                 evaluation_session(ws).cache, evidence())  # fmt: skip
         st.caption(
             "Each member's per-sample evidence (1 ≈ where training subsets sit, 0 ≈ where "
             "unseen subsets sit; method §18) with its 95% interval and its rank among the "

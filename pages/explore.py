@@ -16,6 +16,7 @@ histogram), ``control=1`` (the random-init negative control).
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -615,11 +616,9 @@ result = evidence(ws, model, control, target, redraw_slot())
 if result is not None:  # outside the fragment: neither depends on bins or α
     with guarded("Cannot show the target inputs"):
         show_thumbnails(ws, settings, model, target or 0)
-    per_sample = None
+    # attributed once per run, when the first of its two sections is open
+    per_sample = functools.cache(lambda: forget_sample_evidence(ws, settings, result, model))
+    with guarded(f"Cannot list the members of target subset {target or 0}"):
+        show_target_members(ws, settings, result, model, target or 0, per_sample)
     with guarded("Cannot attribute the evidence to samples"):
-        per_sample = forget_sample_evidence(ws, settings, result, model)
-    if per_sample is not None:
-        with guarded(f"Cannot list the members of target subset {target or 0}"):
-            show_target_members(ws, settings, result, model, target or 0, per_sample)
-        with guarded("Cannot show the most remembered samples"):
-            show_sample_evidence(ws, settings, model, per_sample)
+        show_sample_evidence(ws, settings, model, per_sample)

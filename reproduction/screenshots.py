@@ -249,8 +249,9 @@ def view_shots(demo: str, out: Path, browser, names: list[str]) -> list[tuple[Pa
                 if section is None:
                     print(f"  {view}: {name} has no such section (skipped)")
                     continue
-                if how == "expander":
+                if how == "expander":  # a lazy expander runs its content once it is open
                     section.locator("summary").first.click()
+                    section.get_by_test_id("stDataFrame").first.wait_for()
                     _settled(page)
                 elif how == "toggle":
                     section.locator("label").first.click()

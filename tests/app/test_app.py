@@ -157,6 +157,14 @@ def test_explore_shows_the_library_numbers(ws, expected, defaults):
 
     opened = load_workspace(ws)
     library = sample_evidence_table(opened, load_bundle(opened), defaults, expected, "original")
+    # the two per-sample sections run only while open: closed, nothing of theirs is drawn
+    tables = [e.value for e in at.dataframe]
+    assert not [t for t in tables if "evidence" in t.columns]
+    assert not {"x_samples_csv", "x_members_csv"} & {b.key for b in at.get("download_button")}
+    at.session_state["x_samples_open"] = True
+    at.session_state["x_members_open"] = True
+    at.run()
+    no_exception(at)
     shown = frame(at, "subsets_in")  # the most remembered forget samples first, as the library
     assert list(shown["row"]) == list(library["row"][: len(shown)]) and len(shown) == 20
     assert "x_samples_csv" in {b.key for b in at.get("download_button")}
