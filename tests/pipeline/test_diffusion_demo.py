@@ -218,11 +218,16 @@ def test_every_page_works_on_the_shipped_diffusion_demo(shipped, page):
     at = _page(page)
     if page == "explore":  # clean, noisy and denoised images of a target subset
         model = at.selectbox(key="w_x_model").value
-        # the retrained model's denoising of the same noisy inputs beside another model's, and
-        # the gallery of the most remembered forget images (method §18)
-        assert len(at.get("image")) == (4 if model == "retrained" else 5), model
+        # the retrained model's denoising of the same noisy inputs beside another model's
+        strips = 3 if model == "retrained" else 4
+        assert len(at.get("image")) == strips, model
         captions = " ".join(c.value for c in at.caption)
         assert model == "retrained" or "Denoised by retrained, the retrained model" in captions
+        # and, once its section is open, the gallery of the most remembered forget images
+        at.session_state["x_samples_open"] = True
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert len(at.get("image")) == strips + 1, model
         assert at.selectbox(key="w_s_layer").value == "denoised@0.5"
 
 
