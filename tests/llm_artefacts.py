@@ -91,3 +91,16 @@ def qa_workspace(root: Path, train: int = 20, test: int = 12, forget: int = 6) -
         ws.add_model(ModelEntry(name=name, role=name, arch="hf", checkpoint=f"models/{name}"))
     write_workspace(ws)
     return ws
+
+
+def qa_bundle(root: Path, train: list[dict[str, Any]], test: list[dict[str, Any]],
+              tokenizer_folder: Path, max_length: int = 24) -> Any:  # fmt: skip
+    """The records written as ``root/train.jsonl`` and ``root/test.jsonl`` and loaded as a
+    text dataset tokenised by ``tokenizer_folder``'s tokenizer (QA template)."""
+    from sde_core.inputs.data import DatasetSpec, load_dataset
+
+    write_jsonl(root / "train.jsonl", train)
+    write_jsonl(root / "test.jsonl", test)
+    options = {"test_path": str(root / "test.jsonl"), "tokenizer": str(tokenizer_folder),
+               "max_length": max_length}  # fmt: skip
+    return load_dataset(DatasetSpec("text", root / "train.jsonl", options=options))

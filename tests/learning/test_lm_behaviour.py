@@ -12,10 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from llm_artefacts import qa_records, save_model_folder, tiny_gpt2, tokenizer_for, write_jsonl
+from llm_artefacts import qa_bundle, qa_records, save_model_folder, tiny_gpt2, tokenizer_for
 
 from sde_core.errors import TrainingError
-from sde_core.inputs.data import DatasetSpec, load_dataset
 from sde_core.inputs.hf_models import load_hf_folder
 from sde_core.inputs.text_data import QA_TEMPLATE
 from sde_core.learning.lm_behaviour import lm_text_scores
@@ -29,14 +28,8 @@ def lm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     train, test = qa_records(12), qa_records(8, offset=12)
     tokenizer = tokenizer_for([QA_TEMPLATE.format(**r) for r in train + test])
     folder = save_model_folder(tiny_gpt2(tokenizer, seed=4), tokenizer, root / "model")
-    write_jsonl(root / "train.jsonl", train)
-    write_jsonl(root / "test.jsonl", test)
-    spec = DatasetSpec(
-        "text", root / "train.jsonl",
-        options={"test_path": str(root / "test.jsonl"), "tokenizer": str(folder),
-                 "max_length": 24},
-    )  # fmt: skip
-    return {"bundle": load_dataset(spec), "folder": folder, "tokenizer": tokenizer,
+    return {"bundle": qa_bundle(root, train, test, folder), "folder": folder,
+            "tokenizer": tokenizer,
             "records": train}  # fmt: skip
 
 

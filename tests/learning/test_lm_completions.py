@@ -10,10 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from llm_artefacts import qa_records, save_model_folder, tiny_gpt2, tokenizer_for, write_jsonl
+from llm_artefacts import qa_bundle, qa_records, save_model_folder, tiny_gpt2, tokenizer_for
 
 from sde_core.errors import TrainingError
-from sde_core.inputs.data import DatasetSpec, load_dataset
 from sde_core.inputs.hf_models import load_hf_folder
 from sde_core.inputs.text_data import QA_TEMPLATE
 from sde_core.learning.lm_completions import greedy_completions, prompt_and_reference
@@ -44,14 +43,8 @@ def lm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     trained = save_model_folder(_memorised(tokenizer, texts, 3), tokenizer, root / "trained")
     untrained = save_model_folder(tiny_gpt2(tokenizer, seed=3, n_embd=64), tokenizer,
                                   root / "untrained")  # fmt: skip
-    write_jsonl(root / "train.jsonl", train)
-    write_jsonl(root / "test.jsonl", test)
-    spec = DatasetSpec(
-        "text", root / "train.jsonl",
-        options={"test_path": str(root / "test.jsonl"), "tokenizer": str(trained),
-                 "max_length": 24},
-    )  # fmt: skip
-    return {"bundle": load_dataset(spec), "trained": trained, "untrained": untrained,
+    return {"bundle": qa_bundle(root, train, test, trained), "trained": trained,
+            "untrained": untrained,
             "tokenizer": tokenizer, "records": train}  # fmt: skip
 
 
