@@ -16,12 +16,26 @@ from sde_core.common.markdown_text import md_plain
 from sde_core.viz.figures.style import PLOTLY_CONFIG
 from sde_core.viz.formatting import format_number, format_percent, style_table
 from sde_core.viz.glossary import GLOSSARY, help_text
+from sde_core.viz.report.meta_eval import FamilyCard
 from sde_core.viz.verdicts.explanation import explain_verdict
 from sde_core.viz.verdicts.labels import VERDICT_ICONS
 
 #: Key of the hidden chart that makes the browser load its chart library at the start of every
 #: run (:func:`preload_charts`).
 PRELOAD_KEY = "chart_preload"
+
+
+def show_family_card(card: FamilyCard | None, key: str) -> None:
+    """The "how often is it right" card of a model family (method §17), in a bordered box
+    (nothing for None: the family's table is not in this installation)."""
+    if card is None:
+        return
+    with st.container(border=True, key=key):
+        st.markdown(f"**{md_plain(card.title)}**")
+        for sentence in card.sentences:
+            st.markdown(md_plain(sentence))
+        if card.caption:
+            st.caption(md_plain(card.caption))
 
 
 def lazy_expander(label: str, key: str) -> Any:

@@ -9,8 +9,13 @@ from __future__ import annotations
 import streamlit as st
 
 from pages import APP_ROOT
+from pages._common import WS_KEY, default_workspace
+from pages._display import show_family_card
+from sde_core.errors import SDEError
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.services.answer import workspace_family
 from sde_core.viz.glossary import METHOD_SECTIONS, glossary_table
-from sde_core.viz.report.meta_eval import card_sentences, meta_eval_csv, read_card
+from sde_core.viz.report.meta_eval import family_card
 
 doc = APP_ROOT / "docs" / "method.md"
 with st.sidebar:
@@ -22,20 +27,21 @@ with st.sidebar:
         )
         + "\n- [Glossary](#glossary)"
     )
-card_file = meta_eval_csv("classifier", APP_ROOT)
-card = read_card(card_file) if card_file is not None else None
-with st.container(border=True, key="m_meta_eval"):
-    st.markdown("**How often is it right?** Classifiers, measured on the mnist1d zoo (§17)")
-    if card is None:
-        st.caption("No meta-evaluation is shipped for this family yet (method §17).")
-    else:
-        for sentence in card_sentences(card):
-            st.markdown(sentence)
-        st.caption(
-            "Checkpoints with known truth: retrained and original models from several seeds, "
-            "unlearning methods at graded strengths, relearned and quantised models. One "
-            "family, one dataset, one layer: REPRODUCTION.md, Meta-evaluation."
+
+
+def open_family() -> tuple[str, str]:
+    """The open workspace's model family (name, label); the classifier's when it cannot be
+    opened (the Method page never stops on a workspace problem)."""
+    try:
+        family = workspace_family(
+            load_workspace(st.session_state.get(WS_KEY) or default_workspace())
         )
+    except SDEError:
+        return "classifier", "classifier"
+    return family.name, family.label
+
+
+show_family_card(family_card(*open_family(), root=APP_ROOT), "m_meta_eval")
 if doc.is_file():
     st.markdown(doc.read_text(encoding="utf-8"))
 else:

@@ -13,12 +13,13 @@ from typing import Any
 
 import streamlit as st
 
+from pages import APP_ROOT
 from pages._common import dataset_bundle, guarded, open_page, publish
-from pages._display import show_verdict, table
+from pages._display import show_family_card, show_verdict, table
 from pages._paper import paper_export
 from pages._run import affordable_layers, evaluate, shared_cache
 from sde_core.common.hashing import stable_hash
-from sde_core.services.answer import verdict_notes
+from sde_core.services.answer import verdict_notes, workspace_family
 from sde_core.services.audit import build_manifest, report_file_stem, report_json_bytes
 from sde_core.services.cascade import EvaluationResult
 from sde_core.services.report_bundle import SignedBundle, signed_report_zip
@@ -36,6 +37,7 @@ from sde_core.viz.report.exports import (
     to_json_bytes,
 )
 from sde_core.viz.report.html_page import build_html_report, report_figures
+from sde_core.viz.report.meta_eval import family_card
 from sde_core.viz.report.tables import (
     draws_table,
     manifest_tables,
@@ -284,6 +286,8 @@ if result is not None:
     verdicts(ws, result)
     st.subheader("What SDE can and cannot certify")
     certify()
+    family = workspace_family(ws)
+    show_family_card(family_card(family.name, family.label, root=APP_ROOT), "r_meta_eval")
     if manifest is not None:
         st.subheader("Report files")
         report_downloads(result, name, manifest, ws)

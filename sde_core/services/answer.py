@@ -13,24 +13,29 @@ from typing import Any
 import numpy as np
 
 from sde_core.errors import SDEError
-from sde_core.families.registry import family_of_entry
+from sde_core.families.registry import Family, family_of_entry
 from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import Workspace
 from sde_core.viz.answer import Scope, make_scope
 
-__all__ = ["answer_scope", "model_family", "verdict_notes"]
+__all__ = ["answer_scope", "model_family", "verdict_notes", "workspace_family"]
+
+
+def workspace_family(ws: Workspace) -> Family:
+    """The workspace's model family (a :class:`~sde_core.families.registry.Family`): the
+    family seam's answer for its first model, known by its ``arch`` and the default layer
+    without loading it (every model of a workspace reads the same data, so they share a
+    family); the classifier family for a workspace without models."""
+    arch = ws.models[0].arch if ws.models else None
+    return family_of_entry(arch, ws.defaults.layer)
 
 
 def model_family(ws: Workspace) -> str:
     """The user's word for the workspace's model family (``"classifier"``, ``"denoiser"``,
-    ``"causal language model"``): the family seam's answer for its first model, known by its
-    ``arch`` and the default layer without loading it (every model of a workspace reads the same
-    data, so they share a family)."""
-    for entry in ws.models:
-        return family_of_entry(entry.arch, ws.defaults.layer).label
-    return "classifier"
+    ``"causal language model"``; :func:`workspace_family`)."""
+    return workspace_family(ws).label if ws.models else "classifier"
 
 
 def verdict_notes(ws: Workspace, layer: str) -> dict[str, str]:

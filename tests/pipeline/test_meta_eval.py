@@ -382,3 +382,38 @@ def test_the_method_page_shows_the_shipped_card():
     assert not at.exception
     text = " ".join(m.value for m in at.markdown)
     assert "How often is it right?" in text and "the verdict was right on" in text
+
+
+def test_the_card_of_each_family(tmp_path):
+    """The classifier card reads the shipped mnist1d table; a family with no zoo is told its
+    rates are not measured; a classifier installation without the table says nothing."""
+    from sde_core.viz.report.meta_eval import card_sentences, family_card, meta_eval_csv, read_card
+
+    classifier = family_card("classifier", "classifier")
+    shipped = meta_eval_csv("classifier")
+    assert classifier is not None and classifier.measured and shipped is not None
+    card = read_card(shipped)
+    assert card is not None and classifier.sentences == card_sentences(card)
+    assert "mnist1d zoo" in classifier.title and "REPRODUCTION.md" in classifier.caption
+    for name, label in (("causal_lm", "causal language model"), ("denoiser", "denoiser")):
+        other = family_card(name, label)
+        assert other is not None and not other.measured and other.caption == ""
+        assert other.title == f"How often is it right? Not measured for a {label} (method §17)"
+        assert "do not carry over" in other.sentences[0]
+    assert family_card("classifier", "classifier", root=tmp_path) is None
+
+
+def test_the_method_page_shows_the_open_workspace_s_family(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    from llm_artefacts import qa_workspace
+    from streamlit.testing.v1 import AppTest
+
+    ws = qa_workspace(tmp_path / "lm")
+    monkeypatch.setenv("SDE_DATA_ROOTS", str(tmp_path))
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "pages" / "method.py"))
+    at.session_state["ws_path"] = str(ws.root)
+    at.run(timeout=60)
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert "Not measured for a causal language model" in text
+    assert "the verdict was right on" not in text  # the classifier zoo's rates are not shown

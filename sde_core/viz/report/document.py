@@ -12,7 +12,7 @@ from typing import Any
 
 from sde_core.common.bounded_json import loads_bounded
 from sde_core.errors import SettingsError
-from sde_core.families.registry import family_of_entry
+from sde_core.families.registry import Family, family_of_entry
 from sde_core.viz.formatting import records
 from sde_core.viz.verdicts.explanation import explain_verdict, retrain_row
 from sde_core.viz.verdicts.summary import summarize_verdict
@@ -24,6 +24,7 @@ __all__ = [
     "REPORT_MAX_DEPTH",
     "AuditContext",
     "family_verdict_notes",
+    "manifest_family",
     "report_document",
     "report_from_html",
 ]
@@ -73,6 +74,15 @@ def family_verdict_notes(result: Any, manifest: Mapping[str, Any] | None) -> dic
         for name, entry in models.items()
         if isinstance(entry, Mapping)
     }
+
+
+def manifest_family(result: Any, manifest: Mapping[str, Any] | None) -> Family | None:
+    """The model family of a report's models: the family seam's answer for the ``arch`` the
+    manifest records for its first model and the evaluated layer; None without a manifest."""
+    models = [m for m in ((manifest or {}).get("models") or {}).values() if isinstance(m, Mapping)]
+    if not models:
+        return None
+    return family_of_entry(models[0].get("arch"), str(result.settings.layer))
 
 
 def report_document(

@@ -50,8 +50,10 @@ from sde_core.viz.report.document import (
     AuditContext,
     _json_for_html,
     family_verdict_notes,
+    manifest_family,
     report_document,
 )
+from sde_core.viz.report.meta_eval import FamilyCard, family_card
 from sde_core.viz.report.tables import (
     COMPARISON_GROUPS,
     comparison_table,
@@ -408,12 +410,24 @@ def _json_name(file_hint: str) -> str:
     return f"{_stem(file_hint)}.json"
 
 
-def _certify_html() -> str:
+def _family_card(result: Any, manifest: Mapping[str, Any] | None) -> FamilyCard | None:
+    """The "how often is it right" card of the report's model family (none without a
+    manifest, which is what names the family)."""
+    family = manifest_family(result, manifest)
+    return None if family is None else family_card(family.name, family.label)
+
+
+def _certify_html(card: FamilyCard | None = None) -> str:
     can = "".join(f"<li>{html.escape(t)}</li>" for t in CAN_CERTIFY)
     cannot = "".join(f"<li>{html.escape(t)}</li>" for t in CANNOT_CERTIFY)
-    return f"<p><strong>It can establish:</strong></p><ul>{can}</ul>" + (
+    found = f"<p><strong>It can establish:</strong></p><ul>{can}</ul>" + (
         f"<p><strong>It cannot establish:</strong></p><ul>{cannot}</ul>"
     )
+    if card is None:
+        return found
+    said = "".join(f"<p>{html.escape(t)}</p>" for t in card.sentences)
+    caption = f"<p><em>{html.escape(card.caption)}</em></p>" if card.caption else ""
+    return f"{found}<h3>{html.escape(card.title)}</h3>{said}{caption}"
 
 
 def _manifest_html(manifest: Mapping[str, Any] | None, file_hint: str) -> str:
@@ -528,7 +542,7 @@ def build_html_report(
                 + _check_html(file_hint, document_sha256, signed_by)
                 + "</div></div>",
                 _verdicts_html(verdict_table(result), model_caveats),
-                _certify_html(),
+                _certify_html(_family_card(result, manifest)),
                 _comparison_html(result.models, result.draws),
                 draws_html,
                 f"<p>{html.escape(null_calibration_text(result))}</p>",

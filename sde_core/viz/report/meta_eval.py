@@ -4,7 +4,10 @@
 - :func:`markdown_table`: the table of ``python -m sde_core meta-eval`` as markdown;
 - :func:`write_roc_figure`: the ROC curves (truth forgot against remembers) of the chosen
   scores, as a PNG (matplotlib, headless);
-- :func:`read_card` / :class:`MetaCard`: the shipped table of a family, read back for the card.
+- :func:`read_card` / :class:`MetaCard`: the shipped table of a family, read back for the card;
+- :func:`family_card` / :class:`FamilyCard`: the card of the open workspace's family, in
+  words, for the Method page and the report — where no zoo of that family has been measured,
+  it says so instead of showing another family's rates.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import numpy as np
 from sde_core.viz.formatting import format_number
 
 __all__ = [
+    "FamilyCard",
     "MetaCard",
     "card_sentences",
+    "family_card",
     "markdown_table",
     "meta_eval_csv",
     "method_table",
@@ -33,6 +38,8 @@ __all__ = [
 
 #: The shipped meta-evaluation tables, by model family (``reproduction/results``).
 _SHIPPED = {"classifier": "meta_eval_mnist1d.csv"}
+#: What each shipped table measured, for the card's title.
+_ZOOS = {"classifier": "classifiers, measured on the mnist1d zoo"}
 _COLUMNS = (
     ("auc", "faithfulness AUC"),
     ("auc_runs", "AUC, unlearning runs only"),
@@ -213,3 +220,57 @@ def card_sentences(card: MetaCard) -> list[str]:
             else f"; its AUC over the unlearning runs is {_cell(card.calibrated, 'auc_runs')}."
         ),
     ]
+
+
+@dataclass(frozen=True)
+class FamilyCard:
+    """The "how often is it right" card of one model family (:func:`family_card`).
+
+    Attributes:
+        title: its heading. sentences: what it says (Markdown-free text).
+        caption: where the numbers come from ("" when nothing was measured).
+        measured: whether a zoo of this family was measured.
+    """
+
+    title: str
+    sentences: list[str]
+    caption: str
+    measured: bool
+
+
+def family_card(family: str, label: str, root: str | Path | None = None) -> FamilyCard | None:
+    """The card of the model family ``family`` (its registry name; ``label``: the user's word
+    for it, e.g. "causal language model") from the shipped meta-evaluation table; for a family
+    with none, a card that says the verdict's error rates are not measured for it; None when
+    the family's table exists in the repository but not under ``root`` (an installed package
+    without ``reproduction/``: nothing is said rather than "not measured")."""
+    if family in _SHIPPED:
+        path = meta_eval_csv(family, root)
+        card = read_card(path) if path is not None else None
+        if card is None:
+            return None
+    else:
+        card = None
+    if card is None:
+        return FamilyCard(
+            title=f"How often is it right? Not measured for a {label} (method §17)",
+            sentences=[
+                f"No meta-evaluation is shipped for a {label}: the verdict's rates of being "
+                "right and wrong were measured on a zoo of classifiers only (mnist1d), and they "
+                f"do not carry over to another family. Read this workspace's verdict as not "
+                "validated on checkpoints of its own kind; the behaviour cross-check beside "
+                "it is the independent evidence."
+            ],
+            caption="",
+            measured=False,
+        )
+    return FamilyCard(
+        title=f"How often is it right? {_ZOOS[family].capitalize()} (method §17)",
+        sentences=card_sentences(card),
+        caption=(
+            "Checkpoints with known truth: retrained and original models from several seeds, "
+            "unlearning methods at graded strengths, relearned and quantised models. One "
+            "family, one dataset, one layer: REPRODUCTION.md, Meta-evaluation."
+        ),
+        measured=True,
+    )
