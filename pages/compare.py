@@ -244,6 +244,31 @@ def stored_answer(ws: Workspace, settings: EvalSettings) -> EvaluationResult | N
         return None
 
 
+def stored_summary(ws: Workspace, settings: EvalSettings) -> EvaluationResult | None:
+    """Every model's headline rows and draws at ``settings`` from the cache or the store
+    (:meth:`~sde_core.services.cascade.Evaluations.stored_summary`); None as
+    :func:`stored_answer`."""
+    try:
+        return evaluations(ws).stored_summary(settings)
+    except SDEError:
+        return None
+
+
+def drawn_models(
+    ws: Workspace, result: EvaluationResult, names: list[str], summary: bool
+) -> EvaluationResult:
+    """``result`` for the models the page draws: a slice of it, or — when it is a summary
+    (no distributions) — those models read in full from the store (their units only)."""
+    if summary:
+        try:
+            full = evaluations(ws).stored(result.settings, names)
+        except SDEError:
+            full = None
+        if full is not None:
+            return full
+    return slice_result(result, names)
+
+
 def planned(ws: Workspace, settings: EvalSettings) -> bool:
     """With a precision target: the planner's forecast (a pilot per model, kept in the stage
     cache for the run) and a button to start; True once the user started this run."""
@@ -369,10 +394,18 @@ with guarded("Cannot compare the models"):
         st.info("Choose at least one layer.")
     ready = affordable_layers(ws, current_settings(ws), layers, "c") if layers else []
     results: dict[str, EvaluationResult] = {}
+    # at many models the store's headline rows answer the table; the distributions are read
+    # for the page of models drawn (many_models)
+    summaries: set[str] = set()
     for layer in ready:
         layer_settings = current_settings(ws, layer=layer)
         # what the cache or the results store already holds needs no plan (a shipped store)
-        result = stored_answer(ws, layer_settings) if layer_settings.precision > 0 else None
+        result = None
+        if layer_settings.precision > 0 and len(ws.models) > MANY_MODELS:
+            result = stored_summary(ws, layer_settings)
+            summaries |= {layer} if result is not None else set()
+        if result is None and layer_settings.precision > 0:
+            result = stored_answer(ws, layer_settings)
         if result is None:
             if layer_settings.precision > 0 and not planned(ws, layer_settings):
                 break
@@ -385,7 +418,8 @@ with guarded("Cannot compare the models"):
         all_numbers = layer_comparison_table(every)
         if len(next(iter(results.values())).models) > MANY_MODELS:
             visible = many_models(ws, next(iter(results.values())))
-            results = {layer: slice_result(r, visible) for layer, r in results.items()}
+            results = {layer: drawn_models(ws, r, visible, layer in summaries)
+                       for layer, r in results.items()}  # fmt: skip
         by_layer = {layer: r.models for layer, r in results.items()}
 
         def retrain_first(roles: pd.Series) -> pd.Series:

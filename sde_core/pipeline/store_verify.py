@@ -3,7 +3,8 @@
 :class:`VerifiedStore` adds to the open file (:class:`~sde_core.pipeline.store_file.StoreFile`)
 the checks of :mod:`sde_core.pipeline.store_integrity`: a run record is verified before it is
 returned as a :class:`Run`, a run's units and tables before any of its rows are served (once per
-unit and store object), :meth:`~VerifiedStore.damaged_units` lists every damaged record and
+store object while its records are unchanged, and once per process while the file is, too),
+:meth:`~VerifiedStore.damaged_units` lists every damaged record and
 :meth:`~VerifiedStore.drop_damaged_units` deletes exactly those (what ``repair=True`` does on
 opening). The store's API is :class:`~sde_core.pipeline.store.ResultsStore`.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,36 @@ RunStatus = Literal["running", "complete"]
 
 
 _RUN_COLUMNS = "id, workspace_hash, settings_hash, settings, label, created, status"
+#: Runs verified in full by any store object of this process: (file, run) → (file stamp,
+#: records' signature) (:meth:`VerifiedStore._verify_run`), the oldest dropped beyond the limit.
+_VERIFIED_FILES: dict[tuple[str, int], tuple[Any, ...]] = {}
+_VERIFIED_FILES_MAX = 256
+
+
+#: A file modified less than this long ago (ns) gets no shared verification: its modification
+#: time may not yet tell a second write apart (timestamps are coarser than writes; git's
+#: "racily clean" rule).
+_SETTLED_NS = 2_000_000_000
+
+
+def _file_stamp(path: Path) -> tuple[int, ...] | None:
+    """The size and modification time (ns) of a store file and of its write-ahead log (0, 0
+    when it has none or an empty one); None when the file cannot be stat'ed or was modified
+    within the last :data:`_SETTLED_NS` (then nothing is shared: every store object verifies
+    for itself)."""
+    try:
+        main = path.stat()
+    except OSError:
+        return None
+    try:
+        wal = Path(f"{path}-wal").stat()
+        # an empty log holds nothing (a reader creates one on opening, a checkpoint empties it)
+        log = (wal.st_size, wal.st_mtime_ns) if wal.st_size else (0, 0)
+    except OSError:
+        log = (0, 0)
+    if time.time_ns() - max(main.st_mtime_ns, log[1]) < _SETTLED_NS:
+        return None
+    return (main.st_size, main.st_mtime_ns, *log)
 
 
 @dataclass(frozen=True)
@@ -169,17 +201,33 @@ class VerifiedStore(StoreFile):
 
     def _verify_run(self, run_id: int) -> None:
         """Verify every unit and table record of a run before serving any of it: a lost or
-        altered unit would otherwise make a table silently shorter."""
+        altered unit would otherwise make a table silently shorter.
+
+        A run verified in full is not verified again while its unit and table records are the
+        same and — across the store objects of this process (a page opens a connection per
+        read) — while the file and its write-ahead log keep their size and modification time
+        (:func:`_file_stamp`, taken before the checks read anything): at hundreds of models a
+        full check costs seconds, and a page reads a run several times."""
+        stamp = _file_stamp(self.path)
         units = self._query(f"{self._unit_select()} WHERE run_id = ?", (run_id,))
         tables = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
         signature = (tuple((u[0], u[-1]) for u in units), tuple(tables))
         if self._verified_runs.get(run_id) == signature:
+            return
+        shared = (str(self.path.resolve()), run_id)
+        if stamp is not None and _VERIFIED_FILES.get(shared) == (stamp, signature):
+            with self._lock:
+                self._verified_runs[run_id] = signature
             return
         damaged = self._table_problems(run_id, tables) + self._unit_damage(units)
         if damaged:
             raise DamagedUnitError(self.path, damaged)
         with self._lock:
             self._verified_runs[run_id] = signature
+            if stamp is not None:
+                _VERIFIED_FILES[shared] = (stamp, signature)
+                while len(_VERIFIED_FILES) > _VERIFIED_FILES_MAX:
+                    _VERIFIED_FILES.pop(next(iter(_VERIFIED_FILES)))
 
     def damaged_units(self, run_id: int | None = None) -> list[DamagedUnit]:
         """Every damaged record (of one run when given): runs whose own record fails (with

@@ -175,6 +175,11 @@ def slice_result(result: EvaluationResult, models: Sequence[str]) -> EvaluationR
     )
 
 
+#: Above this many models a stored read asks for the models it needs, not the whole run (which
+#: a smaller workspace reads once, so that a model change answers from memory).
+WHOLE_READ_MAX = 24
+
+
 class Evaluations:
     """One workspace's evaluations for the dashboard, answered from the cheapest source.
 
@@ -247,6 +252,8 @@ class Evaluations:
         whole = self.cached("evaluation", settings, every)
         if whole is None and not self.store_path_exists():
             return None
+        if whole is None and len(every) > WHOLE_READ_MAX and names != every:
+            return self._stored_only(settings, names)  # hundreds of models: the asked ones
         if whole is None:
             store = self._store(read_only=True)
             if store is None:
@@ -264,6 +271,50 @@ class Evaluations:
             found = whole if names == every else slice_result(whole, names)
         if found is not None:
             self.remember("evaluation", settings, found, names)
+        return found
+
+    def _stored_only(
+        self, settings: EvalSettings, names: tuple[str, ...]
+    ) -> EvaluationResult | None:
+        """``names`` at ``settings`` read from the store on their own (their units only)."""
+        store = self._store(read_only=True)
+        if store is None:
+            return None
+        try:
+            found = stored_result(store, self.workspace_hash, settings, names,
+                                  self.forget_classes())  # fmt: skip
+        finally:
+            store.close()
+        if found is not None:
+            self.remember("evaluation", settings, found, names)
+        return found
+
+    def stored_summary(self, settings: EvalSettings) -> EvaluationResult | None:
+        """Every model at ``settings`` with its headline rows and per-draw values only — no
+        per-subset rows, no H arrays (:func:`stored_result` with ``summary``): what a page of
+        hundreds of models tabulates, filters and groups, read once and cached; a whole result
+        already in the cache serves as well. None when the store lacks one of the models.
+
+        Raises:
+            DamagedUnitError: a stored unit it would read is damaged (an SDEError).
+        """
+        every = self._names(None)
+        for kind in ("evaluation", "summary"):
+            found = self.cached(kind, settings, every)
+            if found is not None:
+                return found
+        if not self.store_path_exists():
+            return None
+        store = self._store(read_only=True)
+        if store is None:
+            return None
+        try:
+            found = stored_result(store, self.workspace_hash, settings, every,
+                                  self.forget_classes(), summary=True)  # fmt: skip
+        finally:
+            store.close()
+        if found is not None:
+            self.remember("summary", settings, found, every)
         return found
 
     def forget_classes(self) -> ForgetClasses | None:

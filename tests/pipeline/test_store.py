@@ -229,6 +229,26 @@ def test_columns_keep_first_seen_order_across_units(store: ResultsStore) -> None
     assert empty.empty and list(empty.columns) == []
 
 
+def test_rows_of_some_units_only(store: ResultsStore, monkeypatch) -> None:
+    """Filtered by unit key in SQL: the same rows in the same order (units in write order,
+    then row order) as the whole table filtered afterwards, whatever order the keys come
+    in, across more keys than one query takes."""
+    import sde_core.pipeline.store as store_module
+
+    run = store.open_run(WS, SETTINGS)
+    for unit in ("c", "a", "b", "d"):
+        store.put_unit(run.id, unit, {"t": [{"u": unit, "i": i} for i in range(3)]})
+    every = store.records(run.id, "t")
+    wanted = ["b", "c"]
+    assert store.records(run.id, "t", wanted[::-1]) == [r for r in every if r["u"] in wanted]
+    assert store.records(run.id, "t", []) == []
+    assert store.records(run.id, "t", ["nobody"]) == []
+    monkeypatch.setattr(store_module, "_KEYS_PER_QUERY", 1)  # one key a query: four queries
+    assert store.records(run.id, "t", ["d", "a", "c", "b"]) == every
+    df = store.rows(run.id, "t", ["a"])
+    assert list(df.columns) == ["u", "i"] and df["u"].tolist() == ["a"] * 3
+
+
 def test_arrays_round_trip_exactly(store: ResultsStore) -> None:
     run = store.open_run(WS, SETTINGS)
     rng = np.random.default_rng(0)
@@ -540,6 +560,48 @@ def _damage(path: Path, sql: str, params: tuple = ()) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute(sql, params)
     conn.close()
+
+
+def test_a_settled_file_is_verified_once_per_process_and_again_once_it_changes(
+    tmp_path, monkeypatch
+):
+    """A run verified in full by one store object is not checked again by the next while the
+    file is unchanged (and was last modified more than 2 s ago); a change to the file makes
+    the next store object check every unit again, and find the damage."""
+    import sde_core.pipeline.store_verify as verify
+
+    path = tmp_path / "results.sqlite"
+    with ResultsStore(path) as s:
+        run = s.open_run(WS, SETTINGS)
+        for i in range(3):
+            s.put_unit(run.id, f"u{i}", {"models": [{"name": f"u{i}", "otr": i / 10}]})
+        s.mark_complete(run.id)
+    checks: list[int] = []
+    real = verify.check_unit
+
+    def counted(conn, unit, checksums, indexed=True):
+        checks.append(int(unit[0]))
+        return real(conn, unit, checksums, indexed)
+
+    monkeypatch.setattr(verify, "check_unit", counted)
+    assert not Path(f"{path}-wal").exists()
+    with ResultsStore(path, read_only=True) as s:  # just written: nothing is shared
+        s.records(run.id, "models")
+    with ResultsStore(path, read_only=True) as s:
+        s.records(run.id, "models")
+    assert len(checks) == 6
+    hour_ago = time.time() - 3600
+    os.utime(path, (hour_ago, hour_ago))
+    checks.clear()
+    for _ in range(3):
+        with ResultsStore(path, read_only=True) as s:
+            assert [r["name"] for r in s.records(run.id, "models")] == ["u0", "u1", "u2"]
+    assert len(checks) == 3  # the first store object only
+    _damage(path, "UPDATE table_rows SET payload = '{\"name\": \"u1\", \"otr\": 0.9}' "
+                  "WHERE unit_id = 2")  # fmt: skip
+    os.utime(path, (hour_ago + 60, hour_ago + 60))  # settled again, but another time
+    with ResultsStore(path, read_only=True) as s, pytest.raises(DamagedUnitError, match="u1"):
+        s.records(run.id, "models")
 
 
 @pytest.mark.parametrize(

@@ -210,6 +210,56 @@ def test_a_view_the_store_holds_is_read_back_without_computing(tiny_workspace, m
     assert source.stored(SETTINGS.with_overrides(bins=SETTINGS.bins + 1), picked) is None
 
 
+def test_at_many_models_a_read_takes_the_asked_models_and_a_summary_the_rest(
+    tiny_workspace, monkeypatch
+):
+    """Above WHOLE_READ_MAX models a stored read asks the store for the models' own units
+    (SQL filters), and the summary of every model holds its headline rows and draws, the
+    same as a full read's, without subsets or H arrays."""
+    import pandas as pd
+
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+    from sde_core.pipeline.store import ResultsStore, workspace_store_path
+
+    ws = load_workspace(tiny_workspace)
+    ws_hash = content_hash(ws, load_bundle(ws))
+    with ResultsStore(workspace_store_path(ws.root)) as store:
+        full = evaluate_workspace(ws, SETTINGS, store=store)
+    names = [m.name for m in ws.models]
+    monkeypatch.setattr(cascade, "WHOLE_READ_MAX", 1)
+    reads: list[tuple[str, list[str] | None]] = []
+    real = ResultsStore.records
+
+    def spy(self, run_id, table, units=None):
+        reads.append((table, None if units is None else sorted(units)))
+        return real(self, run_id, table, units)
+
+    monkeypatch.setattr(ResultsStore, "records", spy)
+    source = Evaluations(ws, ws_hash, ResultCache(), FakeSession)
+    picked = [names[-1], names[0]]
+    found = source.stored(SETTINGS, picked)
+    assert found is not None and list(found.models["name"]) == picked
+    per_model = [(t, u) for t, u in reads if t in ("models", "subsets", "draws")]
+    assert per_model and all(u == sorted(picked) for _, u in per_model)
+    assert source.cached("evaluation", SETTINGS, tuple(names)) is None  # no whole-run read
+    for name in picked:
+        mine, theirs = found.model_arrays(name), full.model_arrays(name)
+        assert sorted(mine) == sorted(theirs) and all((mine[k] == theirs[k]).all() for k in mine)
+        assert len(found.subsets[found.subsets["model"] == name]) == len(
+            full.subsets[full.subsets["model"] == name]
+        )
+    reads.clear()
+    summary = source.stored_summary(SETTINGS)
+    assert summary is not None and list(summary.models["name"]) == names
+    assert "subsets" not in {t for t, _ in reads} and summary.subsets.empty
+    assert summary.arrays == {}
+    pd.testing.assert_frame_equal(summary.models.reset_index(drop=True),
+                                  full.models.reset_index(drop=True))  # fmt: skip
+    pd.testing.assert_frame_equal(summary.draws.reset_index(drop=True),
+                                  full.draws.reset_index(drop=True))  # fmt: skip
+    assert source.stored_summary(SETTINGS) is summary  # cached
+
+
 def test_warming_reads_the_default_view_into_the_process_cache(tiny_workspace):
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore, workspace_store_path

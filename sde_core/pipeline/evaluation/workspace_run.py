@@ -446,15 +446,23 @@ def stored_result(
     settings: EvalSettings,
     models: Sequence[str],
     classes: ForgetClasses | None = None,
+    *,
+    summary: bool = False,
 ) -> EvaluationResult | None:
     """The result of ``models`` at ``settings`` read back from ``store`` — no activation is
-    extracted and no HSIC computed — or None when the store lacks one of them.
+    extracted and no HSIC computed — or None when the store lacks one of them. Only the
+    ``models``' own rows are read (SQL filters by unit), so a few models of a run of hundreds
+    cost what they hold.
 
     Args:
         store: a :class:`sde_core.pipeline.store.ResultsStore` (read-only is enough).
         workspace_hash: the workspace's content hash. models: the model names, in order.
         classes: the dataset's labels and forget set, for the class-wise step
             (:func:`~.class_wise.judged_models`; None: what the stored rows recorded).
+        summary: the ``models`` and ``draws`` tables only — no per-subset rows and no H
+            arrays (empty): every headline number, verdict, interval and paired difference,
+            for a page that tabulates hundreds of models and draws the distributions of a few
+            (read those with a second, full call).
 
     Raises:
         DamagedUnitError: a stored unit it would read is damaged.
@@ -469,7 +477,7 @@ def stored_result(
     wanted = list(models)
     if not set(wanted) <= store.finished_units(run_id):
         return None
-    model_df, subset_df, draw_df, arrays = _read_back(store, run_id, wanted)
+    model_df, subset_df, draw_df, arrays = _read_back(store, run_id, wanted, summary)
     model_df = judged_models(model_df, _read_class_wise(store, run_id, wanted), classes)
     result = EvaluationResult(
         settings=settings,
@@ -486,23 +494,27 @@ def stored_result(
 
 
 def _read_back(
-    store: Any, run_id: int, wanted: Sequence[str]
+    store: Any, run_id: int, wanted: Sequence[str], summary: bool = False
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, np.ndarray]]:
-    """``(models, subsets, draws, arrays)`` of the ``wanted`` models of a stored run."""
-    model_df = store.rows(run_id, "models")
+    """``(models, subsets, draws, arrays)`` of the ``wanted`` models of a stored run (each
+    model's unit read by its key; ``summary``: no subsets and no arrays)."""
+    model_df = store.rows(run_id, "models", wanted)
     model_df = model_df[model_df["name"].isin(wanted)]
     model_df = with_behaviour(model_df, stored_behaviour(store, run_id))
-    subset_df = store.rows(run_id, "subsets")
-    subset_df = subset_df[subset_df["model"].isin(wanted)].reset_index(drop=True)
+    if summary:
+        subset_df = pd.DataFrame(columns=store.columns(run_id, "subsets"))
+    else:
+        subset_df = store.rows(run_id, "subsets", wanted)
+        subset_df = subset_df[subset_df["model"].isin(wanted)].reset_index(drop=True)
     draw_df = (
-        store.rows(run_id, "draws")
+        store.rows(run_id, "draws", wanted)
         if "draws" in store.tables(run_id)
         else pd.DataFrame(columns=list(DrawSummary.__dataclass_fields__))
     )
     draw_df = draw_df[draw_df["model"].isin(wanted)]
-    arrays = {
+    arrays = {} if summary else {
         k: store.array(run_id, k) for name in wanted for k in store.array_names(run_id, f"{name}/")
-    }
+    }  # fmt: skip
     return model_df, subset_df, draw_df, arrays
 
 
@@ -510,7 +522,7 @@ def _read_class_wise(store: Any, run_id: int, wanted: Sequence[str]) -> pd.DataF
     """The ``class_wise`` rows of the ``wanted`` models of a stored run (empty when none)."""
     if CLASS_WISE_TABLE not in store.tables(run_id):
         return pd.DataFrame()
-    rows = store.rows(run_id, CLASS_WISE_TABLE)
+    rows = store.rows(run_id, CLASS_WISE_TABLE, wanted)
     return rows[rows["model"].isin(wanted)].reset_index(drop=True)
 
 
