@@ -12,8 +12,8 @@ from pages import APP_ROOT
 from pages._common import WS_KEY, default_workspace
 from pages._display import show_family_card
 from sde_core.errors import SDEError
-from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.answer import workspace_family
+from sde_core.services.workspace_info import load_workspace
 from sde_core.viz.glossary import METHOD_SECTIONS, glossary_table
 from sde_core.viz.report.meta_eval import family_card
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from sde_core.errors import SDEError
-from sde_core.families.registry import Family, family_of_entry
+from sde_core.families.base import Family
+from sde_core.families.registry import family_of_entry
 from sde_core.inputs.data import DatasetBundle
 from sde_core.inputs.indices import load_index_file
 from sde_core.pipeline.settings import EvalSettings

@@ -12,7 +12,8 @@ from typing import Any
 
 from sde_core.common.bounded_json import loads_bounded
 from sde_core.errors import SettingsError
-from sde_core.families.registry import Family, family_of_entry
+from sde_core.families.base import Family
+from sde_core.families.registry import family_of_entry
 from sde_core.viz.formatting import records
 from sde_core.viz.verdicts.explanation import explain_verdict, retrain_row
 from sde_core.viz.verdicts.summary import summarize_verdict
