@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ _RUN_COLUMNS = "id, workspace_hash, settings_hash, settings, label, created, sta
 #: records' signature) (:meth:`VerifiedStore._verify_run`), the oldest dropped beyond the limit.
 _VERIFIED_FILES: dict[tuple[str, int], tuple[Any, ...]] = {}
 _VERIFIED_FILES_MAX = 256
+_VERIFIED_LOCK = threading.Lock()  # store objects of several threads share the mapping
 
 
 #: A file modified less than this long ago (ns) gets no shared verification: its modification
@@ -215,7 +217,9 @@ class VerifiedStore(StoreFile):
         if self._verified_runs.get(run_id) == signature:
             return
         shared = (str(self.path.resolve()), run_id)
-        if stamp is not None and _VERIFIED_FILES.get(shared) == (stamp, signature):
+        with _VERIFIED_LOCK:
+            trusted = stamp is not None and _VERIFIED_FILES.get(shared) == (stamp, signature)
+        if trusted:
             with self._lock:
                 self._verified_runs[run_id] = signature
             return
@@ -224,7 +228,8 @@ class VerifiedStore(StoreFile):
             raise DamagedUnitError(self.path, damaged)
         with self._lock:
             self._verified_runs[run_id] = signature
-            if stamp is not None:
+        if stamp is not None:
+            with _VERIFIED_LOCK:
                 _VERIFIED_FILES[shared] = (stamp, signature)
                 while len(_VERIFIED_FILES) > _VERIFIED_FILES_MAX:
                     _VERIFIED_FILES.pop(next(iter(_VERIFIED_FILES)))
