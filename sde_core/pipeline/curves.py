@@ -40,7 +40,6 @@ import numpy as np
 import pandas as pd
 
 from sde_core.common.fsio import atomic_write
-from sde_core.common.hashing import stable_hash
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.behaviour import stored_behaviour, with_behaviour
 from sde_core.pipeline.evaluation.metric_table import (
@@ -184,11 +183,10 @@ def _stored_rows(
     arrays)."""
     if store is None:
         return {}
-    runs = store.list_runs(ws_hash)
-    found = runs[runs["settings_hash"] == stable_hash(settings.result_key())]
-    if found.empty:
+    run = store.find_run(ws_hash, settings.result_key())
+    if run is None:
         return {}
-    run_id = int(found["id"].iloc[0])
+    run_id = run.id
     done = store.finished_units(run_id) & set(names)
     if not done:
         return {}

@@ -148,12 +148,7 @@ class ResultsStore(VerifiedStore):
             StoreError: ``settings`` is not a dict of JSON values.
             DamagedUnitError: The stored run record is damaged.
         """
-        if not isinstance(workspace_hash, str) or not workspace_hash:
-            raise StoreError("workspace_hash must be a non-empty string")
-        if not isinstance(settings, Mapping):
-            raise StoreError(f"settings must be a dict, got {type(settings).__name__}")
-        normal = _json_value(dict(settings), "settings")
-        settings_hash = stable_hash(normal)
+        normal, settings_hash = self._run_key(workspace_hash, settings)
         select = f"{self._run_select()} WHERE workspace_hash = ? AND settings_hash = ?"
         found = self._query(select, (workspace_hash, settings_hash))
         if found:
@@ -176,6 +171,31 @@ class ResultsStore(VerifiedStore):
                 )
                 row = conn.execute(select, (workspace_hash, settings_hash)).fetchone()
         return self._run(row)
+
+    def find_run(self, workspace_hash: str, settings: Mapping[str, Any]) -> Run | None:
+        """The run of ``workspace_hash`` under ``settings`` (normalised as :meth:`open_run`
+        does), or None when there is none; nothing is written (a read-only store serves it).
+
+        Raises:
+            StoreError: ``settings`` is not a dict of JSON values.
+            DamagedUnitError: The stored run record is damaged.
+        """
+        _, settings_hash = self._run_key(workspace_hash, settings)
+        found = self._query(
+            f"{self._run_select()} WHERE workspace_hash = ? AND settings_hash = ?",
+            (workspace_hash, settings_hash),
+        )
+        return self._run(found[0]) if found else None
+
+    @staticmethod
+    def _run_key(workspace_hash: str, settings: Mapping[str, Any]) -> tuple[Any, str]:
+        """``(normalised settings, their hash)``, the key of a run (:meth:`open_run`)."""
+        if not isinstance(workspace_hash, str) or not workspace_hash:
+            raise StoreError("workspace_hash must be a non-empty string")
+        if not isinstance(settings, Mapping):
+            raise StoreError(f"settings must be a dict, got {type(settings).__name__}")
+        normal = _json_value(dict(settings), "settings")
+        return normal, stable_hash(normal)
 
     def list_runs(self, workspace_hash: str | None = None) -> pd.DataFrame:
         """All runs (of one workspace when given), oldest first.

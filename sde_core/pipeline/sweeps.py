@@ -226,15 +226,6 @@ class SweepForecast:
         return f"{left}, forecast ≈ {self.seconds:.0f} s"
 
 
-def _stored_run(store: Any, ws_hash: str, settings: EvalSettings) -> int | None:
-    """The id of the store's run of a workspace hash at ``settings``, or None."""
-    from sde_core.common.hashing import stable_hash
-
-    runs = store.list_runs(ws_hash)
-    found = runs[runs["settings_hash"] == stable_hash(settings.result_key())]
-    return None if found.empty else int(found["id"].iloc[0])
-
-
 def sweep_forecast(
     workspace: Workspace | str | Path,
     base_settings: EvalSettings,
@@ -263,7 +254,9 @@ def sweep_forecast(
     def run_of(w: Workspace, settings: EvalSettings) -> int | None:
         if store is None:
             return None
-        return _stored_run(store, workspace_hash(w, data_fingerprint=data_fingerprint), settings)
+        ws_hash = workspace_hash(w, data_fingerprint=data_fingerprint)
+        run = store.find_run(ws_hash, settings.result_key())
+        return None if run is None else run.id
 
     cost: dict[str, float] = {}
     base = run_of(ws, base_settings)

@@ -106,6 +106,13 @@ def test_open_run_same_settings_same_run(tmp_path: Path) -> None:
     with ResultsStore(path) as s:  # a new process/session finds the same run
         assert s.open_run(WS, dict(reversed(SETTINGS.items()))) == run
         assert s.get_run(run.id) == run
+    with ResultsStore(path, read_only=True) as s:  # found without creating, as open_run keys it
+        assert s.find_run(WS, {**SETTINGS, "sigma": np.float64(1.5)}) == run
+        assert s.find_run(WS, {**SETTINGS, "sigma": 3.0}) is None
+        assert s.find_run("nowhere", SETTINGS) is None
+        assert len(s.list_runs()) == 3
+        with pytest.raises(StoreError, match="settings must be a dict"):
+            s.find_run(WS, [1])  # type: ignore[arg-type]
 
 
 def test_list_runs_mark_complete_and_delete(store: ResultsStore) -> None:

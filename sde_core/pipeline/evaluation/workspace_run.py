@@ -467,13 +467,10 @@ def stored_result(
     Raises:
         DamagedUnitError: a stored unit it would read is damaged.
     """
-    from sde_core.common.hashing import stable_hash
-
-    runs = store.list_runs(workspace_hash)
-    found = runs[runs["settings_hash"] == stable_hash(settings.result_key())]
-    if found.empty:
+    run = store.find_run(workspace_hash, settings.result_key())
+    if run is None:
         return None
-    run_id = int(found["id"].iloc[0])
+    run_id = run.id
     wanted = list(models)
     if not set(wanted) <= store.finished_units(run_id):
         return None
