@@ -234,22 +234,19 @@ def verdicts(ws: Workspace, result: EvaluationResult) -> None:
                      note=notes.get(str(row["name"]), ""))  # fmt: skip
 
 
-def stored_answer(ws: Workspace, settings: EvalSettings) -> EvaluationResult | None:
+def stored_answer(
+    ws: Workspace, settings: EvalSettings, *, summary: bool = False
+) -> EvaluationResult | None:
     """Every model at ``settings`` from the cache or the results store only — nothing is
-    computed (:meth:`~sde_core.services.cascade.Evaluations.stored`); None when they do not
-    hold all of them, or the store cannot be read (the evaluation path then says why)."""
+    computed (:meth:`~sde_core.services.cascade.Evaluations.stored`; ``summary``: their
+    headline rows and draws only, :meth:`~sde_core.services.cascade.Evaluations.stored_summary`);
+    None when they do not hold all of them, or the store cannot be read (the evaluation path
+    then says why)."""
+    source = evaluations(ws)
     try:
-        return evaluations(ws).stored(settings, [m.name for m in ws.models])
-    except SDEError:
-        return None
-
-
-def stored_summary(ws: Workspace, settings: EvalSettings) -> EvaluationResult | None:
-    """Every model's headline rows and draws at ``settings`` from the cache or the store
-    (:meth:`~sde_core.services.cascade.Evaluations.stored_summary`); None as
-    :func:`stored_answer`."""
-    try:
-        return evaluations(ws).stored_summary(settings)
+        if summary:
+            return source.stored_summary(settings)
+        return source.stored(settings, [m.name for m in ws.models])
     except SDEError:
         return None
 
@@ -402,8 +399,9 @@ with guarded("Cannot compare the models"):
         # what the cache or the results store already holds needs no plan (a shipped store)
         result = None
         if layer_settings.precision > 0 and len(ws.models) > MANY_MODELS:
-            result = stored_summary(ws, layer_settings)
-            summaries |= {layer} if result is not None else set()
+            result = stored_answer(ws, layer_settings, summary=True)
+            if result is not None:
+                summaries.add(layer)
         if result is None and layer_settings.precision > 0:
             result = stored_answer(ws, layer_settings)
         if result is None:

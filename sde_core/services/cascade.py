@@ -18,7 +18,8 @@ page reads one by one (``OTR.key``, not the literal ``"otr"``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import Any, cast
 
 import pandas as pd
@@ -252,19 +253,18 @@ class Evaluations:
         whole = self.cached("evaluation", settings, every)
         if whole is None and not self.store_path_exists():
             return None
-        if whole is None and len(every) > WHOLE_READ_MAX and names != every:
-            return self._stored_only(settings, names)  # hundreds of models: the asked ones
         if whole is None:
-            store = self._store(read_only=True)
-            if store is None:
-                return None
-            try:
+            with self._read_only_store() as store:
+                if store is None:
+                    return None
                 classes = self.forget_classes()
-                whole = stored_result(store, self.workspace_hash, settings, every, classes)
-                if whole is None:  # not every model is stored: read the ones asked for
+                if len(every) > WHOLE_READ_MAX and names != every:  # hundreds: the asked ones
                     found = stored_result(store, self.workspace_hash, settings, names, classes)
-            finally:
-                store.close()
+                else:
+                    whole = stored_result(store, self.workspace_hash, settings, every, classes)
+                    if whole is None:  # not every model is stored: read the ones asked for
+                        found = stored_result(store, self.workspace_hash, settings, names,
+                                              classes)  # fmt: skip
             if whole is not None:
                 self.remember("evaluation", settings, whole, every)
         if whole is not None:
@@ -273,21 +273,16 @@ class Evaluations:
             self.remember("evaluation", settings, found, names)
         return found
 
-    def _stored_only(
-        self, settings: EvalSettings, names: tuple[str, ...]
-    ) -> EvaluationResult | None:
-        """``names`` at ``settings`` read from the store on their own (their units only)."""
+    @contextmanager
+    def _read_only_store(self) -> Iterator[ResultsStore | None]:
+        """The results store opened read-only for one read, closed after it (None when it
+        cannot be opened: :meth:`_store` has reported why)."""
         store = self._store(read_only=True)
-        if store is None:
-            return None
         try:
-            found = stored_result(store, self.workspace_hash, settings, names,
-                                  self.forget_classes())  # fmt: skip
+            yield store
         finally:
-            store.close()
-        if found is not None:
-            self.remember("evaluation", settings, found, names)
-        return found
+            if store is not None:
+                store.close()
 
     def stored_summary(self, settings: EvalSettings) -> EvaluationResult | None:
         """Every model at ``settings`` with its headline rows and per-draw values only — no
@@ -305,14 +300,11 @@ class Evaluations:
                 return found
         if not self.store_path_exists():
             return None
-        store = self._store(read_only=True)
-        if store is None:
-            return None
-        try:
+        with self._read_only_store() as store:
+            if store is None:
+                return None
             found = stored_result(store, self.workspace_hash, settings, every,
                                   self.forget_classes(), summary=True)  # fmt: skip
-        finally:
-            store.close()
         if found is not None:
             self.remember("summary", settings, found, every)
         return found
@@ -443,13 +435,10 @@ class Evaluations:
     ) -> SweepForecast:  # fmt: skip
         """What :meth:`sweep` would cost (:func:`~sde_core.pipeline.sweeps.sweep_forecast`),
         read from the results store (nothing stored when it has none)."""
-        store = self._store(read_only=True) if self.store_path_exists() else None
-        try:
+        opened = self._read_only_store() if self.store_path_exists() else nullcontext(None)
+        with opened as store:
             return sweep_forecast(self.ws, settings, param, values, models, store,
                                   data_fingerprint=fingerprint)  # fmt: skip
-        finally:
-            if store is not None:
-                store.close()
 
     def sigma_markers(self, settings: EvalSettings, model: str) -> dict[str, float]:
         """The σ of the √d and median rules for ``model`` at the settings' layer (cached)."""
