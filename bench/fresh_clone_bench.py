@@ -37,9 +37,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]  # fmt: skip
 LIMIT_S = 1800
 
 
@@ -65,14 +62,14 @@ def page_times(url: str, page_path: str = "sweeps") -> tuple[float, float, float
     from playwright.sync_api import expect, sync_playwright
 
     sys.path.insert(0, str(ROOT))
-    from sde_core.viz.figures.export import find_chromium
+    from sde_core.viz.figures.export import BROWSER_ARGS, find_chromium
 
     chromium = find_chromium()
     if chromium is None:
         raise SystemExit("needs Chromium: `make browser-setup` (as root) or apt-get install it")
     expect.set_options(timeout=LIMIT_S * 1000)
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=chromium, args=list(BROWSER_ARGS))
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.set_default_timeout(LIMIT_S * 1000)
         t0 = time.monotonic()

@@ -172,10 +172,6 @@ BROWSER_TARGETS = {
 FIRST_UPDATE_TARGET = 1.0
 #: The page's overhead over the library's time for the same change.
 OVERHEAD_TARGET = 0.5
-#: Chromium's switches (tests/app/test_browser.py launches it the same way).
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]  # fmt: skip
 
 
 def _target(value: float | None) -> str:
@@ -214,7 +210,7 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str,
 
     from playwright.sync_api import expect, sync_playwright
 
-    from sde_core.viz.figures.export import find_chromium
+    from sde_core.viz.figures.export import BROWSER_ARGS, find_chromium
 
     chromium = find_chromium()
     if chromium is None:
@@ -262,7 +258,7 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str,
                     break
                 time.sleep(0.1)
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+                browser = pw.chromium.launch(executable_path=chromium, args=list(BROWSER_ARGS))
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.set_default_timeout(600_000)
                 expect.set_options(timeout=600_000)

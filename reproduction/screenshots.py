@@ -53,10 +53,6 @@ DEMOS = tuple(f"assets/{demo.folder}" for demo in _demo_table().values())
 VIEWPORT = {"width": 1280, "height": 800}
 #: The tallest image taken (pixels): the window grows to the page's content up to this.
 MAX_HEIGHT = 3200
-#: Chromium's switches (tests/app/test_browser.py launches it the same way).
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]  # fmt: skip
 TIMEOUT_MS = 600_000
 #: ``--views``: name → (page, how its section is found: "heading", "label" (a widget's),
 #: "expander" (opened) or "toggle" (switched on), the section's text).
@@ -286,7 +282,7 @@ def main() -> None:
     from playwright.sync_api import expect, sync_playwright
 
     sys.path.insert(0, str(ROOT))
-    from sde_core.viz.figures.export import find_chromium
+    from sde_core.viz.figures.export import BROWSER_ARGS, find_chromium
 
     chromium = find_chromium()
     if chromium is None:
@@ -296,7 +292,7 @@ def main() -> None:
     expect.set_options(timeout=TIMEOUT_MS)
     total = 0
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=chromium, args=list(BROWSER_ARGS))
         for demo in args.demo or DEMOS:
             if args.views is not None:
                 for path, size, seconds in view_shots(demo, out, browser,

@@ -39,6 +39,7 @@ import pytest
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.viz.figures.export import BROWSER_ARGS
 from sde_core.viz.formatting import format_estimate, format_number, format_percent
 from sde_core.viz.report.html_page import REPORT_SECTIONS
 
@@ -46,16 +47,6 @@ pytestmark = pytest.mark.slow  # a real Chromium against real servers
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 LOAD_TIMEOUT_MS = 90_000
 #: pages/explore.py's QUIET_SECONDS: an evaluation shows a progress box only after this long.
 QUIET_SECONDS = 0.5
@@ -171,7 +162,7 @@ def chromium() -> Iterator:
     expect.set_options(timeout=LOAD_TIMEOUT_MS)
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=chromium_path(), args=list(BROWSER_ARGS))
         try:
             yield browser
         finally:

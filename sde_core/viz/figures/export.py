@@ -15,9 +15,15 @@ import plotly.graph_objects as go
 from sde_core.errors import ExportError, SettingsError
 from sde_core.viz.figures.style import _SERVER_FORMATS
 
-__all__ = ["figure_to_image", "figures_to_images", "find_chromium"]
+__all__ = ["BROWSER_ARGS", "figure_to_image", "figures_to_images", "find_chromium"]
 
 _CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+#: The switches of the system Chromium driven by Playwright (the browser tests, the screenshots
+#: and the browser benchmarks): headless, offline, no first-run or update traffic.
+BROWSER_ARGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+)  # fmt: skip
 
 
 def _kaleido_installed() -> bool:
