@@ -79,6 +79,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     slurm.add_argument("--cpus", type=int, help="CPUs per job (default: what the job asks for)")
     slurm.add_argument("--mem-gb", type=float, help="memory per job in GB")
     slurm.add_argument(
+        "--max-running",
+        type=int,
+        help="at most this many jobs submitted and unfinished at once (default: the usable "
+        "CPUs with submitit-local, whose jobs all run on this machine; unbounded on Slurm)",
+    )
+    slurm.add_argument(
         "--jobs-folder",
         help="where submitit keeps job files, logs and the resume manifest (on a filesystem "
         "the nodes share; default: a 'submitit' folder beside the results store)",
@@ -106,7 +112,7 @@ def engine_from_args(args: argparse.Namespace, jobs_folder: Path) -> Any:
             Path(args.jobs_folder) if args.jobs_folder else jobs_folder,
             cluster="slurm" if name == "slurm" else "local",
             partition=args.partition, time_min=args.time_min, gpus=args.gpus, cpus=args.cpus,
-            mem_gb=args.mem_gb, extra=extra,
+            mem_gb=args.mem_gb, extra=extra, max_running=args.max_running,
         )  # fmt: skip
     from sde_core.pipeline.engine import make_engine
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sde_core.common.threads import usable_cpus
 from sde_core.errors import EngineError
 from sde_core.pipeline.engine import Engine, Job, JobProgress, ResultCallback, topological_order
 
@@ -95,6 +96,10 @@ class SubmititEngine(Engine):
         extra: further submitit parameters for the cluster, e.g. ``{"slurm_account": "lab"}``
             (keys as submitit's AutoExecutor names them).
         poll_s: how often the driver looks for finished jobs.
+        max_running: at most this many jobs submitted and not yet finished at once (default:
+            the usable CPUs for the local executor, whose jobs all run on this machine at
+            once — hundreds of child processes would exhaust its memory —, unbounded for
+            Slurm, whose scheduler queues them). Jobs re-attached from an earlier driver count.
     """
 
     name = "slurm"
@@ -111,6 +116,7 @@ class SubmititEngine(Engine):
         mem_gb: float | None = None,
         extra: Mapping[str, Any] | None = None,
         poll_s: float = 0.5,
+        max_running: int | None = None,
     ) -> None:
         if cluster not in CLUSTERS:
             raise EngineError(f"unknown submitit cluster {cluster!r}: use one of {CLUSTERS}")
@@ -121,6 +127,10 @@ class SubmititEngine(Engine):
                 raise EngineError(f"{label} must be non-negative; got {value}")
         if poll_s <= 0:
             raise EngineError(f"poll_s must be positive; got {poll_s}")
+        if max_running is not None and max_running < 1:
+            raise EngineError(f"max_running must be at least 1; got {max_running}")
+        if max_running is None and cluster == "local":
+            max_running = usable_cpus()
         self.folder = Path(folder)
         self.cluster = cluster
         self.partition = partition
@@ -130,6 +140,7 @@ class SubmititEngine(Engine):
         self.mem_gb = mem_gb
         self.extra = dict(extra or {})
         self.poll_s = poll_s
+        self.max_running = max_running
         self.name = "slurm" if cluster == "slurm" else "submitit-local"
 
     # -- submitit plumbing -------------------------------------------------------------------
@@ -244,6 +255,8 @@ class SubmititEngine(Engine):
                 running[job.key] = _Tracked(job, handle, fingerprint, resumed=True)
         while waiting or running:
             for job in [j for j in waiting if all(d in results for d in j.deps)]:
+                if self.max_running is not None and len(running) >= self.max_running:
+                    break
                 waiting.remove(job)
                 deps = {k: results[k] for k in job.deps}
                 handle = self._executor(job).submit(_submitit_entry, job, deps)

@@ -48,3 +48,13 @@ def counted(counter_dir: str, name: str, seconds: float, value: int) -> int:
         fh.write(f"{os.getpid()}\n")
     time.sleep(seconds)
     return 10 * value
+
+
+def timed(log_dir: str, name: str, seconds: float) -> str:
+    """Write this run's start and end (``time.time()``) to ``log_dir/name`` after sleeping."""
+    import time
+
+    start = time.time()
+    time.sleep(seconds)
+    (Path(log_dir) / name).write_text(f"{start} {time.time()}\n", encoding="utf-8")
+    return name

@@ -76,6 +76,28 @@ def test_bad_options_are_clear_errors(tmp_path):
         SubmititEngine(tmp_path, gpus=-1)
 
 
+def test_at_most_max_running_jobs_run_at_once(child_path, tmp_path):
+    """The local executor runs every submitted job at once on this machine: the engine keeps
+    at most ``max_running`` submitted and unfinished (by default the usable CPUs)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    graph = [Job(f"t{i}", jobs.timed, {"log_dir": str(logs), "name": f"t{i}", "seconds": 0.4})
+             for i in range(4)]  # fmt: skip
+    engine = SubmititEngine(tmp_path / "jobs", cluster="local", poll_s=0.05, max_running=2)
+    assert engine.run(graph) == {f"t{i}": f"t{i}" for i in range(4)}
+    spans = [tuple(map(float, (logs / f"t{i}").read_text().split())) for i in range(4)]
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    assert peak <= 2, spans  # never three at once
+    assert SubmititEngine(tmp_path, cluster="local").max_running >= 1  # the usable CPUs
+    assert SubmititEngine(tmp_path, cluster="slurm").max_running is None  # the scheduler queues
+    with pytest.raises(EngineError, match="max_running must be at least 1"):
+        SubmititEngine(tmp_path, cluster="local", max_running=0)
+
+
 def test_the_fingerprint_follows_the_arguments():
     a = Job("k", jobs.square, {"x": 1})
     assert job_fingerprint(a) == job_fingerprint(Job("k", jobs.square, {"x": 1}))
@@ -196,6 +218,8 @@ def test_the_command_line_builds_the_engine_it_names(tmp_path):
     args = parser.parse_args(["--engine", "submitit-local", "--jobs-folder", str(tmp_path / "j")])
     engine = engine_from_args(args, tmp_path / "default")
     assert engine.cluster == "local" and engine.folder == tmp_path / "j"
+    args = parser.parse_args(["--engine", "submitit-local", "--max-running", "3"])
+    assert engine_from_args(args, tmp_path / "default").max_running == 3
     with pytest.raises(SDEError, match="--address only applies"):
         engine_from_args(parser.parse_args(["--engine", "slurm", "--address", "auto"]), tmp_path)
     with pytest.raises(SDEError, match="must look like key=value"):
