@@ -136,7 +136,7 @@ def time_page(folder: Path, profile: bool = False) -> tuple[float, float]:
     os.environ["SDE_DATA_ROOTS"] = str(folder.parent)
     # a cold server: the library reads above verified the store in this process, which every
     # later store object would trust (store_verify's shared verification); forget them
-    store_verify._VERIFIED_FILES.clear()
+    store_verify.forget_shared_checks()
     prof = cProfile.Profile() if profile else None
     real = ScriptRunner._run_script
 

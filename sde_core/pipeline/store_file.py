@@ -32,7 +32,7 @@ from sde_core.pipeline.store_integrity import (
     upgrade_v1,
 )
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "StoreFile"]
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "StoreFile", "file_stamp"]
 
 
 SCHEMA_VERSION = 2
@@ -107,6 +107,44 @@ def _fresh_store(path: Path) -> sqlite3.Connection:
     _create_schema(conn)
     conn.execute("COMMIT")
     return conn
+
+
+#: A file modified less than this long ago (ns) is not trusted on its stamp: its modification
+#: time may not yet tell a second write apart (timestamps are coarser than writes; git's
+#: "racily clean" rule).
+_SETTLED_NS = 2_000_000_000
+
+
+def file_stamp(path: Path) -> tuple[int, ...] | None:
+    """The size and modification time (ns) of a store file and of its write-ahead log (0, 0
+    when it has none or an empty one); None when the file cannot be stat'ed or was modified
+    within the last :data:`_SETTLED_NS` (then nothing is shared: every store object checks
+    for itself). What a check of an unchanged file found holds while its stamp is the same:
+    the structural check here, the verified runs in
+    :class:`~sde_core.pipeline.store_verify.VerifiedStore`.."""
+    try:
+        main = path.stat()
+    except OSError:
+        return None
+    try:
+        wal = Path(f"{path}-wal").stat()
+        # an empty log holds nothing (a reader creates one on opening, a checkpoint empties it)
+        log = (wal.st_size, wal.st_mtime_ns) if wal.st_size else (0, 0)
+    except OSError:
+        log = (0, 0)
+    if time.time_ns() - max(main.st_mtime_ns, log[1]) < _SETTLED_NS:
+        return None
+    return (main.st_size, main.st_mtime_ns, *log)
+
+
+
+#: Files whose structural check (:func:`~sde_core.pipeline.store_integrity.file_problem`)
+#: passed in this process: resolved path → :func:`file_stamp` taken before the check. At
+#: hundreds of models the check costs a third of a second, and a page opens the store several
+#: times.
+_CHECKED_FILES: dict[str, tuple[int, ...]] = {}
+_CHECKED_FILES_MAX = 64
+_CHECKED_LOCK = threading.Lock()
 
 
 class StoreFile:
@@ -191,7 +229,7 @@ class StoreFile:
         if not empty and version not in (1, SCHEMA_VERSION):
             raise StoreError(f"{not_store} (unknown schema version {version})")
         if not empty:
-            problem = file_problem(self._conn, self._file_size())
+            problem = self._structure_problem()
             if problem is not None:
                 if repair:
                     return self._salvage(problem)
@@ -229,6 +267,22 @@ class StoreFile:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         del problem
+
+    def _structure_problem(self) -> str | None:
+        """SQLite's structural check of the file (:func:`file_problem`), skipped when this
+        process checked the file unchanged (the same :func:`file_stamp`) and it passed."""
+        stamp = file_stamp(self.path)  # before the check reads anything
+        key = str(self.path.resolve())
+        with _CHECKED_LOCK:
+            if stamp is not None and _CHECKED_FILES.get(key) == stamp:
+                return None
+        problem = file_problem(self._conn, self._file_size())
+        if problem is None and stamp is not None:
+            with _CHECKED_LOCK:
+                _CHECKED_FILES[key] = stamp
+                while len(_CHECKED_FILES) > _CHECKED_FILES_MAX:
+                    _CHECKED_FILES.pop(next(iter(_CHECKED_FILES)))
+        return problem
 
     def _file_size(self) -> int:
         try:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from sde_core.errors import StoreError
-from sde_core.pipeline.store_file import StoreFile
+from sde_core.pipeline import store_file
+from sde_core.pipeline.store_file import StoreFile, file_stamp
 from sde_core.pipeline.store_integrity import (
     DamagedUnit,
     DamagedUnitError,
@@ -34,7 +34,7 @@ from sde_core.pipeline.store_integrity import (
     table_problem,
 )
 
-__all__ = ["Run", "VerifiedStore"]
+__all__ = ["Run", "VerifiedStore", "forget_shared_checks"]
 
 
 RunStatus = Literal["running", "complete"]
@@ -48,30 +48,14 @@ _VERIFIED_FILES_MAX = 256
 _VERIFIED_LOCK = threading.Lock()  # store objects of several threads share the mapping
 
 
-#: A file modified less than this long ago (ns) gets no shared verification: its modification
-#: time may not yet tell a second write apart (timestamps are coarser than writes; git's
-#: "racily clean" rule).
-_SETTLED_NS = 2_000_000_000
-
-
-def _file_stamp(path: Path) -> tuple[int, ...] | None:
-    """The size and modification time (ns) of a store file and of its write-ahead log (0, 0
-    when it has none or an empty one); None when the file cannot be stat'ed or was modified
-    within the last :data:`_SETTLED_NS` (then nothing is shared: every store object verifies
-    for itself)."""
-    try:
-        main = path.stat()
-    except OSError:
-        return None
-    try:
-        wal = Path(f"{path}-wal").stat()
-        # an empty log holds nothing (a reader creates one on opening, a checkpoint empties it)
-        log = (wal.st_size, wal.st_mtime_ns) if wal.st_size else (0, 0)
-    except OSError:
-        log = (0, 0)
-    if time.time_ns() - max(main.st_mtime_ns, log[1]) < _SETTLED_NS:
-        return None
-    return (main.st_size, main.st_mtime_ns, *log)
+def forget_shared_checks() -> None:
+    """Forget what this process's store objects checked and trusted on a file's stamp (the
+    structural checks and the verified runs): the next store object checks again, as in a
+    fresh process (what a benchmark of a cold page load starts from)."""
+    with _VERIFIED_LOCK:
+        _VERIFIED_FILES.clear()
+    with store_file._CHECKED_LOCK:
+        store_file._CHECKED_FILES.clear()
 
 
 @dataclass(frozen=True)
@@ -208,9 +192,10 @@ class VerifiedStore(StoreFile):
         A run verified in full is not verified again while its unit and table records are the
         same and — across the store objects of this process (a page opens a connection per
         read) — while the file and its write-ahead log keep their size and modification time
-        (:func:`_file_stamp`, taken before the checks read anything): at hundreds of models a
+        (:func:`~sde_core.pipeline.store_file.file_stamp`, taken before the checks read
+        anything): at hundreds of models a
         full check costs seconds, and a page reads a run several times."""
-        stamp = _file_stamp(self.path)
+        stamp = file_stamp(self.path)
         units = self._query(f"{self._unit_select()} WHERE run_id = ?", (run_id,))
         tables = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
         signature = (tuple((u[0], u[-1]) for u in units), tuple(tables))

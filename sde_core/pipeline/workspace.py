@@ -456,15 +456,18 @@ def workspace_hash(ws: Workspace, *, data_fingerprint: str | None = None) -> str
         raise WorkspaceError(f"the workspace {ws.root} has no models to evaluate: {_ADD_HINT}")
     path_keys = ("root", "train_indices", "test_indices")
     data = data_fingerprint or {k: v for k, v in ws.dataset.items() if k not in path_keys}
-    sources = {m.name: m.activations or m.checkpoint for m in ws.models}
-    for where, rel in [("forget_indices", ws.forget_indices)] + [
-        (f"model {name!r} file", rel) for name, rel in sources.items()
-    ]:
-        ws.path(rel, what=where, must_exist=True)
+    # every file is checked (inside the allowed roots, present) before any is read, and each
+    # is resolved once: at hundreds of models the resolution is most of the hash's time
+    forget = ws.path(ws.forget_indices, what="forget_indices", must_exist=True)
+    sources = {
+        m.name: ws.path(m.activations or m.checkpoint, what=f"model {m.name!r} file",
+                        must_exist=True)
+        for m in ws.models
+    }  # fmt: skip
     return stable_hash(
         {
             "data": data,
-            "forget": file_sha256(ws.path(ws.forget_indices)),
+            "forget": file_sha256(forget),
             "models": sorted(
                 (
                     (
@@ -472,7 +475,7 @@ def workspace_hash(ws: Workspace, *, data_fingerprint: str | None = None) -> str
                         m.role,
                         m.arch,
                         _drop_none(m.arch_kwargs),  # as written to TOML: no nulls
-                        file_sha256(ws.path(sources[m.name])),
+                        file_sha256(sources[m.name]),
                     )
                     for m in ws.models
                 ),

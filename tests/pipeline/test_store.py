@@ -611,6 +611,47 @@ def test_a_settled_file_is_verified_once_per_process_and_again_once_it_changes(
         s.records(run.id, "models")
 
 
+def test_a_settled_file_is_checked_for_structure_once_and_again_once_it_changes(
+    tmp_path, monkeypatch
+):
+    """SQLite's structural check runs once per process for a file that has not changed (and
+    settled); a byte changed in a page — with the modification time set back to another
+    settled time — is checked again, found, and nothing is read."""
+    import sde_core.pipeline.store_file as store_file
+    from sde_core.pipeline.store_verify import forget_shared_checks
+
+    path = tmp_path / "results.sqlite"
+    with ResultsStore(path) as s:
+        run = s.open_run(WS, SETTINGS)
+        for i in range(40):
+            s.put_unit(run.id, f"u{i}", {"models": [{"name": f"u{i}", "text": "x" * 200}]})
+        s._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    hour_ago = time.time() - 3600
+    os.utime(path, (hour_ago, hour_ago))
+    forget_shared_checks()
+    checks: list[int] = []
+    real = store_file.file_problem
+
+    def counted(conn, size):
+        checks.append(size)
+        return real(conn, size)
+
+    monkeypatch.setattr(store_file, "file_problem", counted)
+    for _ in range(3):
+        with ResultsStore(path, read_only=True) as s:
+            assert len(s.finished_units(run.id)) == 40
+    assert len(checks) == 1  # the first store object only
+    raw = bytearray(path.read_bytes())
+    size = int.from_bytes(raw[16:18], "big")
+    raw[(len(raw) // size - 1) * size] = 0xFF  # the last page: an invalid b-tree page type
+    path.write_bytes(bytes(raw))
+    os.utime(path, (hour_ago + 60, hour_ago + 60))
+    with pytest.raises(StoreError, match="damaged"):
+        ResultsStore(path, read_only=True)
+    assert len(checks) == 2
+    forget_shared_checks()
+
+
 @pytest.mark.parametrize(
     ("sql", "reason"),
     [
