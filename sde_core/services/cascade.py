@@ -115,10 +115,14 @@ def warm_workspace(path: str) -> EvaluationResult | None:
     the HSIC engine and plotly included), load the workspace, its dataset and content hash, read
     its stored evaluation at its defaults into :func:`process_cache` and build one chart.
 
-    Nothing is computed: a workspace whose store lacks its defaults is only loaded.
+    Nothing is computed: a workspace whose store lacks its defaults is only loaded. Above
+    :data:`WHOLE_READ_MAX` models it reads what a page of hundreds of models reads first —
+    every model's headline rows (:meth:`Evaluations.stored_summary`, which verifies the whole
+    run) and the first model in full — not every model's distributions.
 
     Returns:
-        The stored result at the workspace's defaults, or None.
+        The stored result at the workspace's defaults (above :data:`WHOLE_READ_MAX` models:
+        the first model's), or None.
 
     Raises:
         SDEError: the workspace cannot be loaded or its store read.
@@ -131,7 +135,12 @@ def warm_workspace(path: str) -> EvaluationResult | None:
     if not ws.models:
         return None
     source = Evaluations(ws, content_hash(ws, load_bundle(ws)), _PROCESS_CACHE, _no_session)
-    result = source.stored(ws.defaults, [m.name for m in ws.models])
+    names = [m.name for m in ws.models]
+    if len(names) > WHOLE_READ_MAX:
+        if source.stored_summary(ws.defaults) is None:
+            return None
+        names = names[:1]
+    result = source.stored(ws.defaults, names)
     if result is not None:
         hsic_histogram(result, ws.models[0].name, "pooled")
     return result

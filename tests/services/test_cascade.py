@@ -274,3 +274,28 @@ def test_warming_reads_the_default_view_into_the_process_cache(tiny_workspace):
         ws, content_hash(ws, load_bundle(ws)), cascade.process_cache(), FakeSession
     )
     assert source.cached("evaluation", ws.defaults, names) is found
+
+
+def test_warming_many_models_reads_the_summary_and_one_model_in_full(tiny_workspace, monkeypatch):
+    """Above WHOLE_READ_MAX models the warm-up reads what a page of hundreds of models reads
+    first — every model's headline rows (verifying the run) and the first model in full — and
+    never every model's distributions."""
+    from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
+    from sde_core.pipeline.store import ResultsStore, workspace_store_path
+
+    ws = load_workspace(tiny_workspace)
+    with ResultsStore(workspace_store_path(ws.root)) as store:
+        evaluate_workspace(ws, ws.defaults, store=store)
+    monkeypatch.setattr(cascade, "WHOLE_READ_MAX", 1)
+    monkeypatch.setattr(cascade, "_PROCESS_CACHE", ResultCache())
+    found = cascade.warm_workspace(str(tiny_workspace))
+    names = tuple(m.name for m in ws.models)
+    assert found is not None and list(found.models["name"]) == [names[0]]
+    assert found.model_arrays(names[0])  # its distributions, for the first chart
+    source = Evaluations(
+        ws, content_hash(ws, load_bundle(ws)), cascade.process_cache(), FakeSession
+    )
+    summary = source.cached("summary", ws.defaults, names)
+    assert summary is not None and list(summary.models["name"]) == list(names)
+    assert summary.arrays == {}
+    assert source.cached("evaluation", ws.defaults, names) is None  # no whole-run read
