@@ -53,7 +53,7 @@ from sde_core.pipeline.evaluation.workspace_run import (
     stored_result,
 )
 from sde_core.pipeline.model_inputs import Progress
-from sde_core.pipeline.run_progress import RunProgress, read_progress
+from sde_core.pipeline.run_progress import RunProgress, duration_text, read_progress
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.sweeps import SweepForecast, run_sweep, sigma_markers, sweep_forecast
@@ -84,6 +84,7 @@ __all__ = [
     "StagedRunner",
     "StagedWork",
     "compare_models",
+    "duration_text",
     "forecast_models",
     "forecast_sentence",
     "open_results_store",

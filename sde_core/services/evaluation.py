@@ -286,7 +286,8 @@ _STORED: dict[tuple[Any, ...], set[str]] = {}
 
 
 def store_file_state(path: Path) -> tuple[tuple[int, int], ...]:
-    """(size, mtime) of the store and its write-ahead log (a write changes one of them)."""
+    """(size, mtime) of the store and of its write-ahead log (a write changes one of them); a
+    missing or empty log is ``(-1, -1)``, as a reader may create an empty one on opening."""
     out = []
     for file in (path, Path(f"{path}-wal")):
         try:
@@ -294,7 +295,8 @@ def store_file_state(path: Path) -> tuple[tuple[int, int], ...]:
         except OSError:
             out.append((-1, -1))
         else:
-            out.append((info.st_size, info.st_mtime_ns))
+            empty_log = file.name.endswith("-wal") and not info.st_size
+            out.append((-1, -1) if empty_log else (info.st_size, info.st_mtime_ns))
     return tuple(out)
 
 
