@@ -452,6 +452,7 @@ def test_compare_shows_models_arriving_while_an_evaluation_runs_elsewhere(
             settle(page)
             expect(page.get_by_test_id("stProgress")).to_have_count(0)  # no evaluation here
             assert numbers(page) == sorted(first)
+            shot(page, "7-compare-live-provisional")
             page.evaluate("window.notReloaded = true")
             store_demo_results(live, {n: n for n in rest}, complete=True)
             expect(page.get_by_text("Provisional")).to_have_count(0, timeout=15_000)
@@ -459,7 +460,7 @@ def test_compare_shows_models_arriving_while_an_evaluation_runs_elsewhere(
             settle(page)
             assert page.evaluate("window.notReloaded === true"), "the page was reloaded"
             assert numbers(page) == sorted(first + rest)
-            shot(page, "7-compare-live")
+            shot(page, "8-compare-live-complete")
     finally:
         proc.kill()
         proc.wait()

@@ -54,3 +54,27 @@ def test_compare_shows_the_stored_models_of_a_running_evaluation(live, monkeypat
         assert not [i.value for i in at.info if "Provisional" in i.value]
         assert not at.get("progress")
         assert comparison(at) == sorted(FIRST + REST)
+
+
+@pytest.mark.slow  # the Compare page of 5 stored models: ~5 s on 2 busy cores
+def test_a_stalled_evaluation_is_said_to_have_stopped(live, monkeypatch) -> None:
+    """A run with no new model for longer than the stall rule allows (here: any time at all)
+    is said to have probably stopped, with its stored models and the offer to evaluate the
+    rest; the page still starts nothing by itself."""
+    from sde_core.pipeline import run_progress
+
+    monkeypatch.setattr(run_progress, "STALL_SECONDS", -1.0)
+    monkeypatch.setattr(run_progress, "STALL_PACES", 0.0)
+    monkeypatch.setenv("SDE_WORKSPACE", str(live))
+    monkeypatch.setenv("SDE_DATA_ROOTS", str(live.parent))
+    with warm_server():
+        at = app_test(ROOT / "app.py", 180)
+        at.switch_page("pages/compare.py")
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        warning = [w.value for w in at.warning if "Provisional" in w.value]
+        assert warning and "5 of 8 models" in warning[0] and "may have stopped" in warning[0]
+        assert "Rerunning its command resumes it" in warning[0]
+        assert not at.get("progress")
+        assert comparison(at) == sorted(FIRST)
+        assert at.button(key="c_live_here_output").label == "Evaluate the rest here"
