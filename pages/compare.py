@@ -8,6 +8,11 @@ at a throughput measured on this machine — and waits for a click
 With a precision target (sidebar, method §15) the page first offers the planner: a pilot per
 model predicts the draws and seconds, and the evaluation starts on a click.
 
+While an evaluation started elsewhere (the command line, Ray, Slurm, a plan) is storing the
+models at the page's settings, the page shows the stored ones, labelled provisional, with the
+run's progress, and picks up the others as they arrive instead of evaluating them itself
+(:mod:`pages._live`).
+
 Link parameters (besides the settings): ``layers``, ``metric``, ``chart`` (the chart's layer),
 ``overlay`` (models whose target histograms are overlaid), ``pair`` (the two models of the
 paired differences).
@@ -22,6 +27,7 @@ import streamlit as st
 
 from pages._common import guarded, model_layers, open_page, publish
 from pages._display import plot, show_verdict, table
+from pages._live import live_run, provisional_result
 from pages._paper import paper_export
 from pages._run import (
     STOP_KEY,
@@ -389,7 +395,12 @@ with guarded("Cannot compare the models"):
     layers = choose_layers(ws)
     if not layers:
         st.info("Choose at least one layer.")
-    ready = affordable_layers(ws, current_settings(ws), layers, "c") if layers else []
+    # a layer whose models a running evaluation is storing shows the stored ones (pages._live)
+    live = {layer: found for layer in layers
+            if (found := live_run(ws, current_settings(ws, layer=layer))) is not None}  # fmt: skip
+    rest = [layer for layer in layers if layer not in live]
+    ready = affordable_layers(ws, current_settings(ws), rest, "c") if rest else []
+    ready = [layer for layer in layers if layer in live or layer in ready]
     results: dict[str, EvaluationResult] = {}
     # at many models the store's headline rows answer the table; the distributions are read
     # for the page of models drawn (many_models)
@@ -398,7 +409,11 @@ with guarded("Cannot compare the models"):
         layer_settings = current_settings(ws, layer=layer)
         # what the cache or the results store already holds needs no plan (a shipped store)
         result = None
-        if layer_settings.precision > 0 and len(ws.models) > MANY_MODELS:
+        if layer in live:
+            result = provisional_result(ws, layer_settings, live[layer], "c")
+            if result is None:
+                break
+        elif layer_settings.precision > 0 and len(ws.models) > MANY_MODELS:
             result = stored_answer(ws, layer_settings, summary=True)
             if result is not None:
                 summaries.add(layer)

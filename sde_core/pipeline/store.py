@@ -267,6 +267,23 @@ class ResultsStore(VerifiedStore):
         found = self._query("SELECT unit_key FROM units WHERE run_id = ?", (int(run_id),))
         return {str(key) for (key,) in found}
 
+    def unit_times(self, run_id: int) -> dict[str, str]:
+        """Every stored unit key of the run with its ``finished`` time (ISO 8601, UTC), in
+        write order: the run record is verified, the units are not — a cheap read for a
+        progress display polled every few seconds
+        (:mod:`~sde_core.pipeline.run_progress`); each unit's rows are verified when they
+        are served (:meth:`finished_units`, :meth:`records`, ...).
+
+        Raises:
+            StoreError: No such run.
+            DamagedUnitError: The run record is damaged.
+        """
+        self.get_run(run_id)
+        found = self._query(
+            "SELECT unit_key, finished FROM units WHERE run_id = ? ORDER BY id", (int(run_id),)
+        )
+        return {str(key): str(finished) for key, finished in found}
+
     def put_unit(
         self,
         run_id: int,

@@ -18,6 +18,7 @@ page reads one by one (``OTR.key``, not the literal ``"otr"``).
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any, cast
@@ -52,11 +53,12 @@ from sde_core.pipeline.evaluation.workspace_run import (
     stored_result,
 )
 from sde_core.pipeline.model_inputs import Progress
+from sde_core.pipeline.run_progress import RunProgress, duration_text, read_progress
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.sweeps import SweepForecast, run_sweep, sigma_markers, sweep_forecast
 from sde_core.pipeline.workspace import Workspace
-from sde_core.services.evaluation import stored_models
+from sde_core.services.evaluation import store_file_state, stored_models
 from sde_core.services.result_cache import ResultCache
 
 __all__ = [
@@ -77,10 +79,12 @@ __all__ = [
     "Evaluations",
     "PartialEvaluation",
     "Progress",
+    "RunProgress",
     "Runner",
     "StagedRunner",
     "StagedWork",
     "compare_models",
+    "duration_text",
     "forecast_models",
     "forecast_sentence",
     "open_results_store",
@@ -183,6 +187,11 @@ def slice_result(result: EvaluationResult, models: Sequence[str]) -> EvaluationR
         draws=rows(result.draws, "model"),
         failed={k: v for k, v in result.failed.items() if k in keep},
     )
+
+
+#: The last runs' progress reads (:meth:`Evaluations.run_progress`), by store file state: apart
+#: from the result cache, so that a page polling a run does not push results out of it.
+_PROGRESS = ResultCache(max_entries=16)
 
 
 #: Above this many models a stored read asks for the models it needs, not the whole run (which
@@ -317,6 +326,34 @@ class Evaluations:
         if found is not None:
             self.remember("summary", settings, found, every)
         return found
+
+    def run_progress(
+        self, settings: EvalSettings, now: datetime.datetime | None = None
+    ) -> RunProgress | None:
+        """How far the stored run at ``settings`` has got over the workspace's models, seen at
+        ``now`` (:class:`~sde_core.pipeline.run_progress.RunProgress`), or None when the store
+        has no such run. Cheap enough to poll: the run record and its units' keys and times
+        only, read again only when the store's files changed (the rows are verified when a
+        page reads them with :meth:`stored`).
+
+        Raises:
+            DamagedUnitError: the run record is damaged (an SDEError).
+        """
+        path = workspace_store_path(self.ws.root)
+        if not path.is_file():
+            return None
+        key = ("run_progress", self.workspace_hash, stable_hash(settings.result_key()),
+               str(path), store_file_state(path))  # fmt: skip
+        found = _PROGRESS.get(key)
+        if found is None:
+            with self._read_only_store() as store:
+                if store is None:
+                    return None
+                run = store.find_run(self.workspace_hash, settings.result_key())
+                found = (None if run is None else read_progress(store, run, self._names(None)),)
+            _PROGRESS.put(key, found)
+        progress = cast("RunProgress | None", found[0])
+        return None if progress is None else progress.at(now)
 
     def forget_classes(self) -> ForgetClasses | None:
         """The dataset's labels and the forget set, for the class-wise step of a stored result

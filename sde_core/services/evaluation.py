@@ -45,6 +45,7 @@ from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.session import PLAN_FIELDS
 from sde_core.pipeline.evaluation.workspace_run import EvaluationResult, result_tables
 from sde_core.pipeline.model_inputs import entry_activations, entry_cached_layers
+from sde_core.pipeline.run_progress import duration_text
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, cache_path
@@ -64,6 +65,7 @@ __all__ = [
     "progress_note",
     "runs_without_asking",
     "session_result",
+    "store_file_state",
     "stored_models",
     "target_subsets",
     "target_texts",
@@ -283,8 +285,9 @@ def _denoiser_thumbnails(
 _STORED: dict[tuple[Any, ...], set[str]] = {}
 
 
-def _file_state(path: Path) -> tuple[tuple[int, int], ...]:
-    """(size, mtime) of the store and its write-ahead log (a write changes one of them)."""
+def store_file_state(path: Path) -> tuple[tuple[int, int], ...]:
+    """(size, mtime) of the store and of its write-ahead log (a write changes one of them); a
+    missing or empty log is ``(-1, -1)``, as a reader may create an empty one on opening."""
     out = []
     for file in (path, Path(f"{path}-wal")):
         try:
@@ -292,7 +295,8 @@ def _file_state(path: Path) -> tuple[tuple[int, int], ...]:
         except OSError:
             out.append((-1, -1))
         else:
-            out.append((info.st_size, info.st_mtime_ns))
+            empty_log = file.name.endswith("-wal") and not info.st_size
+            out.append((-1, -1) if empty_log else (info.st_size, info.st_mtime_ns))
     return tuple(out)
 
 
@@ -303,7 +307,7 @@ def stored_models(ws: Workspace, workspace_hash: str, settings: EvalSettings) ->
     if not path.is_file():
         return set()
     wanted = stable_hash(settings.result_key())
-    key = (str(path.resolve()), _file_state(path), workspace_hash, wanted)
+    key = (str(path.resolve()), store_file_state(path), workspace_hash, wanted)
     if key in _STORED:
         return set(_STORED[key])
     with ResultsStore(path) as store:
@@ -376,16 +380,8 @@ class LayerCost:
         if self.ready:
             return f"{self.layer}: ready ({ready})"
         cost = f"extract {len(self.extract)} models × {self.rows // len(self.extract):,} rows"
-        when = "" if self.seconds is None else f", about {_duration(self.seconds)}"
+        when = "" if self.seconds is None else f", about {duration_text(self.seconds)}"
         return f"{self.layer}: {cost}{when} before the statistics ({ready})"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(1, round(seconds))} s"
-    if seconds < 5400:
-        return f"{round(seconds / 60)} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _missing_rows(

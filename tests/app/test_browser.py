@@ -5,6 +5,8 @@
 - a link with query parameters reproduces a non-default view (its numbers equal the
   library's), the view's link is shown, and the pages walk through to the report downloads;
 - the HTML report opens from a file with no network request, and its PDF has every section.
+- the Compare page shows the models an evaluation elsewhere stores while it is open (its polling
+  fragment, no reload).
 
 Servers are ``streamlit run app.py`` on a free localhost port with ``SDE_WORKSPACE`` pointing at
 the tiny test workspace (its activations cached once, before they start): one per page, started
@@ -419,3 +421,47 @@ def test_a_link_opens_its_own_workspace_and_the_page_settles_without_progress(
         assert page.get_by_text("NOT the ones the link's sender saw").count() == 0
         expect(page).to_have_url(re.compile(f"wsh={content_hash(ws)}"))
         shot(page, "6-link-matching-workspace")
+
+
+def test_compare_shows_models_arriving_while_an_evaluation_runs_elsewhere(
+    tmp_path: Path, chromium
+) -> None:
+    """A copy of the mnist1d demo with 8 models whose store holds 5 of them in a running run:
+    Compare shows those 5 as provisional; when this process (standing in for an evaluation on
+    the command line, Ray or Slurm) stores the other 3, the open page shows all 8 within a few
+    polls of its fragment, without a reload, and the provisional banner goes."""
+    from playwright.sync_api import expect
+    from ui_fixtures import demo_workspace, store_demo_results
+
+    first, rest = ["original", "retrained", "ft", "ga", "rl"], ["salun", "l1_sparse", "unroll"]
+    live = demo_workspace(tmp_path / "live", 8)
+    store_demo_results(live, {n: n for n in first}, complete=False)
+    log = tmp_path / "live.log"
+    proc, url = _start(live, log)
+
+    def numbers(page) -> list[str]:
+        with page.expect_download() as csv:
+            page.get_by_role("button", name="Download the numbers (CSV)").click()
+        return sorted(pd.read_csv(csv.value.path())["name"])
+
+    try:
+        _wait_healthy(proc, url, log)
+        with browser_page(chromium) as page:
+            page.goto(f"{url}/compare")
+            expect(page.get_by_text("Provisional: 5 of 8 models")).to_be_visible()
+            settle(page)
+            expect(page.get_by_test_id("stProgress")).to_have_count(0)  # no evaluation here
+            assert numbers(page) == sorted(first)
+            shot(page, "7-compare-live-provisional")
+            page.evaluate("window.notReloaded = true")
+            store_demo_results(live, {n: n for n in rest}, complete=True)
+            expect(page.get_by_text("Provisional")).to_have_count(0, timeout=15_000)
+            expect(page.get_by_role("button", name="Refresh")).to_have_count(0)
+            settle(page)
+            assert page.evaluate("window.notReloaded === true"), "the page was reloaded"
+            shown = numbers(page)
+            assert shown == sorted(first + rest), shown
+            shot(page, "8-compare-live-complete")
+    finally:
+        proc.kill()
+        proc.wait()

@@ -10,16 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ui_fixtures import app_test, warm_server
+from ui_fixtures import DEMO, app_test, store_demo_results, warm_server
 
-from sde_core.inputs.data import load_dataset
-from sde_core.pipeline.store import ResultsStore, workspace_store_path
-from sde_core.pipeline.workspace import workspace_hash
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.pipeline.workspace_write import write_workspace
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO = ROOT / "assets" / "demo-mnist1d"
 N_COPIES = 14  # + the original and the retrained model: 16 > the page's 12
 
 
@@ -46,26 +42,7 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                            checkpoints=[]))  # fmt: skip
         copies[name] = template.name
     write_workspace(dataclasses.replace(demo, root=folder.resolve(), models=entries))
-    ws = load_workspace(folder)
-    ws_hash = workspace_hash(ws, data_fingerprint=load_dataset(ws.dataset_spec()).fingerprint)
-    with ResultsStore(DEMO / "results.sqlite", read_only=True) as src:
-        run_id = int(src.list_runs()["id"].iloc[0])
-        tables = {t: src.records(run_id, t) for t in src.tables(run_id)}
-        arrays = {m: {k[len(m) + 1:]: src.array(run_id, k)
-                      for k in src.array_names(run_id, f"{m}/")}
-                  for m in set(copies.values())}  # fmt: skip
-    with ResultsStore(workspace_store_path(folder)) as store:
-        run = store.open_run(ws_hash, ws.defaults.result_key())
-        for name, template in copies.items():
-            rows = {}
-            for table, records in tables.items():
-                column = "name" if table == "models" else "model"
-                mine = [dict(r, **{column: name}) for r in records if r.get(column) == template]
-                if mine:
-                    rows[table] = mine
-            store.put_unit(run.id, name, rows,
-                           {f"{name}/{k}": v for k, v in arrays[template].items()})  # fmt: skip
-        store.mark_complete(run.id)
+    store_demo_results(folder, copies, complete=True)
     return folder
 
 

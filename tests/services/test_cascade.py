@@ -299,3 +299,62 @@ def test_warming_many_models_reads_the_summary_and_one_model_in_full(tiny_worksp
     assert summary is not None and list(summary.models["name"]) == list(names)
     assert summary.arrays == {}
     assert source.cached("evaluation", ws.defaults, names) is None  # no whole-run read
+
+
+def test_a_running_runs_progress_is_read_once_per_store_state(tmp_path, monkeypatch) -> None:
+    """Evaluations.run_progress: None without a store or a run; the run's models stored (not
+    its other units), read again only once the store's files changed, seen at the time asked."""
+    import datetime as dt
+
+    from sde_core.pipeline.store import ResultsStore, workspace_store_path
+
+    source = Evaluations(fake_ws(tmp_path, "a", "b", "c"), "ws", ResultCache(), FakeSession)
+    assert source.run_progress(SETTINGS) is None  # no store yet
+    reads: list[int] = []
+    real = cascade.read_progress
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cascade, "read_progress", counted)
+    with ResultsStore(workspace_store_path(tmp_path)) as store:
+        run = store.open_run("ws", SETTINGS.result_key())
+        for key in ("a", "behaviour:a", "b"):
+            store.put_unit(run.id, key, {"models": [{"name": key}]})
+    first = source.run_progress(SETTINGS)
+    assert first is not None and first.stored == ("a", "b") and first.total == 3
+    assert first.partial and not first.stalled
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    seen = source.run_progress(SETTINGS, now=later)
+    assert seen is not None and seen.now == later and seen.stalled and len(reads) == 1
+    with ResultsStore(workspace_store_path(tmp_path)) as store:
+        store.put_unit(run.id, "c", {"models": [{"name": "c"}]})
+    done = source.run_progress(SETTINGS)
+    assert done is not None and done.count == 3 and not done.partial and len(reads) == 2
+    assert source.run_progress(SETTINGS.with_overrides(bins=SETTINGS.bins + 1)) is None
+
+
+def test_the_stored_models_of_a_partial_run_are_never_cached_as_every_model(tmp_path) -> None:
+    """A page shows the stored models of a running run with Evaluations.stored of those models:
+    their answer is cached for them only, so the whole answer is read once every model is
+    stored, not served from the partial read."""
+    from ui_fixtures import demo_workspace, store_demo_results
+
+    folder = demo_workspace(tmp_path / "live", 8)
+    store_demo_results(folder, {n: n for n in ("original", "retrained", "ft")}, complete=False)
+    ws = load_workspace(folder)
+    source = Evaluations(ws, content_hash(ws, load_bundle(ws)), ResultCache(), FakeSession)
+    settings = ws.defaults
+    every = [m.name for m in ws.models]
+    progress = source.run_progress(settings)
+    assert progress is not None and progress.partial and progress.count == 3
+    present = [n for n in every if n in set(progress.stored)]
+    part = source.stored(settings, present)
+    assert part is not None and list(part.models["name"]) == present
+    assert source.cached("evaluation", settings, tuple(every)) is None
+    assert source.stored(settings, every) is None
+    store_demo_results(folder, {n: n for n in every[3:]}, complete=True)
+    whole = source.stored(settings, every)
+    assert whole is not None and list(whole.models["name"]) == every
+    assert source.cached("evaluation", settings, tuple(every)) is whole
