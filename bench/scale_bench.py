@@ -1,0 +1,268 @@
+"""The scale benchmark of issue 39: hundreds of models evaluated on a local Ray instance, then
+the pages loaded from the store they fill.
+
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD .venv/bin/python bench/scale_bench.py \
+        [--models 50 100 500] [--engine ray] [--submitit 50] [--out /tmp/sde-scale] \
+        [--skip-evaluate] [--skip-pages]
+
+For each N it builds a workspace of N **distinct** cheap models in ``--out/ws-N``: the mnist1d
+demo's data and forget set, its original (with its training checkpoints and the shipped
+checkpoint store, so the Curves view has a curve) and its retrained model, and N − 2
+"unlearned" MLPs — one of the demo's unlearned checkpoints with Gaussian noise on every weight
+(a relative scale set by the strength, a seed of its own: method × strength × seed), so every
+model has its own activations and nothing is served from another model's cache. Then:
+
+- ``python -m sde_core evaluate ws-N --engine ENGINE --quiet`` from an empty results store and
+  an empty ``.sde-cache`` (the workspace's defaults), timed from the outside, with the peak
+  resident memory of the whole process tree (the driver, Ray's processes and workers; sampled
+  every 0.2 s from ``/proc``);
+- the store's size;
+- the Compare, Report and Sweeps (Curves) pages' first load and a rerun, in a fresh process
+  (:func:`time_pages`: each page as the first one a visitor opens on a server that did not
+  warm up; the result read from the store), and that process's peak resident memory.
+
+``--submitit N`` evaluates the N-model workspace a second time, from scratch, through submitit's
+local executor (``--engine submitit-local``: one child process per model, what a Slurm
+cluster runs) for the same table row. Timing belongs here, never in the tests; results go to
+bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # ui_fixtures: the AppTest helpers the tests use
+
+from sde_core.pipeline.store import workspace_store_path  # noqa: E402
+from sde_core.pipeline.workspace_load import load_workspace  # noqa: E402
+from sde_core.pipeline.workspace_write import write_workspace  # noqa: E402
+
+DEMO = ROOT / "assets" / "demo-mnist1d"
+METHODS = ("ft", "ga", "rl", "salun", "l1_sparse", "neggrad_plus")
+#: strength label (the entry's lr) → relative noise scale on every weight
+STRENGTHS = {0.001: 0.005, 0.01: 0.02, 0.1: 0.05}
+PAGES = {"Compare": "pages/compare.py", "Report": "pages/report.py",
+         "Curves": "pages/sweeps.py"}  # fmt: skip
+
+
+def build(n: int, out: Path) -> Path:
+    """The workspace of ``n`` distinct models (no results); its folder."""
+    from safetensors.torch import load_file, save_file
+
+    folder = out / f"ws-{n}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for name in ("data.npz", "forget.npy", "LICENSE-data.txt", "checkpoints.sqlite"):
+        shutil.copy(DEMO / name, folder / name)
+    shutil.copytree(DEMO / "models" / "original", folder / "models" / "original")
+    demo = load_workspace(DEMO)
+    retrained = demo.model("retrained")
+    shutil.copy(demo.path(retrained.checkpoint), folder / "models" / "retrained.safetensors")
+    entries = [demo.original(),
+               dataclasses.replace(retrained, checkpoint="models/retrained.safetensors",
+                                   checkpoints=[], init_checkpoint=None)]  # fmt: skip
+    templates = [m for m in demo.models if m.role == "unlearned" and m.name != "unroll"]
+    weights = {t.name: load_file(str(demo.path(t.checkpoint))) for t in templates}
+    strengths = list(STRENGTHS)
+    for i in range(n - 2):
+        method = METHODS[i % len(METHODS)]
+        strength = strengths[(i // len(METHODS)) % len(strengths)]
+        seed = i // (len(METHODS) * len(strengths))
+        template = templates[i % len(templates)]
+        name = f"{method}-lr{strength:g}-s{seed}"
+        rng = np.random.default_rng([i, seed])
+        noisy = {}
+        for key, tensor in weights[template.name].items():
+            if tensor.is_floating_point() and tensor.numel() > 1:
+                scale = STRENGTHS[strength] * float(tensor.std())
+                noise = rng.standard_normal(tuple(tensor.shape)).astype(np.float32) * scale
+                tensor = tensor + tensor.new_tensor(noise)
+            noisy[key] = tensor.contiguous()
+        rel = f"models/{name}.safetensors"
+        save_file(noisy, str(folder / rel))
+        entries.append(dataclasses.replace(
+            template, name=name, checkpoint=rel, method=method, seed=seed, sha256=None,
+            checkpoints=[],
+            hyperparameters={**template.hyperparameters, "lr": strength, "seed": seed},
+        ))  # fmt: skip
+    write_workspace(dataclasses.replace(demo, root=folder.resolve(), models=entries,
+                                        name=f"scale-{n}"))  # fmt: skip
+    return folder
+
+
+def _tree_rss(root_pid: int) -> int:
+    """Resident bytes of ``root_pid`` and every descendant (read from ``/proc``)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        line = next((x for x in status.splitlines() if x.startswith("VmRSS:")), None)
+        rss[int(entry.name)] = int(line.split()[1]) * 1024 if line else 0
+    tree, grew = {root_pid}, True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return sum(rss.get(pid, 0) for pid in tree)
+
+
+def evaluate(folder: Path, engine: str) -> tuple[float, float]:
+    """(wall seconds, peak tree RSS in GB) of a from-scratch ``evaluate`` of ``folder``."""
+    for stale in (folder / ".sde-cache", workspace_store_path(folder)):
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        elif stale.exists():
+            stale.unlink()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{workspace_store_path(folder)}{suffix}").unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    t0 = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "sde_core", "evaluate", str(folder), "--engine", engine,
+         "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    peak = 0
+
+    def sample() -> None:
+        nonlocal peak
+        while child.poll() is None:
+            peak = max(peak, _tree_rss(child.pid))
+            time.sleep(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = child.communicate()
+    seconds = time.perf_counter() - t0
+    sampler.join()
+    if child.returncode != 0:
+        raise SystemExit(f"evaluate failed ({child.returncode}): {err[-2000:]}")
+    return seconds, peak / 1e9
+
+
+def time_pages(folder: Path) -> dict[str, object]:
+    """Each page's (first load, rerun) seconds on ``folder`` and this process's peak RSS (GB).
+
+    Runs in a fresh process (``--time-pages``): one page run of the Method page first (the
+    app's imports), then each page as the first one a visitor opens on a server that did not
+    warm up — nothing verified and nothing cached in this process (the store's shared checks
+    and the result cache forgotten first) — and a rerun.
+    """
+    import resource
+
+    from ui_fixtures import app_test, warm_server
+
+    from sde_core.pipeline.store_verify import forget_shared_checks
+    from sde_core.services.cascade import process_cache
+
+    os.environ["SDE_WORKSPACE"] = str(folder)
+    os.environ["SDE_DATA_ROOTS"] = str(folder.parent)
+    found: dict[str, object] = {}
+    with warm_server():
+        at = app_test(ROOT / "app.py", 600)
+        at.switch_page("pages/method.py")
+        at.run()
+        for label, page in PAGES.items():
+            forget_shared_checks()
+            process_cache().clear()
+            at = app_test(ROOT / "app.py", 600)
+            at.switch_page(page)
+            t0 = time.perf_counter()
+            at.run()
+            first = time.perf_counter() - t0
+            assert not at.exception, [e.value for e in at.exception]
+            t0 = time.perf_counter()
+            at.run()
+            found[label] = (first, time.perf_counter() - t0)
+    found["rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    return found
+
+
+def pages_in_child(folder: Path) -> dict[str, object]:
+    """:func:`time_pages` in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, __file__, "--time-pages", str(folder)], env=env,
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"page timing failed: {out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", type=int, nargs="+", default=[50, 100, 500])
+    ap.add_argument("--engine", default="ray", choices=["ray", "local", "submitit-local"])
+    ap.add_argument(
+        "--submitit",
+        type=int,
+        nargs="*",
+        default=[50],
+        help="also evaluate these N through submitit's local executor",
+    )
+    ap.add_argument("--out", type=Path, default=Path("/tmp/sde-scale"))
+    ap.add_argument(
+        "--skip-evaluate",
+        action="store_true",
+        help="reuse the evaluated workspaces of an earlier run (pages only)",
+    )
+    ap.add_argument("--skip-pages", action="store_true")
+    ap.add_argument("--time-pages", type=Path, help=argparse.SUPPRESS)  # the child's job
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    if args.time_pages:
+        print(json.dumps(time_pages(args.time_pages)))
+        return
+    cols = [f"{p} first / rerun s" for p in PAGES]
+    print(f"| models | engine | evaluate s | s a model | evaluate peak RSS GB | store MB | "
+          f"{' | '.join(cols)} | pages peak RSS GB | load before → after |")  # fmt: skip
+    print("|---|---|---|---|---|---|" + "---|" * len(cols) + "---|---|", flush=True)
+    for n in args.models:
+        folder = args.out / f"ws-{n}"
+        before = _load()
+        runs = []
+        if not args.skip_evaluate:
+            folder = build(n, args.out)
+            if n in (args.submitit or []):
+                runs.append(("submitit-local", *evaluate(folder, "submitit-local")))
+            runs.append((args.engine, *evaluate(folder, args.engine)))
+        size = workspace_store_path(folder).stat().st_size / 1e6
+        pages, page_rss = ["–"] * len(PAGES), "–"
+        if not args.skip_pages:
+            timed = pages_in_child(folder)
+            pages = [f"{timed[p][0]:.1f} / {timed[p][1]:.1f}" for p in PAGES]  # type: ignore[index]
+            page_rss = f"{timed['rss_gb']:.2f}"
+        for engine, seconds, peak in runs or [("(stored)", float("nan"), float("nan"))]:
+            print(f"| {n} | {engine} | {seconds:.0f} | {seconds / n:.2f} | {peak:.2f} | "
+                  f"{size:.1f} | {' | '.join(pages)} | {page_rss} | {before} → {_load()} |",
+                  flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
