@@ -52,8 +52,9 @@ def _evaluate_here(token: str) -> None:
 
 
 def provisional_result(
-    ws: Workspace, settings: EvalSettings, progress: RunProgress, prefix: str
-) -> EvaluationResult | None:
+    ws: Workspace, settings: EvalSettings, progress: RunProgress, prefix: str,
+    *, summary: bool = False,
+) -> EvaluationResult | None:  # fmt: skip
     """The stored models of a partial running run at ``settings``
     (:meth:`~sde_core.services.cascade.Evaluations.stored` of those models only: the answer
     cached for them, never for every model), under a banner that says they are provisional,
@@ -62,6 +63,9 @@ def provisional_result(
 
     Args:
         prefix: the page's widget-key prefix (one set of buttons per page and layer).
+        summary: read the stored models' headline rows and draws only
+            (:meth:`~sde_core.services.cascade.Evaluations.stored_summary`), for a page of
+            hundreds of models that reads the distributions of the models it draws.
 
     Returns:
         The stored models' result, or None when it cannot be read (the error is shown).
@@ -91,7 +95,8 @@ def provisional_result(
         "them too: each model is stored once, by whichever finishes first).",
     )  # fmt: skip
     try:
-        return evaluations(ws).stored(settings, names)
+        source = evaluations(ws)
+        return source.stored_summary(settings, names) if summary else source.stored(settings, names)
     except SDEError as exc:
         st.error(f"Cannot read the stored models: {md_plain(exc)}")
         return None

@@ -410,9 +410,12 @@ with guarded("Cannot compare the models"):
         # what the cache or the results store already holds needs no plan (a shipped store)
         result = None
         if layer in live:
-            result = provisional_result(ws, layer_settings, live[layer], "c")
+            many = len(ws.models) > MANY_MODELS
+            result = provisional_result(ws, layer_settings, live[layer], "c", summary=many)
             if result is None:
                 break
+            if many:
+                summaries.add(layer)
         elif layer_settings.precision > 0 and len(ws.models) > MANY_MODELS:
             result = stored_answer(ws, layer_settings, summary=True)
             if result is not None:

@@ -302,18 +302,21 @@ class Evaluations:
             if store is not None:
                 store.close()
 
-    def stored_summary(self, settings: EvalSettings) -> EvaluationResult | None:
-        """Every model at ``settings`` with its headline rows and per-draw values only — no
-        per-subset rows, no H arrays (:func:`stored_result` with ``summary``): what a page of
-        hundreds of models tabulates, filters and groups, read once and cached; a whole result
-        already in the cache serves as well. None when the store lacks one of the models.
+    def stored_summary(
+        self, settings: EvalSettings, models: Sequence[str] | None = None
+    ) -> EvaluationResult | None:
+        """Every model (or the named ``models``) at ``settings`` with its headline rows and
+        per-draw values only — no per-subset rows, no H arrays (:func:`stored_result` with
+        ``summary``): what a page of hundreds of models tabulates, filters and groups, read
+        once and cached under those models; a whole result already in the cache serves as
+        well. None when the store lacks one of them.
 
         Raises:
             DamagedUnitError: a stored unit it would read is damaged (an SDEError).
         """
-        every = self._names(None)
+        names = self._names(models)
         for kind in ("evaluation", "summary"):
-            found = self.cached(kind, settings, every)
+            found = self.cached(kind, settings, names)
             if found is not None:
                 return found
         if not self.store_path_exists():
@@ -321,10 +324,10 @@ class Evaluations:
         with self._read_only_store() as store:
             if store is None:
                 return None
-            found = stored_result(store, self.workspace_hash, settings, every,
+            found = stored_result(store, self.workspace_hash, settings, names,
                                   self.forget_classes(), summary=True)  # fmt: skip
         if found is not None:
-            self.remember("summary", settings, found, every)
+            self.remember("summary", settings, found, names)
         return found
 
     def run_progress(

@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 N_COPIES = 14  # + the original and the retrained model: 16 > the page's 12
 
 
-@pytest.fixture(scope="module")
-def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("many") / "ws"
-    folder.mkdir()
+def many_workspace(folder: Path, stored: int | None = None) -> Path:
+    """The 16-model workspace in ``folder``; its store holds every model in a complete run, or
+    the first ``stored`` ones in a running run (as while an evaluation is adding the rest)."""
+    folder.mkdir(parents=True)
     for name in ("data.npz", "forget.npy", "LICENSE-data.txt"):
         shutil.copy(DEMO / name, folder / name)
     demo = load_workspace(DEMO)
@@ -42,8 +42,16 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                            checkpoints=[]))  # fmt: skip
         copies[name] = template.name
     write_workspace(dataclasses.replace(demo, root=folder.resolve(), models=entries))
-    store_demo_results(folder, copies, complete=True)
+    if stored is None:
+        store_demo_results(folder, copies, complete=True)
+    else:
+        store_demo_results(folder, dict(list(copies.items())[:stored]), complete=False)
     return folder
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return many_workspace(tmp_path_factory.mktemp("many") / "ws")
 
 
 @pytest.mark.slow  # 16 models on the Compare page: ~11 s on 2 busy cores
@@ -69,3 +77,34 @@ def test_compare_pages_filters_and_groups_many_models(many, monkeypatch):
                      and "conflicting" not in d.value.columns)  # fmt: skip
         assert set(shown["name"]) == {"original", "retrained", "rl-s2", "rl-s5", "rl-s8", "rl-s11"}
         assert not any(t.label.startswith("Verdicts of") and t.value for t in at.toggle)
+
+
+@pytest.mark.slow  # 13 of 16 models on the Compare page: ~10 s on 2 busy cores
+def test_a_running_evaluation_of_many_models_is_read_as_a_summary(tmp_path, monkeypatch):
+    """While an evaluation is adding the rest of many models, the page reads the stored ones'
+    headline rows first (the summary: every model's table row, filter and group), as for a
+    complete run; the distributions are read for the page of models it draws."""
+    import sde_core.services.cascade as cascade
+
+    folder = many_workspace(tmp_path / "ws", stored=13)
+    reads: list[tuple[int, bool]] = []
+    real = cascade.stored_result
+
+    def spy(store, ws_hash, settings, models, classes=None, *, summary=False):
+        reads.append((len(models), summary))
+        return real(store, ws_hash, settings, models, classes, summary=summary)
+
+    monkeypatch.setattr(cascade, "stored_result", spy)
+    monkeypatch.setenv("SDE_WORKSPACE", str(folder))
+    monkeypatch.setenv("SDE_DATA_ROOTS", str(folder.parent))
+    with warm_server():
+        at = app_test(ROOT / "app.py", 180)
+        at.switch_page("pages/compare.py")
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        banner = [i.value for i in at.info if "Provisional" in i.value]
+        assert banner and "13 of 16 models" in banner[0]
+        assert reads[0] == (13, True), reads  # first the stored models' summary
+        shown = next(d.value for d in at.dataframe if "name" in d.value.columns
+                     and "conflicting" not in d.value.columns)  # fmt: skip
+        assert len(shown) == 13
