@@ -137,7 +137,6 @@ def file_stamp(path: Path) -> tuple[int, ...] | None:
     return (main.st_size, main.st_mtime_ns, *log)
 
 
-
 #: Files whose structural check (:func:`~sde_core.pipeline.store_integrity.file_problem`)
 #: passed in this process: resolved path → :func:`file_stamp` taken before the check. At
 #: hundreds of models the check costs a third of a second, and a page opens the store several
