@@ -190,7 +190,7 @@ def _stored_rows(
     done = store.finished_units(run_id) & set(names)
     if not done:
         return {}
-    rows = store.rows(run_id, "models")
+    rows = store.rows(run_id, "models", done)  # their units' rows only (SQL filters)
     rows = with_behaviour(rows[rows["name"].isin(done)], stored_behaviour(store, run_id))
     return {str(r["name"]): {str(k): v for k, v in r.items()} for r in rows.to_dict("records")}
 
@@ -219,10 +219,15 @@ def curve_table(
     """
     rows: list[dict[str, Any]] = []
     main_hash = workspace_hash(ws, data_fingerprint=data_fingerprint)
-    main = _stored_rows(results_store, main_hash, settings, [m.name for m in ws.models])
+    steps = {model: curve_steps(ws, model) for model in models}
+    # the results store's points: the models' own and their starts' (at hundreds of models,
+    # not every model's row)
+    outside = {step.name for found in steps.values() for step in found
+               if not step.in_checkpoint_store}  # fmt: skip
+    main = _stored_rows(results_store, main_hash, settings, sorted(outside))
     for model in models:
         role = ws.model(model).role
-        for step in curve_steps(ws, model):
+        for step in steps[model]:
             if step.in_checkpoint_store:
                 h = workspace_hash(step.workspace, data_fingerprint=data_fingerprint)
                 found = _stored_rows(checkpoint_store, h, settings, [step.name]).get(step.name)
