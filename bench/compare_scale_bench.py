@@ -35,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # ui_fixtures: the AppTest helpers the tests use
 
+from helpers.many_models import DEMO, copy_demo_data, store_copies  # noqa: E402
+
 from sde_core.inputs.data import load_dataset  # noqa: E402
 from sde_core.pipeline.evaluation.workspace_run import stored_result  # noqa: E402
 from sde_core.pipeline.store import ResultsStore, workspace_store_path  # noqa: E402
@@ -42,7 +44,6 @@ from sde_core.pipeline.workspace import workspace_hash  # noqa: E402
 from sde_core.pipeline.workspace_load import load_workspace  # noqa: E402
 from sde_core.pipeline.workspace_write import write_workspace  # noqa: E402
 
-DEMO = ROOT / "assets" / "demo-mnist1d"
 METHODS = ("ft", "ga", "rl", "salun", "l1_sparse", "neggrad_plus")
 STRENGTHS = (0.001, 0.01, 0.1)
 
@@ -53,8 +54,7 @@ def build(n: int, out: Path) -> Path:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    for name in ("data.npz", "forget.npy", "LICENSE-data.txt"):
-        shutil.copy(DEMO / name, folder / name)
+    copy_demo_data(folder)
     demo = load_workspace(DEMO)
     ws = load_workspace(DEMO)
     ws = dataclasses.replace(ws, root=folder.resolve(), models=[], name=f"scale-{n}")
@@ -82,29 +82,8 @@ def build(n: int, out: Path) -> Path:
         ))  # fmt: skip
         copies[name] = template.name
     write_workspace(ws)
-    ws = load_workspace(folder)
-    fingerprint = load_dataset(ws.dataset_spec()).fingerprint
-    ws_hash = workspace_hash(ws, data_fingerprint=fingerprint)
-    settings = ws.defaults
-    with ResultsStore(DEMO / "results.sqlite", read_only=True) as src:
-        run_id = int(src.list_runs()["id"].iloc[0])
-        tables = {t: src.records(run_id, t) for t in src.tables(run_id)}
-        arrays = {name: {k[len(name) + 1:]: src.array(run_id, k)
-                         for k in src.array_names(run_id, f"{name}/")}
-                  for name in set(copies.values())}  # fmt: skip
     t0 = time.perf_counter()
-    with ResultsStore(workspace_store_path(folder)) as store:
-        run = store.open_run(ws_hash, settings.result_key(), label=f"synthetic {n}")
-        for name, template in copies.items():
-            rows = {}
-            for table, records in tables.items():
-                column = "name" if table == "models" else "model"
-                mine = [dict(r, **{column: name}) for r in records if r.get(column) == template]
-                if mine:
-                    rows[table] = mine
-            store.put_unit(run.id, name, rows,
-                           {f"{name}/{k}": v for k, v in arrays[template].items()})  # fmt: skip
-        store.mark_complete(run.id)
+    store_copies(folder, copies, label=f"synthetic {n}")
     size = workspace_store_path(folder).stat().st_size / 1e6
     print(f"N={n}: wrote {len(copies)} units in {time.perf_counter() - t0:.1f} s, "
           f"store {size:.1f} MB", flush=True)  # fmt: skip
