@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -268,15 +269,23 @@ def charts(result: EvaluationResult, name: str) -> None:
                                    f"{name}-chart.{image}", key="r_server_download")  # fmt: skip
 
 
-def table_rows(tables: dict[str, pd.DataFrame], stem: str, key: str) -> None:
-    """One row per table: its name and size, and its CSV and JSON download."""
+#: A table's downloads: extension, writer, MIME type.
+TABLE_FORMATS = (("csv", to_csv_bytes, "text/csv"), ("json", to_json_bytes, "application/json"))
+
+
+def table_rows(
+    tables: dict[str, pd.DataFrame], stem: str, key: str, *, deferred: bool = False
+) -> None:
+    """One row per table: its name and size, and its CSV and JSON download (``deferred``:
+    their bytes are written when the button is clicked, not on every run — hundreds of
+    models' tables)."""
     for label, df in tables.items():
         a, b, c = st.columns([2, 1, 1])
         a.write(f"`{label}` — {len(df)} rows")
-        b.download_button("CSV", to_csv_bytes(df), f"{stem}-{label}.csv", "text/csv",
-                          key=f"{key}_csv_{label}")  # fmt: skip
-        c.download_button("JSON", to_json_bytes(df), f"{stem}-{label}.json", "application/json",
-                          key=f"{key}_json_{label}")  # fmt: skip
+        for column, (kind, write, mime) in zip((b, c), TABLE_FORMATS, strict=True):
+            data = partial(write, df) if deferred else write(df)
+            column.download_button(kind.upper(), data, f"{stem}-{label}.{kind}", mime,
+                                   key=f"{key}_{kind}_{label}")  # fmt: skip
 
 
 def verdict_line(models: pd.DataFrame) -> str:
@@ -319,7 +328,6 @@ def many_report(ws: Workspace, every: EvaluationResult, summary: bool, name: str
     certify()
     family = workspace_family(ws)
     show_family_card(family_card(family.name, family.label, root=APP_ROOT), "r_meta_eval")
-    drawn = drawn_models(ws, every, visible, summary)  # the page's models in full
     st.subheader("Report files")
     scopes = {
         "page": f"this page's {len(visible)} models",
@@ -336,7 +344,7 @@ def many_report(ws: Workspace, every: EvaluationResult, summary: bool, name: str
     )
     if st.toggle("Build the report files", key="r_t_files"):
         with st.spinner("Reading the models and hashing their checkpoints…"):
-            covered = drawn if scope == "page" else (
+            covered = drawn_models(ws, every, visible, summary) if scope == "page" else (
                 evaluate(ws, every.settings) if summary else every
             )  # fmt: skip
         if covered is not None:
@@ -352,11 +360,13 @@ def many_report(ws: Workspace, every: EvaluationResult, summary: bool, name: str
     st.subheader("Tables")
     st.markdown(f"**Every model** ({len(every.models)}): the headline numbers and the per-draw "
                 "values, from the results store.")  # fmt: skip
-    table_rows({"models": every.models, "draws": every.draws}, f"{name}-all", "r_all")
+    table_rows({"models": every.models, "draws": every.draws}, f"{name}-all", "r_all",
+               deferred=True)  # fmt: skip
     if st.toggle("This page's tables in full (subsets, verdicts, H values)", key="r_t_tables"):
-        table_downloads(drawn, name)
+        table_downloads(drawn_models(ws, every, visible, summary), name)
     st.subheader("Charts (this page)")
-    charts(drawn, name)
+    if st.toggle("Charts of this page's models (reads their distributions)", key="r_t_charts"):
+        charts(drawn_models(ws, every, visible, summary), name)
 
 
 def caveats(result: EvaluationResult) -> None:
@@ -378,11 +388,11 @@ DRAWS_CAPTION = (
 view, ws, settings = open_page("report", ReportView)
 st.title("Report")
 name = ws.name or ws.root.name
-affordable = affordable_layers(ws, settings, [settings.layer], "r")
 many = len(ws.models) > MANY_MODELS
-# at many models the store's headline rows answer first; the distributions are read for the
-# page's models (many_report)
-summary = stored_answer(ws, settings, summary=True) if affordable and many else None
+# at many models the store's headline rows answer first (nothing to compute, so no cost to
+# price); the distributions are read for the page's models (many_report)
+summary = stored_answer(ws, settings, summary=True) if many else None
+affordable = summary is not None or affordable_layers(ws, settings, [settings.layer], "r")
 result = summary if summary is not None else (evaluate(ws, settings) if affordable else None)
 if result is not None and many:
     many_report(ws, result, summary is not None, name)

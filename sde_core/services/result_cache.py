@@ -38,3 +38,8 @@ class ResultCache:
             self._items.move_to_end(key)
             while len(self._items) > self.max_entries:
                 self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        """Drop every entry (a cold start, e.g. for a bench)."""
+        with self._lock:
+            self._items.clear()

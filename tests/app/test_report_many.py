@@ -66,6 +66,7 @@ def test_report_answers_grouped_pages_filters_and_builds_files_on_request(many, 
         assert not {"r_html", "r_json", "r_zip"} & downloads(at)
         assert {"r_all_csv_models", "r_all_csv_draws"} <= downloads(at)
         assert not any("SHA-256" in d.value.columns for d in at.dataframe)
+        assert not at.get("plotly_chart")  # the charts read distributions: on request
 
         at.number_input(key="r_page").set_value(2).run()
         assert not at.exception, [e.value for e in at.exception]
@@ -79,6 +80,9 @@ def test_report_answers_grouped_pages_filters_and_builds_files_on_request(many, 
         assert {"r_html", "r_json"} <= downloads(at)
         hashes = next(d.value for d in at.dataframe if "SHA-256" in d.value.columns)
         assert sorted(hashes["model"]) == sorted(second)  # this page's models, pinned
+        at.toggle(key="r_t_charts").set_value(True).run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert len(at.get("plotly_chart")) >= 3
 
         at.number_input(key="r_page").set_value(1).run()
         at.multiselect(key="r_f_methods").set_value(["rl"]).run()
