@@ -370,12 +370,18 @@ def many_report(ws: Workspace, every: EvaluationResult, summary: bool, name: str
 
 
 def caveats(result: EvaluationResult) -> None:
-    """The caveats measured on this evaluation and its null calibration."""
+    """The caveats measured on this evaluation and its null calibration (written once per
+    result: a binomial test per model)."""
+    key = ("caveats", *_key(result))
+    texts = shared_cache().get(key)
+    if texts is None:
+        texts = (measured_caveats(result), null_calibration_text(result))
+        shared_cache().put(key, texts)
     st.subheader("Caveats")
     st.caption("Measured on this evaluation (method §12), not quoted from the paper.")
-    for title, text in measured_caveats(result).items():
+    for title, text in texts[0].items():
         st.markdown(f"**{title}.** {text}")
-    st.markdown(null_calibration_text(result))
+    st.markdown(texts[1])
 
 
 #: What the per-draw table shows.
