@@ -104,10 +104,10 @@ def answers(ws: Workspace, result: EvaluationResult) -> None:
                 note=notes.get(str(row["name"]), ""),
             )  # fmt: skip
             box = column.container(border=True)
-            box.markdown(f"**{a.name}** ({a.role}) — **{a.label}**")
-            box.markdown(f"{a.sentence} {a.interval}.")
-            (box.error if a.conflict else box.caption)(a.cross_check)
-            box.caption(f"Caveat: {a.caveat}")
+            box.markdown(f"**{md_plain(a.name)}** ({a.role}) — **{a.label}**")
+            box.markdown(md_plain(f"{a.sentence} {a.interval}."))
+            (box.error if a.conflict else box.caption)(md_plain(a.cross_check))
+            box.caption(md_plain(f"Caveat: {a.caveat}"))
 
 
 def verdicts(ws: Workspace, result: EvaluationResult) -> None:
