@@ -1,7 +1,9 @@
-"""Compare page load from stored results at many models (issue 39, "pages that stay fast").
+"""Compare (and Report) page load from stored results at many models (issue 39, "pages that
+stay fast").
 
     OMP_NUM_THREADS=1 PYTHONPATH=$PWD .venv/bin/python bench/compare_scale_bench.py \
-        [--models 50 100 500] [--profile 50] [--out /tmp/compare-scale]
+        [--models 50 100 500] [--profile 50] [--out /tmp/compare-scale] \
+        [--pages compare report] [--reuse]
 
 For each N it builds a synthetic workspace of N models in ``--out`` — the mnist1d demo's data
 and forget set; the original, the retrained model and N − 2 "unlearned" entries (methods ×
@@ -12,9 +14,11 @@ Then it times, on this machine:
 
 - ``stored_result`` (the library's read-back of every model) and its summary read (the headline
   rows and draws only: what the page reads first at many models);
-- the Compare page's first load in a fresh AppTest (the app's navigation and the page, with
-  the result read from the store: nothing is computed), and a rerun of the page (the
-  process's result cache warm).
+- the first load of each page of ``--pages`` (default: Compare) in a fresh AppTest (the app's
+  navigation and the page, with the result read from the store: nothing is computed), and a
+  rerun of the page (the process's result cache warm).
+
+``--reuse`` times the workspaces already in ``--out`` (built by an earlier run) as they are.
 
 ``--profile N`` prints the 25 costliest functions (cumulative) of one page load at N models.
 Timing belongs here, never in the tests; results go to bench/RESULTS.md.
@@ -35,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # ui_fixtures: the AppTest helpers the tests use
 
+from helpers.many_models import DEMO, copy_demo_data, store_copies  # noqa: E402
+
 from sde_core.inputs.data import load_dataset  # noqa: E402
 from sde_core.pipeline.evaluation.workspace_run import stored_result  # noqa: E402
 from sde_core.pipeline.store import ResultsStore, workspace_store_path  # noqa: E402
@@ -42,7 +48,6 @@ from sde_core.pipeline.workspace import workspace_hash  # noqa: E402
 from sde_core.pipeline.workspace_load import load_workspace  # noqa: E402
 from sde_core.pipeline.workspace_write import write_workspace  # noqa: E402
 
-DEMO = ROOT / "assets" / "demo-mnist1d"
 METHODS = ("ft", "ga", "rl", "salun", "l1_sparse", "neggrad_plus")
 STRENGTHS = (0.001, 0.01, 0.1)
 
@@ -53,8 +58,7 @@ def build(n: int, out: Path) -> Path:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    for name in ("data.npz", "forget.npy", "LICENSE-data.txt"):
-        shutil.copy(DEMO / name, folder / name)
+    copy_demo_data(folder)
     demo = load_workspace(DEMO)
     ws = load_workspace(DEMO)
     ws = dataclasses.replace(ws, root=folder.resolve(), models=[], name=f"scale-{n}")
@@ -82,29 +86,8 @@ def build(n: int, out: Path) -> Path:
         ))  # fmt: skip
         copies[name] = template.name
     write_workspace(ws)
-    ws = load_workspace(folder)
-    fingerprint = load_dataset(ws.dataset_spec()).fingerprint
-    ws_hash = workspace_hash(ws, data_fingerprint=fingerprint)
-    settings = ws.defaults
-    with ResultsStore(DEMO / "results.sqlite", read_only=True) as src:
-        run_id = int(src.list_runs()["id"].iloc[0])
-        tables = {t: src.records(run_id, t) for t in src.tables(run_id)}
-        arrays = {name: {k[len(name) + 1:]: src.array(run_id, k)
-                         for k in src.array_names(run_id, f"{name}/")}
-                  for name in set(copies.values())}  # fmt: skip
     t0 = time.perf_counter()
-    with ResultsStore(workspace_store_path(folder)) as store:
-        run = store.open_run(ws_hash, settings.result_key(), label=f"synthetic {n}")
-        for name, template in copies.items():
-            rows = {}
-            for table, records in tables.items():
-                column = "name" if table == "models" else "model"
-                mine = [dict(r, **{column: name}) for r in records if r.get(column) == template]
-                if mine:
-                    rows[table] = mine
-            store.put_unit(run.id, name, rows,
-                           {f"{name}/{k}": v for k, v in arrays[template].items()})  # fmt: skip
-        store.mark_complete(run.id)
+    store_copies(folder, copies, label=f"synthetic {n}")
     size = workspace_store_path(folder).stat().st_size / 1e6
     print(f"N={n}: wrote {len(copies)} units in {time.perf_counter() - t0:.1f} s, "
           f"store {size:.1f} MB", flush=True)  # fmt: skip
@@ -125,18 +108,28 @@ def time_stored(folder: Path, summary: bool = False) -> float:
     return time.perf_counter() - t0
 
 
-def time_page(folder: Path, profile: bool = False) -> tuple[float, float]:
-    """(first load, rerun) seconds of the Compare page on ``folder``."""
+#: The pages the bench can time: their script and a word of their title.
+PAGES = {"compare": ("pages/compare.py", "Compare"), "report": ("pages/report.py", "Report")}
+
+
+def time_page(folder: Path, profile: bool = False, page: str = "compare") -> tuple[float, float]:
+    """(first load, rerun) seconds of a page of :data:`PAGES` on ``folder``."""
+    import streamlit as st
     from streamlit.runtime.scriptrunner.script_runner import ScriptRunner
     from ui_fixtures import app_test, warm_server
 
     import sde_core.pipeline.store_verify as store_verify
+    from sde_core.services.cascade import process_cache
 
     os.environ["SDE_WORKSPACE"] = str(folder)
     os.environ["SDE_DATA_ROOTS"] = str(folder.parent)
     # a cold server: the library reads above verified the store in this process, which every
-    # later store object would trust (store_verify's shared verification); forget them
+    # later store object would trust (store_verify's shared verification); forget them, and
+    # what an earlier page's load left in the process's caches
     store_verify.forget_shared_checks()
+    process_cache().clear()
+    st.cache_data.clear()
+    st.cache_resource.clear()
     prof = cProfile.Profile() if profile else None
     real = ScriptRunner._run_script
 
@@ -150,7 +143,8 @@ def time_page(folder: Path, profile: bool = False) -> tuple[float, float]:
 
     with warm_server():
         at = app_test(ROOT / "app.py", 600)
-        at.switch_page("pages/compare.py")
+        script, title = PAGES[page]
+        at.switch_page(script)
         t0 = time.perf_counter()
         if prof:
             ScriptRunner._run_script = profiled  # type: ignore[method-assign]
@@ -160,7 +154,7 @@ def time_page(folder: Path, profile: bool = False) -> tuple[float, float]:
             ScriptRunner._run_script = real  # type: ignore[method-assign]
         first = time.perf_counter() - t0
         assert not at.exception, [e.value for e in at.exception]
-        assert any("Compare" in t.value for t in at.title)
+        assert any(title in t.value for t in at.title)
         t0 = time.perf_counter()
         at.run()
         rerun = time.perf_counter() - t0
@@ -175,24 +169,43 @@ def main() -> None:
     ap.add_argument("--profile", type=int, help="profile one page load at this many models")
     ap.add_argument("--out", type=Path, default=Path("/tmp/compare-scale"))
     ap.add_argument("--skip-page", action="store_true", help="time the library read only")
+    ap.add_argument(
+        "--pages",
+        nargs="+",
+        choices=list(PAGES),
+        default=["compare"],
+        help="the pages to time (default: compare)",
+    )
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="time the workspaces already in --out instead of building them",
+    )
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)
+
+    def workspace(n: int) -> Path:
+        return args.out / f"ws-{n}" if args.reuse else build(n, args.out)
+
     if args.profile:
-        folder = build(args.profile, args.out)
-        time_page(folder, profile=True)
+        for page in args.pages:
+            time_page(workspace(args.profile), profile=True, page=page)
         return
-    print("| models | store MB | stored_result s | summary read s | page first load s "
-          "| page rerun s |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+    named = [""] if args.pages == ["compare"] else [f"{p} " for p in args.pages]
+    print("| models | store MB | stored_result s | summary read s | "
+          + " | ".join(f"{p or 'page '}first load s | {p or 'page '}rerun s" for p in named)
+          + " |")  # fmt: skip
+    print("|---|---|---|---|" + "---|---|" * len(named))
     for n in args.models:
-        folder = build(n, args.out)
+        folder = workspace(n)
         size = workspace_store_path(folder).stat().st_size / 1e6
         read, summary = time_stored(folder), time_stored(folder, summary=True)
-        first, rerun = (float("nan"),) * 2 if args.skip_page else time_page(folder)
-        print(f"| {n} | {size:.1f} | {read:.2f} | {summary:.2f} | {first:.1f} | {rerun:.1f} |",
-              flush=True)  # fmt: skip
+        times = [(float("nan"),) * 2 if args.skip_page else time_page(folder, page=page)
+                 for page in args.pages]  # fmt: skip
+        shown = " | ".join(f"{first:.1f} | {rerun:.1f}" for first, rerun in times)
+        print(f"| {n} | {size:.1f} | {read:.2f} | {summary:.2f} | {shown} |", flush=True)
 
 
 if __name__ == "__main__":

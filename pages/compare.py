@@ -28,20 +28,19 @@ import streamlit as st
 from pages._common import guarded, model_layers, open_page, publish
 from pages._display import plot, show_verdict, table
 from pages._live import live_run, provisional_result
+from pages._many import MANY_MODELS, drawn_models, many_models, stored_answer
 from pages._paper import paper_export
 from pages._run import (
     STOP_KEY,
     affordable_layers,
     evaluate_with,
     evaluation_session,
-    evaluations,
     request_stop,
     show_stopped,
 )
 from pages._settings import bound, current_settings
 from sde_core.common.hashing import stable_hash
 from sde_core.common.markdown_text import md_literal
-from sde_core.errors import SDEError
 from sde_core.services.answer import model_family, verdict_notes
 from sde_core.services.cascade import (
     EvalSettings,
@@ -51,7 +50,6 @@ from sde_core.services.cascade import (
     StagedWork,
     forecast_models,
     forecast_sentence,
-    slice_result,
 )
 from sde_core.services.view_state import CompareView
 from sde_core.services.workspace_info import Workspace
@@ -63,14 +61,6 @@ from sde_core.viz.figures.small_multiples import (
     MAX_SMALL_MULTIPLES,
     SMALL_MULTIPLE_VIEWS,
     small_multiples,
-)
-from sde_core.viz.model_groups import (
-    GROUP_KEYS,
-    filter_models,
-    group_summary,
-    model_facets,
-    page_count,
-    page_of,
 )
 from sde_core.viz.report.exports import to_csv_bytes
 from sde_core.viz.ui_support import comparison_display, comparison_terms, layer_comparison_table
@@ -240,38 +230,6 @@ def verdicts(ws: Workspace, result: EvaluationResult) -> None:
                      note=notes.get(str(row["name"]), ""))  # fmt: skip
 
 
-def stored_answer(
-    ws: Workspace, settings: EvalSettings, *, summary: bool = False
-) -> EvaluationResult | None:
-    """Every model at ``settings`` from the cache or the results store only — nothing is
-    computed (:meth:`~sde_core.services.cascade.Evaluations.stored`; ``summary``: their
-    headline rows and draws only, :meth:`~sde_core.services.cascade.Evaluations.stored_summary`);
-    None when they do not hold all of them, or the store cannot be read (the evaluation path
-    then says why)."""
-    source = evaluations(ws)
-    try:
-        if summary:
-            return source.stored_summary(settings)
-        return source.stored(settings, [m.name for m in ws.models])
-    except SDEError:
-        return None
-
-
-def drawn_models(
-    ws: Workspace, result: EvaluationResult, names: list[str], summary: bool
-) -> EvaluationResult:
-    """``result`` for the models the page draws: a slice of it, or — when it is a summary
-    (no distributions) — those models read in full from the store (their units only)."""
-    if summary:
-        try:
-            full = evaluations(ws).stored(result.settings, names)
-        except SDEError:
-            full = None
-        if full is not None:
-            return full
-    return slice_result(result, names)
-
-
 def planned(ws: Workspace, settings: EvalSettings) -> bool:
     """With a precision target: the planner's forecast (a pilot per model, kept in the stage
     cache for the run) and a button to start; True once the user started this run."""
@@ -351,41 +309,6 @@ def leaderboard(result: EvaluationResult) -> None:
     )
 
 
-#: Above this many models the page shows one page of them at a time (filtered, grouped).
-MANY_MODELS = 12
-PAGE_SIZE = 20
-
-
-def many_models(ws: Workspace, result: EvaluationResult) -> list[str]:
-    """Filters, a grouped summary and a page selector for a workspace of many models; the
-    names the page draws (this page's, plus the retrained model and the original, the
-    references every comparison needs)."""
-    facets = model_facets(ws.models)
-    st.subheader(f"{len(facets)} models: filter, group, page")
-    left, middle, right = st.columns(3)
-    methods = left.multiselect("Methods", sorted(set(facets["method"])), key="c_f_methods")
-    roles = middle.multiselect("Roles", sorted(set(facets["role"])), key="c_f_roles")
-    text = right.text_input("Name contains", key="c_f_text")
-    names = filter_models(facets, methods=methods, roles=roles, text=text)
-    by = st.multiselect("Group by", list(GROUP_KEYS), default=["method"], key="c_group_by")
-    if by:
-        chosen = result.models[result.models["name"].isin(names)]
-        table(group_summary(chosen, facets, by), "c_groups")
-        st.caption(f"One row per group of {', '.join(by)} over the {len(names)} models "
-                   "shown: calibrated OTR and OTR over the models whose numbers the gate "
-                   "lets through (withheld ones counted apart), and how many are conflicting "
-                   "evidence.")  # fmt: skip
-    pages = page_count(len(names), PAGE_SIZE)
-    page = int(st.number_input(f"Page (of {pages}, {PAGE_SIZE} models each)", 1, pages, 1,
-                               key="c_page"))  # fmt: skip
-    shown = page_of(names, page, PAGE_SIZE)
-    references = [m.name for m in ws.models if m.role in ("retrained", "original")]
-    st.caption(f"Showing {len(shown)} of {len(names)} models (page {page} of {pages}) in the "
-               "table, charts, verdicts and leaderboard below, with the retrained model and "
-               "the original as references; the CSV download holds every model.")  # fmt: skip
-    return [n for n in dict.fromkeys([*references, *shown]) if n in set(result.models["name"])]
-
-
 view, ws, _ = open_page("compare", CompareView)
 st.title("Compare models")
 apply_link(view)
@@ -433,7 +356,12 @@ with guarded("Cannot compare the models"):
         every = {layer: r.models for layer, r in results.items()}
         all_numbers = layer_comparison_table(every)
         if len(next(iter(results.values())).models) > MANY_MODELS:
-            visible = many_models(ws, next(iter(results.values())))
+            visible = many_models(
+                ws,
+                next(iter(results.values())),
+                "c",
+                "the table, charts, verdicts and leaderboard below",
+            )
             results = {layer: drawn_models(ws, r, visible, layer in summaries)
                        for layer, r in results.items()}  # fmt: skip
         by_layer = {layer: r.models for layer, r in results.items()}

@@ -8,25 +8,30 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from pages import APP_ROOT
 from pages._common import dataset_bundle, guarded, open_page, publish
 from pages._display import show_family_card, show_verdict, table
+from pages._many import MANY_MODELS, drawn_models, many_models, stored_answer
 from pages._paper import paper_export
 from pages._run import affordable_layers, evaluate, shared_cache
 from sde_core.common.hashing import stable_hash
+from sde_core.common.markdown_text import md_plain
 from sde_core.services.answer import verdict_notes, workspace_family
 from sde_core.services.audit import build_manifest, report_file_stem, report_json_bytes
-from sde_core.services.cascade import EvaluationResult
+from sde_core.services.cascade import EvaluationResult, slice_result
 from sde_core.services.report_bundle import SignedBundle, signed_report_zip
 from sde_core.services.view_state import ReportView
 from sde_core.services.workspace_info import Workspace
 from sde_core.viz.figures.export import figure_to_image
 from sde_core.viz.figures.style import plotly_config
+from sde_core.viz.model_groups import verdict_counts
 from sde_core.viz.pdf import html_to_pdf
 from sde_core.viz.report.caveats import measured_caveats
 from sde_core.viz.report.document import AuditContext, report_document
@@ -99,10 +104,10 @@ def answers(ws: Workspace, result: EvaluationResult) -> None:
                 note=notes.get(str(row["name"]), ""),
             )  # fmt: skip
             box = column.container(border=True)
-            box.markdown(f"**{a.name}** ({a.role}) — **{a.label}**")
-            box.markdown(f"{a.sentence} {a.interval}.")
-            (box.error if a.conflict else box.caption)(a.cross_check)
-            box.caption(f"Caveat: {a.caveat}")
+            box.markdown(f"**{md_plain(a.name)}** ({a.role}) — **{a.label}**")
+            box.markdown(md_plain(f"{a.sentence} {a.interval}."))
+            (box.error if a.conflict else box.caption)(md_plain(a.cross_check))
+            box.caption(md_plain(f"Caveat: {a.caveat}"))
 
 
 def verdicts(ws: Workspace, result: EvaluationResult) -> None:
@@ -228,14 +233,7 @@ def to_json_document(result: EvaluationResult, manifest: dict, context: AuditCon
 
 def table_downloads(result: EvaluationResult, name: str) -> None:
     """Every table as CSV/JSON, and a ZIP of them all."""
-    tables = tables_for_export(result)
-    for label, df in tables.items():
-        a, b, c = st.columns([2, 1, 1])
-        a.write(f"`{label}` — {len(df)} rows")
-        b.download_button("CSV", to_csv_bytes(df), f"{name}-{label}.csv", "text/csv",
-                          key=f"r_csv_{label}")  # fmt: skip
-        c.download_button("JSON", to_json_bytes(df), f"{name}-{label}.json", "application/json",
-                          key=f"r_json_{label}")  # fmt: skip
+    table_rows(tables_for_export(result), name, "r")
     left, right = st.columns(2)
     fmt = left.radio("Archive format", ["csv", "json"], horizontal=True, key="r_zip_fmt")
     raw = right.checkbox("Include every raw H value (large)", key="r_zip_h")
@@ -271,15 +269,140 @@ def charts(result: EvaluationResult, name: str) -> None:
                                    f"{name}-chart.{image}", key="r_server_download")  # fmt: skip
 
 
-view, ws, settings = open_page("report", ReportView)
-st.title("Report")
-name = ws.name or ws.root.name
-affordable = affordable_layers(ws, settings, [settings.layer], "r")
-result = evaluate(ws, settings) if affordable else None
-if result is not None:
+#: A table's downloads: extension, writer, MIME type.
+TABLE_FORMATS = (("csv", to_csv_bytes, "text/csv"), ("json", to_json_bytes, "application/json"))
+
+
+def table_rows(
+    tables: dict[str, pd.DataFrame], stem: str, key: str, *, deferred: bool = False
+) -> None:
+    """One row per table: its name and size, and its CSV and JSON download (``deferred``:
+    their bytes are written when the button is clicked, not on every run — hundreds of
+    models' tables)."""
+    for label, df in tables.items():
+        a, b, c = st.columns([2, 1, 1])
+        a.write(f"`{label}` — {len(df)} rows")
+        for column, (kind, write, mime) in zip((b, c), TABLE_FORMATS, strict=True):
+            data = partial(write, df) if deferred else write(df)
+            column.download_button(kind.upper(), data, f"{stem}-{label}.{kind}", mime,
+                                   key=f"{key}_{kind}_{label}")  # fmt: skip
+
+
+def verdict_line(models: pd.DataFrame) -> str:
+    """How many of the models carry each verdict, in a sentence (the models table's labels)."""
+    counts = verdict_counts(models)
+    parts = ", ".join(f"**{n}** {md_plain(label)}" for label, n in counts.items())
+    return f"Verdicts of all {len(models)} models: {parts}."
+
+
+def report_files(ws: Workspace, result: EvaluationResult, name: str, heading: str = "") -> None:
+    """The report files of ``result`` under ``heading`` and what they pin (its manifest hashes
+    the checkpoints of its models); why not, when the manifest cannot be built."""
     manifest = None
     with guarded("Cannot pin what was evaluated"):
         manifest = manifest_of(ws, result)
+    if manifest is not None:
+        if heading:
+            st.subheader(heading)
+        report_downloads(result, name, manifest, ws)
+        st.subheader("What was evaluated")
+        evaluated(manifest)
+
+
+def many_report(ws: Workspace, every: EvaluationResult, summary: bool, name: str) -> None:
+    """The report of a workspace of many models (issue 39): the verdicts of every model in one
+    line and grouped, then the answers, verdicts and per-draw values of one page of models (a
+    slice of ``every``), their distributions — charts, report files — read in full on request
+    or for the charts (``summary``: ``every`` holds headline rows and draws only)."""
+    st.subheader("The answer, over every model")
+    st.markdown(verdict_line(every.models))
+    visible = many_models(
+        ws, every, "r", "the answers, verdicts, per-draw values, tables and charts below"
+    )
+    shown = slice_result(every, visible)
+    st.subheader("The answer, per model (this page)")
+    answers(ws, shown)
+    st.subheader("Verdicts (this page)")
+    verdicts(ws, shown)
+    st.subheader("What SDE can and cannot certify")
+    certify()
+    family = workspace_family(ws)
+    show_family_card(family_card(family.name, family.label, root=APP_ROOT), "r_meta_eval")
+    st.subheader("Report files")
+    scopes = {
+        "page": f"this page's {len(visible)} models",
+        "every": f"all {len(every.models)} models",
+    }
+    scope = st.radio("The report files cover", list(scopes), format_func=scopes.__getitem__,
+                     horizontal=True, key="r_files_scope")  # fmt: skip
+    st.caption(
+        "The HTML, JSON and PDF report (and the signed files) hold the verdicts, numbers and "
+        "charts of the models they cover, and their manifest hashes those models' checkpoints; "
+        f"with all {len(every.models)} models they read every model's distributions from the "
+        "results store and hash every checkpoint. Every model's numbers are in the tables "
+        "below (CSV or JSON) whichever you choose."
+    )
+    if st.toggle("Build the report files", key="r_t_files"):
+        with st.spinner("Reading the models and hashing their checkpoints…"):
+            covered = drawn_models(ws, every, visible, summary) if scope == "page" else (
+                evaluate(ws, every.settings) if summary else every
+            )  # fmt: skip
+        if covered is not None:
+            report_files(ws, covered, name)
+    st.subheader("Settings")
+    st.dataframe(settings_table(every.settings), hide_index=True, key="r_settings")
+    caveats(every)
+    per_draw = draws_table(shown)
+    if not per_draw.empty:
+        st.subheader("Per-draw values (this page)")
+        st.caption(DRAWS_CAPTION)
+        st.dataframe(per_draw, hide_index=True, key="r_draws")
+    st.subheader("Tables")
+    st.markdown(f"**Every model** ({len(every.models)}): the headline numbers and the per-draw "
+                "values, from the results store.")  # fmt: skip
+    table_rows({"models": every.models, "draws": every.draws}, f"{name}-all", "r_all",
+               deferred=True)  # fmt: skip
+    if st.toggle("This page's tables in full (subsets, verdicts, H values)", key="r_t_tables"):
+        table_downloads(drawn_models(ws, every, visible, summary), name)
+    st.subheader("Charts (this page)")
+    if st.toggle("Charts of this page's models (reads their distributions)", key="r_t_charts"):
+        charts(drawn_models(ws, every, visible, summary), name)
+
+
+def caveats(result: EvaluationResult) -> None:
+    """The caveats measured on this evaluation and its null calibration (written once per
+    result: a binomial test per model)."""
+    key = ("caveats", *_key(result))
+    texts = shared_cache().get(key)
+    if texts is None:
+        texts = (measured_caveats(result), null_calibration_text(result))
+        shared_cache().put(key, texts)
+    st.subheader("Caveats")
+    st.caption("Measured on this evaluation (method §12), not quoted from the paper.")
+    for title, text in texts[0].items():
+        st.markdown(f"**{title}.** {text}")
+    st.markdown(texts[1])
+
+
+#: What the per-draw table shows.
+DRAWS_CAPTION = (
+    "Each of the B independent reference draws on its own (method §12); the headline "
+    "numbers combine them with the intervals named in the comparison."
+)
+
+
+view, ws, settings = open_page("report", ReportView)
+st.title("Report")
+name = ws.name or ws.root.name
+many = len(ws.models) > MANY_MODELS
+# at many models the store's headline rows answer first (nothing to compute, so no cost to
+# price); the distributions are read for the page's models (many_report)
+summary = stored_answer(ws, settings, summary=True) if many else None
+affordable = summary is not None or affordable_layers(ws, settings, [settings.layer], "r")
+result = summary if summary is not None else (evaluate(ws, settings) if affordable else None)
+if result is not None and many:
+    many_report(ws, result, summary is not None, name)
+elif result is not None:
     st.subheader("The answer, per model")
     answers(ws, result)
     st.subheader("Verdicts")
@@ -288,25 +411,14 @@ if result is not None:
     certify()
     family = workspace_family(ws)
     show_family_card(family_card(family.name, family.label, root=APP_ROOT), "r_meta_eval")
-    if manifest is not None:
-        st.subheader("Report files")
-        report_downloads(result, name, manifest, ws)
-        st.subheader("What was evaluated")
-        evaluated(manifest)
+    report_files(ws, result, name, "Report files")
     st.subheader("Settings")
     st.dataframe(settings_table(result.settings), hide_index=True, key="r_settings")
-    st.subheader("Caveats")
-    st.caption("Measured on this evaluation (method §12), not quoted from the paper.")
-    for title, text in measured_caveats(result).items():
-        st.markdown(f"**{title}.** {text}")
-    st.markdown(null_calibration_text(result))
+    caveats(result)
     per_draw = draws_table(result)
     if not per_draw.empty:
         st.subheader("Per-draw values")
-        st.caption(
-            "Each of the B independent reference draws on its own (method §12); the headline "
-            "numbers combine them with the intervals named in the comparison."
-        )
+        st.caption(DRAWS_CAPTION)
         st.dataframe(per_draw, hide_index=True, key="r_draws")
     st.subheader("Tables")
     table_downloads(result, name)

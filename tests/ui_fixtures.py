@@ -13,7 +13,7 @@ import functools
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -148,51 +148,11 @@ DEMO = Path(__file__).resolve().parents[1] / "assets" / "demo-mnist1d"
 
 def demo_workspace(folder: Path, n_models: int) -> Path:
     """A copy of the demo in ``folder`` with its first ``n_models`` models and no results store
-    or caches (fill its store with :func:`store_demo_results`)."""
+    or caches (fill its store with :func:`helpers.many_models.store_copies`)."""
     shutil.copytree(DEMO, folder, ignore=shutil.ignore_patterns(".sde-cache", "results.sqlite*"))
     copy = load_workspace(folder)
     write_workspace(dataclasses.replace(copy, models=copy.models[:n_models]))
     return folder
-
-
-@functools.cache
-def _demo_results() -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, np.ndarray]]]:
-    """The demo's stored run: every table's rows, and each model's arrays by their own name."""
-    from sde_core.pipeline.store import ResultsStore
-
-    with ResultsStore(DEMO / "results.sqlite", read_only=True) as src:
-        run_id = int(src.list_runs()["id"].iloc[0])
-        tables = {t: src.records(run_id, t) for t in src.tables(run_id)}
-        arrays = {m.name: {k[len(m.name) + 1:]: src.array(run_id, k)
-                           for k in src.array_names(run_id, f"{m.name}/")}
-                  for m in load_workspace(DEMO).models}  # fmt: skip
-    return tables, arrays
-
-
-def store_demo_results(folder: Path, copies: Mapping[str, str], *, complete: bool) -> None:
-    """Write into the results store of the workspace at ``folder``, in its run at its defaults,
-    one unit per model of ``copies`` (name → the demo model whose stored results it copies),
-    through the store API as an evaluation does; ``complete``: then mark the run complete
-    (otherwise it stays running, as while an evaluation is adding models)."""
-    from sde_core.pipeline.store import ResultsStore, workspace_store_path
-    from sde_core.pipeline.workspace import workspace_hash
-
-    ws = load_workspace(folder)
-    ws_hash = workspace_hash(ws, data_fingerprint=load_dataset(ws.dataset_spec()).fingerprint)
-    tables, arrays = _demo_results()
-    with ResultsStore(workspace_store_path(folder)) as store:
-        run = store.open_run(ws_hash, ws.defaults.result_key())
-        for name, template in copies.items():
-            rows = {}
-            for table, records in tables.items():
-                column = "name" if table == "models" else "model"
-                mine = [dict(r, **{column: name}) for r in records if r.get(column) == template]
-                if mine:
-                    rows[table] = mine
-            store.put_unit(run.id, name, rows,
-                           {f"{name}/{k}": v for k, v in arrays[template].items()})  # fmt: skip
-        if complete:
-            store.mark_complete(run.id)
 
 
 @functools.cache

@@ -7,7 +7,8 @@ leaderboard rows whatever the workspace holds.
 - :func:`filter_models` and :func:`page_of`: the names shown;
 - :func:`group_summary`: one row per group (method, strength, seed or any subset), with the
   count, the range and mean of the calibrated OTR and OTR, and how many are withheld or
-  conflicting — the grouped summary a reader sees first at hundreds of models.
+  conflicting — the grouped summary a reader sees first at hundreds of models;
+- :func:`verdict_counts`: how many models carry each verdict, the Report page's one-line answer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from sde_core.pipeline.evaluation.metric_table import CALIBRATED_OTR, OTR
+from sde_core.viz.verdicts.labels import verdict_label
 
 __all__ = [
     "GROUP_KEYS",
@@ -28,6 +30,7 @@ __all__ = [
     "model_facets",
     "page_count",
     "page_of",
+    "verdict_counts",
 ]
 
 #: What a group is made of.
@@ -108,3 +111,13 @@ def group_summary(models: pd.DataFrame, facets: pd.DataFrame, by: Sequence[str])
         conflicting=("_conflict", "sum"),
     )  # fmt: skip
     return out.reset_index()
+
+
+def verdict_counts(models: pd.DataFrame) -> dict[str, int]:
+    """How many rows of an evaluation's ``models`` table carry each verdict
+    (:func:`~sde_core.viz.verdicts.labels.verdict_label`, the label of the models table), most
+    frequent first (ties in label order)."""
+    rows = ({str(k): v for k, v in row.items()} for row in models.to_dict("records"))
+    labels = pd.Series([verdict_label(row) for row in rows], dtype=object)
+    counts = labels.value_counts()
+    return {str(k): int(counts[k]) for k in sorted(counts.index, key=lambda k: (-counts[k], k))}

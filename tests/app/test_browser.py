@@ -430,8 +430,9 @@ def test_compare_shows_models_arriving_while_an_evaluation_runs_elsewhere(
     Compare shows those 5 as provisional; when this process (standing in for an evaluation on
     the command line, Ray or Slurm) stores the other 3, the open page shows all 8 within a few
     polls of its fragment, without a reload, and the provisional banner goes."""
+    from helpers.many_models import store_copies as store_demo_results
     from playwright.sync_api import expect
-    from ui_fixtures import demo_workspace, store_demo_results
+    from ui_fixtures import demo_workspace
 
     first, rest = ["original", "retrained", "ft", "ga", "rl"], ["salun", "l1_sparse", "unroll"]
     live = demo_workspace(tmp_path / "live", 8)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_fixtures import app_test, demo_workspace, store_demo_results, warm_server
+from helpers.many_models import store_copies
+from ui_fixtures import app_test, demo_workspace, warm_server
 
 ROOT = Path(__file__).resolve().parents[2]
 FIRST = ["original", "retrained", "ft", "ga", "rl"]
@@ -19,7 +20,7 @@ REST = ["salun", "l1_sparse", "unroll"]
 @pytest.fixture
 def live(tmp_path: Path) -> Path:
     folder = demo_workspace(tmp_path / "live", 8)
-    store_demo_results(folder, {n: n for n in FIRST}, complete=False)
+    store_copies(folder, {n: n for n in FIRST}, complete=False)
     return folder
 
 
@@ -48,7 +49,7 @@ def test_compare_shows_the_stored_models_of_a_running_evaluation(live, monkeypat
             "Refresh", "Evaluate the rest here",
         ]  # fmt: skip
 
-        store_demo_results(live, {n: n for n in REST}, complete=True)
+        store_copies(live, {n: n for n in REST}, complete=True)
         at.button(key="c_live_refresh_output").click().run()
         assert not at.exception, [e.value for e in at.exception]
         assert not [i.value for i in at.info if "Provisional" in i.value]

@@ -5,53 +5,19 @@ in the table, and every model in the CSV."""
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 from pathlib import Path
 
 import pytest
-from ui_fixtures import DEMO, app_test, store_demo_results, warm_server
-
-from sde_core.pipeline.workspace_load import load_workspace
-from sde_core.pipeline.workspace_write import write_workspace
+from helpers.many_models import many_model_workspace
+from ui_fixtures import app_test, warm_server
 
 ROOT = Path(__file__).resolve().parents[2]
 N_COPIES = 14  # + the original and the retrained model: 16 > the page's 12
 
 
-def many_workspace(folder: Path, stored: int | None = None) -> Path:
-    """The 16-model workspace in ``folder``; its store holds every model in a complete run, or
-    the first ``stored`` ones in a running run (as while an evaluation is adding the rest)."""
-    folder.mkdir(parents=True)
-    for name in ("data.npz", "forget.npy", "LICENSE-data.txt"):
-        shutil.copy(DEMO / name, folder / name)
-    demo = load_workspace(DEMO)
-    (folder / "models").mkdir()
-    entries, copies = [], {}
-    for entry in (demo.original(), demo.model("retrained")):
-        shutil.copy(demo.path(entry.checkpoint), folder / "models" / f"{entry.name}.safetensors")
-        entries.append(dataclasses.replace(entry, checkpoint=f"models/{entry.name}.safetensors",
-                                           checkpoints=[], init_checkpoint=None))  # fmt: skip
-        copies[entry.name] = entry.name
-    for i in range(N_COPIES):
-        template = demo.model(("ft", "ga", "rl")[i % 3])
-        name = f"{template.name}-s{i}"
-        shutil.copy(demo.path(template.checkpoint), folder / "models" / f"{name}.safetensors")
-        entries.append(dataclasses.replace(template, name=name, seed=i, sha256=None,
-                                           checkpoint=f"models/{name}.safetensors",
-                                           checkpoints=[]))  # fmt: skip
-        copies[name] = template.name
-    write_workspace(dataclasses.replace(demo, root=folder.resolve(), models=entries))
-    if stored is None:
-        store_demo_results(folder, copies, complete=True)
-    else:
-        store_demo_results(folder, dict(list(copies.items())[:stored]), complete=False)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return many_workspace(tmp_path_factory.mktemp("many") / "ws")
+    return many_model_workspace(tmp_path_factory.mktemp("many") / "ws", N_COPIES)
 
 
 @pytest.mark.slow  # 16 models on the Compare page: ~11 s on 2 busy cores
@@ -86,7 +52,7 @@ def test_a_running_evaluation_of_many_models_is_read_as_a_summary(tmp_path, monk
     complete run; the distributions are read for the page of models it draws."""
     import sde_core.services.cascade as cascade
 
-    folder = many_workspace(tmp_path / "ws", stored=13)
+    folder = many_model_workspace(tmp_path / "ws", N_COPIES, stored=13)
     reads: list[tuple[int, bool]] = []
     real = cascade.stored_result
 

@@ -339,7 +339,8 @@ def test_the_stored_models_of_a_partial_run_are_never_cached_as_every_model(tmp_
     """A page shows the stored models of a running run with Evaluations.stored of those models:
     their answer is cached for them only, so the whole answer is read once every model is
     stored, not served from the partial read."""
-    from ui_fixtures import demo_workspace, store_demo_results
+    from helpers.many_models import store_copies as store_demo_results
+    from ui_fixtures import demo_workspace
 
     folder = demo_workspace(tmp_path / "live", 8)
     store_demo_results(folder, {n: n for n in ("original", "retrained", "ft")}, complete=False)

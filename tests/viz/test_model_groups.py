@@ -16,6 +16,7 @@ from sde_core.viz.model_groups import (
     model_facets,
     page_count,
     page_of,
+    verdict_counts,
 )
 
 
@@ -71,3 +72,23 @@ def test_group_summary_counts_withheld_and_conflicts_apart():
     assert len(both) == 5 and both["models"].sum() == 6
     with pytest.raises(ValueError, match="group by at least one"):
         group_summary(models, facets, [])
+
+
+def test_verdict_counts_most_frequent_first():
+    lo, hi = OTR.lo, OTR.hi
+    assert lo and hi
+    models = pd.DataFrame({
+        "name": ["a", "b", "c", "d", "e"],
+        "references_valid": [True, True, True, True, False],
+        OTR.key: [0.9, 0.8, 0.1, 0.9, math.nan],
+        lo: [0.7, 0.6, 0.0, 0.7, math.nan],
+        hi: [1.0, 1.0, 0.3, 1.0, math.nan],
+        "evidence_conflict": ["", "", "", "acc gap", ""],
+    })  # fmt: skip
+    counts = verdict_counts(models)
+    assert counts == {"consistent with forgetting": 2, "conflicting evidence": 1,
+                      "inconclusive": 1, "not forgotten": 1}  # fmt: skip
+    ties_by_label = ["consistent with forgetting", "conflicting evidence", "inconclusive",
+                     "not forgotten"]  # fmt: skip
+    assert list(counts) == ties_by_label
+    assert verdict_counts(models.iloc[:0]) == {}

@@ -1,0 +1,105 @@
+"""Workspaces of many models answered from their results store (issue 39), for the Compare and
+Report many-models tests and the scale bench: each entry is a copy of one of the mnist1d demo's
+models, and its results — the demo's shipped rows and arrays for the model it copies, renamed —
+are written into the workspace's store **through the store API** (:meth:`ResultsStore.put_unit`),
+so a page answers from the store and nothing is computed."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sde_core.inputs.data import load_dataset
+from sde_core.pipeline.store import ResultsStore, workspace_store_path
+from sde_core.pipeline.workspace import Workspace, workspace_hash
+from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.pipeline.workspace_write import write_workspace
+
+__all__ = ["DEMO", "copy_demo_data", "many_model_workspace", "store_copies"]
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The workspace whose models and stored run are copied.
+DEMO = ROOT / "assets" / "demo-mnist1d"
+
+
+def copy_demo_data(folder: Path) -> None:
+    """The demo's data, forget set and data licence in ``folder``."""
+    for name in ("data.npz", "forget.npy", "LICENSE-data.txt"):
+        shutil.copy(DEMO / name, folder / name)
+
+
+@functools.cache
+def _demo_results() -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str, np.ndarray]]]:
+    """The demo's stored run: every table's rows, and each model's arrays by their own name."""
+    with ResultsStore(DEMO / "results.sqlite", read_only=True) as src:
+        run_id = int(src.list_runs()["id"].iloc[0])
+        tables = {t: src.records(run_id, t) for t in src.tables(run_id)}
+        arrays = {m.name: {k[len(m.name) + 1:]: src.array(run_id, k)
+                           for k in src.array_names(run_id, f"{m.name}/")}
+                  for m in load_workspace(DEMO).models}  # fmt: skip
+    return tables, arrays
+
+
+def store_copies(
+    folder: Path, copies: Mapping[str, str], *, complete: bool = True, label: str = ""
+) -> None:
+    """Write into the results store of the workspace in ``folder``, in its run at its
+    defaults, for each ``name -> template`` of ``copies`` the demo's stored rows and arrays of
+    ``template`` renamed ``name``, one unit each, through the store API as an evaluation writes
+    them; ``complete``: then mark the run complete (otherwise it stays running, as while an
+    evaluation is adding models)."""
+    ws = load_workspace(folder)
+    ws_hash = workspace_hash(ws, data_fingerprint=load_dataset(ws.dataset_spec()).fingerprint)
+    tables, arrays = _demo_results()
+    with ResultsStore(workspace_store_path(folder)) as store:
+        run = store.open_run(ws_hash, ws.defaults.result_key(), label=label)
+        for name, template in copies.items():
+            rows = {}
+            for table, records in tables.items():
+                column = "name" if table == "models" else "model"
+                mine = [dict(r, **{column: name}) for r in records if r.get(column) == template]
+                if mine:
+                    rows[table] = mine
+            store.put_unit(run.id, name, rows,
+                           {f"{name}/{k}": v for k, v in arrays[template].items()})  # fmt: skip
+        if complete:
+            store.mark_complete(run.id)
+
+
+def many_model_workspace(folder: Path, n_copies: int, stored: int | None = None) -> Path:
+    """A workspace in ``folder`` (created) of the demo's original and retrained model and
+    ``n_copies`` copies of its ft, ga and rl models in turn (``ft-s0``, ``ga-s1``, ``rl-s2``, …,
+    seed ``i``), with its results stored (:func:`store_copies`): every model's in a complete
+    run, or the first ``stored`` models' in a running run (as while an evaluation is adding
+    the rest); the folder."""
+    folder.mkdir(parents=True)
+    copy_demo_data(folder)
+    demo = load_workspace(DEMO)
+    (folder / "models").mkdir()
+    entries, copies = [], {}
+    for entry in (demo.original(), demo.model("retrained")):
+        shutil.copy(demo.path(entry.checkpoint), folder / "models" / f"{entry.name}.safetensors")
+        entries.append(dataclasses.replace(entry, checkpoint=f"models/{entry.name}.safetensors",
+                                           checkpoints=[], init_checkpoint=None))  # fmt: skip
+        copies[entry.name] = entry.name
+    for i in range(n_copies):
+        template = demo.model(("ft", "ga", "rl")[i % 3])
+        name = f"{template.name}-s{i}"
+        shutil.copy(demo.path(template.checkpoint), folder / "models" / f"{name}.safetensors")
+        entries.append(dataclasses.replace(template, name=name, seed=i, sha256=None,
+                                           checkpoint=f"models/{name}.safetensors",
+                                           checkpoints=[]))  # fmt: skip
+        copies[name] = template.name
+    ws: Workspace = dataclasses.replace(demo, root=folder.resolve(), models=entries)
+    write_workspace(ws)
+    if stored is None:
+        store_copies(folder, copies)
+    else:
+        store_copies(folder, dict(list(copies.items())[:stored]), complete=False)
+    return folder
