@@ -324,10 +324,7 @@ def many_report(ws: Workspace, every: EvaluationResult, summary: bool, name: str
     answers(ws, shown)
     st.subheader("Verdicts (this page)")
     verdicts(ws, shown)
-    st.subheader("What SDE can and cannot certify")
-    certify()
-    family = workspace_family(ws)
-    show_family_card(family_card(family.name, family.label, root=APP_ROOT), "r_meta_eval")
+    limits(ws)
     st.subheader("Report files")
     scopes = {
         "page": f"this page's {len(visible)} models",
@@ -349,14 +346,7 @@ def many_report(ws: Workspace, every: EvaluationResult, summary: bool, name: str
             )  # fmt: skip
         if covered is not None:
             report_files(ws, covered, name)
-    st.subheader("Settings")
-    st.dataframe(settings_table(every.settings), hide_index=True, key="r_settings")
-    caveats(every)
-    per_draw = draws_table(shown)
-    if not per_draw.empty:
-        st.subheader("Per-draw values (this page)")
-        st.caption(DRAWS_CAPTION)
-        st.dataframe(per_draw, hide_index=True, key="r_draws")
+    evidence(every, shown, " (this page)")
     st.subheader("Tables")
     st.markdown(f"**Every model** ({len(every.models)}): the headline numbers and the per-draw "
                 "values, from the results store.")  # fmt: skip
@@ -384,6 +374,27 @@ def caveats(result: EvaluationResult) -> None:
     st.markdown(texts[1])
 
 
+def limits(ws: Workspace) -> None:
+    """What SDE can and cannot certify, and how often it is right for this model family."""
+    st.subheader("What SDE can and cannot certify")
+    certify()
+    family = workspace_family(ws)
+    show_family_card(family_card(family.name, family.label, root=APP_ROOT), "r_meta_eval")
+
+
+def evidence(result: EvaluationResult, drawn: EvaluationResult, scope: str = "") -> None:
+    """The settings and the caveats of ``result``, and the per-draw values of ``drawn`` (its
+    page of models at many models: ``scope`` says so in the heading)."""
+    st.subheader("Settings")
+    st.dataframe(settings_table(result.settings), hide_index=True, key="r_settings")
+    caveats(result)
+    per_draw = draws_table(drawn)
+    if not per_draw.empty:
+        st.subheader(f"Per-draw values{scope}")
+        st.caption(DRAWS_CAPTION)
+        st.dataframe(per_draw, hide_index=True, key="r_draws")
+
+
 #: What the per-draw table shows.
 DRAWS_CAPTION = (
     "Each of the B independent reference draws on its own (method §12); the headline "
@@ -407,19 +418,9 @@ elif result is not None:
     answers(ws, result)
     st.subheader("Verdicts")
     verdicts(ws, result)
-    st.subheader("What SDE can and cannot certify")
-    certify()
-    family = workspace_family(ws)
-    show_family_card(family_card(family.name, family.label, root=APP_ROOT), "r_meta_eval")
+    limits(ws)
     report_files(ws, result, name, "Report files")
-    st.subheader("Settings")
-    st.dataframe(settings_table(result.settings), hide_index=True, key="r_settings")
-    caveats(result)
-    per_draw = draws_table(result)
-    if not per_draw.empty:
-        st.subheader("Per-draw values")
-        st.caption(DRAWS_CAPTION)
-        st.dataframe(per_draw, hide_index=True, key="r_draws")
+    evidence(result, result)
     st.subheader("Tables")
     table_downloads(result, name)
     st.subheader("Charts")

@@ -198,6 +198,21 @@ def warm_server() -> Iterator[None]:
 
 
 @contextmanager
+def page_on(folder: Path, page: str, monkeypatch: Any, timeout: float = 180) -> Iterator[AppTest]:
+    """An AppTest of ``page`` (e.g. ``"pages/compare.py"``, through ``app.py``'s navigation on a
+    warm server, :func:`warm_server`) on the workspace in ``folder`` (``$SDE_WORKSPACE``, its
+    parent the allowed data root), run once and checked to have raised nothing."""
+    monkeypatch.setenv("SDE_WORKSPACE", str(folder))
+    monkeypatch.setenv("SDE_DATA_ROOTS", str(folder.parent))
+    with warm_server():
+        at = app_test(Path(__file__).resolve().parents[1] / "app.py", timeout)
+        at.switch_page(page)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        yield at
+
+
+@contextmanager
 def fresh_server() -> Iterator[None]:
     """Run AppTest's next script run as the first request of a new server process: legacy
     multipage mode on and the ``pages`` package not imported yet."""

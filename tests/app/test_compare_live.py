@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 from helpers.many_models import store_copies
-from ui_fixtures import app_test, demo_workspace, warm_server
+from ui_fixtures import demo_workspace, page_on
 
-ROOT = Path(__file__).resolve().parents[2]
 FIRST = ["original", "retrained", "ft", "ga", "rl"]
 REST = ["salun", "l1_sparse", "unroll"]
 
@@ -32,13 +31,7 @@ def comparison(at) -> list[str]:
 
 @pytest.mark.slow  # the Compare page of 8 models, twice: ~15 s on 2 busy cores
 def test_compare_shows_the_stored_models_of_a_running_evaluation(live, monkeypatch) -> None:
-    monkeypatch.setenv("SDE_WORKSPACE", str(live))
-    monkeypatch.setenv("SDE_DATA_ROOTS", str(live.parent))
-    with warm_server():
-        at = app_test(ROOT / "app.py", 180)
-        at.switch_page("pages/compare.py")
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
+    with page_on(live, "pages/compare.py", monkeypatch) as at:
         banner = [i.value for i in at.info if "Provisional" in i.value]
         assert banner and "5 of 8 models" in banner[0], [i.value for i in at.info]
         assert "a running evaluation is adding the rest" in banner[0]
@@ -66,13 +59,7 @@ def test_a_stalled_evaluation_is_said_to_have_stopped(live, monkeypatch) -> None
 
     monkeypatch.setattr(run_progress, "STALL_SECONDS", -1.0)
     monkeypatch.setattr(run_progress, "STALL_PACES", 0.0)
-    monkeypatch.setenv("SDE_WORKSPACE", str(live))
-    monkeypatch.setenv("SDE_DATA_ROOTS", str(live.parent))
-    with warm_server():
-        at = app_test(ROOT / "app.py", 180)
-        at.switch_page("pages/compare.py")
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
+    with page_on(live, "pages/compare.py", monkeypatch) as at:
         warning = [w.value for w in at.warning if "Provisional" in w.value]
         assert warning and "5 of 8 models" in warning[0] and "may have stopped" in warning[0]
         assert "Rerunning its command resumes it" in warning[0]

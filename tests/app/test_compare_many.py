@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 from helpers.many_models import many_model_workspace
-from ui_fixtures import app_test, warm_server
+from ui_fixtures import page_on
 
-ROOT = Path(__file__).resolve().parents[2]
 N_COPIES = 14  # + the original and the retrained model: 16 > the page's 12
 
 
@@ -22,13 +21,7 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow  # 16 models on the Compare page: ~11 s on 2 busy cores
 def test_compare_pages_filters_and_groups_many_models(many, monkeypatch):
-    monkeypatch.setenv("SDE_WORKSPACE", str(many))
-    monkeypatch.setenv("SDE_DATA_ROOTS", str(many.parent))
-    with warm_server():
-        at = app_test(ROOT / "app.py", 180)
-        at.switch_page("pages/compare.py")
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
+    with page_on(many, "pages/compare.py", monkeypatch) as at:
         assert any("16 models: filter, group, page" in s.value for s in at.subheader)
         groups = next(d.value for d in at.dataframe if "conflicting" in d.value.columns)
         by_method = dict(zip(groups["method"], groups["models"], strict=True))
@@ -61,13 +54,7 @@ def test_a_running_evaluation_of_many_models_is_read_as_a_summary(tmp_path, monk
         return real(store, ws_hash, settings, models, classes, summary=summary)
 
     monkeypatch.setattr(cascade, "stored_result", spy)
-    monkeypatch.setenv("SDE_WORKSPACE", str(folder))
-    monkeypatch.setenv("SDE_DATA_ROOTS", str(folder.parent))
-    with warm_server():
-        at = app_test(ROOT / "app.py", 180)
-        at.switch_page("pages/compare.py")
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
+    with page_on(folder, "pages/compare.py", monkeypatch) as at:
         banner = [i.value for i in at.info if "Provisional" in i.value]
         assert banner and "13 of 16 models" in banner[0]
         assert reads[0] == (13, True), reads  # first the stored models' summary

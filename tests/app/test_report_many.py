@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from helpers.many_models import many_model_workspace
 from streamlit.testing.v1 import AppTest
-from ui_fixtures import app_test, warm_server
+from ui_fixtures import page_on
 
 import pages._many as many_page
 
-ROOT = Path(__file__).resolve().parents[2]
 N_COPIES = 14  # + the original and the retrained model: 16 > the page's 12
 #: An answer box's first line: ``**name** (role) — **label**``.
 ANSWER = re.compile(r"^\*\*(?P<name>[^*]+)\*\* \((?P<role>\w+)\) — \*\*")
@@ -48,13 +47,7 @@ def test_report_answers_grouped_pages_filters_and_builds_files_on_request(many, 
 
     monkeypatch.setattr(export, "_kaleido_installed", lambda: False)  # no Chromium started
     monkeypatch.setattr(many_page, "PAGE_SIZE", 6)  # 16 models: three pages
-    monkeypatch.setenv("SDE_WORKSPACE", str(many))
-    monkeypatch.setenv("SDE_DATA_ROOTS", str(many.parent))
-    with warm_server():
-        at = app_test(ROOT / "app.py", 180)
-        at.switch_page("pages/report.py")
-        at.run()
-        assert not at.exception, [e.value for e in at.exception]
+    with page_on(many, "pages/report.py", monkeypatch) as at:
         assert any("16 models: filter, group, page" in s.value for s in at.subheader)
         line = next(m.value for m in at.markdown if m.value.startswith("Verdicts of all 16"))
         counts = [int(n) for n in re.findall(r"\*\*(\d+)\*\*", line)]
