@@ -19,19 +19,22 @@ results to dependants, so re-running a half-finished plan only does the missing 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sde_core.errors import EngineError
 
 __all__ = [
+    "RELEASED",
     "Engine",
     "Job",
     "LocalEngine",
     "RayEngine",
     "Resources",
     "ResultCallback",
+    "dependencies",
+    "kept",
     "make_engine",
     "topological_order",
 ]
@@ -135,6 +138,22 @@ def topological_order(jobs: Sequence[Job], done: Mapping[str, Any] | None = None
     return order
 
 
+#: What :meth:`Engine.run` with ``keep=False`` returns for a job whose result it handed to
+#: ``on_result`` and did not keep.
+RELEASED = "<released: handed to on_result>"
+
+
+def kept(value: Any, job: Job, keep: bool, needed: Collection[str]) -> Any:
+    """What an engine keeps of ``job``'s result: the value itself, or — with ``keep=False`` and
+    no job depending on it (``needed``: every job's dependencies) — :data:`RELEASED`."""
+    return value if keep or job.key in needed else RELEASED
+
+
+def dependencies(jobs: Sequence[Job]) -> set[str]:
+    """The keys some job of ``jobs`` depends on (their results must be kept to run it)."""
+    return {d for job in jobs for d in job.deps}
+
+
 class Engine(ABC):
     """Runs a job graph; subclasses decide where the jobs execute."""
 
@@ -148,11 +167,15 @@ class Engine(ABC):
         done: Mapping[str, Any] | None = None,
         on_result: ResultCallback | None = None,
         progress: JobProgress | None = None,
+        keep: bool = True,
     ) -> dict[str, Any]:
         """Run every job not in ``done``; return ``{key: result}`` for all jobs (done included).
 
         ``on_result`` is called in the driver exactly once per job that ran, as soon as its
-        result is back, so a caller can persist it before the next one finishes.
+        result is back, so a caller can persist it before the next one finishes. With
+        ``keep=False`` a result no other job depends on is handed to ``on_result`` and not
+        kept (the returned dict maps its key to :data:`RELEASED`): the driver's memory stays
+        bounded however many jobs stream their results through it.
         """
 
 
@@ -168,15 +191,18 @@ class LocalEngine(Engine):
         done: Mapping[str, Any] | None = None,
         on_result: ResultCallback | None = None,
         progress: JobProgress | None = None,
+        keep: bool = True,
     ) -> dict[str, Any]:
         results: dict[str, Any] = dict(done or {})
         todo = [j for j in topological_order(jobs, results) if j.key not in results]
+        needed = dependencies(todo)
         for i, job in enumerate(todo):
             if progress:
                 progress(i, len(todo))
-            results[job.key] = _call(job, results)
+            value = _call(job, results)
             if on_result:
-                on_result(job, results[job.key])
+                on_result(job, value)
+            results[job.key] = kept(value, job, keep, needed)
         if progress:
             progress(len(todo), len(todo))
         return results
@@ -257,11 +283,13 @@ class RayEngine(Engine):
         done: Mapping[str, Any] | None = None,
         on_result: ResultCallback | None = None,
         progress: JobProgress | None = None,
+        keep: bool = True,
     ) -> dict[str, Any]:
         results: dict[str, Any] = dict(done or {})
         todo = [j for j in topological_order(jobs, results) if j.key not in results]
         if not todo:
             return results
+        needed = dependencies(todo)
         ray = self._connect()
         remote = ray.remote(_ray_entry)
         waiting = list(todo)
@@ -304,10 +332,11 @@ class RayEngine(Engine):
                     f"job {job.key!r} {what}; finished jobs are kept — fix the cause and "
                     "re-run to continue"
                 ) from None
-            results[job.key] = value
             finished += 1
             if on_result:
                 on_result(job, value)
+            results[job.key] = kept(value, job, keep, needed)
+            del value
             if progress:
                 progress(finished, len(todo))
         return results

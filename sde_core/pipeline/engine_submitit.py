@@ -37,7 +37,15 @@ from typing import Any
 
 from sde_core.common.threads import usable_cpus
 from sde_core.errors import EngineError
-from sde_core.pipeline.engine import Engine, Job, JobProgress, ResultCallback, topological_order
+from sde_core.pipeline.engine import (
+    Engine,
+    Job,
+    JobProgress,
+    ResultCallback,
+    dependencies,
+    kept,
+    topological_order,
+)
 
 __all__ = ["CLUSTERS", "SubmititEngine", "job_fingerprint"]
 
@@ -232,11 +240,13 @@ class SubmititEngine(Engine):
         done: Mapping[str, Any] | None = None,
         on_result: ResultCallback | None = None,
         progress: JobProgress | None = None,
+        keep: bool = True,
     ) -> dict[str, Any]:
         results: dict[str, Any] = dict(done or {})
         todo = [j for j in topological_order(jobs, results) if j.key not in results]
         if not todo:
             return results
+        needed = dependencies(todo)
         manifest = self._load_manifest()
         waiting = list(todo)
         running: dict[str, _Tracked] = {}
@@ -281,10 +291,11 @@ class SubmititEngine(Engine):
                         continue
                 else:
                     value = self._result(tracked, running)
-                results[key] = value
                 finished += 1
                 if on_result:
                     on_result(tracked.job, value)
+                results[key] = kept(value, tracked.job, keep, needed)
+                del value
                 if progress:
                     progress(finished, len(todo))
         return results

@@ -10,6 +10,7 @@ from helpers.designs import fixed_settings
 
 from sde_core.errors import EngineError
 from sde_core.pipeline.engine import (
+    RELEASED,
     Job,
     LocalEngine,
     RayEngine,
@@ -60,6 +61,22 @@ def test_local_engine_runs_in_order_and_skips_done():
     assert out == EXPECTED and seen == ["sum", "sum2"]  # finished jobs are not re-run
 
 
+def released_graph_check(engine) -> None:
+    """``keep=False``: every result reaches on_result; only those a job depends on are kept
+    (the graph's sums still get their inputs), the others come back as RELEASED."""
+    seen: dict[str, int] = {}
+    out = engine.run(graph(), on_result=lambda job, value: seen.__setitem__(job.key, value),
+                     keep=False)  # fmt: skip
+    assert seen == EXPECTED  # every result, once, with its value
+    needed = {f"sq{i}" for i in range(8)} | {"sum"}  # the sums' inputs
+    assert {k: v for k, v in out.items() if k in needed} == {k: EXPECTED[k] for k in needed}
+    assert out["sum2"] is RELEASED  # nothing depends on it: not kept
+
+
+def test_local_engine_keeps_only_what_a_job_needs_when_asked():
+    released_graph_check(LocalEngine())
+
+
 def test_unreachable_cluster_is_a_clear_error():
     pytest.importorskip("ray")
     import ray
@@ -91,6 +108,7 @@ def test_ray_engine_matches_local_engine(ray_engine):
     out = ray_engine.run(graph(), on_result=lambda job, value: calls.append(job.key))
     assert out == LocalEngine().run(graph()) == EXPECTED
     assert sorted(calls) == sorted(EXPECTED)  # the driver saw each result exactly once
+    released_graph_check(ray_engine)
 
 
 def test_ray_engine_retries_a_worker_that_died(ray_engine, tmp_path):

@@ -57,6 +57,12 @@ def test_submitit_local_matches_the_local_engine(child_path, tmp_path):
     assert seen == []
 
 
+def test_submitit_local_keeps_only_what_a_job_needs_when_asked(child_path, tmp_path):
+    from test_engine import released_graph_check
+
+    released_graph_check(SubmititEngine(tmp_path / "jobs", cluster="local", poll_s=0.05))
+
+
 def test_a_failing_job_is_named_and_finished_results_are_kept(child_path, tmp_path):
     kept: dict[str, int] = {}
     graph = [Job("ok", jobs.square, {"x": 3}), Job("bad", jobs.fails, {"message": "boom"},

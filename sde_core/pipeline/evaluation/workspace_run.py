@@ -366,7 +366,9 @@ def evaluate_workspace(
         if progress:
             progress("models", len(cached) + n_finished, len(entries))
 
-    engine.run(jobs, on_result=on_result, progress=job_progress)
+    # with a store each result is written as it arrives and not kept (memory bounded at
+    # hundreds of models); without one, on_result keeps what the result needs
+    engine.run(jobs, on_result=on_result, progress=job_progress, keep=False)
     if jobs and len(failed) == len(jobs) and not cached:  # nothing evaluated: one error
         first = failures[0]
         others = len(jobs) - 1
