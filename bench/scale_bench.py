@@ -14,9 +14,12 @@ model has its own activations and nothing is served from another model's cache. 
 
 - ``python -m sde_core evaluate ws-N --engine ENGINE --quiet`` from an empty results store and
   an empty ``.sde-cache`` (the workspace's defaults), timed from the outside, with the peak
-  resident memory of the whole process tree (the driver, Ray's processes and workers; sampled
-  every 0.2 s from ``/proc``);
+  memory of the whole process tree (the driver, Ray's processes and workers; sampled every
+  0.2 s from ``/proc``): RSS summed (a shared page once per process) and PSS summed (what the
+  tree holds);
 - the store's size;
+- the original's training curve (``evaluate-checkpoints --model original``), so the Curves
+  view has a stored curve to draw;
 - the Compare, Report and Sweeps (Curves) pages' first load and a rerun, in a fresh process
   (:func:`time_pages`: each page as the first one a visitor opens on a server that did not
   warm up; the result read from the store), and that process's peak resident memory.
@@ -103,21 +106,18 @@ def build(n: int, out: Path) -> Path:
     return folder
 
 
-def _tree_rss(root_pid: int) -> int:
-    """Resident bytes of ``root_pid`` and every descendant (read from ``/proc``)."""
+def _tree_memory(root_pid: int) -> tuple[int, int]:
+    """(RSS, PSS) bytes of ``root_pid`` and every descendant (from ``/proc``). RSS counts a
+    page shared by several processes (torch's libraries in every worker) once per process;
+    PSS divides it between them, so their sum is what the tree holds."""
     parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-        line = next((x for x in status.splitlines() if x.startswith("VmRSS:")), None)
-        rss[int(entry.name)] = int(line.split()[1]) * 1024 if line else 0
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
     tree, grew = {root_pid}, True
     while grew:
         grew = False
@@ -125,11 +125,23 @@ def _tree_rss(root_pid: int) -> int:
             if parent in tree and pid not in tree:
                 tree.add(pid)
                 grew = True
-    return sum(rss.get(pid, 0) for pid in tree)
+    rss = pss = 0
+    for pid in tree:
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+        except OSError:
+            continue
+        for line in rollup:
+            key, _, rest = line.partition(":")
+            if key in ("Rss", "Pss"):
+                value = int(rest.split()[0]) * 1024
+                rss, pss = (rss + value, pss) if key == "Rss" else (rss, pss + value)
+    return rss, pss
 
 
-def evaluate(folder: Path, engine: str) -> tuple[float, float]:
-    """(wall seconds, peak tree RSS in GB) of a from-scratch ``evaluate`` of ``folder``."""
+def evaluate(folder: Path, engine: str) -> tuple[float, float, float]:
+    """(wall seconds, peak tree RSS GB, peak tree PSS GB) of a from-scratch ``evaluate`` of
+    ``folder``."""
     for stale in (folder / ".sde-cache", workspace_store_path(folder)):
         if stale.is_dir():
             shutil.rmtree(stale)
@@ -143,12 +155,11 @@ def evaluate(folder: Path, engine: str) -> tuple[float, float]:
         [sys.executable, "-m", "sde_core", "evaluate", str(folder), "--engine", engine,
          "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    peak = 0
+    peak = [0, 0]
 
     def sample() -> None:
-        nonlocal peak
         while child.poll() is None:
-            peak = max(peak, _tree_rss(child.pid))
+            peak[:] = [max(a, b) for a, b in zip(peak, _tree_memory(child.pid), strict=True)]
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -158,7 +169,20 @@ def evaluate(folder: Path, engine: str) -> tuple[float, float]:
     sampler.join()
     if child.returncode != 0:
         raise SystemExit(f"evaluate failed ({child.returncode}): {err[-2000:]}")
-    return seconds, peak / 1e9
+    return seconds, peak[0] / 1e9, peak[1] / 1e9
+
+
+def store_curve(folder: Path) -> float:
+    """Seconds of ``evaluate-checkpoints --model original`` (its training checkpoints, so the
+    Curves view draws a stored curve; a point already stored is skipped)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "sde_core", "evaluate-checkpoints", str(folder),
+                          "--model", "original"], env=env, capture_output=True, text=True,
+                         check=False)  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"evaluate-checkpoints failed: {out.stderr[-2000:]}")
+    return time.perf_counter() - t0
 
 
 def time_pages(folder: Path) -> dict[str, object]:
@@ -240,7 +264,7 @@ def main() -> None:
         print(json.dumps(time_pages(args.time_pages)))
         return
     cols = [f"{p} first / rerun s" for p in PAGES]
-    print(f"| models | engine | evaluate s | s a model | evaluate peak RSS GB | store MB | "
+    print(f"| models | engine | evaluate s | s a model | evaluate peak RSS / PSS GB | store MB | "
           f"{' | '.join(cols)} | pages peak RSS GB | load before → after |")  # fmt: skip
     print("|---|---|---|---|---|---|" + "---|" * len(cols) + "---|---|", flush=True)
     for n in args.models:
@@ -255,11 +279,13 @@ def main() -> None:
         size = workspace_store_path(folder).stat().st_size / 1e6
         pages, page_rss = ["–"] * len(PAGES), "–"
         if not args.skip_pages:
+            print(f"N={n}: the original's curve stored in {store_curve(folder):.0f} s",
+                  flush=True)  # fmt: skip
             timed = pages_in_child(folder)
             pages = [f"{timed[p][0]:.1f} / {timed[p][1]:.1f}" for p in PAGES]  # type: ignore[index]
             page_rss = f"{timed['rss_gb']:.2f}"
-        for engine, seconds, peak in runs or [("(stored)", float("nan"), float("nan"))]:
-            print(f"| {n} | {engine} | {seconds:.0f} | {seconds / n:.2f} | {peak:.2f} | "
+        for engine, seconds, rss, pss in runs or [("(stored)", *[float("nan")] * 3)]:
+            print(f"| {n} | {engine} | {seconds:.0f} | {seconds / n:.2f} | {rss:.2f} / {pss:.2f} | "
                   f"{size:.1f} | {' | '.join(pages)} | {page_rss} | {before} → {_load()} |",
                   flush=True)  # fmt: skip
 
