@@ -65,6 +65,11 @@ from sde_core.services.workspace_info import (
 #: The view type of a page (:func:`open_page`).
 V = TypeVar("V", bound=PageView)
 WS_KEY = "ws_path"
+#: Session key of this script run's workspace: ``(path, workspace, content hash or None)``,
+#: loaded once a run by :func:`open_page` (:func:`current_workspace` with ``fresh``) and
+#: hashed at most once a run (:func:`workspace_key`): at hundreds of models a load parses
+#: every entry and a hash reads every checkpoint, and a page asked for both several times.
+RUN_WS_KEY = "_run_workspace"
 #: Session key of the open link's workspace as it was written, with the folder it resolved to.
 WS_AS_SENT_KEY = "ws_as_sent"
 URL_KEY = "url_published"
@@ -115,10 +120,12 @@ def publish(view: PageView) -> None:
 
 
 def workspace_digest(path: str) -> str | None:
-    """The content hash of the workspace at ``path`` (:func:`workspace_key`), or None when it
-    cannot be opened or has no models."""
+    """The content hash of the workspace at ``path`` (:func:`workspace_key`; this run's
+    workspace when it is the one at ``path``), or None when it cannot be opened or has no
+    models."""
+    run = st.session_state.get(RUN_WS_KEY)
     try:
-        return workspace_key(load_workspace(path))
+        return workspace_key(run[1] if run and run[0] == path else load_workspace(path))
     except SDEError:
         return None
 
@@ -257,7 +264,7 @@ def open_page(page: str, view_type: type[V], *, redraw_in_fragment: bool = False
             ``st.fragment`` (:func:`~pages._settings.redraw_settings`).
     """
     view = begin_page(page)
-    ws = current_workspace()
+    ws = current_workspace(fresh=True)
     settings = settings_sidebar(ws, view, redraw_in_fragment=redraw_in_fragment)
     return PageFrame(cast(V, view), ws, settings)
 
@@ -279,12 +286,19 @@ def guarded(context: str) -> Iterator[None]:
         st.error(f"{context}: {md_plain(exc)}")
 
 
-def current_workspace() -> Workspace:
-    """The open workspace; on a load error show it with a link to the Workspace page and stop."""
+def current_workspace(*, fresh: bool = False) -> Workspace:
+    """The open workspace — loaded once a script run: ``fresh`` (:func:`open_page`, at the
+    start of each page run) loads it, later calls of the run (and its fragments' reruns) get
+    the same object; on a load error show it with a link to the Workspace page and stop."""
     path = st.session_state.setdefault(WS_KEY, default_workspace())
+    run = st.session_state.get(RUN_WS_KEY)
+    if not fresh and run and run[0] == path:
+        return cast(Workspace, run[1])
     try:
         ws = load_workspace(path)
+        st.session_state[RUN_WS_KEY] = (path, ws, None)
     except SDEError as exc:
+        st.session_state.pop(RUN_WS_KEY, None)
         st.error(f"Cannot open the workspace {md_literal(path)}: {md_plain(exc)}")
         st.page_link(PAGES["workspace"], label="Open or fix a workspace on the Workspace page")
         st.stop()
@@ -324,8 +338,15 @@ def cached_thumbnails(
 
 
 def workspace_key(ws: Workspace) -> str:
-    """Content hash of the workspace (data fingerprint, forget set, checkpoint hashes)."""
-    return content_hash(ws, dataset_bundle(ws))
+    """Content hash of the workspace (data fingerprint, forget set, checkpoint hashes); for
+    this run's workspace (:func:`current_workspace`) computed once a run."""
+    run = st.session_state.get(RUN_WS_KEY)
+    if run and run[1] is ws and run[2] is not None:
+        return cast(str, run[2])
+    digest = content_hash(ws, dataset_bundle(ws))
+    if run and run[1] is ws:
+        st.session_state[RUN_WS_KEY] = (run[0], ws, digest)
+    return digest
 
 
 @st.cache_resource(show_spinner="Listing the model's layers…", max_entries=32)

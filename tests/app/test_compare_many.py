@@ -61,3 +61,30 @@ def test_a_running_evaluation_of_many_models_is_read_as_a_summary(tmp_path, monk
         shown = next(d.value for d in at.dataframe if "name" in d.value.columns
                      and "conflicting" not in d.value.columns)  # fmt: skip
         assert len(shown) == 13
+
+
+@pytest.mark.slow  # 16 models on the Compare page: ~5 s on 2 busy cores
+def test_a_page_run_loads_and_hashes_its_workspace_once(many, monkeypatch):
+    """At hundreds of models a load parses every entry and a content hash reads every
+    checkpoint: a page run does each once (its sidebar, reads, link and fragments share them)."""
+    import pages._common as common
+
+    calls = {"load": 0, "hash": 0}
+    real_load, real_hash = common.load_workspace, common.content_hash
+
+    def load(path):
+        calls["load"] += 1
+        return real_load(path)
+
+    def digest(ws, bundle):
+        calls["hash"] += 1
+        return real_hash(ws, bundle)
+
+    monkeypatch.setattr(common, "load_workspace", load)
+    monkeypatch.setattr(common, "content_hash", digest)
+    with page_on(many, "pages/compare.py", monkeypatch) as at:
+        assert calls == {"load": 1, "hash": 1}, calls
+        calls.update(load=0, hash=0)
+        at.run()
+        assert not at.exception
+        assert calls == {"load": 1, "hash": 1}, calls  # again once, for the new run
