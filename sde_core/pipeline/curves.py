@@ -187,7 +187,7 @@ def _stored_rows(
     if run is None:
         return {}
     run_id = run.id
-    done = store.finished_units(run_id) & set(names)
+    done = store.finished_units(run_id, arrays=False) & set(names)  # rows only are read
     if not done:
         return {}
     rows = store.rows(run_id, "models", done)  # their units' rows only (SQL filters)

@@ -15,10 +15,15 @@ silently changed by a resume.
 
 **Integrity.** Every run, table, unit and array record carries a SHA-256 checksum (see
 :mod:`sde_core.pipeline.store_integrity`). Opening a store runs SQLite's structural check
-(``integrity_check``; ``quick_check`` above 256 MiB); a structurally damaged file raises
-:class:`StoreDamagedError`. Every read verifies the checksums of the units it returns (once per
-unit and store object); a damaged unit is never served: it raises :class:`DamagedUnitError`
-naming it, and :meth:`ResultsStore.damaged_units` lists them all. ``ResultsStore(path,
+(``integrity_check``; ``quick_check`` above 256 MiB; once per process for a file unchanged
+since); a structurally damaged file raises :class:`StoreDamagedError`. A read of a run's rows
+first verifies every unit of the run — each row, and each array's recorded checksum, against
+the unit's checksum — and a read of an array checks its bytes against that recorded checksum
+(once per unit and store object, and per process while the file is unchanged); a damaged
+record is never served: it raises :class:`DamagedUnitError` naming its unit. A resumed
+evaluation checks every array's bytes too before it skips a unit
+(:meth:`ResultsStore.finished_units`), and :meth:`ResultsStore.damaged_units` lists every
+damaged unit. ``ResultsStore(path,
 repair=True)`` (``evaluate --repair`` on the command line) drops exactly the damaged units, or
 rebuilds a structurally damaged file from the units that verify (keeping the damaged file as
 ``<name>.damaged-<time>``), so a resumed evaluation recomputes just what was lost. Checksums
@@ -86,6 +91,7 @@ from sde_core.pipeline.store_integrity import (
     DamagedUnit,
     DamagedUnitError,
     array_checksum,
+    array_problem,
     decode_array,
     decode_payload,
     run_checksum,
@@ -255,15 +261,21 @@ class ResultsStore(VerifiedStore):
 
     # ------------------------------------------------------------------ units
 
-    def finished_units(self, run_id: int) -> set[str]:
+    def finished_units(self, run_id: int, *, arrays: bool = True) -> set[str]:
         """Keys of every stored unit of the run, after verifying every one of them.
+
+        Args:
+            arrays: also check every array's bytes (what a resumed evaluation needs before it
+                skips a unit); False: every row and each array's recorded checksum, the bytes
+                being checked when :meth:`array` reads them (what a read that serves the rows
+                needs: at hundreds of models the arrays are most of the file).
 
         Raises:
             StoreError: No such run.
             DamagedUnitError: Some units are damaged (all are named; repair drops them).
         """
         self.get_run(run_id)
-        self._verify_run(int(run_id))
+        self._verify_run(int(run_id), arrays=arrays)
         found = self._query("SELECT unit_key FROM units WHERE run_id = ?", (int(run_id),))
         return {str(key) for (key,) in found}
 
@@ -429,7 +441,7 @@ class ResultsStore(VerifiedStore):
             DamagedUnitError: A unit with rows in this table is damaged.
         """
         self.columns(run_id, table)
-        self._verify_run(int(run_id))
+        self._verify_run(int(run_id), arrays=False)  # the rows; arrays are checked when read
         base = (
             "FROM table_rows t JOIN units u ON u.id = t.unit_id"
             " WHERE u.run_id = ? AND t.table_name = ?"
@@ -469,15 +481,22 @@ class ResultsStore(VerifiedStore):
         """
         self.get_run(run_id)
         found = self._query(
-            "SELECT unit_id, dtype, shape, data FROM arrays WHERE run_id = ? AND name = ?",
+            "SELECT u.unit_key, a.dtype, a.shape, a.data"
+            f"{', a.checksum' if self._checksums else ', NULL'}"
+            " FROM arrays a JOIN units u ON u.id = a.unit_id WHERE a.run_id = ? AND a.name = ?",
             (int(run_id), name),
         )
         if not found:
             raise StoreError(
                 f"run {run_id} has no array {name!r}: list them with array_names({run_id})"
             )
-        self._verify_run(int(run_id))
-        return decode_array(*found[0][1:])
+        self._verify_run(int(run_id), arrays=False)  # its unit binds the recorded checksum
+        key, dtype, shape, data, checksum = found[0]
+        problem = array_problem(int(run_id), key, name, dtype, shape, data, checksum,
+                                self._checksums)  # fmt: skip
+        if problem is not None:
+            raise DamagedUnitError(self.path, [DamagedUnit(int(run_id), str(key), problem)])
+        return decode_array(dtype, shape, data)
 
     def array_names(self, run_id: int, prefix: str = "") -> list[str]:
         """Sorted names of the run's arrays that start with ``prefix``.

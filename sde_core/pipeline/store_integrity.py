@@ -41,6 +41,7 @@ __all__ = [
     "RepairReport",
     "StoreDamagedError",
     "array_checksum",
+    "array_problem",
     "check_unit",
     "decode_array",
     "decode_payload",
@@ -279,21 +280,40 @@ def check_unit(
     unit: Sequence[Any],
     checksums: bool,
     indexed: bool = True,
+    arrays: bool = True,
 ) -> str | None:
     """Why the unit ``(id, run_id, unit_key, finished[, checksum])`` cannot be served, or
     ``None`` when every row and array decodes and (schema 2) matches its checksums.
-    ``indexed=False`` reads by table scans, for files whose indexes may be damaged."""
+    ``indexed=False`` reads by table scans, for files whose indexes may be damaged.
+
+    ``arrays=False`` (schema 2): the rows and the arrays' recorded checksums are checked
+    against the unit's checksum, the arrays' bytes are not read — they are checked against
+    those recorded checksums when each is read (:func:`array_problem`). At hundreds of models
+    the arrays are most of a store's bytes, and a page reads every model's rows but the
+    arrays of a few."""
     uid, run_id, key, finished = unit[:4]
     scan = "" if indexed else " NOT INDEXED"
+    if not arrays and checksums and unit[4] is not None and isinstance(key, str):
+        rows = conn.execute(
+            f"SELECT table_name, seq, payload FROM table_rows{scan} WHERE unit_id = ?", (uid,)
+        ).fetchall()
+        sums = conn.execute(
+            f"SELECT name, checksum FROM arrays{scan} WHERE unit_id = ?", (uid,)
+        ).fetchall()
+        if all(c is not None for _, c in sums) and unit[4] == unit_checksum(
+            run_id, key, finished, rows, [tuple(x) for x in sums]
+        ):
+            return None
+        # something does not match: the full check names what
     rows = conn.execute(
         f"SELECT table_name, seq, payload FROM table_rows{scan} WHERE unit_id = ?", (uid,)
     ).fetchall()
     cols = "name, dtype, shape, data" + (", checksum" if checksums else "")
-    arrays = conn.execute(f"SELECT {cols} FROM arrays{scan} WHERE unit_id = ?", (uid,)).fetchall()
+    stored = conn.execute(f"SELECT {cols} FROM arrays{scan} WHERE unit_id = ?", (uid,)).fetchall()
     if not isinstance(key, str):
         return "its key is damaged"
     sums = []
-    for record in arrays:
+    for record in stored:
         name, dtype, shape, data = record[:4]
         if checksums:
             if record[4] is None or record[4] != array_checksum(
@@ -310,7 +330,7 @@ def check_unit(
         # decoding below (json of every row, the most of a store's reading time at hundreds
         # of models) is needed only for what no checksum covers.
         return None
-    for record in arrays:
+    for record in stored:
         name, dtype, shape, data = record[:4]
         bad = _decodes(functools.partial(decode_array, dtype, shape, data))
         if bad is not None:
@@ -325,6 +345,21 @@ def check_unit(
         if unit[4] != unit_checksum(run_id, key, finished, rows, sums):
             return "its rows or arrays do not match its checksum"
     return None
+
+
+def array_problem(
+    run_id: Any, unit_key: Any, name: Any, dtype: Any, shape: Any, data: Any, checksum: Any,
+    checksums: bool,
+) -> str | None:  # fmt: skip
+    """Why one array record cannot be served, or ``None``: its bytes, dtype and shape match
+    its recorded checksum (schema 2; the unit's checksum binds that record, :func:`check_unit`
+    with ``arrays=False``), and it decodes."""
+    if checksums and (checksum is None or checksum != array_checksum(
+        run_id, unit_key, name, dtype, shape, data
+    )):  # fmt: skip
+        return f"array {name!r} does not match its checksum"
+    bad = _decodes(functools.partial(decode_array, dtype, shape, data))
+    return None if bad is None else f"array {name!r} does not decode: {bad}"
 
 
 def file_problem(conn: sqlite3.Connection, size: int) -> str | None:

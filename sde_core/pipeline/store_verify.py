@@ -41,8 +41,9 @@ RunStatus = Literal["running", "complete"]
 
 
 _RUN_COLUMNS = "id, workspace_hash, settings_hash, settings, label, created, status"
-#: Runs verified in full by any store object of this process: (file, run) → (file stamp,
-#: records' signature) (:meth:`VerifiedStore._verify_run`), the oldest dropped beyond the limit.
+#: Runs verified by any store object of this process: (file, run) → (file stamp, records'
+#: signature, whether the arrays' bytes were checked too) (:meth:`VerifiedStore._verify_run`),
+#: the oldest dropped beyond the limit.
 _VERIFIED_FILES: dict[tuple[str, int], tuple[Any, ...]] = {}
 _VERIFIED_FILES_MAX = 256
 _VERIFIED_LOCK = threading.Lock()  # store objects of several threads share the mapping
@@ -93,8 +94,9 @@ class VerifiedStore(StoreFile):
         read_only: bool = False,
         repair: bool = False,
     ) -> None:
-        self._verified: set[tuple[int, Any]] = set()
-        self._verified_runs: dict[int, tuple[Any, ...]] = {}
+        self._verified: set[tuple[int, Any]] = set()  # units checked in full
+        self._verified_rows: set[tuple[int, Any]] = set()  # units checked but arrays' bytes
+        self._verified_runs: dict[int, tuple[Any, bool]] = {}  # run → (signature, in full)
         super().__init__(path, timeout, read_only=read_only, repair=repair)
         if repair and self.repair_report is None:  # a sound file: drop its damaged records
             try:
@@ -132,18 +134,20 @@ class VerifiedStore(StoreFile):
             status=status,
         )
 
-    def _unit_problem(self, unit: Sequence[Any]) -> str | None:
-        """Why a unit cannot be served (``None``: verified; cached per store object)."""
+    def _unit_problem(self, unit: Sequence[Any], arrays: bool = True) -> str | None:
+        """Why a unit cannot be served (``None``: verified; cached per store object);
+        ``arrays=False``: its arrays' bytes are left to :meth:`_array_problem`, when each is
+        read (:func:`~sde_core.pipeline.store_integrity.check_unit`)."""
         token = (int(unit[0]), unit[4] if self._checksums else unit[2])
         with self._lock:
-            if token in self._verified:
+            if token in self._verified or (not arrays and token in self._verified_rows):
                 return None
             try:
-                problem = check_unit(self._conn, unit, self._checksums)
+                problem = check_unit(self._conn, unit, self._checksums, arrays=arrays)
             except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
                 problem = f"unreadable ({' '.join(str(exc).split())})"
             if problem is None:
-                self._verified.add(token)
+                (self._verified if arrays else self._verified_rows).add(token)
         return problem
 
     def _verify_units(self, units: Sequence[Sequence[Any]]) -> None:
@@ -152,11 +156,13 @@ class VerifiedStore(StoreFile):
         if damaged:
             raise DamagedUnitError(self.path, damaged)
 
-    def _unit_damage(self, units: Sequence[Sequence[Any]]) -> list[DamagedUnit]:
+    def _unit_damage(
+        self, units: Sequence[Sequence[Any]], arrays: bool = True
+    ) -> list[DamagedUnit]:
         """The units of ``units`` that fail their check, each with its problem."""
         damaged = []
         for unit in units:
-            problem = self._unit_problem(unit)
+            problem = self._unit_problem(unit, arrays)
             if problem is not None:
                 damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
         return damaged
@@ -185,9 +191,11 @@ class VerifiedStore(StoreFile):
         )
         return damaged
 
-    def _verify_run(self, run_id: int) -> None:
+    def _verify_run(self, run_id: int, arrays: bool = True) -> None:
         """Verify every unit and table record of a run before serving any of it: a lost or
-        altered unit would otherwise make a table silently shorter.
+        altered unit would otherwise make a table silently shorter. ``arrays=False``: every
+        row, and each array's recorded checksum, but not the arrays' bytes — a read that
+        serves an array checks its bytes (:meth:`_array_problem`).
 
         A run verified in full is not verified again while its unit and table records are the
         same and — across the store objects of this process (a page opens a connection per
@@ -199,23 +207,29 @@ class VerifiedStore(StoreFile):
         units = self._query(f"{self._unit_select()} WHERE run_id = ?", (run_id,))
         tables = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
         signature = (tuple((u[0], u[-1]) for u in units), tuple(tables))
-        if self._verified_runs.get(run_id) == signature:
+        full = arrays or not self._checksums  # schema 1: nothing to check the bytes against
+
+        def covered(found: tuple[Any, bool] | None) -> bool:
+            return found is not None and found[0] == signature and (found[1] or not full)
+
+        if covered(self._verified_runs.get(run_id)):
             return
         shared = (str(self.path.resolve()), run_id)
         with _VERIFIED_LOCK:
-            trusted = stamp is not None and _VERIFIED_FILES.get(shared) == (stamp, signature)
-        if trusted:
+            known = _VERIFIED_FILES.get(shared)
+        shared_ok = stamp is not None and known is not None and known[0] == stamp
+        if shared_ok and known is not None and covered((known[1], bool(known[2]))):
             with self._lock:
-                self._verified_runs[run_id] = signature
+                self._verified_runs[run_id] = (known[1], bool(known[2]))
             return
-        damaged = self._table_problems(run_id, tables) + self._unit_damage(units)
+        damaged = self._table_problems(run_id, tables) + self._unit_damage(units, full)
         if damaged:
             raise DamagedUnitError(self.path, damaged)
         with self._lock:
-            self._verified_runs[run_id] = signature
+            self._verified_runs[run_id] = (signature, full)
         if stamp is not None:
             with _VERIFIED_LOCK:
-                _VERIFIED_FILES[shared] = (stamp, signature)
+                _VERIFIED_FILES[shared] = (stamp, signature, full)
                 while len(_VERIFIED_FILES) > _VERIFIED_FILES_MAX:
                     _VERIFIED_FILES.pop(next(iter(_VERIFIED_FILES)))
 

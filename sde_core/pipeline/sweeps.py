@@ -269,7 +269,7 @@ def sweep_forecast(
     for point in points:
         names = point.models or tuple(m.name for m in point.workspace.models)
         run = run_of(point.workspace, point.settings)
-        have = set() if run is None else store.finished_units(run)
+        have = set() if run is None else store.finished_units(run, arrays=False)
         for name in names:
             total += 1
             if name in have:

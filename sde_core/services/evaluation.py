@@ -313,7 +313,8 @@ def stored_models(ws: Workspace, workspace_hash: str, settings: EvalSettings) ->
     with ResultsStore(path) as store:
         runs = store.list_runs(workspace_hash)
         found = runs[runs["settings_hash"] == wanted]
-        done = set() if found.empty else store.finished_units(int(found["id"].iloc[0]))
+        done = set() if found.empty else store.finished_units(int(found["id"].iloc[0]),
+                                                               arrays=False)  # fmt: skip
     if len(_STORED) >= 64:
         _STORED.clear()
     _STORED[key] = set(done)

@@ -586,9 +586,9 @@ def test_a_settled_file_is_verified_once_per_process_and_again_once_it_changes(
     checks: list[int] = []
     real = verify.check_unit
 
-    def counted(conn, unit, checksums, indexed=True):
+    def counted(conn, unit, checksums, indexed=True, arrays=True):
         checks.append(int(unit[0]))
-        return real(conn, unit, checksums, indexed)
+        return real(conn, unit, checksums, indexed, arrays)
 
     monkeypatch.setattr(verify, "check_unit", counted)
     assert not Path(f"{path}-wal").exists()
@@ -664,6 +664,8 @@ def test_a_settled_file_is_checked_for_structure_once_and_again_once_it_changes(
     ],
 )
 def test_damaged_units_are_named_never_served_and_dropped_exactly(tmp_path, sql, reason):
+    """A damaged record is never served; a resumed evaluation's check (finished_units, in
+    full) and the repair find every damaged unit, arrays' bytes included."""
     path = tmp_path / "results.sqlite"
     with ResultsStore(path) as s:
         run = s.open_run(WS, SETTINGS)
@@ -677,8 +679,20 @@ def test_damaged_units_are_named_never_served_and_dropped_exactly(tmp_path, sql,
             s.finished_units(run.id)
         (bad,) = err.value.units
         assert bad.run_id == run.id and bad.unit_key in ("u1", "u9")
-        with pytest.raises(DamagedUnitError):
-            s.records(run.id, "models")
+        if sql.startswith("UPDATE arrays"):
+            # an array's bytes, dtype or shape: the rows verify (the unit's checksum binds
+            # them and the array's recorded checksum) and are served; the array is not
+            assert [r["name"] for r in s.records(run.id, "models")] == ["u0", "u1", "u2"]
+            with pytest.raises(DamagedUnitError, match="array 'u1/h'") as err:
+                s.array(run.id, "u1/h")
+            assert [d.unit_key for d in err.value.units] == ["u1"]
+            assert (s.array(run.id, "u2/h") == 2.0).all()
+            assert s.finished_units(run.id, arrays=False) == {"u0", "u1", "u2"}
+        else:
+            with pytest.raises(DamagedUnitError):
+                s.records(run.id, "models")
+            with pytest.raises(DamagedUnitError):
+                s.finished_units(run.id, arrays=False)
         assert [d.unit_key for d in s.damaged_units()] == [bad.unit_key]
     with ResultsStore(path, repair=True) as s:
         assert s.repair_report is not None and len(s.repair_report.dropped) == 1
@@ -707,3 +721,37 @@ def test_damaged_settings_and_columns_are_reported_not_raw_decode_errors(tmp_pat
     with ResultsStore(path, repair=True) as s:  # the run cannot be trusted: it goes, units too
         assert {d.unit_key for d in s.repair_report.dropped} == {None, "u"}
         assert s.list_runs().empty
+
+
+def test_a_read_of_rows_checks_the_arrays_bytes_only_when_they_are_read(tmp_path, monkeypatch):
+    """A read that serves rows verifies every unit's rows and its arrays' recorded checksums;
+    an array's bytes are hashed when that array is read — at hundreds of models the arrays
+    are most of the file, and a page reads every model's rows but a few models' arrays. A
+    resumed evaluation's check (finished_units) hashes every array's bytes."""
+    import sde_core.pipeline.store as store_module
+    import sde_core.pipeline.store_integrity as integrity
+
+    path = tmp_path / "results.sqlite"
+    with ResultsStore(path) as s:
+        run = s.open_run(WS, SETTINGS)
+        for i in range(3):
+            s.put_unit(run.id, f"u{i}", {"models": [{"name": f"u{i}"}]},
+                       {f"u{i}/h": np.full(4, float(i)), f"u{i}/g": np.zeros(2)})  # fmt: skip
+    hashed: list[str] = []
+    real = integrity.array_checksum
+
+    def counted(run_id, unit_key, name, dtype, shape, data):
+        hashed.append(str(name))
+        return real(run_id, unit_key, name, dtype, shape, data)
+
+    monkeypatch.setattr(integrity, "array_checksum", counted)
+    monkeypatch.setattr(store_module, "array_checksum", counted)
+    with ResultsStore(path, read_only=True) as s:
+        assert [r["name"] for r in s.records(run.id, "models")] == ["u0", "u1", "u2"]
+        assert s.finished_units(run.id, arrays=False) == {"u0", "u1", "u2"}
+        assert hashed == []  # every unit verified, no array's bytes read
+        assert (s.array(run.id, "u1/h") == 1.0).all()
+        assert hashed == ["u1/h"]
+        hashed.clear()
+        assert s.finished_units(run.id) == {"u0", "u1", "u2"}
+        assert sorted(hashed) == ["u0/g", "u0/h", "u1/g", "u1/h", "u2/g", "u2/h"]

@@ -474,7 +474,7 @@ def stored_result(
         return None
     run_id = run.id
     wanted = list(models)
-    if not set(wanted) <= store.finished_units(run_id):
+    if not set(wanted) <= store.finished_units(run_id, arrays=False):  # arrays checked as read
         return None
     model_df, subset_df, draw_df, arrays = _read_back(store, run_id, wanted, summary)
     model_df = judged_models(model_df, _read_class_wise(store, run_id, wanted), classes)
