@@ -218,7 +218,9 @@ def curve_table(
         ``stored`` false and NaN numbers (nothing is computed).
     """
     rows: list[dict[str, Any]] = []
-    main_hash = workspace_hash(ws, data_fingerprint=data_fingerprint)
+    # the checkpoint workspaces differ from ws in one model's file: each file is read once
+    hashes: dict[Path, str] = {}
+    main_hash = workspace_hash(ws, data_fingerprint=data_fingerprint, file_hashes=hashes)
     steps = {model: curve_steps(ws, model) for model in models}
     # the results store's points: the models' own and their starts' (at hundreds of models,
     # not every model's row)
@@ -229,7 +231,8 @@ def curve_table(
         role = ws.model(model).role
         for step in steps[model]:
             if step.in_checkpoint_store:
-                h = workspace_hash(step.workspace, data_fingerprint=data_fingerprint)
+                h = workspace_hash(step.workspace, data_fingerprint=data_fingerprint,
+                                   file_hashes=hashes)  # fmt: skip
                 found = _stored_rows(checkpoint_store, h, settings, [step.name]).get(step.name)
             else:
                 found = main.get(step.name)

@@ -438,8 +438,27 @@ def _drop_none(value: Any) -> Any:
     return value
 
 
-def workspace_hash(ws: Workspace, *, data_fingerprint: str | None = None) -> str:
+def _sha256(path: Path, known: dict[Path, str] | None) -> str:
+    """``file_sha256(path)``, read from / added to ``known`` when given."""
+    if known is None:
+        return file_sha256(path)
+    if path not in known:
+        known[path] = file_sha256(path)
+    return known[path]
+
+
+def workspace_hash(
+    ws: Workspace,
+    *,
+    data_fingerprint: str | None = None,
+    file_hashes: dict[Path, str] | None = None,
+) -> str:
     """Content hash of what determines evaluation results (a cache key; paths excluded).
+
+    ``file_hashes``: a mapping of resolved file → SHA-256 that one operation hashing several
+    workspaces over the same files (the checkpoint workspaces of a curve, which differ from
+    the workspace in one model's file) shares: a file it holds is not read again, a file it
+    lacks is added. Keep it for that operation only (it does not notice a file changing).
 
     Covers the data (``data_fingerprint`` from :class:`sde_core.inputs.data.DatasetBundle` when
     given, else the ``[dataset]`` table without its path fields), the forget index file's bytes
@@ -467,7 +486,7 @@ def workspace_hash(ws: Workspace, *, data_fingerprint: str | None = None) -> str
     return stable_hash(
         {
             "data": data,
-            "forget": file_sha256(forget),
+            "forget": _sha256(forget, file_hashes),
             "models": sorted(
                 (
                     (
@@ -475,7 +494,7 @@ def workspace_hash(ws: Workspace, *, data_fingerprint: str | None = None) -> str
                         m.role,
                         m.arch,
                         _drop_none(m.arch_kwargs),  # as written to TOML: no nulls
-                        file_sha256(sources[m.name]),
+                        _sha256(sources[m.name], file_hashes),
                     )
                     for m in ws.models
                 ),
