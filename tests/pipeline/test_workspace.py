@@ -202,6 +202,28 @@ def test_hash_depends_on_content_not_location(ws, tmp_path):
     assert validate_workspace(moved) == []
 
 
+def test_hashes_of_workspaces_over_the_same_files_share_their_reads(ws, monkeypatch):
+    """``file_hashes`` (one operation hashing workspaces that share files, e.g. a curve's
+    checkpoint workspaces): the same hashes, each file read once."""
+    import sde_core.pipeline.workspace as workspace_module
+
+    plain = workspace_hash(ws)
+    other = dataclasses.replace(ws, models=ws.models[:1])
+    other_plain = workspace_hash(other)
+    reads: list[Path] = []
+    real = workspace_module.file_sha256
+
+    def counted(path):
+        reads.append(Path(path))
+        return real(path)
+
+    monkeypatch.setattr(workspace_module, "file_sha256", counted)
+    known: dict[Path, str] = {}
+    assert workspace_hash(ws, file_hashes=known) == plain
+    assert workspace_hash(other, file_hashes=known) == other_plain
+    assert len(reads) == len(set(reads)) == len(known)  # each file once
+
+
 def test_model_lookup_and_add(ws):
     assert ws.original().name == "original"
     assert ws.model("rand").role == "random"
