@@ -136,8 +136,9 @@ class VerifiedStore(StoreFile):
 
     def _unit_problem(self, unit: Sequence[Any], arrays: bool = True) -> str | None:
         """Why a unit cannot be served (``None``: verified; cached per store object);
-        ``arrays=False``: its arrays' bytes are left to :meth:`_array_problem`, when each is
-        read (:func:`~sde_core.pipeline.store_integrity.check_unit`)."""
+        ``arrays=False``: its arrays' bytes are left to the read of each array
+        (:meth:`~sde_core.pipeline.store.ResultsStore.array`;
+        :func:`~sde_core.pipeline.store_integrity.check_unit`)."""
         token = (int(unit[0]), unit[4] if self._checksums else unit[2])
         with self._lock:
             if token in self._verified or (not arrays and token in self._verified_rows):
@@ -195,7 +196,8 @@ class VerifiedStore(StoreFile):
         """Verify every unit and table record of a run before serving any of it: a lost or
         altered unit would otherwise make a table silently shorter. ``arrays=False``: every
         row, and each array's recorded checksum, but not the arrays' bytes — a read that
-        serves an array checks its bytes (:meth:`_array_problem`).
+        serves an array checks its bytes
+        (:func:`~sde_core.pipeline.store_integrity.array_problem`).
 
         A run verified in full is not verified again while its unit and table records are the
         same and — across the store objects of this process (a page opens a connection per
