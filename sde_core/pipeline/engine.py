@@ -224,6 +224,10 @@ class RayEngine(Engine):
         max_retries: how often a task whose worker process died is re-run (bounded).
         retry_exceptions: also retry tasks that raised an exception (default: fail fast).
         runtime_env: Ray runtime environment for the workers (e.g. ``{"working_dir": "."}``).
+        max_in_flight: at most this many tasks submitted and unfinished at once (default:
+            twice the cluster's CPUs, read when it connects). Every task's arguments (the
+            workspace, the dataset, the subset plan) sit in Ray's object store until it ends:
+            500 evaluations submitted at once held 7 GB there and spilled it to disk.
     """
 
     name = "ray"
@@ -236,9 +240,13 @@ class RayEngine(Engine):
         max_retries: int = 3,
         retry_exceptions: bool = False,
         runtime_env: Mapping[str, Any] | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
         if max_retries < 0:
             raise EngineError(f"max_retries must be ≥ 0; got {max_retries}")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise EngineError(f"max_in_flight must be at least 1; got {max_in_flight}")
+        self.max_in_flight = max_in_flight
         self.address = address
         self.num_cpus = num_cpus
         self.max_retries = max_retries
@@ -291,6 +299,7 @@ class RayEngine(Engine):
             return results
         needed = dependencies(todo)
         ray = self._connect()
+        limit = self.max_in_flight or max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(_ray_entry)
         waiting = list(todo)
         running: dict[Any, Job] = {}
@@ -299,7 +308,7 @@ class RayEngine(Engine):
             progress(0, len(todo))
         while waiting or running:
             ready = [j for j in waiting if all(d in results for d in j.deps)]
-            for job in ready:
+            for job in ready[: max(0, limit - len(running))]:
                 waiting.remove(job)
                 options: dict[str, Any] = {
                     "num_cpus": job.resources.cpus,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -109,6 +110,21 @@ def test_ray_engine_matches_local_engine(ray_engine):
     assert out == LocalEngine().run(graph()) == EXPECTED
     assert sorted(calls) == sorted(EXPECTED)  # the driver saw each result exactly once
     released_graph_check(ray_engine)
+
+
+def test_ray_engine_keeps_at_most_max_in_flight_tasks(ray_engine, tmp_path):
+    """Every task's arguments sit in Ray's object store until it ends: the engine submits at
+    most ``max_in_flight`` at once (two workers here, one task in flight: never two)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    graph = [Job(f"t{i}", jobs.timed, {"log_dir": str(logs), "name": f"t{i}", "seconds": 0.3})
+             for i in range(4)]  # fmt: skip
+    engine = RayEngine(num_cpus=2, max_in_flight=1)
+    assert engine.run(graph) == {f"t{i}": f"t{i}" for i in range(4)}
+    spans = sorted(tuple(map(float, (logs / f"t{i}").read_text().split())) for i in range(4))
+    assert all(later[0] >= earlier[1] for earlier, later in itertools.pairwise(spans)), spans
+    with pytest.raises(EngineError, match="max_in_flight must be at least 1"):
+        RayEngine(max_in_flight=0)
 
 
 def test_ray_engine_retries_a_worker_that_died(ray_engine, tmp_path):
