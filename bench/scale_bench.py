@@ -14,8 +14,8 @@ model has its own activations and nothing is served from another model's cache. 
 
 - ``python -m sde_core evaluate ws-N --engine ENGINE --quiet`` from an empty results store and
   an empty ``.sde-cache`` (the workspace's defaults), timed from the outside, with the peak
-  memory of the whole process tree (the driver, Ray's processes and workers; sampled every
-  0.2 s from ``/proc``): RSS summed (a shared page once per process) and PSS summed (what the
+  memory of the whole process tree (the driver, Ray's processes and workers; sampled once
+  a second from ``/proc``): RSS summed (a shared page once per process) and PSS summed (what the
   tree holds);
 - the store's size;
 - the original's training curve (``evaluate-checkpoints --model original``), so the Curves
@@ -160,7 +160,7 @@ def evaluate(folder: Path, engine: str) -> tuple[float, float, float]:
     def sample() -> None:
         while child.poll() is None:
             peak[:] = [max(a, b) for a, b in zip(peak, _tree_memory(child.pid), strict=True)]
-            time.sleep(0.2)
+            time.sleep(1.0)  # smaps_rollup is not free: a sample a second
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
