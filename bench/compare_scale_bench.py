@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # ui_fixtures: the AppTest helpers the tests use
 
-from helpers.many_models import DEMO, copy_demo_data, store_copies  # noqa: E402
+from helpers.many_models import DEMO, copy_demo_data, store_copies, sweep_grid  # noqa: E402
 
 from sde_core.inputs.data import load_dataset  # noqa: E402
 from sde_core.pipeline.evaluation.workspace_run import stored_result  # noqa: E402
@@ -47,9 +47,6 @@ from sde_core.pipeline.store import ResultsStore, workspace_store_path  # noqa: 
 from sde_core.pipeline.workspace import workspace_hash  # noqa: E402
 from sde_core.pipeline.workspace_load import load_workspace  # noqa: E402
 from sde_core.pipeline.workspace_write import write_workspace  # noqa: E402
-
-METHODS = ("ft", "ga", "rl", "salun", "l1_sparse", "neggrad_plus")
-STRENGTHS = (0.001, 0.01, 0.1)
 
 
 def build(n: int, out: Path) -> Path:
@@ -71,12 +68,8 @@ def build(n: int, out: Path) -> Path:
         ws.models.append(dataclasses.replace(entry, checkpoint=f"models/{entry.name}.safetensors",
                                              checkpoints=[], init_checkpoint=None))  # fmt: skip
         copies[entry.name] = entry.name
-    for i in range(n - 2):
-        method = METHODS[i % len(METHODS)]
-        strength = STRENGTHS[(i // len(METHODS)) % len(STRENGTHS)]
-        seed = i // (len(METHODS) * len(STRENGTHS))
+    for i, (method, strength, seed, name) in enumerate(sweep_grid(n - 2)):
         template = templates[i % len(templates)]
-        name = f"{method}-lr{strength:g}-s{seed}"
         rel = f"models/{name}.safetensors"
         shutil.copy(demo.path(template.checkpoint), folder / rel)
         ws.models.append(dataclasses.replace(

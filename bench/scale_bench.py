@@ -48,14 +48,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # ui_fixtures: the AppTest helpers the tests use
 
+from helpers.many_models import sweep_grid  # noqa: E402
+
 from sde_core.pipeline.store import workspace_store_path  # noqa: E402
 from sde_core.pipeline.workspace_load import load_workspace  # noqa: E402
 from sde_core.pipeline.workspace_write import write_workspace  # noqa: E402
 
 DEMO = ROOT / "assets" / "demo-mnist1d"
-METHODS = ("ft", "ga", "rl", "salun", "l1_sparse", "neggrad_plus")
-#: strength label (the entry's lr) → relative noise scale on every weight
-STRENGTHS = {0.001: 0.005, 0.01: 0.02, 0.1: 0.05}
+#: strength (the entry's lr, helpers.many_models.SWEEP_STRENGTHS) → relative noise on every weight
+NOISE_SCALE = {0.001: 0.005, 0.01: 0.02, 0.1: 0.05}
 PAGES = {"Compare": "pages/compare.py", "Report": "pages/report.py",
          "Curves": "pages/sweeps.py"}  # fmt: skip
 
@@ -79,18 +80,13 @@ def build(n: int, out: Path) -> Path:
                                    checkpoints=[], init_checkpoint=None)]  # fmt: skip
     templates = [m for m in demo.models if m.role == "unlearned" and m.name != "unroll"]
     weights = {t.name: load_file(str(demo.path(t.checkpoint))) for t in templates}
-    strengths = list(STRENGTHS)
-    for i in range(n - 2):
-        method = METHODS[i % len(METHODS)]
-        strength = strengths[(i // len(METHODS)) % len(strengths)]
-        seed = i // (len(METHODS) * len(strengths))
+    for i, (method, strength, seed, name) in enumerate(sweep_grid(n - 2)):
         template = templates[i % len(templates)]
-        name = f"{method}-lr{strength:g}-s{seed}"
         rng = np.random.default_rng([i, seed])
         noisy = {}
         for key, tensor in weights[template.name].items():
             if tensor.is_floating_point() and tensor.numel() > 1:
-                scale = STRENGTHS[strength] * float(tensor.std())
+                scale = NOISE_SCALE[strength] * float(tensor.std())
                 noise = rng.standard_normal(tuple(tensor.shape)).astype(np.float32) * scale
                 tensor = tensor + tensor.new_tensor(noise)
             noisy[key] = tensor.contiguous()

@@ -21,11 +21,36 @@ from sde_core.pipeline.workspace import Workspace, workspace_hash
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.pipeline.workspace_write import write_workspace
 
-__all__ = ["DEMO", "copy_demo_data", "many_model_workspace", "store_copies"]
+__all__ = [
+    "DEMO",
+    "SWEEP_METHODS",
+    "SWEEP_STRENGTHS",
+    "copy_demo_data",
+    "many_model_workspace",
+    "store_copies",
+    "sweep_grid",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The workspace whose models and stored run are copied.
 DEMO = ROOT / "assets" / "demo-mnist1d"
+
+
+#: The methods and strengths (an entry's ``lr``) of a synthetic study (:func:`sweep_grid`).
+SWEEP_METHODS = ("ft", "ga", "rl", "salun", "l1_sparse", "neggrad_plus")
+SWEEP_STRENGTHS = (0.001, 0.01, 0.1)
+
+
+def sweep_grid(count: int) -> list[tuple[str, float, int, str]]:
+    """``(method, strength, seed, name)`` of the first ``count`` entries of a study's grid,
+    methods × strengths × seeds in that order (``ft-lr0.001-s0``, ``ga-lr0.001-s0``, …)."""
+    out = []
+    for i in range(count):
+        method = SWEEP_METHODS[i % len(SWEEP_METHODS)]
+        strength = SWEEP_STRENGTHS[(i // len(SWEEP_METHODS)) % len(SWEEP_STRENGTHS)]
+        seed = i // (len(SWEEP_METHODS) * len(SWEEP_STRENGTHS))
+        out.append((method, strength, seed, f"{method}-lr{strength:g}-s{seed}"))
+    return out
 
 
 def copy_demo_data(folder: Path) -> None:
