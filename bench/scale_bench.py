@@ -3,7 +3,7 @@ the pages loaded from the store they fill.
 
     OMP_NUM_THREADS=1 PYTHONPATH=$PWD .venv/bin/python bench/scale_bench.py \
         [--models 50 100 500] [--engine ray] [--submitit 50] [--out /tmp/sde-scale] \
-        [--skip-evaluate] [--skip-pages]
+        [--skip-evaluate] [--skip-pages] [--kill-resume 50]
 
 For each N it builds a workspace of N **distinct** cheap models in ``--out/ws-N``: the mnist1d
 demo's data and forget set, its original (with its training checkpoints and the shipped
@@ -26,8 +26,10 @@ model has its own activations and nothing is served from another model's cache. 
 
 ``--submitit N`` evaluates the N-model workspace a second time, from scratch, through submitit's
 local executor (``--engine submitit-local``: one child process per model, what a Slurm
-cluster runs) for the same table row. Timing belongs here, never in the tests; results go to
-bench/RESULTS.md.
+cluster runs) for the same table row. ``--kill-resume N`` evaluates the N-model workspace
+through that executor once more, kills its driver halfway and submits it again
+(:func:`kill_and_resume`: what ran twice, if anything). Timing belongs here, never in the
+tests; results go to bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -135,9 +138,8 @@ def _tree_memory(root_pid: int) -> tuple[int, int]:
     return rss, pss
 
 
-def evaluate(folder: Path, engine: str) -> tuple[float, float, float]:
-    """(wall seconds, peak tree RSS GB, peak tree PSS GB) of a from-scratch ``evaluate`` of
-    ``folder``."""
+def _clear(folder: Path) -> None:
+    """An empty results store and ``.sde-cache`` (activations, submitit's jobs) in ``folder``."""
     for stale in (folder / ".sde-cache", workspace_store_path(folder)):
         if stale.is_dir():
             shutil.rmtree(stale)
@@ -145,6 +147,12 @@ def evaluate(folder: Path, engine: str) -> tuple[float, float, float]:
             stale.unlink()
     for suffix in ("-wal", "-shm"):
         Path(f"{workspace_store_path(folder)}{suffix}").unlink(missing_ok=True)
+
+
+def evaluate(folder: Path, engine: str) -> tuple[float, float, float]:
+    """(wall seconds, peak tree RSS GB, peak tree PSS GB) of a from-scratch ``evaluate`` of
+    ``folder``."""
+    _clear(folder)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
     child = subprocess.Popen(
@@ -166,6 +174,67 @@ def evaluate(folder: Path, engine: str) -> tuple[float, float, float]:
     if child.returncode != 0:
         raise SystemExit(f"evaluate failed ({child.returncode}): {err[-2000:]}")
     return seconds, peak[0] / 1e9, peak[1] / 1e9
+
+
+def _store_state(folder: Path) -> tuple[dict[str, str], int]:
+    """(every stored unit's finished time, the run's unit count so far) of ``folder``'s one
+    evaluation run, read without verifying the units (a poll while the driver writes)."""
+    from sde_core.pipeline.store import ResultsStore
+
+    path = workspace_store_path(folder)
+    if not path.exists():
+        return {}, 0
+    with ResultsStore(path) as store:
+        runs = store.list_runs()
+        if runs.empty:
+            return {}, 0
+        times = store.unit_times(int(runs["id"].iloc[0]))
+    return times, len(times)
+
+
+def kill_and_resume(folder: Path) -> dict[str, object]:
+    """The acceptance run of issue 39 at scale: ``evaluate --engine submitit-local`` from an
+    empty store, its driver SIGKILLed once half the models are stored (the jobs it submitted
+    go on running, as on a cluster whose login node died), then the same command again.
+
+    Returns what shows whether anything ran twice: the units stored at the kill, the jobs
+    submitted by the first driver, how many of those the second driver submitted again (a
+    new job id in the manifest), the job folders submitit made over both drivers, whether every
+    unit stored before the kill kept its row (same ``finished`` time), and both wall times.
+    """
+    _clear(folder)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "sde_core", "evaluate", str(folder), "--engine",
+            "submitit-local", "--quiet"]  # fmt: skip
+    jobs = folder / ".sde-cache" / "submitit"
+    n = len(load_workspace(folder).models)
+    t0 = time.perf_counter()
+    first = subprocess.Popen(argv, env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    while first.poll() is None and _store_state(folder)[1] < n // 2:
+        time.sleep(0.5)
+    if first.poll() is not None:
+        raise SystemExit("the first driver finished before half the models were stored")
+    os.kill(first.pid, signal.SIGKILL)  # the driver dies; its submitted jobs go on running
+    first.wait()
+    first_s = time.perf_counter() - t0
+    before, stored = _store_state(folder)
+    submitted = json.loads((jobs / "manifest.json").read_text())
+    t0 = time.perf_counter()
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if second.returncode != 0:
+        raise SystemExit(f"the resubmitted evaluate failed: {second.stderr[-2000:]}")
+    after, total = _store_state(folder)
+    manifest = json.loads((jobs / "manifest.json").read_text())
+    again = sum(1 for key, entry in submitted.items()
+                if manifest.get(key, {}).get("job_id") != entry["job_id"])  # fmt: skip
+    return {
+        "models": n, "stored_at_kill": stored, "submitted_by_first": len(submitted),
+        "submitted_again": again, "units": total,
+        "job_folders": sum(1 for p in jobs.iterdir() if p.is_dir()),
+        "rows_kept": all(after.get(k) == v for k, v in before.items()),
+        "first_s": round(first_s, 1), "second_s": round(time.perf_counter() - t0, 1),
+    }  # fmt: skip
 
 
 def store_curve(folder: Path) -> float:
@@ -251,6 +320,14 @@ def main() -> None:
         help="reuse the evaluated workspaces of an earlier run (pages only)",
     )
     ap.add_argument("--skip-pages", action="store_true")
+    ap.add_argument(
+        "--kill-resume",
+        type=int,
+        nargs="*",
+        default=[],
+        help="then evaluate these N through submitit's local executor, kill the driver once "
+        "half the models are stored, resubmit, and count what ran twice",
+    )
     ap.add_argument("--time-pages", type=Path, help=argparse.SUPPRESS)  # the child's job
     args = ap.parse_args()
     import torch
@@ -284,6 +361,13 @@ def main() -> None:
             print(f"| {n} | {engine} | {seconds:.0f} | {seconds / n:.2f} | {rss:.2f} / {pss:.2f} | "
                   f"{size:.1f} | {' | '.join(pages)} | {page_rss} | {before} → {_load()} |",
                   flush=True)  # fmt: skip
+    for n in args.kill_resume:
+        folder = args.out / f"ws-{n}"
+        if not (folder / "workspace.toml").exists():
+            folder = build(n, args.out)
+        print(f"kill and resume, N={n} (load {_load()}): "
+              f"{json.dumps(kill_and_resume(folder))} (load after {_load()})",
+              flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
