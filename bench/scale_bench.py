@@ -138,6 +138,13 @@ def _tree_memory(root_pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+def _parallel(engine: str) -> list[str]:
+    """submitit's local executor runs as many jobs at once as the machine has cores, as Ray
+    does: the bench sets ``OMP_NUM_THREADS=1`` (one thread a worker), which the engine's default
+    reads as one usable CPU for the driver too (one job at a time)."""
+    return ["--max-running", str(os.cpu_count() or 1)] if engine == "submitit-local" else []
+
+
 def _clear(folder: Path) -> None:
     """An empty results store and ``.sde-cache`` (activations, submitit's jobs) in ``folder``."""
     for stale in (folder / ".sde-cache", workspace_store_path(folder)):
@@ -157,7 +164,8 @@ def evaluate(folder: Path, engine: str) -> tuple[float, float, float]:
     t0 = time.perf_counter()
     child = subprocess.Popen(
         [sys.executable, "-m", "sde_core", "evaluate", str(folder), "--engine", engine,
-         "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+         *_parallel(engine), "--quiet"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     peak = [0, 0]
 
@@ -184,7 +192,7 @@ def _store_state(folder: Path) -> tuple[dict[str, str], int]:
     path = workspace_store_path(folder)
     if not path.exists():
         return {}, 0
-    with ResultsStore(path) as store:
+    with ResultsStore(path, read_only=True) as store:
         runs = store.list_runs()
         if runs.empty:
             return {}, 0
@@ -205,7 +213,7 @@ def kill_and_resume(folder: Path) -> dict[str, object]:
     _clear(folder)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "sde_core", "evaluate", str(folder), "--engine",
-            "submitit-local", "--quiet"]  # fmt: skip
+            "submitit-local", *_parallel("submitit-local"), "--quiet"]  # fmt: skip
     jobs = folder / ".sde-cache" / "submitit"
     n = len(load_workspace(folder).models)
     t0 = time.perf_counter()
