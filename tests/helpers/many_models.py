@@ -72,13 +72,19 @@ def _demo_results() -> tuple[dict[str, list[dict[str, Any]]], dict[str, dict[str
 
 
 def store_copies(
-    folder: Path, copies: Mapping[str, str], *, complete: bool = True, label: str = ""
+    folder: Path,
+    copies: Mapping[str, str],
+    *,
+    complete: bool = True,
+    label: str = "",
+    models_extra: Mapping[str, Any] | None = None,
 ) -> None:
     """Write into the results store of the workspace in ``folder``, in its run at its
     defaults, for each ``name -> template`` of ``copies`` the demo's stored rows and arrays of
     ``template`` renamed ``name``, one unit each, through the store API as an evaluation writes
     them; ``complete``: then mark the run complete (otherwise it stays running, as while an
-    evaluation is adding models)."""
+    evaluation is adding models); ``models_extra``: columns added to each ``models`` row (a
+    unit written by other code, with columns the demo's units lack)."""
     ws = load_workspace(folder)
     ws_hash = workspace_hash(ws, data_fingerprint=load_dataset(ws.dataset_spec()).fingerprint)
     tables, arrays = _demo_results()
@@ -88,7 +94,9 @@ def store_copies(
             rows = {}
             for table, records in tables.items():
                 column = "name" if table == "models" else "model"
-                mine = [dict(r, **{column: name}) for r in records if r.get(column) == template]
+                extra = (models_extra or {}) if table == "models" else {}
+                mine = [dict(r, **{column: name}, **extra) for r in records
+                        if r.get(column) == template]  # fmt: skip
                 if mine:
                     rows[table] = mine
             store.put_unit(run.id, name, rows,

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 
 from sde_core.pipeline.evaluation.metric_table import (
     ACC_GAP,
@@ -238,6 +239,28 @@ class ModelSummary:
     def columns(cls) -> list[str]:
         """The ``models`` table's columns, in order."""
         return [c for f in fields(cls) for c in metric_columns(f.name)]
+
+    @classmethod
+    def text_columns(cls) -> tuple[str, ...]:
+        """The columns that hold text, ``""`` when there is none to say (a conflict, a reason,
+        a family's behaviour measure)."""
+        return tuple(f.name for f in fields(cls) if f.type in ("str", str))
+
+    @classmethod
+    def filled_text(cls, models: pd.DataFrame) -> pd.DataFrame:
+        """``models`` with its text columns' missing values (NaN, None) read as ``""``.
+
+        A stored run's ``models`` rows come from its units, written by different evaluations;
+        a unit written without a column (a classifier's unit beside a model whose behaviour
+        stage named its measure) reads back NaN there, and NaN is *true* to every ``if
+        row["evidence_conflict"]`` — a conflict that nothing found — and no JSON text."""
+        present = [c for c in cls.text_columns() if c in models.columns]
+        if not present or not models[present].isna().to_numpy().any():
+            return models
+        out = models.copy()
+        for column in present:
+            out[column] = out[column].astype(object).where(out[column].notna(), "")
+        return out
 
 
 @dataclass(frozen=True)

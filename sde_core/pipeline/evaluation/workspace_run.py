@@ -498,7 +498,7 @@ def _read_back(
     """``(models, subsets, draws, arrays)`` of the ``wanted`` models of a stored run (each
     model's unit read by its key; ``summary``: no subsets and no arrays)."""
     model_df = store.rows(run_id, "models", wanted)
-    model_df = model_df[model_df["name"].isin(wanted)]
+    model_df = ModelSummary.filled_text(model_df[model_df["name"].isin(wanted)])
     model_df = with_behaviour(model_df, stored_behaviour(store, run_id))
     if summary:
         subset_df = pd.DataFrame(columns=store.columns(run_id, "subsets"))
