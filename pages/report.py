@@ -2,6 +2,8 @@
 
 The HTML report opens offline, carries the manifest (checkpoint and data hashes, settings,
 seeds, software) and embeds its JSON document; ``python -m sde_core verify`` re-checks it.
+While an evaluation elsewhere is storing the models (:mod:`pages._live`), the page answers for
+the stored ones, labelled provisional, and writes no report file until every model is stored.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import streamlit as st
 from pages import APP_ROOT
 from pages._common import dataset_bundle, guarded, open_page, publish
 from pages._display import show_family_card, show_verdict, table
+from pages._live import live_run, provisional_result
 from pages._many import MANY_MODELS, drawn_models, many_models, stored_answer
 from pages._paper import paper_export
 from pages._run import affordable_layers, evaluate, shared_cache
@@ -288,11 +291,36 @@ def table_rows(
                                    key=f"{key}_{kind}_{label}")  # fmt: skip
 
 
-def verdict_line(models: pd.DataFrame) -> str:
-    """How many of the models carry each verdict, in a sentence (the models table's labels)."""
+def verdict_line(models: pd.DataFrame, of: int | None = None) -> str:
+    """How many of the models carry each verdict, in a sentence (the models table's labels);
+    ``of``: the workspace's model count, when ``models`` are the ones stored so far."""
     counts = verdict_counts(models)
     parts = ", ".join(f"**{n}** {md_plain(label)}" for label, n in counts.items())
-    return f"Verdicts of all {len(models)} models: {parts}."
+    scope = f"all {len(models)}" if of is None else f"the {len(models)} stored so far of {of}"
+    return f"Verdicts of {scope} models: {parts}."
+
+
+def provisional_report(ws: Workspace, stored: EvaluationResult, many: bool) -> None:
+    """The answer for the models a running evaluation has stored so far (``stored``; its
+    headline rows only when ``many``): their verdict counts, the answers and verdicts of those
+    models (one page of them at many models), and no report file, table or chart — a report
+    pins a complete run, written once every model is stored."""
+    st.subheader("The answer so far (provisional)")
+    st.markdown(verdict_line(stored.models, len(ws.models)))
+    shown = stored
+    if many:
+        visible = many_models(ws, stored, "r", "the answers and verdicts below")
+        shown = slice_result(stored, visible)
+    st.subheader("The answer, per stored model")
+    answers(ws, shown)
+    st.subheader("Verdicts")
+    verdicts(ws, shown)
+    limits(ws)
+    st.info(
+        "The report files, tables and charts are written once every model is stored: a "
+        "report pins a complete run. Each stored model's result is final; the counts grow as "
+        "the rest arrive."
+    )
 
 
 def report_files(ws: Workspace, result: EvaluationResult, name: str, heading: str = "") -> None:
@@ -406,11 +434,20 @@ view, ws, settings = open_page("report", ReportView)
 st.title("Report")
 name = ws.name or ws.root.name
 many = len(ws.models) > MANY_MODELS
+# a running evaluation elsewhere is storing the models: the stored ones, provisional (_live)
+live = live_run(ws, settings)
 # at many models the store's headline rows answer first (nothing to compute, so no cost to
 # price); the distributions are read for the page's models (many_report)
-summary = stored_answer(ws, settings, summary=True) if many else None
-affordable = summary is not None or affordable_layers(ws, settings, [settings.layer], "r")
-result = summary if summary is not None else (evaluate(ws, settings) if affordable else None)
+summary = stored_answer(ws, settings, summary=True) if many and live is None else None
+result = None
+if live is not None:
+    stored = provisional_result(ws, settings, live, "r", summary=many)
+    if stored is not None:
+        provisional_report(ws, stored, many)
+elif summary is not None:
+    result = summary
+elif affordable_layers(ws, settings, [settings.layer], "r"):
+    result = evaluate(ws, settings)
 if result is not None and many:
     many_report(ws, result, summary is not None, name)
 elif result is not None:
