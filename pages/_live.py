@@ -3,7 +3,8 @@
 An evaluation started from the command line (``python -m sde_core evaluate``, locally, on Ray
 or on Slurm) or by a plan writes each finished model into the workspace's results store. When
 the store holds such a *running* run at a page's settings with some but not all of the models
-(:attr:`~sde_core.services.cascade.RunProgress.partial`), the page shows the stored models'
+and an evaluation's driver is adding them
+(:attr:`~sde_core.services.cascade.RunProgress.arriving`), the page shows the stored models'
 results, labelled provisional, with the run's progress and time left, instead of evaluating
 the missing models itself (which would duplicate the run): a polling fragment re-reads the
 run's unit count every :data:`POLL_SECONDS` and reruns the page when models arrived, and the
@@ -20,7 +21,7 @@ from pages._run import evaluations
 from sde_core.common.hashing import stable_hash
 from sde_core.common.markdown_text import md_literal, md_plain
 from sde_core.errors import SDEError
-from sde_core.services.cascade import EvalSettings, EvaluationResult, RunProgress, duration_text
+from sde_core.services.cascade import EvalSettings, EvaluationResult, RunProgress
 from sde_core.services.workspace_info import Workspace
 
 #: Seconds between two reads of a running run's progress by an open page.
@@ -44,7 +45,7 @@ def live_run(ws: Workspace, settings: EvalSettings) -> RunProgress | None:
         progress = evaluations(ws).run_progress(settings)
     except SDEError:
         return None  # the evaluation path reads the store again and says why
-    return progress if progress is not None and progress.partial else None
+    return progress if progress is not None and progress.arriving else None
 
 
 def _evaluate_here(token: str) -> None:
@@ -76,9 +77,9 @@ def provisional_result(
     head = f"**Provisional: {progress.count} of {progress.total} models** at layer {layer}"
     if progress.stalled:
         st.warning(
-            f"{head}. The evaluation adding the rest has stored none for more than "
-            f"{duration_text(progress.stall_after)}: it may have stopped. Rerunning its command "
-            "resumes it (the stored models are not recomputed), or evaluate the rest here."
+            f"{head}. {progress.stall_reason()[0].upper()}{progress.stall_reason()[1:]}. "
+            "Rerunning its command resumes it (the stored models are not recomputed), or "
+            "evaluate the rest here."
         )
     else:
         st.info(f"{head}; a running evaluation is adding the rest, and this page shows them "
@@ -111,6 +112,6 @@ def _progress_line(ws: Workspace, settings: EvalSettings, count: int, stalled: b
         now = evaluations(ws).run_progress(settings)
     except SDEError:
         return
-    if now is None or now.count != count or now.stalled != stalled or not now.partial:
+    if now is None or now.count != count or now.stalled != stalled or not now.arriving:
         st.rerun(scope="app")
     st.caption(f"{now.sentence()[0].upper()}{now.sentence()[1:]}.")

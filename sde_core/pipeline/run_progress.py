@@ -22,9 +22,15 @@ workspace, e.g. ``behaviour:<model>`` rows, are not counted):
 - **time left**: ``missing × pace − (now − last)``, at least 0 (None without a pace).
 - **stalled** (a display rule, not a definition): a running run with models missing whose last
   model is older than ``max(STALL_SECONDS, STALL_PACES × pace)`` — no model for much longer
-  than the run's pace — or, without a pace yet, older than ``STALL_PACES × STALL_SECONDS``.
-  The evaluation has then probably stopped (a killed job, a failed model: a run whose model
-  failed stays running); rerunning the command resumes it, skipping the stored models.
+  than the run's pace — or, without a pace yet, older than ``STALL_PACES × STALL_SECONDS``;
+  or one whose only drivers were on this host and no longer run
+  (:mod:`~sde_core.pipeline.run_drivers`). The evaluation has then probably stopped (a killed
+  job, a failed model: a run whose model failed stays running); rerunning the command resumes
+  it, skipping the stored models.
+- **arriving**: a partial run that an evaluation's driver is adding models to, or was until it
+  stopped (its marker, :mod:`~sde_core.pipeline.run_drivers`): what a page shows as
+  provisional. A partial run without a marker (a page that evaluated one model) is nobody's
+  work in progress: a page evaluates its missing models as for any incomplete run.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sde_core.pipeline.run_drivers import Drivers
 from sde_core.pipeline.store_verify import Run, RunStatus
 
 __all__ = [
@@ -63,6 +70,8 @@ class RunProgress:
         first, last: the ``finished`` times of the first and the last stored model (UTC;
             None when none is stored).
         now: the time the progress is seen at (UTC): :meth:`at` moves it.
+        drivers: the run's drivers' markers (:func:`~sde_core.pipeline.run_drivers.run_drivers`;
+            none read: no driver known).
     """
 
     run_id: int
@@ -72,6 +81,7 @@ class RunProgress:
     first: _dt.datetime | None
     last: _dt.datetime | None
     now: _dt.datetime
+    drivers: Drivers = dataclasses.field(default_factory=Drivers)
 
     def at(self, now: _dt.datetime | None = None) -> RunProgress:
         """The same stored state seen at ``now`` (default: the current time)."""
@@ -97,6 +107,12 @@ class RunProgress:
         """Whether a running run has stored some, not all, of the models (what a page shows as
         provisional while the rest arrive)."""
         return self.running and self.count > 0
+
+    @property
+    def arriving(self) -> bool:
+        """Whether a partial run is an evaluation's work in progress: a driver's marker says an
+        evaluation is adding its models, or was until it stopped (module docstring)."""
+        return self.partial and self.drivers.any
 
     @property
     def pace(self) -> float | None:
@@ -136,9 +152,23 @@ class RunProgress:
     @property
     def stalled(self) -> bool:
         """Whether a running run with models missing has stored none for longer than
-        :attr:`stall_after` (it has probably stopped)."""
+        :attr:`stall_after`, or its drivers all ran on this host and none runs now (it has
+        probably stopped)."""
+        if not self.running:
+            return False
+        if self.drivers.gone and not self.drivers.alive:
+            return True
         since = self.since_last
-        return self.running and since is not None and since > self.stall_after
+        return since is not None and since > self.stall_after
+
+    def stall_reason(self) -> str:
+        """Why a stalled run looks stopped, in words (empty when it is not stalled)."""
+        if not self.stalled:
+            return ""
+        if self.drivers.gone and not self.drivers.alive:
+            return "the evaluation that was adding the models no longer runs"
+        return (f"none for more than {duration_text(self.stall_after)}: the evaluation may have "
+                "stopped")  # fmt: skip
 
     def sentence(self) -> str:
         """The progress in words, e.g. ``"12 of 40 models stored by a running evaluation; the
@@ -151,10 +181,7 @@ class RunProgress:
         if not self.running:
             return text
         if self.stalled:
-            return (
-                f"{text}; none for more than {duration_text(self.stall_after)}: the evaluation "
-                "may have stopped (rerunning its command resumes it)"
-            )
+            return f"{text}; {self.stall_reason()} (rerunning its command resumes it)"
         left, pace = self.seconds_left, self.pace
         if left is None or pace is None:
             return f"{text}; the time left is estimated once two models are stored"

@@ -18,6 +18,7 @@ page reads one by one (``OTR.key``, not the literal ``"otr"``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -53,6 +54,7 @@ from sde_core.pipeline.evaluation.workspace_run import (
     stored_result,
 )
 from sde_core.pipeline.model_inputs import Progress
+from sde_core.pipeline.run_drivers import Drivers, run_drivers
 from sde_core.pipeline.run_progress import RunProgress, duration_text, read_progress
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
@@ -337,7 +339,8 @@ class Evaluations:
         ``now`` (:class:`~sde_core.pipeline.run_progress.RunProgress`), or None when the store
         has no such run. Cheap enough to poll: the run record and its units' keys and times
         only, read again only when the store's files changed (the rows are verified when a
-        page reads them with :meth:`stored`).
+        page reads them with :meth:`stored`), and its drivers' markers, read every time
+        (:func:`~sde_core.pipeline.run_drivers.run_drivers`: a few small files).
 
         Raises:
             DamagedUnitError: the run record is damaged (an SDEError).
@@ -356,7 +359,10 @@ class Evaluations:
                 found = (None if run is None else read_progress(store, run, self._names(None)),)
             _PROGRESS.put(key, found)
         progress = cast("RunProgress | None", found[0])
-        return None if progress is None else progress.at(now)
+        if progress is None:
+            return None
+        drivers = run_drivers(path, progress.run_id) if progress.running else Drivers()
+        return dataclasses.replace(progress.at(now), drivers=drivers)
 
     def forget_classes(self) -> ForgetClasses | None:
         """The dataset's labels and the forget set, for the class-wise step of a stored result

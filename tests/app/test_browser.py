@@ -430,6 +430,7 @@ def test_compare_shows_models_arriving_while_an_evaluation_runs_elsewhere(
     Compare shows those 5 as provisional; when this process (standing in for an evaluation on
     the command line, Ray or Slurm) stores the other 3, the open page shows all 8 within a few
     polls of its fragment, without a reload, and the provisional banner goes."""
+    from helpers.many_models import evaluation_running
     from helpers.many_models import store_copies as store_demo_results
     from playwright.sync_api import expect
     from ui_fixtures import demo_workspace
@@ -447,7 +448,7 @@ def test_compare_shows_models_arriving_while_an_evaluation_runs_elsewhere(
 
     try:
         _wait_healthy(proc, url, log)
-        with browser_page(chromium) as page:
+        with evaluation_running(live), browser_page(chromium) as page:
             page.goto(f"{url}/compare")
             expect(page.get_by_text("Provisional: 5 of 8 models")).to_be_visible()
             settle(page)

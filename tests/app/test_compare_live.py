@@ -2,14 +2,17 @@
 demo with 8 models whose results store holds 5 of them in a running run (copies of the demo's
 stored models, written through the store API as an evaluation writes them). The page shows
 those 5 as provisional and starts no evaluation of its own; once the other 3 are stored, a
-rerun shows all 8 as usual."""
+rerun shows all 8 as usual. A partial run is shown so only while a driver's marker says an
+evaluation is adding the models (sde_core.pipeline.run_drivers); a killed driver's marker makes
+it a stopped evaluation."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.many_models import store_copies
+from helpers.many_models import evaluation_running, evaluation_stopped, store_copies
 from ui_fixtures import demo_workspace, page_on
 
 FIRST = ["original", "retrained", "ft", "ga", "rl"]
@@ -17,10 +20,18 @@ REST = ["salun", "l1_sparse", "unroll"]
 
 
 @pytest.fixture
-def live(tmp_path: Path) -> Path:
+def stored(tmp_path: Path) -> Path:
+    """8 models, 5 stored in a running run."""
     folder = demo_workspace(tmp_path / "live", 8)
     store_copies(folder, {n: n for n in FIRST}, complete=False)
     return folder
+
+
+@pytest.fixture
+def live(stored: Path) -> Iterator[Path]:
+    """... and this process standing in for the evaluation adding the rest (its marker)."""
+    with evaluation_running(stored):
+        yield stored
 
 
 def comparison(at) -> list[str]:
@@ -66,3 +77,17 @@ def test_a_stalled_evaluation_is_said_to_have_stopped(live, monkeypatch) -> None
         assert not at.get("progress")
         assert comparison(at) == sorted(FIRST)
         assert at.button(key="c_live_here_output").label == "Evaluate the rest here"
+
+
+@pytest.mark.slow  # the Compare page of 5 stored models: ~5 s on 2 busy cores
+def test_a_killed_evaluation_is_said_to_no_longer_run(stored, monkeypatch) -> None:
+    """A driver killed halfway leaves its marker behind; its process no longer runs, so the
+    page says the evaluation stopped at once (not after the stall rule's minutes), with the
+    stored models and the offer to evaluate the rest; it starts nothing by itself."""
+    evaluation_stopped(stored)
+    with page_on(stored, "pages/compare.py", monkeypatch) as at:
+        warning = [w.value for w in at.warning if "Provisional" in w.value]
+        assert warning and "5 of 8 models" in warning[0], [w.value for w in at.warning]
+        assert "no longer runs" in warning[0] and "Rerunning its command resumes it" in warning[0]
+        assert not at.get("progress")
+        assert comparison(at) == sorted(FIRST)

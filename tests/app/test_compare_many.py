@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.many_models import many_model_workspace
+from helpers.many_models import evaluation_running, many_model_workspace
 from ui_fixtures import page_on
 
 N_COPIES = 14  # + the original and the retrained model: 16 > the page's 12
@@ -54,7 +54,7 @@ def test_a_running_evaluation_of_many_models_is_read_as_a_summary(tmp_path, monk
         return real(store, ws_hash, settings, models, classes, summary=summary)
 
     monkeypatch.setattr(cascade, "stored_result", spy)
-    with page_on(folder, "pages/compare.py", monkeypatch) as at:
+    with evaluation_running(folder), page_on(folder, "pages/compare.py", monkeypatch) as at:
         banner = [i.value for i in at.info if "Provisional" in i.value]
         assert banner and "13 of 16 models" in banner[0]
         assert reads[0] == (13, True), reads  # first the stored models' summary

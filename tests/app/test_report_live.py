@@ -3,7 +3,8 @@ for the stored models, labelled provisional, with the run's progress, starts no 
 its own and writes no report file; once every model is stored, a refresh gives the report.
 
 Two workspaces: a copy of the mnist1d demo with 8 models whose results store holds 5 of them in
-a running run, and one of 16 models (above the page's many-model threshold) holding 10."""
+a running run, and one of 16 models (above the page's many-model threshold) holding 10; this
+process stands in for the evaluation adding the rest (its driver's marker)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers.many_models import many_model_workspace, store_copies
+from helpers.many_models import evaluation_running, many_model_workspace, store_copies
 from streamlit.testing.v1 import AppTest
 from ui_fixtures import demo_workspace, page_on
 
@@ -53,7 +54,7 @@ def test_the_report_answers_for_the_stored_models_and_writes_files_once_complete
 ) -> None:
     live = demo_workspace(tmp_path / "live", 8)
     store_copies(live, {n: n for n in FIRST}, complete=False)
-    with page_on(live, "pages/report.py", monkeypatch) as at:
+    with evaluation_running(live), page_on(live, "pages/report.py", monkeypatch) as at:
         assert "5 of 8 models" in banner(at)
         assert not at.get("progress"), "the page started an evaluation of its own"
         assert answered(at) == sorted(FIRST)
@@ -79,7 +80,7 @@ def test_many_models_arriving_are_counted_and_paged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     many = many_model_workspace(tmp_path / "many", 14, stored=10)  # 16 models, 10 stored
-    with page_on(many, "pages/report.py", monkeypatch) as at:
+    with evaluation_running(many), page_on(many, "pages/report.py", monkeypatch) as at:
         assert "10 of 16 models" in banner(at)
         assert not at.get("progress")
         line = next(m.value for m in at.markdown if m.value.startswith("Verdicts of"))

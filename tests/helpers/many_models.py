@@ -6,16 +6,21 @@ so a page answers from the store and nothing is computed."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import os
 import shutil
-from collections.abc import Mapping
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sde_core.inputs.data import load_dataset
+from sde_core.pipeline.run_drivers import driving
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.workspace import Workspace, workspace_hash
 from sde_core.pipeline.workspace_load import load_workspace
@@ -26,6 +31,8 @@ __all__ = [
     "SWEEP_METHODS",
     "SWEEP_STRENGTHS",
     "copy_demo_data",
+    "evaluation_running",
+    "evaluation_stopped",
     "many_model_workspace",
     "store_copies",
     "sweep_grid",
@@ -136,3 +143,35 @@ def many_model_workspace(folder: Path, n_copies: int, stored: int | None = None)
     else:
         store_copies(folder, dict(list(copies.items())[:stored]), complete=False)
     return folder
+
+
+def _defaults_run(folder: Path) -> tuple[Path, int]:
+    """The results store of the workspace in ``folder`` and the id of its run at its defaults."""
+    ws = load_workspace(folder)
+    ws_hash = workspace_hash(ws, data_fingerprint=load_dataset(ws.dataset_spec()).fingerprint)
+    path = workspace_store_path(folder)
+    with ResultsStore(path, read_only=True) as store:
+        run = store.find_run(ws_hash, ws.defaults.result_key())
+    assert run is not None, f"no run at the defaults in {path}"
+    return path, run.id
+
+
+@contextlib.contextmanager
+def evaluation_running(folder: Path) -> Iterator[None]:
+    """This process standing in for the driver of an evaluation that is adding models to the
+    run at the defaults of the workspace in ``folder``: its marker
+    (:func:`sde_core.pipeline.run_drivers.driving`) while the block runs."""
+    path, run_id = _defaults_run(folder)
+    with driving(path, run_id, []):
+        yield
+
+
+def evaluation_stopped(folder: Path) -> None:
+    """The marker a killed driver leaves for the run at the defaults of the workspace in
+    ``folder``: a child process that takes the marker and kills itself (SIGKILL)."""
+    path, run_id = _defaults_run(folder)
+    code = ("import os, signal, sys; from sde_core.pipeline.run_drivers import driving\n"
+            "with driving(sys.argv[1], int(sys.argv[2]), []):\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)")  # fmt: skip
+    subprocess.run([sys.executable, "-c", code, str(path), str(run_id)], check=False,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip

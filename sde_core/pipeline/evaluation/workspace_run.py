@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -51,6 +52,7 @@ from sde_core.pipeline.evaluation.run_driver import run_model
 from sde_core.pipeline.evaluation.stages import StageCache
 from sde_core.pipeline.evaluation.summary import DrawSummary, ModelSummary, model_json
 from sde_core.pipeline.model_inputs import Progress, load_model_inputs
+from sde_core.pipeline.run_drivers import driving
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.workspace import cache_path
 from sde_core.stats.hsic import engine_device
@@ -367,8 +369,15 @@ def evaluate_workspace(
             progress("models", len(cached) + n_finished, len(entries))
 
     # with a store each result is written as it arrives and not kept (memory bounded at
-    # hundreds of models); without one, on_result keeps what the result needs
-    engine.run(jobs, on_result=on_result, progress=job_progress, keep=False)
+    # hundreds of models); without one, on_result keeps what the result needs. While the jobs
+    # run, the driver's marker tells pages that models are arriving (run_drivers)
+    marking = (
+        driving(store.path, run.id, [j.key for j in jobs])
+        if run is not None and jobs and not store.read_only
+        else nullcontext()
+    )
+    with marking:
+        engine.run(jobs, on_result=on_result, progress=job_progress, keep=False)
     if jobs and len(failed) == len(jobs) and not cached:  # nothing evaluated: one error
         first = failures[0]
         others = len(jobs) - 1
