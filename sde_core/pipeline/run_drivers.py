@@ -87,8 +87,13 @@ def _alive(pid: int, start: str | None) -> bool:
 @contextlib.contextmanager
 def driving(store_path: str | Path, run_id: int, models: Sequence[str]) -> Iterator[Path]:
     """Keep this process's marker for run ``run_id`` of the store at ``store_path`` while the
-    block runs (module docstring); the marker's path. A folder that cannot be written only
-    costs the pages the knowledge that models are arriving."""
+    block runs (module docstring); the marker's path. The markers of the run's killed drivers
+    (this host, process gone) are removed first: this driver resumes their work. A folder that
+    cannot be written only costs the pages the knowledge that models are arriving."""
+    for stale, live in list(_markers(store_path, run_id)):
+        if not live:  # a killed driver's marker: this driver resumes its run
+            with contextlib.suppress(OSError):
+                stale.unlink()
     folder = markers_folder(store_path)
     host, pid = socket.gethostname(), os.getpid()
     marker = folder / f"run-{int(run_id)}-{host}-{pid}.json"
@@ -106,15 +111,13 @@ def driving(store_path: str | Path, run_id: int, models: Sequence[str]) -> Itera
             marker.unlink()
 
 
-def run_drivers(store_path: str | Path, run_id: int) -> Drivers:
-    """The drivers' markers of run ``run_id`` of the store at ``store_path``, alive and gone
-    (module docstring); unreadable or foreign files in the folder are passed over."""
-    folder = markers_folder(store_path)
-    alive = gone = 0
+def _markers(store_path: str | Path, run_id: int) -> Iterator[tuple[Path, bool]]:
+    """Each readable marker of run ``run_id`` with whether its driver is alive (module
+    docstring); unreadable or foreign files and links in the folder are passed over."""
     try:
-        found = list(folder.glob(f"run-{int(run_id)}-*.json"))
+        found = list(markers_folder(store_path).glob(f"run-{int(run_id)}-*.json"))
     except OSError:
-        return Drivers()
+        return
     host = socket.gethostname()
     for path in found:
         if path.is_symlink():
@@ -126,8 +129,11 @@ def run_drivers(store_path: str | Path, run_id: int) -> Drivers:
             elsewhere = str(record["host"]) != host
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if elsewhere or _alive(pid, None if start is None else str(start)):
-            alive += 1
-        else:
-            gone += 1
-    return Drivers(alive=alive, gone=gone)
+        yield path, elsewhere or _alive(pid, None if start is None else str(start))
+
+
+def run_drivers(store_path: str | Path, run_id: int) -> Drivers:
+    """The drivers' markers of run ``run_id`` of the store at ``store_path``, alive and gone
+    (module docstring)."""
+    alive = [live for _, live in _markers(store_path, run_id)]
+    return Drivers(alive=sum(alive), gone=len(alive) - sum(alive))

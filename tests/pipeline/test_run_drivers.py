@@ -63,6 +63,9 @@ def test_a_killed_driver_leaves_a_marker_read_as_gone(tmp_path: Path) -> None:
     assert child.returncode == -signal.SIGKILL
     assert len(list(markers_folder(store).iterdir())) == 1  # left behind
     assert run_drivers(store, 3) == Drivers(gone=1)
+    with driving(store, 3, ["a"]):  # the command run again: its driver resumes the run
+        assert run_drivers(store, 3) == Drivers(alive=1)  # the killed driver's marker removed
+    assert run_drivers(store, 3) == Drivers()
 
 
 def test_a_reused_pid_another_host_junk_and_links(tmp_path: Path) -> None:
