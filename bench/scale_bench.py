@@ -207,7 +207,8 @@ def kill_and_resume(folder: Path) -> dict[str, object]:
 
     Returns what shows whether anything ran twice: the units stored at the kill, the jobs
     submitted by the first driver, how many of those the second driver submitted again (a
-    new job id in the manifest), the job folders submitit made over both drivers, whether every
+    new job id in the manifest), the job folders submitit made over both drivers (one a job,
+    named by its id; not the ``%j`` folder of its file-name template), whether every
     unit stored before the kill kept its row (same ``finished`` time), and both wall times.
     """
     _clear(folder)
@@ -239,7 +240,7 @@ def kill_and_resume(folder: Path) -> dict[str, object]:
     return {
         "models": n, "stored_at_kill": stored, "submitted_by_first": len(submitted),
         "submitted_again": again, "units": total,
-        "job_folders": sum(1 for p in jobs.iterdir() if p.is_dir()),
+        "job_folders": sum(1 for p in jobs.iterdir() if p.is_dir() and p.name.isdigit()),
         "rows_kept": all(after.get(k) == v for k, v in before.items()),
         "first_s": round(first_s, 1), "second_s": round(time.perf_counter() - t0, 1),
     }  # fmt: skip
