@@ -70,6 +70,11 @@ def plot(fig: Any, key: str | None = None) -> None:
     st.plotly_chart(fig, config=PLOTLY_CONFIG, key=key)
 
 
+def capitalised(text: str) -> str:
+    """``text`` with its first letter upper-case (a library sentence opening a caption)."""
+    return f"{text[:1].upper()}{text[1:]}"
+
+
 def fmt(value: Any, digits: int = 3) -> str:
     """A number for display (:func:`sde_core.viz.formatting.format_number`)."""
     return format_number(value, digits=digits)

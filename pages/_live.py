@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from pages._display import capitalised
 from pages._run import evaluations
 from sde_core.common.hashing import stable_hash
 from sde_core.common.markdown_text import md_literal, md_plain
@@ -77,7 +78,7 @@ def provisional_result(
     head = f"**Provisional: {progress.count} of {progress.total} models** at layer {layer}"
     if progress.stalled:
         st.warning(
-            f"{head}. {progress.stall_reason()[0].upper()}{progress.stall_reason()[1:]}. "
+            f"{head}. {capitalised(progress.stall_reason())}. "
             "Rerunning its command resumes it (the stored models are not recomputed), or "
             "evaluate the rest here."
         )
@@ -114,4 +115,4 @@ def _progress_line(ws: Workspace, settings: EvalSettings, count: int, stalled: b
         return
     if now is None or now.count != count or now.stalled != stalled or not now.arriving:
         st.rerun(scope="app")
-    st.caption(f"{now.sentence()[0].upper()}{now.sentence()[1:]}.")
+    st.caption(f"{capitalised(now.sentence())}.")
