@@ -16,11 +16,14 @@ silently changed by a resume.
 **Integrity.** Every run, table, unit and array record carries a SHA-256 checksum (see
 :mod:`sde_core.pipeline.store_integrity`). Opening a store runs SQLite's structural check
 (``integrity_check``; ``quick_check`` above 256 MiB; once per process for a file unchanged
-since); a structurally damaged file raises :class:`StoreDamagedError`. A read of a run's rows
-first verifies every unit of the run — each row, and each array's recorded checksum, against
-the unit's checksum — and a read of an array checks its bytes against that recorded checksum
-(once per unit and store object, and per process while the file is unchanged); a damaged
-record is never served: it raises :class:`DamagedUnitError` naming its unit. A resumed
+since); a structurally damaged file raises :class:`StoreDamagedError`. Any read of a run first
+verifies every unit's record — its checksum against its table records and its arrays' recorded
+checksums — a read of a table's rows verifies those rows against their table records (of every
+unit, or of the units it reads), and a read of an array checks its bytes against its recorded
+checksum (once per unit and store object, and per process while the file is unchanged); a
+damaged record is never served: it raises :class:`DamagedUnitError` naming its unit. (A
+schema-2 file opened read-only is checked with every row at each read: its unit checksums
+cover them; opened writable, it is upgraded.) A resumed
 evaluation checks every array's bytes too before it skips a unit
 (:meth:`ResultsStore.finished_units`), and :meth:`ResultsStore.damaged_units` lists every
 damaged unit. ``ResultsStore(path,
@@ -88,8 +91,11 @@ from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import StoreError
 from sde_core.pipeline.store_integrity import (
+    FULL,
+    RECORDS,
     DamagedUnit,
     DamagedUnitError,
+    Level,
     array_checksum,
     array_problem,
     decode_array,
@@ -97,7 +103,8 @@ from sde_core.pipeline.store_integrity import (
     run_checksum,
     table_checksum,
     table_problem,
-    unit_checksum,
+    unit_checksum3,
+    unit_records,
 )
 from sde_core.pipeline.store_verify import Run, VerifiedStore
 from sde_core.pipeline.workspace import cache_path
@@ -265,17 +272,18 @@ class ResultsStore(VerifiedStore):
         """Keys of every stored unit of the run, after verifying every one of them.
 
         Args:
-            arrays: also check every array's bytes (what a resumed evaluation needs before it
-                skips a unit); False: every row and each array's recorded checksum, the bytes
-                being checked when :meth:`array` reads them (what a read that serves the rows
-                needs: at hundreds of models the arrays are most of the file).
+            arrays: also check every row and every array's bytes (what a resumed evaluation
+                needs before it skips a unit); False: each unit's record against its table
+                and array records, the rows being checked when :meth:`records` reads them and
+                an array's bytes when :meth:`array` does (at hundreds of models the per-subset
+                rows and the arrays are most of the file; a page reads a few tables).
 
         Raises:
             StoreError: No such run.
             DamagedUnitError: Some units are damaged (all are named; repair drops them).
         """
         self.get_run(run_id)
-        self._verify_run(int(run_id), arrays=arrays)
+        self._verify_run(int(run_id), FULL if arrays else RECORDS)
         found = self._query("SELECT unit_key FROM units WHERE run_id = ?", (int(run_id),))
         return {str(key) for (key,) in found}
 
@@ -334,7 +342,8 @@ class ResultsStore(VerifiedStore):
             for table, (_, payloads) in records.items()
             for seq, payload in enumerate(payloads)
         ]
-        checksum = unit_checksum(run_id, unit_key, finished, rows, list(sums.items()))
+        tables_sums = unit_records(run_id, unit_key, rows)  # a table given empty: no record
+        checksum = unit_checksum3(run_id, unit_key, finished, tables_sums, list(sums.items()))
         with self._tx() as conn:
             if conn.execute(
                 "SELECT 1 FROM units WHERE run_id = ? AND unit_key = ?", (run_id, unit_key)
@@ -368,6 +377,11 @@ class ResultsStore(VerifiedStore):
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(run_id, name, unit_id, *blob, sums[name]) for name, blob in blobs.items()],
             )
+            conn.executemany(
+                "INSERT INTO unit_tables (unit_id, table_name, n_rows, checksum)"
+                " VALUES (?, ?, ?, ?)",
+                [(unit_id, *record) for record in tables_sums],
+            )
         return True
 
     @staticmethod
@@ -397,14 +411,14 @@ class ResultsStore(VerifiedStore):
     # ------------------------------------------------------------------ reading
 
     def tables(self, run_id: int) -> list[str]:
-        """Names of the run's tables, sorted (the run's rows and records verified; the arrays'
-        bytes are checked when an array is read, as for :meth:`records`).
+        """Names of the run's tables, sorted (the run's unit and table records verified; a
+        table's rows are checked when they are read, as an array's bytes are).
 
         Raises:
             StoreError: No such run.
         """
         self.get_run(run_id)
-        self._verify_run(int(run_id), arrays=False)
+        self._verify_run(int(run_id), RECORDS)
         found = self._query(
             "SELECT name FROM run_tables WHERE run_id = ? ORDER BY name", (int(run_id),)
         )
@@ -442,7 +456,8 @@ class ResultsStore(VerifiedStore):
             DamagedUnitError: A unit with rows in this table is damaged.
         """
         self.columns(run_id, table)
-        self._verify_run(int(run_id), arrays=False)  # the rows; arrays are checked when read
+        # every unit's record, and this table's rows of the units read
+        self._verify_run(int(run_id), Level(frozenset({table})), units)
         base = (
             "FROM table_rows t JOIN units u ON u.id = t.unit_id"
             " WHERE u.run_id = ? AND t.table_name = ?"
@@ -491,7 +506,7 @@ class ResultsStore(VerifiedStore):
             raise StoreError(
                 f"run {run_id} has no array {name!r}: list them with array_names({run_id})"
             )
-        self._verify_run(int(run_id), arrays=False)  # its unit binds the recorded checksum
+        self._verify_run(int(run_id), RECORDS)  # its unit binds the recorded checksum
         key, dtype, shape, data, checksum = found[0]
         problem = array_problem(int(run_id), key, name, dtype, shape, data, checksum,
                                 self._checksums)  # fmt: skip
@@ -506,7 +521,7 @@ class ResultsStore(VerifiedStore):
             StoreError: No such run.
         """
         self.get_run(run_id)
-        self._verify_run(int(run_id))
+        self._verify_run(int(run_id), RECORDS)  # a name; the bytes are checked when read
         found = self._query(
             "SELECT name FROM arrays WHERE run_id = ? AND substr(name, 1, ?) = ? ORDER BY name",
             (int(run_id), len(prefix), prefix),

@@ -3,8 +3,10 @@
 :class:`StoreFile` opens a store file (read-only, or writable in WAL mode), checks that it is an
 SDE results store of a version it reads (``PRAGMA application_id`` = :data:`APPLICATION_ID`,
 ``PRAGMA user_version`` = :data:`SCHEMA_VERSION`) and sound (SQLite's structural check), creates
-the schema in an empty file, upgrades a schema-1 store and, with ``repair``, rebuilds a
-structurally damaged one (:func:`~sde_core.pipeline.store_integrity.salvage`). It runs every
+the schema in an empty file, upgrades a schema-1 or schema-2 store
+(:mod:`~sde_core.pipeline.store_repair`; a store opened read-only is read at its own schema) and,
+with ``repair``, rebuilds a structurally damaged one
+(:func:`~sde_core.pipeline.store_repair.salvage`). It runs every
 write as one ``BEGIN IMMEDIATE`` transaction and turns SQLite's failures into
 :class:`~sde_core.errors.StoreError` messages that say what to do. The records' checks are
 :class:`~sde_core.pipeline.store_verify.VerifiedStore`'s; the store's API is
@@ -24,19 +26,20 @@ from urllib.parse import quote
 
 from sde_core.errors import StoreError
 from sde_core.pipeline.store_integrity import (
+    UNIT_TABLES_SCHEMA,
     RepairReport,
     StoreDamagedError,
     file_problem,
-    salvage,
     tolerant_text,
-    upgrade_v1,
 )
+from sde_core.pipeline.store_repair import salvage, upgrade_v1, upgrade_v2
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "StoreFile", "file_stamp"]
 
 
-SCHEMA_VERSION = 2
-"""Version of the store's SQL schema, kept in ``PRAGMA user_version`` (2: checksums)."""
+SCHEMA_VERSION = 3
+"""Version of the store's SQL schema, kept in ``PRAGMA user_version`` (2: checksums; 3: each
+unit's rows of each table checksummed apart, ``unit_tables``)."""
 
 
 APPLICATION_ID = 0x53444531
@@ -88,6 +91,7 @@ _SCHEMA = (
         PRIMARY KEY (run_id, name)
     )""",
     "CREATE INDEX arrays_unit ON arrays (unit_id)",
+    UNIT_TABLES_SCHEMA,
 )
 
 
@@ -164,6 +168,7 @@ class StoreFile:
         self.repair_report: RepairReport | None = None
         self._lock = threading.RLock()
         self._checksums = True
+        self._schema = SCHEMA_VERSION  # the file's schema once opened (read-only: as found)
         if repair and self.read_only:
             raise StoreError("a store opened read_only cannot be repaired: open it writable")
         self._conn = self._connect()
@@ -225,7 +230,7 @@ class StoreFile:
                 f"{self.path} was written by a newer SDE Explorer (schema version {version}; "
                 f"this version reads {SCHEMA_VERSION}): upgrade sde_core or choose another path"
             )
-        if not empty and version not in (1, SCHEMA_VERSION):
+        if not empty and version not in (1, 2, SCHEMA_VERSION):
             raise StoreError(f"{not_store} (unknown schema version {version})")
         if not empty:
             problem = self._structure_problem()
@@ -240,6 +245,7 @@ class StoreFile:
                 )
         if self.read_only:
             self._checksums = version >= 2
+            self._schema = int(version)
             return None
         try:
             self._enable_wal()
@@ -247,13 +253,15 @@ class StoreFile:
             self._conn.execute("PRAGMA foreign_keys=ON")
         except sqlite3.DatabaseError as exc:
             raise self._error(exc) from exc
-        if empty or version == 1:  # another process may have done it meanwhile: re-read
+        if empty or version < SCHEMA_VERSION:  # another process may have done it: re-read
             with self._tx() as conn:
                 current = conn.execute("PRAGMA user_version").fetchone()[0]
                 if current == 0 and empty:
                     _create_schema(conn)
-                elif current == 1:
+                if current == 1:
                     upgrade_v1(conn)
+                if current in (1, 2):
+                    upgrade_v2(conn)
         return None
 
     def _salvage(self, problem: str) -> None:

@@ -1,20 +1,27 @@
-"""Integrity of the results store: checksums, verification, schema upgrade and salvage.
+"""Integrity of the results store: checksums and the checks of its records.
 
-Every stored record carries a SHA-256 checksum (schema version 2):
+Every stored record carries a SHA-256 checksum (schema version 2 and later):
 
 - a run: over its workspace hash, settings hash, settings JSON, label, creation time, status;
 - a run's table: over its run id, name and column list;
 - an array: over its run id, the key of the unit that wrote it, its name, dtype, shape and bytes;
-- a unit: over its run id, key, finish time, every table row it wrote (table, sequence number,
-  JSON payload) and the names and checksums of its arrays — so a lost, added or altered row or
-  array, or a record moved to another unit or run, changes it.
+- a unit's rows of one table (schema 3): over its run id, key, the table's name and every row
+  (sequence number, JSON payload), recorded with the row count in ``unit_tables``;
+- a unit: over its run id, key and finish time, and (schema 3) the records of its tables and
+  the names and checksums of its arrays, or (schema 2) every table row it wrote and its
+  arrays' names and checksums — so a lost, added or altered row or array, or a record moved to
+  another unit or run, changes it.
+
+Schema 3 lets a read verify what it serves: a unit's record against its table and array
+records (:data:`RECORDS`), the rows of the tables it reads (:class:`Level`), the bytes of the
+arrays it reads (:func:`array_problem`). At hundreds of models the per-subset rows are most of
+a run's rows and a page reads the rows of other tables. A schema-2 unit can only be checked
+with all its rows (its checksum covers them).
 
 These are integrity checks against damage (a truncated copy, a bad disk, a stray write), not
 authentication: anyone who can write the file can also rewrite the checksums.
-:func:`check_unit` verifies one unit; :func:`file_problem` runs SQLite's own structural check;
-:func:`upgrade_v1` adds checksums to a version-1 store; :func:`salvage` rebuilds a store whose
-file is structurally damaged from the units that still verify, keeping the damaged file beside
-it.
+:func:`unit_problem` verifies one unit; :func:`file_problem` runs SQLite's own structural
+check. Upgrading older files and salvaging damaged ones is :mod:`~sde_core.pipeline.store_repair`.
 """
 
 from __future__ import annotations
@@ -22,9 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import shutil
 import sqlite3
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,31 +40,79 @@ import numpy as np
 from sde_core.errors import StoreError
 
 __all__ = [
+    "FULL",
     "FULL_CHECK_MAX_BYTES",
+    "RECORDS",
+    "ROWS",
+    "UNIT_TABLES_SCHEMA",
     "DamagedUnit",
     "DamagedUnitError",
+    "Level",
     "RepairReport",
     "StoreDamagedError",
     "array_checksum",
     "array_problem",
     "check_unit",
+    "check_unit3",
     "decode_array",
     "decode_payload",
     "file_problem",
+    "rows_checksum",
     "run_checksum",
     "run_problem",
-    "salvage",
+    "suspect_units",
     "table_checksum",
     "table_problem",
     "tolerant_text",
     "unit_checksum",
-    "upgrade_v1",
+    "unit_checksum3",
+    "unit_problem",
+    "unit_records",
 ]
 
 #: Files up to this size get ``PRAGMA integrity_check`` (also compares indexes with tables)
 #: when opened; larger ones the faster ``PRAGMA quick_check``.
 FULL_CHECK_MAX_BYTES = 256 * 2**20
 _ARRAY_KINDS = "biuf"
+_UNITS_PER_QUERY = 500  # ids bound in one query, well within SQLite's variable limit
+
+UNIT_TABLES_SCHEMA = """CREATE TABLE unit_tables (
+        unit_id INTEGER NOT NULL REFERENCES units (id) ON DELETE CASCADE,
+        table_name TEXT NOT NULL,
+        n_rows INTEGER NOT NULL,
+        checksum TEXT NOT NULL,
+        PRIMARY KEY (unit_id, table_name)
+    )"""
+"""Schema 3's record of each unit's rows of each table (their count and checksum)."""
+
+
+@dataclass(frozen=True)
+class Level:
+    """What a check of a unit covers beyond its record: the rows of ``tables`` (``None``: of
+    every table) and, with ``arrays``, the arrays' bytes (each array's recorded checksum is
+    bound by the unit's record at every level)."""
+
+    tables: frozenset[str] | None = frozenset()
+    arrays: bool = False
+
+    def covers(self, other: Level) -> bool:
+        """Whether a unit checked at this level needs no check at ``other``."""
+        rows = self.tables is None or (other.tables is not None and other.tables <= self.tables)
+        return rows and (self.arrays or not other.arrays)
+
+    def union(self, other: Level) -> Level:
+        """What two checks of the same unit covered together."""
+        if self.tables is None or other.tables is None:
+            return Level(None, self.arrays or other.arrays)
+        return Level(self.tables | other.tables, self.arrays or other.arrays)
+
+
+RECORDS = Level()
+"""The unit's record only (schema 3; a schema-2 unit's record covers its rows)."""
+ROWS = Level(None)
+"""The unit's record and every row it wrote."""
+FULL = Level(None, arrays=True)
+"""Every row and every array's bytes (what a resumed evaluation checks before it skips a unit)."""
 
 
 class StoreDamagedError(StoreError):
@@ -193,6 +246,41 @@ def unit_checksum(
     return _digest(
         "unit", run_id, unit_key, finished, [list(r) for r in ordered_rows], ordered_arrays
     )
+
+
+def rows_checksum(run_id: Any, unit_key: Any, table: Any, rows: Sequence[tuple[Any, Any]]) -> str:
+    """Checksum of a unit's rows ``(seq, payload)`` of one table, sorted by sequence number
+    (schema 3)."""
+    ordered = sorted(rows, key=lambda r: repr(r[0]))
+    return _digest("rows", run_id, unit_key, table, [list(r) for r in ordered])
+
+
+def unit_records(
+    run_id: Any, unit_key: Any, rows: Sequence[tuple[Any, Any, Any]]
+) -> list[tuple[str, int, str]]:
+    """A unit's table records ``(table, row count, rows checksum)`` from its rows
+    ``(table, seq, payload)`` (schema 3), sorted by table."""
+    grouped: dict[str, list[tuple[Any, Any]]] = {}
+    for table, seq, payload in rows:
+        grouped.setdefault(str(table), []).append((seq, payload))
+    return [
+        (table, len(found), rows_checksum(run_id, unit_key, table, found))
+        for table, found in sorted(grouped.items())
+    ]
+
+
+def unit_checksum3(
+    run_id: Any,
+    unit_key: Any,
+    finished: Any,
+    tables: Sequence[Sequence[Any]],
+    arrays: Sequence[Sequence[Any]],
+) -> str:
+    """Checksum of a schema-3 unit: its identity, its table records ``(table, row count,
+    rows checksum)`` sorted by table, and its arrays' ``(name, checksum)`` sorted by name."""
+    ordered_tables = sorted((list(t) for t in tables), key=lambda t: str(t[0]))
+    ordered_arrays = sorted((list(a) for a in arrays), key=lambda a: str(a[0]))
+    return _digest("unit3", run_id, unit_key, finished, ordered_tables, ordered_arrays)
 
 
 # ------------------------------------------------------------------------------- decoding
@@ -347,6 +435,139 @@ def check_unit(
     return None
 
 
+def check_unit3(
+    conn: sqlite3.Connection, unit: Sequence[Any], indexed: bool = True, level: Level = FULL
+) -> str | None:
+    """Why the schema-3 unit ``(id, run_id, unit_key, finished, checksum)`` cannot be served at
+    ``level``, or ``None``: its checksum matches its table and array records, and the rows of
+    the level's tables (and, with ``level.arrays``, the arrays' bytes) match those records.
+    ``indexed=False`` reads by table scans, for files whose indexes may be damaged."""
+    uid, run_id, key, finished, checksum = unit[:5]
+    scan = "" if indexed else " NOT INDEXED"
+    if not isinstance(key, str):
+        return "its key is damaged"
+    records = conn.execute(
+        f"SELECT table_name, n_rows, checksum FROM unit_tables{scan} WHERE unit_id = ?", (uid,)
+    ).fetchall()
+    cols = "name, checksum" + (", dtype, shape, data" if level.arrays else "")
+    stored = conn.execute(f"SELECT {cols} FROM arrays{scan} WHERE unit_id = ?", (uid,)).fetchall()
+    if checksum is None or checksum != unit_checksum3(
+        run_id, key, finished, records, [r[:2] for r in stored]
+    ):
+        return "its table or array records do not match its checksum"
+    if level.arrays:
+        for name, recorded, dtype, shape, data in stored:
+            actual = array_checksum(run_id, key, name, dtype, shape, data)
+            if recorded is None or recorded != actual:
+                return f"array {name!r} does not match its checksum"
+    known = {str(r[0]): r for r in records}
+    if level.tables is None:
+        present = conn.execute(
+            f"SELECT DISTINCT table_name FROM table_rows{scan} WHERE unit_id = ?", (uid,)
+        ).fetchall()
+        wanted = sorted({str(t) for (t,) in present} | set(known))
+    else:
+        wanted = sorted(level.tables)
+    for table in wanted:
+        rows = conn.execute(
+            f"SELECT seq, payload FROM table_rows{scan} WHERE unit_id = ? AND table_name = ?",
+            (uid, table),
+        ).fetchall()
+        record = known.get(table)
+        if record is None:
+            if rows:
+                return f"its rows of table {table!r} have no record"
+            continue
+        if len(rows) != record[1] or record[2] != rows_checksum(run_id, key, table, rows):
+            for seq, payload in rows:  # name a row that does not decode, when one does not
+                bad = _decodes(functools.partial(decode_payload, payload))
+                if bad is not None:
+                    return f"row {seq!r} of table {table!r} does not decode: {bad}"
+            return f"its rows of table {table!r} do not match their checksum"
+    return None
+
+
+def suspect_units(
+    conn: sqlite3.Connection,
+    units: Sequence[Sequence[Any]],
+    level: Level,
+    done: Callable[[Sequence[Any]], Level | None],
+) -> set[int]:
+    """The ids of those schema-3 ``units`` (rows of ``units``) that may fail a check at
+    ``level`` — a set of tables, no arrays' bytes — read in a few queries per chunk of units
+    instead of several per unit: each record not verified yet (``done(unit)``: the level a
+    unit was checked at, or ``None``) against the unit's checksum, and each table's rows not
+    verified yet against their record. A unit named here is checked alone by
+    :func:`check_unit3`, which says why it fails."""
+    assert level.tables is not None and not level.arrays
+    suspect: set[int] = set()
+    for start in range(0, len(units), _UNITS_PER_QUERY):
+        chunk = units[start : start + _UNITS_PER_QUERY]
+        marks = ", ".join("?" * len(chunk))
+        ids = [u[0] for u in chunk]
+        records: dict[Any, dict[str, tuple[Any, ...]]] = {}
+        for uid, *record in conn.execute(
+            "SELECT unit_id, table_name, n_rows, checksum FROM unit_tables"
+            f" WHERE unit_id IN ({marks})",
+            ids,
+        ).fetchall():
+            records.setdefault(uid, {})[str(record[0])] = tuple(record)
+        sums: dict[Any, list[tuple[Any, Any]]] = {}
+        for uid, name, checksum in conn.execute(
+            f"SELECT unit_id, name, checksum FROM arrays WHERE unit_id IN ({marks})", ids
+        ).fetchall():
+            sums.setdefault(uid, []).append((name, checksum))
+        rows: dict[str, dict[Any, list[tuple[Any, Any]]]] = {}
+        for table in sorted(level.tables):
+            grouped = rows.setdefault(table, {})
+            for uid, seq, payload in conn.execute(
+                "SELECT unit_id, seq, payload FROM table_rows"
+                f" WHERE table_name = ? AND unit_id IN ({marks})",
+                [table, *ids],
+            ).fetchall():
+                grouped.setdefault(uid, []).append((seq, payload))
+        for unit in chunk:
+            uid, run_id, key, finished, checksum = unit[:5]
+            before = done(unit)
+            mine = records.get(uid, {})
+            ok = isinstance(key, str) and (
+                before is not None
+                or (
+                    checksum is not None
+                    and checksum
+                    == unit_checksum3(run_id, key, finished, list(mine.values()), sums.get(uid, []))
+                )
+            )
+            checked = frozenset() if before is None else before.tables
+            for table in [] if checked is None else sorted(level.tables - checked):
+                found = rows[table].get(uid, [])
+                record = mine.get(table)
+                ok = ok and (
+                    not found
+                    if record is None
+                    else len(found) == record[1]
+                    and record[2] == rows_checksum(run_id, key, table, found)
+                )
+            if not ok:
+                suspect.add(uid)
+    return suspect
+
+
+def unit_problem(
+    conn: sqlite3.Connection,
+    unit: Sequence[Any],
+    schema: int,
+    indexed: bool = True,
+    level: Level = FULL,
+) -> str | None:
+    """Why a unit of a store of ``schema`` (``PRAGMA user_version``) cannot be served at
+    ``level``, or ``None`` (:func:`check_unit3`; schemas 1 and 2: :func:`check_unit`, which
+    checks every row at any level)."""
+    if schema >= 3:
+        return check_unit3(conn, unit, indexed, level)
+    return check_unit(conn, unit, schema >= 2, indexed, arrays=level.arrays or schema < 2)
+
+
 def array_problem(
     run_id: Any, unit_key: Any, name: Any, dtype: Any, shape: Any, data: Any, checksum: Any,
     checksums: bool,
@@ -376,221 +597,3 @@ def file_problem(conn: sqlite3.Connection, size: int) -> str | None:
         " ".join(line.replace("*** in database main ***", "").split()) for line in found[:3]
     )
     return text or "the check returned nothing"
-
-
-# ------------------------------------------------------------------------------- upgrade
-
-
-def upgrade_v1(conn: sqlite3.Connection) -> None:
-    """Add checksums to a schema-1 store, inside the caller's write transaction.
-
-    Records that do not decode are left without a checksum, so they are reported as damaged
-    instead of being certified. Sets ``user_version`` to 2.
-    """
-    for table in ("runs", "units", "run_tables", "arrays"):
-        conn.execute(f"ALTER TABLE {table} ADD COLUMN checksum TEXT")
-    for row in conn.execute(
-        "SELECT id, workspace_hash, settings_hash, settings, label, created, status FROM runs"
-    ).fetchall():
-        if run_problem(row, checksums=False) is None:
-            conn.execute(
-                "UPDATE runs SET checksum = ? WHERE id = ?", (run_checksum(*row[1:]), row[0])
-            )
-    for run_id, name, columns in conn.execute(
-        "SELECT run_id, name, columns FROM run_tables"
-    ).fetchall():
-        conn.execute(
-            "UPDATE run_tables SET checksum = ? WHERE run_id = ? AND name = ?",
-            (table_checksum(run_id, name, columns), run_id, name),
-        )
-    for unit in conn.execute("SELECT id, run_id, unit_key, finished FROM units").fetchall():
-        if check_unit(conn, unit, checksums=False) is not None:
-            continue
-        uid, run_id, key, finished = unit
-        sums = []
-        for name, dtype, shape, data in conn.execute(
-            "SELECT name, dtype, shape, data FROM arrays WHERE unit_id = ?", (uid,)
-        ).fetchall():
-            digest = array_checksum(run_id, key, name, dtype, shape, data)
-            conn.execute(
-                "UPDATE arrays SET checksum = ? WHERE run_id = ? AND name = ?",
-                (digest, run_id, name),
-            )
-            sums.append((name, digest))
-        rows = conn.execute(
-            "SELECT table_name, seq, payload FROM table_rows WHERE unit_id = ?", (uid,)
-        ).fetchall()
-        conn.execute(
-            "UPDATE units SET checksum = ? WHERE id = ?",
-            (unit_checksum(run_id, key, finished, rows, sums), uid),
-        )
-    conn.execute("PRAGMA user_version=2")
-
-
-# ------------------------------------------------------------------------------- salvage
-
-
-def _fetch(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any] | None:
-    try:
-        return conn.execute(sql, params).fetchall()
-    except (sqlite3.DatabaseError, UnicodeDecodeError):
-        return None
-
-
-def _move_aside(path: Path) -> Path:
-    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-    n = 1
-    while aside.exists():
-        aside = aside.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
-        n += 1
-    shutil.move(str(path), str(aside))
-    for suffix in ("-wal", "-shm"):
-        side = path.with_name(path.name + suffix)
-        if side.exists():
-            shutil.move(str(side), str(aside.with_name(aside.name + suffix)))
-    return aside
-
-
-def _columns_from_rows(rows: list[tuple[str, dict[str, Any]]]) -> dict[str, list[str]]:
-    columns: dict[str, dict[str, None]] = {}
-    for table, payload in rows:
-        seen = columns.setdefault(table, {})
-        for key in payload:
-            seen.setdefault(key, None)
-    return {table: list(cols) for table, cols in columns.items()}
-
-
-def salvage(path: Path, create: Callable[[Path], sqlite3.Connection]) -> RepairReport:
-    """Rebuild a structurally damaged store from every unit that still verifies.
-
-    The damaged file (with its ``-wal``/``-shm`` files) is moved aside to
-    ``<name>.damaged-<time>``, never deleted; ``create(path)`` makes a fresh, empty store
-    there; verified runs and units are copied with their ids; each run's table columns are
-    rebuilt from its kept rows, and a run that lost units is marked ``running``.
-    """
-    aside = _move_aside(path)
-    dropped: list[DamagedUnit] = []
-    kept = 0
-    dst = create(path)
-    try:
-        src = sqlite3.connect(f"file:{aside}?mode=ro", uri=True)
-    except sqlite3.Error:
-        dst.close()
-        return RepairReport(path, aside, (DamagedUnit(0, None, "unreadable file"),), 0)
-    src.text_factory = tolerant_text
-    try:
-        version = (_fetch(src, "PRAGMA user_version") or [(2,)])[0][0]
-        checksums = version >= 2
-        run_cols = "id, workspace_hash, settings_hash, settings, label, created, status"
-        runs = _fetch(src, f"SELECT {run_cols}{', checksum' if checksums else ''} FROM runs")
-        if runs is None:
-            dropped.append(DamagedUnit(0, None, "the list of runs is unreadable"))
-            runs = []
-        dst.execute("BEGIN IMMEDIATE")
-        for run in runs:
-            kept += _salvage_run(src, dst, run, checksums, dropped)
-        dst.execute("COMMIT")
-    finally:
-        src.close()
-        dst.close()
-    return RepairReport(path, aside, tuple(dropped), kept)
-
-
-def _salvage_run(
-    src: sqlite3.Connection,
-    dst: sqlite3.Connection,
-    run: Sequence[Any],
-    checksums: bool,
-    dropped: list[DamagedUnit],
-) -> int:
-    run_id = run[0]
-    unit_cols = "id, run_id, unit_key, finished" + (", checksum" if checksums else "")
-    units = _fetch(
-        src, f"SELECT {unit_cols} FROM units NOT INDEXED WHERE run_id = ? ORDER BY id", (run_id,)
-    )
-    problem = run_problem(run, checksums)
-    if problem is not None or units is None:
-        why = problem or "its list of units is unreadable"
-        keys = [u[2] for u in units or [] if isinstance(u[2], str)]
-        dropped.extend(DamagedUnit(int(run_id), k, why) for k in keys)
-        dropped.append(DamagedUnit(int(run_id), None, why))
-        return 0
-    fields = list(run[1:7])
-    lost_any = False
-    copied: list[tuple[str, dict[str, Any]]] = []
-    plans: list[Sequence[Any]] = []
-    for unit in units:
-        reason: str | None
-        try:
-            reason = check_unit(src, unit, checksums, indexed=False)
-        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-            reason = f"unreadable ({' '.join(str(exc).split())})"
-        if reason is not None:
-            dropped.append(DamagedUnit(int(run_id), str(unit[2]), reason))
-            lost_any = True
-            continue
-        plans.append(unit)
-    dst.execute(
-        "INSERT INTO runs (id, workspace_hash, settings_hash, settings, label, created, status)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (run_id, *fields),
-    )
-    kept = 0
-    for unit in plans:
-        dst.execute("SAVEPOINT unit")
-        try:
-            rows = _copy_unit(src, dst, unit)
-        except (sqlite3.DatabaseError, UnicodeDecodeError, ValueError) as exc:
-            dst.execute("ROLLBACK TO unit")
-            dropped.append(DamagedUnit(int(run_id), str(unit[2]), f"unreadable ({exc})"))
-            lost_any = True
-        else:
-            copied.extend(rows)
-            kept += 1
-        dst.execute("RELEASE unit")
-    if lost_any:
-        fields[5] = "running"
-    dst.execute(
-        "UPDATE runs SET status = ?, checksum = ? WHERE id = ?",
-        (fields[5], run_checksum(*fields), run_id),
-    )
-    for table, columns in _columns_from_rows(copied).items():
-        text = json.dumps(columns)
-        dst.execute(
-            "INSERT INTO run_tables (run_id, name, columns, checksum) VALUES (?, ?, ?, ?)",
-            (run_id, table, text, table_checksum(run_id, table, text)),
-        )
-    return kept
-
-
-def _copy_unit(
-    src: sqlite3.Connection, dst: sqlite3.Connection, unit: Sequence[Any]
-) -> list[tuple[str, dict[str, Any]]]:
-    uid, run_id, key, finished = unit[:4]
-    rows = src.execute(
-        "SELECT table_name, seq, payload FROM table_rows NOT INDEXED WHERE unit_id = ?"
-        " ORDER BY table_name, seq",
-        (uid,),
-    ).fetchall()
-    arrays = src.execute(
-        "SELECT name, dtype, shape, data FROM arrays NOT INDEXED WHERE unit_id = ? ORDER BY name",
-        (uid,),
-    ).fetchall()
-    sums = [(name, array_checksum(run_id, key, name, d, s, b)) for name, d, s, b in arrays]
-    dst.execute(
-        "INSERT INTO units (id, run_id, unit_key, finished, checksum) VALUES (?, ?, ?, ?, ?)",
-        (uid, run_id, key, finished, unit_checksum(run_id, key, finished, rows, sums)),
-    )
-    dst.executemany(
-        "INSERT INTO table_rows (unit_id, table_name, seq, payload) VALUES (?, ?, ?, ?)",
-        [(uid, *row) for row in rows],
-    )
-    dst.executemany(
-        "INSERT INTO arrays (run_id, name, unit_id, dtype, shape, data, checksum)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            (run_id, name, uid, d, s, b, digest)
-            for (name, d, s, b), (_, digest) in zip(arrays, sums, strict=True)
-        ],
-    )
-    return [(table, decode_payload(payload)) for table, _, payload in rows]

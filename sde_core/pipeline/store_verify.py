@@ -2,8 +2,9 @@
 
 :class:`VerifiedStore` adds to the open file (:class:`~sde_core.pipeline.store_file.StoreFile`)
 the checks of :mod:`sde_core.pipeline.store_integrity`: a run record is verified before it is
-returned as a :class:`Run`, a run's units and tables before any of its rows are served (once per
-store object while its records are unchanged, and once per process while the file is, too),
+returned as a :class:`Run`, a run's unit and table records before any of it is served, and the
+rows of a table before they are served (:class:`~sde_core.pipeline.store_integrity.Level`; once
+per store object while the records are unchanged, and once per process while the file is, too),
 :meth:`~VerifiedStore.damaged_units` lists every damaged record and
 :meth:`~VerifiedStore.drop_damaged_units` deletes exactly those (what ``repair=True`` does on
 opening). The store's API is :class:`~sde_core.pipeline.store.ResultsStore`.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,15 +24,20 @@ from sde_core.errors import StoreError
 from sde_core.pipeline import store_file
 from sde_core.pipeline.store_file import StoreFile, file_stamp
 from sde_core.pipeline.store_integrity import (
+    FULL,
+    RECORDS,
+    ROWS,
     DamagedUnit,
     DamagedUnitError,
+    Level,
     RepairReport,
-    check_unit,
     decode_payload,
     run_checksum,
     run_problem,
+    suspect_units,
     table_checksum,
     table_problem,
+    unit_problem,
 )
 
 __all__ = ["Run", "VerifiedStore", "forget_shared_checks"]
@@ -42,7 +48,7 @@ RunStatus = Literal["running", "complete"]
 
 _RUN_COLUMNS = "id, workspace_hash, settings_hash, settings, label, created, status"
 #: Runs verified by any store object of this process: (file, run) → (file stamp, records'
-#: signature, whether the arrays' bytes were checked too) (:meth:`VerifiedStore._verify_run`),
+#: signature, the :class:`Level` every unit was checked at) (:meth:`VerifiedStore._verify_run`),
 #: the oldest dropped beyond the limit.
 _VERIFIED_FILES: dict[tuple[str, int], tuple[Any, ...]] = {}
 _VERIFIED_FILES_MAX = 256
@@ -94,9 +100,8 @@ class VerifiedStore(StoreFile):
         read_only: bool = False,
         repair: bool = False,
     ) -> None:
-        self._verified: set[tuple[int, Any]] = set()  # units checked in full
-        self._verified_rows: set[tuple[int, Any]] = set()  # units checked but arrays' bytes
-        self._verified_runs: dict[int, tuple[Any, bool]] = {}  # run → (signature, in full)
+        self._verified: dict[tuple[int, Any], Level] = {}  # unit → what its checks covered
+        self._verified_runs: dict[int, tuple[Any, Level]] = {}  # run → (signature, level)
         super().__init__(path, timeout, read_only=read_only, repair=repair)
         if repair and self.repair_report is None:  # a sound file: drop its damaged records
             try:
@@ -134,22 +139,44 @@ class VerifiedStore(StoreFile):
             status=status,
         )
 
-    def _unit_problem(self, unit: Sequence[Any], arrays: bool = True) -> str | None:
-        """Why a unit cannot be served (``None``: verified; cached per store object);
-        ``arrays=False``: its arrays' bytes are left to the read of each array
-        (:meth:`~sde_core.pipeline.store.ResultsStore.array`;
-        :func:`~sde_core.pipeline.store_integrity.check_unit`)."""
-        token = (int(unit[0]), unit[4] if self._checksums else unit[2])
+    def _level(self, level: Level) -> Level:
+        """What checking a unit at ``level`` takes in this file: a schema-2 unit's checksum
+        covers every row, a schema-1 unit (no checksums) is decoded whole."""
+        if self._schema >= 3:
+            return level
+        return Level(None, level.arrays or not self._checksums)
+
+    def _unit_problem(self, unit: Sequence[Any], level: Level = FULL) -> str | None:
+        """Why a unit cannot be served at ``level`` (``None``: verified; what a store object
+        verified is not checked again while the unit's checksum is the same;
+        :func:`~sde_core.pipeline.store_integrity.unit_problem`)."""
+        level = self._level(level)
         with self._lock:
-            if token in self._verified or (not arrays and token in self._verified_rows):
+            if self._covered(unit, level):
                 return None
             try:
-                problem = check_unit(self._conn, unit, self._checksums, arrays=arrays)
+                problem = unit_problem(self._conn, unit, self._schema, level=level)
             except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
                 problem = f"unreadable ({' '.join(str(exc).split())})"
             if problem is None:
-                (self._verified if arrays else self._verified_rows).add(token)
+                self._mark(unit, level)
         return problem
+
+    def _token(self, unit: Sequence[Any]) -> tuple[int, Any]:
+        return (int(unit[0]), unit[4] if self._checksums else unit[2])
+
+    def _done(self, unit: Sequence[Any]) -> Level | None:
+        """The level this store object verified ``unit`` at (``None``: not verified)."""
+        return self._verified.get(self._token(unit))
+
+    def _covered(self, unit: Sequence[Any], level: Level) -> bool:
+        done = self._done(unit)
+        return done is not None and done.covers(level)
+
+    def _mark(self, unit: Sequence[Any], level: Level) -> None:
+        """Record that ``unit`` verified at ``level`` (with what it verified at before)."""
+        done = self._done(unit)
+        self._verified[self._token(unit)] = level if done is None else done.union(level)
 
     def _verify_units(self, units: Sequence[Sequence[Any]]) -> None:
         """Raise :class:`DamagedUnitError` naming every unit of ``units`` that fails."""
@@ -158,12 +185,27 @@ class VerifiedStore(StoreFile):
             raise DamagedUnitError(self.path, damaged)
 
     def _unit_damage(
-        self, units: Sequence[Sequence[Any]], arrays: bool = True
+        self, units: Sequence[Sequence[Any]], level: Level = FULL
     ) -> list[DamagedUnit]:
-        """The units of ``units`` that fail their check, each with its problem."""
+        """The units of ``units`` (of one run) that fail their check at ``level``, each with
+        its problem (schema 3, below the full check: read a few queries for all the units,
+        :func:`~sde_core.pipeline.store_integrity.suspect_units`; each unit found suspect is
+        checked alone)."""
+        level = self._level(level)
+        if self._schema >= 3 and level.tables is not None and not level.arrays and len(units) > 1:
+            with self._lock:
+                todo = [u for u in units if not self._covered(u, level)]
+                try:
+                    suspect = suspect_units(self._conn, todo, level, self._done)
+                except (sqlite3.DatabaseError, UnicodeDecodeError):
+                    suspect = {u[0] for u in todo}  # each checked alone says what
+                for unit in todo:
+                    if unit[0] not in suspect:
+                        self._mark(unit, level)
+            units = [u for u in todo if u[0] in suspect]
         damaged = []
         for unit in units:
-            problem = self._unit_problem(unit, arrays)
+            problem = self._unit_problem(unit, level)
             if problem is not None:
                 damaged.append(DamagedUnit(int(unit[1]), str(unit[2]), problem))
         return damaged
@@ -180,9 +222,12 @@ class VerifiedStore(StoreFile):
             if reason is not None:
                 damaged.append(DamagedUnit(run_id, None, reason, str(row[1])))
         listed = {str(row[1]) for row in found}
+        # schema 3: a unit's tables are its table records (bound by its checksum; rows without
+        # one fail the read of that table), far fewer than its rows
         used = self._query(
-            "SELECT DISTINCT t.table_name FROM table_rows t JOIN units u ON u.id = t.unit_id"
-            " WHERE u.run_id = ?",
+            "SELECT DISTINCT t.table_name FROM "
+            + ("unit_tables" if self._schema >= 3 else "table_rows")
+            + " t JOIN units u ON u.id = t.unit_id WHERE u.run_id = ?",
             (run_id,),
         )
         damaged.extend(
@@ -192,27 +237,30 @@ class VerifiedStore(StoreFile):
         )
         return damaged
 
-    def _verify_run(self, run_id: int, arrays: bool = True) -> None:
-        """Verify every unit and table record of a run before serving any of it: a lost or
-        altered unit would otherwise make a table silently shorter. ``arrays=False``: every
-        row, and each array's recorded checksum, but not the arrays' bytes — a read that
-        serves an array checks its bytes
+    def _verify_run(
+        self, run_id: int, level: Level = ROWS, units: Collection[str] | None = None
+    ) -> None:
+        """Verify a run's table records and every unit at ``level`` before serving any of it:
+        a lost or altered unit would otherwise make a table silently shorter. With ``units``,
+        only those units are checked at ``level`` (every unit's record still is): a read of a
+        few models' rows of a large table costs what they hold. Below :data:`FULL`, an
+        array's bytes are checked when the array is read
         (:func:`~sde_core.pipeline.store_integrity.array_problem`).
 
-        A run verified in full is not verified again while its unit and table records are the
-        same and — across the store objects of this process (a page opens a connection per
-        read) — while the file and its write-ahead log keep their size and modification time
-        (:func:`~sde_core.pipeline.store_file.file_stamp`, taken before the checks read
-        anything): at hundreds of models a
-        full check costs seconds, and a page reads a run several times."""
+        A run verified at a level is not verified again at it while its unit and table
+        records are the same and — across the store objects of this process (a page opens a
+        connection per read) — while the file and its write-ahead log keep their size and
+        modification time (:func:`~sde_core.pipeline.store_file.file_stamp`, taken before the
+        checks read anything): at hundreds of models a check costs seconds, and a page reads
+        a run several times."""
+        level = self._level(level)
         stamp = file_stamp(self.path)
-        units = self._query(f"{self._unit_select()} WHERE run_id = ?", (run_id,))
+        found = self._query(f"{self._unit_select()} WHERE run_id = ?", (run_id,))
         tables = self._query(f"{self._table_select()} WHERE run_id = ?", (run_id,))
-        signature = (tuple((u[0], u[-1]) for u in units), tuple(tables))
-        full = arrays or not self._checksums  # schema 1: nothing to check the bytes against
+        signature = (tuple((u[0], u[-1]) for u in found), tuple(tables))
 
-        def covered(found: tuple[Any, bool] | None) -> bool:
-            return found is not None and found[0] == signature and (found[1] or not full)
+        def covered(done: tuple[Any, Level] | None) -> bool:
+            return done is not None and done[0] == signature and done[1].covers(level)
 
         if covered(self._verified_runs.get(run_id)):
             return
@@ -220,18 +268,37 @@ class VerifiedStore(StoreFile):
         with _VERIFIED_LOCK:
             known = _VERIFIED_FILES.get(shared)
         shared_ok = stamp is not None and known is not None and known[0] == stamp
-        if shared_ok and known is not None and covered((known[1], bool(known[2]))):
+        if shared_ok and known is not None and covered((known[1], known[2])):
             with self._lock:
-                self._verified_runs[run_id] = (known[1], bool(known[2]))
+                self._verified_runs[run_id] = (known[1], known[2])
             return
-        damaged = self._table_problems(run_id, tables) + self._unit_damage(units, full)
-        if damaged:
-            raise DamagedUnitError(self.path, damaged)
+        base = self._level(RECORDS)
+        if units is not None:  # the records of all, the level for the chosen
+            chosen = {str(u) for u in units}
+            mine = [u for u in found if str(u[2]) in chosen]
+            others = [u for u in found if str(u[2]) not in chosen]
+            damaged = (
+                self._table_problems(run_id, tables)
+                + self._unit_damage(mine, level)
+                + self._unit_damage(others, base)
+            )
+            if damaged:
+                raise DamagedUnitError(self.path, damaged)
+            level = base  # what holds for every unit of the run
+        else:
+            damaged = self._table_problems(run_id, tables) + self._unit_damage(found, level)
+            if damaged:
+                raise DamagedUnitError(self.path, damaged)
         with self._lock:
-            self._verified_runs[run_id] = (signature, full)
+            before = self._verified_runs.get(run_id)
+            if before is not None and before[0] == signature:
+                level = before[1].union(level)
+            self._verified_runs[run_id] = (signature, level)
+        if shared_ok and known is not None and known[1] == signature:
+            level = known[2].union(level)
         if stamp is not None:
             with _VERIFIED_LOCK:
-                _VERIFIED_FILES[shared] = (stamp, signature, full)
+                _VERIFIED_FILES[shared] = (stamp, signature, level)
                 while len(_VERIFIED_FILES) > _VERIFIED_FILES_MAX:
                     _VERIFIED_FILES.pop(next(iter(_VERIFIED_FILES)))
 
