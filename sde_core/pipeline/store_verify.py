@@ -240,6 +240,24 @@ class VerifiedStore(StoreFile):
     def _verify_run(
         self, run_id: int, level: Level = ROWS, units: Collection[str] | None = None
     ) -> None:
+        """:meth:`_verify_run_at_schema`, again at the new schema when another process upgraded
+        the file after this store object opened it (its units' checksums are then of the new
+        schema, which the old schema's check would report as damage)."""
+        try:
+            self._verify_run_at_schema(run_id, level, units)
+        except DamagedUnitError:
+            current = self._query("PRAGMA user_version")[0][0]
+            if not isinstance(current, int) or current <= self._schema:
+                raise
+            with self._lock:
+                self._schema = current
+                self._verified.clear()
+                self._verified_runs.clear()
+            self._verify_run_at_schema(run_id, level, units)
+
+    def _verify_run_at_schema(
+        self, run_id: int, level: Level, units: Collection[str] | None = None
+    ) -> None:
         """Verify a run's table records and every unit at ``level`` before serving any of it:
         a lost or altered unit would otherwise make a table silently shorter. With ``units``,
         only those units are checked at ``level`` (every unit's record still is): a read of a

@@ -317,3 +317,19 @@ def test_the_batched_check_finds_what_each_units_own_check_finds(damage):
                 alone = {str(u[2]) for u in units if unit_problem(s._conn, u, 3, level=level)}
                 batched = {d.unit_key for d in s._unit_damage(units, level)}
                 assert batched == alone, (level, damage)
+
+
+def test_a_reader_opened_before_another_process_upgrades_the_file_reads_on(tmp_path):
+    """A store object that opened a schema-2 file read-only keeps serving it after a writable
+    open elsewhere upgraded it to schema 3 (its units re-sealed), instead of calling the
+    re-sealed units damaged."""
+    path = tmp_path / "results.sqlite"
+    run = _store(path)
+    _schema_2(path)
+    with ResultsStore(path, read_only=True) as reader:
+        assert reader._schema == 2
+        with ResultsStore(path):  # another process's writable open: upgraded
+            pass
+        assert [r["name"] for r in reader.records(run, "models")] == ["u0", "u1", "u2"]
+        assert reader._schema == 3
+        assert reader.damaged_units() == []
