@@ -97,7 +97,7 @@ def stored_run(demo: str, root: Path = ROOT) -> StoredRun:
     path = root / "assets" / demo / "results.sqlite"
     if not path.is_file():
         raise QuotedNumberError(f"no shipped store for demo {demo!r} ({path})")
-    with ResultsStore(path) as store:
+    with ResultsStore(path, read_only=True) as store:  # a shipped file is never written to
         runs = store.list_runs()
         runs = runs[runs["status"] == "complete"]
         if len(runs) != 1:

@@ -104,3 +104,16 @@ def test_the_layer_sweep_table_is_its_jsons() -> None:
     table = facts.sweep_table(files)
     assert table == (folder.parent / "layers.md").read_text(encoding="utf-8")
     assert "algorithm version 5" in table
+
+
+def test_reading_the_quoted_numbers_leaves_the_shipped_stores_as_they_are() -> None:
+    """The shipped stores are read, never written: a writable open would upgrade an older
+    schema in place (it did: this check read them writable until schema 3)."""
+    import hashlib
+
+    files = [ROOT / "assets" / demo / "results.sqlite" for demo in DEMOS]
+    before = [hashlib.sha256(f.read_bytes()).hexdigest() for f in files]
+    q.stored_run.cache_clear()
+    for demo in DEMOS:
+        assert q.stored_run(demo).models
+    assert [hashlib.sha256(f.read_bytes()).hexdigest() for f in files] == before

@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
 import shutil
 import sqlite3
 from collections.abc import Collection, Mapping, Sequence
@@ -90,6 +89,7 @@ import pandas as pd
 from sde_core.common.fsio import atomic_write
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import StoreError
+from sde_core.pipeline.store_encode import Scalar, encode_arrays, encode_tables, json_value
 from sde_core.pipeline.store_integrity import (
     FULL,
     RECORDS,
@@ -116,11 +116,6 @@ __all__ = [
 ]
 
 
-Scalar = None | bool | int | float | str
-
-
-_TABLE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
-_ARRAY_KINDS = "biuf"
 #: Unit keys per ``IN (…)`` of a filtered read (SQLite allows 32,766 variables since 3.32).
 _KEYS_PER_QUERY = 500
 
@@ -207,7 +202,7 @@ class ResultsStore(VerifiedStore):
             raise StoreError("workspace_hash must be a non-empty string")
         if not isinstance(settings, Mapping):
             raise StoreError(f"settings must be a dict, got {type(settings).__name__}")
-        normal = _json_value(dict(settings), "settings")
+        normal = json_value(dict(settings), "settings")
         return normal, stable_hash(normal)
 
     def list_runs(self, workspace_hash: str | None = None) -> pd.DataFrame:
@@ -332,8 +327,8 @@ class ResultsStore(VerifiedStore):
         run_id = int(run_id)
         if not isinstance(unit_key, str) or not unit_key:
             raise StoreError("unit_key must be a non-empty string")
-        records = _encode_tables(tables)
-        blobs = _encode_arrays(arrays or {})
+        records = encode_tables(tables)
+        blobs = encode_arrays(arrays or {})
         self.get_run(run_id)
         finished = _now()
         sums = {name: array_checksum(run_id, unit_key, name, *blob) for name, blob in blobs.items()}
@@ -514,6 +509,42 @@ class ResultsStore(VerifiedStore):
             raise DamagedUnitError(self.path, [DamagedUnit(int(run_id), str(key), problem)])
         return decode_array(dtype, shape, data)
 
+    def arrays(self, run_id: int, prefixes: Collection[str] = ("",)) -> dict[str, np.ndarray]:
+        """Every stored array of the run whose name starts with one of ``prefixes`` (name ->
+        array, sorted by name): the run verified once, each array's bytes checked against its
+        recorded checksum — what :meth:`array` does for one, for the arrays of many models.
+
+        Raises:
+            StoreError: No such run.
+            DamagedUnitError: The unit that stored one of them is damaged (every such unit is
+                named).
+        """
+        self.get_run(run_id)
+        self._verify_run(int(run_id), RECORDS)  # each unit binds its arrays' recorded checksums
+        found: dict[str, tuple[Any, ...]] = {}
+        for prefix in dict.fromkeys(prefixes):
+            for row in self._query(
+                "SELECT a.name, u.unit_key, a.dtype, a.shape, a.data"
+                f"{', a.checksum' if self._checksums else ', NULL'}"
+                " FROM arrays a JOIN units u ON u.id = a.unit_id"
+                " WHERE a.run_id = ? AND substr(a.name, 1, ?) = ?",
+                (int(run_id), len(prefix), prefix),
+            ):
+                found[str(row[0])] = row
+        damaged = []
+        out: dict[str, np.ndarray] = {}
+        for name in sorted(found):
+            _, key, dtype, shape, data, checksum = found[name]
+            problem = array_problem(int(run_id), key, name, dtype, shape, data, checksum,
+                                    self._checksums)  # fmt: skip
+            if problem is not None:
+                damaged.append(DamagedUnit(int(run_id), str(key), problem))
+            else:
+                out[name] = decode_array(dtype, shape, data)
+        if damaged:
+            raise DamagedUnitError(self.path, damaged)
+        return out
+
     def array_names(self, run_id: int, prefix: str = "") -> list[str]:
         """Sorted names of the run's arrays that start with ``prefix``.
 
@@ -537,82 +568,6 @@ class ResultsStore(VerifiedStore):
 def _now() -> str:
     """The current UTC time, ISO 8601 with seconds."""
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def _scalar(value: Any, where: str, hint: str) -> Scalar:
-    """``value`` as a plain Python scalar, or :class:`StoreError` naming ``where``."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, str):
-        return str(value)
-    raise StoreError(f"{where} has a value of type {type(value).__name__}; {hint}")
-
-
-def _json_value(value: Any, where: str) -> Any:
-    """``value`` with dicts, lists/tuples and scalars normalised to plain JSON values."""
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise StoreError(f"{where} has a non-string key {key!r}")
-            out[key] = _json_value(item, f"{where}.{key}")
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_json_value(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    return _scalar(
-        value, where, "settings hold dicts, lists, None, bool, int, float or str (e.g. str(path))"
-    )
-
-
-def _encode_tables(
-    tables: Mapping[str, Sequence[Mapping[str, Any]]],
-) -> dict[str, tuple[list[str], list[str]]]:
-    """Per table: its columns in first-seen order and one JSON payload per row."""
-    hint = "store None, bool, int, float or str (one column per value, arrays in `arrays`)"
-    encoded: dict[str, tuple[list[str], list[str]]] = {}
-    for table, rows in tables.items():
-        if not isinstance(table, str) or not _TABLE_NAME.fullmatch(table):
-            raise StoreError(
-                f"invalid table name {table!r}: use 1-64 letters, digits, '_', '-' or '.', "
-                "not starting with '-' or '.'"
-            )
-        if isinstance(rows, (str, Mapping)) or not isinstance(rows, Sequence):
-            raise StoreError(f"table {table!r} must be a list of row dicts")
-        columns: dict[str, None] = {}
-        payloads = []
-        for i, row in enumerate(rows):
-            if not isinstance(row, Mapping):
-                raise StoreError(f"row {i} of table {table!r} is not a dict")
-            clean: dict[str, Scalar] = {}
-            for key, value in row.items():
-                if not isinstance(key, str) or not key:
-                    raise StoreError(f"row {i} of table {table!r} has an invalid key {key!r}")
-                clean[key] = _scalar(value, f"column {key!r} of row {i} of table {table!r}", hint)
-                columns[key] = None
-            payloads.append(json.dumps(clean))
-        encoded[table] = (list(columns), payloads)
-    return encoded
-
-
-def _encode_arrays(arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[str, str, bytes]]:
-    """Per array: dtype string, JSON shape and C-order bytes."""
-    encoded: dict[str, tuple[str, str, bytes]] = {}
-    for name, arr in arrays.items():
-        if not isinstance(name, str) or not name:
-            raise StoreError(f"invalid array name {name!r}: use a non-empty string")
-        if not isinstance(arr, np.ndarray):
-            raise StoreError(
-                f"array {name!r} is a {type(arr).__name__}, not a numpy array: convert it "
-                "(e.g. tensor.cpu().numpy())"
-            )
-        if arr.dtype.kind not in _ARRAY_KINDS or arr.dtype.fields is not None:
-            raise StoreError(
-                f"array {name!r} has dtype {arr.dtype}; store bool, integer or float arrays"
-            )
-        encoded[name] = (arr.dtype.str, json.dumps(list(arr.shape)), arr.tobytes(order="C"))
-    return encoded
 
 
 #: A workspace may ship precomputed results here (e.g. the bundled demos); read-only seed.

@@ -333,3 +333,24 @@ def test_a_reader_opened_before_another_process_upgrades_the_file_reads_on(tmp_p
         assert [r["name"] for r in reader.records(run, "models")] == ["u0", "u1", "u2"]
         assert reader._schema == 3
         assert reader.damaged_units() == []
+
+
+def test_arrays_reads_the_arrays_of_many_units_each_checked(tmp_path):
+    """``arrays(run, prefixes)`` serves what ``array`` serves one by one; an array whose bytes
+    changed is not served and its unit is named, while other units' arrays still are."""
+    path = tmp_path / "results.sqlite"
+    run = _store(path, n=4)
+    with ResultsStore(path, read_only=True) as s:
+        some = s.arrays(run, ["u1/", "u3/", "u1/"])
+        assert list(some) == ["u1/h", "u3/h"]
+        assert all(np.array_equal(some[k], s.array(run, k)) for k in some)
+        assert list(s.arrays(run)) == [f"u{i}/h" for i in range(4)]
+        assert s.arrays(run, ["nobody/"]) == {}
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE arrays SET data = zeroblob(length(data)) WHERE name = 'u1/h'")
+    conn.close()
+    with ResultsStore(path, read_only=True) as s:
+        with pytest.raises(DamagedUnitError, match="array 'u1/h'") as err:
+            s.arrays(run, ["u0/", "u1/"])
+        assert [d.unit_key for d in err.value.units] == ["u1"]
+        assert (s.arrays(run, ["u0/", "u2/"])["u2/h"] == np.arange(4.0) + 2).all()

@@ -520,9 +520,7 @@ def _read_back(
         else pd.DataFrame(columns=list(DrawSummary.__dataclass_fields__))
     )
     draw_df = draw_df[draw_df["model"].isin(wanted)]
-    arrays = {} if summary else {
-        k: store.array(run_id, k) for name in wanted for k in store.array_names(run_id, f"{name}/")
-    }  # fmt: skip
+    arrays = {} if summary else store.arrays(run_id, [f"{name}/" for name in wanted])
     return model_df, subset_df, draw_df, arrays
 
 
