@@ -26,81 +26,15 @@ from urllib.parse import quote
 
 from sde_core.errors import StoreError
 from sde_core.pipeline.store_integrity import (
-    UNIT_TABLES_SCHEMA,
     RepairReport,
     StoreDamagedError,
     file_problem,
     tolerant_text,
 )
 from sde_core.pipeline.store_repair import salvage, upgrade_v1, upgrade_v2
+from sde_core.pipeline.store_schema import APPLICATION_ID, SCHEMA_VERSION, create_schema
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "StoreFile", "file_stamp"]
-
-
-SCHEMA_VERSION = 3
-"""Version of the store's SQL schema, kept in ``PRAGMA user_version`` (2: checksums; 3: each
-unit's rows of each table checksummed apart, ``unit_tables``)."""
-
-
-APPLICATION_ID = 0x53444531
-"""``PRAGMA application_id`` of an SDE results store (ASCII ``"SDE1"``)."""
-
-
-_SCHEMA = (
-    """CREATE TABLE runs (
-        id INTEGER PRIMARY KEY,
-        workspace_hash TEXT NOT NULL,
-        settings_hash TEXT NOT NULL,
-        settings TEXT NOT NULL,
-        label TEXT NOT NULL,
-        created TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('running', 'complete')),
-        checksum TEXT,
-        UNIQUE (workspace_hash, settings_hash)
-    )""",
-    """CREATE TABLE units (
-        id INTEGER PRIMARY KEY,
-        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        unit_key TEXT NOT NULL,
-        finished TEXT NOT NULL,
-        checksum TEXT,
-        UNIQUE (run_id, unit_key)
-    )""",
-    """CREATE TABLE run_tables (
-        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        name TEXT NOT NULL,
-        columns TEXT NOT NULL,
-        checksum TEXT,
-        PRIMARY KEY (run_id, name)
-    )""",
-    """CREATE TABLE table_rows (
-        unit_id INTEGER NOT NULL REFERENCES units (id) ON DELETE CASCADE,
-        table_name TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        payload TEXT NOT NULL,
-        PRIMARY KEY (unit_id, table_name, seq)
-    )""",
-    """CREATE TABLE arrays (
-        run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-        name TEXT NOT NULL,
-        unit_id INTEGER NOT NULL REFERENCES units (id) ON DELETE CASCADE,
-        dtype TEXT NOT NULL,
-        shape TEXT NOT NULL,
-        data BLOB NOT NULL,
-        checksum TEXT,
-        PRIMARY KEY (run_id, name)
-    )""",
-    "CREATE INDEX arrays_unit ON arrays (unit_id)",
-    UNIT_TABLES_SCHEMA,
-)
-
-
-def _create_schema(conn: sqlite3.Connection) -> None:
-    """Create the current schema in an empty database (inside the caller's transaction)."""
-    for statement in _SCHEMA:
-        conn.execute(statement)
-    conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
-    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
 def _fresh_store(path: Path) -> sqlite3.Connection:
@@ -108,7 +42,7 @@ def _fresh_store(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("BEGIN IMMEDIATE")
-    _create_schema(conn)
+    create_schema(conn)
     conn.execute("COMMIT")
     return conn
 
@@ -257,7 +191,7 @@ class StoreFile:
             with self._tx() as conn:
                 current = conn.execute("PRAGMA user_version").fetchone()[0]
                 if current == 0 and empty:
-                    _create_schema(conn)
+                    create_schema(conn)
                 if current == 1:
                     upgrade_v1(conn)
                 if current in (1, 2):

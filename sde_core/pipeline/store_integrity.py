@@ -44,7 +44,6 @@ __all__ = [
     "FULL_CHECK_MAX_BYTES",
     "RECORDS",
     "ROWS",
-    "UNIT_TABLES_SCHEMA",
     "DamagedUnit",
     "DamagedUnitError",
     "Level",
@@ -75,15 +74,6 @@ __all__ = [
 FULL_CHECK_MAX_BYTES = 256 * 2**20
 _ARRAY_KINDS = "biuf"
 _UNITS_PER_QUERY = 500  # ids bound in one query, well within SQLite's variable limit
-
-UNIT_TABLES_SCHEMA = """CREATE TABLE unit_tables (
-        unit_id INTEGER NOT NULL REFERENCES units (id) ON DELETE CASCADE,
-        table_name TEXT NOT NULL,
-        n_rows INTEGER NOT NULL,
-        checksum TEXT NOT NULL,
-        PRIMARY KEY (unit_id, table_name)
-    )"""
-"""Schema 3's record of each unit's rows of each table (their count and checksum)."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from typing import Any
 from sde_core.pipeline.store_integrity import (
     FULL,
     ROWS,
-    UNIT_TABLES_SCHEMA,
     DamagedUnit,
     RepairReport,
     array_checksum,
@@ -36,6 +35,7 @@ from sde_core.pipeline.store_integrity import (
     unit_problem,
     unit_records,
 )
+from sde_core.pipeline.store_schema import ARRAYS_SCHEMA, UNIT_TABLES_SCHEMA
 
 __all__ = ["salvage", "upgrade_v1", "upgrade_v2"]
 
@@ -90,8 +90,17 @@ def upgrade_v2(conn: sqlite3.Connection) -> None:
     """Add each unit's table records to a schema-2 store and re-seal its checksum over them,
     inside the caller's write transaction (every row is read once). A unit that does not
     verify keeps its schema-2 checksum, which no longer matches: it is reported as damaged.
-    Sets ``user_version`` to 3."""
+    Rewrites the arrays table with each array's bytes after its checksum
+    (:data:`~sde_core.pipeline.store_integrity.ARRAYS_SCHEMA`). Sets ``user_version`` to 3."""
     conn.execute(UNIT_TABLES_SCHEMA)
+    conn.execute(ARRAYS_SCHEMA.replace("CREATE TABLE arrays", "CREATE TABLE arrays_v3", 1))
+    conn.execute(
+        "INSERT INTO arrays_v3 (run_id, name, unit_id, dtype, shape, checksum, data)"
+        " SELECT run_id, name, unit_id, dtype, shape, checksum, data FROM arrays"
+    )
+    conn.execute("DROP TABLE arrays")
+    conn.execute("ALTER TABLE arrays_v3 RENAME TO arrays")
+    conn.execute("CREATE INDEX arrays_unit ON arrays (unit_id)")
     for unit in conn.execute(
         "SELECT id, run_id, unit_key, finished, checksum FROM units"
     ).fetchall():

@@ -203,8 +203,17 @@ def test_the_shipped_schema_2_store_is_read_as_it_is_and_upgraded_when_writable(
             "SELECT (SELECT count(*) FROM units), (SELECT count(DISTINCT unit_id) FROM unit_tables)"
         ).fetchone()
         assert units == records > 0
+        columns = [r[1] for r in s._conn.execute("PRAGMA table_info(arrays)")]
+        assert columns[-2:] == ["checksum", "data"]  # the bytes last: records read no blob
+        indexes = {r[1] for r in s._conn.execute("PRAGMA index_list(arrays)")}
+        assert "arrays_unit" in indexes
     with ResultsStore(path) as s:
         assert repr(_everything(s)) == repr(before)
+    with ResultsStore(tmp_path / "new.sqlite") as s:  # a new store: the same layout
+        assert [r[1] for r in s._conn.execute("PRAGMA table_info(arrays)")][-2:] == [
+            "checksum",
+            "data",
+        ]
 
 
 def test_an_upgrade_certifies_no_damaged_unit(tmp_path):
