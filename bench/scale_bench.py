@@ -22,7 +22,9 @@ model has its own activations and nothing is served from another model's cache. 
   view has a stored curve to draw;
 - the Compare, Report and Sweeps (Curves) pages' first load and a rerun, in a fresh process
   (:func:`time_pages`: each page as the first one a visitor opens on a server that did not
-  warm up; the result read from the store), and that process's peak resident memory.
+  warm up; the result read from the store), each page's first load after what ``serve.py``
+  does at start (:func:`~sde_core.services.cascade.warm_workspace`, timed too), and that
+  process's peak resident memory.
 
 ``--submitit N`` evaluates the N-model workspace a second time, from scratch, through submitit's
 local executor (``--engine submitit-local``: one child process per model, what a Slurm
@@ -265,14 +267,17 @@ def time_pages(folder: Path) -> dict[str, object]:
     Runs in a fresh process (``--time-pages``): one page run of the Method page first (the
     app's imports), then each page as the first one a visitor opens on a server that did not
     warm up — nothing verified and nothing cached in this process (the store's shared checks
-    and the result cache forgotten first) — and a rerun.
+    and the result cache forgotten first) — and a rerun; then each page's first load after
+    :func:`~sde_core.services.cascade.warm_workspace` (what ``serve.py`` runs at start, timed:
+    key ``"<page> warmed"``: (warm-up, first load) seconds), the checks and cache forgotten
+    before each warm-up.
     """
     import resource
 
     from ui_fixtures import app_test, warm_server
 
     from sde_core.pipeline.store_verify import forget_shared_checks
-    from sde_core.services.cascade import process_cache
+    from sde_core.services.cascade import process_cache, warm_workspace
 
     os.environ["SDE_WORKSPACE"] = str(folder)
     os.environ["SDE_DATA_ROOTS"] = str(folder.parent)
@@ -293,6 +298,18 @@ def time_pages(folder: Path) -> dict[str, object]:
             t0 = time.perf_counter()
             at.run()
             found[label] = (first, time.perf_counter() - t0)
+        for label, page in PAGES.items():  # what serve.py's warm-up leaves a first visitor
+            forget_shared_checks()
+            process_cache().clear()
+            t0 = time.perf_counter()
+            warm_workspace(str(folder))
+            warmed = time.perf_counter() - t0
+            at = app_test(ROOT / "app.py", 600)
+            at.switch_page(page)
+            t0 = time.perf_counter()
+            at.run()
+            assert not at.exception, [e.value for e in at.exception]
+            found[f"{label} warmed"] = (warmed, time.perf_counter() - t0)
     found["rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     return found
 
@@ -366,6 +383,9 @@ def main() -> None:
             timed = pages_in_child(folder)
             pages = [f"{timed[p][0]:.1f} / {timed[p][1]:.1f}" for p in PAGES]  # type: ignore[index]
             page_rss = f"{timed['rss_gb']:.2f}"
+            warm = "; ".join(f"{p} {timed[f'{p} warmed'][1]:.1f} s (warm-up "  # type: ignore[index]
+                             f"{timed[f'{p} warmed'][0]:.1f} s)" for p in PAGES)  # fmt: skip
+            print(f"N={n}: first loads after serve.py's warm-up: {warm}", flush=True)
         for engine, seconds, rss, pss in runs or [("(stored)", *[float("nan")] * 3)]:
             print(f"| {n} | {engine} | {seconds:.0f} | {seconds / n:.2f} | {rss:.2f} / {pss:.2f} | "
                   f"{size:.1f} | {' | '.join(pages)} | {page_rss} | {before} → {_load()} |",
