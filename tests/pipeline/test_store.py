@@ -509,6 +509,9 @@ def _legacy_copy(tmp_path: Path, name: str = "demo") -> Path:
     shutil.copyfile(ROOT / "assets" / name / "results.sqlite", path)
     conn = sqlite3.connect(path)
     with conn:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 3:  # a store rebuilt since
+            conn.execute("DROP TABLE unit_tables")
+            conn.execute("PRAGMA user_version=2")
         if conn.execute("PRAGMA user_version").fetchone()[0] == 2:
             for table in ("runs", "units", "run_tables", "arrays"):
                 conn.execute(f"ALTER TABLE {table} DROP COLUMN checksum")
