@@ -32,15 +32,17 @@ rebuilds a structurally damaged file from the units that verify (keeping the dam
 ``<name>.damaged-<time>``), so a resumed evaluation recomputes just what was lost. Checksums
 detect damage, they do not authenticate: whoever can write the file can forge them.
 
-**Older stores.** A schema-1 store (no checksums; the bundled demos ship one) is upgraded in
-place when opened writable: records that decode get checksums, the others are reported as
-damaged. Opened with ``read_only=True`` it is not changed: it is served after the structural
-check, with every row and array decoded and validated on read (there are no checksums to
-compare).
+**Older stores.** A schema-1 store (no checksums) or schema-2 store (each unit's checksum over
+all its rows; the bundled demos ship schema 2) is upgraded in place when opened writable
+(:mod:`~sde_core.pipeline.store_repair`): records that verify (schema 1: that decode) are
+sealed at schema 3, the others keep what they had and are reported as damaged. Opened with
+``read_only=True`` it is not changed: it is served at its own schema after the structural check
+(schema 2: every row checked at each read; schema 1: every row and array decoded and validated,
+there being no checksums to compare).
 
-Schema (version :data:`~sde_core.pipeline.store_file.SCHEMA_VERSION`, kept in
+Schema (version :data:`~sde_core.pipeline.store_schema.SCHEMA_VERSION`, kept in
 ``PRAGMA user_version``; the file is tagged with ``PRAGMA application_id`` =
-:data:`~sde_core.pipeline.store_file.APPLICATION_ID`):
+:data:`~sde_core.pipeline.store_schema.APPLICATION_ID`):
 
 - ``runs(id, workspace_hash, settings_hash, settings JSON, label, created, status, checksum)``,
   unique on (workspace_hash, settings_hash); ``status`` is ``"running"`` or ``"complete"``.
@@ -49,8 +51,12 @@ Schema (version :data:`~sde_core.pipeline.store_file.SCHEMA_VERSION`, kept in
 - ``run_tables(run_id, name, columns JSON, checksum)``: the tables of a run and their column
   order (first-seen order of the row dicts' keys).
 - ``table_rows(unit_id, table_name, seq, payload JSON)``: one row dict per record.
-- ``arrays(run_id, name, unit_id, dtype, shape JSON, data BLOB, checksum)``: C-order bytes,
-  unique name per run (:meth:`~ResultsStore.array`, :meth:`~ResultsStore.array_names`).
+- ``arrays(run_id, name, unit_id, dtype, shape JSON, checksum, data BLOB)``: C-order bytes,
+  unique name per run (:meth:`~ResultsStore.array`, :meth:`~ResultsStore.arrays`,
+  :meth:`~ResultsStore.array_names`); the bytes last, so the other columns are read without
+  them.
+- ``unit_tables(unit_id, table_name, n_rows, checksum)``: each unit's rows of each table
+  counted and checksummed (schema 3), so a read verifies the rows it serves.
 
 Every child row references its run (directly or through its unit) with ``ON DELETE CASCADE``.
 The database runs in WAL mode with ``synchronous=NORMAL`` and a busy timeout, so any number of

@@ -34,7 +34,7 @@ from sde_core.pipeline.store_integrity import (
 from sde_core.pipeline.store_repair import salvage, upgrade_v1, upgrade_v2
 from sde_core.pipeline.store_schema import APPLICATION_ID, SCHEMA_VERSION, create_schema
 
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "StoreFile", "file_stamp"]
+__all__ = ["StoreFile", "file_stamp"]
 
 
 def _fresh_store(path: Path) -> sqlite3.Connection:

@@ -22,8 +22,8 @@ import pytest
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError, StoreError
 from sde_core.pipeline.store import ResultsStore
-from sde_core.pipeline.store_file import APPLICATION_ID, SCHEMA_VERSION
 from sde_core.pipeline.store_integrity import DamagedUnitError
+from sde_core.pipeline.store_schema import APPLICATION_ID, SCHEMA_VERSION
 from sde_core.pipeline.store_verify import Run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 import sde_core.pipeline.store_integrity as integrity
 from sde_core.pipeline.store import ResultsStore
-from sde_core.pipeline.store_file import SCHEMA_VERSION
 from sde_core.pipeline.store_integrity import (
     FULL,
     RECORDS,
@@ -30,6 +29,7 @@ from sde_core.pipeline.store_integrity import (
     Level,
     unit_checksum,
 )
+from sde_core.pipeline.store_schema import SCHEMA_VERSION
 from sde_core.pipeline.store_verify import forget_shared_checks
 
 ROOT = Path(__file__).resolve().parents[2]
