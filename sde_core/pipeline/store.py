@@ -497,23 +497,13 @@ class ResultsStore(VerifiedStore):
             DamagedUnitError: The unit that stored it is damaged.
         """
         self.get_run(run_id)
-        found = self._query(
-            "SELECT u.unit_key, a.dtype, a.shape, a.data"
-            f"{', a.checksum' if self._checksums else ', NULL'}"
-            " FROM arrays a JOIN units u ON u.id = a.unit_id WHERE a.run_id = ? AND a.name = ?",
-            (int(run_id), name),
-        )
+        found = self._array_rows(run_id, "a.name = ?", (name,))
         if not found:
             raise StoreError(
                 f"run {run_id} has no array {name!r}: list them with array_names({run_id})"
             )
         self._verify_run(int(run_id), RECORDS)  # its unit binds the recorded checksum
-        key, dtype, shape, data, checksum = found[0]
-        problem = array_problem(int(run_id), key, name, dtype, shape, data, checksum,
-                                self._checksums)  # fmt: skip
-        if problem is not None:
-            raise DamagedUnitError(self.path, [DamagedUnit(int(run_id), str(key), problem)])
-        return decode_array(dtype, shape, data)
+        return self._checked_arrays(run_id, found)[name]
 
     def arrays(self, run_id: int, prefixes: Collection[str] = ("",)) -> dict[str, np.ndarray]:
         """Every stored array of the run whose name starts with one of ``prefixes`` (name ->
@@ -527,26 +517,33 @@ class ResultsStore(VerifiedStore):
         """
         self.get_run(run_id)
         self._verify_run(int(run_id), RECORDS)  # each unit binds its arrays' recorded checksums
-        found: dict[str, tuple[Any, ...]] = {}
+        found: list[tuple[Any, ...]] = []
         for prefix in dict.fromkeys(prefixes):
-            for row in self._query(
-                "SELECT a.name, u.unit_key, a.dtype, a.shape, a.data"
-                f"{', a.checksum' if self._checksums else ', NULL'}"
-                " FROM arrays a JOIN units u ON u.id = a.unit_id"
-                " WHERE a.run_id = ? AND substr(a.name, 1, ?) = ?",
-                (int(run_id), len(prefix), prefix),
-            ):
-                found[str(row[0])] = row
+            found += self._array_rows(run_id, "substr(a.name, 1, ?) = ?", (len(prefix), prefix))
+        return self._checked_arrays(run_id, found)
+
+    def _array_rows(self, run_id: int, where: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """The run's array records ``(name, unit key, dtype, shape, bytes, checksum)`` that
+        satisfy ``where`` (on the arrays ``a``)."""
+        return self._query(
+            "SELECT a.name, u.unit_key, a.dtype, a.shape, a.data"
+            f"{', a.checksum' if self._checksums else ', NULL'}"
+            f" FROM arrays a JOIN units u ON u.id = a.unit_id WHERE a.run_id = ? AND {where}",
+            (int(run_id), *params),
+        )
+
+    def _checked_arrays(self, run_id: int, found: Sequence[Sequence[Any]]) -> dict[str, np.ndarray]:
+        """The arrays of the records ``found`` (name -> array, sorted by name), each checked
+        against its recorded checksum; :class:`DamagedUnitError` naming every damaged one."""
         damaged = []
         out: dict[str, np.ndarray] = {}
-        for name in sorted(found):
-            _, key, dtype, shape, data, checksum = found[name]
+        for name, key, dtype, shape, data, checksum in sorted(found, key=lambda r: str(r[0])):
             problem = array_problem(int(run_id), key, name, dtype, shape, data, checksum,
                                     self._checksums)  # fmt: skip
             if problem is not None:
                 damaged.append(DamagedUnit(int(run_id), str(key), problem))
             else:
-                out[name] = decode_array(dtype, shape, data)
+                out[str(name)] = decode_array(dtype, shape, data)
         if damaged:
             raise DamagedUnitError(self.path, damaged)
         return out

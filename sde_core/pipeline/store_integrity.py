@@ -425,6 +425,23 @@ def check_unit(
     return None
 
 
+def _sealed(unit: Sequence[Any], tables: Sequence[Sequence[Any]], arrays: Sequence[Any]) -> bool:
+    """Whether a schema-3 unit's checksum matches its table records and its arrays'
+    ``(name, checksum)`` records."""
+    _, run_id, key, finished, checksum = unit[:5]
+    return checksum is not None and checksum == unit_checksum3(
+        run_id, key, finished, tables, arrays
+    )
+
+
+def _rows_match(unit: Sequence[Any], table: str, rows: Sequence[Any], record: Any) -> bool:
+    """Whether a unit's rows ``(seq, payload)`` of ``table`` match its record of them
+    ``(table, n_rows, checksum)`` (no record: no rows)."""
+    if record is None:
+        return not rows
+    return len(rows) == record[1] and record[2] == rows_checksum(unit[1], unit[2], table, rows)
+
+
 def check_unit3(
     conn: sqlite3.Connection, unit: Sequence[Any], indexed: bool = True, level: Level = FULL
 ) -> str | None:
@@ -432,7 +449,7 @@ def check_unit3(
     ``level``, or ``None``: its checksum matches its table and array records, and the rows of
     the level's tables (and, with ``level.arrays``, the arrays' bytes) match those records.
     ``indexed=False`` reads by table scans, for files whose indexes may be damaged."""
-    uid, run_id, key, finished, checksum = unit[:5]
+    uid, run_id, key = unit[:3]
     scan = "" if indexed else " NOT INDEXED"
     if not isinstance(key, str):
         return "its key is damaged"
@@ -441,9 +458,7 @@ def check_unit3(
     ).fetchall()
     cols = "name, checksum" + (", dtype, shape, data" if level.arrays else "")
     stored = conn.execute(f"SELECT {cols} FROM arrays{scan} WHERE unit_id = ?", (uid,)).fetchall()
-    if checksum is None or checksum != unit_checksum3(
-        run_id, key, finished, records, [r[:2] for r in stored]
-    ):
+    if not _sealed(unit, records, [r[:2] for r in stored]):
         return "its table or array records do not match its checksum"
     if level.arrays:
         for name, recorded, dtype, shape, data in stored:
@@ -464,16 +479,15 @@ def check_unit3(
             (uid, table),
         ).fetchall()
         record = known.get(table)
-        if record is None:
-            if rows:
-                return f"its rows of table {table!r} have no record"
+        if _rows_match(unit, table, rows, record):
             continue
-        if len(rows) != record[1] or record[2] != rows_checksum(run_id, key, table, rows):
-            for seq, payload in rows:  # name a row that does not decode, when one does not
-                bad = _decodes(functools.partial(decode_payload, payload))
-                if bad is not None:
-                    return f"row {seq!r} of table {table!r} does not decode: {bad}"
-            return f"its rows of table {table!r} do not match their checksum"
+        if record is None:
+            return f"its rows of table {table!r} have no record"
+        for seq, payload in rows:  # name a row that does not decode, when one does not
+            bad = _decodes(functools.partial(decode_payload, payload))
+            if bad is not None:
+                return f"row {seq!r} of table {table!r} does not decode: {bad}"
+        return f"its rows of table {table!r} do not match their checksum"
     return None
 
 
@@ -517,27 +531,15 @@ def suspect_units(
             ).fetchall():
                 grouped.setdefault(uid, []).append((seq, payload))
         for unit in chunk:
-            uid, run_id, key, finished, checksum = unit[:5]
+            uid, key = unit[0], unit[2]
             before = done(unit)
             mine = records.get(uid, {})
             ok = isinstance(key, str) and (
-                before is not None
-                or (
-                    checksum is not None
-                    and checksum
-                    == unit_checksum3(run_id, key, finished, list(mine.values()), sums.get(uid, []))
-                )
+                before is not None or _sealed(unit, list(mine.values()), sums.get(uid, []))
             )
             checked = frozenset() if before is None else before.tables
             for table in [] if checked is None else sorted(level.tables - checked):
-                found = rows[table].get(uid, [])
-                record = mine.get(table)
-                ok = ok and (
-                    not found
-                    if record is None
-                    else len(found) == record[1]
-                    and record[2] == rows_checksum(run_id, key, table, found)
-                )
+                ok = ok and _rows_match(unit, table, rows[table].get(uid, []), mine.get(table))
             if not ok:
                 suspect.add(uid)
     return suspect
