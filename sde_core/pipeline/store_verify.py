@@ -178,12 +178,6 @@ class VerifiedStore(StoreFile):
         done = self._done(unit)
         self._verified[self._token(unit)] = level if done is None else done.union(level)
 
-    def _verify_units(self, units: Sequence[Sequence[Any]]) -> None:
-        """Raise :class:`DamagedUnitError` naming every unit of ``units`` that fails."""
-        damaged = self._unit_damage(units)
-        if damaged:
-            raise DamagedUnitError(self.path, damaged)
-
     def _unit_damage(
         self, units: Sequence[Sequence[Any]], level: Level = FULL
     ) -> list[DamagedUnit]:
@@ -290,23 +284,20 @@ class VerifiedStore(StoreFile):
             with self._lock:
                 self._verified_runs[run_id] = (known[1], known[2])
             return
+        # with ``units``: the level for those, the records of the others
+        chosen = None if units is None else {str(u) for u in units}
+        mine = [u for u in found if chosen is None or str(u[2]) in chosen]
+        others = [u for u in found if chosen is not None and str(u[2]) not in chosen]
         base = self._level(RECORDS)
-        if units is not None:  # the records of all, the level for the chosen
-            chosen = {str(u) for u in units}
-            mine = [u for u in found if str(u[2]) in chosen]
-            others = [u for u in found if str(u[2]) not in chosen]
-            damaged = (
-                self._table_problems(run_id, tables)
-                + self._unit_damage(mine, level)
-                + self._unit_damage(others, base)
-            )
-            if damaged:
-                raise DamagedUnitError(self.path, damaged)
+        damaged = (
+            self._table_problems(run_id, tables)
+            + self._unit_damage(mine, level)
+            + self._unit_damage(others, base)
+        )
+        if damaged:
+            raise DamagedUnitError(self.path, damaged)
+        if chosen is not None:
             level = base  # what holds for every unit of the run
-        else:
-            damaged = self._table_problems(run_id, tables) + self._unit_damage(found, level)
-            if damaged:
-                raise DamagedUnitError(self.path, damaged)
         with self._lock:
             before = self._verified_runs.get(run_id)
             if before is not None and before[0] == signature:
