@@ -135,10 +135,14 @@ class ResultsStore(VerifiedStore):
     Args:
         path: The database file; created with its parent folders when missing.
         timeout: Seconds a write waits for another process's write to finish before failing.
-        read_only: Open without writing anything (no upgrade, no WAL switch); writes raise
-            :class:`~sde_core.errors.StoreError`.
+        read_only: Open without writing to the store file (no upgrade, no WAL switch); writes
+            raise :class:`~sde_core.errors.StoreError` (``checks`` is still written).
         repair: Drop damaged units (or rebuild a structurally damaged file from the units that
             verify) while opening; what was done is in :attr:`repair_report`.
+        checks: Where a pass of SQLite's structural check is recorded and found for the file's
+            stamp (:class:`~sde_core.common.stamps.StampRecords`; a workspace's
+            ``.sde-cache/checks.json``), so that another process opening the unchanged file
+            does not read all of it again. None: checked once per process.
 
     Attributes:
         repair_report: The :class:`RepairReport` of ``repair=True`` (``None`` otherwise).

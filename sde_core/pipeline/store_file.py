@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote
 
+from sde_core.common.stamps import StampRecords, identity, settled_ns
 from sde_core.errors import StoreError
 from sde_core.pipeline.store_integrity import (
     RepairReport,
@@ -47,22 +48,17 @@ def _fresh_store(path: Path) -> sqlite3.Connection:
     return conn
 
 
-#: A file modified less than this long ago (ns) is not trusted on its stamp: its modification
-#: time may not yet tell a second write apart (timestamps are coarser than writes; git's
-#: "racily clean" rule).
-_SETTLED_NS = 2_000_000_000
-
-
 def file_stamp(path: Path) -> tuple[int, ...] | None:
-    """The size and modification time (ns) of a store file and of its write-ahead log (0, 0
-    when it has none or an empty one); None when the file cannot be stat'ed or was modified
-    within the last :data:`_SETTLED_NS` (then nothing is shared: every store object checks
-    for itself). What a check of an unchanged file found holds while its stamp is the same:
-    the structural check here, the verified runs in
-    :class:`~sde_core.pipeline.store_verify.VerifiedStore`.."""
-    try:
-        main = path.stat()
-    except OSError:
+    """The store file's stamp (:func:`~sde_core.common.stamps.identity`: device, inode, size,
+    modification and status-change times) followed by the size and modification time (ns) of
+    its write-ahead log (0, 0 when it has none or an empty one); None when the file cannot be
+    stat'ed or it or its log was modified within the last
+    :data:`~sde_core.common.stamps.SETTLED_NS` (then nothing is shared: every store object
+    checks for itself). What a check of an unchanged file found holds while its stamp is the
+    same: the structural check here, the verified runs in
+    :class:`~sde_core.pipeline.store_verify.VerifiedStore`."""
+    main = identity(path)
+    if main is None:
         return None
     try:
         wal = Path(f"{path}-wal").stat()
@@ -70,15 +66,16 @@ def file_stamp(path: Path) -> tuple[int, ...] | None:
         log = (wal.st_size, wal.st_mtime_ns) if wal.st_size else (0, 0)
     except OSError:
         log = (0, 0)
-    if time.time_ns() - max(main.st_mtime_ns, log[1]) < _SETTLED_NS:
+    if time.time_ns() - log[1] < settled_ns():
         return None
-    return (main.st_size, main.st_mtime_ns, *log)
+    return (*main, *log)
 
 
 #: Files whose structural check (:func:`~sde_core.pipeline.store_integrity.file_problem`)
 #: passed in this process: resolved path → :func:`file_stamp` taken before the check. At
-#: hundreds of models the check costs a third of a second, and a page opens the store several
-#: times.
+#: hundreds of models the check costs a third of a second (reading every page of the file:
+#: more when the file is not in the OS page cache), and a page opens the store several times.
+#: A store opened with ``checks`` also finds (and records) a pass there, for other processes.
 _CHECKED_FILES: dict[str, tuple[int, ...]] = {}
 _CHECKED_FILES_MAX = 64
 _CHECKED_LOCK = threading.Lock()
@@ -95,8 +92,10 @@ class StoreFile:
         *,
         read_only: bool = False,
         repair: bool = False,
+        checks: StampRecords | None = None,
     ) -> None:
         self.path = Path(path)
+        self._checks = checks
         self.timeout = float(timeout)
         self.read_only = bool(read_only)
         self.repair_report: RepairReport | None = None
@@ -211,13 +210,23 @@ class StoreFile:
 
     def _structure_problem(self) -> str | None:
         """SQLite's structural check of the file (:func:`file_problem`), skipped when this
-        process checked the file unchanged (the same :func:`file_stamp`) and it passed."""
+        process checked the file unchanged (the same :func:`file_stamp`) and it passed, or
+        when the store's ``checks`` record such a pass (made by another process; a pass made
+        here is recorded there)."""
         stamp = file_stamp(self.path)  # before the check reads anything
         key = str(self.path.resolve())
         with _CHECKED_LOCK:
             if stamp is not None and _CHECKED_FILES.get(key) == stamp:
                 return None
-        problem = file_problem(self._conn, self._file_size())
+        record = f"sqlite-structure:{key}"
+        passed = f"ok, SQLite {sqlite3.sqlite_version}"
+        if self._checks is not None and self._checks.get(record, stamp) == passed:
+            problem = None
+        else:
+            problem = file_problem(self._conn, self._file_size())
+            if problem is None and self._checks is not None:
+                self._checks.put(record, stamp, passed)
+                self._checks.flush()
         if problem is None and stamp is not None:
             with _CHECKED_LOCK:
                 _CHECKED_FILES[key] = stamp

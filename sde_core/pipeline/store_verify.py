@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sde_core.common.stamps import StampRecords
 from sde_core.errors import StoreError
 from sde_core.pipeline import store_file
 from sde_core.pipeline.store_file import StoreFile, file_stamp
@@ -99,10 +100,11 @@ class VerifiedStore(StoreFile):
         *,
         read_only: bool = False,
         repair: bool = False,
+        checks: StampRecords | None = None,
     ) -> None:
         self._verified: dict[tuple[int, Any], Level] = {}  # unit → what its checks covered
         self._verified_runs: dict[int, tuple[Any, Level]] = {}  # run → (signature, level)
-        super().__init__(path, timeout, read_only=read_only, repair=repair)
+        super().__init__(path, timeout, read_only=read_only, repair=repair, checks=checks)
         if repair and self.repair_report is None:  # a sound file: drop its damaged records
             try:
                 dropped = self.drop_damaged_units()

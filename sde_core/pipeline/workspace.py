@@ -62,7 +62,7 @@ dashboard.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,7 @@ _CACHE_KINDS = {
     "stages": "stages",
     "staging": "staging",
     "submitit": "submitit",
+    "checks": "checks.json",  # findings trusted while a file is unchanged (common.stamps)
 }
 _VERSION = 1
 #: Largest ``workspace.toml`` read, in bytes (a workspace of 1,000 models takes ~0.5 MB).
@@ -141,8 +142,10 @@ SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 def cache_path(ws_root: str | Path, kind: str, roots: Iterable[str | Path] | None = None) -> Path:
     """Where a workspace keeps a cache: ``activations`` (a folder), ``results`` (the results
     store, ``results.sqlite``), ``stages`` (the evaluation's stage cache, a folder) or
-    ``staging`` (a folder for files not yet committed) or ``submitit`` (the Slurm engine's job
-    files and resume manifest), all under ``<ws_root>/.sde-cache/``.
+    ``staging`` (a folder for files not yet committed), ``submitit`` (the Slurm engine's job
+    files and resume manifest) or ``checks`` (findings about unchanged files trusted across
+    processes, :class:`~sde_core.common.stamps.StampRecords`), all under
+    ``<ws_root>/.sde-cache/``.
 
     The path is checked under the path policy whether it exists yet or not: with symlinks
     followed (a dangling link counts where it points; so does a ``.sde-cache`` that is itself
@@ -438,7 +441,7 @@ def _drop_none(value: Any) -> Any:
     return value
 
 
-def _sha256(path: Path, known: dict[Path, str] | None) -> str:
+def _sha256(path: Path, known: MutableMapping[Path, str] | None) -> str:
     """``file_sha256(path)``, read from / added to ``known`` when given."""
     if known is None:
         return file_sha256(path)
@@ -451,14 +454,16 @@ def workspace_hash(
     ws: Workspace,
     *,
     data_fingerprint: str | None = None,
-    file_hashes: dict[Path, str] | None = None,
+    file_hashes: MutableMapping[Path, str] | None = None,
 ) -> str:
     """Content hash of what determines evaluation results (a cache key; paths excluded).
 
     ``file_hashes``: a mapping of resolved file → SHA-256 that one operation hashing several
     workspaces over the same files (the checkpoint workspaces of a curve, which differ from
     the workspace in one model's file) shares: a file it holds is not read again, a file it
-    lacks is added. Keep it for that operation only (it does not notice a file changing).
+    lacks is added. A plain dict is for that operation only (it does not notice a file
+    changing); :class:`~sde_core.common.stamps.RecordedHashes` serves a digest only while the
+    file's stamp is unchanged, across processes.
 
     Covers the data (``data_fingerprint`` from :class:`sde_core.inputs.data.DatasetBundle` when
     given, else the ``[dataset]`` table without its path fields), the forget index file's bytes

@@ -62,6 +62,7 @@ from sde_core.pipeline.sweeps import SweepForecast, run_sweep, sigma_markers, sw
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.evaluation import store_file_state, stored_models
 from sde_core.services.result_cache import ResultCache
+from sde_core.services.workspace_info import check_records
 
 __all__ = [
     "CALIBRATED_OTR",
@@ -157,13 +158,16 @@ def _no_session() -> EvaluationSession:
 
 
 def open_results_store(ws: Workspace, read_only: bool = False) -> ResultsStore:
-    """The workspace's results store (in its cache folder); ``read_only`` changes nothing
-    on disk (no upgrade of an older store, no WAL switch).
+    """The workspace's results store (in its cache folder); ``read_only`` does not change the
+    store file (no upgrade of an older store, no WAL switch). A pass of SQLite's structural
+    check is found in and recorded to the workspace's check record (:func:`check_records`),
+    so a new process does not re-read an unchanged store of hundreds of MB.
 
     Raises:
         SDEError: it cannot be opened (a read-only folder, a damaged file).
     """
-    return ResultsStore(workspace_store_path(ws.root), read_only=read_only)
+    return ResultsStore(workspace_store_path(ws.root), read_only=read_only,
+                        checks=check_records(ws))  # fmt: skip
 
 
 def slice_result(result: EvaluationResult, models: Sequence[str]) -> EvaluationResult:

@@ -7,7 +7,8 @@ know about a workspace without importing the pipeline or the input layers themse
   :data:`DEFAULT_TIME_LIMIT` (seconds per step of a trusted code checkpoint), the file suffixes
   a checkpoint or index file may have (:data:`CHECKPOINT_SUFFIXES`, :data:`INDEX_SUFFIXES`);
 - :func:`load_bundle` (its dataset), :func:`content_hash` (what a link and the results store
-  are keyed by), :func:`layer_listing_key` / :func:`model_layer_infos` (a model's layers) and
+  are keyed by), :func:`check_records` (findings trusted while a file is unchanged),
+  :func:`layer_listing_key` / :func:`model_layer_infos` (a model's layers) and
   :func:`checkpoint_fractions` (a model's training checkpoints);
 - :func:`weak_layer_advice`: what to try when a layer does not separate, in the words of the
   model's family (:mod:`sde_core.families`).
@@ -18,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sde_core.common.hashing import file_sha256, stable_hash
+from sde_core.common.stamps import RecordedHashes, StampRecords
+from sde_core.errors import SDEError
 from sde_core.families.registry import family_of_entry
 from sde_core.inputs.architectures import ARCHITECTURES
 from sde_core.inputs.checkpoint_files import CHECKPOINT_SUFFIXES
@@ -27,7 +30,14 @@ from sde_core.inputs.isolation import DEFAULT_TIME_LIMIT
 from sde_core.inputs.layers import LayerInfo
 from sde_core.pipeline.model_inputs import entry_layer_infos
 from sde_core.pipeline.sweeps import available_fractions
-from sde_core.pipeline.workspace import ROLES, WORKSPACE_FILE, Problem, Workspace, workspace_hash
+from sde_core.pipeline.workspace import (
+    ROLES,
+    WORKSPACE_FILE,
+    Problem,
+    Workspace,
+    cache_path,
+    workspace_hash,
+)
 from sde_core.pipeline.workspace_checks import validate_workspace
 from sde_core.pipeline.workspace_load import load_workspace
 
@@ -43,6 +53,7 @@ __all__ = [
     "LayerInfo",
     "Problem",
     "Workspace",
+    "check_records",
     "checkpoint_fractions",
     "content_hash",
     "layer_listing_key",
@@ -61,8 +72,32 @@ def load_bundle(ws: Workspace) -> DatasetBundle:
 
 def content_hash(ws: Workspace, bundle: DatasetBundle) -> str:
     """The workspace's content hash: its data (``bundle``'s fingerprint), forget set and every
-    checkpoint (64 hex digits; a link carries the first 16)."""
-    return workspace_hash(ws, data_fingerprint=bundle.fingerprint)
+    checkpoint (64 hex digits; a link carries the first 16).
+
+    A file's SHA-256 is read from the workspace's check record (:func:`check_records`)
+    while the file's stamp is unchanged, and recorded when it is computed
+    (:class:`~sde_core.common.stamps.RecordedHashes`): a new process does not re-read every
+    checkpoint of a workspace of hundreds of models. Without a usable cache folder every file
+    is hashed.
+    """
+    try:
+        hashes: RecordedHashes | None = RecordedHashes(check_records(ws))
+    except SDEError:  # a cache folder that leaves the workspace: hash every file
+        hashes = None
+    digest = workspace_hash(ws, data_fingerprint=bundle.fingerprint, file_hashes=hashes)
+    if hashes is not None:
+        hashes.flush()
+    return digest
+
+
+def check_records(ws: Workspace) -> StampRecords:
+    """The workspace's record of findings trusted while a file is unchanged (``checks.json``
+    in its cache folder: checkpoint digests, the results store's structural check).
+
+    Raises:
+        WorkspaceError: the cache folder resolves outside the allowed folders.
+    """
+    return StampRecords(cache_path(ws.root, "checks"))
 
 
 def layer_listing_key(ws: Workspace, model: str) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sde_core.common import stamps
 from sde_core.common.hashing import stable_hash
 from sde_core.errors import SDEError, StoreError
 from sde_core.pipeline.store import ResultsStore
@@ -600,8 +601,7 @@ def test_a_settled_file_is_verified_once_per_process_and_again_once_it_changes(
     with ResultsStore(path, read_only=True) as s:
         s.records(run.id, "models")
     assert len(checks) == 6
-    hour_ago = time.time() - 3600
-    os.utime(path, (hour_ago, hour_ago))
+    monkeypatch.setattr(stamps, "SETTLED_NS", 0)  # the file counts as settled from now on
     checks.clear()
     for _ in range(3):
         with ResultsStore(path, read_only=True) as s:
@@ -609,7 +609,8 @@ def test_a_settled_file_is_verified_once_per_process_and_again_once_it_changes(
     assert len(checks) == 3  # the first store object only
     _damage(path, "UPDATE table_rows SET payload = '{\"name\": \"u1\", \"otr\": 0.9}' "
                   "WHERE unit_id = 2")  # fmt: skip
-    os.utime(path, (hour_ago + 60, hour_ago + 60))  # settled again, but another time
+    hour_ago = time.time() - 3600
+    os.utime(path, (hour_ago, hour_ago))  # its modification time set back: its stamp still
     with ResultsStore(path, read_only=True) as s, pytest.raises(DamagedUnitError, match="u1"):
         s.records(run.id, "models")
 
@@ -629,8 +630,7 @@ def test_a_settled_file_is_checked_for_structure_once_and_again_once_it_changes(
         for i in range(40):
             s.put_unit(run.id, f"u{i}", {"models": [{"name": f"u{i}", "text": "x" * 200}]})
         s._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    hour_ago = time.time() - 3600
-    os.utime(path, (hour_ago, hour_ago))
+    monkeypatch.setattr(stamps, "SETTLED_NS", 0)  # the file counts as settled
     forget_shared_checks()
     checks: list[int] = []
     real = store_file.file_problem
@@ -648,7 +648,8 @@ def test_a_settled_file_is_checked_for_structure_once_and_again_once_it_changes(
     size = int.from_bytes(raw[16:18], "big")
     raw[(len(raw) // size - 1) * size] = 0xFF  # the last page: an invalid b-tree page type
     path.write_bytes(bytes(raw))
-    os.utime(path, (hour_ago + 60, hour_ago + 60))
+    hour_ago = time.time() - 3600
+    os.utime(path, (hour_ago, hour_ago))  # the modification time set back: the stamp changed
     with pytest.raises(StoreError, match="damaged"):
         ResultsStore(path, read_only=True)
     assert len(checks) == 2
