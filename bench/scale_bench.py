@@ -267,7 +267,11 @@ def time_pages(folder: Path) -> dict[str, object]:
     Runs in a fresh process (``--time-pages``): one page run of the Method page first (the
     app's imports), then each page as the first one a visitor opens on a server that did not
     warm up — nothing verified and nothing cached in this process (the store's shared checks
-    and the result cache forgotten first) — and a rerun; then each page's first load after
+    and the result cache forgotten first) — and a rerun. The first of these (key ``"Compare,
+    no record"``) runs with the workspace's ``.sde-cache/checks.json`` removed: what the first
+    process after an evaluation wrote the store pays (SQLite's structural check of the whole
+    file, every checkpoint's SHA-256), which it records for the later ones. Then each page's
+    first load after
     :func:`~sde_core.services.cascade.warm_workspace` (what ``serve.py`` runs at start, timed:
     key ``"<page> warmed"``: (warm-up, first load) seconds), the checks and cache forgotten
     before each warm-up.
@@ -286,7 +290,11 @@ def time_pages(folder: Path) -> dict[str, object]:
         at = app_test(ROOT / "app.py", 600)
         at.switch_page("pages/method.py")
         at.run()
-        for label, page in PAGES.items():
+        # the first process after the store or a checkpoint was written: nothing recorded in
+        # .sde-cache/checks.json (the structural check and every checkpoint's hash are done
+        # and recorded here; the loop below is every later new process)
+        (folder / ".sde-cache" / "checks.json").unlink(missing_ok=True)
+        for label, page in {"Compare, no record": PAGES["Compare"], **PAGES}.items():
             forget_shared_checks()
             process_cache().clear()
             at = app_test(ROOT / "app.py", 600)
@@ -386,6 +394,9 @@ def main() -> None:
             warm = "; ".join(f"{p} {timed[f'{p} warmed'][1]:.1f} s (warm-up "  # type: ignore[index]
                              f"{timed[f'{p} warmed'][0]:.1f} s)" for p in PAGES)  # fmt: skip
             print(f"N={n}: first loads after serve.py's warm-up: {warm}", flush=True)
+            fresh = timed["Compare, no record"]
+            print(f"N={n}: Compare's first load in the first process after the store was "
+                  f"written (nothing in checks.json): {fresh[0]:.1f} s", flush=True)  # type: ignore[index]  # fmt: skip
         for engine, seconds, rss, pss in runs or [("(stored)", *[float("nan")] * 3)]:
             print(f"| {n} | {engine} | {seconds:.0f} | {seconds / n:.2f} | {rss:.2f} / {pss:.2f} | "
                   f"{size:.1f} | {' | '.join(pages)} | {page_rss} | {before} → {_load()} |",

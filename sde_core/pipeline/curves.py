@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,6 +203,7 @@ def curve_table(
     results_store: Any,
     checkpoint_store: Any,
     data_fingerprint: str | None = None,
+    file_hashes: MutableMapping[Path, str] | None = None,
 ) -> pd.DataFrame:
     """Every point of the named models' curves at ``settings``, read from the stores.
 
@@ -212,6 +213,8 @@ def curve_table(
         results_store, checkpoint_store: open :class:`~sde_core.pipeline.store.ResultsStore`
             objects (read-only is enough; None: nothing stored there).
         data_fingerprint: the dataset bundle's fingerprint (part of the workspace hash).
+        file_hashes: the files' SHA-256 memo the workspace hashes share
+            (:func:`~sde_core.pipeline.workspace.workspace_hash`; default: one for this call).
 
     Returns:
         One row per point with :data:`CURVE_COLUMNS`; a point not stored at these settings has
@@ -219,7 +222,7 @@ def curve_table(
     """
     rows: list[dict[str, Any]] = []
     # the checkpoint workspaces differ from ws in one model's file: each file is read once
-    hashes: dict[Path, str] = {}
+    hashes: MutableMapping[Path, str] = {} if file_hashes is None else file_hashes
     main_hash = workspace_hash(ws, data_fingerprint=data_fingerprint, file_hashes=hashes)
     steps = {model: curve_steps(ws, model) for model in models}
     # the results store's points: the models' own and their starts' (at hundreds of models,
@@ -259,14 +262,19 @@ def _number(value: Any) -> float:
 
 
 def retrained_reference(
-    ws: Workspace, settings: EvalSettings, results_store: Any, data_fingerprint: str | None = None
+    ws: Workspace,
+    settings: EvalSettings,
+    results_store: Any,
+    data_fingerprint: str | None = None,
+    file_hashes: MutableMapping[Path, str] | None = None,
 ) -> tuple[str, float] | None:
     """The retrained model's name and stored calibrated OTR at ``settings`` (None when the
-    workspace has no retrained model, or its number is not stored or withheld)."""
+    workspace has no retrained model, or its number is not stored or withheld);
+    ``file_hashes`` as for :func:`curve_table`."""
     retrained = ws.named("retrained")
     if not retrained:
         return None
-    h = workspace_hash(ws, data_fingerprint=data_fingerprint)
+    h = workspace_hash(ws, data_fingerprint=data_fingerprint, file_hashes=file_hashes)
     row = _stored_rows(results_store, h, settings, retrained[:1]).get(retrained[0])
     value = _number((row or {}).get(CALIBRATED_OTR.key))
     return None if math.isnan(value) else (retrained[0], value)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sde_core.common.stamps import RecordedHashes, StampRecords
 from sde_core.pipeline.curves import (
     BEST_RULE,
     BestCheckpoint,
@@ -34,6 +35,7 @@ from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.sweeps import SWEEP_FACETS, read_sweep, shipped_sweeps
 from sde_core.pipeline.workspace import Workspace
+from sde_core.services.workspace_info import check_records
 
 __all__ = [
     "CheckpointCurves",
@@ -107,10 +109,13 @@ def checkpoint_curves(
     """
     results = workspace_store_path(ws.root)
     checkpoints = checkpoint_store_path(ws.root)
-    with _open(results) as rs, _open(checkpoints) as cs:
+    records = check_records(ws)  # unchanged files are not read again in a new process
+    hashes = RecordedHashes(records)
+    with _open(results, records) as rs, _open(checkpoints, records) as cs:
         table = curve_table(ws, settings, models, results_store=rs, checkpoint_store=cs,
-                            data_fingerprint=fingerprint)  # fmt: skip
-        reference = retrained_reference(ws, settings, rs, fingerprint)
+                            data_fingerprint=fingerprint, file_hashes=hashes)  # fmt: skip
+        reference = retrained_reference(ws, settings, rs, fingerprint, hashes)
+    hashes.flush()
     best = {m: best_checkpoint(table, m, reference[1], width) if reference else None
             for m in models}  # fmt: skip
     ref_text = f"{reference[0]}: {reference[1]:.2f}" if reference else "not stored"
@@ -129,8 +134,10 @@ class _NoStore:
         return None
 
 
-def _open(path: Path) -> ResultsStore | _NoStore:
-    return ResultsStore(path, read_only=True) if path.is_file() else _NoStore()
+def _open(path: Path, checks: StampRecords) -> ResultsStore | _NoStore:
+    if not path.is_file():
+        return _NoStore()
+    return ResultsStore(path, read_only=True, checks=checks)
 
 
 def evaluate_missing_checkpoints(
