@@ -24,7 +24,9 @@ model has its own activations and nothing is served from another model's cache. 
   (:func:`time_pages`: each page as the first one a visitor opens on a server that did not
   warm up; the result read from the store), each page's first load after what ``serve.py``
   does at start (:func:`~sde_core.services.cascade.warm_workspace`, timed too), and that
-  process's peak resident memory.
+  process's peak resident memory; once in the first process after the evaluation wrote the
+  store (nothing in ``.sde-cache/checks.json``: it runs SQLite's structural check of the whole
+  file and hashes every checkpoint, and records both) and once in a later one (the table).
 
 ``--submitit N`` evaluates the N-model workspace a second time, from scratch, through submitit's
 local executor (``--engine submitit-local``: one child process per model, what a Slurm
@@ -261,17 +263,17 @@ def store_curve(folder: Path) -> float:
     return time.perf_counter() - t0
 
 
-def time_pages(folder: Path) -> dict[str, object]:
+def time_pages(folder: Path, recorded: bool = True) -> dict[str, object]:
     """Each page's (first load, rerun) seconds on ``folder`` and this process's peak RSS (GB).
 
     Runs in a fresh process (``--time-pages``): one page run of the Method page first (the
     app's imports), then each page as the first one a visitor opens on a server that did not
     warm up — nothing verified and nothing cached in this process (the store's shared checks
-    and the result cache forgotten first) — and a rerun. The first of these (key ``"Compare,
-    no record"``) runs with the workspace's ``.sde-cache/checks.json`` removed: what the first
-    process after an evaluation wrote the store pays (SQLite's structural check of the whole
-    file, every checkpoint's SHA-256), which it records for the later ones. Then each page's
-    first load after
+    and the result cache forgotten first) — and a rerun. With ``recorded`` false the
+    workspace's ``.sde-cache/checks.json`` is removed first: the first process after an
+    evaluation wrote the store, which pays SQLite's structural check of the whole file and
+    every checkpoint's SHA-256 and records them for the later processes (its first page pays
+    them). Then each page's first load after
     :func:`~sde_core.services.cascade.warm_workspace` (what ``serve.py`` runs at start, timed:
     key ``"<page> warmed"``: (warm-up, first load) seconds), the checks and cache forgotten
     before each warm-up.
@@ -290,11 +292,9 @@ def time_pages(folder: Path) -> dict[str, object]:
         at = app_test(ROOT / "app.py", 600)
         at.switch_page("pages/method.py")
         at.run()
-        # the first process after the store or a checkpoint was written: nothing recorded in
-        # .sde-cache/checks.json (the structural check and every checkpoint's hash are done
-        # and recorded here; the loop below is every later new process)
-        (folder / ".sde-cache" / "checks.json").unlink(missing_ok=True)
-        for label, page in {"Compare, no record": PAGES["Compare"], **PAGES}.items():
+        if not recorded:  # the first process after the store or a checkpoint was written
+            (folder / ".sde-cache" / "checks.json").unlink(missing_ok=True)
+        for label, page in PAGES.items():
             forget_shared_checks()
             process_cache().clear()
             at = app_test(ROOT / "app.py", 600)
@@ -322,11 +322,12 @@ def time_pages(folder: Path) -> dict[str, object]:
     return found
 
 
-def pages_in_child(folder: Path) -> dict[str, object]:
+def pages_in_child(folder: Path, recorded: bool = True) -> dict[str, object]:
     """:func:`time_pages` in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, __file__, "--time-pages", str(folder)], env=env,
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    flag = [] if recorded else ["--no-record"]
+    out = subprocess.run([sys.executable, __file__, "--time-pages", str(folder), *flag],
+                         env=env, capture_output=True, text=True, check=False)  # fmt: skip
     if out.returncode != 0:
         raise SystemExit(f"page timing failed: {out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -363,12 +364,13 @@ def main() -> None:
         "half the models are stored, resubmit, and count what ran twice",
     )
     ap.add_argument("--time-pages", type=Path, help=argparse.SUPPRESS)  # the child's job
+    ap.add_argument("--no-record", action="store_true", help=argparse.SUPPRESS)  # the child's
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)
     if args.time_pages:
-        print(json.dumps(time_pages(args.time_pages)))
+        print(json.dumps(time_pages(args.time_pages, recorded=not args.no_record)))
         return
     cols = [f"{p} first / rerun s" for p in PAGES]
     print(f"| models | engine | evaluate s | s a model | evaluate peak RSS / PSS GB | store MB | "
@@ -388,15 +390,17 @@ def main() -> None:
         if not args.skip_pages:
             print(f"N={n}: the original's curve stored in {store_curve(folder):.0f} s",
                   flush=True)  # fmt: skip
+            first = pages_in_child(folder, recorded=False)  # records for the later ones
             timed = pages_in_child(folder)
             pages = [f"{timed[p][0]:.1f} / {timed[p][1]:.1f}" for p in PAGES]  # type: ignore[index]
             page_rss = f"{timed['rss_gb']:.2f}"
             warm = "; ".join(f"{p} {timed[f'{p} warmed'][1]:.1f} s (warm-up "  # type: ignore[index]
                              f"{timed[f'{p} warmed'][0]:.1f} s)" for p in PAGES)  # fmt: skip
             print(f"N={n}: first loads after serve.py's warm-up: {warm}", flush=True)
-            fresh = timed["Compare, no record"]
-            print(f"N={n}: Compare's first load in the first process after the store was "
-                  f"written (nothing in checks.json): {fresh[0]:.1f} s", flush=True)  # type: ignore[index]  # fmt: skip
+            fresh = ", ".join(f"{p} {first[p][0]:.1f} s" for p in PAGES)  # type: ignore[index]
+            print(f"N={n}: first loads in the first process after the store was written "
+                  f"(nothing in checks.json; the first page pays the checks): {fresh}",
+                  flush=True)  # fmt: skip
         for engine, seconds, rss, pss in runs or [("(stored)", *[float("nan")] * 3)]:
             print(f"| {n} | {engine} | {seconds:.0f} | {seconds / n:.2f} | {rss:.2f} / {pss:.2f} | "
                   f"{size:.1f} | {' | '.join(pages)} | {page_rss} | {before} → {_load()} |",
