@@ -202,61 +202,25 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str,
     that change is then not run (None) and its later changes start from a stage cache that
     lacks what the page's run had not finished either."""
     import re
-    import socket
-    import subprocess
-    import threading
-    import urllib.request
     from urllib.parse import quote
 
     from playwright.sync_api import expect, sync_playwright
+    from served import served  # bench/served.py, beside this script
 
     from sde_core.viz.figures.export import BROWSER_ARGS, find_chromium
 
     chromium = find_chromium()
     if chromium is None:
         raise SystemExit("--browser needs Chromium (apt-get install chromium)")
-    root = Path(__file__).resolve().parents[1]
     rows: list[BrowserRow] = []
-    with tempfile.TemporaryDirectory() as tmp, socket.socket() as sock:
+    with tempfile.TemporaryDirectory() as tmp:
         folder = _copy(workspace, Path(tmp) / "server")
         # the library's side of every change: its own copy (own activation and stage caches)
         # through the same sequence of settings, so its caches are in the same state
         lib = EvaluationSession(_copy(workspace, Path(tmp) / "library"))
         settings = lib.defaults()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
-        env = {**os.environ, "SDE_WORKSPACE": str(folder), "SDE_DATA_ROOTS": tmp}
-        cmd = [sys.executable, "serve.py", "--server.port", str(port),
-               "--server.address", "127.0.0.1", "--server.headless", "true",
-               "--browser.gatherUsageStats", "false",
-               "--server.fileWatcherType", "none"]  # fmt: skip
-        started = time.perf_counter()
-        log = Path(tmp) / "server.log"
-        with log.open("w") as out:
-            server = subprocess.Popen(cmd, cwd=root, env=env, stdout=out,
-                                      stderr=subprocess.STDOUT)  # fmt: skip
-        warmed: list[float] = []
-
-        def watch_log() -> None:
-            while server.poll() is None and not warmed:
-                if "warmed in" in log.read_text(errors="replace"):
-                    warmed.append(time.perf_counter() - started)
-                time.sleep(0.1)
-
-        threading.Thread(target=watch_log, daemon=True).start()
-        url = f"http://127.0.0.1:{port}"
-        try:
-            for _ in range(600):
-                try:
-                    with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
-                        break
-                except OSError:
-                    time.sleep(0.2)
-            for _ in range(1200):  # a user opens the page once `make run` says it is ready
-                if warmed or server.poll() is not None:
-                    break
-                time.sleep(0.1)
+        with served(folder, Path(tmp), Path(tmp) / "server.log") as server:
+            url, warmed = server.url, server.warmed
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=chromium, args=list(BROWSER_ARGS))
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -385,13 +349,7 @@ def browser_actions(workspace: str, model: str, other_model: str, layer: str,
                     ("Compare, second visit", None, complete(t0, compare_done, limit), None)
                 )
                 browser.close()
-        except Exception:
-            print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
-            raise
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-    return rows, (warmed[0] if warmed else None)
+    return rows, warmed
 
 
 def _uptime() -> str:
