@@ -124,3 +124,29 @@ def test_the_workspace_records_its_checks_in_its_cache_folder(
     assert len(checks) == 1
     assert check_records(ws).path == root / ".sde-cache" / "checks.json"
     assert (root / ".sde-cache" / "checks.json").is_file()
+
+
+def test_a_check_record_linked_outside_the_workspace_is_refused_and_never_written(
+    tmp_path: Path, settled_now: None
+) -> None:
+    """``checks.json`` is a cache file like the others: a link out of the workspace is named
+    with the fix, nothing is written through it, and the content hash is still computed (from
+    every file's bytes)."""
+    from sde_core.errors import WorkspaceError
+    from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.services.cascade import open_results_store
+    from sde_core.services.workspace_info import content_hash, load_bundle
+
+    demo = Path(__file__).resolve().parents[2] / "assets" / "demo-mnist1d"
+    root = tmp_path / "ws" / "demo"
+    shutil.copytree(demo, root, ignore=shutil.ignore_patterns(".sde-cache"))
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text("{}")
+    (root / ".sde-cache").mkdir()
+    (root / ".sde-cache" / "checks.json").symlink_to(outside)
+    ws = load_workspace(root, roots=[root])
+    with pytest.raises(WorkspaceError, match="remove the link"):
+        open_results_store(ws, read_only=True)
+    plain = content_hash(ws, load_bundle(ws))
+    assert plain == content_hash(ws, load_bundle(ws))
+    assert outside.read_text() == "{}"
