@@ -25,7 +25,10 @@ def settled_now(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stamps, "SETTLED_NS", 0)
 
 
-def test_a_fresh_file_a_folder_and_a_missing_file_have_no_stamp(tmp_path: Path) -> None:
+def test_a_fresh_file_a_folder_and_a_missing_file_have_no_stamp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stamps, "SETTLED_NS", 600 * 10**9)  # "fresh" on a slow machine too
     fresh = tmp_path / "f.bin"
     fresh.write_bytes(b"abc")
     assert identity(fresh) is None  # modified within SETTLED_NS: its time may not yet tell

@@ -96,6 +96,7 @@ def test_a_damaged_file_is_found_although_an_earlier_pass_was_recorded(
 def test_a_racily_fresh_file_is_checked_and_nothing_is_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(stamps, "SETTLED_NS", 600 * 10**9)  # "just written" on a slow machine
     path, record = tmp_path / "results.sqlite", tmp_path / "checks.json"
     _fill(path, range(2))  # just written: within SETTLED_NS
     checks = _counted_checks(monkeypatch)
