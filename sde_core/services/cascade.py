@@ -120,7 +120,8 @@ def process_cache() -> ResultCache:
 def warm_workspace(path: str) -> EvaluationResult | None:
     """Do before the first visit what a cold open of ``path`` would: import the library (torch,
     the HSIC engine and plotly included), load the workspace, its dataset and content hash, read
-    its stored evaluation at its defaults into :func:`process_cache` and build one chart.
+    its stored evaluation at its defaults into :func:`process_cache`, build each kind of chart
+    Explore draws once and draw the target subsets at the defaults.
 
     Nothing is computed: a workspace whose store lacks its defaults is only loaded. Above
     :data:`WHOLE_READ_MAX` models it reads what a page of hundreds of models reads first —
@@ -135,13 +136,16 @@ def warm_workspace(path: str) -> EvaluationResult | None:
         SDEError: the workspace cannot be loaded or its store read.
     """
     from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.services.evaluation import target_subsets
     from sde_core.services.workspace_info import content_hash, load_bundle
-    from sde_core.viz.figures.distributions import hsic_histogram
+    from sde_core.viz.figures.comparison import draw_strip
+    from sde_core.viz.figures.distributions import hsic_histogram, panel_figure, spread_figure
 
     ws = load_workspace(path)
     if not ws.models:
         return None
-    source = Evaluations(ws, content_hash(ws, load_bundle(ws)), _PROCESS_CACHE, _no_session)
+    bundle = load_bundle(ws)
+    source = Evaluations(ws, content_hash(ws, bundle), _PROCESS_CACHE, _no_session)
     names = [m.name for m in ws.models]
     if len(names) > WHOLE_READ_MAX:
         if source.stored_summary(ws.defaults) is None:
@@ -149,7 +153,17 @@ def warm_workspace(path: str) -> EvaluationResult | None:
         names = names[:1]
     result = source.stored(ws.defaults, names)
     if result is not None:
-        hsic_histogram(result, ws.models[0].name, "pooled")
+        # what Explore's first run builds besides: each kind of figure once (plotly builds a
+        # trace or layout type's validators at its first use in a process) and the target
+        # subsets its thumbnails and tables show (a cache of the library)
+        first = ws.models[0].name
+        hsic_histogram(result, first, "pooled")
+        if not result.model_draws(first).empty:
+            draw_strip(result, first)
+        if "panel_it_h" in result.model_arrays(first):
+            panel_figure(result, first)
+            spread_figure(result, first)
+        target_subsets(ws, bundle, ws.defaults)
     return result
 
 

@@ -260,13 +260,17 @@ def test_at_many_models_a_read_takes_the_asked_models_and_a_summary_the_rest(
     assert source.stored_summary(SETTINGS) is summary  # cached
 
 
-def test_warming_reads_the_default_view_into_the_process_cache(tiny_workspace):
+def test_warming_reads_the_default_view_into_the_process_cache(tiny_workspace, monkeypatch):
+    """The stored result at the defaults lands in the process cache, and the target subsets
+    Explore's first run shows are drawn before it (the library's cache of them)."""
     from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
     from sde_core.pipeline.store import ResultsStore, workspace_store_path
+    from sde_core.services import evaluation as evaluation_service
 
     ws = load_workspace(tiny_workspace)
     with ResultsStore(workspace_store_path(ws.root)) as store:  # the defaults are stored
         evaluate_workspace(ws, ws.defaults, store=store)
+    evaluation_service._TARGETS.clear()
     found = cascade.warm_workspace(str(tiny_workspace))
     names = tuple(m.name for m in ws.models)
     assert found is not None and list(found.models["name"]) == list(names)
@@ -274,6 +278,11 @@ def test_warming_reads_the_default_view_into_the_process_cache(tiny_workspace):
         ws, content_hash(ws, load_bundle(ws)), cascade.process_cache(), FakeSession
     )
     assert source.cached("evaluation", ws.defaults, names) is found
+    drawn: list[int] = []
+    monkeypatch.setattr(evaluation_service, "draw_subsets",
+                        lambda *a, **k: drawn.append(1))  # fmt: skip
+    subsets = evaluation_service.target_subsets(ws, load_bundle(ws), ws.defaults)
+    assert drawn == [] and subsets.shape[0] == ws.defaults.targets
 
 
 def test_warming_many_models_reads_the_summary_and_one_model_in_full(tiny_workspace, monkeypatch):
