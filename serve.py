@@ -5,7 +5,8 @@ background thread, started with the server, that does before the first visitor a
 the first page run would otherwise pay for: importing the library (torch, the HSIC engine,
 plotly) and reading the default workspace (``$SDE_WORKSPACE``, else ``assets/demo``) — its
 dataset, content hash and stored results at its defaults
-(:func:`sde_core.services.cascade.warm_workspace`) — into the server's result cache. A visitor
+(:func:`sde_core.services.cascade.warm_workspace`) — into the server's result cache, building
+each kind of chart Explore draws once and drawing the target subsets at the defaults. A visitor
 who arrives before it has finished waits only for what is left of it.
 
 The thread imports no page module: ``pages/__init__.py`` must be first imported by a page run
