@@ -45,7 +45,8 @@ FIRST_CHART_TARGET, COMPLETE_TARGET = 1.0, 2.0
 
 def cold_open(browser: object, demo: str, page_path: str) -> tuple[float, float, float, float]:
     """One cold open of ``page_path`` on a fresh server of ``demo``: (warm-up, frame, first
-    chart, complete) seconds, the last three from navigation (NaN: no chart in view)."""
+    chart, complete) seconds, the last three from navigation (warm-up NaN: the server did not
+    say it had warmed up; a step not reached in 300 s raises)."""
     from playwright.sync_api import expect
 
     with tempfile.TemporaryDirectory() as tmp:

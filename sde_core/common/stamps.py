@@ -128,14 +128,21 @@ _WRITE_LOCK = threading.Lock()
 class StampRecords:
     """Findings about files, each valid for one stamp, kept in the JSON file ``path``.
 
-    The file is read once, when the object is made; :meth:`put` collects new findings and
-    :meth:`flush` merges them into the file as it is then (atomically).
+    The file is read once, at the first :meth:`get` that has a stamp to compare (a store
+    whose check this process already trusts never reads it); :meth:`put` collects new findings
+    and :meth:`flush` merges them into the file as it is then (atomically).
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._known = _entries(self.path)
+        self._read: dict[str, tuple[Stamp, str]] | None = None
         self._new: dict[str, tuple[Stamp, str]] = {}
+
+    @property
+    def _known(self) -> dict[str, tuple[Stamp, str]]:
+        if self._read is None:
+            self._read = _entries(self.path)
+        return self._read
 
     def get(self, key: str, stamp: Stamp | None) -> str | None:
         """The value recorded for ``key`` with exactly ``stamp`` (None: nothing trusted)."""
@@ -206,7 +213,7 @@ class RecordedHashes(MutableMapping[Path, str]):
         return True
 
     def __getitem__(self, path: Path) -> str:
-        if path in self._digests or self.__contains__(path):
+        if path in self:  # a digest known here or recorded for the file's stamp
             return self._digests[path]
         raise KeyError(path)
 

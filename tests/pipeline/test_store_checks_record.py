@@ -151,3 +151,25 @@ def test_a_check_record_linked_outside_the_workspace_is_refused_and_never_writte
     plain = content_hash(ws, load_bundle(ws))
     assert plain == content_hash(ws, load_bundle(ws))
     assert outside.read_text() == "{}"
+
+
+def test_a_store_this_process_already_trusts_does_not_read_the_record(
+    tmp_path: Path, settled_now: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page opens its store several times a run: only the first open of an unchanged file
+    reads ``checks.json``."""
+    path, record = tmp_path / "results.sqlite", tmp_path / "checks.json"
+    _fill(path, range(2))
+    forget_shared_checks()
+    reads: list[Path] = []
+    real = stamps._entries
+
+    def counted(p: Path):  # type: ignore[no-untyped-def]
+        reads.append(p)
+        return real(p)
+
+    monkeypatch.setattr(stamps, "_entries", counted)
+    for _ in range(3):
+        with ResultsStore(path, read_only=True, checks=StampRecords(record)) as s:
+            s.close()
+    assert reads == [record, record]  # the first open: looked up, then merged on its flush
