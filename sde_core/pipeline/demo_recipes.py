@@ -19,7 +19,7 @@ from sde_core.common.sigma import SQRT_DIM
 from sde_core.common.validation import check_int
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.metric_table import F1, OTR, PANEL_P, REFERENCE_P
-from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.settings import DEFAULT_NULL_SIZE, EvalSettings
 
 if TYPE_CHECKING:  # pandas and the training stack load lazily: the CLI starts fast
     import pandas as pd
@@ -129,7 +129,8 @@ class DemoRecipe:
 def demo_defaults(layer: str, subset_size: int) -> EvalSettings:
     """The ``[defaults]`` of a bundled demo workspace: the given layer and n, every other setting
     pinned here (σ = √d, T = 100, K = 200, seed 0, 30 bins, R = 20, α = 0.01, the precision
-    design W = 0.1 with a pilot of 10 draws of 20 targets and a budget of 60, method §15) so
+    design W = 0.1 with a pilot of 10 draws of 20 targets and a budget of 60, method §15, and
+    the null check sized at N = 300, method §9) so
     that a change of the library's defaults never silently changes a demo's shipped numbers."""
     return EvalSettings(
         layer=layer,
@@ -145,6 +146,7 @@ def demo_defaults(layer: str, subset_size: int) -> EvalSettings:
         precision=0.1,
         pilot_draws=10,
         max_draws=60,
+        null_size=DEFAULT_NULL_SIZE,
     )
 
 

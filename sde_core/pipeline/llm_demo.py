@@ -37,7 +37,7 @@ import numpy as np
 
 from sde_core.common.fsio import atomic_write_text
 from sde_core.errors import SettingsError
-from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.settings import DEFAULT_NULL_SIZE, EvalSettings
 from sde_core.pipeline.workspace import ModelEntry, Workspace, workspace_hash
 from sde_core.pipeline.workspace_checks import check_workspace
 from sde_core.pipeline.workspace_load import load_workspace
@@ -147,6 +147,7 @@ class FactsRecipe:
             precision=0.1,
             pilot_draws=10,
             max_draws=60,
+            null_size=DEFAULT_NULL_SIZE,
         )
     )
     seed: int = 0

@@ -32,6 +32,7 @@ from sde_core.stats.hsic_splits import MAX_SPLITS
 
 __all__ = [
     "ALGORITHM_VERSION",
+    "DEFAULT_NULL_SIZE",
     "DEFAULT_PRECISION",
     "MAX_SEED",
     "NOISE_LEVELS",
@@ -39,6 +40,7 @@ __all__ = [
     "EvalSettings",
     "Setting",
     "setting",
+    "settings_from_key",
     "with_stated_design",
 ]
 
@@ -66,7 +68,14 @@ MAX_SEED = 2**32 - 1
 #: rate); α levels below 1.
 
 #: The precision design's settings (method §15): inert while ``precision`` is 0.
-_PRECISION_FIELDS = ("precision", "pilot_draws", "max_draws")
+_PRECISION_FIELDS = ("precision", "pilot_draws", "max_draws", "null_size")
+#: The null check's size in a precision design (method §9): it judges at least this many
+#: unseen subsets, and this many training subsets, over all the draws the run uses. At 300 its
+#: 95% interval excludes α_cal = 0.05 from a false-call rate of 2α_cal = 10% with probability
+#: 0.81 at B = 10 draws and 0.88–0.89 at B = 20–60 (the gate's one-sided 99% bound: 0.61 and
+#: 0.77–0.81); ``stats/null_power.py`` and ``pipeline/meta_eval/null_sizing.py`` give these,
+#: and a test checks them. 0 keeps the fixed design's pairs and controls.
+DEFAULT_NULL_SIZE = 300
 #: The precision target W of the default design (method §15): ±0.1 on OTR, calibrated OTR and
 #: the over-unlearned share, the half-width at which a mixed reading (OTR 0.5–0.8) is told
 #: apart from "not forgotten"; ``precision = 0`` (or B given alone) is the fixed design.
@@ -252,6 +261,12 @@ class EvalSettings:
             ``precision`` asks for that fixed design (:func:`with_stated_design`).
         pilot_draws: n0, the pilot's draws (precision only).
         max_draws: the budget in draws (precision only): the run stops there and says so.
+        null_size: N, the least number of unseen subsets and of training subsets the null
+            check judges over the B draws of a precision design (precision only; method §9):
+            each draw tops up its ``null_pairs / draws`` pairs and ``targets / (2·draws)``
+            training controls to ``⌈N/(2B)⌉`` pairs and ``⌈N/B⌉`` training subsets with
+            subsets of its own (the other subsets are unchanged). Default
+            :data:`DEFAULT_NULL_SIZE`; 0 keeps the pairs and controls alone.
     """
 
     layer: str = "output"
@@ -273,6 +288,7 @@ class EvalSettings:
     precision: float = DEFAULT_PRECISION
     pilot_draws: int = 10
     max_draws: int = 60
+    null_size: int = DEFAULT_NULL_SIZE
 
     def __post_init__(self) -> None:
         for entry in SETTINGS:
@@ -315,16 +331,34 @@ class EvalSettings:
     def result_key(self) -> dict[str, Any]:
         """The settings that determine results (the store's run key), with the algorithm version.
 
-        Without a precision target its two budget fields change nothing and are left out, so a
-        fixed-design run keeps the key it had before they existed."""
+        Without a precision target its fields change nothing and are left out, so a
+        fixed-design run keeps the key it had before they existed; ``null_size = 0`` is left
+        out too, so a precision run of the null check's pairs and controls alone keeps the key
+        it had before the null check was sized (:func:`settings_from_key` reads it back)."""
         key = {**asdict(self), "algorithm": ALGORITHM_VERSION}
         if not self.precision:
             for name in _PRECISION_FIELDS:
                 key.pop(name)
+        elif not self.null_size:
+            key.pop("null_size")
         return key
 
 
 _FIELDS = {f.name: f for f in fields(EvalSettings)}
+
+
+def settings_from_key(key: Mapping[str, Any]) -> EvalSettings:
+    """The :class:`EvalSettings` of a stored run key (:meth:`EvalSettings.result_key`, with or
+    without its ``"algorithm"``): a field the key leaves out is at the value that left it out —
+    ``precision = 0`` (the fixed design) and ``null_size = 0`` (the null check unsized).
+
+    Raises:
+        SettingsError: an unknown or invalid setting.
+    """
+    values = {k: v for k, v in key.items() if k != "algorithm"}
+    values.setdefault("precision", 0.0)
+    values.setdefault("null_size", 0)
+    return EvalSettings.from_mapping(values)
 
 
 def with_stated_design(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -406,6 +440,15 @@ SETTINGS: tuple[Setting, ...] = (
         15, "int", "--max-draws", url_key="Bmax", widget="number",
         widget_label="Draw budget B_max (precision target only)", minimum=2, maximum=500,
         label="draw budget", group="Precision design",
+    ),
+    Setting(
+        "null_size", "N_null",
+        "Unseen subsets, and training subsets, the null check judges at least over a precision "
+        "target's draws (default 300: its 95% interval then tells a false-call rate of 2α "
+        "from α with 80% power); 0 keeps the null-check pairs and controls alone.",
+        9, "int", "--null-size", url_key="Nnull", widget="number",
+        widget_label="Null-check size N (precision target only)", minimum=0, maximum=100_000,
+        step=50, label="null-check size", group="Precision design",
     ),
     Setting(
         "bins", "bins", "Histogram bins of the Jensen–Shannon decision.",

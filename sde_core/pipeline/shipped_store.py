@@ -37,7 +37,7 @@ import numpy as np
 from sde_core.errors import StoreError
 from sde_core.pipeline.evaluation.model_evaluation import CONTROL_KIND
 from sde_core.pipeline.evaluation.workspace_run import NEAR_TIES_TABLE, stored_result
-from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.settings import settings_from_key
 from sde_core.pipeline.store import ResultsStore
 
 __all__ = ["ARRAY_KINDS", "ShippedRun", "kept_rows", "ship_run"]
@@ -50,6 +50,7 @@ ARRAY_KINDS: dict[str, str] = {
     "panel_it_h": "it_panel",
     "panel_oot_h": "oot_panel",
     "null_h": "null",
+    "null_train_h": "null_train",
     "f1_h": CONTROL_KIND,
 }
 
@@ -114,7 +115,7 @@ def ship_run(
         if run.status != "complete":
             raise StoreError(f"{source}: the run is {run.status}, not complete: finish it first")
         units = sorted(full.finished_units(run.id))
-        result = stored_result(full, workspace_hash, EvalSettings.from_mapping(key), units)
+        result = stored_result(full, workspace_hash, settings_from_key(key), units)
         assert result is not None
         tables = {name: full.records(run.id, name) for name in full.tables(run.id)}
         with ResultsStore(scratch) as shipped:

@@ -28,7 +28,7 @@ from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.model_inputs import Progress
 from sde_core.pipeline.reproduce import Outcome, ResultDiff, compare_model, worst_outcome
-from sde_core.pipeline.settings import ALGORITHM_VERSION, EvalSettings
+from sde_core.pipeline.settings import ALGORITHM_VERSION, EvalSettings, settings_from_key
 from sde_core.pipeline.workspace import Workspace
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.audit import environment
@@ -270,7 +270,7 @@ def verify_report(
     ws = load_workspace(folder, validate=False)
     settings_doc = dict(doc.get("settings") or manifest.get("settings") or {})
     reported_algorithm = settings_doc.pop("algorithm", None)
-    settings = EvalSettings.from_mapping(settings_doc)
+    settings = settings_from_key(settings_doc)  # a field left out: the value that left it out
     shared: list[str] = []
     notes: list[str] = []
     if reported_algorithm != ALGORITHM_VERSION:

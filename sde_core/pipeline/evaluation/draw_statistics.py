@@ -3,8 +3,9 @@
 Pure functions of arrays and settings: :func:`core_statistics` (S_IT, S_OOT, targets: the
 paper's reference check, JSD decisions, OTR, dependence score), :func:`panel_statistics` (the
 calibrated panel check and the targets' four-way verdicts), :func:`control_statistics`
-(controlled F1, paper's and calibrated) and :func:`draw_null_check` (the null check of
-:func:`sde_core.stats.null_check.null_check`); :class:`DrawState` holds what a draw has so far.
+(controlled F1, paper's and calibrated), :func:`draw_null_check` (the null check of
+:func:`sde_core.stats.null_check.null_check`) and :func:`null_train_calls` (its training
+subsets beyond the controls, method §9); :class:`DrawState` holds what a draw has so far.
 Combining the draws into a model's numbers is :mod:`~.statistics`.
 """
 
@@ -35,6 +36,7 @@ __all__ = [
     "control_statistics",
     "core_statistics",
     "draw_null_check",
+    "null_train_calls",
     "panel_statistics",
 ]
 
@@ -122,8 +124,11 @@ class DrawState:
     Attributes:
         index: the draw number. arrays: H arrays by name (``it_h`` (K,), ``oot_h`` (K,),
             ``targets_h`` (t, K), ``panel_it_h``/``panel_oot_h`` (R, K), ``pos_h``/``neg_h``
-            (c, K), ``null_h`` (2p, K)). spreads: the spread control of the same subsets.
-        core, panel, controls, null: statistics of the finished parts.
+            (c, K), ``null_h`` (2p, K), ``null_train_h`` (x, K): the null check's training
+            subsets beyond the controls). spreads: the spread control of the same subsets.
+        core, panel, controls, null: statistics of the finished parts. null_train: ``(false
+            "out-of-training" calls, subsets)`` of the null check's own training subsets (None
+            without them).
         mmd, w2: per baseline control ``(d_it, d_oot)`` arrays (positives then negatives).
     """
 
@@ -134,6 +139,7 @@ class DrawState:
     panel: PanelStats | None = None
     controls: ControlStats | None = None
     null: NullCalibration | None = None
+    null_train: tuple[int, int] | None = None
     mmd: np.ndarray | None = None
     w2: np.ndarray | None = None
 
@@ -224,3 +230,18 @@ def draw_null_check(state: DrawState, settings: EvalSettings) -> NullCalibration
         return None
     pairs = null_h.reshape(-1, 2, null_h.shape[1])
     return null_check(pairs, state.panel.oot_scores, settings.alpha, settings.alpha_calibrated)
+
+
+def null_train_calls(state: DrawState, settings: EvalSettings) -> tuple[int, int] | None:
+    """``(calls, subsets)``: how many of the draw's own null-check training subsets (beyond the
+    controls) get ``p_out < alpha_calibrated`` against its IT panel — false "out-of-training"
+    calls — and how many there are (None without them or before the panel is known)."""
+    h = state.arrays.get("null_train_h")
+    if h is None or state.panel is None or len(h) == 0:
+        return None
+    panel, a = state.panel, settings.alpha_calibrated
+    calls = sum(
+        calibrated_verdict(float(s), panel.it_scores, panel.oot_scores, a).p_out < a
+        for s in subset_scores(h)
+    )
+    return int(calls), len(h)

@@ -42,12 +42,15 @@ class ModelEvaluation:
             spread`` and, for targets and controls (``kind`` ``"target"`` /
             :data:`CONTROL_KIND`), ``d_it, d_oot, decision, in_training_raw, p_in, p_out,
             p_over, verdict, label_in_training``; kinds ``it_ref``, ``oot_ref``, ``it_panel``,
-            ``oot_panel`` and ``null`` (the null check's subsets, A then B of each pair).
+            ``oot_panel``, ``null`` (the null check's subsets, A then B of each pair; a sized
+            check's pairs after the draw's own) and ``null_train`` (a sized null check's
+            training subsets beyond the controls, method §9).
         arrays: raw H arrays: ``it_h``/``oot_h`` ``(K,)`` (draw 0's references), ``it_h_draws``
             / ``oot_h_draws`` ``(B, K)``, ``targets_h`` ``(T, K)`` (draw by draw; the draw of
             each row is ``target_draw`` ``(T,)``), ``f1_h`` ``(T, K)`` (positives of every draw,
             then negatives), ``panel_it_h``/``panel_oot_h`` ``(B·R, K)``, ``null_h``
-            ``(2P, K)``.
+            ``(2P, K)``, ``null_train_h`` ``(X, K)`` (a sized null check's own training
+            subsets).
         complete: whether every requested stage finished.
         tables: further per-model tables for the store, e.g. ``class_wise`` (method §16).
     """
@@ -126,6 +129,10 @@ def subset_rows(
         if "null_h" in st.arrays:
             for j, (h, sp) in enumerate(zip(st.arrays["null_h"], st.spreads["null"], strict=True)):
                 plain("null", d.index, j, h, sp)
+        if "null_train_h" in st.arrays:
+            pairs = zip(st.arrays["null_train_h"], st.spreads["null_train"], strict=True)
+            for j, (h, sp) in enumerate(pairs):
+                plain("null_train", d.index, j, h, sp)
     index = 0
     for sign, key in ((True, "pos"), (False, "neg")):
         for st in states:
@@ -157,7 +164,7 @@ def stacked_arrays(states: tuple[DrawState, ...]) -> dict[str, np.ndarray]:
             [np.full(len(st.arrays["targets_h"]), st.index, dtype=np.int64) for st in done]
         ),
     }
-    for key in ("panel_it_h", "panel_oot_h", "null_h"):
+    for key in ("panel_it_h", "panel_oot_h", "null_h", "null_train_h"):
         parts = [st.arrays[key] for st in done if key in st.arrays]
         if parts:
             out[key] = np.vstack(parts)

@@ -17,6 +17,10 @@ generator seeded from ``(seed, draw)``:
    negatives from D_f for a model retrained without it, from the D_te control half otherwise);
 4. draws its share of the null check's pairs: two disjoint subsets of the D_te control half.
 
+A precision design sizes the null check once B is fixed (:func:`null_top_up`, method §9): each
+draw adds pairs of the D_te control half and training subsets of the D_r control half from a
+generator of their own, so the subsets above are the same whatever the size.
+
 The targets are *partitioned* among the draws (not shared), so each draw is an independent
 replicate of the whole evaluation and the spread between draws carries both the target and the
 reference variance (method §12). When T is too small for B draws (each draw needs a target and a
@@ -48,6 +52,7 @@ __all__ = [
     "default_f1_negatives",
     "draw_subsets",
     "group_seed",
+    "null_top_up",
 ]
 
 F1Negatives = Literal["forget", "test"]
@@ -66,6 +71,8 @@ _GROUP_CODES = {
     "controls_pos": 4,
     "controls_neg": 5,
     "null": 6,
+    "null_extra": 7,
+    "null_train": 8,
 }
 
 
@@ -237,6 +244,32 @@ class SubsetPlan:
                 parts.append(array_sha256(np.asarray(arr, dtype=np.int64)))
             parts.append(str(d.baseline_controls))
         return stable_hash(parts)
+
+
+def null_top_up(
+    draw: DrawPlan, n_draws: int, settings: EvalSettings
+) -> tuple[np.ndarray, np.ndarray]:
+    """The subsets draw ``draw`` adds to the null check of a precision design of ``n_draws``
+    draws (method §9): ``(extra pairs (e, 2, n) of the D_te control half, extra training
+    subsets (x, n) of the D_r control half)``, so that the draws judge at least
+    ``settings.null_size`` unseen subsets (``⌈N/(2B)⌉`` pairs each) and as many training
+    subsets (``⌈N/B⌉`` each, the draw's controlled positives counted). Both are empty for the
+    fixed design, ``null_size = 0`` or a draw without null pairs (the D_te control half cannot
+    hold a disjoint pair). Each comes from a generator of its own, seeded from
+    ``(seed, draw)``, and a larger count extends a smaller one's subsets (never redraws them).
+    """
+    n = draw.it_ref.size
+    size = settings.null_size if settings.precision > 0 else 0
+    if size <= 0 or n_draws <= 0 or len(draw.null_pairs) == 0:
+        return np.empty((0, 2, n), dtype=np.int64), np.empty((0, n), dtype=np.int64)
+    pairs = max(0, -(-size // (2 * n_draws)) - len(draw.null_pairs))
+    train = max(0, -(-size // n_draws) - len(draw.f1_pos))
+    rng_pairs = np.random.default_rng([settings.seed, 0x5DE, draw.index, 0x4E1])
+    rng_train = np.random.default_rng([settings.seed, 0x5DE, draw.index, 0x4E2])
+    return (
+        disjoint_pairs(draw.test_halves[1], n, pairs, rng_pairs),
+        independent_subsets(draw.retain_halves[1], n, train, rng_train),
+    )
 
 
 def _check_pools(n: int, n_forget: int, n_retain: int, n_test: int) -> None:

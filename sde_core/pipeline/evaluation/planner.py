@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sde_core.errors import SettingsError
+from sde_core.pipeline.evaluation.plan import null_top_up
 from sde_core.pipeline.evaluation.run import ModelRun
 from sde_core.pipeline.evaluation.session import EvaluationSession
 from sde_core.pipeline.settings import EvalSettings
@@ -131,6 +132,10 @@ def forecast(run: ModelRun) -> Forecast:
         for name, g in d.groups(settings.seed, run.f1_negatives).items()
         if name in run_names
     )
+    if "null" in run.stages:  # the subsets that size the null check (method §9)
+        for d in run.plan.draws[: design.draws]:
+            pairs, train = null_top_up(d, design.draws, settings)
+            run_subsets += pairs.shape[0] * 2 + len(train)
     halves = {
         metric: plan.t * plan.sd / math.sqrt(design.draws) for metric, plan in design.plans.items()
     }

@@ -41,6 +41,7 @@ from sde_core.pipeline.evaluation.draw_statistics import (
     control_statistics,
     core_statistics,
     draw_null_check,
+    null_train_calls,
     panel_statistics,
 )
 from sde_core.pipeline.evaluation.model_evaluation import (
@@ -54,6 +55,8 @@ from sde_core.pipeline.evaluation.plan import (
     HGroup,
     SubsetPlan,
     default_f1_negatives,
+    group_seed,
+    null_top_up,
 )
 from sde_core.pipeline.evaluation.precision import PrecisionDesign, design_from_pilot, with_design
 from sde_core.pipeline.evaluation.stages import (
@@ -244,7 +247,7 @@ class ModelRun:
         if st.controls is not None:  # controls finished first (stage subset): add verdicts
             self._control_stats(b)
         if "null_h" in st.arrays:
-            st.null = draw_null_check(st, self.settings)
+            self._null_stats(b)
 
     def _controls(self, b: int) -> None:
         st, groups = self.draws[b], self._groups[b]
@@ -261,11 +264,29 @@ class ModelRun:
         )  # fmt: skip
 
     def _null(self, b: int) -> None:
+        """Draw b's null check: its pairs, and in a precision design the pairs and training
+        subsets that size it (:func:`~.plan.null_top_up`, method §9)."""
+        st, d, seed = self.draws[b], self.plan.draws[b], self.settings.seed
+        pairs, train = null_top_up(d, 0 if self.design is None else self.design.draws,
+                                   self.settings)  # fmt: skip
+        parts = [self._h(self._groups[b]["null"])]
+        if len(pairs):
+            rows = pairs.reshape(-1, d.it_ref.size)
+            extra = HGroup("null_extra", b, "test", rows, group_seed(seed, b, "null_extra"))
+            parts.append(self._h(extra))
+        st.arrays["null_h"] = np.vstack([p["h"] for p in parts])
+        st.spreads["null"] = np.concatenate([p["spread"] for p in parts])
+        if len(train):
+            group = HGroup("null_train", b, "train", train, group_seed(seed, b, "null_train"))
+            out = self._h(group)
+            st.arrays["null_train_h"] = out["h"]
+            st.spreads["null_train"] = out["spread"]
+        self._null_stats(b)
+
+    def _null_stats(self, b: int) -> None:
         st = self.draws[b]
-        out = self._h(self._groups[b]["null"])
-        st.arrays["null_h"] = out["h"]
-        st.spreads["null"] = out["spread"]
         st.null = draw_null_check(st, self.settings)
+        st.null_train = null_train_calls(st, self.settings)
 
     def _classic(self) -> None:
         inp = self.inputs

@@ -126,9 +126,26 @@ def _rate_over_draws(
     return replicate_proportion([v for v, _ in kept], [m for _, m in kept], confidence)
 
 
+def _false_out(d: DrawState) -> tuple[int, int]:
+    """``(false "out-of-training" calls, training subsets judged)`` of one draw: its controlled
+    positives (once their verdicts are known) and the null check's own training subsets."""
+    calls = judged = 0
+    if d.controls is not None and d.controls.verdicts is not None:
+        calls, judged = d.controls.false_out, d.controls.positives
+    if d.null_train is not None:
+        calls, judged = calls + d.null_train[0], judged + d.null_train[1]
+    return calls, judged
+
+
+def _false_out_rate(d: DrawState) -> float:
+    calls, judged = _false_out(d)
+    return calls / judged if judged else _NAN
+
+
 def null_rates(draws: Sequence[DrawState], settings: EvalSettings) -> NullRates:
     """False "in-training" and "over-unlearned" calls on the null check's unseen subsets and
-    false "out-of-training" calls on the controlled training subsets, over the draws, and the
+    false "out-of-training" calls on the training subsets (the controlled positives and, in a
+    sized null check, its own training subsets), over the draws, and the
     gate: a rate whose one-sided (1 − α) Korn–Graubard lower bound (α = ``settings.alpha``)
     lies above ``alpha_calibrated`` is significantly above its level, and the calibrated
     verdicts are withheld (method §9)."""
@@ -138,8 +155,11 @@ def null_rates(draws: Sequence[DrawState], settings: EvalSettings) -> NullRates:
     over_draws = [
         (float(np.mean(n.calibrated_p_over < a)), n.calibrated_p_over.size) for n in nulls
     ]
-    ctl = [d.controls for d in draws if d.controls is not None and d.controls.verdicts is not None]
-    out_draws = [(c.false_out / c.positives, c.positives) for c in ctl if c.positives]
+    out_draws = []
+    for d in draws:
+        calls, judged = _false_out(d)
+        if judged:
+            out_draws.append((calls / judged, judged))
     shown = {
         "in-training": _rate_over_draws(in_draws, 0.95),
         "over-unlearned": _rate_over_draws(over_draws, 0.95),
@@ -470,11 +490,7 @@ def _draw_summary(
         null_pairs=0 if null is None else null.n_pairs,
         null_split_fpr=_NAN if null is None else null.split_test_fpr,
         null_calibrated_fpr=_NAN if null is None else null.calibrated_fpr,
-        null_out_of_training_fpr=(
-            d.controls.false_out / d.controls.positives
-            if d.controls is not None and d.controls.verdicts is not None and d.controls.positives
-            else _NAN
-        ),
+        null_out_of_training_fpr=_false_out_rate(d),
         panel_outliers=0 if d.panel is None else len(d.panel.outliers),
         mmd_f1=baselines.get("mmd", {}).get(d.index, (_NAN, 0))[0],
         w2_f1=baselines.get("w2", {}).get(d.index, (_NAN, 0))[0],

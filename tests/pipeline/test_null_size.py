@@ -1,0 +1,197 @@
+"""The null check sized at the defaults (method §9, issues 35 and 37): a precision design's
+draws judge at least N unseen subsets and N training subsets, the subsets it adds come from
+generators of their own (nothing else moves), the store keys of runs made before stay, and the
+default N has the power it claims."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sde_core.pipeline.evaluation.draw_statistics import DrawState, null_train_calls
+from sde_core.pipeline.evaluation.plan import draw_subsets, null_top_up
+from sde_core.pipeline.evaluation.run import ModelRun
+from sde_core.pipeline.evaluation.statistics import null_rates
+from sde_core.pipeline.meta_eval.null_sizing import gate_power
+from sde_core.pipeline.model_inputs import ModelInputs
+from sde_core.pipeline.settings import (
+    DEFAULT_NULL_SIZE,
+    EvalSettings,
+    settings_from_key,
+)
+from sde_core.stats.calibrated import calibrated_verdict, subset_scores
+
+N_TR, N_TE, N_F, D = 1200, 800, 300, 6
+
+
+@pytest.fixture(scope="module")
+def remembered():
+    """A model that still remembers half of D_f (training rows spread wider than unseen ones)."""
+    rng = np.random.default_rng(11)
+    forget = rng.choice(N_TR, N_F, replace=False)
+    tr = 1.8 * rng.normal(size=(N_TR, D))
+    tr[forget[: N_F // 2]] = rng.normal(size=(N_F // 2, D))
+    return forget, ModelInputs("half", "unlearned", tr, rng.normal(size=(N_TE, D)))
+
+
+def _settings(**kw):
+    base = dict(
+        subset_size=40, targets=20, splits=20, panel_size=20, null_pairs=5, baseline_targets=0,
+        precision=0.3, pilot_draws=4, max_draws=10, null_size=0,
+    )  # fmt: skip
+    return EvalSettings(**{**base, **kw})
+
+
+def test_the_default_is_sized_and_the_keys_of_earlier_runs_stay():
+    assert EvalSettings().null_size == DEFAULT_NULL_SIZE == 300
+    sized = EvalSettings()
+    assert sized.result_key()["null_size"] == 300
+    unsized = EvalSettings(null_size=0)
+    assert "null_size" not in unsized.result_key()  # a run made before sizing: the same key
+    fixed = EvalSettings(precision=0)  # the fixed design: inert, and out of the key
+    assert "null_size" not in fixed.result_key()
+    for s in (sized, unsized, fixed, EvalSettings(precision=0.2, null_size=40)):
+        assert settings_from_key(s.result_key()) == (s if s.precision else replace0(s))
+
+
+def replace0(s: EvalSettings) -> EvalSettings:
+    """A fixed-design key gives back its precision fields at their defaults but null_size 0."""
+    return s.with_overrides(null_size=0)
+
+
+def test_a_key_written_before_the_setting_reads_as_unsized():
+    old = EvalSettings().result_key()
+    old.pop("null_size")
+    assert settings_from_key(old).null_size == 0
+    assert settings_from_key(old).result_key() == old
+
+
+@pytest.mark.parametrize("draws", [1, 4, 7, 10, 60])
+@pytest.mark.parametrize("size", [0, 40, 300])
+def test_the_top_up_reaches_the_size_over_the_draws(remembered, draws, size):
+    forget, _ = remembered
+    s = _settings(null_size=size, max_draws=60)
+    plan = draw_subsets(N_TR, N_TE, forget, s)
+    unseen = train = 0
+    for d in plan.draws[:draws]:
+        pairs, extra = null_top_up(d, draws, s)
+        n = d.it_ref.size
+        assert pairs.shape[1:] == (2, n) and extra.shape[1:] == (n,)
+        for a, b in pairs:
+            assert not set(a) & set(b)  # each pair disjoint
+        control_te, control_tr = set(d.test_halves[1]), set(d.retain_halves[1])
+        assert set(pairs.ravel()) <= control_te  # outside the references' half
+        assert set(extra.ravel()) <= control_tr
+        assert set(extra.ravel()).isdisjoint(d.it_ref)
+        unseen += 2 * (len(d.null_pairs) + len(pairs))
+        train += len(d.f1_pos) + len(extra)
+    if size:
+        assert unseen >= size and train >= size
+        per_draw = 2 * math.ceil(size / (2 * draws))
+        assert unseen <= max(per_draw, 2 * len(plan.draws[0].null_pairs)) * draws
+    else:
+        assert unseen == 2 * sum(len(d.null_pairs) for d in plan.draws[:draws])
+
+
+def test_the_fixed_design_adds_nothing(remembered):
+    forget, _ = remembered
+    s = _settings(precision=0.0, null_size=300)
+    d = draw_subsets(N_TR, N_TE, forget, s).draws[0]
+    pairs, extra = null_top_up(d, 5, s)
+    assert len(pairs) == 0 and len(extra) == 0
+
+
+def test_a_larger_size_extends_the_subsets_it_adds(remembered):
+    forget, _ = remembered
+    s = _settings(null_size=100)
+    d = draw_subsets(N_TR, N_TE, forget, s).draws[2]
+    small_pairs, small_train = null_top_up(d, 4, s)
+    large_pairs, large_train = null_top_up(d, 4, s.with_overrides(null_size=300))
+    assert len(large_pairs) > len(small_pairs) and len(large_train) > len(small_train)
+    assert np.array_equal(large_pairs[: len(small_pairs)], small_pairs)
+    assert np.array_equal(large_train[: len(small_train)], small_train)
+
+
+def test_sizing_changes_the_null_check_and_nothing_else(remembered):
+    """The same run unsized and sized: every number but the null check's is identical, and the
+    sized run judges at least N subsets in each direction."""
+    forget, inputs = remembered
+    unsized, sized = _settings(null_size=0), _settings(null_size=160)
+    runs = {}
+    for name, s in (("unsized", unsized), ("sized", sized)):
+        plan = draw_subsets(N_TR, N_TE, forget, s)
+        run = ModelRun(inputs, plan, s)
+        for _ in run.steps():
+            pass
+        runs[name] = run.evaluation()
+    a, b = runs["unsized"].model.to_row(), runs["sized"].model.to_row()
+    assert b["null_pairs"] >= 80 and b["null_train_subsets"] >= 160
+    assert a["null_pairs"] < b["null_pairs"] and a["null_train_subsets"] < b["null_train_subsets"]
+    skip = {"eval_seconds", "seconds"}
+    for key, value in a.items():
+        if key.startswith("null_") or key in skip or key in ("inconclusive_reason",):
+            continue
+        assert _same(value, b[key]), key
+    kinds = {name: {r["kind"] for r in ev.subsets} for name, ev in runs.items()}
+    assert "null_train" in kinds["sized"] and "null_train" not in kinds["unsized"]
+    arrays = runs["sized"].arrays
+    assert len(arrays["null_h"]) == b["null_pairs"] * 2
+    assert len(arrays["null_train_h"]) + len(arrays["f1_h"]) // 2 == b["null_train_subsets"]
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, float) and isinstance(y, float):
+        return (math.isnan(x) and math.isnan(y)) or x == y
+    return x == y
+
+
+def test_the_training_subsets_are_judged_by_p_out_against_the_it_panel(remembered):
+    forget, inputs = remembered
+    s = _settings(null_size=160)
+    plan = draw_subsets(N_TR, N_TE, forget, s)
+    run = ModelRun(inputs, plan, s)
+    for _ in run.steps():
+        pass
+    st = next(st for st in run.draws if "null_train_h" in st.arrays)
+    calls, judged = null_train_calls(st, s)
+    assert st.panel is not None
+    by_hand = [
+        calibrated_verdict(float(x), st.panel.it_scores, st.panel.oot_scores, 0.05).p_out < 0.05
+        for x in subset_scores(st.arrays["null_train_h"])
+    ]
+    assert (calls, judged) == (sum(by_hand), len(by_hand))
+    assert null_train_calls(DrawState(0), s) is None
+
+
+def test_the_false_out_rate_pools_controls_and_the_added_subsets(remembered):
+    forget, inputs = remembered
+    s = _settings(null_size=160)
+    plan = draw_subsets(N_TR, N_TE, forget, s)
+    run = ModelRun(inputs, plan, s)
+    for _ in run.steps():
+        pass
+    used = [st for st in run.draws if st.core is not None]
+    rates = null_rates(used, s)
+    calls = judged = 0
+    for st in used:
+        if st.controls is not None and st.controls.verdicts is not None:
+            calls, judged = calls + st.controls.false_out, judged + st.controls.positives
+        if st.null_train is not None:
+            calls, judged = calls + st.null_train[0], judged + st.null_train[1]
+    assert rates.train_subsets == judged >= 160
+    assert rates.false_out is not None
+    assert rates.false_out.value == pytest.approx(calls / judged)
+
+
+def test_the_default_size_has_the_power_it_claims():
+    """Method §9: at N = 300 the shown 95% interval excludes α_cal from a 2α_cal rate with
+    probability about 0.8 at B = 10 and about 0.9 at B ≥ 20; the gate (one-sided 99%) less."""
+    pairs = DEFAULT_NULL_SIZE // 2
+    at10 = gate_power(pairs, 10, reps=800, seed=1)
+    at40 = gate_power(pairs, 40, reps=800, seed=2)
+    assert 0.75 <= at10.interval <= 0.87 and 0.55 <= at10.gate <= 0.68
+    assert 0.84 <= at40.interval <= 0.94 and 0.74 <= at40.gate <= 0.87
+    smaller = gate_power(20, 10, reps=800, seed=3)  # the unsized check: far less
+    assert smaller.interval < 0.3
