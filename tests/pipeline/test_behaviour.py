@@ -21,6 +21,7 @@ from sde_core.pipeline.evaluation.behaviour import (
     add_behaviour_units,
     behaviour_conflict,
     behaviour_rows,
+    row_family,
     stored_behaviour,
     with_behaviour,
     workspace_behaviour,
@@ -137,6 +138,14 @@ def test_with_behaviour_fills_the_rows_and_leaves_other_models(rows) -> None:
     assert "conflicting evidence" in by.loc["original", "evidence_conflict"]
     assert math.isnan(by.loc["cnn", "attack_auc"]) and by.loc["cnn", "evidence_conflict"] == ""
     assert list(merged["otr"].isna()) == list(models["otr"].isna())  # SDE columns untouched
+    # the family comes from the behaviour row, not from which columns happen to be filled
+    assert by.loc["original", "family"] == "causal_lm" and by.loc["cnn", "family"] == ""
+    assert row_family(by.loc["original"].to_dict()) == "causal_lm"
+    assert row_family(by.loc["cnn"].to_dict()) == "classifier"
+    stated = {**by.loc["original"].to_dict(), "family": "denoiser"}
+    assert row_family(stated) == "denoiser"  # stated wins over the columns
+    older = {k: v for k, v in by.loc["original"].to_dict().items() if k != "family"}
+    assert row_family(older) == "causal_lm"  # a row merged before the column: from its AUC
 
 
 # ------------------------------------------------------------------ a real workspace

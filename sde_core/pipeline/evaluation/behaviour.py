@@ -331,8 +331,14 @@ def memory_evidence(row: Mapping[str, Any], family: str) -> str:
 
 
 def row_family(row: Mapping[str, Any]) -> str:
-    """The family a ``models`` row's behaviour columns belong to: ``"causal_lm"`` (a loss
-    attack AUC), ``"denoiser"`` (a denoising-loss measure) or ``"classifier"``."""
+    """The family a ``models`` row's behaviour columns belong to: the ``family`` its behaviour
+    row carries (:func:`with_behaviour`), else ``"classifier"`` — a classifier's behaviour is
+    in its classic metrics, not a behaviour row. A row merged by an older release, without
+    ``family``, is read from its columns: a loss attack AUC means ``"causal_lm"``, a
+    denoising-loss measure ``"denoiser"``."""
+    family = row.get("family")
+    if isinstance(family, str) and family:
+        return family
     if np.isfinite(_num(row, "attack_auc")):
         return "causal_lm"
     if "denoising" in str(row.get("behaviour_measure") or ""):
@@ -377,25 +383,26 @@ def _gap(row: Mapping[str, Any], digits: int = 3) -> str:
 
 
 def with_behaviour(models: pd.DataFrame, rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """``models`` with each model's behaviour row filled in (its gaps, AUCs and the family's
-    ``behaviour_measure``) and ``evidence_conflict`` set by its family's rule
-    (:func:`behaviour_conflict`). Models without a row are left as they are."""
+    """``models`` with each model's behaviour row filled in (its gaps, AUCs, the family's
+    ``behaviour_measure`` and its ``family``) and ``evidence_conflict`` set by its family's
+    rule (:func:`behaviour_conflict`). Models without a row are left as they are."""
     by_model = {str(r["model"]): r for r in rows}
     if models.empty or not by_model:
         return models
     out = models.copy()
     extra = sorted({k for r in rows for k in r} - set(out.columns) - {"model", "family"})
-    for column in (*_COLUMNS, *extra, "behaviour_measure", "evidence_conflict"):
+    words = ("behaviour_measure", "evidence_conflict", "family")
+    for column in (*_COLUMNS, *extra, *words):
         if column not in out:
-            out[column] = "" if column in ("behaviour_measure", "evidence_conflict") else _NAN
-    for column in ("behaviour_measure", "evidence_conflict"):
+            out[column] = "" if column in words else _NAN
+    for column in words:
         out[column] = out[column].astype(object)
     for i in out.index:
         found = by_model.get(str(out.at[i, "name"]))
         if found is None:
             continue
         for key, value in found.items():
-            if key not in ("model", "family"):
+            if key != "model":
                 out.at[i, key] = value
         merged = {str(k): v for k, v in out.loc[i].items()}
         out.at[i, "evidence_conflict"] = behaviour_conflict(merged, str(found["family"]))
