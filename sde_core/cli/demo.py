@@ -5,12 +5,20 @@ from __future__ import annotations
 import argparse
 
 from sde_core.pipeline.demo_recipes import FASHION_SOURCE
-from sde_core.pipeline.demos import DEMOS, build_named_demo
+from sde_core.pipeline.demos import DEMOS, build_named_demo, refill_demo_store
 
 __all__ = ["register_demo"]
 
 
 def _cmd_demo_build(args: argparse.Namespace) -> int:
+    if args.store_only:
+        if args.no_store:
+            print("--store-only and --no-store exclude each other: give one")
+            return 2
+        refilled = refill_demo_store(args.dataset, args.out, seed=args.seed, log=print)
+        for line in refilled.summary:
+            print(line)
+        return 0
     result = build_named_demo(
         args.dataset, args.out, seed=args.seed, source=args.source, store=not args.no_store,
         log=print,
@@ -46,4 +54,9 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
     )
     b.add_argument("--seed", type=int, default=0, help="base seed of the whole demo")
     b.add_argument("--no-store", action="store_true", help="skip the precomputed results store")
+    b.add_argument(
+        "--store-only", action="store_true",
+        help="rebuild only the results store of a built demo, from the models it holds, at "
+        "the [defaults] its recipe pins (after a change of those defaults)",
+    )  # fmt: skip
     b.set_defaults(func=_cmd_demo_build)

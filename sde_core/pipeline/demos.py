@@ -21,8 +21,9 @@ from sde_core.errors import SettingsError
 from sde_core.pipeline.demo_diffusion import DIFFUSION_DEMOS
 from sde_core.pipeline.demo_recipes import DEMO_DATASETS, DEMO_FOLDERS
 from sde_core.pipeline.llm_demo import FACTS_DATASET, default_facts_folder
+from sde_core.pipeline.settings import EvalSettings
 
-__all__ = ["DEMOS", "Demo", "DemoBuilder", "DemoResult", "build_named_demo"]
+__all__ = ["DEMOS", "Demo", "DemoBuilder", "DemoResult", "build_named_demo", "refill_demo_store"]
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,19 @@ class DemoResult:
 DemoBuilder = Callable[..., DemoResult]
 
 
+#: ``defaults(name, seed)``: the evaluation ``[defaults]`` the demo's recipe pins.
+DemoDefaults = Callable[[str, int], EvalSettings]
+
+
 @dataclass(frozen=True)
 class Demo:
-    """One bundled demo: its ``--dataset`` name, folder under ``assets/`` and builder."""
+    """One bundled demo: its ``--dataset`` name, folder under ``assets/``, builder and the
+    ``[defaults]`` its recipe pins."""
 
     name: str
     folder: str
     build: DemoBuilder
+    defaults: DemoDefaults
 
 
 def _built_line(report: Any) -> str:
@@ -164,11 +171,35 @@ def _facts_demo(
     )  # fmt: skip
 
 
+def _classifier_defaults(name: str, seed: int) -> EvalSettings:
+    from sde_core.pipeline.demo_recipes import demo_recipe
+
+    return demo_recipe(name, seed=seed).defaults
+
+
+def _diffusion_defaults(name: str, seed: int) -> EvalSettings:
+    from sde_core.pipeline.demo_diffusion import diffusion_recipe
+
+    return diffusion_recipe(name, seed=seed).defaults
+
+
+def _facts_defaults(_name: str, seed: int) -> EvalSettings:
+    from sde_core.pipeline.llm_demo import FactsRecipe
+
+    return FactsRecipe(seed=seed).defaults
+
+
 #: Every bundled demo by its ``demo build --dataset`` name; the first is the default demo.
 DEMOS: dict[str, Demo] = {
-    **{name: Demo(name, DEMO_FOLDERS[name], _classifier_demo) for name in DEMO_DATASETS},
-    **{name: Demo(name, spec.folder, _diffusion_demo) for name, spec in DIFFUSION_DEMOS.items()},
-    FACTS_DATASET: Demo(FACTS_DATASET, default_facts_folder().name, _facts_demo),
+    **{
+        name: Demo(name, DEMO_FOLDERS[name], _classifier_demo, _classifier_defaults)
+        for name in DEMO_DATASETS
+    },
+    **{
+        name: Demo(name, spec.folder, _diffusion_demo, _diffusion_defaults)
+        for name, spec in DIFFUSION_DEMOS.items()
+    },
+    FACTS_DATASET: Demo(FACTS_DATASET, default_facts_folder().name, _facts_demo, _facts_defaults),
 }
 
 
@@ -191,3 +222,50 @@ def build_named_demo(
     if demo is None:
         raise SettingsError(f"no demo {name!r}; choose one of {', '.join(DEMOS)}")
     return demo.build(name, out, seed=seed, source=source, store=store, log=log)
+
+
+def refill_demo_store(
+    name: str,
+    out: str | Path | None = None,
+    *,
+    seed: int = 0,
+    log: Callable[[str], None] | None = None,
+) -> DemoResult:
+    """Rebuild only the results store of the built demo ``name``: its ``[defaults]`` set to
+    the recipe's (after a change of what the recipe pins, such as the null check's size),
+    then every model evaluated and shipped (:func:`~sde_core.pipeline.demo.fill_store`). The
+    data, the forget set and the models are not touched, so a demo whose models are not
+    reused by its builder (the facts demo retrains) keeps them, and the workspace hash stays.
+
+    Raises:
+        SettingsError: no demo has that name. SDEError: the folder is not a built demo.
+    """
+    import dataclasses
+    import time
+
+    from sde_core.inputs.data import load_dataset
+    from sde_core.pipeline.demo import STORE_FILE, fill_store
+    from sde_core.pipeline.workspace import workspace_hash
+    from sde_core.pipeline.workspace_load import load_workspace
+    from sde_core.pipeline.workspace_write import write_workspace
+
+    demo = DEMOS.get(name)
+    if demo is None:
+        raise SettingsError(f"no demo {name!r}; choose one of {', '.join(DEMOS)}")
+    say = log or (lambda _line: None)
+    t0 = time.perf_counter()
+    folder = Path(out) if out else Path(__file__).resolve().parents[2] / "assets" / demo.folder
+    ws = load_workspace(folder)
+    defaults = demo.defaults(name, seed)
+    if ws.defaults != defaults:
+        write_workspace(dataclasses.replace(ws, defaults=defaults))
+        ws = load_workspace(folder)
+        say(f"{folder}: [defaults] set to the recipe's")
+    ws_hash = workspace_hash(ws, data_fingerprint=load_dataset(ws.dataset_spec()).fingerprint)
+    store = fill_store(ws, folder / STORE_FILE)
+    seconds = time.perf_counter() - t0
+    line = (
+        f"refilled {store} ({store.stat().st_size / 1e6:.2f} MB) in {seconds:.0f}s; workspace "
+        f"hash {ws_hash[:16]}"
+    )
+    return DemoResult(folder, ws_hash, seconds, store, (line,))
