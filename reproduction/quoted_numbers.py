@@ -10,6 +10,14 @@ name where it comes from, and this script writes it from the demo's shipped stor
       ... generated ...
       <!-- /quoted -->
 
+- a **null-check table** of the same run (``quoted:nulltable demo-facts``): per model the
+  subsets the null check judged in each direction and its three calibrated false-call rates
+  (method §9), and the paper's split-level test's rate on the same pairs;
+
+- a **null-check summary** over every shipped demo (``quoted:nullsummary``): how many of the
+  three calibrated false-call rates' intervals hold the exact level ``1/(R+1)``, how many lie
+  below or above it, and on how many models the null check's gate fires;
+
 - a **generated file** shown in full (a table another script writes, e.g. the layer sweep)::
 
       <!-- quoted:file reproduction/results/facts/layers.md -->
@@ -62,8 +70,12 @@ _FILE = re.compile(
 _INLINE = re.compile(
     r"<!-- quoted:(?P<key>[\w.@:-]+/[^/ ]+/[\w:]+) -->(?P<body>.*?)<!-- /quoted -->"
 )
+_NULL_SUMMARY = re.compile(r"<!-- quoted:nullsummary -->(?P<body>.*?)<!-- /quoted -->", re.DOTALL)
+#: The shipped demos the null-check summary covers.
+DEMO_STORES = ("demo", "demo-mnist1d", "demo-facts", "demo-fashion-edm", "demo-fashion-edm-mem")
 _TABLE = re.compile(
-    r"<!-- quoted:table (?P<demo>[\w.-]+) -->\n(?P<body>.*?)<!-- /quoted -->", re.DOTALL
+    r"<!-- quoted:(?P<kind>table|nulltable) (?P<demo>[\w.-]+) -->\n(?P<body>.*?)<!-- /quoted -->",
+    re.DOTALL,
 )
 
 #: The columns of a generated table: header and the field each cell shows.
@@ -76,6 +88,18 @@ TABLE_FIELDS: tuple[tuple[str, str], ...] = (
     ("Acc_f − Acc_te, points (classifiers)", "acc_gap"),
     ("draws B", "draws"),
 )
+#: The columns of a null-check table (method §9).
+NULL_TABLE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("draws B", "draws"),
+    ("unseen subsets", "null_subsets"),
+    ("false in-training", "null_calibrated_fpr"),
+    ("false over-unlearned", "null_over_unlearned_fpr"),
+    ("training subsets", "null_train_subsets"),
+    ("false out-of-training", "null_out_of_training_fpr"),
+    ("paper's split test (nominal 1%)", "null_split_fpr"),
+    ("gate", "null_gate"),
+)
+_TABLE_KINDS = {"table": TABLE_FIELDS, "nulltable": NULL_TABLE_FIELDS}
 
 
 class QuotedNumberError(ValueError):
@@ -118,6 +142,13 @@ def field_text(row: Mapping[str, Any], field: str) -> str:
         return verdict_label(row)
     if name == "draws":  # the draws run (the precision design's B for this model, method §15)
         return str(int(row["draws"]))
+    if name in ("null_subsets", "null_train_subsets"):  # the null check's size (method §9)
+        count = row["null_pairs"] * 2 if name == "null_subsets" else row[name]
+        return str(int(count))
+    if name == "null_split_fpr":
+        return f"{100 * float(row[name]):.0f}%"
+    if name == "null_gate":
+        return "fires" if "null check" in str(row.get("inconclusive_reason") or "") else "passes"
     metric = METRICS.get(name)
     if metric is None:
         raise QuotedNumberError(f"unknown field {name!r}: use a metric of the metric table")
@@ -191,10 +222,12 @@ def quoted(key: str, root: Path = ROOT) -> str:
     return field_text(run.models[model], field)
 
 
-def table(demo: str, root: Path = ROOT) -> str:
-    """The markdown table of every model of ``demo``'s stored default run."""
+def table(demo: str, root: Path = ROOT, kind: str = "table") -> str:
+    """The markdown table of every model of ``demo``'s stored default run: the headline
+    (``kind`` ``"table"``) or the null check (``"nulltable"``)."""
     run = stored_run(demo, root)
     s = run.settings
+    fields = _TABLE_KINDS[kind]
     design = (
         f"precision ±{s['precision']:g} (a pilot of {s.get('pilot_draws')} draws of "
         f"{int(s['targets']) // int(s['draws'])} targets, budget {s.get('max_draws')}: B per model "
@@ -202,18 +235,45 @@ def table(demo: str, root: Path = ROOT) -> str:
         if s.get("precision")
         else f"B = {s.get('draws')} draws"
     )
+    if kind == "nulltable":
+        size = s.get("null_size") if s.get("precision") else None
+        design += f", null check sized at N = {size}" if size else ", null check unsized"
     scope = (
         f"`assets/{demo}`, layer `{s.get('layer')}`, σ = {s.get('sigma')}, n = "
         f"{s.get('subset_size')}, T = {s.get('targets')}, {design}, seed "
         f"{s.get('seed')}, algorithm version {s.get('algorithm')}; point value [95% interval]"
     )
-    head = "| model | " + " | ".join(h for h, _ in TABLE_FIELDS) + " |"
-    rule = "|---" * (len(TABLE_FIELDS) + 1) + "|"
+    head = "| model | " + " | ".join(h for h, _ in fields) + " |"
+    rule = "|---" * (len(fields) + 1) + "|"
     lines = [scope, "", head, rule]
     for name, row in run.models.items():
-        cells = [field_text(row, f) for _, f in TABLE_FIELDS]
+        cells = [field_text(row, f) for _, f in fields]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def null_summary(root: Path = ROOT) -> str:
+    """One sentence on the null check of every model of every shipped demo (module docstring)."""
+    rates = ("null_calibrated_fpr", "null_over_unlearned_fpr", "null_out_of_training_fpr")
+    holds = below = above = gated = models = 0
+    level = None
+    for demo in DEMO_STORES:
+        run = stored_run(demo, root)
+        level = 1.0 / (int(run.settings["panel_size"]) + 1)
+        for row in run.models.values():
+            models += 1
+            gated += "null check" in str(row.get("inconclusive_reason") or "")
+            for rate in rates:
+                lo, hi = float(row[f"{rate}_lo"]), float(row[f"{rate}_hi"])
+                holds += lo <= level <= hi
+                below += hi < level
+                above += lo > level
+    total = holds + below + above
+    return (
+        f"{holds} of the {total} intervals ({models} models × 3 rates) hold the exact level "
+        f"{level:.3f}, {below} lie below it, {above} above it; the gate fires on {gated} of "
+        f"the {models} models"
+    )
 
 
 def included(path: str, root: Path = ROOT) -> str:
@@ -231,8 +291,14 @@ def render(text: str, root: Path = ROOT) -> str:
         text,
     )
     text = _TABLE.sub(
-        lambda m: f"<!-- quoted:table {m['demo']} -->\n{table(m['demo'], root)}<!-- /quoted -->",
+        lambda m: (
+            f"<!-- quoted:{m['kind']} {m['demo']} -->\n{table(m['demo'], root, m['kind'])}"
+            "<!-- /quoted -->"
+        ),
         text,
+    )
+    text = _NULL_SUMMARY.sub(
+        lambda m: f"<!-- quoted:nullsummary -->{null_summary(root)}<!-- /quoted -->", text
     )
     return _INLINE.sub(
         lambda m: f"<!-- quoted:{m['key']} -->{quoted(m['key'], root)}<!-- /quoted -->", text
@@ -244,7 +310,9 @@ def markers(text: str) -> Iterator[tuple[str, str]]:
     for m in _FILE.finditer(text):
         yield f"file {m['path']}", m["body"]
     for m in _TABLE.finditer(text):
-        yield f"table {m['demo']}", m["body"]
+        yield f"{m['kind']} {m['demo']}", m["body"]
+    for m in _NULL_SUMMARY.finditer(text):
+        yield "nullsummary", m["body"]
     for m in _INLINE.finditer(text):
         yield m["key"], m["body"]
 
@@ -256,8 +324,10 @@ def stale(text: str, root: Path = ROOT) -> list[tuple[str, str, str]]:
         kind, _, name = key.partition(" ")
         if kind == "file":
             want = included(name, root)
-        elif kind == "table":
-            want = table(name, root)
+        elif kind in _TABLE_KINDS:
+            want = table(name, root, kind)
+        elif kind == "nullsummary":
+            want = null_summary(root)
         else:
             want = quoted(key, root)
         if body != want:

@@ -117,3 +117,31 @@ def test_reading_the_quoted_numbers_leaves_the_shipped_stores_as_they_are() -> N
     for demo in DEMOS:
         assert q.stored_run(demo).models
     assert [hashlib.sha256(f.read_bytes()).hexdigest() for f in files] == before
+
+
+def test_the_null_check_markers_are_the_stores() -> None:
+    """The null-check table and summary (method §9) against a plain reading of the stores, and
+    a stale one caught."""
+    stale = "<!-- quoted:nulltable demo-facts -->\nold\n<!-- /quoted -->\n"
+    stale += "<!-- quoted:nullsummary -->all fine<!-- /quoted -->"
+    assert {key for key, _, _ in q.stale(stale)} == {"nulltable demo-facts", "nullsummary"}
+    assert q.stale(q.render(stale)) == []
+    run = q.stored_run("demo-facts")
+    body = q.table("demo-facts", kind="nulltable")
+    for name, row in run.models.items():
+        line = next(x for x in body.splitlines() if x.startswith(f"| {name} |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1] == str(int(row["draws"])) and cells[2] == str(2 * int(row["null_pairs"]))
+        lo, hi = float(row["null_calibrated_fpr_lo"]), float(row["null_calibrated_fpr_hi"])
+        assert cells[3] == f"{float(row['null_calibrated_fpr']):.2f} [{lo:.2f}, {hi:.2f}]"
+        assert cells[5] == str(int(row["null_train_subsets"]))
+    held = 0
+    for demo in DEMOS:
+        for row in q.stored_run(demo).models.values():
+            for rate in (
+                "null_calibrated_fpr",
+                "null_over_unlearned_fpr",
+                "null_out_of_training_fpr",
+            ):
+                held += float(row[f"{rate}_lo"]) <= 1 / 21 <= float(row[f"{rate}_hi"])
+    assert q.null_summary().startswith(f"{held} of the ")

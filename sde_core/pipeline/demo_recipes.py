@@ -130,7 +130,7 @@ def demo_defaults(layer: str, subset_size: int) -> EvalSettings:
     """The ``[defaults]`` of a bundled demo workspace: the given layer and n, every other setting
     pinned here (σ = √d, T = 100, K = 200, seed 0, 30 bins, R = 20, α = 0.01, the precision
     design W = 0.1 with a pilot of 10 draws of 20 targets and a budget of 60, method §15, and
-    the null check sized at N = 300, method §9) so
+    the null check sized at N = 1,000, method §9) so
     that a change of the library's defaults never silently changes a demo's shipped numbers."""
     return EvalSettings(
         layer=layer,

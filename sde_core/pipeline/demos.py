@@ -247,7 +247,7 @@ def refill_demo_store(
     from sde_core.pipeline.demo import STORE_FILE, fill_store
     from sde_core.pipeline.workspace import workspace_hash
     from sde_core.pipeline.workspace_load import load_workspace
-    from sde_core.pipeline.workspace_write import write_workspace
+    from sde_core.pipeline.workspace_write import workspace_toml, write_workspace
 
     demo = DEMOS.get(name)
     if demo is None:
@@ -256,9 +256,9 @@ def refill_demo_store(
     t0 = time.perf_counter()
     folder = Path(out) if out else Path(__file__).resolve().parents[2] / "assets" / demo.folder
     ws = load_workspace(folder)
-    defaults = demo.defaults(name, seed)
-    if ws.defaults != defaults:
-        write_workspace(dataclasses.replace(ws, defaults=defaults))
+    pinned = dataclasses.replace(ws, defaults=demo.defaults(name, seed))
+    if workspace_toml(pinned) != (folder / "workspace.toml").read_text(encoding="utf-8"):
+        write_workspace(pinned)  # every setting the recipe pins, written out
         ws = load_workspace(folder)
         say(f"{folder}: [defaults] set to the recipe's")
     ws_hash = workspace_hash(ws, data_fingerprint=load_dataset(ws.dataset_spec()).fingerprint)

@@ -70,12 +70,15 @@ MAX_SEED = 2**32 - 1
 #: The precision design's settings (method §15): inert while ``precision`` is 0.
 _PRECISION_FIELDS = ("precision", "pilot_draws", "max_draws", "null_size")
 #: The null check's size in a precision design (method §9): it judges at least this many
-#: unseen subsets, and this many training subsets, over all the draws the run uses. At 300 its
-#: 95% interval excludes α_cal = 0.05 from a false-call rate of 2α_cal = 10% with probability
-#: 0.81 at B = 10 draws and 0.88–0.89 at B = 20–60 (the gate's one-sided 99% bound: 0.61 and
-#: 0.77–0.81); ``stats/null_power.py`` and ``pipeline/meta_eval/null_sizing.py`` give these,
-#: and a test checks them. 0 keeps the fixed design's pairs and controls.
-DEFAULT_NULL_SIZE = 300
+#: unseen subsets, and this many training subsets, over all the draws the run uses. A draw's
+#: subsets share its panel, whose position moves their calls together (ρ ≈ 0.045 on the shipped
+#: demos, ``pipeline/meta_eval/null_sizing.py``), so the number of draws limits the power more
+#: than the subsets do: at 1,000 the 95% interval excludes α_cal = 0.05 from a false-call rate
+#: of 2α_cal = 10% with probability 0.92 at B = 20 draws and 0.65 at the pilot's B = 10 (no
+#: size reaches 0.8 at B = 10; 300 gives 0.66 and 0.49); a test checks these. It costs twice
+#: the unsized evaluation at B = 10, 1.16× at B = 36. 0 keeps the fixed design's pairs and
+#: controls.
+DEFAULT_NULL_SIZE = 1000
 #: The precision target W of the default design (method §15): ±0.1 on OTR, calibrated OTR and
 #: the over-unlearned share, the half-width at which a mixed reading (OTR 0.5–0.8) is told
 #: apart from "not forgotten"; ``precision = 0`` (or B given alone) is the fixed design.
@@ -444,8 +447,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "null_size", "N_null",
         "Unseen subsets, and training subsets, the null check judges at least over a precision "
-        "target's draws (default 300: its 95% interval then tells a false-call rate of 2α "
-        "from α with 80% power); 0 keeps the null-check pairs and controls alone.",
+        "target's draws (default 1000: its 95% interval then tells a false-call rate of 2α "
+        "from α with 92% power at 20 draws, 65% at 10); 0 keeps the null-check pairs and "
+        "controls alone.",
         9, "int", "--null-size", url_key="Nnull", widget="number",
         widget_label="Null-check size N (precision target only)", minimum=0, maximum=100_000,
         step=50, label="null-check size", group="Precision design",

@@ -18,6 +18,11 @@ that keeps:
   ``subsets`` row names (the arrays' rows and the subset rows are written in the same order);
   an array whose rows cannot be matched so is kept whole.
 
+The null check's own subsets are the exception: their H arrays (:data:`UNSHIPPED_ARRAYS`) and
+their ``subsets`` rows (kinds :data:`UNSHIPPED_KINDS`) are not kept. Its rates, counts and
+intervals are in the ``models`` and ``draws`` rows, and no page or chart reads them; sized at
+the default N (method §9) they would be several MB per demo, past the size of ``assets/``.
+
 The shipped store is a results store like any other: ``verify`` and the tests recompute a
 model from scratch and compare its numbers and decisions with the shipped rows, judging
 near-ties with the stored record and the fresh run's own.
@@ -40,7 +45,14 @@ from sde_core.pipeline.evaluation.workspace_run import NEAR_TIES_TABLE, stored_r
 from sde_core.pipeline.settings import settings_from_key
 from sde_core.pipeline.store import ResultsStore
 
-__all__ = ["ARRAY_KINDS", "ShippedRun", "kept_rows", "ship_run"]
+__all__ = [
+    "ARRAY_KINDS",
+    "UNSHIPPED_ARRAYS",
+    "UNSHIPPED_KINDS",
+    "ShippedRun",
+    "kept_rows",
+    "ship_run",
+]
 #: H array -> the ``subsets`` kind whose rows match its rows one to one.
 ARRAY_KINDS: dict[str, str] = {
     "it_h_draws": "it_ref",
@@ -53,6 +65,9 @@ ARRAY_KINDS: dict[str, str] = {
     "null_train_h": "null_train",
     "f1_h": CONTROL_KIND,
 }
+#: The arrays and the ``subsets`` kinds a shipped store leaves out (the module docstring says why).
+UNSHIPPED_ARRAYS = frozenset({"null_h", "null_train_h"})
+UNSHIPPED_KINDS = frozenset({"null", "null_train"})
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,10 @@ def ship_run(
                     for name in full.array_names(run.id, f"{unit}/")
                 }
                 kept = kept_rows(arrays, rows["subsets"], keep)
+                kept = {k: v for k, v in kept.items() if k not in UNSHIPPED_ARRAYS}
+                rows["subsets"] = [
+                    r for r in rows["subsets"] if r.get("kind") not in UNSHIPPED_KINDS
+                ]
                 ties = json.dumps(result.near_ties(unit).to_json(), sort_keys=True)
                 rows[NEAR_TIES_TABLE] = [{"model": unit, "record": ties}]
                 shipped.put_unit(new.id, unit, rows, {f"{unit}/{k}": v for k, v in kept.items()})

@@ -11,16 +11,24 @@ from sde_core.common.hashing import stable_hash
 from sde_core.inputs.data import load_dataset
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace, stored_result
 from sde_core.pipeline.settings import EvalSettings
-from sde_core.pipeline.shipped_store import ARRAY_KINDS, kept_rows, ship_run
+from sde_core.pipeline.shipped_store import (
+    ARRAY_KINDS,
+    UNSHIPPED_ARRAYS,
+    UNSHIPPED_KINDS,
+    kept_rows,
+    ship_run,
+)
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.workspace import workspace_hash
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.viz.figures.distributions import hsic_histogram
 
-#: A small precision design: a pilot of 3 draws of 4 targets, a budget of 6 draws.
+#: A small precision design: a pilot of 3 draws of 4 targets, a budget of 6 draws, the null
+#: check sized at 24 subsets each way.
 PRECISE = EvalSettings(
     layer="output", sigma="sqrt_dim", subset_size=40, targets=8, splits=20, panel_size=20,
     null_pairs=4, baseline_targets=0, draws=2, precision=0.3, pilot_draws=3, max_draws=6,
+    null_size=24,
 )  # fmt: skip
 
 
@@ -47,7 +55,11 @@ def test_every_number_is_kept_and_the_arrays_of_the_first_draws(shipped):
         runs = store.list_runs()
     assert back is not None and len(runs) == 1 and runs["status"].iloc[0] == "complete"
     assert runs["settings_hash"].iloc[0] == stable_hash(PRECISE.result_key())
-    assert back.models.equals(full.models) and back.subsets.equals(full.subsets)
+    assert back.models.equals(full.models)
+    home = full.subsets["kind"].isin(UNSHIPPED_KINDS)  # the null check's own subsets
+    assert home.any() and not back.subsets["kind"].isin(UNSHIPPED_KINDS).any()
+    kept = full.subsets[~home].reset_index(drop=True)
+    assert back.subsets.reset_index(drop=True).equals(kept)
     assert back.draws.equals(full.draws)
     assert any(run > kept for run, kept in written.draws.values()), written.draws
     for name in names:
@@ -58,8 +70,10 @@ def test_every_number_is_kept_and_the_arrays_of_the_first_draws(shipped):
         subsets = full.subsets[full.subsets["model"] == name]
         first = sorted(subsets[subsets["kind"] == "it_ref"]["draw"])[:kept]
         a, b = full.model_arrays(name), back.model_arrays(name)
-        assert set(a) == set(b)
+        assert set(a) - UNSHIPPED_ARRAYS == set(b) and {"null_h", "null_train_h"} <= set(a)
         for key, array in a.items():
+            if key in UNSHIPPED_ARRAYS:
+                continue
             kind = ARRAY_KINDS.get(key)
             if kind is None:
                 assert np.array_equal(array, b[key]), key  # draw 0's references, whole

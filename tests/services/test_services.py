@@ -134,7 +134,7 @@ def test_settings_round_trip_through_a_link():
     params = encode(ExploreView(settings=dataclasses.asdict(settings)))
     assert params == {"layer": "penultimate", "sigma": "0.25", "n": "300", "T": "100",
                       "K": "200", "seed": "7", "B": "3", "n0": "10", "Bmax": "60", "bins": "30",
-                      "R": "20", "nulls": "20", "baselines": "20", "alpha": "0.01",
+                      "R": "20", "nulls": "20", "Nnull": "1000", "baselines": "20", "alpha": "0.01",
                       "acal": "0.05", "estimator": "biased", "pool": "1"}  # fmt: skip
     view, problems = decode("explore", params)
     assert not problems and settings.with_overrides(**view.settings) == settings

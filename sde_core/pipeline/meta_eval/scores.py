@@ -8,8 +8,8 @@ layer (its softmax outputs), with one subset plan shared by the whole zoo
 - ``row``: SDE's evaluation at the plan's settings (:class:`~.summary.ModelSummary`'s row:
   OTR, calibrated OTR, the dependence score, the null check, the behaviour check's gaps and the
   SVC attack's ASR …), from which the verdict is read;
-- ``sized``: the same evaluation with the null check at ``sized_null_pairs`` pairs (the other
-  subsets are the same, so only the null check's H is computed again): its rates, and whether
+- ``sized``: the evaluation with the null check at ``sized_null_pairs`` pairs (drawn anew:
+  more pairs redraw a draw's other subsets too, method §17): its rates, and whether
   its gate withholds the calibrated verdicts;
 - ``mmd_otr`` / ``w2_otr``: the share of the targets that the MMD² and W2 baselines (method
   §6) place nearer S_OOT than S_IT, against each target's own draw;
@@ -194,9 +194,10 @@ def sized_record(
     cache: Any = None,
 ) -> dict[str, Any]:
     """The sized null check of one checkpoint: the evaluation with ``sized_null_pairs`` pairs
-    (``plan`` drawn with them: the other subsets are those of the plan's settings, so with the
-    same ``cache`` only the null check's H is computed), its rates and whether its gate
-    withholds the calibrated verdicts."""
+    (``plan`` drawn with them: a draw's pairs come first from its generator, so every other
+    subset is redrawn too and its H computed anew — an independent evaluation of the same
+    checkpoint, method §17), its rates and whether its gate withholds the calibrated
+    verdicts."""
     from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
 
     t0 = time.perf_counter()
@@ -231,10 +232,9 @@ def score_zoo(
     compute: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Every checkpoint's record, cached in ``<work>/scores``: first every checkpoint at the
-    plan's settings, then the sized null check of each (``record["sized"]``), both sharing a
-    stage cache on disk (``<work>/stages``) so the second pass computes only the null check's
-    H. A cancelled run returns what is finished and a rerun resumes; ``compute=False`` only
-    reads the cached records."""
+    plan's settings, then the sized null check of each (``record["sized"]``, drawn anew: method
+    §17), both with a stage cache on disk (``<work>/stages``). A cancelled run returns what is
+    finished and a rerun resumes; ``compute=False`` only reads the cached records."""
     from sde_core.pipeline.evaluation.stages import StageCache
 
     folder = Path(work) / "scores"
