@@ -76,7 +76,7 @@ from sde_core.viz.figures.distributions import (
 )
 from sde_core.viz.formatting import format_estimate
 from sde_core.viz.verdicts.labels import over_unlearning_meaning
-from sde_core.viz.verdicts.null_check import null_check_readings
+from sde_core.viz.verdicts.null_check import null_check_power, null_check_readings
 
 THUMBNAILS = 16
 #: An evaluation that finishes within this many seconds shows no progress box and no redraws.
@@ -339,11 +339,13 @@ def null_check(result: EvaluationResult, row: pd.Series) -> None:
     if int(row["null_pairs"]) == 0:
         st.caption("Null check: not run yet (or too few unseen rows for disjoint pairs).")
         return
-    st.markdown(f"**Null check** ({int(row['null_pairs'])} pairs of disjoint unseen subsets, "
-                "outside the panels; method §12)")  # fmt: skip
+    train = int(row.get("null_train_subsets") or 0)
+    st.markdown(f"**Null check** ({int(row['null_pairs'])} pairs of disjoint unseen subsets "
+                f"and {train} training subsets, outside the panels; method §9)")  # fmt: skip
     for reading in null_check_readings(row.to_dict(), s.alpha, s.alpha_calibrated):
         icon = ":material/check_circle:" if reading.passed else ":material/error:"
         st.markdown(f"{icon} {reading.text}")
+    st.caption(null_check_power(row.to_dict(), s.alpha_calibrated)[1])
     st.caption(
         "The paper's split-level U-test is shown beside the calibrated evidence as the paper "
         "defines it; the rate above is its measured level on this workspace."

@@ -244,7 +244,8 @@ def refill_demo_store(
     import time
 
     from sde_core.inputs.data import load_dataset
-    from sde_core.pipeline.demo import STORE_FILE, fill_store
+    from sde_core.pipeline.demo import fill_store
+    from sde_core.pipeline.demo_recipes import STORE_FILE
     from sde_core.pipeline.workspace import workspace_hash
     from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.pipeline.workspace_write import workspace_toml, write_workspace

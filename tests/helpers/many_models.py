@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +85,15 @@ def store_copies(
     complete: bool = True,
     label: str = "",
     models_extra: Mapping[str, Any] | None = None,
+    models_without: Collection[str] = (),
 ) -> None:
     """Write into the results store of the workspace in ``folder``, in its run at its
     defaults, for each ``name -> template`` of ``copies`` the demo's stored rows and arrays of
     ``template`` renamed ``name``, one unit each, through the store API as an evaluation writes
     them; ``complete``: then mark the run complete (otherwise it stays running, as while an
     evaluation is adding models); ``models_extra``: columns added to each ``models`` row (a
-    unit written by other code, with columns the demo's units lack)."""
+    unit written by other code, with columns the demo's units lack); ``models_without``:
+    columns removed from each ``models`` row (a unit written by an older release)."""
     ws = load_workspace(folder)
     ws_hash = workspace_hash(ws, data_fingerprint=load_dataset(ws.dataset_spec()).fingerprint)
     tables, arrays = _demo_results()
@@ -104,6 +106,9 @@ def store_copies(
                 extra = (models_extra or {}) if table == "models" else {}
                 mine = [dict(r, **{column: name}, **extra) for r in records
                         if r.get(column) == template]  # fmt: skip
+                if table == "models":
+                    mine = [{k: v for k, v in r.items() if k not in models_without}
+                            for r in mine]  # fmt: skip
                 if mine:
                     rows[table] = mine
             store.put_unit(run.id, name, rows,

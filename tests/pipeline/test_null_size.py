@@ -235,3 +235,20 @@ def test_the_panel_effect_is_estimated_and_lowers_the_power():
     assert shared.interval < alone.interval - 0.1
     with pytest.raises(ValueError, match="icc"):
         gate_power(150, 10, icc=1.0)
+
+
+def test_the_vectorised_korn_graubard_bound_is_the_library_s():
+    """kg_lower (the simulation's) against replicate_proportion (the evaluation's), row by row,
+    including rows of all zeros, all ones and no spread."""
+    from sde_core.pipeline.meta_eval.null_sizing import kg_lower
+    from sde_core.stats.replication import replicate_proportion
+
+    rng = np.random.default_rng(9)
+    for draws in (1, 2, 5, 12):
+        m = rng.integers(3, 40, size=draws)
+        rows = [rng.binomial(m, rng.uniform(0, 0.3)) / m for _ in range(40)]
+        rows += [np.zeros(draws), np.ones(draws), np.full(draws, 0.25)]
+        for conf in (0.95, 0.98):
+            got = kg_lower(np.array(rows), m, conf)
+            want = [replicate_proportion(r, m, conf).lo for r in rows]
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-12)

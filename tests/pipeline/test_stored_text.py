@@ -42,8 +42,12 @@ def test_filled_text_reads_missing_text_as_empty_and_leaves_numbers() -> None:
 
 def test_a_run_of_mixed_units_reads_back_text_and_json(tmp_path: Path) -> None:
     folder = demo_workspace(tmp_path / "ws", 6)
-    store_copies(folder, {n: n for n in ("original", "retrained", "ft", "ga", "rl")},
-                 complete=False)  # fmt: skip
+    store_copies(
+        folder,
+        {n: n for n in ("original", "retrained", "ft", "ga", "rl")},
+        complete=False,
+        models_without=("behaviour_measure",),
+    )  # an older release's rows
     store_copies(folder, {"salun": "salun"}, models_extra={"behaviour_measure": ""})
     ws = load_workspace(folder)
     names = [m.name for m in ws.models]

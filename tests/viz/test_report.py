@@ -28,6 +28,7 @@ from sde_core.viz.report.html_page import REPORT_SECTIONS, build_html_report
 from sde_core.viz.report.tables import comparison_table, null_calibration_text
 from sde_core.viz.verdicts.explanation import explain_verdict, verdict_sentence, verdict_table
 from sde_core.viz.verdicts.labels import verdict_label
+from sde_core.viz.verdicts.null_check import null_check_power
 
 
 def row(name: str, role: str, k_out: int, t: int = 100, valid: bool = True, **extra) -> dict:
@@ -253,7 +254,20 @@ def test_verdict_and_comparison_tables(result):
     interval = format_interval(original["otr_lo"], original["otr_hi"])
     assert table.loc["original", "OTR (95% CI)"] == f"0% ({interval})"
     assert table.loc["rand", "calibrated OTR (95% CI)"] == "n/a (panels invalid)"
-    assert "6 pairs" in null_calibration_text(result)
+    text = null_calibration_text(result)
+    assert "6 pairs" in text and "Its power" in text  # every model's check, with its power
+    powers = [null_check_power(r, 0.05)[0] for r in result.models.to_dict("records")]
+    assert all(0.0 <= x < 0.5 for x in powers)  # 6 pairs over the fixed design: weak
+
+
+def test_the_null_check_states_its_power():
+    """null_check_power: the simulated power of the row's own check (method §9), in words."""
+    sized, power = null_check_power({"null_pairs": 500, "draws": 20}, 0.05)
+    assert 0.88 <= sized <= 0.96 and "over B = 20 draws" in power and "weak" not in power
+    weak, said = null_check_power({"null_pairs": 500, "draws": 10}, 0.05)
+    assert 0.58 <= weak <= 0.72 and "1000 unseen subsets" in said
+    assert "more draws, not more subsets" in said
+    assert null_check_power({"null_pairs": 0, "draws": 10}, 0.05)[1] == ""
 
 
 def _cell(value: object) -> str:

@@ -16,10 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
-from sde_core.stats.replication import replicate_proportion
-
-__all__ = ["SHIPPED_PANEL_ICC", "GatePower", "gate_power", "pairs_for_gate_power", "panel_icc"]
+__all__ = [
+    "SHIPPED_PANEL_ICC",
+    "GatePower",
+    "gate_power",
+    "kg_lower",
+    "pairs_for_gate_power",
+    "panel_icc",
+]
 
 #: ρ of :func:`gate_power` on the bundled demos: the median of :func:`panel_icc` over every
 #: shipped model's per-draw false in-training and out-of-training rates at the default null
@@ -69,16 +75,40 @@ def gate_power(
     per = np.full(draws, (2 * pairs) // draws)
     per[: (2 * pairs) % draws] += 1
     per = per[per > 0]
-    fired = shown = 0
     a = true_rate * (1.0 - icc) / icc if icc > 0 else 0.0
     b = (1.0 - true_rate) * (1.0 - icc) / icc if icc > 0 else 0.0
-    for _ in range(reps):
+    values = np.empty((reps, per.size))
+    for i in range(reps):  # the draws of one simulated evaluation, in the generator's order
         rates = rng.beta(a, b, size=per.size) if icc > 0 else true_rate
-        calls = rng.binomial(per, rates)
-        values = calls / per
-        fired += replicate_proportion(values, per, 1.0 - 2.0 * alpha).lo > level
-        shown += replicate_proportion(values, per, 0.95).lo > level
+        values[i] = rng.binomial(per, rates) / per
+    fired = int(np.sum(kg_lower(values, per, 1.0 - 2.0 * alpha) > level))
+    shown = int(np.sum(kg_lower(values, per, 0.95) > level))
     return GatePower(int(pairs), int(draws), fired / reps, shown / reps, int(reps))
+
+
+def kg_lower(values: np.ndarray, trials: np.ndarray, confidence: float) -> np.ndarray:
+    """The lower bound of :func:`~sde_core.stats.replication.replicate_proportion`'s
+    Korn–Graubard interval for each row of ``values`` (``(reps, B)`` per-draw proportions over
+    the ``(B,)`` ``trials``), at once: the same formula, vectorised over the rows (a test checks
+    it against the one-row function)."""
+    v = np.atleast_2d(np.asarray(values, dtype=float))
+    m = np.asarray(trials, dtype=float)
+    total, n_draws = float(m.sum()), m.size
+    p = v @ m / total
+    n_eff = np.full(p.shape, total)
+    if n_draws >= 2:
+        w = m / total
+        var = n_draws / (n_draws - 1) * np.sum((w * (v - p[:, None])) ** 2, axis=1)
+        usable = (p > 0.0) & (p < 1.0) & (var > 0.0)
+        safe = np.where(usable, var, 1.0)
+        n_eff = np.where(usable, np.minimum(total, p * (1.0 - p) / safe), total)
+    q = 1.0 - (1.0 - confidence) / 2.0
+    if n_draws >= 2 and total > 1:
+        n_eff = n_eff * (float(stats.t.ppf(q, total - 1)) / float(stats.t.ppf(q, n_draws - 1))) ** 2
+    x = p * n_eff
+    positive = x > 0
+    lower = stats.beta.ppf(1.0 - q, np.where(positive, x, 1.0), n_eff - x + 1.0)
+    return np.where(positive, lower, 0.0)
 
 
 def pairs_for_gate_power(

@@ -44,7 +44,7 @@ from sde_core.viz.verdicts.labels import (
     estimate_text,
     over_unlearning_text,
 )
-from sde_core.viz.verdicts.null_check import null_check_readings
+from sde_core.viz.verdicts.null_check import null_check_power, null_check_readings
 
 __all__ = [
     "COMPARISON_GROUPS",
@@ -216,13 +216,28 @@ def null_calibration_text(result: Any) -> str:
         else f"The {test} passes its null check for every model."
         for test, names in failed.items()
     )
+    pairs = pd.to_numeric(models.get("null_pairs"), errors="coerce")
+    pairs = pairs[np.isfinite(pairs)] if pairs is not None else pd.Series(dtype=float)
+    counted = (
+        f"{int(pairs.min())}" if len(pairs) and pairs.min() == pairs.max()
+        else f"{int(pairs.min())}–{int(pairs.max())}" if len(pairs) else f"{s.null_pairs}"
+    )  # fmt: skip
+    powers = [null_check_power(r, s.alpha_calibrated)[0] for r in records(models)]
+    powers = [p for p in powers if np.isfinite(p)]
+    power = (
+        f" Its power: the calibrated check's 95% interval rules out its level when the true "
+        f"false-call rate is twice it with probability {span(pd.Series(powers))} over the "
+        "models (their subsets and draws, a draw's shared panel counted; method §9)."
+        if powers
+        else ""
+    )
     return (
-        f"For every model, {s.null_pairs} pairs of disjoint subsets of the test "
+        f"For every model, {counted} pairs of disjoint subsets of the test "
         "data outside the reference panels — which by construction do not differ — were put "
-        "through both tests (method §12). The paper's split-level U-test declared a difference "
+        "through both tests (method §9). The paper's split-level U-test declared a difference "
         f"in {span(split)} of pairs (at α = {format_percent(s.alpha)}); the calibrated test in "
-        f"{span(cal)} of subsets (at α = {format_percent(s.alpha_calibrated)}). {verdicts} The "
-        "per-model rates are in the comparison table."
+        f"{span(cal)} of subsets (at α = {format_percent(s.alpha_calibrated)}). {verdicts}"
+        f"{power} The per-model rates are in the comparison table."
     )
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from sde_core.pipeline.evaluation.metric_table import NULL_CALIBRATED_FPR, NULL_OUT_OF_TRAINING_FPR
 from sde_core.viz.formatting import format_percent
 from sde_core.viz.verdicts.labels import _NAN, _count, _number, _p
 
-__all__ = ["NullCheckReading", "null_check_readings"]
+__all__ = ["NullCheckReading", "null_check_power", "null_check_readings"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,43 @@ def null_check_readings(
             )
         )
     return readings
+
+
+@lru_cache(maxsize=256)
+def _interval_power(pairs: int, draws: int, level: float) -> float:
+    from sde_core.pipeline.meta_eval.null_sizing import SHIPPED_PANEL_ICC, gate_power
+
+    found = gate_power(
+        pairs, draws, level=level, true_rate=min(2 * level, 1.0), reps=2000, seed=0,
+        icc=SHIPPED_PANEL_ICC,
+    )  # fmt: skip
+    return found.interval
+
+
+def null_check_power(row: Mapping[str, Any], alpha_calibrated: float) -> tuple[float, str]:
+    """``(power, sentence)``: how likely the calibrated null check of this ``models`` row was
+    to catch a false-call rate of twice its level — the probability that its 95% interval
+    excludes ``alpha_calibrated`` (method §9), simulated for its unseen subsets and draws with
+    the panel effect of the shipped demos (``SHIPPED_PANEL_ICC``). NaN and "" when the check
+    did not run."""
+    from sde_core.pipeline.meta_eval.null_sizing import SHIPPED_PANEL_ICC
+
+    pairs, draws = _count(row, "null_pairs") or 0, _count(row, "draws") or 0
+    if pairs < 1 or draws < 1:
+        return _NAN, ""
+    power = _interval_power(int(pairs), int(draws), float(alpha_calibrated))
+    level = format_percent(alpha_calibrated, decimals=0)
+    twice = format_percent(min(2 * alpha_calibrated, 1.0), decimals=0)
+    text = (
+        f"Its power: with {2 * pairs} unseen subsets over B = {draws} draws, the calibrated "
+        f"null check's 95% interval rules out its level {level} when the true false-call rate "
+        f"is {twice} with probability {power:.0%} (a draw's shared panel counted as on the "
+        f"shipped demos, ρ = {SHIPPED_PANEL_ICC:g}; method §9)"
+        + (
+            "; a pass here is weak evidence — more draws, not more subsets, raise it"
+            if power < 0.8
+            else ""
+        )
+        + "."
+    )
+    return power, text
