@@ -252,3 +252,21 @@ def test_the_vectorised_korn_graubard_bound_is_the_library_s():
             got = kg_lower(np.array(rows), m, conf)
             want = [replicate_proportion(r, m, conf).lo for r in rows]
             assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+def test_a_sized_check_runs_when_a_draw_has_no_pairs_of_its_own(remembered):
+    """null_pairs below the fixed design's draws leaves a precision draw without a pair of its
+    own; the sized check still reaches N (and an unsized one has none)."""
+    forget, inputs = remembered
+    s = _settings(null_pairs=2, draws=5, null_size=60)
+    plan = draw_subsets(N_TR, N_TE, forget, s)
+    assert all(len(d.null_pairs) == 0 for d in plan.draws)
+    run = ModelRun(inputs, plan, s)
+    for _ in run.steps():
+        pass
+    row = run.evaluation().model.to_row()
+    assert 2 * row["null_pairs"] >= 60 and row["null_train_subsets"] >= 60
+    unsized = ModelRun(inputs, plan, s.with_overrides(null_size=0))
+    for _ in unsized.steps():
+        pass
+    assert unsized.evaluation().model.to_row()["null_pairs"] == 0

@@ -254,13 +254,13 @@ def null_top_up(
     subsets (x, n) of the D_r control half)``, so that the draws judge at least
     ``settings.null_size`` unseen subsets (``⌈N/(2B)⌉`` pairs each) and as many training
     subsets (``⌈N/B⌉`` each, the draw's controlled positives counted). Both are empty for the
-    fixed design, ``null_size = 0`` or a draw without null pairs (the D_te control half cannot
-    hold a disjoint pair). Each comes from a generator of its own, seeded from
+    fixed design, ``null_size = 0`` or when the D_te control half cannot hold a disjoint pair
+    (no null check at all). Each comes from a generator of its own, seeded from
     ``(seed, draw)``, and a larger count extends a smaller one's subsets (never redraws them).
     """
     n = draw.it_ref.size
     size = settings.null_size if settings.precision > 0 else 0
-    if size <= 0 or n_draws <= 0 or len(draw.null_pairs) == 0:
+    if size <= 0 or n_draws <= 0 or draw.test_halves[1].size < 2 * n:
         return np.empty((0, 2, n), dtype=np.int64), np.empty((0, n), dtype=np.int64)
     pairs = max(0, -(-size // (2 * n_draws)) - len(draw.null_pairs))
     train = max(0, -(-size // n_draws) - len(draw.f1_pos))

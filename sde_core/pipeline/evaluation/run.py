@@ -269,19 +269,28 @@ class ModelRun:
         st, d, seed = self.draws[b], self.plan.draws[b], self.settings.seed
         pairs, train = null_top_up(d, 0 if self.design is None else self.design.draws,
                                    self.settings)  # fmt: skip
-        parts = [self._h(self._groups[b]["null"])]
+        own = self._groups[b].get("null")
+        parts = [] if own is None else [self._h(own)]
         if len(pairs):
             rows = pairs.reshape(-1, d.it_ref.size)
             extra = HGroup("null_extra", b, "test", rows, group_seed(seed, b, "null_extra"))
             parts.append(self._h(extra))
-        st.arrays["null_h"] = np.vstack([p["h"] for p in parts])
-        st.spreads["null"] = np.concatenate([p["spread"] for p in parts])
+        if parts:
+            st.arrays["null_h"] = np.vstack([p["h"] for p in parts])
+            st.spreads["null"] = np.concatenate([p["spread"] for p in parts])
         if len(train):
             group = HGroup("null_train", b, "train", train, group_seed(seed, b, "null_train"))
             out = self._h(group)
             st.arrays["null_train_h"] = out["h"]
             st.spreads["null_train"] = out["spread"]
         self._null_stats(b)
+
+    def _sized_null(self, b: int, n_draws: int) -> bool:
+        """Whether draw b adds subsets to the null check (a precision design's sizing)."""
+        if self.design is None:
+            return False
+        pairs, train = null_top_up(self.plan.draws[b], n_draws, self.settings)
+        return bool(len(pairs) or len(train))
 
     def _null_stats(self, b: int) -> None:
         st = self.draws[b]
@@ -407,7 +416,7 @@ class ModelRun:
                 steps.append(("controls", label, partial(self._controls, b)))
         if "null" in self.stages:
             for b in range(n_draws):
-                if "null" in self._groups[b]:
+                if "null" in self._groups[b] or self._sized_null(b, n_draws):
                     label = f"null check: draw {b + 1} of {n_draws}"
                     steps.append(("null", label, partial(self._null, b)))
         if "classic" in self.stages:
