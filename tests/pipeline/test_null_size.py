@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.designs import half_remembered, small_precision_settings
 
 from sde_core.pipeline.evaluation.draw_statistics import DrawState, null_train_calls
 from sde_core.pipeline.evaluation.plan import draw_subsets, null_top_up
 from sde_core.pipeline.evaluation.run import ModelRun
 from sde_core.pipeline.evaluation.statistics import null_rates
 from sde_core.pipeline.meta_eval.null_sizing import SHIPPED_PANEL_ICC, gate_power
-from sde_core.pipeline.model_inputs import ModelInputs
 from sde_core.pipeline.settings import (
     DEFAULT_NULL_SIZE,
     EvalSettings,
@@ -30,19 +30,22 @@ N_TR, N_TE, N_F, D = 1200, 800, 300, 6
 @pytest.fixture(scope="module")
 def remembered():
     """A model that still remembers half of D_f (training rows spread wider than unseen ones)."""
-    rng = np.random.default_rng(11)
-    forget = rng.choice(N_TR, N_F, replace=False)
-    tr = 1.8 * rng.normal(size=(N_TR, D))
-    tr[forget[: N_F // 2]] = rng.normal(size=(N_F // 2, D))
-    return forget, ModelInputs("half", "unlearned", tr, rng.normal(size=(N_TE, D)))
+    return half_remembered(11, N_TR, N_TE, N_F, D)
 
 
 def _settings(**kw):
-    base = dict(
-        subset_size=40, targets=20, splits=20, panel_size=20, null_pairs=5, baseline_targets=0,
-        precision=0.3, pilot_draws=4, max_draws=10, null_size=0,
-    )  # fmt: skip
-    return EvalSettings(**{**base, **kw})
+    return small_precision_settings(**{"null_size": 0, **kw})
+
+
+@pytest.fixture(scope="module")
+def sized_run(remembered):
+    """The remembering model evaluated with the null check sized at 160 (settings, run)."""
+    forget, inputs = remembered
+    s = _settings(null_size=160)
+    run = ModelRun(inputs, draw_subsets(N_TR, N_TE, forget, s), s)
+    for _ in run.steps():
+        pass
+    return s, run
 
 
 def test_the_default_is_sized_and_the_keys_of_earlier_runs_stay():
@@ -148,13 +151,8 @@ def _same(x, y) -> bool:
     return x == y
 
 
-def test_the_training_subsets_are_judged_by_p_out_against_the_it_panel(remembered):
-    forget, inputs = remembered
-    s = _settings(null_size=160)
-    plan = draw_subsets(N_TR, N_TE, forget, s)
-    run = ModelRun(inputs, plan, s)
-    for _ in run.steps():
-        pass
+def test_the_training_subsets_are_judged_by_p_out_against_the_it_panel(sized_run):
+    s, run = sized_run
     st = next(st for st in run.draws if "null_train_h" in st.arrays)
     calls, judged = null_train_calls(st, s)
     assert st.panel is not None
@@ -166,13 +164,8 @@ def test_the_training_subsets_are_judged_by_p_out_against_the_it_panel(remembere
     assert null_train_calls(DrawState(0), s) is None
 
 
-def test_the_false_out_rate_pools_controls_and_the_added_subsets(remembered):
-    forget, inputs = remembered
-    s = _settings(null_size=160)
-    plan = draw_subsets(N_TR, N_TE, forget, s)
-    run = ModelRun(inputs, plan, s)
-    for _ in run.steps():
-        pass
+def test_the_false_out_rate_pools_controls_and_the_added_subsets(sized_run):
+    s, run = sized_run
     used = [st for st in run.draws if st.core is not None]
     rates = null_rates(used, s)
     calls = judged = 0

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers.designs import half_remembered, small_precision_settings
 from scipy import stats
 
 from sde_core.errors import InputError, SettingsError
@@ -15,7 +16,6 @@ from sde_core.pipeline.evaluation.planner import forecast, forecast_sentence
 from sde_core.pipeline.evaluation.precision import per_draw_rates, precision_json, precision_status
 from sde_core.pipeline.evaluation.run import ModelRun
 from sde_core.pipeline.evaluation.stages import StageCache
-from sde_core.pipeline.model_inputs import ModelInputs
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.precision import stein_draws, stein_interval
 from sde_core.stats.replication import replicate_proportion
@@ -109,19 +109,11 @@ def test_settings_default_to_the_precision_design_and_the_fixed_keeps_its_store_
 @pytest.fixture(scope="module")
 def partly_forgotten():
     """Half of D_f remembered (spread like training rows), half not: per-draw OTRs vary."""
-    rng = np.random.default_rng(3)
-    forget = rng.choice(N_TR, N_F, replace=False)
-    tr = 1.8 * rng.normal(size=(N_TR, D))
-    tr[forget[: N_F // 2]] = rng.normal(size=(N_F // 2, D))
-    return forget, ModelInputs("half", "unlearned", tr, rng.normal(size=(N_TE, D)))
+    return half_remembered(3, N_TR, N_TE, N_F, D)
 
 
 def _settings(**kw):
-    base = dict(
-        subset_size=40, targets=20, splits=20, panel_size=20, null_pairs=5, baseline_targets=0,
-        precision=0.3, pilot_draws=4, max_draws=10,
-    )  # fmt: skip
-    return EvalSettings(**{**base, **kw})
+    return small_precision_settings(**kw)
 
 
 def test_the_fixed_design_is_unchanged_by_the_precision_fields(partly_forgotten):
