@@ -339,8 +339,8 @@ def null_check(result: EvaluationResult, row: pd.Series) -> None:
     if int(row["null_pairs"]) == 0:
         st.caption("Null check: not run yet (or too few unseen rows for disjoint pairs).")
         return
-    train = pd.to_numeric(row.get("null_train_subsets"), errors="coerce")
-    train = int(train) if pd.notna(train) else 0
+    raw = row.get("null_train_subsets")  # absent or NaN in an older store's row
+    train = int(raw) if raw is not None and pd.notna(raw) else 0
     st.markdown(f"**Null check** ({int(row['null_pairs'])} pairs of disjoint unseen subsets "
                 f"and {train} training subsets, outside the panels; method §9)")  # fmt: skip
     for reading in null_check_readings(row.to_dict(), s.alpha, s.alpha_calibrated):
