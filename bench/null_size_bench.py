@@ -35,8 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from sde_core.pipeline.evaluation.session import EvaluationSession  # noqa: E402
 from sde_core.pipeline.evaluation.stages import StageCache  # noqa: E402
-from sde_core.pipeline.meta_eval.null_sizing import gate_power, panel_icc  # noqa: E402
-from sde_core.pipeline.store import ResultsStore  # noqa: E402
+from sde_core.pipeline.meta_eval.null_sizing import gate_power, stores_panel_icc  # noqa: E402
 
 DEMOS = ("demo", "demo-mnist1d", "demo-facts", "demo-fashion-edm", "demo-fashion-edm-mem")
 
@@ -72,23 +71,7 @@ def cost(workspace: str, model: str, sizes: list[int]) -> None:
 
 def shipped_icc() -> np.ndarray:
     """ρ of every shipped model's per-draw false in-training and out-of-training rates."""
-    out = []
-    for demo in DEMOS:
-        path = ROOT / "assets" / demo / "results.sqlite"
-        with ResultsStore(path, read_only=True) as store:
-            run = int(store.list_runs()["id"].iloc[-1])
-            draws = store.rows(run, "draws")
-            models = store.rows(run, "models").set_index("name")
-        for name, rows in draws.groupby("model"):
-            b = len(rows)
-            pairs = 2 * rows["null_pairs"].to_numpy(float)
-            train = np.full(b, float(models.at[name, "null_train_subsets"]) / b)
-            rates = (("null_calibrated_fpr", pairs), ("null_out_of_training_fpr", train))
-            for col, counts in rates:
-                rho = panel_icc(rows[col].to_numpy(float), counts)
-                if np.isfinite(rho):
-                    out.append(rho)
-    return np.array(out)
+    return stores_panel_icc([ROOT / "assets" / demo / "results.sqlite" for demo in DEMOS])
 
 
 def power(sizes: list[int], draws: list[int], reps: int) -> None:

@@ -65,9 +65,10 @@ ARRAY_KINDS: dict[str, str] = {
     "null_train_h": "null_train",
     "f1_h": CONTROL_KIND,
 }
-#: The arrays and the ``subsets`` kinds a shipped store leaves out (the module docstring says why).
-UNSHIPPED_ARRAYS = frozenset({"null_h", "null_train_h"})
+#: The ``subsets`` kinds a shipped store leaves out, and their arrays (the module docstring
+#: says why).
 UNSHIPPED_KINDS = frozenset({"null", "null_train"})
+UNSHIPPED_ARRAYS = frozenset(a for a, kind in ARRAY_KINDS.items() if kind in UNSHIPPED_KINDS)
 
 
 @dataclass(frozen=True)
@@ -123,14 +124,13 @@ def ship_run(
     scratch = target.with_name(f".{target.name}.shipping")
     for leftover in (scratch, Path(f"{scratch}-wal"), Path(f"{scratch}-shm")):
         leftover.unlink(missing_ok=True)
-    key = {k: v for k, v in settings.items() if k != "algorithm"}
     drawn: dict[str, tuple[int, int]] = {}
     with ResultsStore(source, read_only=True) as full:
         run = full.open_run(workspace_hash, settings)
         if run.status != "complete":
             raise StoreError(f"{source}: the run is {run.status}, not complete: finish it first")
         units = sorted(full.finished_units(run.id))
-        result = stored_result(full, workspace_hash, settings_from_key(key), units)
+        result = stored_result(full, workspace_hash, settings_from_key(settings), units)
         assert result is not None
         tables = {name: full.records(run.id, name) for name in full.tables(run.id)}
         with ResultsStore(scratch) as shipped:
@@ -140,12 +140,13 @@ def ship_run(
                 refs = sorted({int(r["draw"]) for r in rows["subsets"] if r["kind"] == "it_ref"})
                 keep = set(refs[:keep_draws])
                 drawn[unit] = (len(refs), len(keep))
-                arrays = {
-                    name[len(unit) + 1 :]: full.array(run.id, name)
-                    for name in full.array_names(run.id, f"{unit}/")
+                names = [name[len(unit) + 1 :] for name in full.array_names(run.id, f"{unit}/")]
+                arrays = {  # the null check's arrays are not read: they are not shipped
+                    name: full.array(run.id, f"{unit}/{name}")
+                    for name in names
+                    if name not in UNSHIPPED_ARRAYS
                 }
                 kept = kept_rows(arrays, rows["subsets"], keep)
-                kept = {k: v for k, v in kept.items() if k not in UNSHIPPED_ARRAYS}
                 rows["subsets"] = [
                     r for r in rows["subsets"] if r.get("kind") not in UNSHIPPED_KINDS
                 ]

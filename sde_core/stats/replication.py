@@ -40,6 +40,7 @@ from sde_core.errors import InputError
 
 __all__ = [
     "ReplicateEstimate",
+    "korn_graubard_rows",
     "per_draw_values",
     "replicate_mean",
     "replicate_proportion",
@@ -116,30 +117,46 @@ def replicate_proportion(
         raise InputError("trials must hold one count ≥ 1 per draw, as many as values")
     if np.any(v < 0) or np.any(v > 1):
         raise InputError("a proportion's per-draw values must lie in [0, 1]")
-    total = float(m.sum())
-    p = float(np.sum(m * v) / total)
-    b = v.size
-    n_eff = total
-    if b >= 2 and 0.0 < p < 1.0:
-        w = m / total
-        var = b / (b - 1) * float(np.sum((w * (v - p)) ** 2))
-        if var > 0:
-            n_eff = min(total, p * (1.0 - p) / var)
-    q = 1.0 - (1.0 - conf) / 2.0
-    if b >= 2 and total > 1:
-        n_eff *= (float(stats.t.ppf(q, total - 1)) / float(stats.t.ppf(q, b - 1))) ** 2
-    x = p * n_eff
-    lo = 0.0 if x <= 0 else float(stats.beta.ppf(1.0 - q, x, n_eff - x + 1.0))
-    hi = 1.0 if x >= n_eff else float(stats.beta.ppf(q, x + 1.0, n_eff - x))
+    p, lo, hi, n_eff = korn_graubard_rows(v[None, :], m, conf)
     return ReplicateEstimate(
-        value=p,
-        lo=lo,
-        hi=hi,
+        value=float(p[0]),
+        lo=float(lo[0]),
+        hi=float(hi[0]),
         per_draw=tuple(float(x) for x in v),
-        n_eff=float(n_eff),
+        n_eff=float(n_eff[0]),
         confidence=conf,
         method="korn-graubard",
     )
+
+
+def korn_graubard_rows(
+    values: np.ndarray, trials: np.ndarray, confidence: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`replicate_proportion`'s arithmetic for each row of ``values`` at once, unchecked:
+    ``(pooled proportion, lower bound, upper bound, effective trials)`` of every row of the
+    ``(R, B)`` per-draw proportions over the ``(B,)`` trials — the one place the Korn–Graubard
+    interval is computed (the null check's power simulation asks it for thousands of rows)."""
+    v = np.atleast_2d(np.asarray(values, dtype=np.float64))
+    m = np.asarray(trials, dtype=np.float64)
+    total, b = float(m.sum()), m.size
+    p = np.sum(m * v, axis=1) / total
+    n_eff = np.full(p.shape, total)
+    if b >= 2:
+        w = m / total
+        var = b / (b - 1) * np.sum((w * (v - p[:, None])) ** 2, axis=1)
+        usable = (p > 0.0) & (p < 1.0) & (var > 0.0)
+        n_eff = np.where(
+            usable, np.minimum(total, p * (1.0 - p) / np.where(usable, var, 1.0)), n_eff
+        )
+    q = 1.0 - (1.0 - confidence) / 2.0
+    if b >= 2 and total > 1:
+        n_eff = n_eff * (float(stats.t.ppf(q, total - 1)) / float(stats.t.ppf(q, b - 1))) ** 2
+    x = p * n_eff
+    low_ok, high_ok = x > 0, x < n_eff
+    lo = np.where(low_ok, stats.beta.ppf(1.0 - q, np.where(low_ok, x, 1.0), n_eff - x + 1.0), 0.0)
+    hi_b = np.where(high_ok, n_eff - x, 1.0)
+    hi = np.where(high_ok, stats.beta.ppf(q, x + 1.0, hi_b), 1.0)
+    return p, lo, hi, n_eff
 
 
 def replicate_mean(

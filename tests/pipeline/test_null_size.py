@@ -198,14 +198,11 @@ def test_the_default_size_has_the_power_it_claims():
 
 def test_the_panel_effect_constant_is_the_shipped_stores():
     """SHIPPED_PANEL_ICC is the median ρ of the shipped stores' per-draw null rates."""
-    import importlib.util
+    from sde_core.pipeline.meta_eval.null_sizing import stores_panel_icc
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "null_size_bench.py"
-    spec = importlib.util.spec_from_file_location("null_size_bench", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    rho = bench.shipped_icc()
+    assets = Path(__file__).resolve().parents[2] / "assets"
+    demos = ("demo", "demo-mnist1d", "demo-facts", "demo-fashion-edm", "demo-fashion-edm-mem")
+    rho = stores_panel_icc([assets / demo / "results.sqlite" for demo in demos])
     assert rho.size >= 50
     assert float(np.median(rho)) == pytest.approx(SHIPPED_PANEL_ICC, abs=0.01)
 
@@ -231,10 +228,10 @@ def test_the_panel_effect_is_estimated_and_lowers_the_power():
 
 
 def test_the_vectorised_korn_graubard_bound_is_the_library_s():
-    """kg_lower (the simulation's) against replicate_proportion (the evaluation's), row by row,
-    including rows of all zeros, all ones and no spread."""
-    from sde_core.pipeline.meta_eval.null_sizing import kg_lower
-    from sde_core.stats.replication import replicate_proportion
+    """korn_graubard_rows over many rows at once (the simulation's call) against
+    replicate_proportion one row at a time (the evaluation's), including rows of all zeros, all
+    ones and no spread."""
+    from sde_core.stats.replication import korn_graubard_rows, replicate_proportion
 
     rng = np.random.default_rng(9)
     for draws in (1, 2, 5, 12):
@@ -242,9 +239,10 @@ def test_the_vectorised_korn_graubard_bound_is_the_library_s():
         rows = [rng.binomial(m, rng.uniform(0, 0.3)) / m for _ in range(40)]
         rows += [np.zeros(draws), np.ones(draws), np.full(draws, 0.25)]
         for conf in (0.95, 0.98):
-            got = kg_lower(np.array(rows), m, conf)
-            want = [replicate_proportion(r, m, conf).lo for r in rows]
-            assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+            _, lo, hi, _ = korn_graubard_rows(np.array(rows), m, conf)
+            want = [replicate_proportion(r, m, conf) for r in rows]
+            assert lo == pytest.approx([w.lo for w in want], rel=1e-9, abs=1e-12)
+            assert hi == pytest.approx([w.hi for w in want], rel=1e-9, abs=1e-12)
 
 
 def test_a_sized_check_runs_when_a_draw_has_no_pairs_of_its_own(remembered):

@@ -53,6 +53,7 @@ __all__ = [
     "draw_subsets",
     "group_seed",
     "null_top_up",
+    "null_top_up_counts",
 ]
 
 F1Negatives = Literal["forget", "test"]
@@ -246,24 +247,29 @@ class SubsetPlan:
         return stable_hash(parts)
 
 
-def null_top_up(
-    draw: DrawPlan, n_draws: int, settings: EvalSettings
-) -> tuple[np.ndarray, np.ndarray]:
-    """The subsets draw ``draw`` adds to the null check of a precision design of ``n_draws``
-    draws (method §9): ``(extra pairs (e, 2, n) of the D_te control half, extra training
-    subsets (x, n) of the D_r control half)``, so that the draws judge at least
-    ``settings.null_size`` unseen subsets (``⌈N/(2B)⌉`` pairs each) and as many training
-    subsets (``⌈N/B⌉`` each, the draw's controlled positives counted). Both are empty for the
-    fixed design, ``null_size = 0`` or when the D_te control half cannot hold a disjoint pair
-    (no null check at all). Each comes from a generator of its own, seeded from
-    ``(seed, draw)``, and a larger count extends a smaller one's subsets (never redraws them).
-    """
+def null_top_up_counts(draw: DrawPlan, n_draws: int, settings: EvalSettings) -> tuple[int, int]:
+    """``(pairs, training subsets)`` draw ``draw`` adds to the null check of a precision design
+    of ``n_draws`` draws (method §9), so that the draws judge at least ``settings.null_size``
+    unseen subsets (``⌈N/(2B)⌉`` pairs each) and as many training subsets (``⌈N/B⌉`` each, the
+    draw's controlled positives counted). Both 0 for the fixed design, ``null_size = 0`` or
+    when the D_te control half cannot hold a disjoint pair (no null check at all)."""
     n = draw.it_ref.size
     size = settings.null_size if settings.precision > 0 else 0
     if size <= 0 or n_draws <= 0 or draw.test_halves[1].size < 2 * n:
-        return np.empty((0, 2, n), dtype=np.int64), np.empty((0, n), dtype=np.int64)
+        return 0, 0
     pairs = max(0, -(-size // (2 * n_draws)) - len(draw.null_pairs))
-    train = max(0, -(-size // n_draws) - len(draw.f1_pos))
+    return pairs, max(0, -(-size // n_draws) - len(draw.f1_pos))
+
+
+def null_top_up(
+    draw: DrawPlan, n_draws: int, settings: EvalSettings
+) -> tuple[np.ndarray, np.ndarray]:
+    """The subsets :func:`null_top_up_counts` counts: ``(extra pairs (e, 2, n) of the D_te
+    control half, extra training subsets (x, n) of the D_r control half)``. Each comes from a
+    generator of its own, seeded from ``(seed, draw)``, and a larger count extends a smaller
+    one's subsets (never redraws them)."""
+    n = draw.it_ref.size
+    pairs, train = null_top_up_counts(draw, n_draws, settings)
     rng_pairs = np.random.default_rng([settings.seed, 0x5DE, draw.index, 0x4E1])
     rng_train = np.random.default_rng([settings.seed, 0x5DE, draw.index, 0x4E2])
     return (

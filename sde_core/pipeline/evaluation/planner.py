@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sde_core.errors import SettingsError
-from sde_core.pipeline.evaluation.plan import null_top_up
+from sde_core.pipeline.evaluation.plan import null_top_up_counts
 from sde_core.pipeline.evaluation.run import ModelRun
 from sde_core.pipeline.evaluation.session import EvaluationSession
 from sde_core.pipeline.settings import EvalSettings
@@ -134,8 +134,8 @@ def forecast(run: ModelRun) -> Forecast:
     )
     if "null" in run.stages:  # the subsets that size the null check (method §9)
         for d in run.plan.draws[: design.draws]:
-            pairs, train = null_top_up(d, design.draws, settings)
-            run_subsets += pairs.shape[0] * 2 + len(train)
+            pairs, train = null_top_up_counts(d, design.draws, settings)
+            run_subsets += 2 * pairs + train
     halves = {
         metric: plan.t * plan.sd / math.sqrt(design.draws) for metric, plan in design.plans.items()
     }

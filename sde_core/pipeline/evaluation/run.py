@@ -57,6 +57,7 @@ from sde_core.pipeline.evaluation.plan import (
     default_f1_negatives,
     group_seed,
     null_top_up,
+    null_top_up_counts,
 )
 from sde_core.pipeline.evaluation.precision import PrecisionDesign, design_from_pilot, with_design
 from sde_core.pipeline.evaluation.stages import (
@@ -289,8 +290,7 @@ class ModelRun:
         """Whether draw b adds subsets to the null check (a precision design's sizing)."""
         if self.design is None:
             return False
-        pairs, train = null_top_up(self.plan.draws[b], n_draws, self.settings)
-        return bool(len(pairs) or len(train))
+        return any(null_top_up_counts(self.plan.draws[b], n_draws, self.settings))
 
     def _null_stats(self, b: int) -> None:
         st = self.draws[b]

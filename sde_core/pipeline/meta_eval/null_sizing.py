@@ -13,18 +13,21 @@ one-sided ``1 − α`` lower bound of the pooled rate exceeds the level.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
-from scipy import stats
+
+from sde_core.stats.replication import korn_graubard_rows
 
 __all__ = [
     "SHIPPED_PANEL_ICC",
     "GatePower",
     "gate_power",
-    "kg_lower",
     "pairs_for_gate_power",
     "panel_icc",
+    "stores_panel_icc",
 ]
 
 #: ρ of :func:`gate_power` on the bundled demos: the median of :func:`panel_icc` over every
@@ -81,34 +84,9 @@ def gate_power(
     for i in range(reps):  # the draws of one simulated evaluation, in the generator's order
         rates = rng.beta(a, b, size=per.size) if icc > 0 else true_rate
         values[i] = rng.binomial(per, rates) / per
-    fired = int(np.sum(kg_lower(values, per, 1.0 - 2.0 * alpha) > level))
-    shown = int(np.sum(kg_lower(values, per, 0.95) > level))
+    fired = int(np.sum(korn_graubard_rows(values, per, 1.0 - 2.0 * alpha)[1] > level))
+    shown = int(np.sum(korn_graubard_rows(values, per, 0.95)[1] > level))
     return GatePower(int(pairs), int(draws), fired / reps, shown / reps, int(reps))
-
-
-def kg_lower(values: np.ndarray, trials: np.ndarray, confidence: float) -> np.ndarray:
-    """The lower bound of :func:`~sde_core.stats.replication.replicate_proportion`'s
-    Korn–Graubard interval for each row of ``values`` (``(reps, B)`` per-draw proportions over
-    the ``(B,)`` ``trials``), at once: the same formula, vectorised over the rows (a test checks
-    it against the one-row function)."""
-    v = np.atleast_2d(np.asarray(values, dtype=float))
-    m = np.asarray(trials, dtype=float)
-    total, n_draws = float(m.sum()), m.size
-    p = v @ m / total
-    n_eff = np.full(p.shape, total)
-    if n_draws >= 2:
-        w = m / total
-        var = n_draws / (n_draws - 1) * np.sum((w * (v - p[:, None])) ** 2, axis=1)
-        usable = (p > 0.0) & (p < 1.0) & (var > 0.0)
-        safe = np.where(usable, var, 1.0)
-        n_eff = np.where(usable, np.minimum(total, p * (1.0 - p) / safe), total)
-    q = 1.0 - (1.0 - confidence) / 2.0
-    if n_draws >= 2 and total > 1:
-        n_eff = n_eff * (float(stats.t.ppf(q, total - 1)) / float(stats.t.ppf(q, n_draws - 1))) ** 2
-    x = p * n_eff
-    positive = x > 0
-    lower = stats.beta.ppf(1.0 - q, np.where(positive, x, 1.0), n_eff - x + 1.0)
-    return np.where(positive, lower, 0.0)
 
 
 def pairs_for_gate_power(
@@ -145,3 +123,30 @@ def panel_icc(rates: np.ndarray, counts: np.ndarray) -> float:
         return float("nan")
     within = float(np.mean(pooled * (1.0 - pooled) / m))
     return max(0.0, (float(np.var(p, ddof=1)) - within) / (pooled * (1.0 - pooled)))
+
+
+def stores_panel_icc(paths: Sequence[str | Path]) -> np.ndarray:
+    """:func:`panel_icc` of every model's per-draw false in-training and out-of-training rates
+    in the last run of each results store in ``paths`` (opened read-only; a model's training
+    subsets are taken as spread evenly over its draws), the finite ones."""
+    from sde_core.pipeline.store import ResultsStore
+
+    out = []
+    for path in paths:
+        with ResultsStore(path, read_only=True) as store:
+            run = int(store.list_runs()["id"].iloc[-1])
+            draws = store.rows(run, "draws")
+            models = store.rows(run, "models")
+        trained = dict(zip(models["name"], models["null_train_subsets"].astype(float), strict=True))
+        for name, rows in draws.groupby("model"):
+            b = len(rows)
+            pairs = 2 * rows["null_pairs"].to_numpy(float)
+            train = np.full(b, trained[name] / b)
+            for column, counts in (
+                ("null_calibrated_fpr", pairs),
+                ("null_out_of_training_fpr", train),
+            ):
+                rho = panel_icc(rows[column].to_numpy(float), counts)
+                if np.isfinite(rho):
+                    out.append(rho)
+    return np.array(out)

@@ -216,19 +216,16 @@ def null_calibration_text(result: Any) -> str:
         else f"The {test} passes its null check for every model."
         for test, names in failed.items()
     )
-    pairs = pd.to_numeric(models.get("null_pairs"), errors="coerce")
-    pairs = pairs[np.isfinite(pairs)] if pairs is not None else pd.Series(dtype=float)
-    counted = (
-        f"{int(pairs.min())}" if len(pairs) and pairs.min() == pairs.max()
-        else f"{int(pairs.min())}–{int(pairs.max())}" if len(pairs) else f"{s.null_pairs}"
-    )  # fmt: skip
-    powers = [null_check_power(r, s.alpha_calibrated)[0] for r in records(models)]
-    powers = [p for p in powers if np.isfinite(p)]
+    column = models["null_pairs"] if "null_pairs" in models else pd.Series(dtype=float)
+    pairs = sorted({int(x) for x in pd.to_numeric(column, errors="coerce").dropna()})
+    ends = dict.fromkeys((pairs[0], pairs[-1])) if pairs else {s.null_pairs: None}
+    counted = "–".join(str(x) for x in ends)  # "40" or "40–204"
+    powers = pd.Series([null_check_power(r, s.alpha_calibrated)[0] for r in records(models)])
     power = (
         f" Its power: the calibrated check's 95% interval rules out its level when the true "
-        f"false-call rate is twice it with probability {span(pd.Series(powers))} over the "
+        f"false-call rate is twice it with probability {span(powers)} over the "
         "models (their subsets and draws, a draw's shared panel counted; method §9)."
-        if powers
+        if np.isfinite(powers).any()
         else ""
     )
     return (
