@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sde_core.pipeline.evaluation.metric_table import NULL_CALIBRATED_FPR, NULL_OUT_OF_TRAINING_FPR
 from sde_core.stats.replication import korn_graubard_rows
 
 __all__ = [
@@ -143,8 +144,8 @@ def stores_panel_icc(paths: Sequence[str | Path]) -> np.ndarray:
             pairs = 2 * rows["null_pairs"].to_numpy(float)
             train = np.full(b, trained[name] / b)
             for column, counts in (
-                ("null_calibrated_fpr", pairs),
-                ("null_out_of_training_fpr", train),
+                (NULL_CALIBRATED_FPR.key, pairs),
+                (NULL_OUT_OF_TRAINING_FPR.key, train),
             ):
                 rho = panel_icc(rows[column].to_numpy(float), counts)
                 if np.isfinite(rho):
