@@ -33,7 +33,7 @@ class ClassifierFamily:
     objective: str = "cross_entropy"
     objective_by: str = "torch.nn.functional.cross_entropy"
     methods: frozenset[str] | None = frozenset(
-        {"retrain", "ft", "ga", "rl", "salun", "l1_sparse", "unroll", "neggrad_plus"}
+        {"retrain", "ft", "ga", "rl", "salun", "l1_sparse", "unroll", "neggrad_plus", "eu_k"}
     )
     refusals: Mapping[str, str] = field(default_factory=dict)
     behaviour: tuple[BehaviourMeasure, ...] = (

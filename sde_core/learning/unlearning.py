@@ -1,4 +1,5 @@
-"""The unlearning methods of method §7 (and NegGrad+, §14), the language-model methods of
+"""The unlearning methods of method §7 (NegGrad+, §14; EU-k,
+:mod:`sde_core.learning.layer_unlearning`), the language-model methods of
 method §7.1 (:mod:`sde_core.learning.llm_unlearning`: ``llm_ga``, ``llm_gd``, ``llm_npo``,
 ``llm_retrain``) and a registry for user-defined ones.
 
@@ -70,6 +71,7 @@ from sde_core.learning.training import (
 __all__ = [
     "EPOCH_METHODS",
     "METHODS",
+    "EUKParams",
     "FTParams",
     "GAParams",
     "L1SparseParams",
@@ -82,6 +84,7 @@ __all__ = [
     "UnlearnData",
     "UnlearnResult",
     "UnrollParams",
+    "exact_unlearning_k",
     "finetune",
     "gradient_ascent",
     "l1_sparse",
@@ -335,6 +338,20 @@ class RetrainParams:
     def __post_init__(self) -> None:
         given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
         TrainConfig(**given)  # validates every given value with TrainConfig's messages
+
+
+@dataclass(frozen=True)
+class EUKParams(RetrainParams):
+    """EU-k (:mod:`sde_core.learning.layer_unlearning`): ``k``, how many of the last weight
+    layers are re-learnt from scratch on ``D_r`` (>= 1); the other fields override the
+    original's recipe as in :class:`RetrainParams`."""
+
+    k: int = 1
+
+    def __post_init__(self) -> None:
+        _check_counts(self, {"k": 1})
+        given = {f: v for f, v in dataclasses.asdict(self).items() if v is not None and f != "k"}
+        TrainConfig(**given)  # each given recipe field, with TrainConfig's messages
 
 
 MethodFn = Callable[[nn.Module, UnlearnData, Any], UnlearnResult | nn.Module]
@@ -819,6 +836,15 @@ def unroll(
     return _result("unroll", model, resolved, t0, gradient_at=where)
 
 
+def exact_unlearning_k(
+    original: nn.Module, data: UnlearnData, params: EUKParams = EUKParams()
+) -> UnlearnResult:
+    """EU-k: re-learn the last k layers from scratch on ``D_r``, the layers below frozen."""
+    from sde_core.learning.layer_unlearning import exact_last_layers
+
+    return exact_last_layers(original, data, params)
+
+
 def neggrad_plus(
     original: nn.Module, data: UnlearnData, params: NegGradPlusParams = NegGradPlusParams()
 ) -> UnlearnResult:
@@ -868,6 +894,7 @@ register_method("salun", salun, SalUnParams)
 register_method("l1_sparse", l1_sparse, L1SparseParams)
 register_method("unroll", unroll, UnrollParams)
 register_method("neggrad_plus", neggrad_plus, NegGradPlusParams)
+register_method("eu_k", exact_unlearning_k, EUKParams)
 # language models (method §7.1): Hugging Face model folders and text datasets
 register_method("llm_retrain", llm_retrain, LMTrainParams)
 register_method("llm_ga", llm_gradient_ascent, LMGAParams)
