@@ -10,27 +10,21 @@ afresh. ``k`` = all weight layers is Retrain; ``k = 1`` re-learns the classifier
 original's features. The strength knob is ``k``: the more layers are re-learnt, the less of D_f's
 influence can remain in the features below them.
 
-The function is registered as ``eu_k`` by :mod:`sde_core.learning.unlearning`.
+:mod:`sde_core.learning.unlearning` registers it as ``eu_k`` (its parameters, the recipe and
+the copy of the original are prepared there).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
-from torch.utils.data import Subset
+from torch.utils.data import Dataset
 
 from sde_core.errors import TrainingError
 from sde_core.learning.training import TrainConfig, train
 
-if TYPE_CHECKING:
-    from sde_core.learning.unlearning import EUKParams, UnlearnData, UnlearnResult
-
-__all__ = ["exact_last_layers", "last_weight_layers"]
+__all__ = ["last_weight_layers", "relearn_last_layers"]
 
 _WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -50,25 +44,14 @@ def last_weight_layers(model: nn.Module, k: int) -> list[str]:
     return names[len(names) - k :]
 
 
-def exact_last_layers(original: nn.Module, data: UnlearnData, params: EUKParams) -> UnlearnResult:
-    """EU-k: re-initialise the last ``k`` weight layers and train them on ``D_r`` (the layers
-    below frozen) with the original's recipe (``data.train_config``, overridden by ``params``)."""
-    from sde_core.learning.unlearning import EUKParams, _check_params, _prepare, _result
-
-    _check_params(params, EUKParams)
-    t0 = time.perf_counter()
-    recipe = {k: v for k, v in dataclasses.asdict(params).items() if k != "k" and v is not None}
-    base = data.train_config.to_dict() if data.train_config is not None else {}
-    missing = [
-        k for k in ("epochs", "batch_size", "optimizer", "lr") if k not in {**base, **recipe}
-    ]
-    if missing:
-        raise TrainingError(
-            f"EU-k needs the original's recipe: pass {missing} or set UnlearnData.train_config"
-        )
-    config = TrainConfig.from_dict({**base, **recipe, "device": data.device})
-    model, _ = _prepare(original, data)
-    layers = last_weight_layers(model, params.k)
+def relearn_last_layers(
+    model: nn.Module, retain: Dataset, config: TrainConfig, k: int
+) -> tuple[nn.Module, list[str], float]:
+    """EU-k on ``model`` (modified in place: pass a copy): re-initialise its last ``k`` weight
+    layers and every layer after the first of them, train them on ``retain`` with ``config``,
+    the layers below frozen. Returns the model (every parameter trainable again), the names
+    of the re-learnt weight layers and the final training loss."""
+    layers = last_weight_layers(model, k)
     torch.manual_seed(config.seed)
     first, learnt = layers[0], False
     frozen_norms: list[tuple[_BatchNorm, float | None, torch.Tensor | None]] = []
@@ -84,7 +67,6 @@ def exact_last_layers(original: nn.Module, data: UnlearnData, params: EUKParams)
             module.momentum = 0.0  # running statistics unchanged: (1 − 0)·running + 0·batch
         for p in module.parameters(recurse=False):
             p.requires_grad_(learnt)
-    retain = Subset(data.train, data.retain_idx.tolist())
     out = train(model, retain, config)
     for norm, momentum, count in frozen_norms:
         norm.momentum = momentum
@@ -93,4 +75,4 @@ def exact_last_layers(original: nn.Module, data: UnlearnData, params: EUKParams)
             tracked.copy_(count)
     for p in out.model.parameters():
         p.requires_grad_(True)
-    return _result("eu_k", out.model, params, t0, layers=layers, final_loss=out.losses[-1])
+    return out.model, layers, float(out.losses[-1])

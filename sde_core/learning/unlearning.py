@@ -49,6 +49,7 @@ from torch.utils.data import Dataset, Subset
 from sde_core.common.validation import as_index_vector, check_int, check_number
 from sde_core.errors import TrainingError
 from sde_core.families.registry import family_of
+from sde_core.learning.layer_unlearning import relearn_last_layers
 from sde_core.learning.llm_unlearning import (
     LMGAParams,
     LMGDParams,
@@ -840,9 +841,20 @@ def exact_unlearning_k(
     original: nn.Module, data: UnlearnData, params: EUKParams = EUKParams()
 ) -> UnlearnResult:
     """EU-k: re-learn the last k layers from scratch on ``D_r``, the layers below frozen."""
-    from sde_core.learning.layer_unlearning import exact_last_layers
-
-    return exact_last_layers(original, data, params)
+    _check_params(params, EUKParams)
+    t0 = time.perf_counter()
+    recipe = {f: v for f, v in dataclasses.asdict(params).items() if f != "k" and v is not None}
+    base = data.train_config.to_dict() if data.train_config is not None else {}
+    missing = [f for f in ("epochs", "batch_size", "optimizer", "lr") if f not in base | recipe]
+    if missing:
+        raise TrainingError(
+            f"EU-k needs the original's recipe: pass {missing} or set UnlearnData.train_config"
+        )
+    config = TrainConfig.from_dict({**base, **recipe, "device": data.device})
+    model, _ = _prepare(original, data)
+    retain = Subset(data.train, data.retain_idx.tolist())
+    model, layers, loss = relearn_last_layers(model, retain, config, params.k)
+    return _result("eu_k", model, params, t0, layers=layers, final_loss=loss)
 
 
 def neggrad_plus(
