@@ -69,26 +69,59 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _null_power(settings: Any, sized: int) -> dict[str, Any]:
-    """The null check's power against a false-call rate of 2α: binomial (Clopper–Pearson, as
-    ``stats/null_power.py``) and simulated with the evaluation's Korn–Graubard interval over
-    its B draws (``meta_eval/null_sizing.py``)."""
-    from sde_core.pipeline.meta_eval.null_sizing import gate_power, pairs_for_gate_power
+def _null_power(settings: Any, default_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The null check's power against a false-call rate of 2α: at the plan's fixed design
+    (binomial, Clopper–Pearson as ``stats/null_power.py``, and simulated with the evaluation's
+    Korn–Graubard interval over its B draws, ``meta_eval/null_sizing.py``), and for each
+    checkpoint's default-design run (its pairs and draws; the panel effect of the shipped
+    demos, ``SHIPPED_PANEL_ICC``): the median, least and greatest."""
+    import numpy as np
+
+    from sde_core.pipeline.meta_eval.null_sizing import (
+        SHIPPED_PANEL_ICC,
+        gate_power,
+        pairs_for_gate_power,
+    )
     from sde_core.stats.null_power import null_check_power, subsets_for_power
 
     a, level, draws = settings.alpha, settings.alpha_calibrated, settings.draws
     out: dict[str, Any] = {"level": level, "true_rate": 2 * level, "draws": draws}
-    for name, pairs in (("default", settings.null_pairs), ("sized", sized)):
-        gate = null_check_power(2 * pairs, level, 2 * level, 1 - a)
-        shown = null_check_power(2 * pairs, level, 2 * level, 0.975)
-        simulated = gate_power(pairs, draws, level, 2 * level, a, reps=2000)
-        out[name] = {
-            "pairs": pairs,
-            "subsets": 2 * pairs,
-            "gate_power": gate.power,
-            "interval_power": shown.power,
-            "gate_power_kg": simulated.gate,
-            "interval_power_kg": simulated.interval,
+    pairs = settings.null_pairs
+    gate = null_check_power(2 * pairs, level, 2 * level, 1 - a)
+    shown = null_check_power(2 * pairs, level, 2 * level, 0.975)
+    simulated = gate_power(pairs, draws, level, 2 * level, a, reps=2000)
+    out["fixed_design"] = {
+        "pairs": pairs,
+        "subsets": 2 * pairs,
+        "gate_power": gate.power,
+        "interval_power": shown.power,
+        "gate_power_kg": simulated.gate,
+        "interval_power_kg": simulated.interval,
+    }
+    designs = sorted(
+        {(int(r["null_pairs"]), int(r["draws"])) for r in default_rows if r.get("null_pairs")}
+    )
+    found = {
+        d: gate_power(*d, level, 2 * level, a, reps=2000, icc=SHIPPED_PANEL_ICC) for d in designs
+    }
+    runs = [
+        found[(int(r["null_pairs"]), int(r["draws"]))] for r in default_rows if r.get("null_pairs")
+    ]
+    if runs:
+        interval = np.array([g.interval for g in runs])
+        fired = np.array([g.gate for g in runs])
+        out["default_design"] = {
+            "icc": SHIPPED_PANEL_ICC,
+            "checkpoints": len(runs),
+            "unseen_subsets_min": min(2 * g.pairs for g in runs),
+            "draws_median": float(np.median([g.draws for g in runs])),
+            "draws_min": min(g.draws for g in runs),
+            "draws_max": max(g.draws for g in runs),
+            "interval_power_median": float(np.median(interval)),
+            "interval_power_min": float(interval.min()),
+            "interval_power_max": float(interval.max()),
+            "gate_power_median": float(np.median(fired)),
+            "below_80": int(np.sum(interval < 0.8)),
         }
     out["subsets_for_80"] = {
         "gate": subsets_for_power(0.8, level, 2 * level, 1 - a),
@@ -104,6 +137,57 @@ def _null_power(settings: Any, sized: int) -> dict[str, Any]:
         "gate_power": null_check_power(train, level, 2 * level, 1 - a).power,
     }
     return out
+
+
+def _number(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+#: The scores read at each of a plan's other layers (``[eval] layers``), by column prefix.
+_LAYER_LABELS = {
+    "sde_verdict": "SDE verdict (ordinal)",
+    "sde_otr": "SDE OTR (before the gate)",
+    "sde_calibrated_otr": "SDE calibrated OTR (before the gate)",
+}
+
+
+def _layer_scores(verdict_label: Any) -> dict[str, Any]:
+    """How each of :data:`_LAYER_LABELS` is read from an evaluation row."""
+    from sde_core.pipeline.evaluation.metric_table import CALIBRATED_OTR, OTR, raw_column
+
+    return {
+        "sde_verdict": lambda r: VERDICT_SCORE[verdict_label(r)],
+        "sde_otr": lambda r: _number(r.get(raw_column(OTR.key))),
+        "sde_calibrated_otr": lambda r: _number(r.get(raw_column(CALIBRATED_OTR.key))),
+    }
+
+
+def _default_design(
+    rows: Sequence[Mapping[str, Any]], default_rows: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The default-design pass on the zoo: its draws, how often the precision target was
+    reached (method §15's states), and how often its verdict is the fixed design's."""
+    import numpy as np
+
+    from sde_core.pipeline.evaluation.precision import precision_status
+
+    states: dict[str, int] = {}
+    for r in default_rows:
+        found = precision_status({k: math.nan if v is None else v for k, v in r.items()})
+        state = found[0] if found else "fixed design"
+        states[state] = states.get(state, 0) + 1
+    both = [r for r in rows if r["verdict_defaults"]]
+    same = sum(1 for r in both if r["verdict"] == r["verdict_defaults"])
+    draws = [int(r["draws"]) for r in default_rows]
+    return {
+        "checkpoints": len(default_rows),
+        "precision_states": states,
+        "draws_median": float(np.median(draws)) if draws else float("nan"),
+        "draws_min": min(draws, default=0),
+        "draws_max": max(draws, default=0),
+        "same_verdict": same,
+        "same_verdict_share": same / len(both) if both else float("nan"),
+    }
 
 
 def _interleaved(zoo: Sequence[Any]) -> list[Any]:
@@ -126,7 +210,14 @@ def run_meta_eval(
     """Run the meta-evaluation and write its files; returns the JSON summary. With
     ``scored_only`` nothing is computed: the table covers the checkpoints scored so far."""
     from sde_core.common.fsio import atomic_write_json, atomic_write_text
-    from sde_core.pipeline.evaluation.metric_table import ACC_F, ACC_R, ACC_TE, ASR
+    from sde_core.pipeline.evaluation.metric_table import (
+        ACC_F,
+        ACC_R,
+        ACC_TE,
+        ASR,
+        CALIBRATED_OTR,
+        raw_column,
+    )
     from sde_core.pipeline.meta_eval.agreement import (
         checkpoint_table,
         meta_table,
@@ -159,9 +250,23 @@ def run_meta_eval(
         retrained,
     )
     verdicts = {name: verdict_label(rec["row"]) for name, rec in records.items()}
+    defaults = {n: rec["defaults"]["row"] for n, rec in records.items() if "defaults" in rec}
     reference = records["reference"]
     extra = {
         "sde_verdict": {n: VERDICT_SCORE[v] for n, v in verdicts.items()},
+        "sde_verdict_defaults": {n: VERDICT_SCORE[verdict_label(r)] for n, r in defaults.items()},
+        "sde_calibrated_otr_defaults": {
+            n: _number(r.get(raw_column(CALIBRATED_OTR.key))) for n, r in defaults.items()
+        },
+        **{
+            f"{column}@{layer}": {
+                n: read(rec["layers"][layer]["row"])
+                for n, rec in records.items()
+                if layer in rec.get("layers", {})
+            }
+            for layer in plan.layers
+            for column, read in _layer_scores(verdict_label).items()
+        },
         "retrain_avg_gap": {
             n: reference_gap(rec, reference, (ACC_F.key, ACC_R.key, ACC_TE.key), ASR.key)
             for n, rec in records.items()
@@ -170,13 +275,31 @@ def run_meta_eval(
     rows = checkpoint_table(zoo, truths, records, extra)
     for row in rows:
         row["verdict"] = verdicts[row["checkpoint"]]
+        row["verdict_defaults"] = (
+            verdict_label(defaults[row["checkpoint"]]) if row["checkpoint"] in defaults else ""
+        )
+        row["draws_defaults"] = defaults.get(row["checkpoint"], {}).get("draws")
+    default_rows = [defaults[r["checkpoint"]] for r in rows if r["checkpoint"] in defaults]
     labels = {
         "sde_verdict": "SDE verdict (ordinal)",
+        "sde_verdict_defaults": "SDE verdict (ordinal), default design",
         **{s.name: s.label for s in SCORES},
+        "sde_calibrated_otr_defaults": f"SDE {CALIBRATED_OTR.label} (before the gate), "
+        "default design",
+        **{
+            f"{column}@{layer}": f"{label}, layer {layer}"
+            for layer in plan.layers
+            for column, label in _LAYER_LABELS.items()
+        },
         "retrain_avg_gap": "retrain-based: −average gap to one retrained model "
         "(Acc_f, Acc_r, Acc_te, ASR)",
     }
-    table = meta_table(rows, labels, plan.bootstrap, plan.meta_seed, verdict="sde_verdict")
+    verdict_columns = (
+        "sde_verdict",
+        "sde_verdict_defaults",
+        *(f"sde_verdict@{x}" for x in plan.layers),
+    )
+    table = meta_table(rows, labels, plan.bootstrap, plan.meta_seed, verdicts=verdict_columns)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"meta_eval_{plan.name}"
     _write_csv(out / f"{stem}.csv", table.rows)
@@ -220,9 +343,25 @@ def run_meta_eval(
         "truth_moves": table.truth_moves,
         "zoo_seconds": round(sum(u.seconds for u in zoo if math.isfinite(u.seconds)), 1),
         "score_seconds": round(sum(float(r.get("seconds", 0.0)) for r in records.values()), 1),
+        "default_design_seconds": round(
+            sum(float(r["defaults"]["seconds"]) for r in records.values() if "defaults" in r), 1
+        ),
+        "layer_seconds": {
+            layer: round(
+                sum(
+                    float(r["layers"][layer]["seconds"])
+                    for r in records.values()
+                    if layer in r.get("layers", {})
+                ),
+                1,
+            )
+            for layer in plan.layers
+        },
         "this_run_seconds": round(t_zoo + t_scores, 1),
-        "null_power": _null_power(plan.settings, plan.sized_null_pairs),
-        "null_check_sized": null_check_share(rows, "sde_verdict"),
+        "null_power": _null_power(plan.settings, default_rows),
+        "null_check_defaults": null_check_share(rows, "sde_verdict"),
+        "null_check_defaults_own": null_check_share(rows, "sde_verdict_defaults"),
+        "default_design": _default_design(rows, default_rows),
         "confusion": {
             t: {
                 v: sum(1 for r in rows if r["truth"] == t and r["verdict"] == v)
@@ -239,7 +378,9 @@ def run_meta_eval(
             k: getattr(plan.settings, k)
             for k in ("subset_size", "targets", "splits", "draws", "panel_size", "null_pairs")
         },
-        "sized_null_pairs": plan.sized_null_pairs,
+        "default_settings": {
+            k: getattr(plan.default_settings, k) for k in ("precision", "max_draws", "null_size")
+        },
     }
     atomic_write_json(out / f"{stem}.json", _finite(summary))
     return summary
@@ -254,9 +395,9 @@ def _cmd(args: argparse.Namespace) -> int:
         args.scored_only,
     )
     if not args.quiet:
-        sized = summary["null_check_sized"]
+        gated = summary["null_check_defaults"]
         print(f"{summary['checkpoints']} checkpoints {summary['truth']}; tables in {args.out}")
-        print(f"sized null check gates {sized['gated']:.0%} of the zoo")
+        print(f"the default design's null check gates {gated['gated']:.0%} of the zoo")
     return 0
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_PRECISION",
     "MAX_SEED",
     "NOISE_LEVELS",
+    "PRECISION_FIELDS",
     "SETTINGS",
     "EvalSettings",
     "Setting",
@@ -68,7 +69,7 @@ MAX_SEED = 2**32 - 1
 #: rate); α levels below 1.
 
 #: The precision design's settings (method §15): inert while ``precision`` is 0.
-_PRECISION_FIELDS = ("precision", "pilot_draws", "max_draws", "null_size")
+PRECISION_FIELDS = ("precision", "pilot_draws", "max_draws", "null_size")
 #: The null check's size in a precision design (method §9): it judges at least this many
 #: unseen subsets, and this many training subsets, over all the draws the run uses. A draw's
 #: subsets share its panel, whose position moves their calls together (ρ ≈ 0.045 on the shipped
@@ -340,7 +341,7 @@ class EvalSettings:
         it had before the null check was sized (:func:`settings_from_key` reads it back)."""
         key = {**asdict(self), "algorithm": ALGORITHM_VERSION}
         if not self.precision:
-            for name in _PRECISION_FIELDS:
+            for name in PRECISION_FIELDS:
                 key.pop(name)
         elif not self.null_size:
             key.pop("null_size")

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sde_core.cli import main
+from sde_core.cli.meta_eval import VERDICT_SCORE
 from sde_core.errors import InputError, PlanError
 from sde_core.pipeline.meta_eval.agreement import meta_table, null_check_share
 from sde_core.pipeline.meta_eval.spec import load_meta_plan, meta_plan_names
@@ -193,6 +196,38 @@ def test_plan_errors_name_the_field_and_the_fix(tmp_path):
     )
     with pytest.raises(PlanError, match=r"zoo\.bases"):
         load_meta_plan(path)
+    base = (
+        'demo = "mnist1d"\n[model]\narch = "mlp"\n[zoo]\noriginal_seeds = [0, 1]\n'
+        "retrained_seeds = [0, 1]\nbases = [0]\n[eval]\n"
+    )
+    for extra, match in (
+        ("sized_null_pairs = 145\n", r"sized_null_pairs is no longer read.*null_size"),
+        ("[eval.default_design]\nsplits = 3\n", r"default_design: unknown field\(s\) \['splits'\]"),
+        ("[eval.default_design]\nprecision = 0.0\n", r"precision must be > 0"),
+        ("[eval.default_design]\nnull_size = -1\n", r"null_size"),
+        ('layers = ["output"]\n', r"eval.layers must be a list of distinct layer names"),
+        ("layers = 3\n", r"eval.layers must be a list"),
+    ):
+        path.write_text(base + extra)
+        with pytest.raises(PlanError, match=match):
+            load_meta_plan(path)
+
+
+def test_the_shipped_plan_s_second_pass_is_the_library_s_default_design():
+    from sde_core.pipeline.meta_eval.zoo import RUN_SEED_OFFSET
+    from sde_core.pipeline.settings import PRECISION_FIELDS, EvalSettings
+
+    plan = load_meta_plan("mnist1d")
+    library = EvalSettings()
+    assert plan.settings.precision == 0.0 and plan.default_settings.precision > 0
+    for name in PRECISION_FIELDS:
+        assert getattr(plan.default_settings, name) == getattr(library, name)
+    for name in ("subset_size", "targets", "splits", "panel_size", "seed"):
+        assert getattr(plan.default_settings, name) == getattr(plan.settings, name)
+    runs = [u for u in zoo_units(plan) if u.kind in ("unlearned", "weak")]
+    assert all(u.params["seed"] == RUN_SEED_OFFSET + u.base for u in runs)
+    assert {u.params["k"] for u in runs if u.method == "eu_k"} == {1, 2, 3}
+    assert plan.layers == ("penultimate",)
 
 
 # ----------------------------------------------------------------------------- agreement
@@ -210,7 +245,7 @@ def _rows() -> list[dict]:
                      "graded_truth": graded, "method": "ft" if kind == "relearned" else
                      ("int8" if kind == "quantised" else ""), "good": -graded,
                      "stuck": 1.0 if name in ("re", "u1", "r1", "q1") else 0.0,
-                     "null_gated_sized": name == "u2"})  # fmt: skip
+                     "null_gated_defaults": name == "u2"})  # fmt: skip
     return rows
 
 
@@ -287,7 +322,11 @@ draws = 2
 panel_size = 20
 null_pairs = 2
 baseline_targets = 0
-sized_null_pairs = 4
+layers = ["penultimate"]
+[eval.default_design]
+null_size = 16
+max_draws = 4
+pilot_draws = 2
 [meta]
 bootstrap = 100
 """
@@ -319,6 +358,18 @@ def test_meta_eval_command_on_a_tiny_zoo_writes_the_table_and_resumes(tmp_path, 
     assert all(c["truth"] == "forgot" for c in checkpoints if c["kind"] == "retrained")
     summary = json.loads((out / "meta_eval_tiny.json").read_text())
     assert summary["null_power"]["subsets_for_80"]["gate"] == 289
+    design = summary["default_design"]
+    assert design["checkpoints"] == 17 and 2 <= design["draws_min"] <= design["draws_max"] <= 4
+    assert sum(design["precision_states"].values()) == 17
+    assert summary["null_power"]["default_design"]["unseen_subsets_min"] >= 16
+    assert summary["null_check_defaults"]["checkpoints"] == 17
+    assert {c["verdict_defaults"] for c in checkpoints} <= set(VERDICT_SCORE)
+    assert {"sde_verdict_defaults", "sde_calibrated_otr_defaults"} <= {r["score"] for r in table}
+    layer = {"sde_verdict@penultimate", "sde_otr@penultimate", "sde_calibrated_otr@penultimate"}
+    assert layer <= {r["score"] for r in table}
+    assert next(r for r in table if r["score"] == "sde_verdict@penultimate")["right"] != ""
+    methods = (out / "meta_eval_tiny_methods.md").read_text()
+    assert "| verdicts (fixed design) | verdicts (default design) |" in methods
     assert (out / "meta_eval_tiny_roc.png").stat().st_size > 1000
     stamps = {p: p.stat().st_mtime_ns for p in (work / "zoo").rglob("record.json")}
     assert main(args) == 0  # a rerun reads every checkpoint and score from the caches
@@ -381,7 +432,7 @@ def test_the_method_page_shows_the_shipped_card():
     at.run(timeout=60)
     assert not at.exception
     text = " ".join(m.value for m in at.markdown)
-    assert "How often is it right?" in text and "the verdict was right on" in text
+    assert "How often is it right?" in text and "was right on" in text
 
 
 def test_the_card_of_each_family(tmp_path):
@@ -416,4 +467,46 @@ def test_the_method_page_shows_the_open_workspace_s_family(tmp_path, monkeypatch
     assert not at.exception
     text = " ".join(m.value for m in at.markdown)
     assert "Not measured for a causal language model" in text
-    assert "the verdict was right on" not in text  # the classifier zoo's rates are not shown
+    assert "was right on" not in text  # the classifier zoo's rates are not shown
+
+
+_TOML_VALUES = st.one_of(
+    st.integers(-5, 2000),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=8),
+    st.booleans(),
+    st.lists(st.text(max_size=6), max_size=3),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    layers=_TOML_VALUES,
+    design=st.dictionaries(
+        st.sampled_from(["precision", "pilot_draws", "max_draws", "null_size", "splits"]),
+        _TOML_VALUES,
+        max_size=3,
+    ),
+)
+def test_any_eval_section_loads_or_names_its_field(tmp_path, layers, design):
+    """Whatever ``[eval] layers`` and ``[eval.default_design]`` hold, the plan loads with a
+    default design that has a precision target, or a PlanError names the field."""
+    import tomli_w
+
+    raw = {
+        "demo": "mnist1d",
+        "model": {"arch": "mlp"},
+        "zoo": {"original_seeds": [0, 1], "retrained_seeds": [0, 1], "bases": [0]},
+        "eval": {"layers": layers, "default_design": design},
+    }
+    path = tmp_path / "p.toml"
+    path.write_bytes(tomli_w.dumps(raw).encode())
+    try:
+        plan = load_meta_plan(path)
+    except PlanError as exc:
+        assert "eval" in str(exc)
+        return
+    assert plan.default_settings.precision > 0 and plan.settings.precision == 0
+    assert plan.settings.layer not in plan.layers

@@ -337,12 +337,12 @@ def test_html_report_embeds_its_document_and_has_every_section(result):
     assert "cannot be verified" in unpinned and report_from_html(unpinned)["manifest"] is None
     # the "how often is it right" card of the models' family (the manifest names their arch)
     assert "How often is it right? Classifiers, measured on the mnist1d zoo" in doc
-    assert "the verdict was right on" in doc
+    assert "was right on" in doc
     language = {**manifest, "models": {"original": {**manifest["models"]["original"],
                                                     "arch": "hf"}}}  # fmt: skip
     lm = build_html_report(result, "syn", figures=[], manifest=language, file_hint="r.html")
     assert "How often is it right? Not measured for a causal language model" in lm
-    assert "the verdict was right on" not in lm
+    assert "was right on" not in lm
     assert "How often is it right" not in unpinned  # no manifest: no family to speak of
 
 

@@ -102,8 +102,8 @@ def checkpoint_table(
             row[score.name] = score.value(records[unit.name])
         for name, values in extra.items():
             row[name] = values.get(unit.name, float("nan"))
-        sized = records[unit.name].get("sized")  # None: the sized null check is not run yet
-        row["null_gated_sized"] = None if sized is None else bool(sized["gated"])
+        defaults = records[unit.name].get("defaults")  # None: that pass has not run yet
+        row["null_gated_defaults"] = None if defaults is None else bool(defaults["gated"])
         rows.append(row)
     return rows
 
@@ -180,16 +180,16 @@ def meta_table(
     labels: Mapping[str, str],
     resamples: int = 2000,
     seed: int = 0,
-    verdict: str | None = None,
+    verdicts: Sequence[str] = (),
 ) -> MetaTable:
     """The meta-evaluation table over the checkpoint rows (:func:`checkpoint_table`).
 
     Args:
         rows: the checkpoints. labels: score column -> label, in the table's order (the
             reference row last). resamples, seed: the bootstrap.
-        verdict: the column holding the verdict's ordinal (1 consistent with forgetting, 0.75
+        verdicts: the columns holding a verdict's ordinal (1 consistent with forgetting, 0.75
             over-unlearned, 0.5 mixed or inconclusive, 0.25 conflicting evidence, 0 not
-            forgotten); its row also gets the right/wrong/abstained shares.
+            forgotten); their rows also get the right/wrong/abstained shares.
     """
     table = []
     for name, label in labels.items():
@@ -199,7 +199,7 @@ def meta_table(
         row.update(_robustness(rows, name, resamples, seed))
         row.update(
             _verdict_shares(rows, name)
-            if name == verdict
+            if name in verdicts
             else dict.fromkeys(("right", "wrong", "abstained"), float("nan"))
         )
         table.append(row)
@@ -216,11 +216,12 @@ def meta_table(
 
 
 def null_check_share(rows: Sequence[Mapping[str, Any]], verdict: str) -> dict[str, float]:
-    """The sized null check on the zoo: the share of checkpoints it gates, and the share of
-    wrong verdicts among gated and among the other checkpoints (truth forgot or remembers)."""
-    rows = [r for r in rows if r["null_gated_sized"] is not None]
-    gated = [r for r in rows if r["null_gated_sized"]]
-    free = [r for r in rows if not r["null_gated_sized"]]
+    """The default design's null check on the zoo: the share of checkpoints it gates, and the
+    share of wrong verdicts (column ``verdict``) among gated and among the other checkpoints
+    (truth forgot or remembers)."""
+    rows = [r for r in rows if r["null_gated_defaults"] is not None]
+    gated = [r for r in rows if r["null_gated_defaults"]]
+    free = [r for r in rows if not r["null_gated_defaults"]]
 
     def wrong(group: Sequence[Mapping[str, Any]]) -> float:
         judged = [r for r in group if r["truth"] != LABELS[2]]

@@ -8,9 +8,14 @@ layer (its softmax outputs), with one subset plan shared by the whole zoo
 - ``row``: SDE's evaluation at the plan's settings (:class:`~.summary.ModelSummary`'s row:
   OTR, calibrated OTR, the dependence score, the null check, the behaviour check's gaps and the
   SVC attack's ASR …), from which the verdict is read;
-- ``sized``: the evaluation with the null check at ``sized_null_pairs`` pairs (drawn anew:
-  more pairs redraw a draw's other subsets too, method §17): its rates, and whether
-  its gate withholds the calibrated verdicts;
+- ``defaults``: the evaluation in the library's default design (the plan's n, T, K, R with
+  the precision target W and the null check sized by ``null_size``; ``MetaPlan.default_settings``):
+  its row, whether its null check gates, its time. A draw's subsets come from its own
+  generator, so its first B draws are the first pass's (their H read from the stage cache):
+  it extends the first pass with more draws and the sized null check, it does not replicate
+  it (method §17);
+- ``layers``: per other layer of the plan (``[eval] layers``), the evaluation there in the
+  first pass's design and subsets, from the checkpoint's activations (its row, its time);
 - ``mmd_otr`` / ``w2_otr``: the share of the targets that the MMD² and W2 baselines (method
   §6) place nearer S_OOT than S_IT, against each target's own draw;
 - ``loss_auc``: the loss-threshold membership attack's AUC, D_f against D_te (score −loss).
@@ -38,19 +43,24 @@ from sde_core.pipeline.evaluation.metric_table import (
     CALIBRATED_OTR,
     DEPENDENCE_SCORE,
     LOSS_GAP,
-    NULL_CALIBRATED_FPR,
-    NULL_OUT_OF_TRAINING_FPR,
-    NULL_OVER_UNLEARNED_FPR,
     OTR,
-    interval_columns,
     raw_column,
 )
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
 from sde_core.pipeline.meta_eval.spec import MetaPlan, ZooData
-from sde_core.pipeline.meta_eval.zoo import ZooCheckpoint, ZooProgress, zoo_probs
+from sde_core.pipeline.meta_eval.zoo import ZooCheckpoint, ZooProgress, zoo_layer, zoo_probs
 from sde_core.pipeline.settings import ALGORITHM_VERSION
 
-__all__ = ["NULL_GATE", "SCORES", "Score", "score_checkpoint", "score_zoo", "sized_gate"]
+__all__ = [
+    "NULL_GATE",
+    "SCORES",
+    "Score",
+    "defaults_record",
+    "layer_record",
+    "null_gated",
+    "score_checkpoint",
+    "score_zoo",
+]
 
 #: The words of the null check's gate in ``inconclusive_reason`` (statistics.null_rates).
 NULL_GATE = "the null check calls"
@@ -137,19 +147,27 @@ def _loss_auc(train: np.ndarray, test: np.ndarray, data: ZooData) -> float:
     return rank_auc(-loss(train[f], data.y_train[f]), -loss(test, data.y_test))
 
 
-def sized_gate(sized_row: Mapping[str, Any]) -> bool:
-    """Whether the sized null check's gate withholds the calibrated verdicts."""
-    return NULL_GATE in str(sized_row.get("inconclusive_reason") or "")
+def null_gated(row: Mapping[str, Any]) -> bool:
+    """Whether an evaluation row's null check withholds its calibrated verdicts."""
+    return NULL_GATE in str(row.get("inconclusive_reason") or "")
 
 
-def _inputs(name: str, train: np.ndarray, test: np.ndarray, data: ZooData) -> Any:
+def _inputs(
+    name: str,
+    train: np.ndarray,
+    test: np.ndarray,
+    data: ZooData,
+    acts: tuple[np.ndarray, np.ndarray] | None = None,
+) -> Any:
+    """The evaluation's inputs: softmax outputs ``train``/``test``, and the activations of
+    another layer (``acts``) where given."""
     from sde_core.pipeline.model_inputs import ModelInputs
 
     return ModelInputs(
         name=name,
         role="unlearned",
-        train_acts=train,
-        test_acts=test,
+        train_acts=train if acts is None else acts[0],
+        test_acts=test if acts is None else acts[1],
         method="",
         train_probs=train,
         test_probs=test,
@@ -168,9 +186,8 @@ def score_checkpoint(
     cache: Any = None,
 ) -> dict[str, Any]:
     """The record of one checkpoint from its softmax outputs on D_tr and D_te (module
-    docstring) at the plan's settings, without the sized null check (:func:`sized_record`);
-    ``cache``: a :class:`~sde_core.pipeline.evaluation.stages.StageCache` the sized run
-    shares."""
+    docstring) at the plan's settings, without the default-design pass (:func:`defaults_record`);
+    ``cache``: a :class:`~sde_core.pipeline.evaluation.stages.StageCache` that pass shares."""
     from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
 
     t0 = time.perf_counter()
@@ -184,7 +201,7 @@ def score_checkpoint(
     }
 
 
-def sized_record(
+def defaults_record(
     name: str,
     train: np.ndarray,
     test: np.ndarray,
@@ -193,33 +210,50 @@ def sized_record(
     meta: MetaPlan,
     cache: Any = None,
 ) -> dict[str, Any]:
-    """The sized null check of one checkpoint: the evaluation with ``sized_null_pairs`` pairs
-    (``plan`` drawn with them: a draw's pairs come first from its generator, so every other
-    subset is redrawn too and its H computed anew — an independent evaluation of the same
-    checkpoint, method §17), its rates and whether its gate withholds the calibrated
-    verdicts."""
+    """One checkpoint in the library's default design (``meta.default_settings``, ``plan``
+    drawn for it): its summary row, whether its null check gates, and its time."""
     from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
 
     t0 = time.perf_counter()
-    settings = replace(meta.settings, null_pairs=meta.sized_null_pairs)
-    sized = evaluate_arrays(_inputs(name, train, test, data), plan, settings, cache=cache).summary
-    keys = [
-        c
-        for m in (NULL_CALIBRATED_FPR, NULL_OVER_UNLEARNED_FPR, NULL_OUT_OF_TRAINING_FPR)
-        for c in interval_columns(m.key)
-    ]
-    out = {k: _clean(sized.get(k)) for k in [*keys, "null_pairs", "inconclusive_reason"]}
-    out["gated"] = sized_gate(sized)
-    out["seconds"] = round(time.perf_counter() - t0, 3)
-    return out
+    inputs = _inputs(name, train, test, data)
+    row = evaluate_arrays(inputs, plan, meta.default_settings, cache=cache).summary
+    return {
+        "row": {k: _clean(v) for k, v in row.items()},
+        "gated": null_gated(row),
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+def layer_record(
+    unit: ZooCheckpoint,
+    work: str | Path,
+    data: ZooData,
+    plan: SubsetPlan,
+    meta: MetaPlan,
+    layer: str,
+    cache: Any = None,
+) -> dict[str, Any]:
+    """One checkpoint at another ``layer`` in the first pass's design and subsets (so the
+    layers compare on the same subsets): its summary row and time."""
+    from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
+
+    t0 = time.perf_counter()
+    train, test = zoo_probs(work, unit.name)
+    acts = zoo_layer(meta, work, unit, layer)
+    settings = replace(meta.settings, layer=layer)
+    inputs = _inputs(unit.name, train, test, data, acts)
+    row = evaluate_arrays(inputs, plan, settings, cache=cache).summary
+    return {
+        "row": {k: _clean(v) for k, v in row.items()},
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
 
 
 def _plans(meta: MetaPlan, data: ZooData) -> tuple[SubsetPlan, SubsetPlan]:
     n_tr, n_te = len(data.x_train), len(data.x_test)
-    sized = replace(meta.settings, null_pairs=meta.sized_null_pairs)
     return (
         draw_subsets(n_tr, n_te, data.forget, meta.settings),
-        draw_subsets(n_tr, n_te, data.forget, sized),
+        draw_subsets(n_tr, n_te, data.forget, meta.default_settings),
     )
 
 
@@ -232,9 +266,11 @@ def score_zoo(
     compute: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Every checkpoint's record, cached in ``<work>/scores``: first every checkpoint at the
-    plan's settings, then the sized null check of each (``record["sized"]``, drawn anew: method
-    §17), both with a stage cache on disk (``<work>/stages``). A cancelled run returns what is
-    finished and a rerun resumes; ``compute=False`` only reads the cached records."""
+    plan's settings, then each in the default design (``record["defaults"]``, whose first
+    draws are the first pass's: method §17), then at each of the plan's other ``layers``
+    (``record["layers"][layer]``), all with a stage cache on disk (``<work>/stages``). A
+    cancelled run returns what is finished and a rerun resumes; ``compute=False`` only reads
+    the cached records."""
     from sde_core.pipeline.evaluation.stages import StageCache
 
     folder = Path(work) / "scores"
@@ -244,7 +280,7 @@ def score_zoo(
     cache = StageCache(Path(work) / "stages", memory_items=0)
     settings_key = {
         "settings": meta.settings.__dict__,
-        "sized": meta.sized_null_pairs,
+        "defaults": meta.default_settings.__dict__,
         "version": ALGORITHM_VERSION,
         "forget": array_sha256(data.forget),
     }
@@ -265,10 +301,16 @@ def score_zoo(
                 pass
     if not compute:
         return out
-    for stage, wanted in (
+    stages: list[tuple[str, Callable[[str], bool]]] = [
         ("scores", lambda n: n not in out),
-        ("sized null check", lambda n: "sized" not in out[n]),
-    ):
+        ("default design", lambda n: "defaults" not in out[n]),
+    ]
+
+    def layer_missing(layer: str) -> Callable[[str], bool]:
+        return lambda n: layer not in out[n].get("layers", {})
+
+    stages += [(f"layer {layer}", layer_missing(layer)) for layer in meta.layers]
+    for stage, wanted in stages:
         todo = [u for u in zoo if u.name in out or stage == "scores"]
         todo = [u for u in todo if wanted(u.name)]
         times: list[float] = []
@@ -283,9 +325,14 @@ def score_zoo(
                     "key": keys[unit.name],
                     **score_checkpoint(unit.name, train, test, data, plans[0], meta, cache),
                 }
-            else:
-                out[unit.name]["sized"] = sized_record(
+            elif stage == "default design":
+                out[unit.name]["defaults"] = defaults_record(
                     unit.name, train, test, data, plans[1], meta, cache
+                )
+            else:
+                layer = stage.removeprefix("layer ")
+                out[unit.name].setdefault("layers", {})[layer] = layer_record(
+                    unit, work, data, plans[0], meta, layer, cache
                 )
             atomic_write_json(folder / f"{unit.name}.json", out[unit.name])
             times.append(time.perf_counter() - t0)

@@ -9,7 +9,7 @@ it and the fix.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from sde_core.common.toml_limits import read_toml
 from sde_core.errors import PlanError
-from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.settings import PRECISION_FIELDS, EvalSettings
 
 __all__ = [
     "META_PLAN_DIR",
@@ -31,8 +31,9 @@ __all__ = [
 
 #: Where the shipped meta-evaluation plans live.
 META_PLAN_DIR = Path(__file__).resolve().parent / "plans"
-#: The unlearning methods a zoo may use (method §7's classifier methods with a strength knob).
-ZOO_METHODS = ("ft", "ga", "neggrad_plus", "rl", "salun", "l1_sparse")
+#: The unlearning methods a zoo may use (method §7's classifier methods with a strength knob;
+#: EU-k's is k, the number of last layers re-learnt).
+ZOO_METHODS = ("ft", "ga", "neggrad_plus", "rl", "salun", "l1_sparse", "eu_k")
 #: The quantisations of the "knowledge returns" checkpoints: torch's dynamic int8 quantisation
 #: of the Linear layers, and 4-bit per-output-channel weights (torch has no 4-bit Linear).
 QUANTISATIONS = ("int8", "int4")
@@ -79,7 +80,12 @@ class MetaPlan:
         methods: method -> its strengths (parameter overrides, weakest first). weak: method ->
             one run too weak to change D_f. relearn: the relearning run's fields (``fraction``
             of D_f, and FT parameters). quantise: quantisations of :data:`QUANTISATIONS`.
-        settings: the SDE evaluation settings; sized_null_pairs: the null check's sized run.
+        settings: the SDE evaluation settings of the first pass (a fixed design).
+        default_settings: the second pass's (method §17): the same, in the library's default
+            design — the precision target and the sized null check (``[eval.default_design]``
+            may override its fields, e.g. a smaller ``null_size`` in a test).
+        layers: more layers the first pass's design evaluates (``[eval] layers``, e.g.
+            ``["penultimate"]``; the first pass itself reads ``settings.layer``, ``output``).
         bootstrap, meta_seed: bootstrap resamples over checkpoints and their seed.
     """
 
@@ -99,7 +105,8 @@ class MetaPlan:
     relearn: dict[str, Any]
     quantise: tuple[str, ...]
     settings: EvalSettings
-    sized_null_pairs: int
+    default_settings: EvalSettings
+    layers: tuple[str, ...] = ()
     bootstrap: int = 2000
     meta_seed: int = 0
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -167,19 +174,32 @@ def _methods(zoo: Mapping[str, Any]) -> dict[str, tuple[dict[str, Any], ...]]:
     return out
 
 
-def _settings(ev: Mapping[str, Any]) -> tuple[EvalSettings, int]:
-    unknown = sorted(set(ev) - set(_EVAL_FIELDS) - {"sized_null_pairs"})
+def _settings(ev: Mapping[str, Any]) -> tuple[EvalSettings, EvalSettings]:
+    if "sized_null_pairs" in ev:
+        raise PlanError(
+            "eval.sized_null_pairs is no longer read: the zoo's second pass runs the library's "
+            "default design, whose null check is sized by null_size (method §17); remove it, "
+            "or set [eval.default_design] null_size"
+        )
+    unknown = sorted(set(ev) - set(_EVAL_FIELDS) - {"default_design", "layers"})
     if unknown:
         raise PlanError(f"eval: unknown field(s) {unknown}; use {list(_EVAL_FIELDS)}")
     given = {k: ev[k] for k in _EVAL_FIELDS if k in ev}
+    design = _table(ev, "default_design", "eval")
+    bad = sorted(set(design) - set(PRECISION_FIELDS))
+    if bad:
+        raise PlanError(
+            f"eval.default_design: unknown field(s) {bad}; use {list(PRECISION_FIELDS)}"
+        )
+    library = EvalSettings()
     try:
         settings = EvalSettings(**given, precision=0.0)
+        defaults = replace(settings, **{f: getattr(library, f) for f in PRECISION_FIELDS} | design)
     except (TypeError, ValueError) as exc:
         raise PlanError(f"eval: {exc}") from None
-    sized = ev.get("sized_null_pairs", settings.null_pairs)
-    if not isinstance(sized, int) or isinstance(sized, bool) or sized < settings.null_pairs:
-        raise PlanError(f"eval.sized_null_pairs must be an integer ≥ null_pairs ({sized!r})")
-    return settings, sized
+    if not defaults.precision:
+        raise PlanError("eval.default_design.precision must be > 0 (the default design's W)")
+    return settings, defaults
 
 
 def load_meta_plan(name_or_path: str | Path, data_folder: str | Path | None = None) -> MetaPlan:
@@ -230,7 +250,19 @@ def load_meta_plan(name_or_path: str | Path, data_folder: str | Path | None = No
     weak = _table(zoo, "weak", "zoo")
     if set(weak) - set(ZOO_METHODS):
         raise PlanError(f"zoo.weak: unknown method(s) {sorted(set(weak) - set(ZOO_METHODS))}")
-    settings, sized = _settings(_table(raw, "eval", ""))
+    ev = _table(raw, "eval", "")
+    settings, defaults = _settings(ev)
+    layers = ev.get("layers", [])
+    if (
+        not isinstance(layers, list)
+        or not all(isinstance(x, str) and x.strip() for x in layers)
+        or len(set(layers)) != len(layers)
+        or settings.layer in layers
+    ):
+        raise PlanError(
+            f"eval.layers must be a list of distinct layer names other than {settings.layer!r} "
+            '(the first pass\'s), e.g. ["penultimate"]'
+        )
     originals = _ints(zoo, "original_seeds", "zoo", 2)
     bases = _ints(zoo, "bases", "zoo")
     if set(bases) - set(originals):
@@ -259,7 +291,8 @@ def load_meta_plan(name_or_path: str | Path, data_folder: str | Path | None = No
         },
         quantise=tuple(quantise),
         settings=settings,
-        sized_null_pairs=sized,
+        default_settings=defaults,
+        layers=tuple(layers),
         bootstrap=int(meta.get("bootstrap", 2000)),
         meta_seed=int(meta.get("seed", 0)),
         raw=raw,

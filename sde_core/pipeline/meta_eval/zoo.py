@@ -28,12 +28,14 @@ from sde_core.pipeline.meta_eval.spec import MetaPlan, ZooData
 
 __all__ = [
     "KINDS",
+    "RUN_SEED_OFFSET",
     "ZooCheckpoint",
     "ZooProgress",
     "build_zoo",
     "checkpoint_probs",
     "load_zoo",
     "quantise_model",
+    "zoo_layer",
     "zoo_probs",
     "zoo_units",
 ]
@@ -91,6 +93,12 @@ class ZooCheckpoint:
         )
 
 
+#: An unlearning run from base b is seeded with RUN_SEED_OFFSET + b: runs from different bases
+#: are independent, and no run shares a seed with the shipped plan's ensembles (seeds below 1000):
+#: EU-k with k = every layer is a retraining, which must not repeat a retrained model.
+RUN_SEED_OFFSET = 1000
+
+
 def zoo_units(plan: MetaPlan) -> list[ZooCheckpoint]:
     """Every checkpoint the plan asks for, each after its parent."""
     units = [ZooCheckpoint(f"original-s{s}", "original", base=s) for s in plan.original_seeds]
@@ -98,16 +106,19 @@ def zoo_units(plan: MetaPlan) -> list[ZooCheckpoint]:
     units.append(ZooCheckpoint("reference", "reference", base=plan.reference_seed))
     for b in plan.bases:
         parent = f"original-s{b}"
+        seed = {"seed": RUN_SEED_OFFSET + b}  # a run's own seed, unless the plan gives one
         for method, runs in plan.methods.items():
             for i, params in enumerate(runs, start=1):
                 units.append(
                     ZooCheckpoint(
-                        f"{method}-s{b}-{i}", "unlearned", method, i, b, parent, dict(params)
+                        f"{method}-s{b}-{i}", "unlearned", method, i, b, parent, {**seed, **params}
                     )
                 )
         for method, params in plan.weak.items():
             units.append(
-                ZooCheckpoint(f"weak-{method}-s{b}", "weak", method, 0, b, parent, dict(params))
+                ZooCheckpoint(
+                    f"weak-{method}-s{b}", "weak", method, 0, b, parent, {**seed, **params}
+                )
             )
         for method, runs in plan.methods.items():
             strongest = f"{method}-s{b}-{len(runs)}"
@@ -330,6 +341,39 @@ def load_zoo(plan: MetaPlan, work: str | Path) -> list[ZooCheckpoint]:
             record.pop("key")
             out.append(ZooCheckpoint(**record))
     return out
+
+
+def zoo_layer(
+    plan: MetaPlan, work: str | Path, unit: ZooCheckpoint, layer: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """A built checkpoint's activations at ``layer`` on D_tr and D_te (float64), computed from
+    its weights (a quantised checkpoint: its parent's, quantised again — the quantisation is
+    deterministic) and cached beside its outputs (``layer-<name>.npz``)."""
+    from sde_core.inputs.array_datasets import ArrayDataset
+    from sde_core.inputs.extraction import extract_activations
+
+    folder = Path(work) / "zoo"
+    path = folder / unit.name / f"layer-{stable_hash(layer)[:12]}.npz"
+    if path.is_file():
+        with np.load(path) as d:
+            if str(d["layer"]) == layer:
+                return d["train"].astype(np.float64), d["test"].astype(np.float64)
+    data = plan.load_data()
+    builder = _Builder(plan, data, folder)
+    if unit.kind == "quantised":
+        model = quantise_model(builder.model(unit.parent), unit.method)
+    else:
+        model = builder.model(unit.name)
+    acts = {
+        part: extract_activations(model, ArrayDataset(x, y, False), layer)[layer]
+        for part, x, y in (
+            ("train", data.x_train, data.y_train),
+            ("test", data.x_test, data.y_test),
+        )
+    }
+    arrays = {**{k: v.astype(np.float32) for k, v in acts.items()}, "layer": np.array(layer)}
+    atomic_write(path, lambda p: _write_npz(p, arrays))
+    return acts["train"].astype(np.float64), acts["test"].astype(np.float64)
 
 
 def zoo_probs(work: str | Path, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -84,21 +84,25 @@ def _counts(values: Sequence[str]) -> str:
 
 
 def method_table(rows: Sequence[Mapping[str, Any]], score: str) -> str:
-    """Per kind and method of the zoo: the checkpoints' truth, their verdicts and the mean of
+    """Per kind and method of the zoo: the checkpoints' truth, their verdicts (and, where the
+    rows have them, the default design's verdicts, ``verdict_defaults``) and the mean of
     ``score``, as markdown (where the verdict is right, and where not)."""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in rows:
         groups.setdefault((str(r["kind"]), str(r["method"]) or "—"), []).append(r)
-    lines = [
-        "| kind | method | checkpoints | truth | verdicts | mean " + score + " |",
-        "|---|---|---|---|---|---|",
-    ]
+    second = any(r.get("verdict_defaults") for r in rows)
+    head = "| kind | method | checkpoints | truth | verdicts"
+    head += " (fixed design) | verdicts (default design)" if second else ""
+    lines = [head + f" | mean {score} |", "|---" * (7 if second else 6) + "|"]
     for (kind, method), group in groups.items():
         values = [float(r[score]) for r in group if math.isfinite(float(r[score]))]
         mean = format_number(float(np.mean(values)), digits=2) if values else "n/a"
+        verdicts = _counts([r["verdict"] for r in group])
+        if second:
+            verdicts += " | " + _counts([r.get("verdict_defaults") or "not run" for r in group])
         lines.append(
             f"| {kind} | {method} | {len(group)} | {_counts([r['truth'] for r in group])} | "
-            f"{_counts([r['verdict'] for r in group])} | {mean} |"
+            f"{verdicts} | {mean} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -134,7 +138,8 @@ def write_roc_figure(
     ax.set_xlabel("share of 'remembers' checkpoints called forgotten")
     ax.set_ylabel("share of 'forgot' checkpoints called forgotten")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # a zoo without both classes draws no curve
+        ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=110)
@@ -153,13 +158,15 @@ def meta_eval_csv(family: str, root: str | Path | None = None) -> Path | None:
 
 @dataclass(frozen=True)
 class MetaCard:
-    """The card's numbers: the verdict's and the best retrain-free score's rows."""
+    """The card's numbers: the verdict's and the best retrain-free score's rows, and the
+    design they come from (``default`` where the zoo ran the library's default design)."""
 
     checkpoints: int
     verdict: dict[str, float]
     best_label: str
     best: dict[str, float]
     calibrated: dict[str, float]
+    design: str = "fixed"
 
 
 def read_card(path: str | Path) -> MetaCard | None:
@@ -189,12 +196,15 @@ def read_card(path: str | Path) -> MetaCard | None:
         return value if math.isfinite(value) else -2.0
 
     best = max(others, key=ranking)
+    default = "sde_verdict_defaults" in by and "sde_calibrated_otr_defaults" in by
+    suffix = "_defaults" if default else ""
     return MetaCard(
-        checkpoints=int(float(by["sde_verdict"]["n"])),
-        verdict=numbers(by["sde_verdict"]),
+        checkpoints=int(float(by[f"sde_verdict{suffix}"]["n"])),
+        verdict=numbers(by[f"sde_verdict{suffix}"]),
         best_label=best["label"],
         best=numbers(best),
-        calibrated=numbers(by["sde_calibrated_otr"]),
+        calibrated=numbers(by[f"sde_calibrated_otr{suffix}"]),
+        design="default" if default else "fixed",
     )
 
 
@@ -206,8 +216,14 @@ def card_sentences(card: MetaCard) -> list[str]:
     def pct(x: float) -> str:
         return f"{format_number(100.0 * x, digits=2)}%"
 
+    design = (
+        "at the library's default design"
+        if card.design == "default"
+        else "at the zoo's small fixed design"
+    )
     return [
-        f"On {card.checkpoints} checkpoints whose truth is known, the verdict was right on "
+        f"On {card.checkpoints} checkpoints whose truth is known, the verdict {design} was "
+        f"right on "
         f"{pct(v['right'])}, wrong on {pct(v['wrong'])} and decided neither way on "
         f"{pct(v['abstained'])} of those that forgot or remember.",
         f"Over the unlearning runs the calibrated OTR follows the graded truth with Spearman ρ "
