@@ -286,7 +286,8 @@ def family_card(family: str, label: str, root: str | Path | None = None) -> Fami
         caption=(
             "Checkpoints with known truth: retrained and original models from several seeds, "
             "unlearning methods at graded strengths, relearned and quantised models. One "
-            "family, one dataset, one layer: REPRODUCTION.md, Meta-evaluation."
+            "family, one dataset; these rates are the output layer's (the penultimate layer's: "
+            "REPRODUCTION.md, Meta-evaluation)."
         ),
         measured=True,
     )
