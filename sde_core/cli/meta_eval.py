@@ -190,6 +190,39 @@ def _default_design(
     }
 
 
+def _confusion(
+    rows: Sequence[Mapping[str, Any]], truths: Mapping[str, int], column: str
+) -> dict[str, dict[str, int]]:
+    """Checkpoints by truth and by the verdict in ``column``."""
+    return {
+        t: {v: sum(1 for r in rows if r["truth"] == t and r[column] == v) for v in VERDICT_SCORE}
+        for t in truths
+    }
+
+
+#: Why an inconclusive verdict was withheld, by the words of its ``inconclusive_reason`` (the
+#: null check's: ``scores.NULL_GATE``).
+_WITHHELD = (
+    ("panel outlier", "an outlying panel member"),
+    ("reference test", "split-level reference test is not significant"),
+    ("panels do not separate", "panels do not separate"),
+)
+
+
+def _withheld(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """How many inconclusive verdicts each reason withheld (the first reason a row names;
+    "other" for the rest)."""
+    from sde_core.pipeline.meta_eval.scores import NULL_GATE
+
+    reasons = (*_WITHHELD, ("null check", NULL_GATE))
+    out = dict.fromkeys([name for name, _ in reasons] + ["other"], 0)
+    for row in rows:
+        text = str(row.get("inconclusive_reason") or "")
+        hits = [(text.find(words), name) for name, words in reasons if words in text]
+        out[min(hits)[1] if hits else "other"] += 1
+    return out
+
+
 def _interleaved(zoo: Sequence[Any]) -> list[Any]:
     """The scoring order: the ensembles, then the bases' checkpoints alternating (so a run
     stopped early has scored every base alike)."""
@@ -362,13 +395,14 @@ def run_meta_eval(
         "null_check_defaults": null_check_share(rows, "sde_verdict"),
         "null_check_defaults_own": null_check_share(rows, "sde_verdict_defaults"),
         "default_design": _default_design(rows, default_rows),
-        "confusion": {
-            t: {
-                v: sum(1 for r in rows if r["truth"] == t and r["verdict"] == v)
-                for v in VERDICT_SCORE
-            }
-            for t in counts
-        },
+        "confusion": _confusion(rows, counts, "verdict"),
+        "confusion_defaults": _confusion(rows, counts, "verdict_defaults"),
+        "withheld": _withheld(
+            [records[r["checkpoint"]]["row"] for r in rows if r["verdict"] == "inconclusive"]
+        ),
+        "withheld_defaults": _withheld(
+            [defaults[r["checkpoint"]] for r in rows if r["verdict_defaults"] == "inconclusive"]
+        ),
         "null_gated_default": sum(
             1
             for r in rows

@@ -40,7 +40,7 @@ from sde_core.inputs.indices import (
 from sde_core.inputs.precomputed import PrecomputedActivations
 from sde_core.inputs.text_data import TextDataset, read_text_source
 
-__all__ = ["DATASET_KINDS", "DatasetBundle", "DatasetSpec", "load_dataset"]
+__all__ = ["DATASET_KINDS", "DatasetBundle", "DatasetSpec", "is_image_array", "load_dataset"]
 
 #: Every dataset kind: one reader each (:data:`~sde_core.inputs.dataset_readers.READERS`) and
 #: ``text``, tokenised records (:mod:`sde_core.inputs.text_data`).
@@ -317,7 +317,7 @@ def _load(spec: DatasetSpec, root: Path | None) -> DatasetBundle:
             x, y = raw[s]
             labels[s] = y[indices[s]]
             x_sub = x[indices[s]]
-            array_sets[s] = ArrayDataset(x_sub, labels[s], _is_image_array(x_sub), normalize)
+            array_sets[s] = ArrayDataset(x_sub, labels[s], is_image_array(x_sub), normalize)
         datasets.update(array_sets)
         sample = array_sets["train"]
         is_image = sample.is_image
@@ -389,7 +389,9 @@ def _load_text(spec: DatasetSpec, root: Path, options: Mapping[str, Any]) -> Dat
     )
 
 
-def _is_image_array(x: np.ndarray) -> bool:
+def is_image_array(x: np.ndarray) -> bool:
+    """Whether ``x`` holds uint8 images ``(N, H, W)`` or ``(N, H, W, 3|4)`` (read as images:
+    scaled to [0, 1], channels first), not feature rows."""
     return x.dtype == np.uint8 and (x.ndim == 3 or (x.ndim == 4 and x.shape[-1] in (3, 4)))
 
 

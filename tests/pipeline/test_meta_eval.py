@@ -358,6 +358,10 @@ def test_meta_eval_command_on_a_tiny_zoo_writes_the_table_and_resumes(tmp_path, 
     assert all(c["truth"] == "forgot" for c in checkpoints if c["kind"] == "retrained")
     summary = json.loads((out / "meta_eval_tiny.json").read_text())
     assert summary["null_power"]["subsets_for_80"]["gate"] == 289
+    for column, withheld in (("verdict", "withheld"), ("verdict_defaults", "withheld_defaults")):
+        inconclusive = sum(1 for c in checkpoints if c[column] == "inconclusive")
+        assert sum(summary[withheld].values()) == inconclusive
+        assert sum(sum(v.values()) for v in summary[f"confusion{withheld[8:]}"].values()) == 17
     design = summary["default_design"]
     assert design["checkpoints"] == 17 and 2 <= design["draws_min"] <= design["draws_max"] <= 4
     assert sum(design["precision_states"].values()) == 17
@@ -510,3 +514,78 @@ def test_any_eval_section_loads_or_names_its_field(tmp_path, layers, design):
         return
     assert plan.default_settings.precision > 0 and plan.settings.precision == 0
     assert plan.settings.layer not in plan.layers
+
+
+def test_an_image_zoo_reads_uint8_images_as_a_workspace_does(tmp_path):
+    """A zoo of uint8 images (the Fashion-MNIST demo's format): inputs scaled to [0, 1] with a
+    channel axis, every checkpoint's outputs are probabilities, and the penultimate layer is
+    read from the weights — a quantised checkpoint's from its parent's, quantised again."""
+    from sde_core.pipeline.meta_eval.zoo import build_zoo, zoo_layer, zoo_probs
+
+    rng = np.random.default_rng(0)
+    images = {
+        f"x_{s}": rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        for s, n in (("train", 60), ("test", 40))
+    }
+    labels = {
+        f"y_{s}": rng.integers(0, 10, n).astype(np.uint8) for s, n in (("train", 60), ("test", 40))
+    }
+    np.savez(tmp_path / "data.npz", **images, **labels)
+    np.save(tmp_path / "forget.npy", np.arange(0, 60, 5))
+    path = tmp_path / "images.toml"
+    path.write_text(
+        'name = "images"\ndata_folder = "."\n'
+        '[model]\narch = "fmnist_cnn"\nkwargs = { hidden = 8 }\n'
+        '[train]\noptimizer = "adam"\nlr = 1e-3\nepochs = 1\nbatch_size = 16\n'
+        "[zoo]\noriginal_seeds = [0, 1]\nretrained_seeds = [0, 1]\nreference_seed = 9\n"
+        'bases = [0]\n[zoo.methods]\neu_k = [{ k = 1 }]\n[zoo.returns]\nquantise = ["int8"]\n'
+    )
+    plan = load_meta_plan(path)
+    data = plan.load_data()
+    assert data.is_image and data.x_train.dtype == np.uint8
+    x, _ = data.dataset("train").get_batch(np.arange(3))
+    assert tuple(x.shape) == (3, 1, 28, 28) and float(x.max()) <= 1.0
+    zoo = {u.name: u for u in build_zoo(plan, tmp_path / "work")}
+    assert {"original-s0", "eu_k-s0-1", "int8-eu_k-s0", "relearn-eu_k-s0"} <= set(zoo)
+    train, test = zoo_probs(tmp_path / "work", "int8-eu_k-s0")
+    assert train.shape == (60, 10) and test.shape == (40, 10)
+    assert np.allclose(train.sum(axis=1), 1.0, atol=1e-5)
+    hidden, _ = zoo_layer(plan, tmp_path / "work", zoo["int8-eu_k-s0"], "penultimate")
+    assert hidden.shape == (60, 8)
+    again, _ = zoo_layer(plan, tmp_path / "work", zoo["int8-eu_k-s0"], "penultimate")
+    assert np.array_equal(hidden, again)  # read back from its cache
+
+
+def test_the_fashion_mnist_plan_is_a_full_zoo_of_the_demo_s_cnn():
+    plan = load_meta_plan("fashion-mnist")
+    units = zoo_units(plan)
+    assert plan.arch == "fmnist_cnn" and plan.train["epochs"] == 30
+    assert sum(u.kind != "reference" for u in units) >= 60
+    assert {u.params["k"] for u in units if u.method == "eu_k" and u.kind == "unlearned"} == {
+        1,
+        2,
+        4,
+    }
+
+
+def test_withheld_verdicts_are_counted_by_the_first_reason_they_name():
+    from sde_core.cli.meta_eval import _withheld
+    from sde_core.pipeline.meta_eval.scores import NULL_GATE
+
+    rows = [
+        {"inconclusive_reason": "an outlying panel member: OOT panel member 12 of draw 5"},
+        {
+            "inconclusive_reason": "the calibrated reference panels do not separate training from "
+            "unseen data; an outlying panel member: …"
+        },
+        {"inconclusive_reason": f"{NULL_GATE} 12% of unseen subsets in-training"},
+        {"inconclusive_reason": "the paper's split-level reference test is not significant"},
+        {"inconclusive_reason": None},
+    ]
+    assert _withheld(rows) == {
+        "panel outlier": 1,
+        "reference test": 1,
+        "panels do not separate": 1,
+        "null check": 1,
+        "other": 1,
+    }

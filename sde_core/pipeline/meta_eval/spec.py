@@ -51,18 +51,32 @@ _EVAL_FIELDS = (
 
 @dataclass(frozen=True)
 class ZooData:
-    """The data of a zoo: D_tr (``x_train``, ``y_train``), D_te and the forget rows of D_tr."""
+    """The data of a zoo: D_tr (``x_train``, ``y_train``), D_te and the forget rows of D_tr.
+
+    ``is_image``: the inputs are uint8 images ``(N, H, W[, C])``, read as a workspace's npz
+    dataset reads them (scaled to [0, 1], channels first); otherwise float feature rows."""
 
     x_train: np.ndarray
     y_train: np.ndarray
     x_test: np.ndarray
     y_test: np.ndarray
     forget: np.ndarray
+    is_image: bool = False
 
     @property
     def retain(self) -> np.ndarray:
         """D_r = D_tr without D_f (row indices)."""
         return np.setdiff1d(np.arange(len(self.x_train), dtype=np.int64), self.forget)
+
+    def dataset(self, split: str, rows: np.ndarray | None = None) -> Any:
+        """D_tr (``split`` "train") or D_te ("test"), or their ``rows``, as the
+        :class:`~sde_core.inputs.array_datasets.ArrayDataset` training and extraction read."""
+        from sde_core.inputs.array_datasets import ArrayDataset
+
+        x, y = (self.x_train, self.y_train) if split == "train" else (self.x_test, self.y_test)
+        if rows is not None:
+            x, y = x[rows], y[rows]
+        return ArrayDataset(x, y, self.is_image)
 
 
 @dataclass(frozen=True)
@@ -129,12 +143,16 @@ class MetaPlan:
         rows = np.unique(np.load(forget, allow_pickle=False).astype(np.int64))
         if rows.size == 0 or rows.min() < 0 or rows.max() >= len(arrays["x_train"]):
             raise PlanError(f"{forget} must hold rows of D_tr (0 … {len(arrays['x_train']) - 1})")
+        from sde_core.inputs.data import is_image_array
+
+        image = all(is_image_array(arrays[k]) for k in ("x_train", "x_test"))
         return ZooData(
-            x_train=arrays["x_train"].astype(np.float32),
+            x_train=arrays["x_train"] if image else arrays["x_train"].astype(np.float32),
             y_train=arrays["y_train"].astype(np.int64),
-            x_test=arrays["x_test"].astype(np.float32),
+            x_test=arrays["x_test"] if image else arrays["x_test"].astype(np.float32),
             y_test=arrays["y_test"].astype(np.int64),
             forget=rows,
+            is_image=image,
         )
 
 

@@ -158,16 +158,18 @@ def quantise_model(model: Any, how: str) -> Any:
     return out
 
 
-def checkpoint_probs(model: Any, x: np.ndarray, batch: int = 2048) -> np.ndarray:
-    """Softmax outputs ``(N, C)`` float64 of ``model`` (eval mode, CPU) on inputs ``x``."""
+def checkpoint_probs(model: Any, dataset: Any, batch: int = 2048) -> np.ndarray:
+    """Softmax outputs ``(N, C)`` float64 of ``model`` (eval mode, CPU) on every row of
+    ``dataset`` (an :class:`~sde_core.inputs.array_datasets.ArrayDataset`:
+    :meth:`ZooData.dataset`)."""
     import torch
 
     model.eval()
     parts = []
     with torch.no_grad():
-        for i in range(0, len(x), batch):
-            logits = model(torch.from_numpy(np.ascontiguousarray(x[i : i + batch])))
-            parts.append(torch.softmax(logits.double(), dim=1).numpy())
+        for i in range(0, len(dataset), batch):
+            x, _ = dataset.get_batch(np.arange(i, min(i + batch, len(dataset))))
+            parts.append(torch.softmax(model(x).double(), dim=1).numpy())
     return np.concatenate(parts).astype(np.float64)
 
 
@@ -175,12 +177,11 @@ class _Builder:
     """Makes one checkpoint at a time (parents read back from the cache)."""
 
     def __init__(self, plan: MetaPlan, data: ZooData, folder: Path) -> None:
-        from sde_core.inputs.array_datasets import ArrayDataset
         from sde_core.learning.training import TrainConfig
 
         self.plan, self.data, self.folder = plan, data, folder
-        self.train_set = ArrayDataset(data.x_train, data.y_train, False)
-        self.retain_set = ArrayDataset(data.x_train[data.retain], data.y_train[data.retain], False)
+        self.train_set = data.dataset("train")
+        self.retain_set = data.dataset("train", data.retain)
         try:
             self.config = TrainConfig(**plan.train)
         except (TypeError, ValueError) as exc:
@@ -261,7 +262,8 @@ def _save(folder: Path, unit: ZooCheckpoint, plan: MetaPlan, model: Any, data: Z
     if unit.kind != "quantised":
         state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
         atomic_write(out / "state.safetensors", lambda p: save_file(state, str(p)))
-    train_p, test_p = checkpoint_probs(model, data.x_train), checkpoint_probs(model, data.x_test)
+    train_p = checkpoint_probs(model, data.dataset("train"))
+    test_p = checkpoint_probs(model, data.dataset("test"))
     arrays = {"train": train_p.astype(np.float32), "test": test_p.astype(np.float32)}
     atomic_write(out / "probs.npz", lambda p: _write_npz(p, arrays))
     atomic_write_json(out / "record.json", {"key": unit.key(plan), **asdict(unit)})
@@ -349,7 +351,6 @@ def zoo_layer(
     """A built checkpoint's activations at ``layer`` on D_tr and D_te (float64), computed from
     its weights (a quantised checkpoint: its parent's, quantised again — the quantisation is
     deterministic) and cached beside its outputs (``layer-<name>.npz``)."""
-    from sde_core.inputs.array_datasets import ArrayDataset
     from sde_core.inputs.extraction import extract_activations
 
     folder = Path(work) / "zoo"
@@ -365,11 +366,8 @@ def zoo_layer(
     else:
         model = builder.model(unit.name)
     acts = {
-        part: extract_activations(model, ArrayDataset(x, y, False), layer)[layer]
-        for part, x, y in (
-            ("train", data.x_train, data.y_train),
-            ("test", data.x_test, data.y_test),
-        )
+        part: extract_activations(model, data.dataset(part), layer)[layer]
+        for part in ("train", "test")
     }
     arrays = {**{k: v.astype(np.float32) for k, v in acts.items()}, "layer": np.array(layer)}
     atomic_write(path, lambda p: _write_npz(p, arrays))
