@@ -261,3 +261,47 @@ def test_a_sized_check_runs_when_a_draw_has_no_pairs_of_its_own(remembered):
     for _ in unsized.steps():
         pass
     assert unsized.evaluation().model.to_row()["null_pairs"] == 0
+
+
+def test_a_sized_check_that_fails_withholds_the_verdicts():
+    """A non-exchangeable OOT panel (drawn from a tighter part of the unseen data, method §9)
+    in the precision design with the null check sized: its rate over the 1,000 added unseen
+    subsets is far above the level, the gate fires and every calibrated verdict is withheld
+    with that reason. (Its interval is not narrower than the unsized one's here: over five
+    draws the panels' spread, not the count, sets the width — method §9.)"""
+    from dataclasses import replace
+
+    from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
+    from sde_core.pipeline.model_inputs import ModelInputs
+
+    rng = np.random.default_rng(0)
+    n_tr, n_te = 1200, 800
+    forget = rng.choice(n_tr, 300, replace=False)
+    tr = rng.normal(size=(n_tr, 6)) * 1.0
+    te = rng.normal(size=(n_te, 6))
+    tight = np.arange(n_te // 2)
+    te[tight] *= 0.85
+    for size in (0, 1000):
+        s = small_precision_settings(
+            subset_size=60, targets=20, splits=40, null_pairs=20, pilot_draws=5, max_draws=5,
+            null_size=size,
+        )  # fmt: skip
+        plan = draw_subsets(n_tr, n_te, forget, s)
+        pick = np.random.default_rng(5)
+        draws = tuple(
+            replace(
+                d, oot_panel=np.stack([pick.choice(tight, 60, replace=False) for _ in range(20)])
+            )
+            for d in plan.draws
+        )
+        row = evaluate_arrays(
+            ModelInputs("m", "unlearned", tr, te), replace(plan, draws=draws), s
+        ).summary
+        if size:
+            assert row["draws"] == 5 and 2 * row["null_pairs"] >= size
+            assert row["panel_valid"]  # the panel test alone would have let it through
+            assert row["null_calibrated_fpr_lo"] > s.alpha_calibrated
+            assert "null check calls" in row["inconclusive_reason"]
+            assert math.isnan(row["calibrated_otr"])
+        else:
+            assert row["null_pairs"] == 20  # unsized: the design's own pairs
