@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sde_core.cli import main
-from sde_core.cli.meta_eval import VERDICT_SCORE
 from sde_core.errors import InputError, PlanError
 from sde_core.pipeline.meta_eval.agreement import meta_table, null_check_share
 from sde_core.pipeline.meta_eval.spec import load_meta_plan, meta_plan_names
+from sde_core.pipeline.meta_eval.summary import VERDICT_SCORE, withheld_counts
 from sde_core.pipeline.meta_eval.truth import (
     behaviour_measures,
     label_truth,
@@ -569,7 +569,6 @@ def test_the_fashion_mnist_plan_is_a_full_zoo_of_the_demo_s_cnn():
 
 
 def test_withheld_verdicts_are_counted_by_the_first_reason_they_name():
-    from sde_core.cli.meta_eval import _withheld
     from sde_core.pipeline.meta_eval.scores import NULL_GATE
 
     rows = [
@@ -582,7 +581,7 @@ def test_withheld_verdicts_are_counted_by_the_first_reason_they_name():
         {"inconclusive_reason": "the paper's split-level reference test is not significant"},
         {"inconclusive_reason": None},
     ]
-    assert _withheld(rows) == {
+    assert withheld_counts(rows) == {
         "panel outlier": 1,
         "reference test": 1,
         "panels do not separate": 1,

@@ -10,4 +10,9 @@ right, on a zoo of checkpoints whose truth is known.
   attacks and gaps), cached per checkpoint.
 - ``agreement.py``: faithfulness AUC, Spearman correlation, robustness and their bootstrap
   intervals, the null check's gated share, the table and the ROC curves.
+- ``null_sizing.py``: the null check's power with the draws' pooled interval and the panel
+  effect (method §9).
+- ``summary.py``: the summary numbers of ``meta_eval_<plan>.json`` (the verdict's ordinal, the
+  null check's power at both designs, the default design's draws and precision states, the
+  withheld verdicts by reason, the scores at other layers).
 """
