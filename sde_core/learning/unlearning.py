@@ -619,20 +619,29 @@ def _random_label_epochs(
 # ----------------------------------------------------------------------------- methods
 
 
+def _recipe(
+    fields: Mapping[str, Any], data: UnlearnData, who: str, required: tuple[str, ...]
+) -> TrainConfig:
+    """The training recipe of Retrain or EU-k: the original's (``data.train_config``) with the
+    given (non-None) ``fields`` over it; each of ``required`` must come from one of the two."""
+    given = {k: v for k, v in fields.items() if v is not None}
+    base = data.train_config.to_dict() if data.train_config is not None else {}
+    missing = [k for k in required if k not in given and k not in base]
+    if missing:
+        raise TrainingError(
+            f"{who} needs the original's recipe: pass {missing} or set UnlearnData.train_config"
+        )
+    return TrainConfig.from_dict({**base, **given, "device": data.device})
+
+
 def retrain(
     original: nn.Module, data: UnlearnData, params: RetrainParams = RetrainParams()
 ) -> UnlearnResult:
     """Retrain: a fresh model trained on ``D_r`` only with the original's recipe (gold standard)."""
     _check_params(params, RetrainParams)
     t0 = time.perf_counter()
-    given = {k: v for k, v in dataclasses.asdict(params).items() if v is not None}
-    base = data.train_config.to_dict() if data.train_config is not None else {}
-    missing = [k for k in dataclasses.asdict(params) if k not in given and k not in base]
-    if missing:
-        raise TrainingError(
-            f"Retrain needs the original's recipe: pass {missing} or set UnlearnData.train_config"
-        )
-    config = TrainConfig.from_dict({**base, **given, "device": data.device})
+    fields = dataclasses.asdict(params)
+    config = _recipe(fields, data, "Retrain", required=tuple(fields))
     resolved = RetrainParams(**{k: getattr(config, k) for k in dataclasses.asdict(params)})
     device = resolve_device(data.device)
     torch.manual_seed(config.seed)
@@ -843,14 +852,8 @@ def exact_unlearning_k(
     """EU-k: re-learn the last k layers from scratch on ``D_r``, the layers below frozen."""
     _check_params(params, EUKParams)
     t0 = time.perf_counter()
-    recipe = {f: v for f, v in dataclasses.asdict(params).items() if f != "k" and v is not None}
-    base = data.train_config.to_dict() if data.train_config is not None else {}
-    missing = [f for f in ("epochs", "batch_size", "optimizer", "lr") if f not in base | recipe]
-    if missing:
-        raise TrainingError(
-            f"EU-k needs the original's recipe: pass {missing} or set UnlearnData.train_config"
-        )
-    config = TrainConfig.from_dict({**base, **recipe, "device": data.device})
+    fields = {f: v for f, v in dataclasses.asdict(params).items() if f != "k"}
+    config = _recipe(fields, data, "EU-k", required=("epochs", "batch_size", "optimizer", "lr"))
     model, _ = _prepare(original, data)
     retain = Subset(data.train, data.retain_idx.tolist())
     model, layers, loss = relearn_last_layers(model, retain, config, params.k)

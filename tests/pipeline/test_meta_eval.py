@@ -550,9 +550,9 @@ def test_an_image_zoo_reads_uint8_images_as_a_workspace_does(tmp_path):
     train, test = zoo_probs(tmp_path / "work", "int8-eu_k-s0")
     assert train.shape == (60, 10) and test.shape == (40, 10)
     assert np.allclose(train.sum(axis=1), 1.0, atol=1e-5)
-    hidden, _ = zoo_layer(plan, tmp_path / "work", zoo["int8-eu_k-s0"], "penultimate")
+    hidden, _ = zoo_layer(plan, tmp_path / "work", zoo["int8-eu_k-s0"], "penultimate", data)
     assert hidden.shape == (60, 8)
-    again, _ = zoo_layer(plan, tmp_path / "work", zoo["int8-eu_k-s0"], "penultimate")
+    again, _ = zoo_layer(plan, tmp_path / "work", zoo["int8-eu_k-s0"], "penultimate", data)
     assert np.array_equal(hidden, again)  # read back from its cache
 
 

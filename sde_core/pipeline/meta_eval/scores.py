@@ -227,6 +227,8 @@ def defaults_record(
 def layer_record(
     unit: ZooCheckpoint,
     work: str | Path,
+    train: np.ndarray,
+    test: np.ndarray,
     data: ZooData,
     plan: SubsetPlan,
     meta: MetaPlan,
@@ -234,12 +236,12 @@ def layer_record(
     cache: Any = None,
 ) -> dict[str, Any]:
     """One checkpoint at another ``layer`` in the first pass's design and subsets (so the
-    layers compare on the same subsets): its summary row and time."""
+    layers compare on the same subsets), from its outputs ``train``/``test`` and its
+    activations there: its summary row and time."""
     from sde_core.pipeline.evaluation.run_driver import evaluate_arrays
 
     t0 = time.perf_counter()
-    train, test = zoo_probs(work, unit.name)
-    acts = zoo_layer(meta, work, unit, layer)
+    acts = zoo_layer(meta, work, unit, layer, data)
     settings = replace(meta.settings, layer=layer)
     inputs = _inputs(unit.name, train, test, data, acts)
     row = evaluate_arrays(inputs, plan, settings, cache=cache).summary
@@ -332,7 +334,7 @@ def score_zoo(
             else:
                 layer = stage.removeprefix("layer ")
                 out[unit.name].setdefault("layers", {})[layer] = layer_record(
-                    unit, work, data, plans[0], meta, layer, cache
+                    unit, work, train, test, data, plans[0], meta, layer, cache
                 )
             atomic_write_json(folder / f"{unit.name}.json", out[unit.name])
             times.append(time.perf_counter() - t0)

@@ -346,11 +346,12 @@ def load_zoo(plan: MetaPlan, work: str | Path) -> list[ZooCheckpoint]:
 
 
 def zoo_layer(
-    plan: MetaPlan, work: str | Path, unit: ZooCheckpoint, layer: str
+    plan: MetaPlan, work: str | Path, unit: ZooCheckpoint, layer: str, data: ZooData
 ) -> tuple[np.ndarray, np.ndarray]:
     """A built checkpoint's activations at ``layer`` on D_tr and D_te (float64), computed from
     its weights (a quantised checkpoint: its parent's, quantised again — the quantisation is
-    deterministic) and cached beside its outputs (``layer-<name>.npz``)."""
+    deterministic) and cached beside its outputs (``layer-<name>.npz``); ``data``: the plan's
+    (:meth:`MetaPlan.load_data`, read once by the caller)."""
     from sde_core.inputs.extraction import extract_activations
 
     folder = Path(work) / "zoo"
@@ -359,7 +360,6 @@ def zoo_layer(
         with np.load(path) as d:
             if str(d["layer"]) == layer:
                 return d["train"].astype(np.float64), d["test"].astype(np.float64)
-    data = plan.load_data()
     builder = _Builder(plan, data, folder)
     if unit.kind == "quantised":
         model = quantise_model(builder.model(unit.parent), unit.method)
