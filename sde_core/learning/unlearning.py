@@ -337,8 +337,9 @@ class RetrainParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-        TrainConfig(**given)  # validates every given value with TrainConfig's messages
+        # the recipe fields only (a subclass adds its own), each with TrainConfig's messages
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(RetrainParams)}
+        TrainConfig(**{k: v for k, v in given.items() if v is not None})
 
 
 @dataclass(frozen=True)
@@ -351,8 +352,7 @@ class EUKParams(RetrainParams):
 
     def __post_init__(self) -> None:
         _check_counts(self, {"k": 1})
-        given = {f: v for f, v in dataclasses.asdict(self).items() if v is not None and f != "k"}
-        TrainConfig(**given)  # each given recipe field, with TrainConfig's messages
+        super().__post_init__()  # the recipe fields, as Retrain's
 
 
 MethodFn = Callable[[nn.Module, UnlearnData, Any], UnlearnResult | nn.Module]

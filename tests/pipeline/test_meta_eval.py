@@ -207,10 +207,21 @@ def test_plan_errors_name_the_field_and_the_fix(tmp_path):
         ("[eval.default_design]\nnull_size = -1\n", r"null_size"),
         ('layers = ["output"]\n', r"eval.layers must be a list of distinct layer names"),
         ("layers = 3\n", r"eval.layers must be a list"),
+        ('layers = ["penultimat"]\n', r"eval.layers: unknown layer 'penultimat'; valid names: "),
     ):
         path.write_text(base + extra)
         with pytest.raises(PlanError, match=match):
             load_meta_plan(path)
+    # the model is built (on the meta device) at load, not an hour into the zoo
+    path.write_text(base.replace('arch = "mlp"', 'arch = "mlpp"'))
+    with pytest.raises(PlanError, match=r"p.toml model: .*mlpp"):
+        load_meta_plan(path)
+    path.write_text(base.replace('arch = "mlp"', 'arch = "mlp"\nkwargs = { widht = 3 }'))
+    with pytest.raises(PlanError, match=r"p.toml model: .*widht"):
+        load_meta_plan(path)
+    path.write_text(base.replace('arch = "mlp"', 'arch = "mlp"\nkwargs = "wide"'))
+    with pytest.raises(PlanError, match=r"model.kwargs must be a table"):
+        load_meta_plan(path)
 
 
 def test_the_shipped_plan_s_second_pass_is_the_library_s_default_design():

@@ -220,6 +220,32 @@ def _settings(ev: Mapping[str, Any]) -> tuple[EvalSettings, EvalSettings]:
     return settings, defaults
 
 
+def _check_layers(path: Path, arch: str, kwargs: dict[str, Any], layers: list[str]) -> None:
+    """Refuse at load what the layer pass would refuse an hour later: an unknown architecture,
+    bad kwargs or a layer name the model does not have. The model is built on the meta device
+    (no weights, no forward pass). A ``file:`` class is not imported here: its code runs only in
+    the zoo's build, under the opt-in that build asks for."""
+    import torch
+
+    from sde_core.errors import SDEError
+    from sde_core.inputs.architectures import build_model
+    from sde_core.inputs.external_archs import is_file_arch
+    from sde_core.inputs.layers import resolve_layer
+
+    if is_file_arch(arch):
+        return
+    try:
+        with torch.device("meta"):
+            model = build_model(arch, **kwargs)
+    except SDEError as exc:
+        raise PlanError(f"{path.name} model: {exc}") from None
+    for layer in layers:
+        try:
+            resolve_layer(model, layer)
+        except SDEError as exc:
+            raise PlanError(f"{path.name} eval.layers: {exc}") from None
+
+
 def load_meta_plan(name_or_path: str | Path, data_folder: str | Path | None = None) -> MetaPlan:
     """Read and check a meta-evaluation plan.
 
@@ -281,6 +307,9 @@ def load_meta_plan(name_or_path: str | Path, data_folder: str | Path | None = No
             f"eval.layers must be a list of distinct layer names other than {settings.layer!r} "
             '(the first pass\'s), e.g. ["penultimate"]'
         )
+    if not isinstance(model.get("kwargs", {}), dict):
+        raise PlanError(f"{path.name}: model.kwargs must be a table, e.g. {{ hidden = 32 }}")
+    _check_layers(path, model["arch"], dict(model.get("kwargs", {})), layers)
     originals = _ints(zoo, "original_seeds", "zoo", 2)
     bases = _ints(zoo, "bases", "zoo")
     if set(bases) - set(originals):
