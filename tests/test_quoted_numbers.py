@@ -145,3 +145,43 @@ def test_the_null_check_markers_are_the_stores() -> None:
             ):
                 held += float(row[f"{rate}_lo"]) <= 1 / 21 <= float(row[f"{rate}_hi"])
     assert q.null_summary().startswith(f"{held} of the ")
+
+
+def test_checkpoint_ranges_are_a_plain_reading_of_the_meta_evaluation_table() -> None:
+    """``meta_eval_<plan>/checkpoints:<selector>/…`` markers: the range, count and names of the
+    selected rows of ``<plan>_checkpoints.csv``, read here with the csv module alone."""
+    import csv
+
+    for plan in ("mnist1d", "fashion-mnist"):
+        path = ROOT / "reproduction" / "results" / f"meta_eval_{plan}_checkpoints.csv"
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+        chosen = [r for r in rows if r["kind"] == "unlearned" and r["method"] in ("rl", "salun")]
+        acc = [float(r["truth_forget_accuracy"]) for r in chosen]
+        key = f"meta_eval_{plan}/checkpoints:kind=unlearned,method=rl|salun"
+        assert q.quoted(f"{key}/truth_forget_accuracy:range1") == (f"{min(acc):.1f}–{max(acc):.1f}")
+        assert q.quoted(f"{key}/count") == str(len(chosen)) != "0"
+        assert q.quoted(f"{key}/names") == ", ".join(r["checkpoint"] for r in chosen)
+        retrained = [r for r in rows if r["kind"] == "retrained"]
+        one = retrained[0]["checkpoint"]
+        loss = float(retrained[0]["truth_forget_loss"])
+        assert (
+            q.quoted(f"meta_eval_{plan}/checkpoints:checkpoint={one}/truth_forget_loss:range3")
+            == f"{loss:.3f}"
+        )  # one row: the number alone
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "meta_eval_mnist1d/checkpoints:kind=nothing/count",  # no row matches
+        "meta_eval_mnist1d/checkpoints:colour=red/count",  # no such column
+        "meta_eval_mnist1d/checkpoints:kind/count",  # no value
+        "meta_eval_mnist1d/checkpoints:kind=retrained/truth_forget_loss",  # no rangeN
+        "meta_eval_mnist1d/checkpoints:kind=retrained/truth_forget_loss:rangex",
+        "meta_eval_mnist1d/checkpoints:kind=retrained/no_column:range1",
+    ],
+)
+def test_a_checkpoint_marker_naming_nothing_is_an_error(key: str) -> None:
+    with pytest.raises(q.QuotedNumberError):
+        q.quoted(key)

@@ -451,16 +451,36 @@ def test_the_method_page_shows_the_shipped_card():
 
 
 def test_the_card_of_each_family(tmp_path):
-    """The classifier card reads the shipped mnist1d table; a family with no zoo is told its
-    rates are not measured; a classifier installation without the table says nothing."""
-    from sde_core.viz.report.meta_eval import card_sentences, family_card, meta_eval_csv, read_card
+    """The classifier card reads both shipped zoos' tables (mnist1d, then Fashion-MNIST); a
+    family with no zoo is told its rates are not measured; a classifier installation without
+    the tables says nothing, and one with a single table shows that zoo alone."""
+    import shutil
+
+    from sde_core.viz.report.meta_eval import card_sentences, family_card, meta_eval_csvs, read_card
 
     classifier = family_card("classifier", "classifier")
-    shipped = meta_eval_csv("classifier")
-    assert classifier is not None and classifier.measured and shipped is not None
-    card = read_card(shipped)
-    assert card is not None and classifier.sentences == card_sentences(card)
-    assert "mnist1d zoo" in classifier.title and "REPRODUCTION.md" in classifier.caption
+    shipped = meta_eval_csvs("classifier")
+    assert classifier is not None and classifier.measured
+    assert [(p.name, data) for p, data, _ in shipped] == [
+        ("meta_eval_mnist1d.csv", "mnist1d"),
+        ("meta_eval_fashion-mnist.csv", "Fashion-MNIST"),
+    ]
+    expected = []
+    for path, data, model in shipped:
+        card = read_card(path)
+        assert card is not None
+        first, *rest = card_sentences(card)
+        assert first.startswith("On ")
+        expected += [f"The {data} zoo ({model}): o{first[1:]}", *rest]
+    assert classifier.sentences == expected
+    assert "mnist1d and Fashion-MNIST zoos" in classifier.title
+    assert "REPRODUCTION.md" in classifier.caption
+    only = tmp_path / "one" / "reproduction" / "results"
+    only.mkdir(parents=True)
+    shutil.copy(shipped[1][0], only)
+    single = family_card("classifier", "classifier", root=tmp_path / "one")
+    assert single is not None and "the Fashion-MNIST zoo (method §17)" in single.title
+    assert len(single.sentences) == 2 and single.sentences[0].startswith("The Fashion-MNIST zoo")
     for name, label in (("causal_lm", "causal language model"), ("denoiser", "denoiser")):
         other = family_card(name, label)
         assert other is not None and not other.measured and other.caption == ""

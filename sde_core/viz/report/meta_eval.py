@@ -29,17 +29,21 @@ __all__ = [
     "card_sentences",
     "family_card",
     "markdown_table",
-    "meta_eval_csv",
+    "meta_eval_csvs",
     "method_table",
     "read_card",
     "roc_points",
     "write_roc_figure",
 ]
 
-#: The shipped meta-evaluation tables, by model family (``reproduction/results``).
-_SHIPPED = {"classifier": "meta_eval_mnist1d.csv"}
-#: What each shipped table measured, for the card's title.
-_ZOOS = {"classifier": "classifiers, measured on the mnist1d zoo"}
+#: The shipped meta-evaluation tables (``reproduction/results``) by model family, each with
+#: its zoo's dataset and model, in the card's words.
+_SHIPPED: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "classifier": (
+        ("meta_eval_mnist1d.csv", "mnist1d", "an MLP"),
+        ("meta_eval_fashion-mnist.csv", "Fashion-MNIST", "a CNN"),
+    )
+}
 _COLUMNS = (
     ("auc", "faithfulness AUC"),
     ("auc_runs", "AUC, unlearning runs only"),
@@ -147,13 +151,15 @@ def write_roc_figure(
     return out
 
 
-def meta_eval_csv(family: str, root: str | Path | None = None) -> Path | None:
-    """The shipped meta-evaluation table of a model family (None when there is none)."""
-    if family not in _SHIPPED:
-        return None
+def meta_eval_csvs(family: str, root: str | Path | None = None) -> list[tuple[Path, str, str]]:
+    """The shipped meta-evaluation tables of a model family that exist under ``root`` (the
+    repository by default), each with its zoo's dataset and model; empty when there is none."""
     base = Path(root) if root is not None else Path(__file__).resolve().parents[3]
-    path = base / "reproduction" / "results" / _SHIPPED[family]
-    return path if path.is_file() else None
+    found = [
+        (base / "reproduction" / "results" / name, data, model)
+        for name, data, model in _SHIPPED.get(family, ())
+    ]
+    return [entry for entry in found if entry[0].is_file()]
 
 
 @dataclass(frozen=True)
@@ -256,37 +262,44 @@ class FamilyCard:
 
 def family_card(family: str, label: str, root: str | Path | None = None) -> FamilyCard | None:
     """The card of the model family ``family`` (its registry name; ``label``: the user's word
-    for it, e.g. "causal language model") from the shipped meta-evaluation table; for a family
-    with none, a card that says the verdict's error rates are not measured for it; None when
-    the family's table exists in the repository but not under ``root`` (an installed package
-    without ``reproduction/``: nothing is said rather than "not measured")."""
-    if family in _SHIPPED:
-        path = meta_eval_csv(family, root)
-        card = read_card(path) if path is not None else None
-        if card is None:
-            return None
-    else:
-        card = None
-    if card is None:
+    for it, e.g. "causal language model") from its shipped meta-evaluation tables, one zoo
+    after the other; for a family with none, a card that says the verdict's error rates are
+    not measured for it; None when the family's tables exist in the repository but none under
+    ``root`` (an installed package without ``reproduction/``: nothing is said rather than "not
+    measured")."""
+    cards = []
+    for path, data, model in meta_eval_csvs(family, root):
+        card = read_card(path)
+        if card is not None:
+            cards.append((card, data, model))
+    if family in _SHIPPED and not cards:
+        return None
+    if not cards:
         return FamilyCard(
             title=f"How often is it right? Not measured for a {label} (method §17)",
             sentences=[
                 f"No meta-evaluation is shipped for a {label}: the verdict's rates of being "
-                "right and wrong were measured on a zoo of classifiers only (mnist1d), and they "
-                f"do not carry over to another family. Read this workspace's verdict as not "
-                "validated on checkpoints of its own kind; the behaviour cross-check beside "
-                "it is the independent evidence."
+                "right and wrong were measured on zoos of classifiers only (mnist1d, "
+                "Fashion-MNIST), and they do not carry over to another family. Read this "
+                "workspace's verdict as not validated on checkpoints of its own kind; the "
+                "behaviour cross-check beside it is the independent evidence."
             ],
             caption="",
             measured=False,
         )
+    sentences = []
+    for card, data, model in cards:
+        first, *rest = card_sentences(card)
+        sentences += [f"The {data} zoo ({model}): {first[:1].lower()}{first[1:]}", *rest]
+    names = " and ".join(data for _, data, _ in cards)
     return FamilyCard(
-        title=f"How often is it right? {_ZOOS[family].capitalize()} (method §17)",
-        sentences=card_sentences(card),
+        title=f"How often is it right? Classifiers, measured on the {names} "
+        f"{'zoos' if len(cards) > 1 else 'zoo'} (method §17)",
+        sentences=sentences,
         caption=(
             "Checkpoints with known truth: retrained and original models from several seeds, "
             "unlearning methods at graded strengths, relearned and quantised models. One "
-            "family, one dataset; these rates are the output layer's (the penultimate layer's: "
+            "family; these rates are the output layer's (the penultimate layer's: "
             "REPRODUCTION.md, Meta-evaluation)."
         ),
         measured=True,
