@@ -208,11 +208,48 @@ def meta_eval_text(stem: str, row: str, field: str, root: Path = ROOT) -> str:
     return f"{value:.2f} [{float(lo):.2f}, {float(hi):.2f}]"
 
 
+def meta_eval_checkpoints_text(stem: str, selector: str, field: str, root: Path = ROOT) -> str:
+    """A range, a count or the names of some checkpoints of a shipped meta-evaluation:
+    ``reproduction/results/<stem>_checkpoints.csv``'s rows whose columns match ``selector``
+    (``kind=unlearned,method=rl|salun``: comma-separated ``column=value``, ``|`` between the
+    values allowed). ``field``: ``column:rangeN`` gives ``lo–hi`` with N decimals (the number
+    alone when both agree), ``count`` how many rows match, ``names`` their names."""
+    import csv
+
+    path = root / "reproduction" / "results" / f"{stem}_checkpoints.csv"
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    wanted: dict[str, set[str]] = {}
+    for part in filter(None, selector.split(",")):
+        column, sep, values = part.partition("=")
+        if not sep or not rows or column not in rows[0]:
+            raise QuotedNumberError(f"{path.name}: bad selector {part!r}")
+        wanted[column] = set(values.split("|"))
+    chosen = [r for r in rows if all(r[c] in v for c, v in wanted.items())]
+    if not chosen:
+        raise QuotedNumberError(f"{path.name}: no checkpoint matches {selector!r}")
+    if field == "count":
+        return str(len(chosen))
+    if field == "names":
+        return ", ".join(r["checkpoint"] for r in chosen)
+    name, _, option = field.partition(":")
+    if name not in chosen[0] or not option.startswith("range") or not option[5:].isdigit():
+        raise QuotedNumberError(f"{path.name}: want column:rangeN, count or names, got {field!r}")
+    values = [float(r[name]) for r in chosen]
+    if not all(math.isfinite(v) for v in values):
+        raise QuotedNumberError(f"{path.name}: {name} is not finite for {selector!r}")
+    digits = int(option[5:])
+    lo, hi = (f"{v:.{digits}f}".replace("-", "−") for v in (min(values), max(values)))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
 def quoted(key: str, root: Path = ROOT) -> str:
     """The text of an inline marker's key ``<demo>/<model>/<field>`` (a demo's store), or
     ``meta_eval_<plan>/<score or summary>/<field>`` (a shipped meta-evaluation)."""
     demo, model, field = key.split("/")
     if demo.startswith("meta_eval_"):
+        if model.startswith("checkpoints:"):
+            return meta_eval_checkpoints_text(demo, model.removeprefix("checkpoints:"), field, root)
         return meta_eval_text(demo, model, field, root)
     run = stored_run(demo, root)
     if model not in run.models:
