@@ -531,7 +531,8 @@ def test_report_verdicts_manifest_and_downloads(ws, expected, monkeypatch):
         label = verdict_label(row)
         assert f"**{row['name']} ({row['role']}) — {label[0].upper()}{label[1:]}.**" in alerts
     assert "What this cannot certify" in text and "It cannot establish" in text
-    assert "How often is it right? Classifiers, measured on the mnist1d and Fashion-MNIST zoos" in text  # §17
+    card = "How often is it right? Classifiers, measured on the mnist1d and Fashion-MNIST zoos"
+    assert card in text  # method §17
     keys = {b.key for b in at.get("download_button")}
     assert {"r_html", "r_json", "r_zip", "r_csv_models", "r_json_subsets"} <= keys
     assert "The paper's reference check is over-confident" in text

@@ -336,7 +336,8 @@ def test_html_report_embeds_its_document_and_has_every_section(result):
     unpinned = build_html_report(result, "syn", figures=[])
     assert "cannot be verified" in unpinned and report_from_html(unpinned)["manifest"] is None
     # the "how often is it right" card of the models' family (the manifest names their arch)
-    assert "How often is it right? Classifiers, measured on the mnist1d and Fashion-MNIST zoos" in doc
+    card = "How often is it right? Classifiers, measured on the mnist1d and Fashion-MNIST zoos"
+    assert card in doc
     assert "was right on" in doc
     language = {**manifest, "models": {"original": {**manifest["models"]["original"],
                                                     "arch": "hf"}}}  # fmt: skip
