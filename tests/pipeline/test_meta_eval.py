@@ -486,6 +486,7 @@ def test_the_card_of_each_family(tmp_path):
         assert other is not None and not other.measured and other.caption == ""
         assert other.title == f"How often is it right? Not measured for a {label} (method §17)"
         assert "do not carry over" in other.sentences[0]
+        assert "zoos of classifiers (mnist1d, Fashion-MNIST) only" in other.sentences[0]
     assert family_card("classifier", "classifier", root=tmp_path) is None
 
 

@@ -44,6 +44,8 @@ _SHIPPED: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("meta_eval_fashion-mnist.csv", "Fashion-MNIST", "a CNN"),
     )
 }
+#: A family's name in a card's title (the plural of its label).
+_TITLES = {"classifier": "Classifiers"}
 _COLUMNS = (
     ("auc", "faithfulness AUC"),
     ("auc_runs", "AUC, unlearning runs only"),
@@ -275,14 +277,18 @@ def family_card(family: str, label: str, root: str | Path | None = None) -> Fami
     if family in _SHIPPED and not cards:
         return None
     if not cards:
+        measured = "; ".join(
+            f"{_TITLES[name].lower()} ({', '.join(data for _, data, _ in zoos)})"
+            for name, zoos in _SHIPPED.items()
+        )
         return FamilyCard(
             title=f"How often is it right? Not measured for a {label} (method §17)",
             sentences=[
                 f"No meta-evaluation is shipped for a {label}: the verdict's rates of being "
-                "right and wrong were measured on zoos of classifiers only (mnist1d, "
-                "Fashion-MNIST), and they do not carry over to another family. Read this "
-                "workspace's verdict as not validated on checkpoints of its own kind; the "
-                "behaviour cross-check beside it is the independent evidence."
+                f"right and wrong were measured on zoos of {measured} only, and they do not "
+                "carry over to another family. Read this workspace's verdict as not validated "
+                "on checkpoints of its own kind; the behaviour cross-check beside it is the "
+                "independent evidence."
             ],
             caption="",
             measured=False,
@@ -293,7 +299,7 @@ def family_card(family: str, label: str, root: str | Path | None = None) -> Fami
         sentences += [f"The {data} zoo ({model}): {first[:1].lower()}{first[1:]}", *rest]
     names = " and ".join(data for _, data, _ in cards)
     return FamilyCard(
-        title=f"How often is it right? Classifiers, measured on the {names} "
+        title=f"How often is it right? {_TITLES[family]}, measured on the {names} "
         f"{'zoos' if len(cards) > 1 else 'zoo'} (method §17)",
         sentences=sentences,
         caption=(
