@@ -231,6 +231,7 @@ def test_every_page_works_on_the_shipped_diffusion_demo(shipped, page):
         assert at.selectbox(key="w_s_layer").value == "denoised@0.5"
 
 
+@pytest.mark.slow  # 30 s on 2 cores, the quick suite's slowest test: it runs a sweep
 def test_sweeps_page_runs_a_noise_level_sweep_on_the_diffusion_demo(shipped):
     at = _page("sweeps")
     at.radio(key="sw_param").set_value("layer").run()
