@@ -8,7 +8,9 @@ retrained and original ensembles, and writes into ``--out`` (default
 ``meta_eval_<plan>_checkpoints.csv`` (one row per checkpoint), ``meta_eval_<plan>.md`` (the
 table), ``meta_eval_<plan>.json`` (the null check's power and gated share, the zoo's size and
 times) and ``meta_eval_<plan>_roc.png``. Progress goes to stderr with an ETA; Ctrl-C stops it
-and a rerun resumes from the caches.
+and a rerun resumes from the caches. ``--eval-seed N`` evaluates the same zoo with another seed
+(files ``meta_eval_<plan>-seedN*``): how much the tables move with the evaluation's own
+randomness.
 """
 
 from __future__ import annotations
@@ -74,10 +76,17 @@ def _interleaved(zoo: Sequence[Any]) -> list[Any]:
 
 
 def run_meta_eval(
-    plan_name: str, work: Path | None, out: Path, data: str | None, scored_only: bool = False
+    plan_name: str,
+    work: Path | None,
+    out: Path,
+    data: str | None,
+    scored_only: bool = False,
+    eval_seed: int | None = None,
 ) -> dict:
     """Run the meta-evaluation and write its files; returns the JSON summary. With
-    ``scored_only`` nothing is computed: the table covers the checkpoints scored so far."""
+    ``scored_only`` nothing is computed: the table covers the checkpoints scored so far. With
+    ``eval_seed`` the plan's zoo (same work folder) is evaluated with that seed instead of its
+    ``[eval] seed`` (:meth:`MetaPlan.with_eval_seed`; files ``meta_eval_<plan>-seed<N>*``)."""
     from sde_core.common.fsio import atomic_write_json, atomic_write_text
     from sde_core.pipeline.evaluation.metric_table import (
         ACC_F,
@@ -112,6 +121,8 @@ def run_meta_eval(
 
     plan = load_meta_plan(plan_name, data)
     work = work or Path("runs") / f"meta-eval-{plan.name}"
+    if eval_seed is not None:
+        plan = plan.with_eval_seed(eval_seed)
     t0 = time.perf_counter()
     zoo = load_zoo(plan, work) if scored_only else build_zoo(plan, work, _progress("zoo"))
     t_zoo = time.perf_counter() - t0
@@ -273,6 +284,7 @@ def _cmd(args: argparse.Namespace) -> int:
         Path(args.out),
         args.data,
         args.scored_only,
+        args.eval_seed,
     )
     if not args.quiet:
         gated = summary["null_check_defaults"]
@@ -297,5 +309,11 @@ def register_meta_eval(sub: argparse._SubParsersAction) -> None:
         "--scored-only",
         action="store_true",
         help="compute nothing: the tables over the checkpoints already scored (a partial run)",
+    )
+    p.add_argument(
+        "--eval-seed",
+        type=int,
+        help="evaluate the plan's zoo with this seed instead of its [eval] seed (a held-out "
+        "check of the evaluation's own randomness; outputs named PLAN-seedN, the zoo reused)",
     )
     p.set_defaults(func=_cmd)

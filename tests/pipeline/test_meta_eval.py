@@ -224,6 +224,19 @@ def test_plan_errors_name_the_field_and_the_fix(tmp_path):
         load_meta_plan(path)
 
 
+def test_another_evaluation_seed_keeps_the_zoo_and_its_keys():
+    plan = load_meta_plan("fashion-mnist")
+    other = plan.with_eval_seed(7)
+    assert other.name == "fashion-mnist-seed7" and other.scores_folder == "scores-seed7"
+    assert other.settings.seed == other.default_settings.seed == 7
+    assert other.settings == plan.settings.__class__(**{**plan.settings.__dict__, "seed": 7})
+    assert [u.key(other) for u in zoo_units(other)] == [u.key(plan) for u in zoo_units(plan)]
+    assert plan.scores_folder == "scores" and plan.settings.seed == 0
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(PlanError, match="evaluation seed"):
+            plan.with_eval_seed(bad)  # type: ignore[arg-type]
+
+
 def test_the_shipped_plan_s_second_pass_is_the_library_s_default_design():
     from sde_core.pipeline.meta_eval.zoo import RUN_SEED_OFFSET
     from sde_core.pipeline.settings import PRECISION_FIELDS, EvalSettings
@@ -389,6 +402,19 @@ def test_meta_eval_command_on_a_tiny_zoo_writes_the_table_and_resumes(tmp_path, 
     stamps = {p: p.stat().st_mtime_ns for p in (work / "zoo").rglob("record.json")}
     assert main(args) == 0  # a rerun reads every checkpoint and score from the caches
     assert {p: p.stat().st_mtime_ns for p in (work / "zoo").rglob("record.json")} == stamps
+    scored = {p: p.stat().st_mtime_ns for p in (work / "scores").glob("*.json")}
+    # a held-out evaluation seed: the same zoo, its own scores and files
+    assert main([*args, "--eval-seed", "3"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in (work / "zoo").rglob("record.json")} == stamps
+    assert {p: p.stat().st_mtime_ns for p in (work / "scores").glob("*.json")} == scored
+    assert len(list((work / "scores-seed3").glob("*.json"))) == len(scored)
+    with open(out / "meta_eval_tiny-seed3_checkpoints.csv", newline="") as fh:
+        again = {c["checkpoint"]: c for c in csv.DictReader(fh)}
+    assert {c["checkpoint"]: c["truth"] for c in checkpoints} == {
+        k: c["truth"] for k, c in again.items()
+    }  # the truth is the zoo's, not the evaluation's
+    assert any(c["sde_dependence"] != again[c["checkpoint"]]["sde_dependence"] for c in checkpoints)
+    assert json.loads((out / "meta_eval_tiny-seed3.json").read_text())["plan"] == "tiny-seed3"
     assert main(["meta-eval", str(tmp_path / "missing.toml")]) == 1
     assert "no meta-evaluation plan" in capsys.readouterr().err
 

@@ -267,15 +267,15 @@ def score_zoo(
     cancelled: Callable[[], bool] | None = None,
     compute: bool = True,
 ) -> dict[str, dict[str, Any]]:
-    """Every checkpoint's record, cached in ``<work>/scores``: first every checkpoint at the
-    plan's settings, then each in the default design (``record["defaults"]``, whose first
-    draws are the first pass's: method §17), then at each of the plan's other ``layers``
-    (``record["layers"][layer]``), all with a stage cache on disk (``<work>/stages``). A
-    cancelled run returns what is finished and a rerun resumes; ``compute=False`` only reads
-    the cached records."""
+    """Every checkpoint's record, cached in ``<work>/<meta.scores_folder>`` (``scores``): first
+    every checkpoint at the plan's settings, then each in the default design
+    (``record["defaults"]``, whose first draws are the first pass's: method §17), then at
+    each of the plan's other ``layers`` (``record["layers"][layer]``), all with a stage
+    cache on disk (``<work>/stages``). A cancelled run returns what is finished and a rerun
+    resumes; ``compute=False`` only reads the cached records."""
     from sde_core.pipeline.evaluation.stages import StageCache
 
-    folder = Path(work) / "scores"
+    folder = Path(work) / meta.scores_folder
     folder.mkdir(parents=True, exist_ok=True)
     data = meta.load_data()
     plans: tuple[SubsetPlan, SubsetPlan] | None = None

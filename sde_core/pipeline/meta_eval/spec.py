@@ -101,6 +101,8 @@ class MetaPlan:
         layers: more layers the first pass's design evaluates (``[eval] layers``, e.g.
             ``["penultimate"]``; the first pass itself reads ``settings.layer``, ``output``).
         bootstrap, meta_seed: bootstrap resamples over checkpoints and their seed.
+        scores_folder: the work folder's sub-folder of cached scores (``scores``; another
+            evaluation seed keeps its own, :meth:`with_eval_seed`).
     """
 
     name: str
@@ -124,6 +126,28 @@ class MetaPlan:
     bootstrap: int = 2000
     meta_seed: int = 0
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    scores_folder: str = "scores"
+
+    def with_eval_seed(self, seed: int) -> MetaPlan:
+        """The same zoo evaluated with another seed (subsets, splits, draws of both passes and
+        the other layers): named ``<name>-seed<seed>``, its scores cached in
+        ``scores-seed<seed>``; the zoo and its cache keys are unchanged, so it is reused. A
+        held-out evaluation seed shows how much the tables move with the evaluation's own
+        randomness, which the bootstrap over checkpoints does not include.
+
+        Raises:
+            PlanError: a seed that is not a non-negative integer.
+        """
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise PlanError(f"the evaluation seed must be a non-negative integer, got {seed!r}")
+        return replace(
+            self,
+            name=f"{self.name}-seed{seed}",
+            title=f"{self.title}, evaluation seed {seed}",
+            settings=replace(self.settings, seed=seed),
+            default_settings=replace(self.default_settings, seed=seed),
+            scores_folder=f"scores-seed{seed}",
+        )
 
     def load_data(self) -> ZooData:
         """D_tr, D_te and D_f from :attr:`data_folder`.
