@@ -482,7 +482,13 @@ def test_the_card_of_each_family(tmp_path):
     the tables says nothing, and one with a single table shows that zoo alone."""
     import shutil
 
-    from sde_core.viz.report.meta_eval import card_sentences, family_card, meta_eval_csvs, read_card
+    from sde_core.viz.report.meta_eval import (
+        HELD_OUT_SEED,
+        card_sentences,
+        family_card,
+        meta_eval_csvs,
+        read_card,
+    )
 
     classifier = family_card("classifier", "classifier")
     shipped = meta_eval_csvs("classifier")
@@ -498,6 +504,15 @@ def test_the_card_of_each_family(tmp_path):
         first, *rest = card_sentences(card)
         assert first.startswith("On ")
         expected += [f"The {data} zoo ({model}): o{first[1:]}", *rest]
+        held = read_card(path.with_name(f"{path.stem}-seed{HELD_OUT_SEED}.csv"))
+        assert held is not None  # each shipped zoo has its held-out evaluation seed
+        right = f"{100 * held.verdict['right']:.0f}%"
+        expected.append(
+            f"Evaluated again at a held-out seed ({HELD_OUT_SEED}), the verdict on the same zoo "
+            f"was right on {right}, wrong on 0% and abstained on "
+            f"{100 * held.verdict['abstained']:.0f}%: how often it abstains moves with the "
+            "evaluation's own randomness."
+        )
     assert classifier.sentences == expected
     assert "mnist1d and Fashion-MNIST zoos" in classifier.title
     assert "REPRODUCTION.md" in classifier.caption

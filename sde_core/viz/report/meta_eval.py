@@ -24,6 +24,7 @@ import numpy as np
 from sde_core.viz.formatting import format_number
 
 __all__ = [
+    "HELD_OUT_SEED",
     "FamilyCard",
     "MetaCard",
     "card_sentences",
@@ -44,6 +45,9 @@ _SHIPPED: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("meta_eval_fashion-mnist.csv", "Fashion-MNIST", "a CNN"),
     )
 }
+#: The evaluation seed of each zoo's held-out run (``meta-eval --eval-seed``), shipped beside
+#: its table as ``<stem>-seed<N>.csv``; the card quotes it where present.
+HELD_OUT_SEED = 1
 #: A family's name in a card's title (the plural of its label).
 _TITLES = {"classifier": "Classifiers"}
 _COLUMNS = (
@@ -246,6 +250,19 @@ def card_sentences(card: MetaCard) -> list[str]:
     ]
 
 
+def _held_out_sentence(card: MetaCard) -> str:
+    """What the same zoo gave at the held-out evaluation seed (:data:`HELD_OUT_SEED`)."""
+    v = card.verdict
+    right, wrong, abstained = (
+        f"{format_number(100.0 * v[key], digits=2)}%" for key in ("right", "wrong", "abstained")
+    )
+    return (
+        f"Evaluated again at a held-out seed ({HELD_OUT_SEED}), the verdict on the same zoo was "
+        f"right on {right}, wrong on {wrong} and abstained on {abstained}: how often it "
+        "abstains moves with the evaluation's own randomness."
+    )
+
+
 @dataclass(frozen=True)
 class FamilyCard:
     """The "how often is it right" card of one model family (:func:`family_card`).
@@ -272,8 +289,10 @@ def family_card(family: str, label: str, root: str | Path | None = None) -> Fami
     cards = []
     for path, data, model in meta_eval_csvs(family, root):
         card = read_card(path)
+        held_path = path.with_name(f"{path.stem}-seed{HELD_OUT_SEED}.csv")
+        held = read_card(held_path) if held_path.is_file() else None
         if card is not None:
-            cards.append((card, data, model))
+            cards.append((card, data, model, held))
     if family in _SHIPPED and not cards:
         return None
     if not cards:
@@ -294,10 +313,12 @@ def family_card(family: str, label: str, root: str | Path | None = None) -> Fami
             measured=False,
         )
     sentences = []
-    for card, data, model in cards:
+    for card, data, model, held in cards:
         first, *rest = card_sentences(card)
         sentences += [f"The {data} zoo ({model}): {first[:1].lower()}{first[1:]}", *rest]
-    names = " and ".join(data for _, data, _ in cards)
+        if held is not None:
+            sentences.append(_held_out_sentence(held))
+    names = " and ".join(data for _, data, _, _ in cards)
     return FamilyCard(
         title=f"How often is it right? {_TITLES[family]}, measured on the {names} "
         f"{'zoos' if len(cards) > 1 else 'zoo'} (method §17)",
