@@ -232,7 +232,7 @@ def test_another_evaluation_seed_keeps_the_zoo_and_its_keys():
     assert other.settings == plan.settings.__class__(**{**plan.settings.__dict__, "seed": 7})
     assert [u.key(other) for u in zoo_units(other)] == [u.key(plan) for u in zoo_units(plan)]
     assert plan.scores_folder == "scores" and plan.settings.seed == 0
-    for bad in (-1, 1.5, True, "2"):
+    for bad in (-1, 1.5, True, "2", 2**32):  # the settings' own check and bound
         with pytest.raises(PlanError, match="evaluation seed"):
             plan.with_eval_seed(bad)  # type: ignore[arg-type]
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from sde_core.common.toml_limits import read_toml
-from sde_core.errors import PlanError
+from sde_core.errors import PlanError, SettingsError
 from sde_core.pipeline.settings import PRECISION_FIELDS, EvalSettings
 
 __all__ = [
@@ -136,15 +136,17 @@ class MetaPlan:
         randomness, which the bootstrap over checkpoints does not include.
 
         Raises:
-            PlanError: a seed that is not a non-negative integer.
+            PlanError: a seed the settings refuse (:class:`EvalSettings`' own check and bound).
         """
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise PlanError(f"the evaluation seed must be a non-negative integer, got {seed!r}")
+        try:
+            settings = replace(self.settings, seed=seed)
+        except SettingsError as exc:
+            raise PlanError(f"the evaluation seed: {exc}") from None
         return replace(
             self,
             name=f"{self.name}-seed{seed}",
             title=f"{self.title}, evaluation seed {seed}",
-            settings=replace(self.settings, seed=seed),
+            settings=settings,
             default_settings=replace(self.default_settings, seed=seed),
             scores_folder=f"scores-seed{seed}",
         )
