@@ -45,6 +45,8 @@ from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.stats.hsic import resolve_sigma
 
 __all__ = [
+    "PAIRED_METRICS",
+    "PAIRED_PARAMS",
     "SWEEP_COLUMNS",
     "SWEEP_FACETS",
     "SWEEP_PARAMS",
@@ -52,6 +54,8 @@ __all__ = [
     "SweepPoint",
     "available_fractions",
     "checkpoint_workspace",
+    "default_paired_base",
+    "paired_columns",
     "read_sweep",
     "run_sweep",
     "shipped_sweeps",
@@ -81,7 +85,37 @@ SWEEP_COLUMNS = (
     "from_store",
 )
 
+#: Parameters whose points share their evaluation plan, so a point can be compared with
+#: another on the same draws (:func:`run_sweep`'s ``paired_base``): σ, the layer and the
+#: checkpoint leave :func:`~sde_core.pipeline.evaluation.plan.draw_subsets` unchanged (it depends
+#: on the pools, the subset size, the counts and the seed), while a subset size draws other
+#: subsets.
+PAIRED_PARAMS = ("sigma", "layer", "checkpoint")
+#: Rates a paired sweep compares with its base point (method §15's paired difference).
+PAIRED_METRICS = (F1.key, OTR.key)
+
+
+def paired_columns(metric: str) -> tuple[str, str, str, str, str]:
+    """The columns of one rate's paired difference from the base point: ``(<metric>_vs_base,
+    <metric>_vs_base_lo, <metric>_vs_base_hi)``, the 95% interval of this point alone, then
+    ``(<metric>_vs_base_all_lo, <metric>_vs_base_all_hi)``, the interval that holds for all
+    the sweep's k compared points at once (Bonferroni: each at ``1 − 0.05/k``) — what a claim
+    that *some* point beats the base must clear."""
+    stem = f"{metric}_vs_base"
+    return stem, f"{stem}_lo", f"{stem}_hi", f"{stem}_all_lo", f"{stem}_all_hi"
+
+
 _FRACTION_TOL = 1e-9
+
+
+def default_paired_base(settings: EvalSettings, param: str, values: Sequence[Any]) -> Any:
+    """The point a sweep is paired with by default: the current setting (σ or layer of
+    ``settings``; the final checkpoint, 1.0) when it is one of ``values``, else None (no
+    pairing, as for a subset-size sweep)."""
+    if param not in PAIRED_PARAMS:
+        return None
+    base = 1.0 if param == "checkpoint" else getattr(settings, param)
+    return base if any(type(v) is type(base) and v == base for v in values) else None
 
 
 @dataclass(frozen=True)
@@ -290,6 +324,7 @@ def run_sweep(
     cache_dir: str | Path | None = None,
     progress: Progress | None = None,
     extra_columns: Sequence[str] = (),
+    paired_base: Any = None,
 ) -> pd.DataFrame:
     """Evaluate the workspace at every value of ``param`` and return tidy rows.
 
@@ -307,16 +342,28 @@ def run_sweep(
             evaluation's own stages are prefixed with ``"<param> = <value>: "``.
         extra_columns: further columns of the evaluation's ``models`` table to keep (e.g.
             ``"f1_raw"``, the paper's F1 before the gate), appended after ``from_store``.
+        paired_base: one of ``values`` (a parameter of :data:`PAIRED_PARAMS`): every other
+            point of a model is compared with the model at this point on the draws both ran —
+            the same subsets and splits, only ``param`` differs — with the paired difference
+            of :data:`PAIRED_METRICS`, its interval for this point alone and the one for all
+            compared points at once (method §15; None where either rate is withheld or at the
+            base point itself). Whether a point beats the base is read from these intervals,
+            never from two intervals' overlap.
 
     Returns:
         One row per (value, model) with the columns :data:`SWEEP_COLUMNS`: the metrics of the
         ``models`` table, ``sigma`` the numeric σ used, and ``from_store`` whether the row was
-        read back from the store; then ``extra_columns``.
+        read back from the store; then ``extra_columns``; then, with ``paired_base``, a column
+        ``paired_base`` (its value) and :func:`paired_columns` of each paired metric.
 
     Raises:
-        SettingsError, WorkspaceError, DataError, CheckpointError, ActivationError.
+        SettingsError: as :func:`sweep_points`, or a ``paired_base`` that is not one of the
+            values or of a parameter that changes the draws. WorkspaceError, DataError,
+            CheckpointError, ActivationError.
     """
     points = sweep_points(workspace, base_settings, param, values, models)
+    base = _base_index(points, param, paired_base)
+    tables: list[tuple[pd.DataFrame, pd.DataFrame]] = []
     rows: list[dict[str, Any]] = []
     for i, point in enumerate(points):
         if progress:
@@ -335,6 +382,8 @@ def run_sweep(
             progress=stage,
         )
         cached = set(result.cached_models)
+        if base is not None:
+            tables.append((result.models, result.draws))
         for row in result.models.to_dict("records"):
             rows.append(
                 {
@@ -348,7 +397,71 @@ def run_sweep(
             )
     if progress:
         progress("sweep", len(points), len(points))
-    return pd.DataFrame(rows, columns=[*SWEEP_COLUMNS, *extra_columns])
+    table = pd.DataFrame(rows, columns=[*SWEEP_COLUMNS, *extra_columns])
+    if base is None:
+        return table
+    family = max(1, len(points) - 1)  # the points compared with the base
+    paired = [
+        _paired_row(tables[i], tables[base], str(row["name"]), i == base, family)
+        for i in range(len(points))
+        for row in tables[i][0].to_dict("records")
+    ]
+    table.insert(len(table.columns), "paired_base", [paired_base] * len(table))
+    return pd.concat([table, pd.DataFrame(paired, index=table.index)], axis=1)
+
+
+def _base_index(points: Sequence[SweepPoint], param: str, base: Any) -> int | None:
+    """The index of the point a paired sweep compares with (None: no pairing)."""
+    if base is None:
+        return None
+    if param not in PAIRED_PARAMS:
+        raise SettingsError(
+            f"a {param} sweep cannot be paired: its points draw different subsets; pairing "
+            f"needs one of {', '.join(PAIRED_PARAMS)}"
+        )
+    for i, point in enumerate(points):
+        same = point.value == base
+        if isinstance(base, float) and isinstance(point.value, float):
+            same = math.isclose(point.value, base, rel_tol=1e-12, abs_tol=_FRACTION_TOL)
+        if same:
+            return i
+    raise SettingsError(f"the paired base {base!r} is not one of the swept {param} values")
+
+
+def _paired_row(
+    point: tuple[pd.DataFrame, pd.DataFrame],
+    base: tuple[pd.DataFrame, pd.DataFrame],
+    model: str,
+    is_base: bool,
+    family: int,
+) -> dict[str, float]:
+    """One model's :func:`paired_columns` at a point: ``point − base`` of each paired metric
+    over the draws both ran, alone and as one of ``family`` comparisons (NaN at the base
+    itself, or where either rate is withheld)."""
+    from sde_core.pipeline.evaluation.comparisons import compare_models
+
+    out = {c: math.nan for metric in PAIRED_METRICS for c in paired_columns(metric)}
+    if is_base:
+        return out
+    models, draws = [], []
+    for label, (m, d) in (("point", point), ("base", base)):
+        models.append(m[m["name"] == model].assign(name=label))
+        draws.append(d[d["model"] == model].assign(model=label) if not d.empty else d)
+    both_models, both_draws = pd.concat(models), pd.concat(draws)
+    if both_draws.empty:
+        return out
+    for metric in PAIRED_METRICS:
+        if metric not in both_models or metric not in both_draws:
+            continue
+        diff = compare_models(both_models, both_draws, "point", "base", metric).paired
+        together = compare_models(
+            both_models, both_draws, "point", "base", metric, 1 - 0.05 / family
+        ).paired
+        if diff is not None and together is not None:
+            value, lo, hi, all_lo, all_hi = paired_columns(metric)
+            out.update({value: diff.value, lo: diff.lo, hi: diff.hi})
+            out.update({all_lo: together.lo, all_hi: together.hi})
+    return out
 
 
 def sigma_markers(

@@ -8,6 +8,7 @@ from __future__ import annotations
 # machine-specific kernel lies between them, so their agreement is limited only by float64
 # summation order and a tight relative tolerance is the conditioning. Results that cross
 # machines are compared by sde_core.pipeline.reproduce (docs/method.md §13).
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,12 +25,16 @@ from sde_core.inputs.data import DatasetSpec, load_dataset
 from sde_core.inputs.indices import save_index_file
 from sde_core.inputs.models import save_checkpoint
 from sde_core.learning.training import TrainConfig, train
+from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.sweeps import (
+    PAIRED_METRICS,
     SWEEP_COLUMNS,
     available_fractions,
     checkpoint_workspace,
+    default_paired_base,
+    paired_columns,
     run_sweep,
     sigma_markers,
     sweep_forecast,
@@ -293,6 +298,88 @@ def test_missing_checkpoint_is_a_clear_settings_error(workspace, extractions):
     with pytest.raises(SettingsError, match=r"'retrain' has no checkpoint at fraction 0\.5.*: 1$"):
         run_sweep(workspace, SETTINGS, "checkpoint", [0.5], models=["retrain"])
     assert not extractions  # validated before anything is evaluated
+
+
+def test_paired_sigma_sweep_compares_each_point_with_the_base_on_the_same_draws(
+    workspace, tmp_path
+):
+    """Whether a σ beats √d is decided by the paired difference on the draws both points ran:
+    every point shares the base's subsets (σ does not change the plan), and each paired column
+    is the textbook paired t interval of the per-draw differences, recomputed here."""
+    from scipy import stats
+
+    cache = tmp_path / "cache"
+    values = ["sqrt_dim", 0.5, 8.0]
+    sweep = run_sweep(workspace, SETTINGS, "sigma", values, cache_dir=cache, paired_base="sqrt_dim")
+    paired = [c for metric in PAIRED_METRICS for c in paired_columns(metric)]
+    assert list(sweep.columns) == [*SWEEP_COLUMNS, "paired_base", *paired]
+    assert (sweep["paired_base"] == "sqrt_dim").all()
+    assert sweep.loc[sweep["value"] == "sqrt_dim", paired].isna().all().all()
+    base = evaluate_workspace(workspace, SETTINGS, cache_dir=cache)
+    forget = np.load(workspace.path(workspace.forget_indices))
+    base_plan = draw_subsets(1200, 800, forget, SETTINGS)
+    checked = 0
+    for value in (0.5, 8.0):
+        settings = SETTINGS.with_overrides(sigma=value)
+        # The pairing's premise: the same subsets in every draw, only σ differs.
+        plan = draw_subsets(1200, 800, forget, settings)
+        assert len(plan.draws) == len(base_plan.draws) == SETTINGS.draws
+        for one, other in zip(plan.draws, base_plan.draws, strict=True):
+            for f in dataclasses.fields(one):
+                a, b = getattr(one, f.name), getattr(other, f.name)
+                pairs = zip(a, b, strict=True) if isinstance(a, tuple) else [(a, b)]
+                for x, y in pairs:
+                    np.testing.assert_array_equal(x, y)
+        point = evaluate_workspace(workspace, settings, cache_dir=cache)
+        for name in MODELS:
+            row = sweep[(sweep["value"] == value) & (sweep["model"] == name)].iloc[0]
+            for metric, trials in (("f1", "controls"), ("otr", "targets")):
+                shown, lo, hi, all_lo, all_hi = paired_columns(metric)
+                a = point.model_draws(name)
+                b = base.model_draws(name)
+                withheld = [
+                    not np.isfinite(r.models.set_index("name").loc[name, metric])
+                    for r in (point, base)
+                ]
+                if any(withheld):
+                    assert row[[shown, lo, hi, all_lo, all_hi]].isna().all()
+                    continue
+                assert a["draw"].tolist() == b["draw"].tolist()
+                d = a[metric].to_numpy() - b[metric].to_numpy()
+                w = a[trials].to_numpy(dtype=float)
+                w = w / w.sum()
+                mean = float(np.sum(w * d))
+                k = d.size
+                var = k / (k - 1) * float(np.sum((w * (d - mean)) ** 2))
+                for x in (a, b):  # the binomial floor of each pooled rate (method §15)
+                    m = x[trials].to_numpy(dtype=float)
+                    p_ = (float(np.sum(x[metric].to_numpy() * m)) + 2) / (m.sum() + 4)
+                    var = max(var, p_ * (1 - p_) / m.sum())
+                assert row[shown] == pytest.approx(mean, rel=1e-12, abs=1e-12)
+                # alone at 95%; all at once: Bonferroni over the 2 points compared with √d
+                for q, (low, high) in ((0.975, (lo, hi)), (1 - 0.025 / 2, (all_lo, all_hi))):
+                    half = stats.t.ppf(q, k - 1) * np.sqrt(var)
+                    assert row[low] == pytest.approx(max(-1.0, mean - half), rel=1e-9, abs=1e-12)
+                    assert row[high] == pytest.approx(min(1.0, mean + half), rel=1e-9, abs=1e-12)
+                assert row[all_lo] <= row[lo] and row[all_hi] >= row[hi]
+                checked += 1
+    assert checked >= 4  # the original and the retrained model pass the gate at these σ
+
+
+def test_the_default_base_is_the_current_setting_when_it_is_swept():
+    assert default_paired_base(SETTINGS, "sigma", [0.5, "sqrt_dim"]) == "sqrt_dim"
+    assert default_paired_base(SETTINGS, "sigma", [0.5, 2.0]) is None  # √d not among them
+    assert default_paired_base(SETTINGS, "layer", ["output", "logits"]) == "output"
+    assert default_paired_base(SETTINGS, "checkpoint", [0.5, 1.0]) == 1.0
+    assert default_paired_base(SETTINGS, "checkpoint", [0.2, 0.5]) is None
+    assert default_paired_base(SETTINGS, "subset_size", [20, 40]) is None  # other subsets
+
+
+def test_paired_sweep_refuses_a_base_it_cannot_pair(workspace):
+    with pytest.raises(SettingsError, match="draw different subsets"):
+        run_sweep(workspace, SETTINGS, "subset_size", [20, 40], paired_base=40)
+    with pytest.raises(SettingsError, match="not one of the swept sigma values"):
+        run_sweep(workspace, SETTINGS, "sigma", [0.5, 2.0], paired_base="sqrt_dim")
 
 
 @pytest.mark.parametrize(

@@ -90,7 +90,12 @@ def _withheld(models: pd.DataFrame, name: str, metric: str) -> bool:
 
 
 def compare_models(
-    models: pd.DataFrame, draws: pd.DataFrame, model: str, reference: str, metric: str
+    models: pd.DataFrame,
+    draws: pd.DataFrame,
+    model: str,
+    reference: str,
+    metric: str,
+    confidence: float = 0.95,
 ) -> Comparison:
     """The paired difference ``model − reference`` of ``metric`` over their common draws.
 
@@ -98,6 +103,8 @@ def compare_models(
         models: the evaluation's ``models`` table (for the gate: a withheld rate is not
             compared). draws: its ``draws`` table (per-draw rates, targets, controls).
         model, reference: model names. metric: a key of :data:`COMPARED_METRICS`.
+        confidence: the intervals' nominal coverage (higher for one of several comparisons
+            judged together, e.g. Bonferroni's ``1 − 0.05/k``).
     """
     for name in (model, reference):
         if _withheld(models, name, metric):
@@ -118,8 +125,8 @@ def compare_models(
         model,
         reference,
         metric,
-        paired_difference(x[keep], y[keep], trials[keep]),
-        unpaired_difference(x[keep], y[keep], trials[keep]),
+        paired_difference(x[keep], y[keep], trials[keep], confidence),
+        unpaired_difference(x[keep], y[keep], trials[keep], confidence),
     )
 
 
