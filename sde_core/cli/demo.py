@@ -5,12 +5,19 @@ from __future__ import annotations
 import argparse
 
 from sde_core.pipeline.demo_recipes import FASHION_SOURCE
-from sde_core.pipeline.demos import DEMOS, build_named_demo, refill_demo_store
+from sde_core.pipeline.demos import DEMOS, build_named_demo, redo_demo_sweep, refill_demo_store
 
 __all__ = ["register_demo"]
 
 
 def _cmd_demo_build(args: argparse.Namespace) -> int:
+    if args.sweep_only:
+        if args.store_only or args.no_store:
+            print("--sweep-only rebuilds the sweep alone: leave out --store-only and --no-store")
+            return 2
+        for line in redo_demo_sweep(args.dataset, args.out, log=print).summary:
+            print(line)
+        return 0
     if args.store_only:
         if args.no_store:
             print("--store-only and --no-store exclude each other: give one")
@@ -58,5 +65,10 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
         "--store-only", action="store_true",
         help="rebuild only the results store of a built demo, from the models it holds, at "
         "the [defaults] its recipe pins (after a change of those defaults)",
+    )  # fmt: skip
+    b.add_argument(
+        "--sweep-only", action="store_true",
+        help="rerun only the Figure 6 sweep (fig6_sweep.csv) of a built diffusion demo, from "
+        "the models it holds (after a change of the sweep's columns or of the algorithm)",
     )  # fmt: skip
     b.set_defaults(func=_cmd_demo_build)

@@ -39,6 +39,7 @@ from sde_core.inputs.denoisers import DENOISED, noise_layer_name
 from sde_core.pipeline.demo import BuildReport, build_demo
 from sde_core.pipeline.demo_recipes import DemoRecipe, demo_defaults
 from sde_core.pipeline.diffusion_memorisation import (
+    SWEEP_MODELS,
     CopyRow,
     DenoisingLossRow,
     copy_rows,
@@ -73,6 +74,7 @@ __all__ = [
     "default_diffusion_folder",
     "diffusion_recipe",
     "fig6_sweep",
+    "write_fig6_sweep",
 ]
 
 
@@ -193,7 +195,6 @@ gate (method §12) and the measured null rates, so a withheld point still says w
 would report."""
 
 SWEEP_FILE = "fig6_sweep.csv"
-_SWEEP_MODELS = ("original", "retrained")
 
 
 def diffusion_recipe(
@@ -308,19 +309,23 @@ def fig6_sweep(
     log: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """The Figure 6 sweep of the original and the retrained model: at every noise level, F1
-    and OTR for σ = f·√d (f in ``factors``) and the median rule.
+    and OTR for σ = f·√d (f in ``factors``) and the median rule, each σ compared with σ = √d
+    on the same draws when 1 is one of the factors (the paired columns of
+    :func:`~sde_core.pipeline.sweeps.run_sweep`: whether another σ beats √d is decided by the
+    paired difference, method §15).
 
     Returns:
         The rows of :func:`~sde_core.pipeline.sweeps.run_sweep` (param ``sigma``, with the
-        :data:`FIG6_EXTRA_COLUMNS`) of every level, with a column ``noise_level`` (σ_t) and
-        ``sigma_rule`` (the σ rule's canonical text, :mod:`sde_core.common.sigma`).
+        :data:`FIG6_EXTRA_COLUMNS` and the paired columns) of every level, with a column
+        ``noise_level`` (σ_t) and ``sigma_rule`` (the σ rule's canonical text,
+        :mod:`sde_core.common.sigma`).
     """
     import pandas as pd
 
     from sde_core.pipeline.sweeps import run_sweep
 
     say = log or (lambda _line: None)
-    models = [m for m in _SWEEP_MODELS if any(e.name == m for e in ws.models)]
+    models = [m for m in SWEEP_MODELS if any(e.name == m for e in ws.models)]
     parts = []
     for level in levels:
         settings = ws.defaults.with_overrides(layer=noise_layer_name(DENOISED, level))
@@ -329,8 +334,9 @@ def fig6_sweep(
         rules = [Sigma.times_sqrt_d(f).text() for f in factors] + [MEDIAN]
         t0 = time.perf_counter()
         table = run_sweep(
-            ws, settings, "sigma", values, models=models, extra_columns=FIG6_EXTRA_COLUMNS
-        )
+            ws, settings, "sigma", values, models=models, extra_columns=FIG6_EXTRA_COLUMNS,
+            paired_base=root if 1.0 in factors else None,
+        )  # fmt: skip
         table.insert(2, "noise_level", float(level))
         table.insert(3, "sigma_rule", np.repeat(rules, len(models)))  # rows: value-major
         parts.append(table)
@@ -384,10 +390,25 @@ def build_diffusion_demo(
         copies: list[CopyRow] = copy_rows(ws, copy_samples, log=say)
         say(f"copy test: {write_copies(ws, copies)}")
     if sweeps:
-        table = fig6_sweep(ws, sweep_levels, sweep_factors, say)
-        table = table.drop(columns=["from_store"]).assign(algorithm=ALGORITHM_VERSION)
-        csv = table.to_csv(index=False, float_format="%.6g")
-        atomic_write_text(ws.path(SWEEP_FILE), csv)
-        say(f"Figure 6 sweep: {ws.path(SWEEP_FILE)} ({len(table)} points)")
+        write_fig6_sweep(ws, sweep_levels, sweep_factors, say)
     report.total_seconds = time.perf_counter() - t0
     return report, rows
+
+
+def write_fig6_sweep(
+    ws: Workspace,
+    levels: Sequence[float] = NOISE_LEVELS,
+    factors: Sequence[float] = FIG6_SIGMA_FACTORS,
+    log: Callable[[str], None] | None = None,
+) -> Path:
+    """Run :func:`fig6_sweep` on a built diffusion demo and write it to its
+    :data:`SWEEP_FILE` (with the algorithm version; what the Sweeps page shows and the
+    reproduction quotes). Returns the file."""
+    say = log or (lambda _line: None)
+    table = fig6_sweep(ws, levels, factors, say)
+    table = table.drop(columns=["from_store"]).assign(algorithm=ALGORITHM_VERSION)
+    csv = table.to_csv(index=False, float_format="%.6g")
+    path = ws.path(SWEEP_FILE)
+    atomic_write_text(path, csv)
+    say(f"Figure 6 sweep: {path} ({len(table)} points)")
+    return Path(path)

@@ -23,7 +23,15 @@ from sde_core.pipeline.demo_recipes import DEMO_DATASETS, DEMO_FOLDERS
 from sde_core.pipeline.llm_demo import FACTS_DATASET, default_facts_folder
 from sde_core.pipeline.settings import EvalSettings
 
-__all__ = ["DEMOS", "Demo", "DemoBuilder", "DemoResult", "build_named_demo", "refill_demo_store"]
+__all__ = [
+    "DEMOS",
+    "Demo",
+    "DemoBuilder",
+    "DemoResult",
+    "build_named_demo",
+    "redo_demo_sweep",
+    "refill_demo_store",
+]
 
 
 @dataclass(frozen=True)
@@ -224,6 +232,11 @@ def build_named_demo(
     return demo.build(name, out, seed=seed, source=source, store=store, log=log)
 
 
+def _folder(demo: Demo, out: str | Path | None) -> Path:
+    """A built demo's folder: ``out``, or its folder under this checkout's ``assets/``."""
+    return Path(out) if out else Path(__file__).resolve().parents[2] / "assets" / demo.folder
+
+
 def refill_demo_store(
     name: str,
     out: str | Path | None = None,
@@ -255,7 +268,7 @@ def refill_demo_store(
         raise SettingsError(f"no demo {name!r}; choose one of {', '.join(DEMOS)}")
     say = log or (lambda _line: None)
     t0 = time.perf_counter()
-    folder = Path(out) if out else Path(__file__).resolve().parents[2] / "assets" / demo.folder
+    folder = _folder(demo, out)
     ws = load_workspace(folder)
     pinned = dataclasses.replace(ws, defaults=demo.defaults(name, seed))
     if workspace_toml(pinned) != (folder / "workspace.toml").read_text(encoding="utf-8"):
@@ -270,3 +283,34 @@ def refill_demo_store(
         f"hash {ws_hash[:16]}"
     )
     return DemoResult(folder, ws_hash, seconds, store, (line,))
+
+
+def redo_demo_sweep(
+    name: str,
+    out: str | Path | None = None,
+    *,
+    log: Callable[[str], None] | None = None,
+) -> DemoResult:
+    """Rerun only the Figure 6 sweep of the built diffusion demo ``name`` (its
+    ``fig6_sweep.csv``, from the models it holds, at its ``[defaults]``): after a change of the
+    sweep's columns or of the algorithm. The data, the models and the results store are not
+    touched.
+
+    Raises:
+        SettingsError: no demo has that name, or it ships no sweep (the message lists those
+            that do). SDEError: the folder is not a built demo.
+    """
+    import time
+
+    from sde_core.pipeline.demo_diffusion import DIFFUSION_DEMOS, write_fig6_sweep
+    from sde_core.pipeline.workspace_load import load_workspace
+
+    if name not in DIFFUSION_DEMOS:
+        raise SettingsError(
+            f"demo {name!r} ships no sweep; the demos with one: {', '.join(DIFFUSION_DEMOS)}"
+        )
+    t0 = time.perf_counter()
+    folder = _folder(DEMOS[name], out)
+    path = write_fig6_sweep(load_workspace(folder), log=log)
+    seconds = time.perf_counter() - t0
+    return DemoResult(folder, "", seconds, None, (f"wrote {path} in {seconds:.0f}s",))

@@ -21,18 +21,24 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from sde_core.common.fsio import atomic_write_text
+from sde_core.common.signed import signed
 from sde_core.pipeline.evaluation.metric_table import F1, raw_column
 from sde_core.pipeline.settings import NOISE_LEVELS
 from sde_core.pipeline.workspace import Workspace
+
+#: The models of the Figure 6 sweep: the original and the model that never saw D_f.
+SWEEP_MODELS = ("original", "retrained")
 
 __all__ = [
     "BOOTSTRAP_DRAWS",
     "COPIES_FILE",
     "LOSS_FILE",
+    "SWEEP_MODELS",
     "CopyRow",
     "DenoisingLossRow",
     "copy_rows",
@@ -366,7 +372,7 @@ def memorisation_markdown(folder: str | Path) -> str:
             for level in sorted(table["noise_level"].unique()):
                 at = table[(table["sigma_rule"] == rule) & (table["noise_level"] == level)]
                 parts = []
-                for model in ("original", "retrained"):
+                for model in SWEEP_MODELS:
                     row = at[at["model"] == model]
                     if row.empty:
                         parts.append("—")
@@ -379,4 +385,86 @@ def memorisation_markdown(folder: str | Path) -> str:
                     parts.append(text if shown else text + " (withheld)")
                 cells.append(" / ".join(parts))
             lines.append("| " + " | ".join(cells) + " |")
+        lines += _paired_sweep_lines(table)
     return "\n".join(lines) + "\n"
+
+
+def _paired_sweep_lines(table: Any) -> list[str]:
+    """The Figure 6 sweep's paired comparison with σ = √d (its ``f1_vs_base`` columns, written
+    by :func:`~sde_core.pipeline.sweeps.run_sweep`): a table of each σ's F1 difference at each
+    σ_t, then per model how many differences are decided each way, point by point and for
+    all σ of a level at once — none for a sweep file written before the columns existed."""
+    from sde_core.pipeline.sweeps import paired_columns
+
+    value, lo, hi, all_lo, all_hi = paired_columns(F1.key)
+    if all_hi not in table:
+        return []
+    if table[value].isna().all():
+        return [
+            "",
+            f"Against σ = √d, paired (`{value}`): no σ is compared with √d — the gate withholds "
+            "F1 at every point of the sweep.",
+        ]
+    levels = sorted(table["noise_level"].unique())
+    family = table["sigma_rule"].nunique() - 1
+    lines = [
+        "",
+        f"Against σ = √d, paired (`{value}`): at each σ_t every σ is judged on the same "
+        "subsets and splits as √d, so the F1 difference σ − √d has a paired interval (method "
+        "§15); whether a σ beats √d is read from it, not from two intervals' overlap. Each cell: "
+        f"the difference, its 95% interval for that σ alone, then the interval for all {family} "
+        f"σ of the level at once (Bonferroni, each at 1 − 0.05/{family}). Original / retrained; "
+        "'—': the gate withholds the point.",
+        "",
+        "| σ | " + " | ".join(f"σ_t = {v:g}" for v in levels) + " |",
+        "|---" * (1 + len(levels)) + "|",
+    ]
+    # per model: [above, below, undecided] alone, then [above, below] for all at once
+    counts = {m: [0, 0, 0, 0, 0] for m in SWEEP_MODELS}
+    decided: dict[str, list[str]] = {m: [] for m in SWEEP_MODELS}  # alone
+    for rule in table["sigma_rule"].unique():
+        if rule == "sqrt_dim":
+            continue
+        sigma = table.loc[table["sigma_rule"] == rule, "sigma"].iloc[0]
+        cells = [rule if rule == "median" else f"{rule} = {_num(sigma, 1)}"]
+        for level in levels:
+            at = table[(table["sigma_rule"] == rule) & (table["noise_level"] == level)]
+            parts = []
+            for model in SWEEP_MODELS:
+                row = at[at["model"] == model]
+                if row.empty or not math.isfinite(float(row.iloc[0][value])):
+                    parts.append("—")
+                    continue
+                r = row.iloc[0]
+                parts.append(
+                    f"{signed(r[value])} [{signed(r[lo])}, {signed(r[hi])}] "
+                    f"[{signed(r[all_lo])}, {signed(r[all_hi])}]"
+                )
+                c = counts[model]
+                c[0 if r[lo] > 0 else 1 if r[hi] < 0 else 2] += 1
+                if r[lo] > 0 or r[hi] < 0:
+                    where = "above" if r[lo] > 0 else "below"
+                    decided[model].append(f"{rule} at σ_t = {level:g} ({where})")
+                c[3] += bool(r[all_lo] > 0)
+                c[4] += bool(r[all_hi] < 0)
+            cells.append(" / ".join(parts))
+        lines.append("| " + " | ".join(cells) + " |")
+    said = []
+    compared = 0
+    for model, (above, below, undecided, all_above, all_below) in counts.items():
+        total = above + below + undecided
+        compared += total
+        named = ", ".join(decided[model]) or "none"
+        said.append(
+            f"{model}: σ alone, above √d's F1 at {above} of {total} compared points, below at "
+            f"{below}, undecided at {undecided} (decided: {named}); all σ of a level at once, "
+            f"above at {all_above}, below at {all_below}"
+        )
+    chance = 0.05 * compared
+    lines += [
+        "",
+        "Decided against σ = √d — " + "; ".join(said) + f". At 95% per point, {compared} "
+        f"comparisons with no true difference would give about {chance:.1f} decided ones by "
+        "chance.",
+    ]
+    return lines
