@@ -43,6 +43,7 @@ from sde_core.viz.figures.sweeps import (
     PLAN_METRICS,
     SWEEP_METRICS,
     before_gate,
+    paired_sweep_answer,
     plan_figure,
     shipped_sweep_answer,
     sweep_figure,
@@ -112,8 +113,9 @@ def sweep_values(ws: Workspace, settings: EvalSettings, param: str, original: st
     key = value_key(param, settings)
     if param == "sigma":
         dim = next(i.dim for i in model_layers(ws, original) if i.name == settings.layer)
-        factors = (0.1, 0.3, 1.0, 3.0)
-        st.session_state.setdefault(key, ", ".join(f"{math.sqrt(dim) * f:.3g}" for f in factors))
+        # as rules, √d itself among them: the points are paired with the sidebar's σ (√d by
+        # default) on the same draws, and the answer says which σ beats it (method §15)
+        st.session_state.setdefault(key, "0.1*sqrt_dim, 0.3*sqrt_dim, sqrt_dim, 3*sqrt_dim")
         text = st.text_input(
             f"σ values (comma-separated; √d = {math.sqrt(dim):.3g} at {settings.layer})",
             help=f"Each σ is {SIGMA_SYNTAX}.",
@@ -208,6 +210,9 @@ def shipped_sweep(path: Path) -> None:
         levels = sorted(sweep[facet].dropna().unique().tolist())
         level = st.select_slider(facet.replace("_", " "), levels, key=f"ss_{path.stem}_{facet}")
         part = sweep[sweep[facet] == level]
+    paired = paired_sweep_answer(part)
+    if paired:
+        st.markdown(md_plain(paired))
     raw = st.toggle("Show the numbers before the gate (not a verdict)", key=f"ss_{path.stem}_raw")
     shown = before_gate(part) if raw else part
     for metric, column in zip(SWEEP_METRICS, st.columns(len(SWEEP_METRICS)), strict=True):
@@ -295,6 +300,9 @@ with guarded("Cannot run this sweep"):
         sweep = run(ws, settings, param, values, models)
         if sweep is not None:
             markers = markers_of(ws, settings, models[0]) if param == "sigma" else None
+            paired = paired_sweep_answer(sweep)
+            if paired:
+                st.markdown(md_plain(paired))
             for metric, column in zip(SWEEP_METRICS, st.columns(len(SWEEP_METRICS)), strict=True):
                 with column:
                     plot(sweep_figure(sweep, metric, markers=markers), f"sw_{metric}")

@@ -58,7 +58,13 @@ from sde_core.pipeline.run_drivers import Drivers, run_drivers
 from sde_core.pipeline.run_progress import RunProgress, duration_text, read_progress
 from sde_core.pipeline.settings import EvalSettings
 from sde_core.pipeline.store import ResultsStore, workspace_store_path
-from sde_core.pipeline.sweeps import SweepForecast, run_sweep, sigma_markers, sweep_forecast
+from sde_core.pipeline.sweeps import (
+    SweepForecast,
+    default_paired_base,
+    run_sweep,
+    sigma_markers,
+    sweep_forecast,
+)
 from sde_core.pipeline.workspace import Workspace
 from sde_core.services.evaluation import store_file_state, stored_models
 from sde_core.services.result_cache import ResultCache
@@ -488,11 +494,13 @@ class Evaluations:
         if found is not None:
             return found
 
+        base = default_paired_base(settings, param, values)
+
         def work(progress: Progress) -> pd.DataFrame:
             store = self._store()
             try:
                 return run_sweep(self.ws, settings, param, values, models=list(models),
-                                 store=store, progress=progress)  # fmt: skip
+                                 store=store, progress=progress, paired_base=base)  # fmt: skip
             finally:
                 if store is not None:
                     store.close()

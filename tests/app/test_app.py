@@ -472,11 +472,16 @@ def test_sigma_sweep_matches_evaluate_workspace(ws, defaults):
     no_exception(at)
     table = frame(at, "from_store")
     point = table[(table["model"] == "original")].iloc[-1]
-    lib = evaluate_workspace(ws, defaults.with_overrides(sigma=float(point["value"])),
+    assert point["value"] == "3*sqrt_dim"  # the default values are rules, √d among them
+    lib = evaluate_workspace(ws, defaults.with_overrides(sigma=point["value"]),
                              models=["original"]).models.iloc[0]  # fmt: skip
     assert point["f1"] == pytest.approx(lib["f1"])
     assert point["otr"] == pytest.approx(lib["otr"])
     assert len(at.get("plotly_chart")) == 2
+    # each σ is paired with the sidebar's √d on the same draws, and the answer says so
+    assert (table["paired_base"] == "sqrt_dim").all()
+    text = " ".join(m.value for m in at.markdown)
+    assert "Against √d, on the same subsets and splits (the paired F1 difference" in text
 
 
 def test_checkpoint_sweep_and_bad_values(ws):

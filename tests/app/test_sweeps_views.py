@@ -23,7 +23,7 @@ SKIP = shutil.ignore_patterns(".sde-cache", "*.sqlite-wal", "*.sqlite-shm")
 @pytest.fixture(scope="module")
 def copies(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("sweep-views")
-    for demo in ("demo", "demo-fashion-edm", "demo-mnist1d"):
+    for demo in ("demo", "demo-fashion-edm", "demo-fashion-edm-mem", "demo-mnist1d"):
         shutil.copytree(ROOT / "assets" / demo, base / demo, ignore=SKIP)
     return base
 
@@ -69,6 +69,20 @@ def test_shipped_sweep_is_drawn_on_open_with_no_verdict_said(opened):
     assert not at.exception
     assert sum("before the gate — not a verdict" in t for t in _titles(at)) == 2
     assert not (opened / ".sde-cache" / "activations").exists()  # nothing was extracted
+
+
+@pytest.mark.parametrize("opened", ["demo-fashion-edm-mem"], indirect=True)
+def test_shipped_sweep_says_which_sigma_beats_sqrt_d_from_the_paired_test(opened):
+    """The answer over σ comes from the paired differences, for the level on screen: at
+    σ_t = 2 the gate withholds F1, so no σ is compared at all."""
+    at = _sweeps_page()
+    text = " ".join(m.value for m in at.markdown)
+    assert "Against √d, on the same subsets and splits (the paired F1 difference" in text
+    assert "taken together" in text
+    at.select_slider(key="ss_fig6_sweep_noise_level").set_value(2.0).run()
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert "original: no point compared (the gate withholds its F1)" in text
 
 
 @pytest.mark.parametrize("opened", ["demo-mnist1d"], indirect=True)

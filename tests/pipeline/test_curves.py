@@ -32,7 +32,7 @@ from sde_core.pipeline.store import ResultsStore, workspace_store_path
 from sde_core.pipeline.sweeps import read_sweep, shipped_sweeps
 from sde_core.pipeline.workspace import workspace_hash
 from sde_core.pipeline.workspace_load import load_workspace
-from sde_core.viz.figures.sweeps import before_gate, shipped_sweep_answer
+from sde_core.viz.figures.sweeps import before_gate, paired_sweep_answer, shipped_sweep_answer
 from sde_core.viz.ui_support import Eta
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,6 +145,32 @@ def test_shipped_sweep_file_reads_and_says_no_verdict():
     raw = before_gate(sweep)
     assert raw[OTR.key].tolist() == sweep[f"{OTR.key}_raw"].tolist()
     assert (raw["inconclusive_reason"] == "").all()
+
+
+def test_paired_sweep_answer_counts_each_way_and_names_what_holds_for_all_at_once():
+    nan = float("nan")
+    rows = [  # value, model, f1_vs_base, lo, hi, all_lo, all_hi
+        ("16", "a", nan, nan, nan, nan, nan),  # the base
+        ("4", "a", 0.12, 0.02, 0.22, -0.05, 0.29),  # above alone, not with all
+        ("8", "a", -0.10, -0.18, -0.02, -0.21, 0.01),  # below alone
+        ("32", "a", 0.01, -0.06, 0.08, -0.10, 0.12),  # undecided
+        ("16", "b", nan, nan, nan, nan, nan),
+        ("4", "b", 0.30, 0.20, 0.40, 0.12, 0.48),  # above, with all too
+        ("8", "b", nan, nan, nan, nan, nan),  # withheld
+        ("32", "b", 0.00, -0.05, 0.05, -0.08, 0.08),
+    ]
+    cols = ["value", "model", "f1_vs_base", "f1_vs_base_lo", "f1_vs_base_hi",
+            "f1_vs_base_all_lo", "f1_vs_base_all_hi"]  # fmt: skip
+    sweep = pd.DataFrame(rows, columns=cols).assign(paired_base=16.0)
+    assert paired_sweep_answer(sweep) == (
+        "Against 16, on the same subsets and splits (the paired F1 difference, method §15): "
+        "a: no point differs from 16 with all 3 compared points taken together; point by "
+        "point, above at 1, below at 1, undecided at 1 (the largest gain +0.12 [+0.02, +0.22] "
+        "at 4, [−0.05, +0.29] taken together); b: 4 above 16 even with all 2 compared points "
+        "taken together; point by point, above at 1, below at 0, undecided at 1 (the largest "
+        "gain +0.30 [+0.20, +0.40] at 4, [+0.12, +0.48] taken together)."
+    )
+    assert paired_sweep_answer(sweep.drop(columns=["f1_vs_base_all_hi"])) is None
 
 
 @pytest.mark.parametrize(

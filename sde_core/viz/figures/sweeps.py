@@ -4,7 +4,9 @@
   :func:`sde_core.pipeline.sweeps.run_sweep`), with the σ rules marked;
 - :func:`plan_figure` — a metric of an experiment plan's points against its sweep axis;
 - :func:`shipped_sweep_answer` — a shipped sweep file's answer in words, and
-  :func:`before_gate` its numbers before the gate (drawn only under that label).
+  :func:`before_gate` its numbers before the gate (drawn only under that label);
+- :func:`paired_sweep_answer` — which points beat the sweep's base point, from the paired
+  differences on the same draws (never from two intervals' overlap).
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from sde_core.common.sigma import MEDIAN, SQRT_DIM
+from sde_core.common.signed import signed
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.metric_table import CALIBRATED_OTR, F1, OTR
+from sde_core.pipeline.sweeps import paired_columns
 from sde_core.viz.figures.comparison import _validity, _withheld
 from sde_core.viz.figures.style import MODEL_COLORS, _layout, _metric
 from sde_core.viz.formatting import AXIS_NUMBERS
@@ -28,6 +32,7 @@ __all__ = [
     "PLAN_METRICS",
     "SWEEP_METRICS",
     "before_gate",
+    "paired_sweep_answer",
     "plan_figure",
     "shipped_sweep_answer",
     "sweep_figure",
@@ -324,3 +329,77 @@ def before_gate(sweep: pd.DataFrame) -> pd.DataFrame:
                 out[f"{key}{side}"] = np.nan
     out["inconclusive_reason"] = ""
     return out
+
+
+def _point_name(row: Mapping[Any, Any]) -> str:
+    """A sweep point as the answer names it: its σ rule (``0.125*sqrt_dim``) where the file
+    has one, else its value."""
+    rule = row.get("sigma_rule")
+    value = rule if isinstance(rule, str) and rule else row.get("value")
+    if isinstance(value, int | float):
+        return f"{float(value):.3g}"
+    return str(value).replace(SQRT_DIM, "√d").replace("*", "·")
+
+
+def paired_sweep_answer(sweep: pd.DataFrame, metric: str = F1.key) -> str | None:
+    """Which points of a sweep beat its base point, in words, from the paired differences
+    (:func:`~sde_core.pipeline.sweeps.run_sweep`'s ``paired_base``): per model, whether any
+    point is decided once all the compared points are taken together (the interval that holds
+    for all at once), then at how many points the difference's own 95% interval lies above 0,
+    below 0 or holds 0, with the largest gain. None when the sweep was not paired.
+
+    Args:
+        sweep: a sweep's rows (one facet: one noise level or layer).
+        metric: a paired metric (F1 by default, the paper's Fig. 6).
+    """
+    value, lo, hi, all_lo, all_hi = paired_columns(metric)
+    if all_hi not in sweep or "paired_base" not in sweep or sweep.empty:
+        return None
+    label = _metric(metric).label
+    bases = sweep["paired_base"]
+    at_base = sweep[[_same(v, b) for v, b in zip(sweep["value"], bases, strict=True)]]
+    base = str(bases.iloc[0]) if at_base.empty else _point_name(at_base.iloc[0].to_dict())
+    parts = []
+    for model, part in sweep.groupby("model", sort=False):
+        rows = part[np.isfinite(part[value].astype(float))]
+        if rows.empty:
+            parts.append(f"{model}: no point compared (the gate withholds its {label})")
+            continue
+        together = rows[(rows[all_lo] > 0) | (rows[all_hi] < 0)]
+        n = f"all {len(rows)} compared points taken together"
+        if together.empty:
+            head = f"{model}: no point differs from {base} with {n}"
+        else:
+            names = " and ".join(
+                f"{_point_name(r)} {'above' if r[all_lo] > 0 else 'below'}"
+                for r in together.to_dict("records")
+            )
+            head = f"{model}: {names} {base} even with {n}"
+        above = rows[rows[lo] > 0]
+        below = rows[rows[hi] < 0]
+        undecided = len(rows) - len(above) - len(below)
+        text = (
+            f"{head}; point by point, above at {len(above)}, below at {len(below)}, "
+            f"undecided at {undecided}"
+        )
+        if not above.empty:
+            best = above.iloc[int(np.argmax(above[value].to_numpy(dtype=float)))].to_dict()
+            text += (
+                f" (the largest gain {signed(best[value])} [{signed(best[lo])}, "
+                f"{signed(best[hi])}] at {_point_name(best)}, "
+                f"[{signed(best[all_lo])}, {signed(best[all_hi])}] taken together)"
+            )
+        parts.append(text)
+    return (
+        f"Against {base}, on the same subsets and splits (the paired {label} difference, "
+        "method §15): " + "; ".join(parts) + "."
+    )
+
+
+def _same(value: Any, base: Any) -> bool:
+    """Whether a sweep file's value is its paired base (``16.0`` and ``16`` are: a CSV writes
+    a number in a column of numbers and words as text)."""
+    try:
+        return math.isclose(float(value), float(base), rel_tol=1e-9)
+    except (TypeError, ValueError):
+        return str(value) == str(base)
