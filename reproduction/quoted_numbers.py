@@ -32,7 +32,18 @@ name where it comes from, and this script writes it from the demo's shipped stor
   (:data:`~sde_core.pipeline.evaluation.metric_table.METRICS`), shown with its 95% interval as
   the dashboard's tables show it (:func:`~sde_core.viz.formatting.format_estimate`); append
   ``:point`` for the value alone; ``verdict`` is the verdict label
-  (:func:`~sde_core.viz.verdicts.labels.verdict_label`).
+  (:func:`~sde_core.viz.verdicts.labels.verdict_label`); ``<metric>_raw`` is a headline
+  number before the gate (two decimals; prose must say so: it is not a verdict).
+
+- a **paired comparison** of two models of a demo's run on the draws both ran (method §15), as
+  the Answer page writes it (:func:`~sde_core.viz.answer.difference_text`)::
+
+      <!-- quoted:demo-fashion-edm-mem/compare:retrained:original/f1 -->… points [… , …] vs
+      original (paired, 10 draws)<!-- /quoted -->
+
+  The key is ``<demo>/compare:<model>:<reference>/<metric>``, the metric one of
+  :data:`~sde_core.pipeline.evaluation.comparisons.COMPARED_METRICS`. Whether two models
+  differ "within the uncertainty" is quoted from this, never from two intervals' overlap.
 
 Usage::
 
@@ -55,8 +66,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from sde_core.pipeline.evaluation.comparisons import COMPARED_METRICS, compare_models
 from sde_core.pipeline.evaluation.metric_table import METRICS
 from sde_core.pipeline.store import ResultsStore
+from sde_core.viz.answer import difference_text
 from sde_core.viz.formatting import format_estimate
 from sde_core.viz.verdicts.labels import verdict_label
 
@@ -113,6 +128,7 @@ class StoredRun:
     demo: str
     settings: Mapping[str, Any]
     models: dict[str, dict[str, Any]]
+    draws: pd.DataFrame
 
 
 @cache
@@ -130,7 +146,29 @@ def stored_run(demo: str, root: Path = ROOT) -> StoredRun:
             )
         run = runs.iloc[0]
         rows = store.rows(int(run["id"]), "models").to_dict("records")
-    return StoredRun(demo, json.loads(run["settings"]), {str(r["name"]): r for r in rows})
+        draws = store.rows(int(run["id"]), "draws")
+    models = {str(r["name"]): r for r in rows}
+    return StoredRun(demo, json.loads(run["settings"]), models, draws)
+
+
+def comparison_text(run: StoredRun, pair: str, metric: str) -> str:
+    """A paired comparison ``<model>:<reference>`` of ``metric`` in a demo's stored run, as the
+    Answer page writes it (see the module docstring)."""
+    model, sep, reference = pair.partition(":")
+    if not sep or not model or not reference:
+        raise QuotedNumberError(f"compare:{pair}: name two models, compare:<model>:<reference>")
+    for name in (model, reference):
+        if name not in run.models:
+            raise QuotedNumberError(
+                f"compare:{pair}: demo {run.demo!r} has no model {name!r} "
+                f"(it has {', '.join(run.models)})"
+            )
+    if metric not in COMPARED_METRICS:
+        raise QuotedNumberError(
+            f"compare:{pair}: {metric!r} is not compared; use one of {', '.join(COMPARED_METRICS)}"
+        )
+    models = pd.DataFrame(list(run.models.values()))
+    return difference_text(compare_models(models, run.draws, model, reference, metric), reference)
 
 
 def field_text(row: Mapping[str, Any], field: str) -> str:
@@ -149,6 +187,12 @@ def field_text(row: Mapping[str, Any], field: str) -> str:
         return f"{100 * float(row[name]):.0f}%"
     if name == "null_gate":
         return "fires" if "null check" in str(row.get("inconclusive_reason") or "") else "passes"
+    if name.endswith("_raw") and name.removesuffix("_raw") in METRICS:
+        # a headline number before the gate (method §12): only under that label in the prose
+        if name not in row:
+            raise QuotedNumberError(f"the store has no {name!r} (no number before the gate)")
+        value = float(row[name])
+        return "n/a" if not math.isfinite(value) else f"{value:.2f}"
     metric = METRICS.get(name)
     if metric is None:
         raise QuotedNumberError(f"unknown field {name!r}: use a metric of the metric table")
@@ -252,6 +296,8 @@ def quoted(key: str, root: Path = ROOT) -> str:
             return meta_eval_checkpoints_text(demo, model.removeprefix("checkpoints:"), field, root)
         return meta_eval_text(demo, model, field, root)
     run = stored_run(demo, root)
+    if model.startswith("compare:"):
+        return comparison_text(run, model.removeprefix("compare:"), field)
     if model not in run.models:
         raise QuotedNumberError(
             f"{key}: demo {demo!r} has no model {model!r} (it has {', '.join(run.models)})"

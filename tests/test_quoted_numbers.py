@@ -185,3 +185,77 @@ def test_checkpoint_ranges_are_a_plain_reading_of_the_meta_evaluation_table() ->
 def test_a_checkpoint_marker_naming_nothing_is_an_error(key: str) -> None:
     with pytest.raises(q.QuotedNumberError):
         q.quoted(key)
+
+
+def test_a_compared_pair_is_a_textbook_paired_t_on_the_stored_draws() -> None:
+    """``compare:<model>:<reference>`` against scipy's paired t on the store's per-draw rates
+    (read with sqlite, not the library): equal trials per draw, so the pooled difference is the
+    plain mean and the interval ``ttest_rel``'s — widened to the binomial floor of method §15
+    where that binds (it does for F1 here, whose per-draw differences hardly vary)."""
+    import json
+    import sqlite3
+
+    from scipy import stats
+
+    path = ROOT / "assets" / "demo-fashion-edm-mem" / "results.sqlite"
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        (run_id,) = con.execute("select id from runs where status = 'complete'").fetchone()
+        rows = con.execute(
+            "select t.payload from table_rows t join units u on u.id = t.unit_id "
+            "where u.run_id = ? and t.table_name = 'draws'",
+            (run_id,),
+        ).fetchall()
+    finally:
+        con.close()
+    draws = [json.loads(r[0]) for r in rows]
+    checked = 0
+    for metric, trials, floor_binds in (("otr", "targets", False), ("f1", "controls", True)):
+        a = {d["draw"]: d for d in draws if d["model"] == "retrained"}
+        b = {d["draw"]: d for d in draws if d["model"] == "original"}
+        common = sorted(set(a) & set(b))
+        x = [a[i][metric] for i in common]
+        y = [b[i][metric] for i in common]
+        assert len({a[i][trials] for i in common}) == 1  # equal trials: unweighted
+        m = sum(a[i][trials] for i in common)
+        shares = [(sum(v) / len(v) * m + 2) / (m + 4) for v in (x, y)]
+        floor = max(p * (1 - p) / m for p in shares)
+        d = [u - w for u, w in zip(x, y, strict=True)]
+        var = stats.tvar(d) / len(d)
+        assert (floor > var) == floor_binds, (metric, var, floor)
+        mean = sum(d) / len(d)
+        if floor_binds:
+            half = stats.t.ppf(0.975, len(d) - 1) * math.sqrt(floor)
+            low, high = mean - half, mean + half
+        else:
+            ci = stats.ttest_rel(x, y).confidence_interval(0.95)
+            low, high = ci.low, ci.high
+
+        def pts(v: float) -> str:
+            return f"{100 * v:+.0f}".replace("-", "−")
+
+        want = f"{pts(mean)} points [{pts(low)}, {pts(high)}] vs original (paired, {len(d)} draws)"
+        assert q.quoted(f"demo-fashion-edm-mem/compare:retrained:original/{metric}") == want
+        checked += 1
+    assert checked == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("demo-fashion-edm-mem/compare:retrained/otr", "name two models"),
+        ("demo-fashion-edm-mem/compare:retrained:nobody/otr", "has no model 'nobody'"),
+        ("demo-fashion-edm-mem/compare:retrained:original/acc_f", "is not compared"),
+        ("demo-fashion-edm-mem/original/nothing_raw", "unknown field"),
+    ],
+)
+def test_a_compare_or_raw_marker_naming_nothing_is_an_error(key: str, message: str) -> None:
+    with pytest.raises(q.QuotedNumberError, match=message):
+        q.quoted(key)
+
+
+def test_a_number_before_the_gate_is_the_stores_raw_column() -> None:
+    run = q.stored_run("demo-fashion-edm")
+    for name, row in run.models.items():
+        assert q.quoted(f"demo-fashion-edm/{name}/otr_raw") == f"{float(row['otr_raw']):.2f}"
+        assert math.isnan(float(row["otr"]))  # withheld: only the raw number exists
