@@ -259,3 +259,13 @@ def test_a_number_before_the_gate_is_the_stores_raw_column() -> None:
     for name, row in run.models.items():
         assert q.quoted(f"demo-fashion-edm/{name}/otr_raw") == f"{float(row['otr_raw']):.2f}"
         assert math.isnan(float(row["otr"]))  # withheld: only the raw number exists
+
+
+def test_the_split_level_range_is_every_shipped_models() -> None:
+    rates = [
+        float(row["null_split_fpr"]) for demo in DEMOS for row in q.stored_run(demo).models.values()
+    ]
+    assert q.null_split_range() == f"{100 * min(rates):.0f}–{100 * max(rates):.0f}%"
+    stale = "fires on <!-- quoted:nullsplitrange -->5–40%<!-- /quoted --> of pairs"
+    assert [key for key, _, _ in q.stale(stale)] == ["nullsplitrange"]
+    assert q.stale(q.render(stale)) == []
