@@ -4,6 +4,7 @@ files, its memorisation measures and the tables the docs quote, read from the sh
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -20,11 +21,13 @@ from sde_core.pipeline.demo_diffusion import (
     diffusion_recipe,
 )
 from sde_core.pipeline.diffusion_memorisation import COPIES_FILE, LOSS_FILE, memorisation_markdown
+from sde_core.pipeline.evaluation.behaviour import stored_behaviour, with_behaviour
 from sde_core.pipeline.evaluation.metric_table import F1
 from sde_core.pipeline.settings import ALGORITHM_VERSION, NOISE_LEVELS
 from sde_core.pipeline.store import ResultsStore
 from sde_core.pipeline.sweeps import paired_columns
 from sde_core.pipeline.workspace_load import load_workspace
+from sde_core.viz.verdicts.labels import verdict_label
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "fashion-mnist-edm-mem"
@@ -101,6 +104,43 @@ def test_shipped_fig6_sweep_pairs_every_sigma_with_sqrt_d():
         assert ((others[lo] <= others[value]) & (others[value] <= others[hi])).all()
         compared += len(others)
     assert compared == 2 * 4 * 7  # σ_t ≤ 1 pass the gate, σ_t = 2 does not
+
+
+def _layer_study():
+    spec = importlib.util.spec_from_file_location(
+        "diffusion_layers", ROOT / "reproduction" / "diffusion_layers.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_layer_study_covers_every_representation_and_matches_the_store():
+    """The study of every offered representation (reproduction/diffusion_layers.py): its table
+    is its JSON's, it has every layer alias at every noise level, and at the default layer it
+    is the shipped store's run (same verdicts and OTRs: the same evaluation, done twice)."""
+    study = _layer_study()
+    json_path, md_path = study.paths(FOLDER)
+    data = json.loads(json_path.read_text(encoding="utf-8"))
+    assert md_path.read_text(encoding="utf-8") == study.markdown(data), (
+        "run python reproduction/diffusion_layers.py --tables-only"
+    )
+    ws = load_workspace(FOLDER)
+    layers = [row["layer"] for row in data["layers"]]
+    assert layers == study.representations(ws)
+    assert len(layers) == 5 * len(NOISE_LEVELS)  # denoised and block1-4 at every σ_t
+    assert data["algorithm"] == ALGORITHM_VERSION
+    default = data["layers"][layers.index(ws.defaults.layer)]["models"]
+    with ResultsStore(FOLDER / "results.sqlite", read_only=True) as store:
+        run_id = int(store.list_runs()["id"].iloc[0])
+        rows = with_behaviour(store.rows(run_id, "models"), stored_behaviour(store, run_id))
+    for row in rows.to_dict("records"):
+        if row["name"] not in default:
+            continue
+        assert default[row["name"]]["verdict"] == verdict_label(row), row["name"]
+        otr = default[row["name"]]["otr"]
+        assert (otr is None and np.isnan(row["otr"])) or otr == pytest.approx(row["otr"])
 
 
 def test_the_quoted_tables_are_the_shipped_files():
