@@ -385,6 +385,7 @@ def test_missing_workspace_is_an_inline_error(ws, monkeypatch, tmp_path):
 # ------------------------------------------------------------------------------------- Compare
 
 
+@pytest.mark.slow  # ~21 s on 2 cores: a full Compare run (make test-slow, CI)
 def test_compare_table_matches_evaluate_workspace(ws, defaults, expected):
     at = app("compare", layers="output,penultimate")
     no_exception(at)

@@ -40,6 +40,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return ws, out / "sde-report-demo.json"
 
 
+@pytest.mark.slow  # the module's report fixture: two evaluations, ~23 s on 2 cores (CI runs it)
 def test_report_paper_writes_the_tables_and_says_why_no_figures(report):
     _, path = report
     archive = zipfile.ZipFile(path.with_name("sde-report-demo-paper.zip"))
@@ -51,6 +52,7 @@ def test_report_paper_writes_the_tables_and_says_why_no_figures(report):
     assert "No figures: " in archive.read("README.txt").decode()
 
 
+@pytest.mark.slow  # the module's report fixture: two evaluations, ~23 s on 2 cores (CI runs it)
 def test_report_pins_what_was_evaluated(report):
     ws, path = report
     doc = json.loads(path.read_text())
@@ -99,6 +101,7 @@ def test_verify_passes_then_names_the_changed_checkpoint(report, capsys, monkeyp
     assert "DIFFERS: 1 of 2 models differ (ft)" in out
 
 
+@pytest.mark.slow  # the module's report fixture: two evaluations, ~23 s on 2 cores (CI runs it)
 def test_verify_reports_shared_and_entry_changes(report, tmp_path):
     ws, path = report
     doc = json.loads(path.read_text())
@@ -128,6 +131,7 @@ def test_bad_reports_are_one_line_errors(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("error: ") and "not an SDE report" in err[0]
 
 
+@pytest.mark.slow  # the module's report fixture: two evaluations, ~23 s on 2 cores (CI runs it)
 def test_verify_never_follows_a_report_outside_the_allowed_folders(report, tmp_path, capsys,
                                                                     monkeypatch):  # fmt: skip
     """Issue 31 item 3: without --workspace the report's manifest does not choose the folder."""
@@ -141,6 +145,7 @@ def test_verify_never_follows_a_report_outside_the_allowed_folders(report, tmp_p
     assert str(ws) in err[0] and "--workspace" in err[0] and ROOTS_ENV in err[0]
 
 
+@pytest.mark.slow  # the module's report fixture: two evaluations, ~23 s on 2 cores (CI runs it)
 def test_non_finite_reported_numbers_always_differ(report, tmp_path):
     """Issue 31 item 3: every reference_p* / panel_p* set to NaN (and a score to Infinity) is a
     difference, never "within the near-tie p range"."""

@@ -213,7 +213,11 @@ def test_shipped_diffusion_demo_is_complete(shipped):
         assert (shipped / name).is_file(), name
 
 
-@pytest.mark.parametrize("page", ["explore", "compare", "report", "workspace", "method"])
+@pytest.mark.parametrize(
+    "page",
+    # Explore takes ~15 s on 2 cores: it runs with the slow tests (make test-slow, CI)
+    [pytest.param("explore", marks=pytest.mark.slow), "compare", "report", "workspace", "method"],
+)
 def test_every_page_works_on_the_shipped_diffusion_demo(shipped, page):
     at = _page(page)
     if page == "explore":  # clean, noisy and denoised images of a target subset
