@@ -492,6 +492,9 @@ def test_checkpoint_sweep_and_bad_values(ws):
     no_exception(at)
     table = frame(at, "from_store")
     assert sorted(table["value"]) == [0.1, 0.2, 0.4, 0.8, 1.0]
+    # paired with the final checkpoint on the same draws, and said so
+    text = " ".join(m.value for m in at.markdown)
+    assert "Against the checkpoint at 100% of training, on the same subsets and splits" in text
     at.radio(key="sw_param").set_value("subset_size").run()
     at.text_input(key="sw_sizes").set_value("10, ten").run()
     no_exception(at)

@@ -332,10 +332,12 @@ def before_gate(sweep: pd.DataFrame) -> pd.DataFrame:
 
 
 def _point_name(row: Mapping[Any, Any]) -> str:
-    """A sweep point as the answer names it: its σ rule (``0.125*sqrt_dim``) where the file
-    has one, else its value."""
+    """A sweep point as the answer names it: its σ rule (``0.125*sqrt_dim`` as ``0.125·√d``)
+    where the file has one, a checkpoint as its share of training, else its value."""
     rule = row.get("sigma_rule")
     value = rule if isinstance(rule, str) and rule else row.get("value")
+    if row.get("param") == "checkpoint" and isinstance(value, int | float):
+        return f"the checkpoint at {100 * float(value):.0f}% of training"
     if isinstance(value, int | float):
         return f"{float(value):.3g}"
     return str(value).replace(SQRT_DIM, "√d").replace("*", "·")
