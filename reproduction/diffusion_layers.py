@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sde_core.common.signed import signed
+from sde_core.pipeline.sweeps import interval_side
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = "fashion-mnist-edm-mem"
 OUT = ROOT / "reproduction" / "results" / "diffusion"
@@ -118,18 +121,12 @@ def evaluate(folder: Path, store_path: Path) -> dict[str, Any]:
     }
 
 
-def _points(value: float) -> str:
-    return f"{100 * value:+.0f}".replace("-", "−")
-
-
 def _difference(entry: dict[str, Any]) -> str:
+    """A paired difference of two rates in points with its interval (``+8 [−3, +19]``)."""
     if "value" not in entry:
         return "withheld"
-    return f"{_points(entry['value'])} [{_points(entry['lo'])}, {_points(entry['hi'])}]"
-
-
-def _excludes_zero(entry: dict[str, Any]) -> bool:
-    return "value" in entry and (entry["lo"] > 0 or entry["hi"] < 0)
+    value, lo, hi = (signed(100 * entry[key], 0) for key in ("value", "lo", "hi"))
+    return f"{value} [{lo}, {hi}]"
 
 
 def _cell(model: dict[str, Any] | None) -> str:
@@ -155,32 +152,27 @@ def markdown(data: dict[str, Any]) -> str:
         + " | retrained − original: OTR | calibrated OTR |",
         "|---" * (len(MODELS) + 3) + "|",
     ]  # fmt: skip
-    separated = withheld = 0
+    separated = withheld = withheld_verdicts = verdicts = 0
     named = []
+    reasons: dict[str, int] = {}
     for row in data["layers"]:
         cells = [f"`{row['layer']}`"] + [_cell(row["models"].get(m)) for m in MODELS]
         pairs = row["retrained_vs_original"]
         cells += [_difference(pairs[m]) for m in COMPARED]
         lines.append("| " + " | ".join(cells) + " |")
-        apart = [
-            m
-            for m in COMPARED
-            if "value" in pairs[m] and (pairs[m]["lo"] > 0 or pairs[m]["hi"] < 0)
-        ]
+        compared = {m: pairs[m] for m in COMPARED if "value" in pairs[m]}
+        apart = [m for m, d in compared.items() if interval_side(d["lo"], d["hi"])]
         if apart:
             separated += 1
             named.append(f"`{row['layer']}` ({', '.join(m.replace('_', ' ') for m in apart)})")
         withheld += all("value" not in pairs[m] for m in COMPARED)
-    total = len(data["layers"])
-    reasons: dict[str, int] = {}
-    cells = 0
-    verdicts = sum(len(row["models"]) for row in data["layers"])
-    for row in data["layers"]:
         for model in row["models"].values():
+            verdicts += 1
             if model["reason"]:
-                cells += 1
+                withheld_verdicts += 1
                 why = model["reason"].split(";")[0].split(" (")[0]
                 reasons[why] = reasons.get(why, 0) + 1
+    total = len(data["layers"])
     lines += [
         "",
         f"The retrained model differs from the original — a paired interval that excludes 0 — at "
@@ -193,7 +185,8 @@ def markdown(data: dict[str, Any]) -> str:
     if reasons:
         common = max(reasons, key=lambda r: reasons[r])
         lines[-1] += (
-            f" The gate withholds {cells} of the {verdicts} (representation, model) verdicts "
+            f" The gate withholds {withheld_verdicts} of the {verdicts} (representation, model) "
+            "verdicts "
             f"(the random model included); {reasons[common]} of them because {common}."
         )
     return "\n".join(lines) + "\n"

@@ -394,7 +394,7 @@ def _paired_sweep_lines(table: Any) -> list[str]:
     by :func:`~sde_core.pipeline.sweeps.run_sweep`): a table of each σ's F1 difference at each
     σ_t, then per model how many differences are decided each way, point by point and for
     all σ of a level at once — none for a sweep file written before the columns existed."""
-    from sde_core.pipeline.sweeps import paired_columns
+    from sde_core.pipeline.sweeps import interval_side, paired_columns
 
     value, lo, hi, all_lo, all_hi = paired_columns(F1.key)
     if all_hi not in table:
@@ -441,12 +441,13 @@ def _paired_sweep_lines(table: Any) -> list[str]:
                     f"[{signed(r[all_lo])}, {signed(r[all_hi])}]"
                 )
                 c = counts[model]
-                c[0 if r[lo] > 0 else 1 if r[hi] < 0 else 2] += 1
-                if r[lo] > 0 or r[hi] < 0:
-                    where = "above" if r[lo] > 0 else "below"
-                    decided[model].append(f"{rule} at σ_t = {level:g} ({where})")
-                c[3] += bool(r[all_lo] > 0)
-                c[4] += bool(r[all_hi] < 0)
+                side = interval_side(r[lo], r[hi])
+                c[{"above": 0, "below": 1, None: 2}[side]] += 1
+                if side:
+                    decided[model].append(f"{rule} at σ_t = {level:g} ({side})")
+                together = interval_side(r[all_lo], r[all_hi])
+                c[3] += together == "above"
+                c[4] += together == "below"
             cells.append(" / ".join(parts))
         lines.append("| " + " | ".join(cells) + " |")
     said = []

@@ -55,6 +55,7 @@ __all__ = [
     "available_fractions",
     "checkpoint_workspace",
     "default_paired_base",
+    "interval_side",
     "paired_columns",
     "read_sweep",
     "run_sweep",
@@ -106,6 +107,16 @@ def paired_columns(metric: str) -> tuple[str, str, str, str, str]:
 
 
 _FRACTION_TOL = 1e-9
+
+
+def interval_side(lo: float, hi: float) -> str | None:
+    """Which side of 0 a difference's interval decides: ``"above"`` (``lo > 0``), ``"below"``
+    (``hi < 0``), or None when it holds 0 (undecided) or is missing (NaN)."""
+    if lo > 0:
+        return "above"
+    if hi < 0:
+        return "below"
+    return None
 
 
 def default_paired_base(settings: EvalSettings, param: str, values: Sequence[Any]) -> Any:

@@ -34,6 +34,7 @@ from sde_core.pipeline.sweeps import (
     available_fractions,
     checkpoint_workspace,
     default_paired_base,
+    interval_side,
     paired_columns,
     run_sweep,
     sigma_markers,
@@ -364,6 +365,12 @@ def test_paired_sigma_sweep_compares_each_point_with_the_base_on_the_same_draws(
                 assert row[all_lo] <= row[lo] and row[all_hi] >= row[hi]
                 checked += 1
     assert checked >= 4  # the original and the retrained model pass the gate at these σ
+
+
+def test_an_interval_decides_a_side_only_when_it_excludes_zero():
+    assert interval_side(0.02, 0.23) == "above" and interval_side(-0.3, -0.01) == "below"
+    assert interval_side(-0.1, 0.1) is None and interval_side(0.0, 0.2) is None
+    assert interval_side(float("nan"), float("nan")) is None  # withheld: nothing decided
 
 
 def test_the_default_base_is_the_current_setting_when_it_is_swept():

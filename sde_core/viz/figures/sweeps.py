@@ -23,7 +23,7 @@ from sde_core.common.sigma import MEDIAN, SQRT_DIM
 from sde_core.common.signed import signed
 from sde_core.errors import SettingsError
 from sde_core.pipeline.evaluation.metric_table import CALIBRATED_OTR, F1, OTR
-from sde_core.pipeline.sweeps import paired_columns
+from sde_core.pipeline.sweeps import interval_side, paired_columns
 from sde_core.viz.figures.comparison import _validity, _withheld
 from sde_core.viz.figures.style import MODEL_COLORS, _layout, _metric
 from sde_core.viz.formatting import AXIS_NUMBERS
@@ -367,25 +367,24 @@ def paired_sweep_answer(sweep: pd.DataFrame, metric: str = F1.key) -> str | None
         if rows.empty:
             parts.append(f"{model}: no point compared (the gate withholds its {label})")
             continue
-        together = rows[(rows[all_lo] > 0) | (rows[all_hi] < 0)]
+        records = rows.to_dict("records")
+        together = [(r, interval_side(r[all_lo], r[all_hi])) for r in records]
+        names = " and ".join(f"{_point_name(r)} {side}" for r, side in together if side)
         n = f"all {len(rows)} compared points taken together"
-        if together.empty:
-            head = f"{model}: no point differs from {base} with {n}"
-        else:
-            names = " and ".join(
-                f"{_point_name(r)} {'above' if r[all_lo] > 0 else 'below'}"
-                for r in together.to_dict("records")
-            )
-            head = f"{model}: {names} {base} even with {n}"
-        above = rows[rows[lo] > 0]
-        below = rows[rows[hi] < 0]
-        undecided = len(rows) - len(above) - len(below)
-        text = (
-            f"{head}; point by point, above at {len(above)}, below at {len(below)}, "
-            f"undecided at {undecided}"
+        head = (
+            f"{model}: {names} {base} even with {n}"
+            if names
+            else f"{model}: no point differs from {base} with {n}"
         )
-        if not above.empty:
-            best = above.iloc[int(np.argmax(above[value].to_numpy(dtype=float)))].to_dict()
+        sides = [interval_side(r[lo], r[hi]) for r in records]
+        above = [r for r, side in zip(records, sides, strict=True) if side == "above"]
+        below = sides.count("below")
+        text = (
+            f"{head}; point by point, above at {len(above)}, below at {below}, "
+            f"undecided at {sides.count(None)}"
+        )
+        if above:
+            best = max(above, key=lambda r: float(r[value]))
             text += (
                 f" (the largest gain {signed(best[value])} [{signed(best[lo])}, "
                 f"{signed(best[hi])}] at {_point_name(best)}, "
