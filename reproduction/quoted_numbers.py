@@ -134,6 +134,15 @@ class StoredRun:
     models: dict[str, dict[str, Any]]
     draws: pd.DataFrame
 
+    def model(self, name: str, key: str) -> dict[str, Any]:
+        """The row of model ``name``; a :class:`QuotedNumberError` naming the marker ``key``
+        and the models the run has when it has none of that name."""
+        if name not in self.models:
+            raise QuotedNumberError(
+                f"{key}: demo {self.demo!r} has no model {name!r} (it has {', '.join(self.models)})"
+            )
+        return self.models[name]
+
 
 @cache
 def stored_run(demo: str, root: Path = ROOT) -> StoredRun:
@@ -166,11 +175,7 @@ def comparison_text(run: StoredRun, pair: str, metric: str) -> str:
     if not sep or not model or not reference:
         raise QuotedNumberError(f"compare:{pair}: name two models, compare:<model>:<reference>")
     for name in (model, reference):
-        if name not in run.models:
-            raise QuotedNumberError(
-                f"compare:{pair}: demo {run.demo!r} has no model {name!r} "
-                f"(it has {', '.join(run.models)})"
-            )
+        run.model(name, f"compare:{pair}")
     if metric not in COMPARED_METRICS:
         raise QuotedNumberError(
             f"compare:{pair}: {metric!r} is not compared; use one of {', '.join(COMPARED_METRICS)}"
@@ -306,11 +311,7 @@ def quoted(key: str, root: Path = ROOT) -> str:
     run = stored_run(demo, root)
     if model.startswith("compare:"):
         return comparison_text(run, model.removeprefix("compare:"), field)
-    if model not in run.models:
-        raise QuotedNumberError(
-            f"{key}: demo {demo!r} has no model {model!r} (it has {', '.join(run.models)})"
-        )
-    return field_text(run.models[model], field)
+    return field_text(run.model(model, key), field)
 
 
 def table(demo: str, root: Path = ROOT, kind: str = "table") -> str:
