@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from sde_core.errors import SettingsError
-from sde_core.pipeline.demo_diffusion import DIFFUSION_DEMOS
+from sde_core.pipeline.demo_diffusion import DIFFUSION_DEMOS, write_fig6_sweep
 from sde_core.pipeline.demo_recipes import DEMO_DATASETS, DEMO_FOLDERS
 from sde_core.pipeline.llm_demo import FACTS_DATASET, default_facts_folder
 from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.workspace import Workspace
 
 __all__ = [
     "DEMOS",
@@ -237,6 +238,14 @@ def _folder(demo: Demo, out: str | Path | None) -> Path:
     return Path(out) if out else Path(__file__).resolve().parents[2] / "assets" / demo.folder
 
 
+def _content_hash(ws: Workspace) -> str:
+    """A built demo's workspace hash, its data's fingerprint included (what its store keys)."""
+    from sde_core.inputs.data import load_dataset
+    from sde_core.pipeline.workspace import workspace_hash
+
+    return workspace_hash(ws, data_fingerprint=load_dataset(ws.dataset_spec()).fingerprint)
+
+
 def refill_demo_store(
     name: str,
     out: str | Path | None = None,
@@ -256,10 +265,8 @@ def refill_demo_store(
     import dataclasses
     import time
 
-    from sde_core.inputs.data import load_dataset
     from sde_core.pipeline.demo import fill_store
     from sde_core.pipeline.demo_recipes import STORE_FILE
-    from sde_core.pipeline.workspace import workspace_hash
     from sde_core.pipeline.workspace_load import load_workspace
     from sde_core.pipeline.workspace_write import workspace_toml, write_workspace
 
@@ -275,7 +282,7 @@ def refill_demo_store(
         write_workspace(pinned)  # every setting the recipe pins, written out
         ws = load_workspace(folder)
         say(f"{folder}: [defaults] set to the recipe's")
-    ws_hash = workspace_hash(ws, data_fingerprint=load_dataset(ws.dataset_spec()).fingerprint)
+    ws_hash = _content_hash(ws)
     store = fill_store(ws, folder / STORE_FILE)
     seconds = time.perf_counter() - t0
     line = (
@@ -302,7 +309,6 @@ def redo_demo_sweep(
     """
     import time
 
-    from sde_core.pipeline.demo_diffusion import DIFFUSION_DEMOS, write_fig6_sweep
     from sde_core.pipeline.workspace_load import load_workspace
 
     if name not in DIFFUSION_DEMOS:
@@ -311,6 +317,9 @@ def redo_demo_sweep(
         )
     t0 = time.perf_counter()
     folder = _folder(DEMOS[name], out)
-    path = write_fig6_sweep(load_workspace(folder), log=log)
+    ws = load_workspace(folder)
+    path = write_fig6_sweep(ws, log=log)
     seconds = time.perf_counter() - t0
-    return DemoResult(folder, "", seconds, None, (f"wrote {path} in {seconds:.0f}s",))
+    ws_hash = _content_hash(ws)
+    line = f"wrote {path} in {seconds:.0f}s; workspace hash {ws_hash[:16]}"
+    return DemoResult(folder, ws_hash, seconds, None, (line,))
