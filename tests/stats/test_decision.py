@@ -18,7 +18,13 @@ from sde_core.stats.calibrated import calibrated_verdict, subset_scores
 from sde_core.stats.headline import controlled_f1, dependence_score
 from sde_core.stats.hsic import split_half_hsic_batch
 from sde_core.stats.jsd import decide, histogram_edges, jsd
-from sde_core.stats.null_check import null_calibration, null_check, pool_null_checks
+from sde_core.stats.null_check import (
+    EXACT_MWU_MAX,
+    null_calibration,
+    null_check,
+    pool_null_checks,
+    split_test_p_values,
+)
 from sde_core.stats.outliers import panel_outliers
 from sde_core.stats.over_unlearning import over_unlearning_test
 from sde_core.stats.proportions import wilson_interval
@@ -204,6 +210,27 @@ def test_null_calibration_shows_split_level_false_positives():
     assert res.split_test_fpr > 0.2  # far above its nominal 1%
     assert res.calibrated_fpr <= 0.15
     assert np.all((res.calibrated_p_in > 0) & (res.calibrated_p_in <= 1))
+
+
+@pytest.mark.parametrize("splits", [2, 5, EXACT_MWU_MAX, EXACT_MWU_MAX + 1, 20, 200])
+@pytest.mark.parametrize("ties", [False, True])
+def test_split_test_p_values_are_scipys_pair_by_pair(splits: int, ties: bool):
+    """One call over every pair (more than EXACT_MWU_MAX splits) or pair by pair (at most):
+    the p-values are scipy's own pair-by-pair ones, bit for bit, with and without ties, also
+    where some pairs tie and others do not (scipy would pick its method from the whole array)."""
+    rng = np.random.default_rng(splits + 100 * ties)
+    h = rng.normal(size=(37, 2, splits))
+    if ties:
+        h[::2] = np.round(h[::2], 1)  # ties in every other pair only
+        h[3, 1] = h[3, 0]  # one pair identical
+    expected = np.array(
+        [stats.mannwhitneyu(a, b, alternative="greater").pvalue for a, b in h], dtype=np.float64
+    )
+    got = split_test_p_values(h)
+    assert got.shape == (37,) and got.dtype == np.float64
+    np.testing.assert_array_equal(got, expected)
+    single = split_test_p_values(h[:1])
+    assert single.shape == (1,) and single[0] == expected[0]
 
 
 def test_null_check_rate_is_near_alpha_on_exchangeable_data():
