@@ -136,6 +136,40 @@ def test_known_answers(forget, settings, role, remembers, otr_range):
     assert kinds == {"target", "f1", "it_ref", "oot_ref", "it_panel", "oot_panel", "null"}
 
 
+def test_subset_rows_are_their_h_rows_one_by_one(forget, settings):
+    """Each subset row's score and median H are its own H row's mean and median (numpy, one row
+    at a time, compared exactly: the table takes them over a draw's block at once), in the
+    order of the stacked arrays, with the indices, draws and labels of each kind."""
+    plan = draw_subsets(N_TR, N_TE, forget, settings)
+    tr, te = synthetic(forget, True, seed=2)
+    ev = evaluate_arrays(ModelInputs("m", "original", tr, te), plan, settings)
+    arrays = {"target": "targets_h", "it_panel": "panel_it_h", "oot_panel": "panel_oot_h",
+              "null": "null_h", "f1": "f1_h"}  # fmt: skip
+    for kind, key in arrays.items():
+        rows = [r for r in ev.subsets if r["kind"] == kind]
+        h = ev.arrays[key]
+        assert len(rows) == len(h), kind
+        for r, x in zip(rows, h, strict=True):
+            assert r["score"] == float(x.mean()) and r["h_median"] == float(np.median(x)), kind
+            assert isinstance(r["index"], int) and isinstance(r["draw"], int)
+    for kind, key in (("it_ref", "it_h_draws"), ("oot_ref", "oot_h_draws")):
+        rows = [r for r in ev.subsets if r["kind"] == kind]
+        assert [r["score"] for r in rows] == [float(x.mean()) for x in ev.arrays[key]]
+        assert [r["index"] for r in rows] == [r["draw"] for r in rows] == list(range(5))
+    panel = [r["index"] for r in ev.subsets if r["kind"] == "it_panel"]
+    assert panel == list(range(5 * settings.panel_size))
+    controls = [r for r in ev.subsets if r["kind"] == "f1"]
+    assert [r["index"] for r in controls] == list(range(len(controls)))
+    positives = sum(r["label_in_training"] for r in controls)
+    assert [r["label_in_training"] for r in controls] == [True] * positives + [False] * (
+        len(controls) - positives
+    )
+    targets = [r for r in ev.subsets if r["kind"] == "target"]
+    assert [r["draw"] for r in targets] == ev.arrays["target_draw"].tolist()
+    assert all(r["verdict"] in {"in-training", "out-of-training", "over-unlearned",
+                                "inconclusive"} for r in targets)  # fmt: skip
+
+
 def test_invalid_references_make_every_decision_inconclusive(forget, settings):
     plan = draw_subsets(N_TR, N_TE, forget, settings)
     rng = np.random.default_rng(3)

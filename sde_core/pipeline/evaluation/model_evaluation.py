@@ -82,69 +82,66 @@ def subset_rows(
     cal_ok = bool(np.isfinite(summary.calibrated_otr.value))  # not withheld by a gate
     rows: list[dict[str, Any]] = []
 
-    def plain(kind: str, draw: int, index: int, h: np.ndarray, spread: float) -> None:
-        rows.append(
-            {"model": name, "kind": kind, "draw": draw, "index": index,
-             "score": float(h.mean()), "h_median": float(np.median(h)), "spread": float(spread)}
-        )  # fmt: skip
+    def block(kind: str, draw: int, indices: Any, h: np.ndarray, spreads: Any) -> None:
+        """One row per subset of ``h`` (its H, one subset a row): score and median H taken
+        over the whole block at once (the same numbers as row by row, bit for bit)."""
+        scores, medians = h.mean(axis=1), np.median(h, axis=1)
+        for index, score, median, spread in zip(indices, scores, medians, spreads, strict=True):
+            rows.append(
+                {"model": name, "kind": kind, "draw": draw, "index": int(index),
+                 "score": float(score), "h_median": float(median), "spread": float(spread)}
+            )  # fmt: skip
 
-    def judged(kind, draw, index, h, spread, decision, verdict, label) -> None:  # type: ignore[no-untyped-def]
-        plain(kind, draw, index, h, spread)
-        rows[-1].update(
-            {
-                "d_it": decision.d_it,
-                "d_oot": decision.d_oot,
-                "decision": decision.label if paper_ok else "inconclusive",
-                "in_training_raw": decision.in_training,
-                "p_in": _NAN if verdict is None else verdict.p_in,
-                "p_out": _NAN if verdict is None else verdict.p_out,
-                "p_over": _NAN if verdict is None else verdict.p_over,
-                "verdict": verdict.verdict if verdict is not None and cal_ok else "inconclusive",
-                "label_in_training": label,
-            }
-        )
+    def judged(kind, draw, indices, h, spreads, decisions, verdicts, label) -> None:  # type: ignore[no-untyped-def]
+        start = len(rows)
+        block(kind, draw, indices, h, spreads)
+        for row, decision, verdict in zip(rows[start:], decisions, verdicts, strict=True):
+            judged_ok = verdict is not None and cal_ok
+            row.update(
+                {
+                    "d_it": decision.d_it,
+                    "d_oot": decision.d_oot,
+                    "decision": decision.label if paper_ok else "inconclusive",
+                    "in_training_raw": decision.in_training,
+                    "p_in": _NAN if verdict is None else verdict.p_in,
+                    "p_out": _NAN if verdict is None else verdict.p_out,
+                    "p_over": _NAN if verdict is None else verdict.p_over,
+                    "verdict": verdict.verdict if judged_ok else "inconclusive",
+                    "label_in_training": label,
+                }
+            )
 
     for st, d in zip(states, plan.draws, strict=True):
         if st.core is None:
             continue
-        plain("it_ref", d.index, d.index, st.arrays["it_h"], st.spreads["it_ref"][0])
-        plain("oot_ref", d.index, d.index, st.arrays["oot_h"], st.spreads["oot_ref"][0])
+        block("it_ref", d.index, [d.index], st.arrays["it_h"][None], st.spreads["it_ref"][:1])
+        block("oot_ref", d.index, [d.index], st.arrays["oot_h"][None], st.spreads["oot_ref"][:1])
+        targets = st.arrays["targets_h"]
         verdicts = st.panel.verdicts if st.panel is not None else [None] * len(d.targets)
-        for j, (h, sp, dec, ver) in enumerate(
-            zip(
-                st.arrays["targets_h"],
-                st.spreads["targets"],
-                st.core.decisions,
-                verdicts,
-                strict=True,
-            )
-        ):
-            judged("target", d.index, int(d.target_index[j]), h, sp, dec, ver, None)
+        judged("target", d.index, d.target_index, targets,
+               st.spreads["targets"], st.core.decisions, verdicts, None)  # fmt: skip
         if st.panel is not None:
             for kind, key in (("it_panel", "panel_it"), ("oot_panel", "panel_oot")):
-                for j, (h, sp) in enumerate(
-                    zip(st.arrays[f"{key}_h"], st.spreads[key], strict=True)
-                ):
-                    plain(kind, d.index, d.index * settings.panel_size + j, h, sp)
-        if "null_h" in st.arrays:
-            for j, (h, sp) in enumerate(zip(st.arrays["null_h"], st.spreads["null"], strict=True)):
-                plain("null", d.index, j, h, sp)
-        if "null_train_h" in st.arrays:
-            pairs = zip(st.arrays["null_train_h"], st.spreads["null_train"], strict=True)
-            for j, (h, sp) in enumerate(pairs):
-                plain("null_train", d.index, j, h, sp)
+                h = st.arrays[f"{key}_h"]
+                first = d.index * settings.panel_size
+                block(kind, d.index, range(first, first + len(h)), h, st.spreads[key])
+        for kind in ("null", "null_train"):
+            if f"{kind}_h" in st.arrays:
+                h = st.arrays[f"{kind}_h"]
+                block(kind, d.index, range(len(h)), h, st.spreads[kind])
     index = 0
     for sign, key in ((True, "pos"), (False, "neg")):
         for st in states:
             if st.controls is None:
                 continue
             offset = 0 if sign else len(st.arrays["pos_h"])
-            control_verdicts = st.controls.verdicts
-            for j, (h, sp) in enumerate(zip(st.arrays[f"{key}_h"], st.spreads[key], strict=True)):
-                ver = None if control_verdicts is None else control_verdicts[offset + j]
-                decision = st.controls.decisions[offset + j]
-                judged(CONTROL_KIND, st.index, index, h, sp, decision, ver, sign)
-                index += 1
+            h = st.arrays[f"{key}_h"]
+            span = slice(offset, offset + len(h))
+            judged_by = st.controls.verdicts
+            judged(CONTROL_KIND, st.index, range(index, index + len(h)), h, st.spreads[key],
+                   st.controls.decisions[span],
+                   [None] * len(h) if judged_by is None else judged_by[span], sign)  # fmt: skip
+            index += len(h)
     return rows
 
 
