@@ -37,6 +37,7 @@ __all__ = [
     "MAX_SEED",
     "NOISE_LEVELS",
     "PRECISION_FIELDS",
+    "PRECISION_RULE_VERSION",
     "SETTINGS",
     "EvalSettings",
     "Setting",
@@ -48,6 +49,13 @@ __all__ = [
 #: Version of the numerics behind stored results (split drawing, subset drawing, statistics).
 #: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
 ALGORITHM_VERSION = 5
+#: Version of how a precision run judges its half-widths against W (method §15), part of the
+#: store key of precision runs only (a fixed-design run has no W). 2: the half-width of the
+#: interval given — Stein's joined with Korn–Graubard's; 1 took the wider of the two halves,
+#: which can be narrower than their join, and so said "reached" of intervals wider than W. It
+#: changes no H, distance or classic metric, so the stage cache (keyed by ALGORITHM_VERSION)
+#: still serves a precision run after a bump: only its summary is recomputed.
+PRECISION_RULE_VERSION = 2
 #: Device names a setting may hold (whether this machine has the device is checked where the
 #: device is used, and by ``workspace validate``).
 _DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]{1,3})?|mps")
@@ -333,7 +341,8 @@ class EvalSettings:
         return replace(self, **given)
 
     def result_key(self) -> dict[str, Any]:
-        """The settings that determine results (the store's run key), with the algorithm version.
+        """The settings that determine results (the store's run key), with the algorithm version
+        (and, for a precision run, :data:`PRECISION_RULE_VERSION`).
 
         Without a precision target its fields change nothing and are left out, so a
         fixed-design run keeps the key it had before they existed; ``null_size = 0`` is left
@@ -343,23 +352,28 @@ class EvalSettings:
         if not self.precision:
             for name in PRECISION_FIELDS:
                 key.pop(name)
-        elif not self.null_size:
+            return key
+        key["precision_rule"] = PRECISION_RULE_VERSION
+        if not self.null_size:
             key.pop("null_size")
         return key
 
 
 _FIELDS = {f.name: f for f in fields(EvalSettings)}
+#: The versions a stored run key carries beside the settings (:meth:`EvalSettings.result_key`).
+_VERSION_FIELDS = frozenset({"algorithm", "precision_rule"})
 
 
 def settings_from_key(key: Mapping[str, Any]) -> EvalSettings:
     """The :class:`EvalSettings` of a stored run key (:meth:`EvalSettings.result_key`, with or
-    without its ``"algorithm"``): a field the key leaves out is at the value that left it out —
-    ``precision = 0`` (the fixed design) and ``null_size = 0`` (the null check unsized).
+    without its ``"algorithm"`` and ``"precision_rule"``): a field the key leaves out is at the
+    value that left it out — ``precision = 0`` (the fixed design) and ``null_size = 0`` (the
+    null check unsized).
 
     Raises:
         SettingsError: an unknown or invalid setting.
     """
-    values = {k: v for k, v in key.items() if k != "algorithm"}
+    values = {k: v for k, v in key.items() if k not in _VERSION_FIELDS}
     values.setdefault("precision", 0.0)
     values.setdefault("null_size", 0)
     return EvalSettings.from_mapping(values)

@@ -28,7 +28,12 @@ from sde_core.pipeline.evaluation.near_ties import ModelNearTies
 from sde_core.pipeline.evaluation.workspace_run import evaluate_workspace
 from sde_core.pipeline.model_inputs import Progress
 from sde_core.pipeline.reproduce import Outcome, ResultDiff, compare_model, worst_outcome
-from sde_core.pipeline.settings import ALGORITHM_VERSION, EvalSettings, settings_from_key
+from sde_core.pipeline.settings import (
+    ALGORITHM_VERSION,
+    PRECISION_RULE_VERSION,
+    EvalSettings,
+    settings_from_key,
+)
 from sde_core.pipeline.workspace import Workspace
 from sde_core.pipeline.workspace_load import load_workspace
 from sde_core.services.audit import environment
@@ -270,6 +275,7 @@ def verify_report(
     ws = load_workspace(folder, validate=False)
     settings_doc = dict(doc.get("settings") or manifest.get("settings") or {})
     reported_algorithm = settings_doc.pop("algorithm", None)
+    reported_rule = settings_doc.pop("precision_rule", 1)  # reports before the rule's key: 1
     settings = settings_from_key(settings_doc)  # a field left out: the value that left it out
     shared: list[str] = []
     notes: list[str] = []
@@ -277,6 +283,11 @@ def verify_report(
         shared.append(
             f"ALGORITHM_VERSION: the report was computed with {reported_algorithm}, this "
             f"sde_core computes with {ALGORITHM_VERSION}"
+        )
+    if settings.precision and reported_rule != PRECISION_RULE_VERSION:
+        shared.append(
+            f"PRECISION_RULE_VERSION: the report judged its half-widths against W by rule "
+            f"{reported_rule}, this sde_core by rule {PRECISION_RULE_VERSION} (method §15)"
         )
     bundle = load_dataset(ws.dataset_spec())
     data = manifest.get("data", {})

@@ -11,12 +11,20 @@ from helpers.designs import half_remembered, small_precision_settings
 from scipy import stats
 
 from sde_core.errors import InputError, SettingsError
+from sde_core.pipeline.evaluation.draw_statistics import DrawState
+from sde_core.pipeline.evaluation.metric_table import Estimate
 from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.planner import forecast, forecast_sentence
-from sde_core.pipeline.evaluation.precision import per_draw_rates, precision_json, precision_status
+from sde_core.pipeline.evaluation.precision import (
+    PrecisionDesign,
+    per_draw_rates,
+    precision_json,
+    precision_status,
+    with_design,
+)
 from sde_core.pipeline.evaluation.run import ModelRun
 from sde_core.pipeline.evaluation.stages import StageCache
-from sde_core.pipeline.settings import EvalSettings
+from sde_core.pipeline.settings import PRECISION_RULE_VERSION, EvalSettings, settings_from_key
 from sde_core.stats.precision import stein_draws, stein_interval
 from sde_core.stats.replication import replicate_proportion
 
@@ -100,6 +108,11 @@ def test_settings_default_to_the_precision_design_and_the_fixed_keeps_its_store_
     on = EvalSettings()  # the default: W = 0.1, a pilot of 10 draws, a budget of 60
     assert on.result_key()["precision"] == 0.1 and on.result_key()["max_draws"] == 60
     assert on.result_key()["pilot_draws"] == 10
+    # a precision run's key carries the rule that judged its half-widths (method §15); a
+    # fixed-design run's does not; the key reads back as the same settings
+    assert on.result_key()["precision_rule"] == PRECISION_RULE_VERSION == 2
+    assert "precision_rule" not in s.result_key()
+    assert settings_from_key(on.result_key()) == on
     with pytest.raises(SettingsError, match="max_draws=5 is smaller"):
         EvalSettings(precision=0.1, max_draws=5)
     with pytest.raises(SettingsError, match="precision"):
@@ -212,6 +225,49 @@ def test_a_miss_without_the_budget_says_not_reached_and_why(partly_forgotten):
     )
     assert why in m.notes and "budget" not in m.notes
     assert precision_json(m.to_row())["precision"]["reached"] is False
+
+
+def test_the_half_width_judged_is_the_interval_given(partly_forgotten):
+    """Stein's interval and Korn–Graubard's can each hold W while their join, the interval
+    given, does not (Korn–Graubard's is not symmetric about the rate: near 0 or 1 it leans to
+    the inner side): the join's half-width is the one judged and reported, and the notes say
+    why in words (method §15). Rule 1 took the wider of the two halves and said "reached"."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    forget, inputs = partly_forgotten
+    s = _settings(precision=0.3, max_draws=12)
+    run = ModelRun(inputs, draw_subsets(N_TR, N_TE, forget, s), s, stages=("references",
+                   "panels"))  # fmt: skip
+    for _ in run.steps():
+        pass
+    design = run.design
+    assert design is not None and not design.budget_spent
+    run.design = None
+    plain = run.evaluation().model  # any model's summary: its OTR interval is replaced below
+    # twelve draws of 20 targets with OTRs about 0.5, the first ten the pilot
+    rates = [0.45, 0.55, 0.5, 0.4, 0.6, 0.5, 0.45, 0.55, 0.5, 0.5, 0.4, 0.6]
+    draws = [DrawState(b, core=SimpleNamespace(otr=r, decisions=[None] * 20))  # type: ignore[arg-type]
+             for b, r in enumerate(rates)]  # fmt: skip
+    values, trials = per_draw_rates(draws, "otr")
+    v, w = float(np.mean(values)), 0.2
+    plan = stein_draws(values[:10], trials[:10], w)
+    sd = 0.95 * w * np.sqrt(values.size) / plan.t  # Stein's half over all 12 draws: 0.95 W
+    fixed = PrecisionDesign(w, 10, {"otr": replace(plan, sd=sd)}, needed=12, draws=12, budget=60)
+    pooled, stein_lo, _, stein_half = stein_interval(values, trials, fixed.plans["otr"])
+    assert pooled == pytest.approx(v) and stein_half == pytest.approx(0.95 * w)
+    leaning = Estimate(v, v - 0.1 * w, v + 1.3 * w, v)  # half 0.7 W, leaning upwards
+    m = with_design(replace(plain, otr=leaning), draws, fixed)
+    assert (m.otr.lo, m.otr.hi) == (pytest.approx(stein_lo), pytest.approx(v + 1.3 * w))
+    assert m.precision_half_width == pytest.approx((1.3 + 0.95) / 2 * w)  # > W
+    assert f"precision ±{w:g} not reached after the 12 draws" in m.notes
+    assert f"otr ±{(1.3 + 0.95) / 2 * w:.3f}" in m.notes
+    assert "each hold the target, but Korn–Graubard's is not symmetric about the rate" in m.notes
+    assert precision_json(m.to_row())["precision"]["reached"] is False
+    # the same intervals centred alike: each within W, and so is their join
+    centred = Estimate(v, v - 0.7 * w, v + 0.7 * w, v)
+    m = with_design(replace(plain, otr=centred), draws, fixed)
+    assert m.precision_half_width == pytest.approx(0.95 * w) and "not reached" not in m.notes
 
 
 def test_the_precision_status_says_reached_or_why_not_in_words():

@@ -49,7 +49,7 @@ from sde_core.pipeline.evaluation.metric_table import (
 from sde_core.pipeline.evaluation.plan import SubsetPlan, draw_subsets
 from sde_core.pipeline.meta_eval.spec import MetaPlan, ZooData
 from sde_core.pipeline.meta_eval.zoo import ZooCheckpoint, ZooProgress, zoo_layer, zoo_probs
-from sde_core.pipeline.settings import ALGORITHM_VERSION
+from sde_core.pipeline.settings import ALGORITHM_VERSION, PRECISION_RULE_VERSION
 
 __all__ = [
     "NULL_GATE",
@@ -221,6 +221,7 @@ def defaults_record(
         "row": {k: _clean(v) for k, v in row.items()},
         "gated": null_gated(row),
         "seconds": round(time.perf_counter() - t0, 3),
+        "precision_rule": PRECISION_RULE_VERSION,
     }
 
 
@@ -305,7 +306,12 @@ def score_zoo(
         return out
     stages: list[tuple[str, Callable[[str], bool]]] = [
         ("scores", lambda n: n not in out),
-        ("default design", lambda n: "defaults" not in out[n]),
+        # a default-design pass judged by an earlier precision rule is run again (method §15:
+        # the rule changes no H, so the stage cache serves it and only its summary is new)
+        (
+            "default design",
+            lambda n: out[n].get("defaults", {}).get("precision_rule") != PRECISION_RULE_VERSION,
+        ),
     ]
 
     def layer_missing(layer: str) -> Callable[[str], bool]:
