@@ -34,7 +34,9 @@ name where it comes from, and this script writes it from the demo's shipped stor
   (:data:`~sde_core.pipeline.evaluation.metric_table.METRICS`), shown with its 95% interval as
   the dashboard's tables show it (:func:`~sde_core.viz.formatting.format_estimate`); append
   ``:point`` for the value alone; ``verdict`` is the verdict label
-  (:func:`~sde_core.viz.verdicts.labels.verdict_label`); ``<metric>_raw`` is a headline
+  (:func:`~sde_core.viz.verdicts.labels.verdict_label`); ``precision`` the precision state
+  and widest half-width (:func:`~sde_core.pipeline.evaluation.precision.precision_status`,
+  ``not reached, ±0.104``); ``<metric>_raw`` is a headline
   number before the gate (two decimals; prose must say so: it is not a verdict).
 
 - a **paired comparison** of two models of a demo's run on the draws both ran (method §15), as
@@ -73,6 +75,7 @@ import pandas as pd
 from sde_core.pipeline.evaluation.behaviour import stored_behaviour, with_behaviour
 from sde_core.pipeline.evaluation.comparisons import COMPARED_METRICS, compare_models
 from sde_core.pipeline.evaluation.metric_table import METRICS
+from sde_core.pipeline.evaluation.precision import precision_status
 from sde_core.pipeline.store import ResultsStore
 from sde_core.viz.answer import difference_text
 from sde_core.viz.formatting import format_estimate
@@ -85,9 +88,14 @@ DOCUMENTS = ("README.md", "REPRODUCTION.md")
 _FILE = re.compile(
     r"<!-- quoted:file (?P<path>[\w./-]+) -->\n(?P<body>.*?)<!-- /quoted -->", re.DOTALL
 )
+#: An inline key: three parts split by "/"; the second and third may hold spaces and hyphens
+#: (a meta-evaluation's state "not reached (budget spent)", a selector "verdict=consistent
+#: with forgetting"), so only "/", ">" and a line end end them.
 _INLINE = re.compile(
-    r"<!-- quoted:(?P<key>[\w.@:-]+/[^/ ]+/[\w:]+) -->(?P<body>.*?)<!-- /quoted -->"
+    r"<!-- quoted:(?P<key>[\w.@:-]+/[^/>\n]+/[^/>\n]+?) -->(?P<body>.*?)<!-- /quoted -->"
 )
+#: Any marker at all: each must be one of the kinds above (:func:`unread_markers`).
+_ANY = re.compile(r"<!-- quoted:(?P<key>[^>\n]*?) -->")
 _NULL_SUMMARY = re.compile(r"<!-- quoted:nullsummary -->(?P<body>.*?)<!-- /quoted -->", re.DOTALL)
 _SPLIT_RANGE = re.compile(r"<!-- quoted:nullsplitrange -->(?P<body>.*?)<!-- /quoted -->")
 #: The shipped demos the null-check summary covers.
@@ -193,6 +201,12 @@ def field_text(row: Mapping[str, Any], field: str) -> str:
         return verdict_label(row)
     if name == "draws":  # the draws run (the precision design's B for this model, method §15)
         return str(int(row["draws"]))
+    if name == "precision":  # the precision state and the widest half-width (method §15)
+        status = precision_status(row)
+        if status is None:
+            return "fixed design"
+        half = float(row["precision_half_width"])
+        return status[0] if not math.isfinite(half) else f"{status[0]}, ±{half:.3f}"
     if name in ("null_subsets", "null_train_subsets"):  # the null check's size (method §9)
         count = row["null_pairs"] * 2 if name == "null_subsets" else row[name]
         return str(int(count))
@@ -423,6 +437,14 @@ def markers(text: str) -> Iterator[tuple[str, str]]:
         yield "nullsplitrange", m["body"]
     for m in _INLINE.finditer(text):
         yield m["key"], m["body"]
+
+
+def unread_markers(text: str) -> list[str]:
+    """The keys of markers in ``text`` that none of the kinds above reads: a marker this script
+    would leave as it is, however stale its number (``tests/test_quoted_numbers.py`` wants
+    none)."""
+    read = {key for key, _ in markers(text)}
+    return [m["key"] for m in _ANY.finditer(text) if m["key"] not in read]
 
 
 def stale(text: str, root: Path = ROOT) -> list[tuple[str, str, str]]:

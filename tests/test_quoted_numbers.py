@@ -269,3 +269,26 @@ def test_the_split_level_range_is_every_shipped_models() -> None:
     stale = "fires on <!-- quoted:nullsplitrange -->5–40%<!-- /quoted --> of pairs"
     assert [key for key, _, _ in q.stale(stale)] == ["nullsplitrange"]
     assert q.stale(q.render(stale)) == []
+
+
+def test_every_marker_in_the_docs_is_read() -> None:
+    """A marker none of the script's kinds reads would keep its number however stale (a field
+    with a space or a hyphen once slipped past the inline pattern: 25 such markers)."""
+    for name in ("README.md", "REPRODUCTION.md"):
+        assert q.unread_markers((ROOT / name).read_text(encoding="utf-8")) == []
+    text = "<!-- quoted:meta_eval_x/summary.truth/over-unlearned -->3<!-- /quoted -->"
+    assert q.unread_markers(text) == []
+    assert q.unread_markers("<!-- quoted:nonsense -->3<!-- /quoted -->") == ["nonsense"]
+
+
+def test_the_precision_field_is_the_state_the_pages_show() -> None:
+    """``<demo>/<model>/precision``: method §15's state and widest half-width, as the CLI and
+    Explore say it; a model whose join is wider than W reads "not reached" (precision rule 2)."""
+    from sde_core.pipeline.evaluation.precision import precision_status
+
+    run = q.stored_run("demo-facts")
+    for name, row in run.models.items():
+        text = q.quoted(f"demo-facts/{name}/precision")
+        status = precision_status(row)
+        assert status is not None and text.startswith(status[0])
+    assert q.quoted("demo-facts/retrained/precision").startswith("not reached, ±")
