@@ -18,7 +18,7 @@ from sde_core.cli import main
 from sde_core.errors import InputError, PlanError
 from sde_core.pipeline.meta_eval.agreement import meta_table, null_check_share
 from sde_core.pipeline.meta_eval.spec import load_meta_plan, meta_plan_names
-from sde_core.pipeline.meta_eval.summary import VERDICT_SCORE, withheld_counts
+from sde_core.pipeline.meta_eval.summary import VERDICT_SCORE, default_design, withheld_counts
 from sde_core.pipeline.meta_eval.truth import (
     behaviour_measures,
     label_truth,
@@ -415,6 +415,22 @@ def test_meta_eval_command_on_a_tiny_zoo_writes_the_table_and_resumes(tmp_path, 
     }  # the truth is the zoo's, not the evaluation's
     assert any(c["sde_dependence"] != again[c["checkpoint"]]["sde_dependence"] for c in checkpoints)
     assert json.loads((out / "meta_eval_tiny-seed3.json").read_text())["plan"] == "tiny-seed3"
+    # a default-design pass judged by an earlier precision rule (method §15) is summarised
+    # again, keeping the seconds of its first computation; the other records stay as they are
+    old = sorted((work / "scores").glob("*.json"))[0]
+    record = json.loads(old.read_text())
+    assert record["defaults"].pop("precision_rule") == 2
+    record["defaults"]["seconds"] = 123.0
+    old.write_text(json.dumps(record))
+    scored = {p: p.stat().st_mtime_ns for p in (work / "scores").glob("*.json") if p != old}
+    assert main(args) == 0
+    again = json.loads(old.read_text())["defaults"]
+    assert again["precision_rule"] == 2 and again["seconds"] == 123.0
+    assert again["summary_seconds"] >= 0
+    assert {k: v for k, v in again["row"].items() if k != "eval_seconds"} == {
+        k: v for k, v in record["defaults"]["row"].items() if k != "eval_seconds"
+    }  # a tiny zoo's precision runs: the same rows under either rule, but for the time
+    assert {p: p.stat().st_mtime_ns for p in scored} == scored
     assert main(["meta-eval", str(tmp_path / "missing.toml")]) == 1
     assert "no meta-evaluation plan" in capsys.readouterr().err
 
@@ -661,3 +677,28 @@ def test_withheld_verdicts_are_counted_by_the_first_reason_they_name():
         "null check": 1,
         "other": 1,
     }
+
+
+def test_the_default_design_counts_each_way_the_precision_target_is_missed():
+    """The zoo's precision states and, for "not reached", which of method §15's ways each
+    checkpoint's note gives and the range of their half-widths (REPRODUCTION quotes them)."""
+    base = {"precision_target": 0.1, "draws": 12, "draws_needed": 12, "notes": ""}
+    lead = "precision ±0.1 not reached after the 12 draws the pilot fixed: otr ±{:.3f}: "
+    default_rows = [
+        {**base, "precision_half_width": 0.094},
+        {**base, "precision_half_width": 0.104, "notes": lead.format(0.104) + "Stein's ±0.099 "
+         "and the Korn–Graubard interval over all 12 draws (±0.095) each hold the target, but "
+         "Korn–Graubard's is not symmetric about the rate, and the join … is wider"},
+        {**base, "precision_half_width": 0.122, "notes": "x; " + lead.format(0.122) + "the "
+         "pilot's per-draw SD 0.203 underestimated the full run's 0.264, so …"},
+        {**base, "precision_half_width": 0.130, "draws_needed": 80, "draws": 12,
+         "notes": "precision ±0.1 not reached: budget spent at half-width 0.130"},
+        {**base, "precision_half_width": None, "notes": "no precision target applied: …"},
+    ]  # fmt: skip
+    rows = [{"verdict": "mixed", "verdict_defaults": "mixed"}] * len(default_rows)
+    found = default_design(rows, default_rows)
+    states = {"reached": 1, "not reached": 2, "not reached (budget spent)": 1, "not applied": 1}
+    assert found["precision_states"] == states
+    assert found["miss_reasons"] == {"Stein's and Korn–Graubard's centred apart": 1,
+                                     "the pilot's SD below the full run's": 1}  # fmt: skip
+    assert (found["missed_half_width_min"], found["missed_half_width_max"]) == (0.104, 0.122)

@@ -17,6 +17,7 @@ from sde_core.pipeline.evaluation.plan import draw_subsets
 from sde_core.pipeline.evaluation.planner import forecast, forecast_sentence
 from sde_core.pipeline.evaluation.precision import (
     PrecisionDesign,
+    miss_reasons,
     per_draw_rates,
     precision_json,
     precision_status,
@@ -224,6 +225,9 @@ def test_a_miss_without_the_budget_says_not_reached_and_why(partly_forgotten):
         else "Clopper–Pearson's bound on the effective trials is wider than Stein's Student t"
     )
     assert why in m.notes and "budget" not in m.notes
+    kind = "the pilot's SD below the full run's" if full_sd > quiet["otr"].sd else (
+        "Clopper–Pearson wider than Student t")  # fmt: skip
+    assert miss_reasons(m.to_row()) == [kind]
     assert precision_json(m.to_row())["precision"]["reached"] is False
 
 
@@ -264,6 +268,7 @@ def test_the_half_width_judged_is_the_interval_given(partly_forgotten):
     assert f"otr ±{(1.3 + 0.95) / 2 * w:.3f}" in m.notes
     assert "each hold the target, but Korn–Graubard's is not symmetric about the rate" in m.notes
     assert precision_json(m.to_row())["precision"]["reached"] is False
+    assert miss_reasons(m.to_row()) == ["Stein's and Korn–Graubard's centred apart"]
     # the same intervals centred alike: each within W, and so is their join
     centred = Estimate(v, v - 0.7 * w, v + 0.7 * w, v)
     m = with_design(replace(plain, otr=centred), draws, fixed)

@@ -37,14 +37,24 @@ from sde_core.pipeline.settings import EvalSettings
 from sde_core.stats.precision import PilotPlan, stein_draws, stein_interval
 
 __all__ = [
+    "MISS_REASONS",
     "PRECISION_METRICS",
     "PrecisionDesign",
     "design_from_pilot",
+    "miss_reasons",
     "per_draw_rates",
     "precision_json",
     "precision_status",
     "with_design",
 ]
+
+#: The ways a precision target is missed with budget left (method §15), each by the words
+#: its note uses (:func:`_miss_reason` writes them, :func:`miss_reasons` reads them back).
+MISS_REASONS: dict[str, str] = {
+    "the pilot's SD below the full run's": "underestimated the full run's",
+    "Clopper–Pearson wider than Student t": "Clopper–Pearson's bound on the effective trials",
+    "Stein's and Korn–Graubard's centred apart": "Korn–Graubard's is not symmetric about",
+}
 
 #: The headline rates whose half-width the precision target bounds: ``ModelSummary`` point
 #: field -> its interval fields.
@@ -188,6 +198,13 @@ def _miss_reason(values: np.ndarray, plan: PilotPlan, stein_half: float, kg: Est
         f"Clopper–Pearson's bound on the effective trials is wider than Stein's Student t, "
         f"{joined}"
     )
+
+
+def miss_reasons(row: Mapping[str, Any]) -> list[str]:
+    """The :data:`MISS_REASONS` a models row's notes give for a missed precision target (one
+    per way, in the order of the dict; empty when the target was reached or not applied)."""
+    notes = str(row.get("notes") or "")
+    return [kind for kind, words in MISS_REASONS.items() if words in notes]
 
 
 def precision_json(row: Mapping[str, Any]) -> dict[str, Any]:

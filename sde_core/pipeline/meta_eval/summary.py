@@ -132,19 +132,29 @@ def default_design(
 ) -> dict[str, Any]:
     """The default-design pass on the zoo: its draws, how often the precision target was
     reached (method §15's states), and how often its verdict is the fixed design's."""
-    from sde_core.pipeline.evaluation.precision import precision_status
+    from sde_core.pipeline.evaluation.precision import miss_reasons, precision_status
 
     states: dict[str, int] = {}
+    reasons: dict[str, int] = {}  # checkpoints "not reached" for each way (method §15)
+    missed: list[float] = []
     for r in default_rows:
-        found = precision_status({k: math.nan if v is None else v for k, v in r.items()})
+        row = {k: math.nan if v is None else v for k, v in r.items()}
+        found = precision_status(row)
         state = found[0] if found else "fixed design"
         states[state] = states.get(state, 0) + 1
+        if state == "not reached":
+            missed.append(float(row["precision_half_width"]))
+            for kind in miss_reasons(row):
+                reasons[kind] = reasons.get(kind, 0) + 1
     both = [r for r in rows if r["verdict_defaults"]]
     same = sum(1 for r in both if r["verdict"] == r["verdict_defaults"])
     draws = [int(r["draws"]) for r in default_rows]
     return {
         "checkpoints": len(default_rows),
         "precision_states": states,
+        "miss_reasons": reasons,
+        "missed_half_width_min": round(min(missed), 3) if missed else float("nan"),
+        "missed_half_width_max": round(max(missed), 3) if missed else float("nan"),
         "draws_median": float(np.median(draws)) if draws else float("nan"),
         "draws_min": min(draws, default=0),
         "draws_max": max(draws, default=0),
