@@ -104,7 +104,7 @@ def evaluate(demo: Path) -> Path:
     with ResultsStore(full) as store:
         evaluate_checkpoints(ws, ws.defaults, names, store, progress=progress)
     target = demo / CHECKPOINT_STORE
-    units = ship_checkpoint_store(full, target)
+    units = ship_checkpoint_store(full, target, ws.defaults)  # the runs a page reads
     print(f"shipped {units} checkpoint evaluations to {target} ({target.stat().st_size} bytes)")
     return target
 

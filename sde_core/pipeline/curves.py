@@ -379,25 +379,35 @@ def evaluate_checkpoints(
     return done
 
 
-def ship_checkpoint_store(source: str | Path, target: str | Path) -> int:
-    """Copy every run of the checkpoint store ``source`` to a new store ``target`` (replaced
+def ship_checkpoint_store(
+    source: str | Path, target: str | Path, settings: EvalSettings | None = None
+) -> int:
+    """Copy the runs of the checkpoint store ``source`` to a new store ``target`` (replaced
     atomically) with only what a curve reads: each unit's ``models`` row and its behaviour
-    rows, no subsets and no H arrays (a checkpoint's histograms are not drawn). Returns the
+    rows, no subsets and no H arrays (a checkpoint's histograms are not drawn). With
+    ``settings``, only the runs at those settings' store key (a full store also holds runs of
+    other settings, or of an earlier precision rule, that no page would read). Returns the
     number of units copied."""
     import os
     import sqlite3
 
+    from sde_core.common.hashing import stable_hash
     from sde_core.pipeline.evaluation.behaviour import TABLE as BEHAVIOUR_TABLE
     from sde_core.pipeline.evaluation.behaviour import behaviour_unit
     from sde_core.pipeline.store import ResultsStore
+    from sde_core.pipeline.store_encode import json_value
 
     target = Path(target)
     scratch = target.with_name(f".{target.name}.shipping")
     for leftover in (scratch, Path(f"{scratch}-wal"), Path(f"{scratch}-shm")):
         leftover.unlink(missing_ok=True)
     copied = 0
+    wanted = None if settings is None else stable_hash(json_value(settings.result_key(), "key"))
     with ResultsStore(source, read_only=True) as full, ResultsStore(scratch) as shipped:
-        for run_id in full.list_runs()["id"].tolist():
+        runs = full.list_runs()
+        if wanted is not None:
+            runs = runs[runs["settings_hash"] == wanted]
+        for run_id in runs["id"].tolist():
             old = full.get_run(int(run_id))
             new = shipped.open_run(old.workspace_hash, old.settings, label=old.label)
             models = full.records(old.id, "models")
