@@ -248,7 +248,9 @@ def test_the_half_width_judged_is_the_interval_given(partly_forgotten):
     design = run.design
     assert design is not None and not design.budget_spent
     run.design = None
-    plain = run.evaluation().model  # any model's summary: its OTR interval is replaced below
+    nan = Estimate(math.nan, math.nan, math.nan, math.nan)
+    plain = replace(run.evaluation().model, calibrated_otr=nan, over_unlearned_rate=nan)
+    # any model's summary with OTR its only published rate (its interval is replaced below)
     # twelve draws of 20 targets with OTRs about 0.5, the first ten the pilot
     rates = [0.45, 0.55, 0.5, 0.4, 0.6, 0.5, 0.45, 0.55, 0.5, 0.5, 0.4, 0.6]
     draws = [DrawState(b, core=SimpleNamespace(otr=r, decisions=[None] * 20))  # type: ignore[arg-type]
@@ -273,6 +275,16 @@ def test_the_half_width_judged_is_the_interval_given(partly_forgotten):
     centred = Estimate(v, v - 0.7 * w, v + 0.7 * w, v)
     m = with_design(replace(plain, otr=centred), draws, fixed)
     assert m.precision_half_width == pytest.approx(0.95 * w) and "not reached" not in m.notes
+    # a rate the gate withheld after the pilot (no plan: it did not drive B) but publishes
+    # after all draws is shown beside the others, with its Korn–Graubard interval: judged too
+    wide = Estimate(0.4, 0.4 - 1.2 * w, 0.4 + 1.2 * w, 0.4)
+    m = with_design(replace(plain, otr=centred, calibrated_otr=wide), draws, fixed)
+    assert m.precision_half_width == pytest.approx(1.2 * w)
+    assert f"calibrated_otr ±{1.2 * w:.3f}: withheld by the gate after the pilot" in m.notes
+    assert miss_reasons(m.to_row()) == ["withheld after the pilot, published after all draws"]
+    # nothing drove B (every rate withheld after the pilot): the target was not applied
+    m = with_design(replace(plain, otr=centred), draws, replace(fixed, plans={}))
+    assert math.isnan(m.precision_half_width) and "no precision target applied" in m.notes
 
 
 def test_the_precision_status_says_reached_or_why_not_in_words():

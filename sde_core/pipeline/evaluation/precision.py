@@ -50,10 +50,12 @@ __all__ = [
 
 #: The ways a precision target is missed with budget left (method §15), each by the words
 #: its note uses (:func:`_miss_reason` writes them, :func:`miss_reasons` reads them back).
+_UNDRIVEN = "withheld by the gate"
 MISS_REASONS: dict[str, str] = {
     "the pilot's SD below the full run's": "underestimated the full run's",
     "Clopper–Pearson wider than Student t": "Clopper–Pearson's bound on the effective trials",
     "Stein's and Korn–Graubard's centred apart": "Korn–Graubard's is not symmetric about",
+    "withheld after the pilot, published after all draws": f"{_UNDRIVEN} after the pilot",
 }
 
 #: The headline rates whose half-width the precision target bounds: ``ModelSummary`` point
@@ -128,17 +130,32 @@ def with_design(
 ) -> ModelSummary:
     """``summary`` with Stein's intervals (from the pilot's spread, over all ``draws``) joined
     with its Korn–Graubard intervals (module docstring) for each driving rate the gate
-    publishes, and the design's fields (``precision_half_width``: the widest half-width)."""
+    publishes, and the design's fields (``precision_half_width``: the widest half-width of the
+    intervals given, a rate the gate withheld after the pilot but publishes now included with
+    its Korn–Graubard interval, since it is shown beside the others)."""
     changes: dict[str, Any] = {
         "precision_target": design.target,
         "draws_needed": float(design.needed),
     }
     widest = float("nan")
     misses: list[str] = []  # why a rate's half-width exceeds W although B was not capped
-    for metric, plan in design.plans.items():
+    for metric in PRECISION_METRICS:
         values, trials = per_draw_rates(draws, metric)
         kg: Estimate = getattr(summary, metric)
-        if values.size < plan.n0 or not np.isfinite(kg.value):
+        plan = design.plans.get(metric)
+        if not np.isfinite(kg.value) or (plan is not None and values.size < plan.n0):
+            continue
+        if plan is None:  # withheld after the pilot, published now: it did not drive B
+            if not design.plans:  # nothing drove B: the target was not applied
+                continue
+            half = (kg.hi - kg.lo) / 2  # its Korn–Graubard interval is the one given
+            if not design.budget_spent and half > design.target:
+                misses.append(
+                    f"{metric} ±{half:.3f}: {_UNDRIVEN} after the pilot, so it did not drive "
+                    f"B, and its Korn–Graubard interval over all {values.size} draws is the "
+                    "one given"
+                )
+            widest = half if not np.isfinite(widest) else max(widest, half)
             continue
         value, lo, hi, stein_half = stein_interval(values, trials, plan)
         kg_lo, kg_hi = kg.lo, kg.hi
