@@ -5,10 +5,11 @@ and every precision state it reports is re-derived here from the intervals it re
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
+
+from helpers.scripts import load_script
 
 from sde_core.pipeline.settings import ALGORITHM_VERSION, PRECISION_RULE_VERSION
 from sde_core.pipeline.store import ResultsStore
@@ -17,13 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _study() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "held_out_seeds", ROOT / "reproduction" / "held_out_seeds.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("reproduction/held_out_seeds.py")
 
 
 def test_the_held_out_seed_study_is_its_json_and_the_shipped_demo() -> None:

@@ -7,27 +7,19 @@ rebuilt store cannot leave stale prose behind.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMOS = ("demo", "demo-mnist1d", "demo-facts", "demo-fashion-edm", "demo-fashion-edm-mem")
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "quoted_numbers", ROOT / "reproduction" / "quoted_numbers.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["quoted_numbers"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("reproduction/quoted_numbers.py", register=True)
 
 
 q = _load()
@@ -92,12 +84,7 @@ def test_a_marker_naming_nothing_is_an_error(key: str) -> None:
 
 def test_the_layer_sweep_table_is_its_jsons() -> None:
     """reproduction/results/facts/layers.md is what llm_facts.py makes of the committed JSONs."""
-    spec = importlib.util.spec_from_file_location(
-        "llm_facts", ROOT / "reproduction" / "llm_facts.py"
-    )
-    assert spec is not None and spec.loader is not None
-    facts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(facts)
+    facts = load_script("reproduction/llm_facts.py")
     folder = ROOT / "reproduction" / "results" / "facts" / "json"
     layers = ("embeddings", "layer.0", "layer.1", "layer.2", "layer.3", "final")
     files = [str(folder / f"sweep_{layer}_{p}.json") for p in ("mean", "last") for layer in layers]

@@ -4,7 +4,6 @@ files, its memorisation measures and the tables the docs quote, read from the sh
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers.scripts import load_script
 
 from sde_core.pipeline.demo_diffusion import (
     DIFFUSION_DEMOS,
@@ -107,13 +107,7 @@ def test_shipped_fig6_sweep_pairs_every_sigma_with_sqrt_d():
 
 
 def _layer_study():
-    spec = importlib.util.spec_from_file_location(
-        "diffusion_layers", ROOT / "reproduction" / "diffusion_layers.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("reproduction/diffusion_layers.py")
 
 
 def test_the_layer_study_covers_every_representation_and_matches_the_store():

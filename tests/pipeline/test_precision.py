@@ -130,6 +130,19 @@ def _settings(**kw):
     return small_precision_settings(**kw)
 
 
+def _pilot_and_rest(partly_forgotten, **kw) -> ModelRun:
+    """A precision run of the references and panels at ``_settings(**kw)``, run to its end,
+    with budget left (its design's B not capped)."""
+    forget, inputs = partly_forgotten
+    s = _settings(**kw)
+    run = ModelRun(inputs, draw_subsets(N_TR, N_TE, forget, s), s, stages=("references",
+                   "panels"))  # fmt: skip
+    for _ in run.steps():
+        pass
+    assert run.design is not None and not run.design.budget_spent
+    return run
+
+
 def test_the_fixed_design_is_unchanged_by_the_precision_fields(partly_forgotten):
     forget, _ = partly_forgotten
     fixed = EvalSettings(subset_size=40, targets=20, splits=30, null_pairs=5, precision=0)
@@ -198,14 +211,9 @@ def test_a_miss_without_the_budget_says_not_reached_and_why(partly_forgotten):
     Korn–Graubard half of the joined interval wider than W; the notes say so in words."""
     from dataclasses import replace
 
-    forget, inputs = partly_forgotten
-    s = _settings(precision=0.3, max_draws=10)
-    run = ModelRun(inputs, draw_subsets(N_TR, N_TE, forget, s), s, stages=("references",
-                   "panels"))  # fmt: skip
-    for _ in run.steps():
-        pass
+    run = _pilot_and_rest(partly_forgotten, precision=0.3, max_draws=10)
     design = run.design
-    assert design is not None and not design.budget_spent
+    assert design is not None
     kg = run.evaluation().model.otr
     # the same draws, judged as if the pilot had seen a 20× smaller spread and W were half the
     # interval the draws give: Stein's half shrinks below W, Korn–Graubard's stays above it
@@ -239,14 +247,9 @@ def test_the_half_width_judged_is_the_interval_given(partly_forgotten):
     from dataclasses import replace
     from types import SimpleNamespace
 
-    forget, inputs = partly_forgotten
-    s = _settings(precision=0.3, max_draws=12)
-    run = ModelRun(inputs, draw_subsets(N_TR, N_TE, forget, s), s, stages=("references",
-                   "panels"))  # fmt: skip
-    for _ in run.steps():
-        pass
+    run = _pilot_and_rest(partly_forgotten, precision=0.3, max_draws=12)
     design = run.design
-    assert design is not None and not design.budget_spent
+    assert design is not None
     run.design = None
     nan = Estimate(math.nan, math.nan, math.nan, math.nan)
     plain = replace(run.evaluation().model, calibrated_otr=nan, over_unlearned_rate=nan)
