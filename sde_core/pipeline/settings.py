@@ -50,9 +50,11 @@ __all__ = [
 #: Bump it whenever a change alters any stored number, so results stores never serve stale rows.
 ALGORITHM_VERSION = 5
 #: Version of how a precision run judges its half-widths against W (method §15), part of the
-#: store key of precision runs only (a fixed-design run has no W). 2: the half-width of the
-#: interval given — Stein's joined with Korn–Graubard's; 1 took the wider of the two halves,
-#: which can be narrower than their join, and so said "reached" of intervals wider than W. It
+#: store key of precision runs only (a fixed-design run has no W). 2: the half-width of every
+#: interval given — Stein's joined with Korn–Graubard's, and the Korn–Graubard interval of a rate
+#: the gate withheld after the pilot but publishes at the end; 1 took the wider of the two
+#: halves of the driving rates, which can be narrower than their join, and so said "reached" of
+#: intervals wider than W. It
 #: changes no H, distance or classic metric, so the stage cache (keyed by ALGORITHM_VERSION)
 #: still serves a precision run after a bump: only its summary is recomputed.
 PRECISION_RULE_VERSION = 2

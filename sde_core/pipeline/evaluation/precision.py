@@ -49,7 +49,8 @@ __all__ = [
 ]
 
 #: The ways a precision target is missed with budget left (method §15), each by the words
-#: its note uses (:func:`_miss_reason` writes them, :func:`miss_reasons` reads them back).
+#: its note uses (:func:`with_design` and :func:`_miss_reason` write them, :func:`miss_reasons`
+#: reads them back).
 _UNDRIVEN = "withheld by the gate"
 MISS_REASONS: dict[str, str] = {
     "the pilot's SD below the full run's": "underestimated the full run's",
@@ -246,8 +247,9 @@ def precision_json(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def precision_status(row: Mapping[str, Any]) -> tuple[str, str] | None:
     """``(state, sentence)`` of a precision-design row (its ``models`` row), or None for a
-    fixed-design row: ``state`` is ``"reached"``, ``"not reached"`` (the pilot underestimated
-    the spread: the reason, method §15, follows in the sentence), ``"not reached (budget
+    fixed-design row: ``state`` is ``"reached"``, ``"not reached"`` (the interval given is
+    wider than W with budget left: the reason, one of :data:`MISS_REASONS`, follows in the
+    sentence), ``"not reached (budget
     spent)"`` or ``"not applied"`` (every driving rate withheld after the pilot); the sentence
     gives the widest half-width and the draws, e.g. "precision ±0.1 reached: widest half-width
     0.094 after 36 draws (the pilot asked for 36)". The CLI and Explore print it."""
