@@ -391,18 +391,16 @@ def ship_checkpoint_store(
     import os
     import sqlite3
 
-    from sde_core.common.hashing import stable_hash
     from sde_core.pipeline.evaluation.behaviour import TABLE as BEHAVIOUR_TABLE
     from sde_core.pipeline.evaluation.behaviour import behaviour_unit
     from sde_core.pipeline.store import ResultsStore
-    from sde_core.pipeline.store_encode import json_value
 
     target = Path(target)
     scratch = target.with_name(f".{target.name}.shipping")
     for leftover in (scratch, Path(f"{scratch}-wal"), Path(f"{scratch}-shm")):
         leftover.unlink(missing_ok=True)
     copied = 0
-    wanted = None if settings is None else stable_hash(json_value(settings.result_key(), "key"))
+    wanted = None if settings is None else ResultsStore.settings_key(settings.result_key())[1]
     with ResultsStore(source, read_only=True) as full, ResultsStore(scratch) as shipped:
         runs = full.list_runs()
         if wanted is not None:

@@ -210,6 +210,12 @@ class ResultsStore(VerifiedStore):
         """``(normalised settings, their hash)``, the key of a run (:meth:`open_run`)."""
         if not isinstance(workspace_hash, str) or not workspace_hash:
             raise StoreError("workspace_hash must be a non-empty string")
+        return ResultsStore.settings_key(settings)
+
+    @staticmethod
+    def settings_key(settings: Mapping[str, Any]) -> tuple[Any, str]:
+        """``(normalised settings, their hash)``: the settings half of a run's key, the hash
+        being what :meth:`list_runs` gives as ``settings_hash``."""
         if not isinstance(settings, Mapping):
             raise StoreError(f"settings must be a dict, got {type(settings).__name__}")
         normal = json_value(dict(settings), "settings")
