@@ -108,6 +108,11 @@ def _interval(m: dict[str, Any], rate: str) -> str:
     return f"{m[rate]:.2f} [{m[f'{rate}_lo']:.2f}, {m[f'{rate}_hi']:.2f}]"
 
 
+def _widest(rows: list[dict[str, Any]]) -> float:
+    """The widest half-width of ``rows`` (NaN when the target applied to none of them)."""
+    return max((r["half_width"] for r in rows if r["half_width"] is not None), default=math.nan)
+
+
 def summary(data: dict[str, Any]) -> dict[str, Any]:
     """Per model: its verdicts on the first seeds and on all, the widest half-width, and how
     often, and why, W was not reached."""
@@ -116,8 +121,8 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
     first = data["runs"][: data["first_seeds"]]
     for name in names:
         rows = [run["models"][name] for run in data["runs"] if name in run["models"]]
-        head = [run["models"][name]["verdict"] for run in first if name in run["models"]]
-        halves = [r["half_width"] for r in rows if r["half_width"] is not None]
+        first_rows = [run["models"][name] for run in first if name in run["models"]]
+        head = [r["verdict"] for r in first_rows]
         states = Counter(r["precision"] for r in rows)
         why = Counter(w for r in rows if r["precision"] == "not reached" for w in r["why"])
         out[name] = {
@@ -125,8 +130,8 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
             "first_verdicts": dict(Counter(head)),
             "first_same": len(set(head)) == 1,
             "verdicts": dict(Counter(r["verdict"] for r in rows)),
-            "widest_first": max(halves[: len(head)], default=float("nan")),
-            "widest": max(halves, default=float("nan")),
+            "widest_first": _widest(first_rows),
+            "widest": _widest(rows),
             "states": dict(states),
             "why": dict(why),
         }
