@@ -38,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,8 +158,8 @@ def _breakdown_lines(found: dict[str, list[Open]]) -> list[str]:
         if not rows:
             continue
 
-        def med(get: object, rows: list[Breakdown] = rows) -> float:
-            return statistics.median(get(b) for b in rows)  # type: ignore[operator]
+        def med(get: Callable[[Breakdown], float], rows: list[Breakdown] = rows) -> float:
+            return statistics.median(get(b) for b in rows)
 
         lines.append(
             f"| {demo} | {med(lambda b: b.title):.2f} | {med(lambda b: b.plotly_loaded):.2f} | "

@@ -54,9 +54,9 @@ ALGORITHM_VERSION = 5
 #: interval given — Stein's joined with Korn–Graubard's, and the Korn–Graubard interval of a rate
 #: the gate withheld after the pilot but publishes at the end; 1 took the wider of the two
 #: halves of the driving rates, which can be narrower than their join, and so said "reached" of
-#: intervals wider than W. It
-#: changes no H, distance or classic metric, so the stage cache (keyed by ALGORITHM_VERSION)
-#: still serves a precision run after a bump: only its summary is recomputed.
+#: intervals wider than W. It changes no H, distance or classic metric, so the stage cache
+#: (keyed by ALGORITHM_VERSION) still serves a precision run after a bump: only its summary is
+#: recomputed.
 PRECISION_RULE_VERSION = 2
 #: Device names a setting may hold (whether this machine has the device is checked where the
 #: device is used, and by ``workspace validate``).
